@@ -1,0 +1,106 @@
+//! Pinned host memory of the host backend.
+//!
+//! The bytes are real host memory shared between the buffer and any operation that uses them, so an
+//! operation that outlives its buffer still reads valid memory (and the drop is counted in
+//! [`super::HostCounters::pinned_released_while_pending`]): the host backend reports the hazard that
+//! on a GPU would be a use-after-free of host memory.
+
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::api::PinnedBuffer;
+use crate::host::counters::Counters;
+
+pub(crate) struct PinnedAlloc {
+    bytes: UnsafeCell<Box<[u8]>>,
+    len: usize,
+    counters: Arc<Counters>,
+}
+
+// SAFETY: the bytes are only reached through `PinnedAlloc::bytes` / `bytes_mut`, whose callers (the
+// stream worker, executing copies the user enqueued under the `unsafe` contract of
+// `copy_h2d_async` / `copy_d2h_async`, and the owning `HostPinnedBuffer` under `&`/`&mut self`) never
+// access the same range at the same time unless that contract was broken.
+unsafe impl Sync for PinnedAlloc {}
+// SAFETY: a boxed byte slice and an `Arc` may move between threads.
+unsafe impl Send for PinnedAlloc {}
+
+impl PinnedAlloc {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// # Safety
+    /// No one may write these bytes for the lifetime of the returned slice.
+    pub(crate) unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: the caller guarantees there is no concurrent writer.
+        unsafe { &*self.bytes.get() }
+    }
+
+    /// # Safety
+    /// No one else may access these bytes for the lifetime of the returned slice.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: the caller guarantees exclusive access.
+        unsafe { &mut *self.bytes.get() }
+    }
+}
+
+impl Drop for PinnedAlloc {
+    fn drop(&mut self) {
+        self.counters.live_pinned_bytes.fetch_sub(self.len as u64, Relaxed);
+    }
+}
+
+/// Pinned host memory of the host backend.
+///
+/// # Thread safety
+/// `Send + Sync`; see [`PinnedBuffer`].
+pub struct HostPinnedBuffer {
+    pub(crate) alloc: Arc<PinnedAlloc>,
+}
+
+impl std::fmt::Debug for HostPinnedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostPinnedBuffer").field("len", &self.alloc.len()).finish()
+    }
+}
+
+impl HostPinnedBuffer {
+    pub(crate) fn new(len: usize, counters: Arc<Counters>) -> Option<HostPinnedBuffer> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).ok()?;
+        v.resize(len, 0);
+        counters.live_pinned_bytes.fetch_add(len as u64, Relaxed);
+        Some(HostPinnedBuffer {
+            alloc: Arc::new(PinnedAlloc { bytes: UnsafeCell::new(v.into_boxed_slice()), len, counters }),
+        })
+    }
+}
+
+impl PinnedBuffer for HostPinnedBuffer {
+    fn len(&self) -> usize {
+        self.alloc.len()
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `&self` excludes `as_mut_slice`; asynchronous device writes into this range while the
+        // host reads it are excluded by the contract of `copy_d2h_async`.
+        unsafe { self.alloc.bytes() }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `&mut self` excludes other host access; asynchronous device access to this range is
+        // excluded by the contracts of `copy_h2d_async` / `copy_d2h_async`.
+        unsafe { self.alloc.bytes_mut() }
+    }
+}
+
+impl Drop for HostPinnedBuffer {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.alloc) > 1 {
+            self.alloc.counters.pinned_released_while_pending.fetch_add(1, Relaxed);
+        }
+    }
+}
