@@ -1,0 +1,150 @@
+//! One-copy inputs against per-input copies, on the best backend present (CUDA on the GPU machine,
+//! the host simulator elsewhere). Run by the GPU bundle; prints a table and, with `--json PATH`,
+//! writes the figures.
+//!
+//! For each case (190 inputs of 1 KiB; 16 inputs of 64 KiB), all measured in one run, median of many
+//! iterations, each iteration ending with a stream synchronize:
+//! - `arena`: gather the host inputs into the pinned staging buffer, ONE host-to-device copy;
+//! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
+//! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiln_arena::{ArenaLayout, ArenaPool, InputSource, PoolConfig, SlotSpec};
+use kiln_device::{
+    Backend, BackendChoice, BackendVisitor, Device, DeviceBuffer, PinnedBuffer, Stream, resolve, visit_backend,
+};
+use kiln_shape::{Chunk, DType, PadPlan, TensorShape};
+
+struct Case {
+    inputs: usize,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Row {
+    case: String,
+    arena_us: f64,
+    per_input_us: f64,
+    single_prefilled_us: f64,
+}
+
+fn median(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e6
+}
+
+fn time(iterations: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..iterations / 10 + 1 {
+        f();
+    }
+    median((0..iterations).map(|_| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    }).collect())
+}
+
+struct Bench {
+    iterations: usize,
+}
+
+impl BackendVisitor for Bench {
+    type Output = Result<(String, Vec<Row>), String>;
+
+    fn visit<B: Backend>(self) -> Self::Output {
+        let device = B::open(0).map_err(|e| e.to_string())?;
+        let _pin = device.pin().map_err(|e| e.to_string())?;
+        let stream = device.create_stream().map_err(|e| e.to_string())?;
+        let mut rows = Vec::new();
+        for case in [Case { inputs: 190, bytes: 1024 }, Case { inputs: 16, bytes: 64 * 1024 }] {
+            let specs: Vec<_> = (0..case.inputs).map(|i| SlotSpec::new(format!("in{i}"), case.bytes, 4)).collect();
+            let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).map_err(|e| e.to_string())?);
+            let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default()).map_err(|e| e.to_string())?;
+            let host: Vec<Vec<f32>> = (0..case.inputs).map(|i| vec![i as f32; case.bytes / 4]).collect();
+            let names: Vec<String> = (0..case.inputs).map(|i| format!("in{i}")).collect();
+            let dims = [(case.bytes / 4) as u64];
+            let plans: Vec<PadPlan> = names
+                .iter()
+                .map(|n| PadPlan::new(TensorShape::new(n, DType::F32, &dims), false, Chunk::whole(1, 1)).unwrap())
+                .collect();
+            let mut lease = pool.lease().map_err(|e| e.to_string())?;
+            let arena_us = time(self.iterations, || {
+                let sources: Vec<InputSource<'_>> = host
+                    .iter()
+                    .zip(&plans)
+                    .map(|(h, p)| {
+                        // SAFETY: f32 -> u8 view of initialised memory.
+                        let bytes = unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes) };
+                        InputSource::Host { data: bytes, plan: *p }
+                    })
+                    .collect();
+                lease.stage_inputs(&stream, &sources).unwrap();
+                stream.synchronize().unwrap();
+            });
+            let mut pinned = device.alloc_pinned(layout.input_span()).map_err(|e| e.to_string())?;
+            for (slot, h) in layout.inputs().iter().zip(&host) {
+                // SAFETY: f32 -> u8 view of initialised memory.
+                let bytes = unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes) };
+                pinned.as_mut_slice()[slot.offset..slot.offset + case.bytes].copy_from_slice(bytes);
+            }
+            let target = device.alloc(layout.input_span()).map_err(|e| e.to_string())?;
+            let per_input_us = time(self.iterations, || {
+                for slot in layout.inputs() {
+                    // SAFETY: `pinned` and `target` outlive the synchronize right after the loop.
+                    unsafe { stream.copy_h2d_async(&pinned, slot.offset, target.slice(slot.offset, case.bytes).unwrap()).unwrap() };
+                }
+                stream.synchronize().unwrap();
+            });
+            let single_prefilled_us = time(self.iterations, || {
+                // SAFETY: as above.
+                unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                stream.synchronize().unwrap();
+            });
+            rows.push(Row { case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024), arena_us, per_input_us, single_prefilled_us });
+        }
+        Ok((format!("{} ({})", device.info().name, B::KIND), rows))
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
+    // `cargo bench` passes `--bench`; keep the run short there and on the host backend.
+    let kind = resolve(BackendChoice::Auto).expect("auto always resolves");
+    let iterations = if kind == kiln_device::BackendKind::Host { 200 } else { 2000 };
+    let (device, rows) = match visit_backend(kind, Bench { iterations }).and_then(|r| r.map_err(|e| kiln_device::Error::Compile { name: "bench".into(), log: e })) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("gpu_arena: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
+    println!("{:<22} {:>12} {:>14} {:>18} {:>16} {:>16}", "case", "arena us", "per-input us", "single copy us", "per-input/arena", "arena/single");
+    let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
+    out.push_str(&format!("{:?},\"iterations\":{iterations},\"cases\":[", device));
+    for (i, r) in rows.iter().enumerate() {
+        println!(
+            "{:<22} {:>12.2} {:>14.2} {:>18.2} {:>15.1}x {:>15.2}x",
+            r.case,
+            r.arena_us,
+            r.per_input_us,
+            r.single_prefilled_us,
+            r.per_input_us / r.arena_us,
+            r.arena_us / r.single_prefilled_us
+        );
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!(
+            "{{\"case\":{:?},\"arena_us\":{:.3},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3}}}",
+            r.case, r.arena_us, r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us
+        ));
+    }
+    out.push_str("]}\n");
+    if let Some(path) = json {
+        std::fs::write(&path, out).unwrap_or_else(|e| eprintln!("gpu_arena: cannot write {path}: {e}"));
+    }
+}

@@ -1,0 +1,355 @@
+//! One arena: a pinned staging buffer, a device arena with the layout's slots, and an optional pinned
+//! read-back buffer for coalesced outputs.
+
+use std::sync::{Arc, OnceLock};
+
+use kiln_device::{
+    Backend, Device, DeviceBuffer, DeviceSlice, Event, KernelArg, LaunchConfig, Module, PinnedBuffer, Stream, builtin,
+};
+use kiln_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
+
+use crate::error::{ArenaError, Result};
+use crate::layout::{ArenaLayout, Slot};
+
+/// Where one input comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum InputSource<'a> {
+    /// Host memory: gathered into the staging buffer (padded per the plan) and sent with the single
+    /// host-to-device copy.
+    Host {
+        /// The request's whole tensor.
+        data: &'a [u8],
+        /// Which rows to take and how far to pad (a pass-through plan for inputs without a batch axis).
+        plan: PadPlan,
+    },
+    /// Device memory the caller already owns.
+    Device {
+        /// The request's whole tensor.
+        data: DeviceSlice,
+        /// Which rows to take and how far to pad.
+        plan: PadPlan,
+        /// Bind the caller's memory directly, or copy it into the arena slot.
+        mode: DeviceInputMode,
+    },
+}
+
+/// What to do with an input that is already on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceInputMode {
+    /// Copy it (device to device, padding with one kernel launch) into its arena slot, so the
+    /// binding has the arena's stable address.
+    CopyIntoSlot,
+    /// Bind the caller's pointer directly when no padding is needed; falls back to
+    /// [`DeviceInputMode::CopyIntoSlot`] when it is.
+    DirectBind,
+}
+
+/// How an input ended up bound, reported per input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingKind {
+    /// Gathered on the host and sent with the coalesced copy.
+    Staged,
+    /// Copied device to device (and padded, if needed) into its slot.
+    DeviceCopy,
+    /// The caller's device memory, bound as is.
+    DirectBind,
+}
+
+/// What [`Arena::stage_inputs`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageReport {
+    /// Inputs gathered from host memory.
+    pub staged: usize,
+    /// Device inputs copied into their slots.
+    pub device_copies: usize,
+    /// Device inputs bound directly.
+    pub direct_binds: usize,
+    /// Device inputs that asked for direct binding but needed padding, so were copied.
+    pub direct_bind_refused: usize,
+    /// Host-to-device copies enqueued (0 or 1).
+    pub host_to_device_copies: usize,
+    /// Bytes sent by that copy.
+    pub staged_bytes: usize,
+}
+
+/// Where one output goes on the host.
+#[derive(Debug)]
+pub struct OutputTarget<'a> {
+    /// The request's whole output tensor.
+    pub data: &'a mut [u8],
+    /// Which rows of the program's output to return, and where.
+    pub plan: SlicePlan,
+}
+
+/// How arenas are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArenaOptions {
+    /// Allocate a pinned read-back buffer so outputs come back with one device-to-host copy.
+    pub coalesce_outputs: bool,
+}
+
+impl Default for ArenaOptions {
+    fn default() -> ArenaOptions {
+        ArenaOptions { coalesce_outputs: true }
+    }
+}
+
+/// What every arena of one pool shares: the device, the layout, and the padding kernel (compiled on
+/// first need).
+pub(crate) struct ArenaContext<B: Backend> {
+    pub(crate) device: B::Device,
+    pub(crate) layout: Arc<ArenaLayout>,
+    pub(crate) options: ArenaOptions,
+    pad_kernel: OnceLock<std::result::Result<B::Kernel, kiln_device::Error>>,
+}
+
+impl<B: Backend> ArenaContext<B> {
+    pub(crate) fn new(device: B::Device, layout: Arc<ArenaLayout>, options: ArenaOptions) -> ArenaContext<B> {
+        ArenaContext { device, layout, options, pad_kernel: OnceLock::new() }
+    }
+
+    fn pad_kernel(&self) -> Result<&B::Kernel> {
+        let compiled = self.pad_kernel.get_or_init(|| {
+            let code = self.device.compile(&builtin::source())?;
+            self.device.load_module(&code)?.kernel(builtin::COPY_ROWS)
+        });
+        compiled.as_ref().map_err(|e| ArenaError::Device(e.clone()))
+    }
+}
+
+/// One arena. Its device addresses never change for its whole life, so a graph captured against its
+/// slots stays valid: that is what makes pinned-copy graph mode free of pointer drift.
+///
+/// # Thread safety
+/// `Send + Sync`. Mutation needs `&mut`; a pool hands each request its own arena.
+pub struct Arena<B: Backend> {
+    ctx: Arc<ArenaContext<B>>,
+    device_memory: B::DeviceBuffer,
+    staging: B::PinnedBuffer,
+    readback: Option<B::PinnedBuffer>,
+    /// Recorded after the last enqueued operation that touches pinned memory.
+    in_flight: B::Event,
+    pending: bool,
+    downloaded: bool,
+    bindings: Vec<DeviceSlice>,
+    kinds: Vec<BindingKind>,
+}
+
+impl<B: Backend> std::fmt::Debug for Arena<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena").field("device_memory", &self.device_memory).field("pending", &self.pending).finish_non_exhaustive()
+    }
+}
+
+fn check_aligned(role: &'static str, name: &str, address: usize, align: usize) -> Result<()> {
+    if address.is_multiple_of(align) {
+        Ok(())
+    } else {
+        Err(ArenaError::Misaligned { role, name: name.into(), address, align })
+    }
+}
+
+impl<B: Backend> Arena<B> {
+    pub(crate) fn new(ctx: Arc<ArenaContext<B>>) -> Result<Arena<B>> {
+        let layout = &ctx.layout;
+        let device_memory = ctx.device.alloc(layout.device_bytes())?;
+        let staging = ctx.device.alloc_pinned(layout.input_span().max(1))?;
+        let readback = if ctx.options.coalesce_outputs && layout.output_span() > 0 {
+            Some(ctx.device.alloc_pinned(layout.output_span())?)
+        } else {
+            None
+        };
+        let in_flight = ctx.device.create_event()?;
+        let n = layout.inputs().len();
+        let bindings = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
+        Ok(Arena { ctx, device_memory, staging, readback, in_flight, pending: false, downloaded: false, bindings, kinds: vec![BindingKind::Staged; n] })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &ArenaLayout {
+        &self.ctx.layout
+    }
+
+    /// The whole slot of input `index` (its capacity), at its stable device address.
+    pub fn input_slot(&self, index: usize) -> DeviceSlice {
+        slot_view(&self.device_memory, 0, &self.ctx.layout.inputs()[index])
+    }
+
+    /// The whole slot of output `index`, at its stable device address.
+    pub fn output_slot(&self, index: usize) -> DeviceSlice {
+        slot_view(&self.device_memory, self.ctx.layout.output_offset(), &self.ctx.layout.outputs()[index])
+    }
+
+    /// The device memory each input is bound to after the last [`Arena::stage_inputs`], in input order.
+    pub fn input_bindings(&self) -> &[DeviceSlice] {
+        &self.bindings
+    }
+
+    /// How each input was bound by the last [`Arena::stage_inputs`].
+    pub fn binding_kinds(&self) -> &[BindingKind] {
+        &self.kinds
+    }
+
+    /// Waits until the stream has passed every operation of this arena that touches pinned memory.
+    pub fn wait_idle(&mut self) -> Result<()> {
+        if self.pending {
+            self.in_flight.synchronize()?;
+            self.pending = false;
+        }
+        Ok(())
+    }
+
+    /// Marks pinned memory in use by what `stream` has enqueued so far.
+    fn fence(&mut self, stream: &B::Stream) -> Result<()> {
+        self.pending = true;
+        if let Err(e) = stream.record(&self.in_flight) {
+            // Without the event the only safe way to know the copy is done is to wait for it.
+            stream.synchronize()?;
+            self.pending = false;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Gathers every host input into its staging slot in one pass (padding rows past the real batch
+    /// with copies of the last real row), sends the used span with ONE host-to-device copy, then
+    /// copies or binds device-resident inputs. Allocates nothing after the arena is built.
+    ///
+    /// Waits first for the previous use of the staging buffer. On error nothing half-done is left
+    /// that could touch freed memory, and the arena serves the next request.
+    pub fn stage_inputs(&mut self, stream: &B::Stream, inputs: &[InputSource<'_>]) -> Result<StageReport> {
+        let ctx = self.ctx.clone();
+        let slots = ctx.layout.inputs();
+        if inputs.len() != slots.len() {
+            return Err(ArenaError::Count { role: "input", expected: slots.len(), actual: inputs.len() });
+        }
+        self.wait_idle()?;
+        let mut report = StageReport::default();
+        let mut span_end = 0usize;
+        for (index, (slot, source)) in slots.iter().zip(inputs).enumerate() {
+            if let InputSource::Host { data, plan } = source {
+                check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
+                check_fits(slot, plan)?;
+                if data.len() < plan.src_range().end {
+                    return Err(ArenaError::InputTooShort { input: slot.name.clone(), needed: plan.src_range().end, actual: data.len() });
+                }
+                let staging = &mut self.staging.as_mut_slice()[slot.offset..slot.offset + slot.capacity];
+                pad_rows_into(data, staging, plan)?;
+                span_end = span_end.max(slot.offset + plan.dst_len());
+                self.bindings[index] = slot_view(&self.device_memory, 0, slot).sub(0, plan.dst_len())?;
+                self.kinds[index] = BindingKind::Staged;
+                report.staged += 1;
+            }
+        }
+        if span_end > 0 {
+            // SAFETY: the staging buffer and the device arena belong to this arena, which waits for
+            // `in_flight` (recorded right below) before the host writes the staging buffer again or
+            // frees either buffer.
+            unsafe { stream.copy_h2d_async(&self.staging, 0, self.device_memory.slice(0, span_end)?)? };
+            self.fence(stream)?;
+            report.host_to_device_copies = 1;
+            report.staged_bytes = span_end;
+        }
+        for (index, (slot, source)) in slots.iter().zip(inputs).enumerate() {
+            let InputSource::Device { data, plan, mode } = *source else { continue };
+            check_aligned("input", &slot.name, data.ptr().0 as usize, slot.element_bytes)?;
+            let src = data.sub(plan.src_range().start, plan.src_range().len())?;
+            let padded = plan.padded_rows() > plan.rows();
+            if mode == DeviceInputMode::DirectBind && !padded {
+                self.bindings[index] = src;
+                self.kinds[index] = BindingKind::DirectBind;
+                report.direct_binds += 1;
+                continue;
+            }
+            report.direct_bind_refused += usize::from(mode == DeviceInputMode::DirectBind);
+            check_fits(slot, &plan)?;
+            let dst = slot_view(&self.device_memory, 0, slot).sub(0, plan.dst_len())?;
+            if padded {
+                let args = [
+                    KernelArg::Ptr(dst.ptr()),
+                    KernelArg::Ptr(src.ptr()),
+                    KernelArg::U64(plan.row_bytes() as u64),
+                    KernelArg::U64(plan.rows()),
+                    KernelArg::U64(plan.padded_rows()),
+                ];
+                // SAFETY: `dst` is this arena's slot and `src` the caller's live device memory (the
+                // caller keeps it alive until the stream has run the request); the kernel reads
+                // `rows` rows of `src` and writes `padded_rows` rows of `dst`, both checked above.
+                unsafe { stream.launch(ctx.pad_kernel()?, &LaunchConfig::for_elements(plan.dst_len() as u64, 256), &args)? };
+            } else {
+                stream.copy_d2d(src, dst)?;
+            }
+            self.bindings[index] = dst;
+            self.kinds[index] = BindingKind::DeviceCopy;
+            report.device_copies += 1;
+        }
+        Ok(report)
+    }
+
+    /// Enqueues ONE device-to-host copy of the whole output span into the pinned read-back buffer.
+    /// Needs [`ArenaOptions::coalesce_outputs`].
+    pub fn download_outputs(&mut self, stream: &B::Stream) -> Result<()> {
+        let span = self.ctx.layout.output_span();
+        if self.readback.is_none() {
+            return Err(ArenaError::NotDownloaded);
+        }
+        // A previous download must be finished (and read) before the device writes the buffer again.
+        self.wait_idle()?;
+        let readback = self.readback.as_ref().expect("checked above");
+        let src = self.device_memory.slice(self.ctx.layout.output_offset(), span)?;
+        // SAFETY: the read-back buffer belongs to this arena, which waits for `in_flight` before the
+        // host reads it or frees it.
+        unsafe { stream.copy_d2h_async(src, readback, 0)? };
+        self.fence(stream)?;
+        self.downloaded = true;
+        Ok(())
+    }
+
+    /// Waits for the download, then copies each output's real rows into the caller's buffers.
+    pub fn scatter_outputs(&mut self, targets: &mut [OutputTarget<'_>]) -> Result<()> {
+        let ctx = self.ctx.clone();
+        let slots = ctx.layout.outputs();
+        if targets.len() != slots.len() {
+            return Err(ArenaError::Count { role: "output", expected: slots.len(), actual: targets.len() });
+        }
+        if !self.downloaded {
+            return Err(ArenaError::NotDownloaded);
+        }
+        self.wait_idle()?;
+        let readback = self.readback.as_ref().ok_or(ArenaError::NotDownloaded)?.as_slice();
+        for (slot, target) in slots.iter().zip(targets.iter_mut()) {
+            check_aligned("output", &slot.name, target.data.as_ptr() as usize, slot.element_bytes)?;
+            if target.plan.src_len() > slot.capacity {
+                return Err(ArenaError::Output {
+                    output: slot.name.clone(),
+                    reason: format!("the program output of {} bytes exceeds its slot of {}", target.plan.src_len(), slot.capacity),
+                });
+            }
+            slice_rows(&readback[slot.offset..slot.offset + slot.capacity], target.data, &target.plan)?;
+        }
+        self.downloaded = false;
+        Ok(())
+    }
+}
+
+fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {
+    if plan.dst_len() > slot.capacity {
+        return Err(ArenaError::InputTooLarge { input: slot.name.clone(), bytes: plan.dst_len(), capacity: slot.capacity });
+    }
+    Ok(())
+}
+
+fn slot_view<D: DeviceBuffer>(memory: &D, base: usize, slot: &Slot) -> DeviceSlice {
+    memory.slice(base + slot.offset, slot.capacity).expect("the layout places every slot inside the arena")
+}
+
+impl<B: Backend> Drop for Arena<B> {
+    fn drop(&mut self) {
+        // Pinned memory must outlive the stream's use of it: wait before the buffers are freed.
+        if self.pending
+            && let Err(e) = self.in_flight.synchronize()
+        {
+            tracing::error!(error = %e, "kiln-arena: waiting for in-flight copies before freeing an arena failed");
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! kiln-arena on the host backend: round trips, padding, leases under concurrency, pinned-memory
+//! lifetime, and bad input.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_arena::{
+    ArenaError, ArenaLayout, ArenaOptions, ArenaPool, BindingKind, DeviceInputMode, InputSource, OutputTarget, PoolConfig,
+    SlotSpec, WhenExhausted,
+};
+use kiln_device::conformance::builtin_module;
+use kiln_device::host::{AddressReuse, HostBackend, HostConfig, HostDevice};
+use kiln_device::{Device, DeviceBuffer, Event, KernelArg, LaunchConfig, Module, Stream, builtin};
+use kiln_shape::{Chunk, DType, PadPlan, SlicePlan, TensorShape};
+use proptest::prelude::*;
+
+fn device() -> HostDevice {
+    HostDevice::with_config(0, HostConfig { address_reuse: AddressReuse::Immediate, ..HostConfig::default() }).unwrap()
+}
+
+fn pool(device: &HostDevice, inputs: &[SlotSpec], outputs: &[SlotSpec], config: PoolConfig) -> ArenaPool<HostBackend> {
+    let layout = Arc::new(ArenaLayout::new(inputs, outputs, 256).unwrap());
+    ArenaPool::new(device.clone(), layout, config).unwrap()
+}
+
+fn plan(name: &str, dtype: DType, dims: &[u64], batched: bool, chunk: Chunk) -> PadPlan {
+    PadPlan::new(TensorShape::new(name, dtype, dims), batched, chunk).unwrap()
+}
+
+fn bytes_of(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 31 + seed * 7) % 251) as u8).collect()
+}
+
+/// An aligned copy of `bytes` (Vec<u64> backing) so host pointers satisfy every dtype.
+fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut v = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck_copy(&mut v, bytes);
+    v
+}
+
+fn bytemuck_copy(dst: &mut [u64], src: &[u8]) {
+    for (i, b) in src.iter().enumerate() {
+        let word = &mut dst[i / 8];
+        *word |= (*b as u64) << (8 * (i % 8));
+    }
+}
+
+fn as_bytes(v: &[u64], len: usize) -> &[u8] {
+    // Little-endian view of the u64 words, truncated to `len` bytes.
+    let ptr = v.as_ptr().cast::<u8>();
+    // SAFETY: `v` holds at least `len` initialised bytes and u8 has no alignment requirement.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
+#[test]
+fn one_copy_gathers_pads_and_round_trips() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let (rows, bucket, width) = (3u64, 8u64, 5u64);
+    let inputs = [SlotSpec::new("dense", (bucket * width * 4) as usize, 4), SlotSpec::new("table", 64, 4)];
+    let outputs = [SlotSpec::new("out", (bucket * 16) as usize, 4)];
+    let pool = pool(&d, &inputs, &outputs, PoolConfig::default());
+    let mut lease = pool.lease().unwrap();
+    let dense = aligned(&bytes_of(1, (rows * width * 4) as usize));
+    let table = aligned(&bytes_of(2, 64));
+    let chunk = Chunk::whole(rows, bucket);
+    let before = d.counters().copies_h2d;
+    let report = lease
+        .stage_inputs(
+            &stream,
+            &[
+                InputSource::Host { data: as_bytes(&dense, (rows * width * 4) as usize), plan: plan("dense", DType::F32, &[rows, width], true, chunk) },
+                InputSource::Host { data: as_bytes(&table, 64), plan: plan("table", DType::F32, &[16], false, chunk) },
+            ],
+        )
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(report.host_to_device_copies, 1);
+    assert_eq!(d.counters().copies_h2d - before, 1, "exactly one host-to-device copy");
+    // The padded rows repeat the last real row.
+    let binding = lease.input_bindings()[0];
+    assert_eq!(binding.len(), (bucket * width * 4) as usize);
+    let mut got = vec![0u8; binding.len()];
+    stream.download(binding, &mut got).unwrap();
+    let row = (width * 4) as usize;
+    let src = as_bytes(&dense, (rows * width * 4) as usize);
+    assert_eq!(&got[..src.len()], src);
+    for r in rows as usize..bucket as usize {
+        assert_eq!(&got[r * row..(r + 1) * row], &src[(rows as usize - 1) * row..], "padded row {r}");
+    }
+    // Outputs: write the slot on the device, download once, scatter the real rows.
+    let out_slot = lease.output_slot(0);
+    let produced = bytes_of(3, out_slot.len());
+    stream.upload(&produced, out_slot).unwrap();
+    lease.download_outputs(&stream).unwrap();
+    let mut dst = vec![0u64; (rows * 16 / 8) as usize];
+    let dst_bytes = (rows * 16) as usize;
+    // SAFETY: `dst` holds `dst_bytes` bytes; u8 has no alignment requirement.
+    let dst_view = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), dst_bytes) };
+    let slice_plan = SlicePlan::new(TensorShape::new("out", DType::F32, &[bucket, 4]), true, chunk).unwrap();
+    lease.scatter_outputs(&mut [OutputTarget { data: dst_view, plan: slice_plan }]).unwrap();
+    assert_eq!(as_bytes(&dst, dst_bytes), &produced[..dst_bytes]);
+}
+
+#[test]
+fn device_inputs_are_copied_padded_or_bound_directly_and_reported() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let width = 8u64;
+    let inputs = [SlotSpec::new("a", 4 * 8 * 4, 4), SlotSpec::new("b", 4 * 8 * 4, 4), SlotSpec::new("c", 4 * 8 * 4, 4)];
+    let pool = pool(&d, &inputs, &[], PoolConfig::default());
+    let mut lease = pool.lease().unwrap();
+    let src = d.alloc(2 * 8 * 4).unwrap();
+    let data = bytes_of(5, 64);
+    stream.upload(&data, src.as_slice()).unwrap();
+    let exact = Chunk::whole(2, 2);
+    let padded = Chunk::whole(2, 4);
+    let report = lease
+        .stage_inputs(
+            &stream,
+            &[
+                InputSource::Device { data: src.as_slice(), plan: plan("a", DType::F32, &[2, width], true, exact), mode: DeviceInputMode::DirectBind },
+                InputSource::Device { data: src.as_slice(), plan: plan("b", DType::F32, &[2, width], true, padded), mode: DeviceInputMode::DirectBind },
+                InputSource::Device { data: src.as_slice(), plan: plan("c", DType::F32, &[2, width], true, exact), mode: DeviceInputMode::CopyIntoSlot },
+            ],
+        )
+        .unwrap();
+    assert_eq!(lease.binding_kinds(), &[BindingKind::DirectBind, BindingKind::DeviceCopy, BindingKind::DeviceCopy]);
+    assert_eq!((report.direct_binds, report.device_copies, report.direct_bind_refused, report.host_to_device_copies), (1, 2, 1, 0));
+    assert_eq!(lease.input_bindings()[0].ptr(), src.ptr());
+    let mut got = vec![0u8; 128];
+    stream.download(lease.input_bindings()[1], &mut got).unwrap();
+    assert_eq!(&got[..64], &data[..]);
+    assert_eq!(&got[64..96], &data[32..64]);
+    assert_eq!(&got[96..128], &data[32..64]);
+}
+
+#[test]
+fn sixteen_threads_leasing_concurrently_never_alias() {
+    let d = device();
+    let inputs = [SlotSpec::new("id", 256, 8)];
+    let outputs = [SlotSpec::new("echo", 256, 8)];
+    let pool = pool(&d, &inputs, &outputs, PoolConfig { max_arenas: 6, ..PoolConfig::default() });
+    std::thread::scope(|s| {
+        for t in 0..16u64 {
+            let (pool, d) = (pool.clone(), d.clone());
+            s.spawn(move || {
+                let stream = d.create_stream().unwrap();
+                for round in 0..50u64 {
+                    let id = [t * 1000 + round; 32];
+                    // SAFETY: u64 -> u8 view of an initialised array.
+                    let id_bytes = unsafe { std::slice::from_raw_parts(id.as_ptr().cast::<u8>(), 256) };
+                    let mut lease = pool.lease().unwrap();
+                    let chunk = Chunk::whole(1, 1);
+                    lease.stage_inputs(&stream, &[InputSource::Host { data: id_bytes, plan: plan("id", DType::U64, &[32], false, chunk) }]).unwrap();
+                    stream.copy_d2d(lease.input_bindings()[0], lease.output_slot(0)).unwrap();
+                    std::thread::yield_now();
+                    lease.download_outputs(&stream).unwrap();
+                    let mut back = [0u64; 32];
+                    // SAFETY: as above, mutable.
+                    let back_bytes = unsafe { std::slice::from_raw_parts_mut(back.as_mut_ptr().cast::<u8>(), 256) };
+                    let plan_out = SlicePlan::new(TensorShape::new("echo", DType::U64, &[32]), false, chunk).unwrap();
+                    lease.scatter_outputs(&mut [OutputTarget { data: back_bytes, plan: plan_out }]).unwrap();
+                    assert_eq!(back, id, "thread {t} round {round} read another request's data");
+                }
+            });
+        }
+    });
+    assert!(pool.created() <= 6);
+}
+
+#[test]
+fn pinned_memory_is_released_only_after_the_stream_finished() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let gate_stream = d.create_stream().unwrap();
+    let module = builtin_module::<HostBackend>(&d);
+    let fill = module.kernel(builtin::FILL_U32).unwrap();
+    let big = d.alloc(1 << 25).unwrap();
+    let gate = d.create_event().unwrap();
+    {
+        let pool = pool(&d, &[SlotSpec::new("x", 4096, 4)], &[SlotSpec::new("y", 4096, 4)], PoolConfig::default());
+        let mut lease = pool.lease().unwrap();
+        // Hold the stream behind a long kernel on another stream, so the staged copy is still queued
+        // when the lease and the pool are dropped.
+        // SAFETY: `big` lives past the synchronize below.
+        unsafe {
+            gate_stream
+                .launch(&fill, &LaunchConfig::for_elements(1 << 23, 256), &[KernelArg::Ptr(big.ptr()), KernelArg::U64(1 << 23), KernelArg::U32(1)])
+                .unwrap()
+        };
+        gate_stream.record(&gate).unwrap();
+        stream.wait(&gate).unwrap();
+        let data = aligned(&bytes_of(9, 4096));
+        lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 4096), plan: plan("x", DType::F32, &[1024], false, Chunk::whole(1, 1)) }]).unwrap();
+        lease.download_outputs(&stream).unwrap();
+    }
+    assert!(gate.is_complete().unwrap(), "the arena was freed before the stream passed its copies");
+    stream.synchronize().unwrap();
+    let c = d.counters();
+    assert_eq!(c.pinned_released_while_pending, 0, "pinned memory was released while a copy was pending");
+    assert_eq!(c.live_pinned_bytes, 0);
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_the_lease_still_returns() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[], PoolConfig { max_arenas: 1, when_exhausted: WhenExhausted::Fail, arena: ArenaOptions::default() });
+    let data = aligned(&bytes_of(1, 256));
+    let chunk = Chunk::whole(1, 1);
+    {
+        let mut lease = pool.lease().unwrap();
+        assert!(matches!(pool.lease().unwrap_err(), ArenaError::PoolExhausted { max: 1 }));
+        // Shorter than the plan reads.
+        let err = lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 10), plan: plan("x", DType::F32, &[16], false, chunk) }]).unwrap_err();
+        assert!(matches!(err, ArenaError::InputTooShort { .. }), "{err:?}");
+        // Larger than the slot.
+        let err = lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 256), plan: plan("x", DType::F32, &[64], false, chunk) }]).unwrap_err();
+        assert!(matches!(err, ArenaError::InputTooLarge { capacity: 64, .. }), "{err:?}");
+        // Misaligned for f32.
+        let err = lease.stage_inputs(&stream, &[InputSource::Host { data: &as_bytes(&data, 65)[1..], plan: plan("x", DType::F32, &[16], false, chunk) }]).unwrap_err();
+        assert!(matches!(err, ArenaError::Misaligned { align: 4, .. }), "{err:?}");
+        // Wrong number of inputs.
+        assert!(matches!(lease.stage_inputs(&stream, &[]).unwrap_err(), ArenaError::Count { .. }));
+        // Scatter before download.
+        assert!(matches!(lease.scatter_outputs(&mut []).unwrap_err(), ArenaError::NotDownloaded | ArenaError::Count { .. }));
+        // The same lease serves the next valid request.
+        lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 64), plan: plan("x", DType::F32, &[16], false, chunk) }]).unwrap();
+    }
+    // The lease came back.
+    let _again = pool.lease().unwrap();
+    assert_eq!(pool.created(), 1);
+}
+
+#[test]
+fn a_waiting_lease_times_out_and_then_succeeds_when_one_returns() {
+    let d = device();
+    let config = PoolConfig { max_arenas: 1, when_exhausted: WhenExhausted::Wait { timeout: Some(Duration::from_millis(50)) }, arena: ArenaOptions::default() };
+    let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[], config);
+    let held = pool.lease().unwrap();
+    assert!(matches!(pool.lease().unwrap_err(), ArenaError::PoolTimeout { .. }));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| pool.lease().map(drop));
+        std::thread::sleep(Duration::from_millis(10));
+        drop(held);
+        waiter.join().unwrap().unwrap();
+    });
+}
+
+#[test]
+fn arena_addresses_are_stable_across_leases() {
+    let d = device();
+    let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[SlotSpec::new("y", 64, 4)], PoolConfig { max_arenas: 1, ..PoolConfig::default() });
+    let first = { pool.lease().unwrap().input_slot(0) };
+    for _ in 0..10 {
+        assert_eq!(pool.lease().unwrap().input_slot(0), first);
+    }
+}
+
+#[test]
+fn nothing_leaks_after_the_pool_is_dropped() {
+    let d = device();
+    {
+        let pool = pool(&d, &[SlotSpec::new("x", 4096, 4)], &[SlotSpec::new("y", 4096, 4)], PoolConfig::default());
+        pool.prewarm(4).unwrap();
+        assert_eq!(pool.created(), 4);
+        let _a = pool.lease().unwrap();
+    }
+    let c = d.counters();
+    assert_eq!((c.live_device_bytes, c.live_pinned_bytes), (0, 0), "{c:?}");
+}
+
+const DTYPES: [DType; 5] = [DType::U8, DType::F16, DType::F32, DType::I64, DType::F64];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gather_upload_download_round_trips_random_layouts(
+        tensors in prop::collection::vec((0..5usize, 1..6u64, 1..4u64, any::<bool>()), 1..8),
+        rows in 1..6u64,
+        extra in 0..3u64,
+    ) {
+        let d = device();
+        let stream = d.create_stream().unwrap();
+        let bucket = rows + extra;
+        let specs: Vec<SlotSpec> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, w, h, _))| SlotSpec::new(format!("t{i}"), (bucket * w * h) as usize * DTYPES[t].size_bytes(), DTYPES[t].size_bytes()))
+            .collect();
+        let pool = pool(&d, &specs, &[], PoolConfig::default());
+        let mut lease = pool.lease().unwrap();
+        let chunk = Chunk::whole(rows, bucket);
+        let datas: Vec<(Vec<u64>, usize, Vec<u64>, bool, DType)> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, w, h, batched))| {
+                let dims = if batched { vec![rows, w, h] } else { vec![w, h] };
+                let len = dims.iter().product::<u64>() as usize * DTYPES[t].size_bytes();
+                (aligned(&bytes_of(i, len)), len, dims, batched, DTYPES[t])
+            })
+            .collect();
+        let names: Vec<String> = (0..datas.len()).map(|i| format!("t{i}")).collect();
+        let sources: Vec<InputSource<'_>> = datas
+            .iter()
+            .zip(&names)
+            .map(|((words, len, dims, batched, dtype), name)| InputSource::Host {
+                data: as_bytes(words, *len),
+                plan: PadPlan::new(TensorShape::new(name, *dtype, dims), *batched, chunk).unwrap(),
+            })
+            .collect();
+        lease.stage_inputs(&stream, &sources).unwrap();
+        stream.synchronize().unwrap();
+        for (i, (words, len, dims, batched, _)) in datas.iter().enumerate() {
+            let binding = lease.input_bindings()[i];
+            let mut got = vec![0u8; binding.len()];
+            stream.download(binding, &mut got).unwrap();
+            let src = as_bytes(words, *len);
+            prop_assert_eq!(&got[..src.len()], src);
+            if *batched && extra > 0 {
+                let row = src.len() / dims[0] as usize;
+                for r in rows as usize..bucket as usize {
+                    prop_assert_eq!(&got[r * row..(r + 1) * row], &src[src.len() - row..]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# kiln GPU bundle runner (written by `cargo xtask gpu-bundle`).
+# Usage: bash run.sh REPORT_DIR
+# Runs every GPU test binary once per visible GPU (CUDA_VISIBLE_DEVICES=i), then once with all GPUs
+# visible (multi-GPU tests), then every GPU bench, and writes REPORT_DIR/report.json and report.txt.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+report=${1:-${OUT:-$here/report}}
+mkdir -p "$report/logs"
+export RUST_BACKTRACE=1
+status=0
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > "$report/gpus.csv" 2>/dev/null || true
+  nvidia-smi > "$report/logs/nvidia-smi.txt" 2>&1 || true
+else
+  : > "$report/gpus.csv"
+fi
+ngpu=$(grep -c . "$report/gpus.csv" || true)
+echo "kiln GPU run: $ngpu NVIDIA GPU(s)"; cat "$report/gpus.csv"
+
+run_tests() { # label, env assignment, binary
+  local label=$1 envset=$2 bin=$3 name
+  name=$(basename "$bin")
+  echo "== tests $name [$label]"
+  env $envset "$bin" --test-threads=1 --nocapture > "$report/logs/test-$name-$label.log" 2>&1
+  local rc=$?
+  echo "$label $name $rc" >> "$report/tests.index"
+  grep -E '^test .* \.\.\. |^SKIPPED|^test result' "$report/logs/test-$name-$label.log" | sed 's/^/   /'
+  [ $rc -eq 0 ] || status=1
+}
+
+: > "$report/tests.index"
+for bin in "$here"/tests/*; do
+  [ -x "$bin" ] || continue
+  if [ "$ngpu" -gt 0 ]; then
+    for ((i = 0; i < ngpu; i++)); do run_tests "gpu$i" "CUDA_VISIBLE_DEVICES=$i" "$bin"; done
+  fi
+  [ "$ngpu" -ne 1 ] && run_tests "all" "KILN_BUNDLE=1" "$bin"
+done
+
+: > "$report/benches.index"
+for bin in "$here"/benches/*; do
+  [ -x "$bin" ] || continue
+  name=$(basename "$bin")
+  echo "== bench $name"
+  "$bin" --json "$report/bench-$name.json" > "$report/logs/bench-$name.log" 2>&1
+  rc=$?
+  echo "$name $rc" >> "$report/benches.index"
+  cat "$report/logs/bench-$name.log"
+  [ $rc -eq 0 ] || status=1
+done
+
+python3 "$here/report.py" "$report" || status=1
+exit $status
