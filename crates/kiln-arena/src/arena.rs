@@ -130,7 +130,6 @@ pub struct Arena<B: Backend> {
     /// Recorded after the last enqueued operation that touches pinned memory.
     in_flight: B::Event,
     pending: bool,
-    downloaded: bool,
     bindings: Vec<DeviceSlice>,
     kinds: Vec<BindingKind>,
 }
@@ -162,7 +161,7 @@ impl<B: Backend> Arena<B> {
         let in_flight = ctx.device.create_event()?;
         let n = layout.inputs().len();
         let bindings = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
-        Ok(Arena { ctx, device_memory, staging, readback, in_flight, pending: false, downloaded: false, bindings, kinds: vec![BindingKind::Staged; n] })
+        Ok(Arena { ctx, device_memory, staging, readback, in_flight, pending: false, bindings, kinds: vec![BindingKind::Staged; n] })
     }
 
     /// The layout.
@@ -199,11 +198,14 @@ impl<B: Backend> Arena<B> {
         Ok(())
     }
 
-    /// Marks pinned memory in use by what `stream` has enqueued so far.
-    fn fence(&mut self, stream: &B::Stream) -> Result<()> {
+    /// Marks the pinned buffers in use by everything `stream` has enqueued so far: records the
+    /// arena's event, which [`Arena::wait_idle`] (and every host access to the pinned buffers) waits
+    /// for. Call it after enqueueing work that reads the staging buffer or writes the read-back
+    /// buffer, including after launching a graph that captured such copies.
+    pub fn fence(&mut self, stream: &B::Stream) -> Result<()> {
         self.pending = true;
         if let Err(e) = stream.record(&self.in_flight) {
-            // Without the event the only safe way to know the copy is done is to wait for it.
+            // Without the event the only safe way to know the copies are done is to wait for them.
             stream.synchronize()?;
             self.pending = false;
             return Err(e.into());
@@ -212,44 +214,81 @@ impl<B: Backend> Arena<B> {
     }
 
     /// Gathers every host input into its staging slot in one pass (padding rows past the real batch
-    /// with copies of the last real row), sends the used span with ONE host-to-device copy, then
-    /// copies or binds device-resident inputs. Allocates nothing after the arena is built.
+    /// with copies of the last real row) and binds it to its device slot. Device inputs are left for
+    /// [`Arena::copy_device_inputs`]. Waits first for the previous use of the staging buffer.
+    /// Returns the used span of the staging buffer (what [`Arena::enqueue_upload`] must send).
+    pub fn gather_host(&mut self, inputs: &[InputSource<'_>]) -> Result<usize> {
+        let slots = self.ctx.layout.inputs().len();
+        if inputs.len() != slots {
+            return Err(ArenaError::Count { role: "input", expected: slots, actual: inputs.len() });
+        }
+        self.gather_host_with(|index| inputs[index])
+    }
+
+    /// [`Arena::gather_host`] with the inputs given by a function of the input index (one call per
+    /// slot, in order), so callers need not build a slice.
+    pub fn gather_host_with<'a>(&mut self, mut source: impl FnMut(usize) -> InputSource<'a>) -> Result<usize> {
+        let ctx = self.ctx.clone();
+        self.wait_idle()?;
+        let mut span_end = 0usize;
+        for (index, slot) in ctx.layout.inputs().iter().enumerate() {
+            if let InputSource::Host { data, plan } = source(index) {
+                check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
+                check_fits(slot, &plan)?;
+                if data.len() < plan.src_range().end {
+                    return Err(ArenaError::InputTooShort { input: slot.name.clone(), needed: plan.src_range().end, actual: data.len() });
+                }
+                let staging = &mut self.staging.as_mut_slice()[slot.offset..slot.offset + slot.capacity];
+                pad_rows_into(data, staging, &plan)?;
+                span_end = span_end.max(slot.offset + plan.dst_len());
+                self.bindings[index] = slot_view(&self.device_memory, 0, slot).sub(0, plan.dst_len())?;
+                self.kinds[index] = BindingKind::Staged;
+            }
+        }
+        Ok(span_end)
+    }
+
+    /// Enqueues ONE host-to-device copy of the first `span` bytes of the staging buffer into the
+    /// arena. May be recorded into a graph.
     ///
-    /// Waits first for the previous use of the staging buffer. On error nothing half-done is left
-    /// that could touch freed memory, and the arena serves the next request.
-    pub fn stage_inputs(&mut self, stream: &B::Stream, inputs: &[InputSource<'_>]) -> Result<StageReport> {
+    /// # Safety
+    /// [`Arena::fence`] must be called after this copy is enqueued (or, if it was captured, after
+    /// every launch of the graph that holds it) and before the arena is used again; the arena then
+    /// keeps the host from writing the staging buffer while the copy may run.
+    pub unsafe fn enqueue_upload(&self, stream: &B::Stream, span: usize) -> Result<()> {
+        if span == 0 {
+            return Ok(());
+        }
+        let dst = self.device_memory.slice(0, span)?;
+        // SAFETY: the staging buffer belongs to this arena and outlives the copy (drop waits for the
+        // fence); the caller fences after enqueueing, per this function's contract.
+        unsafe { stream.copy_h2d_async(&self.staging, 0, dst)? };
+        Ok(())
+    }
+
+    /// Enqueues ONE device-to-host copy of the first `span` bytes of the output span into the pinned
+    /// read-back buffer. May be recorded into a graph. Needs [`ArenaOptions::coalesce_outputs`].
+    ///
+    /// # Safety
+    /// As [`Arena::enqueue_upload`]: fence afterwards; [`Arena::scatter_outputs`] waits for the fence.
+    pub unsafe fn enqueue_download(&self, stream: &B::Stream, span: usize) -> Result<()> {
+        let readback = self.readback.as_ref().ok_or(ArenaError::NotDownloaded)?;
+        let src = self.device_memory.slice(self.ctx.layout.output_offset(), span.min(self.ctx.layout.output_span()))?;
+        // SAFETY: the read-back buffer belongs to this arena, which waits for the fence before the
+        // host reads it or frees it; the caller fences per this function's contract.
+        unsafe { stream.copy_d2h_async(src, readback, 0)? };
+        Ok(())
+    }
+
+    /// Copies (or binds) every device-resident input: device to device into its slot, padded with
+    /// one kernel launch when needed, or bound directly when asked and no padding is needed.
+    pub fn copy_device_inputs(&mut self, stream: &B::Stream, inputs: &[InputSource<'_>]) -> Result<StageReport> {
         let ctx = self.ctx.clone();
         let slots = ctx.layout.inputs();
         if inputs.len() != slots.len() {
             return Err(ArenaError::Count { role: "input", expected: slots.len(), actual: inputs.len() });
         }
-        self.wait_idle()?;
         let mut report = StageReport::default();
-        let mut span_end = 0usize;
-        for (index, (slot, source)) in slots.iter().zip(inputs).enumerate() {
-            if let InputSource::Host { data, plan } = source {
-                check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
-                check_fits(slot, plan)?;
-                if data.len() < plan.src_range().end {
-                    return Err(ArenaError::InputTooShort { input: slot.name.clone(), needed: plan.src_range().end, actual: data.len() });
-                }
-                let staging = &mut self.staging.as_mut_slice()[slot.offset..slot.offset + slot.capacity];
-                pad_rows_into(data, staging, plan)?;
-                span_end = span_end.max(slot.offset + plan.dst_len());
-                self.bindings[index] = slot_view(&self.device_memory, 0, slot).sub(0, plan.dst_len())?;
-                self.kinds[index] = BindingKind::Staged;
-                report.staged += 1;
-            }
-        }
-        if span_end > 0 {
-            // SAFETY: the staging buffer and the device arena belong to this arena, which waits for
-            // `in_flight` (recorded right below) before the host writes the staging buffer again or
-            // frees either buffer.
-            unsafe { stream.copy_h2d_async(&self.staging, 0, self.device_memory.slice(0, span_end)?)? };
-            self.fence(stream)?;
-            report.host_to_device_copies = 1;
-            report.staged_bytes = span_end;
-        }
         for (index, (slot, source)) in slots.iter().zip(inputs).enumerate() {
             let InputSource::Device { data, plan, mode } = *source else { continue };
             check_aligned("input", &slot.name, data.ptr().0 as usize, slot.element_bytes)?;
@@ -286,48 +325,73 @@ impl<B: Backend> Arena<B> {
         Ok(report)
     }
 
-    /// Enqueues ONE device-to-host copy of the whole output span into the pinned read-back buffer.
-    /// Needs [`ArenaOptions::coalesce_outputs`].
-    pub fn download_outputs(&mut self, stream: &B::Stream) -> Result<()> {
-        let span = self.ctx.layout.output_span();
-        if self.readback.is_none() {
-            return Err(ArenaError::NotDownloaded);
+    /// Gathers the host inputs, sends them with ONE host-to-device copy, then copies or binds the
+    /// device-resident inputs. Allocates nothing after the arena is built. On error nothing half-done
+    /// is left that could touch freed memory, and the arena serves the next request.
+    pub fn stage_inputs(&mut self, stream: &B::Stream, inputs: &[InputSource<'_>]) -> Result<StageReport> {
+        let span = self.gather_host(inputs)?;
+        let mut report = StageReport::default();
+        if span > 0 {
+            // SAFETY: fenced right below.
+            unsafe { self.enqueue_upload(stream, span)? };
+            self.fence(stream)?;
+            report.host_to_device_copies = 1;
+            report.staged_bytes = span;
         }
+        let device = self.copy_device_inputs(stream, inputs)?;
+        report.staged = inputs.iter().filter(|i| matches!(i, InputSource::Host { .. })).count();
+        report.device_copies = device.device_copies;
+        report.direct_binds = device.direct_binds;
+        report.direct_bind_refused = device.direct_bind_refused;
+        Ok(report)
+    }
+
+    /// Enqueues ONE device-to-host copy of the whole output span into the pinned read-back buffer,
+    /// fenced. Needs [`ArenaOptions::coalesce_outputs`].
+    pub fn download_outputs(&mut self, stream: &B::Stream) -> Result<()> {
         // A previous download must be finished (and read) before the device writes the buffer again.
         self.wait_idle()?;
-        let readback = self.readback.as_ref().expect("checked above");
-        let src = self.device_memory.slice(self.ctx.layout.output_offset(), span)?;
-        // SAFETY: the read-back buffer belongs to this arena, which waits for `in_flight` before the
-        // host reads it or frees it.
-        unsafe { stream.copy_d2h_async(src, readback, 0)? };
-        self.fence(stream)?;
-        self.downloaded = true;
-        Ok(())
+        // SAFETY: fenced right below.
+        unsafe { self.enqueue_download(stream, self.ctx.layout.output_span())? };
+        self.fence(stream)
     }
 
     /// Waits for the download, then copies each output's real rows into the caller's buffers.
     pub fn scatter_outputs(&mut self, targets: &mut [OutputTarget<'_>]) -> Result<()> {
+        let slots = self.ctx.layout.outputs().len();
+        if targets.len() != slots {
+            return Err(ArenaError::Count { role: "output", expected: slots, actual: targets.len() });
+        }
+        let plans: Vec<SlicePlan> = targets.iter().map(|t| t.plan).collect();
+        let mut buffers: Vec<&mut [u8]> = targets.iter_mut().map(|t| &mut *t.data).collect();
+        self.scatter_outputs_with(&mut buffers, |index| plans[index])
+    }
+
+    /// [`Arena::scatter_outputs`] with one buffer per output and the plans given by a function of the
+    /// output index, so callers need not build targets. Reads what the last download wrote.
+    pub fn scatter_outputs_with<T: AsMut<[u8]>>(&mut self, outputs: &mut [T], plan: impl Fn(usize) -> SlicePlan) -> Result<()> {
         let ctx = self.ctx.clone();
         let slots = ctx.layout.outputs();
-        if targets.len() != slots.len() {
-            return Err(ArenaError::Count { role: "output", expected: slots.len(), actual: targets.len() });
+        if outputs.len() != slots.len() {
+            return Err(ArenaError::Count { role: "output", expected: slots.len(), actual: outputs.len() });
         }
-        if !self.downloaded {
+        if self.readback.is_none() {
             return Err(ArenaError::NotDownloaded);
         }
         self.wait_idle()?;
-        let readback = self.readback.as_ref().ok_or(ArenaError::NotDownloaded)?.as_slice();
-        for (slot, target) in slots.iter().zip(targets.iter_mut()) {
-            check_aligned("output", &slot.name, target.data.as_ptr() as usize, slot.element_bytes)?;
-            if target.plan.src_len() > slot.capacity {
+        let readback = self.readback.as_ref().expect("checked above").as_slice();
+        for (index, (slot, output)) in slots.iter().zip(outputs.iter_mut()).enumerate() {
+            let data = output.as_mut();
+            let plan = plan(index);
+            check_aligned("output", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
+            if plan.src_len() > slot.capacity {
                 return Err(ArenaError::Output {
                     output: slot.name.clone(),
-                    reason: format!("the program output of {} bytes exceeds its slot of {}", target.plan.src_len(), slot.capacity),
+                    reason: format!("the program output of {} bytes exceeds its slot of {}", plan.src_len(), slot.capacity),
                 });
             }
-            slice_rows(&readback[slot.offset..slot.offset + slot.capacity], target.data, &target.plan)?;
+            slice_rows(&readback[slot.offset..slot.offset + slot.capacity], data, &plan)?;
         }
-        self.downloaded = false;
         Ok(())
     }
 }

@@ -83,7 +83,7 @@ pub enum ArenaError {
         waited_ms: u64,
     },
     /// An output download was not enqueued before scattering.
-    #[error("scatter_outputs needs a download_outputs first; outputs are not coalesced or not downloaded")]
+    #[error("the arena has no read-back buffer: build it with coalesce_outputs and outputs in its layout")]
     NotDownloaded,
 }
 

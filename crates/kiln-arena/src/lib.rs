@@ -25,4 +25,4 @@ mod pool;
 pub use arena::{Arena, ArenaOptions, BindingKind, DeviceInputMode, InputSource, OutputTarget, StageReport};
 pub use error::{ArenaError, Result};
 pub use layout::{ArenaLayout, DEFAULT_ALIGNMENT, Slot, SlotSpec};
-pub use pool::{ArenaLease, ArenaPool, PoolConfig, WhenExhausted};
+pub use pool::{ArenaLease, ArenaPool, Lease, Pool, PoolConfig, WhenExhausted};

@@ -1,0 +1,192 @@
+//! Counters for every path, graph event, compile and load, padding waste, and a latency histogram.
+//! Plain relaxed atomics on the hot path; read as one [`StatsSnapshot`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Latency buckets: bucket `i` holds runs that took `[2^i, 2^(i+1))` nanoseconds.
+const LATENCY_BUCKETS: usize = 40;
+
+#[derive(Debug)]
+pub(crate) struct Stats {
+    pub(crate) requests: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) ultra_fast: AtomicU64,
+    pub(crate) fast: AtomicU64,
+    pub(crate) standard: AtomicU64,
+    pub(crate) captures: AtomicU64,
+    pub(crate) replays: AtomicU64,
+    pub(crate) updates: AtomicU64,
+    pub(crate) recaptures: AtomicU64,
+    pub(crate) eager_fallbacks: AtomicU64,
+    pub(crate) eager_runs: AtomicU64,
+    pub(crate) evicted_graphs: AtomicU64,
+    pub(crate) compiles: AtomicU64,
+    pub(crate) disk_loads: AtomicU64,
+    pub(crate) memory_hits: AtomicU64,
+    pub(crate) waited_for_compile: AtomicU64,
+    pub(crate) program_loads: AtomicU64,
+    pub(crate) useful_rows: AtomicU64,
+    pub(crate) padded_rows: AtomicU64,
+    pub(crate) split_requests: AtomicU64,
+    latency_ns: [AtomicU64; LATENCY_BUCKETS],
+    latency_max_ns: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats {
+            requests: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            ultra_fast: AtomicU64::new(0),
+            fast: AtomicU64::new(0),
+            standard: AtomicU64::new(0),
+            captures: AtomicU64::new(0),
+            replays: AtomicU64::new(0),
+            updates: AtomicU64::new(0),
+            recaptures: AtomicU64::new(0),
+            eager_fallbacks: AtomicU64::new(0),
+            eager_runs: AtomicU64::new(0),
+            evicted_graphs: AtomicU64::new(0),
+            compiles: AtomicU64::new(0),
+            disk_loads: AtomicU64::new(0),
+            memory_hits: AtomicU64::new(0),
+            waited_for_compile: AtomicU64::new(0),
+            program_loads: AtomicU64::new(0),
+            useful_rows: AtomicU64::new(0),
+            padded_rows: AtomicU64::new(0),
+            split_requests: AtomicU64::new(0),
+            latency_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_max_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Stats {
+    #[inline]
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn record_latency(&self, elapsed: Duration) {
+        let ns = elapsed.as_nanos().min(u64::MAX as u128) as u64;
+        let bucket = (63 - ns.max(1).leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
+        self.latency_ns[bucket].fetch_add(1, Relaxed);
+        self.latency_max_ns.fetch_max(ns, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> StatsSnapshot {
+        let load = |c: &AtomicU64| c.load(Relaxed);
+        StatsSnapshot {
+            requests: load(&self.requests),
+            failed: load(&self.failed),
+            ultra_fast: load(&self.ultra_fast),
+            fast: load(&self.fast),
+            standard: load(&self.standard),
+            captures: load(&self.captures),
+            replays: load(&self.replays),
+            updates: load(&self.updates),
+            recaptures: load(&self.recaptures),
+            eager_fallbacks: load(&self.eager_fallbacks),
+            eager_runs: load(&self.eager_runs),
+            evicted_graphs: load(&self.evicted_graphs),
+            compiles: load(&self.compiles),
+            disk_loads: load(&self.disk_loads),
+            memory_hits: load(&self.memory_hits),
+            waited_for_compile: load(&self.waited_for_compile),
+            program_loads: load(&self.program_loads),
+            useful_rows: load(&self.useful_rows),
+            padded_rows: load(&self.padded_rows),
+            split_requests: load(&self.split_requests),
+            latency: LatencyHistogram { buckets: std::array::from_fn(|i| load(&self.latency_ns[i])), max_ns: load(&self.latency_max_ns) },
+        }
+    }
+}
+
+/// A log2 histogram of run latencies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    /// `buckets[i]`: runs that took `[2^i, 2^(i+1))` ns.
+    pub buckets: [u64; LATENCY_BUCKETS],
+    /// The slowest run, in ns.
+    pub max_ns: u64,
+}
+
+impl LatencyHistogram {
+    /// An upper bound of the `q` quantile (0..=1) in ns: the top of the bucket it falls in.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return (1u64 << (i + 1)).min(self.max_ns.max(1));
+            }
+        }
+        self.max_ns
+    }
+}
+
+/// A session's counters at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Requests received.
+    pub requests: u64,
+    /// Requests that returned an error.
+    pub failed: u64,
+    /// Requests served by the ultra-fast path.
+    pub ultra_fast: u64,
+    /// Requests served by the fast path.
+    pub fast: u64,
+    /// Requests served by the standard path.
+    pub standard: u64,
+    /// Graphs captured and instantiated.
+    pub captures: u64,
+    /// Graph replays.
+    pub replays: u64,
+    /// In-place graph updates after pointer drift.
+    pub updates: u64,
+    /// Re-captures (update refused or disabled, or a mode change).
+    pub recaptures: u64,
+    /// Graph entries that fell back to eager launches after too much consecutive drift.
+    pub eager_fallbacks: u64,
+    /// Runs launched eagerly (graphs off, fallen back, or per-shape programs).
+    pub eager_runs: u64,
+    /// Graphs evicted by the graph-memory budget.
+    pub evicted_graphs: u64,
+    /// Programs compiled by this session.
+    pub compiles: u64,
+    /// Artifacts loaded from the disk cache.
+    pub disk_loads: u64,
+    /// Artifacts found in the cache's memory tier.
+    pub memory_hits: u64,
+    /// Lookups that waited for another thread or process to compile.
+    pub waited_for_compile: u64,
+    /// Artifacts loaded into programs on the device.
+    pub program_loads: u64,
+    /// Real rows computed.
+    pub useful_rows: u64,
+    /// Padding rows computed.
+    pub padded_rows: u64,
+    /// Requests split into several chunks.
+    pub split_requests: u64,
+    /// Run latencies.
+    pub latency: LatencyHistogram,
+}
+
+impl StatsSnapshot {
+    /// Padded rows over all rows computed.
+    pub fn padding_waste_ratio(&self) -> f64 {
+        let total = self.useful_rows + self.padded_rows;
+        if total == 0 { 0.0 } else { self.padded_rows as f64 / total as f64 }
+    }
+}
