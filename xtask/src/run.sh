@@ -8,6 +8,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 report=${1:-${OUT:-$here/report}}
 mkdir -p "$report/logs"
 export RUST_BACKTRACE=1
+# NVRTC is not in the loader cache on some CUDA images; make the toolkit's libraries findable.
+for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib64; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
 status=0
 
 if command -v nvidia-smi >/dev/null 2>&1; then

@@ -3,7 +3,7 @@
 //!
 //! Code above kiln-device is generic over `B: Backend` (static dispatch: no virtual call on the launch
 //! path). A program that picks its backend at run time matches on [`crate::BackendKind`] once and
-//! calls a generic function with the chosen type (see [`crate::with_backend!`]).
+//! calls a generic function with the chosen type (see [`crate::visit_backend`]).
 //!
 //! # Safety contract of asynchronous work
 //! Work enqueued on a stream runs later. The calls that let the device read or write **host** memory

@@ -606,9 +606,9 @@ pub fn replay_equals_eager<B: Backend>(device: &B::Device, steps: &[SequenceStep
     // SAFETY: the captured buffers and `pinned` are live until the end of this function.
     unsafe { stream.launch_graph(&exec) }.unwrap();
     stream.synchronize().unwrap();
-    for i in 0..SEQ_BUFFERS {
-        let eager = download::<B>(&stream, sets[0][i].as_slice());
-        let replayed = download::<B>(&stream, sets[1][i].as_slice());
+    for (i, (eager, replayed)) in sets[0].iter().zip(&sets[1]).enumerate() {
+        let eager = download::<B>(&stream, eager.as_slice());
+        let replayed = download::<B>(&stream, replayed.as_slice());
         assert!(eager == replayed, "buffer {i} differs between eager and replay after {steps:?}");
     }
 }

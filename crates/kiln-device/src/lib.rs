@@ -28,13 +28,17 @@
 //!
 //! # Conformance
 //! [`conformance`] holds one test suite, generic over the backend, that every backend runs
-//! ([`conformance_tests!`]).
+//! ([`conformance_tests!`](crate::conformance_tests)).
 
 pub mod api;
 pub mod builtin;
 pub mod code;
 pub mod conformance;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod error;
+#[cfg(feature = "hip")]
+pub mod hip;
 pub mod host;
 mod pinning;
 mod select;

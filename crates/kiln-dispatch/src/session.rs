@@ -218,34 +218,31 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
 
     /// Output dimensions for a request with these input shapes (any order).
     pub fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
-        let shapes: Vec<TensorShape<'_>> = inputs.iter().map(|t| TensorShape::new(t.name, t.dtype, t.dims)).collect();
-        let bindings = self.inner.signature.bind(&shapes)?;
-        (0..self.inner.signature.outputs().len()).map(|o| Ok(bindings.output_shape(o)?.to_vec())).collect()
+        self.inner.output_dims(inputs)
     }
 
     /// Runs one request from host memory and returns every output, sliced to the request's batch.
     pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
-        let dims = self.output_dims(inputs)?;
-        let mut buffers: Vec<Vec<u8>> = self
-            .inner
-            .signature
-            .outputs()
-            .iter()
-            .zip(&dims)
-            .map(|(spec, d)| Ok(vec![0u8; kiln_shape::byte_size(d, spec.dtype()).map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize]))
-            .collect::<Result<_>>()?;
-        // Host buffers for f32 and wider: keep them aligned by over-allocating as u64 when needed.
-        let mut aligned: Vec<AlignedBuffer> = buffers.iter_mut().map(|b| AlignedBuffer::new(b.len())).collect();
-        self.run_into(inputs, &mut aligned)?;
-        Ok(self
-            .inner
-            .signature
-            .outputs()
-            .iter()
-            .zip(dims)
-            .zip(aligned)
-            .map(|((spec, dims), buf)| OwnedTensor { name: spec.name().to_string(), dtype: spec.dtype(), dims, data: buf.into_vec() })
-            .collect())
+        let (result, _lease) = self.inner.instrumented(|inner, ctx| {
+            let dims = inner.output_dims(inputs)?;
+            let specs = inner.signature.outputs();
+            let mut buffers: Vec<AlignedBuffer> = specs
+                .iter()
+                .zip(&dims)
+                .map(|(spec, d)| {
+                    let bytes = kiln_shape::byte_size(d, spec.dtype()).map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?;
+                    Ok(AlignedBuffer::new(bytes as usize))
+                })
+                .collect::<Result<_>>()?;
+            inner.run_host(ctx, inputs, &mut buffers)?;
+            Ok(specs
+                .iter()
+                .zip(dims)
+                .zip(buffers)
+                .map(|((spec, dims), buf)| OwnedTensor { name: spec.name().to_string(), dtype: spec.dtype(), dims, data: buf.into_vec() })
+                .collect())
+        });
+        result
     }
 
     /// Runs one request from host memory into the caller's output buffers (binding order, each sized
@@ -336,6 +333,12 @@ struct Single {
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
+        let shapes: Vec<TensorShape<'_>> = inputs.iter().map(|t| TensorShape::new(t.name, t.dtype, t.dims)).collect();
+        let bindings = self.signature.bind(&shapes)?;
+        (0..self.signature.outputs().len()).map(|o| Ok(bindings.output_shape(o)?.to_vec())).collect()
+    }
+
     /// Runs `f` with a leased, pinned run context; counts the request, its latency and its failure.
     /// Returns the lease too when the run succeeded (for work left pending on its stream).
     fn instrumented<R>(&self, f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>) -> (Result<R>, Option<Lease<RunContext<B>>>) {
@@ -696,10 +699,13 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         }
         if self.in_binding_order(inputs, |t| (t.name, t.dtype)) {
             let bindings = self.signature.check(inputs)?;
-            self.check_device_buffers(&bindings, inputs, outputs)?;
             if let Some(Single { k, chunk }) = self.single(&bindings) {
                 let batch = bindings.batch();
                 let mode = if chunk.rows == chunk.bucket { BindingMode::DirectBind } else { BindingMode::Stabilized };
+                if mode == BindingMode::Stabilized {
+                    // Direct bind checks its buffers against the program as it binds them.
+                    self.check_device_buffers(&bindings, inputs, outputs)?;
+                }
                 let last = LastRun { mode, batch, program: self.main[k].id };
                 let path = if ctx.last == Some(last) { RunPath::UltraFast } else { RunPath::Fast };
                 if path == RunPath::Fast {
@@ -744,13 +750,23 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     /// the entry fall back to eager launches.
     fn direct_chunk(&self, ctx: &mut RunContext<B>, k: usize, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<bool> {
         let entry = &self.main[k];
+        // The request's batch equals the bucket, so the program's sizes are the request's sizes.
         ctx.inputs.clear();
-        for (t, bytes) in inputs.iter().zip(&entry.input_bytes) {
-            ctx.inputs.push(t.data.sub(0, *bytes)?);
+        for ((t, bytes), spec) in inputs.iter().zip(&entry.input_bytes).zip(self.signature.inputs()) {
+            if t.data.len() < *bytes {
+                return Err(DispatchError::BufferTooSmall { role: "input", name: spec.name().to_string(), needed: *bytes, actual: t.data.len() });
+            }
+            ctx.inputs.push(DeviceSlice::from_raw(t.data.ptr(), *bytes));
         }
         ctx.outputs.clear();
-        for (t, bytes) in outputs.iter().zip(&entry.output_bytes) {
-            ctx.outputs.push(t.data.sub(0, *bytes)?);
+        for (((t, bytes), dims), spec) in outputs.iter().zip(&entry.output_bytes).zip(&entry.output_dims).zip(self.signature.outputs()) {
+            if t.dims != &dims[..] || t.dtype != spec.dtype() || !(std::ptr::eq(t.name, spec.name()) || t.name == spec.name()) {
+                return Err(DispatchError::OutputShape { output: spec.name().to_string(), expected: dims.clone(), actual: (t.name.to_string(), t.dtype, t.dims.to_vec()) });
+            }
+            if t.data.len() < *bytes {
+                return Err(DispatchError::BufferTooSmall { role: "output", name: spec.name().to_string(), needed: *bytes, actual: t.data.len() });
+            }
+            ctx.outputs.push(DeviceSlice::from_raw(t.data.ptr(), *bytes));
         }
         let scratch = ctx.scratch_slice(entry.scratch_bytes);
         // SAFETY (for every launch below): the caller's device memory stays valid until the run is

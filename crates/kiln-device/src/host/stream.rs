@@ -193,8 +193,26 @@ pub(crate) fn forbid_during_capture(device: &DeviceShared, op: &'static str) -> 
     }
 }
 
+/// How long an idle worker polls for the next job before it parks. A parked worker must be woken by a
+/// futex call on the submitting thread (a microsecond or more on a VM), which would make the host
+/// backend's enqueue cost unlike a GPU's; a short poll keeps back-to-back requests off that path.
+const IDLE_POLL: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The next job: polls for [`IDLE_POLL`], then blocks. `None` when the stream is dropped.
+fn next_job(jobs: &Receiver<Job>) -> Option<Job> {
+    let started = Instant::now();
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) if started.elapsed() < IDLE_POLL => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Empty) => return jobs.recv().ok(),
+        }
+    }
+}
+
 fn worker(device: Arc<DeviceShared>, shared: Weak<StreamShared>, jobs: Receiver<Job>) {
-    for job in jobs {
+    while let Some(job) = next_job(&jobs) {
         let result = match job {
             Job::Run(op) => op.execute(&device),
             Job::Signal(event, generation) => {
