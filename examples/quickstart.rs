@@ -29,8 +29,10 @@ impl BackendVisitor for Quickstart {
         let floats = |n: u32, seed: u32| -> Vec<u8> {
             (0..n).flat_map(|i| (((i * 7 + seed * 13) % 23) as f32 / 23.0 - 0.4).to_le_bytes()).collect()
         };
-        let activations: Vec<_> = (0..=layers).map(|_| device.alloc((batch * width * 4) as usize)).collect::<Result<_, _>>()?;
-        let weights: Vec<_> = (0..layers).map(|_| device.alloc((width * width * 4) as usize)).collect::<Result<_, _>>()?;
+        let activations: Vec<_> =
+            (0..=layers).map(|_| device.alloc((batch * width * 4) as usize)).collect::<Result<_, _>>()?;
+        let weights: Vec<_> =
+            (0..layers).map(|_| device.alloc((width * width * 4) as usize)).collect::<Result<_, _>>()?;
         let biases: Vec<_> = (0..layers).map(|_| device.alloc((width * 4) as usize)).collect::<Result<_, _>>()?;
         stream.upload(&floats(batch * width, 1), activations[0].as_slice())?;
         for l in 0..layers {
@@ -80,7 +82,9 @@ impl BackendVisitor for Quickstart {
         let mut graph_out = vec![0u8; output.len()];
         stream.download(output, &mut graph_out)?;
         assert_eq!(eager_out, graph_out, "graph replay and eager launches disagree");
-        println!("{layers} layers, batch {batch}: eager {eager:?} per forward, graph replay {replay:?} per forward; outputs identical");
+        println!(
+            "{layers} layers, batch {batch}: eager {eager:?} per forward, graph replay {replay:?} per forward; outputs identical"
+        );
         Ok(())
     }
 }

@@ -105,7 +105,8 @@ fn gpu_bundle(out: &Path) -> Result<(), String> {
         let mut names = Vec::new();
         for (name, exe) in list {
             let dest = out.join(sub).join(name);
-            std::fs::copy(exe, &dest).map_err(|e| format!("cannot copy {} to {}: {e}", exe.display(), dest.display()))?;
+            std::fs::copy(exe, &dest)
+                .map_err(|e| format!("cannot copy {} to {}: {e}", exe.display(), dest.display()))?;
             names.push(name.clone());
         }
         Ok(names)

@@ -55,5 +55,35 @@ for bin in "$here"/benches/*; do
   [ $rc -eq 0 ] || status=1
 done
 
+# compute-sanitizer pass: memcheck, racecheck, synccheck and initcheck over the chosen tests, with
+# --error-exitcode so a finding fails the run; then a self-test that must be caught.
+: > "$report/sanitizer.index"
+sanitize_bins="conformance_cuda arena_cuda gpu_dispatch"
+if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KILN_SKIP_SANITIZER:-0}" != 1 ]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    for name in $sanitize_bins; do
+      bin="$here/tests/$name"
+      [ -x "$bin" ] || continue
+      echo "== compute-sanitizer --tool $tool $name"
+      CUDA_VISIBLE_DEVICES=0 timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
+        "$bin" --test-threads=1 > "$report/logs/sanitizer-$tool-$name.log" 2>&1
+      rc=$?
+      echo "$tool $name $rc" >> "$report/sanitizer.index"
+      grep -E "ERROR SUMMARY|^test result" "$report/logs/sanitizer-$tool-$name.log" | sed 's/^/   /'
+      [ $rc -eq 0 ] || status=1
+    done
+  done
+  selftest="$here/tests/cuda_sanitizer_selftest"
+  if [ -x "$selftest" ]; then
+    echo "== sanitizer self-test (must be caught)"
+    KILN_SANITIZER_SELFTEST=1 CUDA_VISIBLE_DEVICES=0 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 86 \
+      "$selftest" --test-threads=1 > "$report/logs/sanitizer-selftest.log" 2>&1
+    rc=$?
+    echo "selftest cuda_sanitizer_selftest $rc" >> "$report/sanitizer.index"
+    grep -E "Invalid __global__ write|ERROR SUMMARY" "$report/logs/sanitizer-selftest.log" | head -3 | sed 's/^/   /'
+    if [ $rc -eq 86 ]; then echo "   self-test caught (exit 86)"; else echo "   self-test NOT caught (exit $rc)"; status=1; fi
+  fi
+fi
+
 python3 "$here/report.py" "$report" || status=1
 exit $status

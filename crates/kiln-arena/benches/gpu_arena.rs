@@ -39,11 +39,15 @@ fn time(iterations: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..iterations / 10 + 1 {
         f();
     }
-    median((0..iterations).map(|_| {
-        let t = Instant::now();
-        f();
-        t.elapsed()
-    }).collect())
+    median(
+        (0..iterations)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect(),
+    )
 }
 
 struct Bench {
@@ -61,7 +65,8 @@ impl BackendVisitor for Bench {
         for case in [Case { inputs: 190, bytes: 1024 }, Case { inputs: 16, bytes: 64 * 1024 }] {
             let specs: Vec<_> = (0..case.inputs).map(|i| SlotSpec::new(format!("in{i}"), case.bytes, 4)).collect();
             let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).map_err(|e| e.to_string())?);
-            let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default()).map_err(|e| e.to_string())?;
+            let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
+                .map_err(|e| e.to_string())?;
             let host: Vec<Vec<f32>> = (0..case.inputs).map(|i| vec![i as f32; case.bytes / 4]).collect();
             let names: Vec<String> = (0..case.inputs).map(|i| format!("in{i}")).collect();
             let dims = [(case.bytes / 4) as u64];
@@ -93,7 +98,11 @@ impl BackendVisitor for Bench {
             let per_input_us = time(self.iterations, || {
                 for slot in layout.inputs() {
                     // SAFETY: `pinned` and `target` outlive the synchronize right after the loop.
-                    unsafe { stream.copy_h2d_async(&pinned, slot.offset, target.slice(slot.offset, case.bytes).unwrap()).unwrap() };
+                    unsafe {
+                        stream
+                            .copy_h2d_async(&pinned, slot.offset, target.slice(slot.offset, case.bytes).unwrap())
+                            .unwrap()
+                    };
                 }
                 stream.synchronize().unwrap();
             });
@@ -102,7 +111,12 @@ impl BackendVisitor for Bench {
                 unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
                 stream.synchronize().unwrap();
             });
-            rows.push(Row { case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024), arena_us, per_input_us, single_prefilled_us });
+            rows.push(Row {
+                case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
+                arena_us,
+                per_input_us,
+                single_prefilled_us,
+            });
         }
         Ok((format!("{} ({})", device.info().name, B::KIND), rows))
     }
@@ -114,7 +128,9 @@ fn main() {
     // `cargo bench` passes `--bench`; keep the run short there and on the host backend.
     let kind = resolve(BackendChoice::Auto).expect("auto always resolves");
     let iterations = if kind == kiln_device::BackendKind::Host { 200 } else { 2000 };
-    let (device, rows) = match visit_backend(kind, Bench { iterations }).and_then(|r| r.map_err(|e| kiln_device::Error::Compile { name: "bench".into(), log: e })) {
+    let (device, rows) = match visit_backend(kind, Bench { iterations })
+        .and_then(|r| r.map_err(|e| kiln_device::Error::Compile { name: "bench".into(), log: e }))
+    {
         Ok(v) => v,
         Err(e) => {
             eprintln!("gpu_arena: {e}");
@@ -122,7 +138,10 @@ fn main() {
         }
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
-    println!("{:<22} {:>12} {:>14} {:>18} {:>16} {:>16}", "case", "arena us", "per-input us", "single copy us", "per-input/arena", "arena/single");
+    println!(
+        "{:<22} {:>12} {:>14} {:>18} {:>16} {:>16}",
+        "case", "arena us", "per-input us", "single copy us", "per-input/arena", "arena/single"
+    );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
     out.push_str(&format!("{:?},\"iterations\":{iterations},\"cases\":[", device));
     for (i, r) in rows.iter().enumerate() {

@@ -136,7 +136,10 @@ pub struct Arena<B: Backend> {
 
 impl<B: Backend> std::fmt::Debug for Arena<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Arena").field("device_memory", &self.device_memory).field("pending", &self.pending).finish_non_exhaustive()
+        f.debug_struct("Arena")
+            .field("device_memory", &self.device_memory)
+            .field("pending", &self.pending)
+            .finish_non_exhaustive()
     }
 }
 
@@ -152,6 +155,11 @@ impl<B: Backend> Arena<B> {
     pub(crate) fn new(ctx: Arc<ArenaContext<B>>) -> Result<Arena<B>> {
         let layout = &ctx.layout;
         let device_memory = ctx.device.alloc(layout.device_bytes())?;
+        // Zero the arena once: the single copies move whole spans, gaps between slots included, and a
+        // span must never carry uninitialised memory (compute-sanitizer's initcheck would flag it).
+        let stream = ctx.device.create_stream()?;
+        stream.memset(device_memory.as_slice(), 0)?;
+        stream.synchronize()?;
         let staging = ctx.device.alloc_pinned(layout.input_span().max(1))?;
         let readback = if ctx.options.coalesce_outputs && layout.output_span() > 0 {
             Some(ctx.device.alloc_pinned(layout.output_span())?)
@@ -161,7 +169,16 @@ impl<B: Backend> Arena<B> {
         let in_flight = ctx.device.create_event()?;
         let n = layout.inputs().len();
         let bindings = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
-        Ok(Arena { ctx, device_memory, staging, readback, in_flight, pending: false, bindings, kinds: vec![BindingKind::Staged; n] })
+        Ok(Arena {
+            ctx,
+            device_memory,
+            staging,
+            readback,
+            in_flight,
+            pending: false,
+            bindings,
+            kinds: vec![BindingKind::Staged; n],
+        })
     }
 
     /// The layout.
@@ -236,7 +253,11 @@ impl<B: Backend> Arena<B> {
                 check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
                 check_fits(slot, &plan)?;
                 if data.len() < plan.src_range().end {
-                    return Err(ArenaError::InputTooShort { input: slot.name.clone(), needed: plan.src_range().end, actual: data.len() });
+                    return Err(ArenaError::InputTooShort {
+                        input: slot.name.clone(),
+                        needed: plan.src_range().end,
+                        actual: data.len(),
+                    });
                 }
                 let staging = &mut self.staging.as_mut_slice()[slot.offset..slot.offset + slot.capacity];
                 pad_rows_into(data, staging, &plan)?;
@@ -314,7 +335,9 @@ impl<B: Backend> Arena<B> {
                 // SAFETY: `dst` is this arena's slot and `src` the caller's live device memory (the
                 // caller keeps it alive until the stream has run the request); the kernel reads
                 // `rows` rows of `src` and writes `padded_rows` rows of `dst`, both checked above.
-                unsafe { stream.launch(ctx.pad_kernel()?, &LaunchConfig::for_elements(plan.dst_len() as u64, 256), &args)? };
+                unsafe {
+                    stream.launch(ctx.pad_kernel()?, &LaunchConfig::for_elements(plan.dst_len() as u64, 256), &args)?
+                };
             } else {
                 stream.copy_d2d(src, dst)?;
             }
@@ -369,7 +392,11 @@ impl<B: Backend> Arena<B> {
 
     /// [`Arena::scatter_outputs`] with one buffer per output and the plans given by a function of the
     /// output index, so callers need not build targets. Reads what the last download wrote.
-    pub fn scatter_outputs_with<T: AsMut<[u8]>>(&mut self, outputs: &mut [T], plan: impl Fn(usize) -> SlicePlan) -> Result<()> {
+    pub fn scatter_outputs_with<T: AsMut<[u8]>>(
+        &mut self,
+        outputs: &mut [T],
+        plan: impl Fn(usize) -> SlicePlan,
+    ) -> Result<()> {
         let ctx = self.ctx.clone();
         let slots = ctx.layout.outputs();
         if outputs.len() != slots.len() {
@@ -387,7 +414,11 @@ impl<B: Backend> Arena<B> {
             if plan.src_len() > slot.capacity {
                 return Err(ArenaError::Output {
                     output: slot.name.clone(),
-                    reason: format!("the program output of {} bytes exceeds its slot of {}", plan.src_len(), slot.capacity),
+                    reason: format!(
+                        "the program output of {} bytes exceeds its slot of {}",
+                        plan.src_len(),
+                        slot.capacity
+                    ),
                 });
             }
             slice_rows(&readback[slot.offset..slot.offset + slot.capacity], data, &plan)?;
@@ -398,7 +429,11 @@ impl<B: Backend> Arena<B> {
 
 fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {
     if plan.dst_len() > slot.capacity {
-        return Err(ArenaError::InputTooLarge { input: slot.name.clone(), bytes: plan.dst_len(), capacity: slot.capacity });
+        return Err(ArenaError::InputTooLarge {
+            input: slot.name.clone(),
+            bytes: plan.dst_len(),
+            capacity: slot.capacity,
+        });
     }
     Ok(())
 }

@@ -39,7 +39,9 @@ pub enum ArenaError {
         actual: usize,
     },
     /// An input (after padding) larger than its slot.
-    #[error("input `{input}` needs {bytes} bytes but its arena slot holds {capacity}; size the layout for the largest bucket")]
+    #[error(
+        "input `{input}` needs {bytes} bytes but its arena slot holds {capacity}; size the layout for the largest bucket"
+    )]
     InputTooLarge {
         /// The input.
         input: Box<str>,

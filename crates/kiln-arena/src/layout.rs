@@ -57,7 +57,10 @@ fn place(specs: &[SlotSpec], alignment: usize) -> Result<(Box<[Slot]>, usize)> {
     for spec in specs {
         if spec.element_bytes == 0 || !spec.element_bytes.is_power_of_two() || spec.element_bytes > alignment {
             return Err(ArenaError::Layout {
-                reason: format!("`{}` has element size {}, which must be a power of two no larger than the alignment {alignment}", spec.name, spec.element_bytes),
+                reason: format!(
+                    "`{}` has element size {}, which must be a power of two no larger than the alignment {alignment}",
+                    spec.name, spec.element_bytes
+                ),
             });
         }
         slots.push(Slot { name: spec.name.clone(), offset, capacity: spec.bytes, element_bytes: spec.element_bytes });

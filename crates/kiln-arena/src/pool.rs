@@ -39,7 +39,11 @@ pub struct PoolConfig {
 
 impl Default for PoolConfig {
     fn default() -> PoolConfig {
-        PoolConfig { max_arenas: 64, when_exhausted: WhenExhausted::Wait { timeout: None }, arena: ArenaOptions::default() }
+        PoolConfig {
+            max_arenas: 64,
+            when_exhausted: WhenExhausted::Wait { timeout: None },
+            arena: ArenaOptions::default(),
+        }
     }
 }
 
@@ -73,13 +77,21 @@ impl<T> Clone for Pool<T> {
 
 impl<T> std::fmt::Debug for Pool<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("created", &self.created()).field("idle", &self.idle()).field("max", &self.shared.max).finish()
+        f.debug_struct("Pool")
+            .field("created", &self.created())
+            .field("idle", &self.idle())
+            .field("max", &self.shared.max)
+            .finish()
     }
 }
 
 impl<T> Pool<T> {
     /// A pool of at most `max` values made by `factory`.
-    pub fn new(max: usize, when_exhausted: WhenExhausted, factory: impl Fn() -> Result<T> + Send + Sync + 'static) -> Result<Pool<T>> {
+    pub fn new(
+        max: usize,
+        when_exhausted: WhenExhausted,
+        factory: impl Fn() -> Result<T> + Send + Sync + 'static,
+    ) -> Result<Pool<T>> {
         if max == 0 {
             return Err(ArenaError::Layout { reason: "a pool needs a bound of at least 1".into() });
         }
@@ -137,7 +149,8 @@ impl<T> Pool<T> {
 
     fn try_create(&self) -> Result<Option<T>> {
         let max = self.shared.max;
-        let reserved = self.shared.created.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        let reserved =
+            self.shared.created.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
         if reserved.is_err() {
             return Ok(None);
         }
@@ -181,7 +194,10 @@ impl<T> Pool<T> {
                         None => self.shared.returned_cv.wait(&mut guard),
                         Some(limit) => {
                             let Some(left) = limit.checked_sub(started.elapsed()) else {
-                                return Err(ArenaError::PoolTimeout { max, waited_ms: started.elapsed().as_millis() as u64 });
+                                return Err(ArenaError::PoolTimeout {
+                                    max,
+                                    waited_ms: started.elapsed().as_millis() as u64,
+                                });
                             };
                             self.shared.returned_cv.wait_for(&mut guard, left);
                         }

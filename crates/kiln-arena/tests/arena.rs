@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln_arena::{
-    ArenaError, ArenaLayout, ArenaOptions, ArenaPool, BindingKind, DeviceInputMode, InputSource, OutputTarget, PoolConfig,
-    SlotSpec, WhenExhausted,
+    ArenaError, ArenaLayout, ArenaOptions, ArenaPool, BindingKind, DeviceInputMode, InputSource, OutputTarget,
+    PoolConfig, SlotSpec, WhenExhausted,
 };
 use kiln_device::conformance::builtin_module;
 use kiln_device::host::{AddressReuse, HostBackend, HostConfig, HostDevice};
@@ -69,7 +69,10 @@ fn one_copy_gathers_pads_and_round_trips() {
         .stage_inputs(
             &stream,
             &[
-                InputSource::Host { data: as_bytes(&dense, (rows * width * 4) as usize), plan: plan("dense", DType::F32, &[rows, width], true, chunk) },
+                InputSource::Host {
+                    data: as_bytes(&dense, (rows * width * 4) as usize),
+                    plan: plan("dense", DType::F32, &[rows, width], true, chunk),
+                },
                 InputSource::Host { data: as_bytes(&table, 64), plan: plan("table", DType::F32, &[16], false, chunk) },
             ],
         )
@@ -119,14 +122,29 @@ fn device_inputs_are_copied_padded_or_bound_directly_and_reported() {
         .stage_inputs(
             &stream,
             &[
-                InputSource::Device { data: src.as_slice(), plan: plan("a", DType::F32, &[2, width], true, exact), mode: DeviceInputMode::DirectBind },
-                InputSource::Device { data: src.as_slice(), plan: plan("b", DType::F32, &[2, width], true, padded), mode: DeviceInputMode::DirectBind },
-                InputSource::Device { data: src.as_slice(), plan: plan("c", DType::F32, &[2, width], true, exact), mode: DeviceInputMode::CopyIntoSlot },
+                InputSource::Device {
+                    data: src.as_slice(),
+                    plan: plan("a", DType::F32, &[2, width], true, exact),
+                    mode: DeviceInputMode::DirectBind,
+                },
+                InputSource::Device {
+                    data: src.as_slice(),
+                    plan: plan("b", DType::F32, &[2, width], true, padded),
+                    mode: DeviceInputMode::DirectBind,
+                },
+                InputSource::Device {
+                    data: src.as_slice(),
+                    plan: plan("c", DType::F32, &[2, width], true, exact),
+                    mode: DeviceInputMode::CopyIntoSlot,
+                },
             ],
         )
         .unwrap();
     assert_eq!(lease.binding_kinds(), &[BindingKind::DirectBind, BindingKind::DeviceCopy, BindingKind::DeviceCopy]);
-    assert_eq!((report.direct_binds, report.device_copies, report.direct_bind_refused, report.host_to_device_copies), (1, 2, 1, 0));
+    assert_eq!(
+        (report.direct_binds, report.device_copies, report.direct_bind_refused, report.host_to_device_copies),
+        (1, 2, 1, 0)
+    );
     assert_eq!(lease.input_bindings()[0].ptr(), src.ptr());
     let mut got = vec![0u8; 128];
     stream.download(lease.input_bindings()[1], &mut got).unwrap();
@@ -152,7 +170,12 @@ fn sixteen_threads_leasing_concurrently_never_alias() {
                     let id_bytes = unsafe { std::slice::from_raw_parts(id.as_ptr().cast::<u8>(), 256) };
                     let mut lease = pool.lease().unwrap();
                     let chunk = Chunk::whole(1, 1);
-                    lease.stage_inputs(&stream, &[InputSource::Host { data: id_bytes, plan: plan("id", DType::U64, &[32], false, chunk) }]).unwrap();
+                    lease
+                        .stage_inputs(
+                            &stream,
+                            &[InputSource::Host { data: id_bytes, plan: plan("id", DType::U64, &[32], false, chunk) }],
+                        )
+                        .unwrap();
                     stream.copy_d2d(lease.input_bindings()[0], lease.output_slot(0)).unwrap();
                     std::thread::yield_now();
                     lease.download_outputs(&stream).unwrap();
@@ -186,13 +209,25 @@ fn pinned_memory_is_released_only_after_the_stream_finished() {
         // SAFETY: `big` lives past the synchronize below.
         unsafe {
             gate_stream
-                .launch(&fill, &LaunchConfig::for_elements(1 << 23, 256), &[KernelArg::Ptr(big.ptr()), KernelArg::U64(1 << 23), KernelArg::U32(1)])
+                .launch(
+                    &fill,
+                    &LaunchConfig::for_elements(1 << 23, 256),
+                    &[KernelArg::Ptr(big.ptr()), KernelArg::U64(1 << 23), KernelArg::U32(1)],
+                )
                 .unwrap()
         };
         gate_stream.record(&gate).unwrap();
         stream.wait(&gate).unwrap();
         let data = aligned(&bytes_of(9, 4096));
-        lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 4096), plan: plan("x", DType::F32, &[1024], false, Chunk::whole(1, 1)) }]).unwrap();
+        lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host {
+                    data: as_bytes(&data, 4096),
+                    plan: plan("x", DType::F32, &[1024], false, Chunk::whole(1, 1)),
+                }],
+            )
+            .unwrap();
         lease.download_outputs(&stream).unwrap();
     }
     assert!(gate.is_complete().unwrap(), "the arena was freed before the stream passed its copies");
@@ -206,27 +241,58 @@ fn pinned_memory_is_released_only_after_the_stream_finished() {
 fn bad_input_is_a_typed_error_and_the_lease_still_returns() {
     let d = device();
     let stream = d.create_stream().unwrap();
-    let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[], PoolConfig { max_arenas: 1, when_exhausted: WhenExhausted::Fail, arena: ArenaOptions::default() });
+    let pool = pool(
+        &d,
+        &[SlotSpec::new("x", 64, 4)],
+        &[],
+        PoolConfig { max_arenas: 1, when_exhausted: WhenExhausted::Fail, arena: ArenaOptions::default() },
+    );
     let data = aligned(&bytes_of(1, 256));
     let chunk = Chunk::whole(1, 1);
     {
         let mut lease = pool.lease().unwrap();
         assert!(matches!(pool.lease().unwrap_err(), ArenaError::PoolExhausted { max: 1 }));
         // Shorter than the plan reads.
-        let err = lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 10), plan: plan("x", DType::F32, &[16], false, chunk) }]).unwrap_err();
+        let err = lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host { data: as_bytes(&data, 10), plan: plan("x", DType::F32, &[16], false, chunk) }],
+            )
+            .unwrap_err();
         assert!(matches!(err, ArenaError::InputTooShort { .. }), "{err:?}");
         // Larger than the slot.
-        let err = lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 256), plan: plan("x", DType::F32, &[64], false, chunk) }]).unwrap_err();
+        let err = lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host { data: as_bytes(&data, 256), plan: plan("x", DType::F32, &[64], false, chunk) }],
+            )
+            .unwrap_err();
         assert!(matches!(err, ArenaError::InputTooLarge { capacity: 64, .. }), "{err:?}");
         // Misaligned for f32.
-        let err = lease.stage_inputs(&stream, &[InputSource::Host { data: &as_bytes(&data, 65)[1..], plan: plan("x", DType::F32, &[16], false, chunk) }]).unwrap_err();
+        let err = lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host {
+                    data: &as_bytes(&data, 65)[1..],
+                    plan: plan("x", DType::F32, &[16], false, chunk),
+                }],
+            )
+            .unwrap_err();
         assert!(matches!(err, ArenaError::Misaligned { align: 4, .. }), "{err:?}");
         // Wrong number of inputs.
         assert!(matches!(lease.stage_inputs(&stream, &[]).unwrap_err(), ArenaError::Count { .. }));
         // Scatter before download.
-        assert!(matches!(lease.scatter_outputs(&mut []).unwrap_err(), ArenaError::NotDownloaded | ArenaError::Count { .. }));
+        assert!(matches!(
+            lease.scatter_outputs(&mut []).unwrap_err(),
+            ArenaError::NotDownloaded | ArenaError::Count { .. }
+        ));
         // The same lease serves the next valid request.
-        lease.stage_inputs(&stream, &[InputSource::Host { data: as_bytes(&data, 64), plan: plan("x", DType::F32, &[16], false, chunk) }]).unwrap();
+        lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host { data: as_bytes(&data, 64), plan: plan("x", DType::F32, &[16], false, chunk) }],
+            )
+            .unwrap();
     }
     // The lease came back.
     let _again = pool.lease().unwrap();
@@ -236,7 +302,11 @@ fn bad_input_is_a_typed_error_and_the_lease_still_returns() {
 #[test]
 fn a_waiting_lease_times_out_and_then_succeeds_when_one_returns() {
     let d = device();
-    let config = PoolConfig { max_arenas: 1, when_exhausted: WhenExhausted::Wait { timeout: Some(Duration::from_millis(50)) }, arena: ArenaOptions::default() };
+    let config = PoolConfig {
+        max_arenas: 1,
+        when_exhausted: WhenExhausted::Wait { timeout: Some(Duration::from_millis(50)) },
+        arena: ArenaOptions::default(),
+    };
     let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[], config);
     let held = pool.lease().unwrap();
     assert!(matches!(pool.lease().unwrap_err(), ArenaError::PoolTimeout { .. }));
@@ -251,7 +321,12 @@ fn a_waiting_lease_times_out_and_then_succeeds_when_one_returns() {
 #[test]
 fn arena_addresses_are_stable_across_leases() {
     let d = device();
-    let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[SlotSpec::new("y", 64, 4)], PoolConfig { max_arenas: 1, ..PoolConfig::default() });
+    let pool = pool(
+        &d,
+        &[SlotSpec::new("x", 64, 4)],
+        &[SlotSpec::new("y", 64, 4)],
+        PoolConfig { max_arenas: 1, ..PoolConfig::default() },
+    );
     let first = { pool.lease().unwrap().input_slot(0) };
     for _ in 0..10 {
         assert_eq!(pool.lease().unwrap().input_slot(0), first);
@@ -270,6 +345,9 @@ fn nothing_leaks_after_the_pool_is_dropped() {
     let c = d.counters();
     assert_eq!((c.live_device_bytes, c.live_pinned_bytes), (0, 0), "{c:?}");
 }
+
+/// One random tensor: aligned bytes, byte length, dims, batched, dtype.
+type TensorCase = (Vec<u64>, usize, Vec<u64>, bool, DType);
 
 const DTYPES: [DType; 5] = [DType::U8, DType::F16, DType::F32, DType::I64, DType::F64];
 
@@ -293,7 +371,7 @@ proptest! {
         let pool = pool(&d, &specs, &[], PoolConfig::default());
         let mut lease = pool.lease().unwrap();
         let chunk = Chunk::whole(rows, bucket);
-        let datas: Vec<(Vec<u64>, usize, Vec<u64>, bool, DType)> = tensors
+        let datas: Vec<TensorCase> = tensors
             .iter()
             .enumerate()
             .map(|(i, &(t, w, h, batched))| {

@@ -56,12 +56,9 @@ fn disk_hit(c: &mut Criterion) {
         .sample_size(20)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    group.bench_function("std_fs_read", |b| {
-        b.iter(|| black_box(std::fs::read(black_box(&path)).unwrap()))
-    });
-    group.bench_function("kiln_read_disk", |b| {
-        b.iter(|| black_box(cache.read_disk(black_box(&key)).unwrap().unwrap()))
-    });
+    group.bench_function("std_fs_read", |b| b.iter(|| black_box(std::fs::read(black_box(&path)).unwrap())));
+    group
+        .bench_function("kiln_read_disk", |b| b.iter(|| black_box(cache.read_disk(black_box(&key)).unwrap().unwrap())));
     group.bench_function("kiln_read_disk_1_thread", |b| {
         b.iter(|| black_box(single.read_disk(black_box(&key)).unwrap().unwrap()))
     });

@@ -75,12 +75,14 @@ pub(crate) enum DiskRead {
     Corrupt(Corruption),
 }
 
-/// The per-key lock and, where locking works, the cross-process lock of one entry.
+/// The per-key lock and, where locking works, the cross-process lock of one entry. Fields drop
+/// in declaration order, so the file lock is released before the per-key lock: the reverse of
+/// the order they were taken in.
 #[derive(Debug)]
 pub(crate) struct Held<'a> {
-    _key: KeyGuard<'a>,
     pub(crate) file: Option<FileLock>,
     pub(crate) waited: bool,
+    _key: KeyGuard<'a>,
 }
 
 fn current_euid() -> u32 {
@@ -103,10 +105,7 @@ impl CompileCache {
             Ok(m) if !m.is_dir() => return Err(CacheError::NotADirectory { path: dir }),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let create = |e| CacheError::CreateDir {
-                    path: dir.clone(),
-                    source: e,
-                };
+                let create = |e| CacheError::CreateDir { path: dir.clone(), source: e };
                 if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
                     fs::create_dir_all(parent).map_err(create)?;
                 }
@@ -117,10 +116,7 @@ impl CompileCache {
                 }
             }
             Err(e) => {
-                return Err(CacheError::CreateDir {
-                    path: dir,
-                    source: e,
-                });
+                return Err(CacheError::CreateDir { path: dir, source: e });
             }
         }
         let cache = CompileCache {
@@ -187,20 +183,14 @@ impl CompileCache {
         let id = key.id();
         if let Some(artifact) = self.memory.get(id) {
             Stats::bump(&self.stats.memory_hits);
-            return Ok(Fetched {
-                artifact,
-                origin: Origin::Memory,
-            });
+            return Ok(Fetched { artifact, origin: Origin::Memory });
         }
         // Entries are only ever published by rename, so a lock-free read sees a complete old
         // or new file. A corrupt one is left for the locked path below to evict.
         if let DiskRead::Hit(artifact) = self.load_disk(key)? {
             Stats::bump(&self.stats.disk_loads);
             self.memory.insert(id, &artifact);
-            return Ok(Fetched {
-                artifact,
-                origin: Origin::Disk,
-            });
+            return Ok(Fetched { artifact, origin: Origin::Disk });
         }
 
         let held = self.lock_entry(id)?;
@@ -212,20 +202,14 @@ impl CompileCache {
         if let Some(artifact) = self.memory.get(id) {
             Stats::bump(&self.stats.memory_hits);
             self.count_wait_hit(&held);
-            return Ok(Fetched {
-                artifact,
-                origin: after(Origin::Memory),
-            });
+            return Ok(Fetched { artifact, origin: after(Origin::Memory) });
         }
         match self.load_disk(key)? {
             DiskRead::Hit(artifact) => {
                 Stats::bump(&self.stats.disk_loads);
                 self.count_wait_hit(&held);
                 self.memory.insert(id, &artifact);
-                return Ok(Fetched {
-                    artifact,
-                    origin: after(Origin::Disk),
-                });
+                return Ok(Fetched { artifact, origin: after(Origin::Disk) });
             }
             DiskRead::Corrupt(reason) => self.evict_corrupt(&self.entry_path_of(id), id, &reason),
             DiskRead::Missing => {}
@@ -241,10 +225,7 @@ impl CompileCache {
         };
         let bytes = compiled.map_err(|e| {
             Stats::bump(&self.stats.compile_failures);
-            CacheError::Compile {
-                id,
-                source: e.into(),
-            }
+            CacheError::Compile { id, source: e.into() }
         })?;
         let artifact = Artifact::from(bytes);
         let origin = match self.publisher().publish(key, &artifact) {
@@ -399,11 +380,7 @@ impl CompileCache {
         if file_waited {
             Stats::bump(&self.stats.compile_waits);
         }
-        Ok(Held {
-            _key: key,
-            file,
-            waited: waited || file_waited,
-        })
+        Ok(Held { _key: key, file, waited: waited || file_waited })
     }
 
     /// Takes the per-key lock and the entry's lock file if both are free.
@@ -419,11 +396,7 @@ impl CompileCache {
             FileState::Unlocked => None,
             FileState::Busy => return Ok(None),
         };
-        Ok(Some(Held {
-            _key: key,
-            file,
-            waited: false,
-        }))
+        Ok(Some(Held { _key: key, file, waited: false }))
     }
 
     fn lock_file_of(&self, id: EntryId, blocking: bool) -> Result<FileState, CacheError> {
@@ -455,10 +428,7 @@ impl CompileCache {
 
     fn locking_unsupported(&self, path: &Path, e: io::Error) -> Result<(), CacheError> {
         match self.config.locking {
-            LockingMode::Required => Err(CacheError::LockingUnsupported {
-                path: path.to_owned(),
-                source: e,
-            }),
+            LockingMode::Required => Err(CacheError::LockingUnsupported { path: path.to_owned(), source: e }),
             LockingMode::BestEffort => {
                 if !self.unlocked.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -501,12 +471,7 @@ impl CompileCache {
     }
 
     /// Checks an opened entry's metadata against the trust setting.
-    pub(crate) fn check_entry_trust(
-        &self,
-        path: &Path,
-        id: EntryId,
-        meta: &Metadata,
-    ) -> Result<(), CacheError> {
+    pub(crate) fn check_entry_trust(&self, path: &Path, id: EntryId, meta: &Metadata) -> Result<(), CacheError> {
         if self.config.trust == DirTrust::OwnerOnly && !self.trusted(meta) {
             Stats::bump(&self.stats.untrusted_refused);
             tracing::warn!(path = %path.display(), mode = meta.mode() & 0o7777, owner = meta.uid(),
@@ -533,22 +498,17 @@ impl CompileCache {
             }
             Err(e) => return Err(io_err("opening cache entry", path, e)),
         };
-        let meta = file
-            .metadata()
-            .map_err(|e| io_err("inspecting cache entry", &path, e))?;
+        let meta = file.metadata().map_err(|e| io_err("inspecting cache entry", &path, e))?;
         if !meta.is_file() {
             return Ok(DiskRead::Corrupt(Corruption::NotARegularFile));
         }
         self.check_entry_trust(&path, id, &meta)?;
         if let Some(f) = self.faults() {
-            f.inject(FaultPoint::LoadOpened, &path)
-                .map_err(|e| io_err("reading cache entry", &path, e))?;
+            f.inject(FaultPoint::LoadOpened, &path).map_err(|e| io_err("reading cache entry", &path, e))?;
         }
         let read = format::read_header(&file, meta.len()).and_then(|header| {
             if header.key.canonical_text() != key.canonical_text() {
-                return Err(ReadFailure::Corrupt(Corruption::KeyMismatch {
-                    found: header.key.id(),
-                }));
+                return Err(ReadFailure::Corrupt(Corruption::KeyMismatch { found: header.key.id() }));
             }
             format::read_payload(&file, &header, meta.len(), self.config.load_threads)
         });
@@ -614,8 +574,5 @@ enum FileState {
 
 /// Opens an entry for reading without following symlinks or blocking on special files.
 pub(crate) fn open_entry(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
+    OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
 }

@@ -19,9 +19,7 @@ pub enum CacheError {
     InvalidKey(#[from] KeyError),
 
     /// The cache directory could not be created or opened.
-    #[error(
-        "cannot create or open the cache directory {path}: {source}; check that the parent exists and is writable"
-    )]
+    #[error("cannot create or open the cache directory {path}: {source}; check that the parent exists and is writable")]
     CreateDir {
         /// The configured directory.
         path: PathBuf,
@@ -214,9 +212,5 @@ pub enum Corruption {
 
 /// Builds an [`CacheError::Io`].
 pub(crate) fn io_err(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> CacheError {
-    CacheError::Io {
-        op,
-        path: path.into(),
-        source,
-    }
+    CacheError::Io { op, path: path.into(), source }
 }

@@ -65,16 +65,8 @@ impl From<Corruption> for ReadFailure {
 /// Encodes the header for `key` and a payload of `payload_len` bytes with checksum `checksum`.
 pub(crate) fn encode_header(key: &CacheKey, payload_len: u64, checksum: &Digest) -> Vec<u8> {
     let text = key.canonical_text().as_bytes();
-    let fields = [
-        key.backend(),
-        key.arch(),
-        key.compiler(),
-        key.compiler_version(),
-    ];
-    let header_len = PREFIX_LEN
-        + text.len()
-        + fields.iter().map(|f| 2 + f.len()).sum::<usize>()
-        + CHECKSUM_LEN;
+    let fields = [key.backend(), key.arch(), key.compiler(), key.compiler_version()];
+    let header_len = PREFIX_LEN + text.len() + fields.iter().map(|f| 2 + f.len()).sum::<usize>() + CHECKSUM_LEN;
     let mut h = Vec::with_capacity(header_len);
     h.extend_from_slice(&MAGIC);
     h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -112,30 +104,18 @@ pub(crate) fn read_header(file: &File, file_len: u64) -> Result<Header, ReadFail
         return Err(Corruption::BadMagic.into());
     }
     if n < 16 {
-        return Err(Corruption::Truncated {
-            expected: MIN_HEADER_LEN as u64,
-            actual: file_len,
-        }
-        .into());
+        return Err(Corruption::Truncated { expected: MIN_HEADER_LEN as u64, actual: file_len }.into());
     }
     let version = u32_at(got, 8);
     if version != FORMAT_VERSION {
-        return Err(Corruption::UnsupportedVersion {
-            found: version,
-            supported: FORMAT_VERSION,
-        }
-        .into());
+        return Err(Corruption::UnsupportedVersion { found: version, supported: FORMAT_VERSION }.into());
     }
     let header_len = u32_at(got, 12) as usize;
     if !(MIN_HEADER_LEN..=MAX_HEADER_LEN).contains(&header_len) {
         return Err(Corruption::MalformedHeader("header length out of range").into());
     }
     if file_len < header_len as u64 {
-        return Err(Corruption::Truncated {
-            expected: header_len as u64,
-            actual: file_len,
-        }
-        .into());
+        return Err(Corruption::Truncated { expected: header_len as u64, actual: file_len }.into());
     }
     if header_len <= n {
         Ok(decode_header(&got[..header_len])?)
@@ -151,10 +131,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], at: u64, file_len: u64) -> Result<
     file.read_exact_at(buf, at).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             // The file shrank under us: only an in-place writer (not kiln) can do that.
-            ReadFailure::Corrupt(Corruption::Truncated {
-                expected: file_len,
-                actual: at,
-            })
+            ReadFailure::Corrupt(Corruption::Truncated { expected: file_len, actual: at })
         } else {
             ReadFailure::Io(e)
         }
@@ -172,8 +149,7 @@ pub(crate) fn decode_header(h: &[u8]) -> Result<Header, Corruption> {
     let text_len = u32_at(h, 56) as usize;
     let mut at = PREFIX_LEN;
     let text = take(h, &mut at, text_len, body_len)?;
-    let text = std::str::from_utf8(text)
-        .map_err(|_| Corruption::MalformedHeader("key text is not UTF-8"))?;
+    let text = std::str::from_utf8(text).map_err(|_| Corruption::MalformedHeader("key text is not UTF-8"))?;
     let key = CacheKey::from_canonical_text(text)
         .map_err(|_| Corruption::MalformedHeader("key text is not a canonical key"))?;
     let expected = [
@@ -191,25 +167,16 @@ pub(crate) fn decode_header(h: &[u8]) -> Result<Header, Corruption> {
         }
     }
     if at != body_len {
-        return Err(Corruption::MalformedHeader(
-            "field lengths do not add up to the header length",
-        ));
+        return Err(Corruption::MalformedHeader("field lengths do not add up to the header length"));
     }
-    Ok(Header {
-        key,
-        header_len: h.len() as u64,
-        payload_len,
-        payload_checksum,
-    })
+    Ok(Header { key, header_len: h.len() as u64, payload_len, payload_checksum })
 }
 
 fn take<'a>(h: &'a [u8], at: &mut usize, len: usize, end: usize) -> Result<&'a [u8], Corruption> {
     let stop = at
         .checked_add(len)
         .filter(|&s| s <= end)
-        .ok_or(Corruption::MalformedHeader(
-            "a field runs past the end of the header",
-        ))?;
+        .ok_or(Corruption::MalformedHeader("a field runs past the end of the header"))?;
     let out = &h[*at..stop];
     *at = stop;
     Ok(out)
@@ -224,32 +191,20 @@ pub(crate) fn read_payload(
 ) -> Result<Vec<u8>, ReadFailure> {
     let expected = header.header_len.saturating_add(header.payload_len);
     if file_len < expected {
-        return Err(Corruption::Truncated {
-            expected,
-            actual: file_len,
-        }
-        .into());
+        return Err(Corruption::Truncated { expected, actual: file_len }.into());
     }
     if file_len > expected {
-        return Err(Corruption::TrailingBytes {
-            expected,
-            actual: file_len,
-        }
-        .into());
+        return Err(Corruption::TrailingBytes { expected, actual: file_len }.into());
     }
     let len = usize::try_from(header.payload_len)
         .map_err(|_| ReadFailure::Corrupt(Corruption::MalformedHeader("payload too large")))?;
-    let (bytes, digest) = payload::read_with_checksum(file, header.header_len, len, threads)
-        .map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                ReadFailure::Corrupt(Corruption::Truncated {
-                    expected,
-                    actual: file_len,
-                })
-            } else {
-                ReadFailure::Io(e)
-            }
-        })?;
+    let (bytes, digest) = payload::read_with_checksum(file, header.header_len, len, threads).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ReadFailure::Corrupt(Corruption::Truncated { expected, actual: file_len })
+        } else {
+            ReadFailure::Io(e)
+        }
+    })?;
     if digest != header.payload_checksum {
         return Err(Corruption::PayloadChecksum.into());
     }
@@ -323,10 +278,7 @@ mod tests {
     fn reasons_are_specific() {
         let good = entry(b"payload bytes");
         assert_eq!(read(&[]), Err(Corruption::Empty));
-        assert!(matches!(
-            read(&good[..good.len() - 1]),
-            Err(Corruption::Truncated { .. })
-        ));
+        assert!(matches!(read(&good[..good.len() - 1]), Err(Corruption::Truncated { .. })));
         assert!(matches!(read(&good[..10]), Err(Corruption::Truncated { .. })));
         let mut longer = good.clone();
         longer.push(0);
@@ -336,13 +288,7 @@ mod tests {
         assert_eq!(read(&magic), Err(Corruption::BadMagic));
         let mut version = good.clone();
         version[8] = 9;
-        assert_eq!(
-            read(&version),
-            Err(Corruption::UnsupportedVersion {
-                found: 9,
-                supported: FORMAT_VERSION
-            })
-        );
+        assert_eq!(read(&version), Err(Corruption::UnsupportedVersion { found: 9, supported: FORMAT_VERSION }));
         let mut payload = good.clone();
         *payload.last_mut().unwrap() ^= 0x80;
         assert_eq!(read(&payload), Err(Corruption::PayloadChecksum));

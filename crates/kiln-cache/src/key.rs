@@ -51,9 +51,7 @@ pub enum KeyError {
         max: usize,
     },
     /// The model hash is not 16 to 128 hexadecimal digits.
-    #[error(
-        "model hash `{value}` is not a hex content hash (16 to 128 hex digits, e.g. a BLAKE3 or SHA-256 digest)"
-    )]
+    #[error("model hash `{value}` is not a hex content hash (16 to 128 hex digits, e.g. a BLAKE3 or SHA-256 digest)")]
     InvalidModelHash {
         /// The rejected value.
         value: String,
@@ -164,11 +162,7 @@ impl CacheKey {
     /// bytes, so the id of a parsed key is the id of the text.
     pub fn from_canonical_text(text: &str) -> Result<CacheKey, KeyError> {
         if text.len() > MAX_KEY_TEXT_LEN {
-            return Err(KeyError::TooLong {
-                field: "key text".into(),
-                len: text.len(),
-                max: MAX_KEY_TEXT_LEN,
-            });
+            return Err(KeyError::TooLong { field: "key text".into(), len: text.len(), max: MAX_KEY_TEXT_LEN });
         }
         let body = text.strip_suffix('\n').ok_or_else(|| KeyError::Malformed {
             line: text.lines().count().max(1),
@@ -182,17 +176,12 @@ impl CacheKey {
             });
         }
         let mut next = |field: &'static str| -> Result<(usize, String), KeyError> {
-            let (n, line) = lines.next().ok_or(KeyError::Malformed {
-                line: 0,
-                reason: format!("missing line `{field}=`"),
-            })?;
+            let (n, line) =
+                lines.next().ok_or(KeyError::Malformed { line: 0, reason: format!("missing line `{field}=`") })?;
             let value = line
                 .strip_prefix(field)
                 .and_then(|rest| rest.strip_prefix('='))
-                .ok_or_else(|| KeyError::Malformed {
-                    line: n,
-                    reason: format!("expected `{field}=`"),
-                })?;
+                .ok_or_else(|| KeyError::Malformed { line: n, reason: format!("expected `{field}=`") })?;
             Ok((n, value.to_owned()))
         };
         let mut builder = CacheKey::builder()
@@ -213,19 +202,14 @@ impl CacheKey {
             })?;
         builder.format_version = format_version;
         for (n, line) in lines {
-            let rest = line.strip_prefix("option:").ok_or_else(|| KeyError::Malformed {
-                line: n,
-                reason: "expected `option:<name>=<value>`".into(),
-            })?;
-            let (name, value) = rest.split_once('=').ok_or_else(|| KeyError::Malformed {
-                line: n,
-                reason: "option line without `=`".into(),
-            })?;
+            let rest = line
+                .strip_prefix("option:")
+                .ok_or_else(|| KeyError::Malformed { line: n, reason: "expected `option:<name>=<value>`".into() })?;
+            let (name, value) = rest
+                .split_once('=')
+                .ok_or_else(|| KeyError::Malformed { line: n, reason: "option line without `=`".into() })?;
             if builder.options.contains_key(name) {
-                return Err(KeyError::Malformed {
-                    line: n,
-                    reason: format!("option `{name}` appears twice"),
-                });
+                return Err(KeyError::Malformed { line: n, reason: format!("option `{name}` appears twice") });
             }
             builder = builder.option(name, value);
         }
@@ -233,8 +217,7 @@ impl CacheKey {
         if key.text != text {
             return Err(KeyError::Malformed {
                 line: 0,
-                reason: "not in canonical form (model hash must be lowercase, options sorted by name)"
-                    .into(),
+                reason: "not in canonical form (model hash must be lowercase, options sorted by name)".into(),
             });
         }
         Ok(key)
@@ -368,9 +351,7 @@ impl CacheKeyBuilder {
     /// Validates the fields and computes the canonical text and the id.
     pub fn build(self) -> Result<CacheKey, KeyError> {
         let model_hash = required("model_hash", self.model_hash)?;
-        if !(16..=128).contains(&model_hash.len())
-            || !model_hash.bytes().all(|b| b.is_ascii_hexdigit())
-        {
+        if !(16..=128).contains(&model_hash.len()) || !model_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(KeyError::InvalidModelHash { value: model_hash });
         }
         let shape = required("shape", self.shape)?;
@@ -420,11 +401,7 @@ impl CacheKeyBuilder {
             text.push('\n');
         }
         if text.len() > MAX_KEY_TEXT_LEN {
-            return Err(KeyError::TooLong {
-                field: "key text".into(),
-                len: text.len(),
-                max: MAX_KEY_TEXT_LEN,
-            });
+            return Err(KeyError::TooLong { field: "key text".into(), len: text.len(), max: MAX_KEY_TEXT_LEN });
         }
         let id = EntryId::of_text(&text);
         Ok(CacheKey {
@@ -451,16 +428,10 @@ fn required(field: &'static str, value: Option<String>) -> Result<String, KeyErr
 
 fn check_text(field: &str, value: &str) -> Result<(), KeyError> {
     if value.len() > MAX_FIELD_LEN {
-        return Err(KeyError::TooLong {
-            field: field.to_owned(),
-            len: value.len(),
-            max: MAX_FIELD_LEN,
-        });
+        return Err(KeyError::TooLong { field: field.to_owned(), len: value.len(), max: MAX_FIELD_LEN });
     }
     if value.chars().any(char::is_control) {
-        return Err(KeyError::ControlCharacter {
-            field: field.to_owned(),
-        });
+        return Err(KeyError::ControlCharacter { field: field.to_owned() });
     }
     Ok(())
 }
@@ -582,8 +553,7 @@ mod tests {
     fn every_field_changes_the_id() {
         let base = sample();
         let variants = [
-            CacheKey::builder()
-                .model_hash("0f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+            CacheKey::builder().model_hash("0f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
             CacheKey::builder().shape("batch=8;input:f32[8,3,224,224]"),
             CacheKey::builder().backend("cuda"),
             CacheKey::builder().arch("gfx90a"),
@@ -631,35 +601,14 @@ mod tests {
                 .compiler_version("v")
         };
         assert!(ok().build().is_ok());
-        assert!(matches!(
-            ok().shape("").build(),
-            Err(KeyError::MissingField { field: "shape" })
-        ));
-        assert!(matches!(
-            ok().shape("a\nb").build(),
-            Err(KeyError::ControlCharacter { .. })
-        ));
-        assert!(matches!(
-            ok().model_hash("xyz").build(),
-            Err(KeyError::InvalidModelHash { .. })
-        ));
-        assert!(matches!(
-            ok().option("a=b", "c").build(),
-            Err(KeyError::InvalidOptionName { .. })
-        ));
-        assert!(matches!(
-            ok().option("a", "x\ry").build(),
-            Err(KeyError::ControlCharacter { .. })
-        ));
-        assert!(matches!(
-            ok().arch("x".repeat(MAX_FIELD_LEN + 1)).build(),
-            Err(KeyError::TooLong { .. })
-        ));
+        assert!(matches!(ok().shape("").build(), Err(KeyError::MissingField { field: "shape" })));
+        assert!(matches!(ok().shape("a\nb").build(), Err(KeyError::ControlCharacter { .. })));
+        assert!(matches!(ok().model_hash("xyz").build(), Err(KeyError::InvalidModelHash { .. })));
+        assert!(matches!(ok().option("a=b", "c").build(), Err(KeyError::InvalidOptionName { .. })));
+        assert!(matches!(ok().option("a", "x\ry").build(), Err(KeyError::ControlCharacter { .. })));
+        assert!(matches!(ok().arch("x".repeat(MAX_FIELD_LEN + 1)).build(), Err(KeyError::TooLong { .. })));
         // Upper-case hex is folded so the same digest always gives the same key.
-        assert_eq!(
-            ok().model_hash("00112233445566778899AABBCCDDEEFF").build().unwrap(),
-            ok().build().unwrap()
-        );
+        assert_eq!(ok().model_hash("00112233445566778899AABBCCDDEEFF").build().unwrap(), ok().build().unwrap());
     }
 
     #[test]

@@ -41,9 +41,7 @@ pub(crate) fn lock_name(id: EntryId) -> String {
 pub(crate) fn temp_name(id: EntryId) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     format!("{TEMP_PREFIX}{id}.{}.{t:x}{n:x}", std::process::id())
 }
 

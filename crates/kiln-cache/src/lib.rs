@@ -97,14 +97,13 @@ pub use config::{CacheConfig, CacheConfigBuilder, DirTrust, LockingMode};
 pub use error::{CacheError, Corruption};
 pub use fault::{FaultInjector, FaultPoint};
 pub use key::{
-    CacheKey, CacheKeyBuilder, ENTRY_ID_LEN, EntryId, KEY_TEXT_HEADER, KeyError, MAX_FIELD_LEN,
-    MAX_KEY_TEXT_LEN, ParseEntryIdError,
+    CacheKey, CacheKeyBuilder, ENTRY_ID_LEN, EntryId, KEY_TEXT_HEADER, KeyError, MAX_FIELD_LEN, MAX_KEY_TEXT_LEN,
+    ParseEntryIdError,
 };
 pub use layout::ENTRY_EXTENSION;
 pub use locks::with_compile_lock;
 pub use maintenance::{
-    CorruptEntry, EntryInfo, EntrySummary, GcReport, ImportOutcome, ImportReport, ImportStatus,
-    VerifyReport,
+    CorruptEntry, EntryInfo, EntrySummary, GcReport, ImportOutcome, ImportReport, ImportStatus, VerifyReport,
 };
 pub use memory::Artifact;
 pub use stats::StatsSnapshot;

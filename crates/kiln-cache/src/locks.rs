@@ -62,14 +62,7 @@ impl KeyLocks {
         }
         *busy = true;
         drop(busy);
-        (
-            KeyGuard {
-                registry: self,
-                id,
-                slot,
-            },
-            waited,
-        )
+        (KeyGuard { registry: self, id, slot }, waited)
     }
 
     /// Takes `id` if it is free.
@@ -80,11 +73,7 @@ impl KeyLocks {
             !std::mem::replace(&mut *busy, true)
         };
         if acquired {
-            Some(KeyGuard {
-                registry: self,
-                id,
-                slot,
-            })
+            Some(KeyGuard { registry: self, id, slot })
         } else {
             // The holder keeps its slot alive; this only drops the entry if it is idle.
             self.prune(id, &slot);
@@ -233,13 +222,7 @@ pub(crate) fn lock_file(
         let held = file.metadata().map_err(LockFailure::Other)?;
         match std::fs::metadata(path) {
             Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                return Ok(Some((
-                    FileLock {
-                        file,
-                        path: path.to_owned(),
-                    },
-                    waited,
-                )));
+                return Ok(Some((FileLock { file, path: path.to_owned() }, waited)));
             }
             Ok(_) => continue,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -261,24 +244,17 @@ fn open_lock_file(path: &Path, mode: u32) -> io::Result<File> {
         Ok(f) => Ok(f),
         // A lock file made by another user of a shared directory: `flock` needs only a
         // read-only descriptor.
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|_| e),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).map_err(|_| e)
+        }
         Err(e) => Err(e),
     }
 }
 
 /// Checks that `flock` works in `dir` by taking and releasing a shared lock on `lock_path`.
-pub(crate) fn probe(
-    lock_path: &Path,
-    mode: u32,
-    faults: Option<&Arc<dyn FaultInjector>>,
-) -> Result<(), LockFailure> {
+pub(crate) fn probe(lock_path: &Path, mode: u32, faults: Option<&Arc<dyn FaultInjector>>) -> Result<(), LockFailure> {
     if let Some(f) = faults {
-        f.inject(FaultPoint::LockAcquire, lock_path)
-            .map_err(classify)?;
+        f.inject(FaultPoint::LockAcquire, lock_path).map_err(classify)?;
     }
     let file = open_lock_file(lock_path, mode).map_err(classify)?;
     <File as fs4::FileExt>::lock_shared(&file).map_err(classify)?;

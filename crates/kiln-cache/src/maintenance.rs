@@ -50,9 +50,7 @@ pub struct EntryInfo {
 impl EntryInfo {
     /// Time since publication.
     pub fn age(&self) -> Duration {
-        SystemTime::now()
-            .duration_since(self.published)
-            .unwrap_or_default()
+        SystemTime::now().duration_since(self.published).unwrap_or_default()
     }
 }
 
@@ -147,48 +145,25 @@ fn inspect(path: &Path, full: bool, threads: usize) -> Result<Option<Inspected>,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             let meta = fs::symlink_metadata(path).map_err(|e| io_err("inspecting", path, e))?;
-            return Ok(Some(Inspected {
-                meta,
-                result: Err(Corruption::NotARegularFile),
-            }));
+            return Ok(Some(Inspected { meta, result: Err(Corruption::NotARegularFile) }));
         }
         Err(e) => return Err(io_err("opening cache entry", path, e)),
     };
-    let meta = file
-        .metadata()
-        .map_err(|e| io_err("inspecting cache entry", path, e))?;
+    let meta = file.metadata().map_err(|e| io_err("inspecting cache entry", path, e))?;
     if !meta.is_file() {
-        return Ok(Some(Inspected {
-            meta,
-            result: Err(Corruption::NotARegularFile),
-        }));
+        return Ok(Some(Inspected { meta, result: Err(Corruption::NotARegularFile) }));
     }
     let result = read(&file, &meta, full, threads);
     match result {
-        Ok(ok) => Ok(Some(Inspected {
-            meta,
-            result: Ok(ok),
-        })),
-        Err(ReadFailure::Corrupt(c)) => Ok(Some(Inspected {
-            meta,
-            result: Err(c),
-        })),
+        Ok(ok) => Ok(Some(Inspected { meta, result: Ok(ok) })),
+        Err(ReadFailure::Corrupt(c)) => Ok(Some(Inspected { meta, result: Err(c) })),
         Err(ReadFailure::Io(e)) => Err(io_err("reading cache entry", path, e)),
     }
 }
 
-fn read(
-    file: &File,
-    meta: &Metadata,
-    full: bool,
-    threads: usize,
-) -> Result<(Header, Option<Vec<u8>>), ReadFailure> {
+fn read(file: &File, meta: &Metadata, full: bool, threads: usize) -> Result<(Header, Option<Vec<u8>>), ReadFailure> {
     let header = format::read_header(file, meta.len())?;
-    let payload = if full {
-        Some(format::read_payload(file, &header, meta.len(), threads)?)
-    } else {
-        None
-    };
+    let payload = if full { Some(format::read_payload(file, &header, meta.len(), threads)?) } else { None };
     Ok((header, payload))
 }
 
@@ -217,9 +192,7 @@ impl CompileCache {
                 if h.key.id() == id {
                     Ok(EntrySummary {
                         payload_len: h.payload_len,
-                        payload_blake3: blake3::Hash::from_bytes(h.payload_checksum)
-                            .to_hex()
-                            .to_string(),
+                        payload_blake3: blake3::Hash::from_bytes(h.payload_checksum).to_hex().to_string(),
                         key: h.key,
                     })
                 } else {
@@ -255,15 +228,12 @@ impl CompileCache {
                 report.untrusted.push(path);
                 continue;
             }
-            let verdict = |r: Result<(Header, Option<Vec<u8>>), Corruption>| {
-                r.and_then(|(h, _)| {
-                    if h.key.id() == id {
-                        Ok(())
-                    } else {
-                        Err(Corruption::MisnamedEntry { found: h.key.id() })
-                    }
-                })
-            };
+            let verdict =
+                |r: Result<(Header, Option<Vec<u8>>), Corruption>| {
+                    r.and_then(|(h, _)| {
+                        if h.key.id() == id { Ok(()) } else { Err(Corruption::MisnamedEntry { found: h.key.id() }) }
+                    })
+                };
             match verdict(found.result) {
                 Ok(()) => report.ok.push(id),
                 Err(reason) => {
@@ -348,10 +318,7 @@ impl CompileCache {
             let used = meta.accessed().unwrap_or(SystemTime::UNIX_EPOCH);
             entries.push((used, id, path, meta.len()));
         }
-        let mut report = GcReport {
-            remaining_bytes: entries.iter().map(|e| e.3).sum(),
-            ..GcReport::default()
-        };
+        let mut report = GcReport { remaining_bytes: entries.iter().map(|e| e.3).sum(), ..GcReport::default() };
         if report.remaining_bytes <= max_bytes {
             return Ok(report);
         }
@@ -397,15 +364,10 @@ impl CompileCache {
         let rejected = |reason: Corruption| {
             Stats::bump(&self.stats.imports_rejected);
             tracing::warn!(path = %source.display(), reason = %reason, "rejected cache entry import");
-            CacheError::ImportRejected {
-                path: source.to_owned(),
-                reason,
-            }
+            CacheError::ImportRejected { path: source.to_owned(), reason }
         };
         let file = File::open(source).map_err(|e| io_err("opening import", source, e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| io_err("inspecting import", source, e))?;
+        let meta = file.metadata().map_err(|e| io_err("inspecting import", source, e))?;
         if !meta.is_file() {
             return Err(rejected(Corruption::NotARegularFile));
         }
@@ -419,9 +381,7 @@ impl CompileCache {
         let id = key.id();
         let held = self.lock_entry(id)?;
         let status = match self.load_disk(&key) {
-            Ok(DiskRead::Hit(existing)) if existing.as_bytes() == payload.as_slice() => {
-                ImportStatus::AlreadyPresent
-            }
+            Ok(DiskRead::Hit(existing)) if existing.as_bytes() == payload.as_slice() => ImportStatus::AlreadyPresent,
             Ok(DiskRead::Missing) => ImportStatus::Imported,
             Ok(DiskRead::Hit(_) | DiskRead::Corrupt(_)) | Err(CacheError::UntrustedEntry { .. }) => {
                 ImportStatus::Replaced
@@ -436,20 +396,14 @@ impl CompileCache {
         Stats::bump(&self.stats.imports);
         drop(held);
         self.enforce_size_bound(Some(id));
-        Ok(ImportOutcome {
-            source: source.to_owned(),
-            key,
-            status,
-        })
+        Ok(ImportOutcome { source: source.to_owned(), key, status })
     }
 
     /// Imports every `*.kce` file of `source_dir` (see [`import_file`](Self::import_file)).
     /// A bad file is reported and skipped; the others are still imported.
     pub fn import_dir(&self, source_dir: &Path) -> Result<ImportReport, CacheError> {
         let mut files = Vec::new();
-        for item in
-            fs::read_dir(source_dir).map_err(|e| io_err("listing import directory", source_dir, e))?
-        {
+        for item in fs::read_dir(source_dir).map_err(|e| io_err("listing import directory", source_dir, e))? {
             let item = item.map_err(|e| io_err("listing import directory", source_dir, e))?;
             let path = item.path();
             if path.extension().is_some_and(|e| e == ENTRY_EXTENSION) {

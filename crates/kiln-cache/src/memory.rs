@@ -70,12 +70,7 @@ pub(crate) struct MemoryTier {
 
 impl MemoryTier {
     pub(crate) fn new(budget: u64) -> Self {
-        MemoryTier {
-            budget,
-            slots: RwLock::new(HashMap::new()),
-            bytes: AtomicU64::new(0),
-            clock: AtomicU64::new(0),
-        }
+        MemoryTier { budget, slots: RwLock::new(HashMap::new()), bytes: AtomicU64::new(0), clock: AtomicU64::new(0) }
     }
 
     pub(crate) fn get(&self, id: EntryId) -> Option<Artifact> {
@@ -84,8 +79,7 @@ impl MemoryTier {
         }
         let slots = self.slots.read();
         let slot = slots.get(&id)?;
-        slot.last_used
-            .store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        slot.last_used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         Some(slot.artifact.clone())
     }
 
@@ -96,15 +90,8 @@ impl MemoryTier {
         }
         let mut slots = self.slots.write();
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
-        if let Some(old) = slots.insert(
-            id,
-            Slot {
-                artifact: artifact.clone(),
-                last_used: AtomicU64::new(now),
-            },
-        ) {
-            self.bytes
-                .fetch_sub(old.artifact.len() as u64, Ordering::Relaxed);
+        if let Some(old) = slots.insert(id, Slot { artifact: artifact.clone(), last_used: AtomicU64::new(now) }) {
+            self.bytes.fetch_sub(old.artifact.len() as u64, Ordering::Relaxed);
         }
         let mut total = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
         while total > self.budget {
@@ -124,8 +111,7 @@ impl MemoryTier {
 
     pub(crate) fn remove(&self, id: EntryId) {
         if let Some(old) = self.slots.write().remove(&id) {
-            self.bytes
-                .fetch_sub(old.artifact.len() as u64, Ordering::Relaxed);
+            self.bytes.fetch_sub(old.artifact.len() as u64, Ordering::Relaxed);
         }
     }
 

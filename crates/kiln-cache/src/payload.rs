@@ -66,8 +66,7 @@ pub(crate) fn read_with_checksum(
     threads: usize,
 ) -> io::Result<(Vec<u8>, Digest)> {
     let mut buf: Vec<u8> = Vec::new();
-    buf.try_reserve_exact(len)
-        .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e))?;
+    buf.try_reserve_exact(len).map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e))?;
     let digest = {
         let spare = &mut buf.spare_capacity_mut()[..len];
         if len <= LEAF_LEN {
@@ -120,11 +119,7 @@ pub(crate) fn read_with_checksum(
 }
 
 fn worker_count(len: usize, leaves: usize, threads: usize) -> usize {
-    if len < PARALLEL_MIN_LEN {
-        1
-    } else {
-        threads.clamp(1, leaves)
-    }
+    if len < PARALLEL_MIN_LEN { 1 } else { threads.clamp(1, leaves) }
 }
 
 /// Reads the leaves `first..first + cvs.len()` into `buf` and computes their chaining values.
@@ -148,16 +143,12 @@ fn read_leaves(
 }
 
 /// Fills all of `buf` from `file` at `offset` and returns it as initialised bytes.
-fn pread_exact<'a>(
-    file: &File,
-    buf: &'a mut [MaybeUninit<u8>],
-    offset: u64,
-) -> io::Result<&'a [u8]> {
+fn pread_exact<'a>(file: &File, buf: &'a mut [MaybeUninit<u8>], offset: u64) -> io::Result<&'a [u8]> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &mut buf[done..];
-        let at = libc::off_t::try_from(offset + done as u64)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let at =
+            libc::off_t::try_from(offset + done as u64).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // SAFETY: `rest` is an exclusively borrowed, writable region of `rest.len()` bytes;
         // `pread` writes at most that many bytes into it and never reads it, so it may be
         // uninitialised. The descriptor is valid for as long as `file` is borrowed.
@@ -180,10 +171,7 @@ fn pread_exact<'a>(
 }
 
 fn leaf_cv(start: usize, leaf: &[u8]) -> ChainingValue {
-    blake3::Hasher::new()
-        .set_input_offset(start as u64)
-        .update(leaf)
-        .finalize_non_root()
+    blake3::Hasher::new().set_input_offset(start as u64).update(leaf).finalize_non_root()
 }
 
 /// Root hash of an input of `len > LEAF_LEN` bytes from the chaining values of its leaves.
@@ -199,11 +187,7 @@ fn subtree(cvs: &[ChainingValue], len: u64) -> ChainingValue {
         return cvs[0];
     }
     let (left, right, left_len) = split(cvs, len);
-    merge_subtrees_non_root(
-        &subtree(left, left_len),
-        &subtree(right, len - left_len),
-        Mode::Hash,
-    )
+    merge_subtrees_non_root(&subtree(left, left_len), &subtree(right, len - left_len), Mode::Hash)
 }
 
 fn split(cvs: &[ChainingValue], len: u64) -> (&[ChainingValue], &[ChainingValue], u64) {

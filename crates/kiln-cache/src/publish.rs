@@ -54,10 +54,7 @@ impl Publisher<'_> {
         }
         // The entry is complete and in place. A failed directory fsync only means the rename
         // might not survive a power cut, leaving the old entry or none: never a partial one.
-        if let Err(e) = self
-            .fault(FaultPoint::PublishAfterRename, &entry)
-            .and_then(|()| sync_dir(self.dir))
-        {
+        if let Err(e) = self.fault(FaultPoint::PublishAfterRename, &entry).and_then(|()| sync_dir(self.dir)) {
             tracing::warn!(
                 path = %entry.display(),
                 error = %e,
@@ -102,11 +99,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Temp files in `dir` (of entry `only`, if given) last modified at least `min_age` ago.
-pub(crate) fn stale_temps(
-    dir: &Path,
-    only: Option<EntryId>,
-    min_age: Duration,
-) -> io::Result<Vec<(EntryId, PathBuf)>> {
+pub(crate) fn stale_temps(dir: &Path, only: Option<EntryId>, min_age: Duration) -> io::Result<Vec<(EntryId, PathBuf)>> {
     let now = SystemTime::now();
     let mut out = Vec::new();
     for item in std::fs::read_dir(dir)? {
@@ -118,11 +111,7 @@ pub(crate) fn stale_temps(
             continue;
         }
         let Ok(meta) = item.metadata() else { continue };
-        let age = meta
-            .modified()
-            .ok()
-            .and_then(|m| now.duration_since(m).ok())
-            .unwrap_or_default();
+        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
         if age >= min_age {
             out.push((id, item.path()));
         }

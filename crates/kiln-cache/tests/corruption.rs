@@ -112,40 +112,27 @@ fn damaged_entries_are_detected_evicted_counted_and_recompiled() {
         let dir = tmp.path();
         let k = key("victim");
         let compiles = Arc::new(AtomicUsize::new(0));
-        let first = open(dir)
-            .get_or_compile(&k, compile_counting(&compiles, &k))
-            .unwrap();
+        let first = open(dir).get_or_compile(&k, compile_counting(&compiles, &k)).unwrap();
         assert_eq!(first.origin, Origin::Compiled);
         let path = open(dir).entry_path(&k);
         let expected_reason = damage(kind, &path, dir);
 
         let report = open(dir).verify(false).unwrap();
         assert_eq!(report.corrupt.len(), 1, "{kind}: {report:?}");
-        assert!(
-            expected_reason(&report.corrupt[0].reason),
-            "{kind}: reported {:?}",
-            report.corrupt[0].reason
-        );
+        assert!(expected_reason(&report.corrupt[0].reason), "{kind}: reported {:?}", report.corrupt[0].reason);
 
         // A fresh process-like instance (empty memory tier) must not return the damaged bytes.
         let second = open(dir);
-        let (fetched, logs) =
-            capture_logs(|| second.get_or_compile(&k, compile_counting(&compiles, &k)));
+        let (fetched, logs) = capture_logs(|| second.get_or_compile(&k, compile_counting(&compiles, &k)));
         let fetched = fetched.unwrap();
         assert_eq!(fetched.origin, Origin::Compiled, "{kind}");
         assert!(fetched.artifact.as_bytes() == artifact_for(&k, LEN), "{kind}");
         assert_eq!(compiles.load(Ordering::SeqCst), 2, "{kind}");
         assert_eq!(second.stats().corrupt_evicted, 1, "{kind}");
-        assert!(
-            logs.warnings().iter().any(|w| w.contains("corrupt")),
-            "{kind}: {:?}",
-            logs.warnings()
-        );
+        assert!(logs.warnings().iter().any(|w| w.contains("corrupt")), "{kind}: {:?}", logs.warnings());
 
         let third = open(dir);
-        let hit = third
-            .get_or_compile(&k, compile_counting(&compiles, &k))
-            .unwrap();
+        let hit = third.get_or_compile(&k, compile_counting(&compiles, &k)).unwrap();
         assert_eq!(hit.origin, Origin::Disk, "{kind}");
         assert_eq!(compiles.load(Ordering::SeqCst), 2, "{kind}");
         assert_eq!(third.stats().corrupt_evicted, 0, "{kind}");

@@ -48,9 +48,7 @@ fn child_crashing_writer() {
     let k = key("crash");
     match child_var("KILN_CRASH_MODE").as_str() {
         "cold" => {
-            cache
-                .get_or_compile(&k, || Ok::<_, io::Error>(new_bytes()))
-                .unwrap();
+            cache.get_or_compile(&k, || Ok::<_, io::Error>(new_bytes())).unwrap();
         }
         "replace" => {
             cache.put(&k, new_bytes()).unwrap();
@@ -105,24 +103,15 @@ fn killed_cold_writer_leaves_no_entry_or_a_complete_one() {
         }
         assert_eq!(reader.stats().corrupt_evicted, 0, "{point}");
 
-        let fetched = reader
-            .get_or_compile(&key("crash"), || Ok::<_, io::Error>(new_bytes()))
-            .unwrap();
+        let fetched = reader.get_or_compile(&key("crash"), || Ok::<_, io::Error>(new_bytes())).unwrap();
         assert_eq!(fetched.artifact.as_bytes(), new_bytes().as_slice());
         let expected = if renamed { Origin::Disk } else { Origin::Compiled };
         assert_eq!(fetched.origin, expected, "{point}");
         // The next locked writer removed the dead writer's temp file.
         assert!(common::temp_files(dir).is_empty(), "{point}");
-        assert_eq!(
-            reader.stats().stale_temps_removed,
-            u64::from(!renamed),
-            "{point}"
-        );
+        assert_eq!(reader.stats().stale_temps_removed, u64::from(!renamed), "{point}");
         let fresh = CompileCache::open(common::config(dir).build()).unwrap();
-        assert_eq!(
-            fresh.read_disk(&key("crash")).unwrap().unwrap().as_bytes(),
-            new_bytes().as_slice()
-        );
+        assert_eq!(fresh.read_disk(&key("crash")).unwrap().unwrap().as_bytes(), new_bytes().as_slice());
     }
 }
 
@@ -154,9 +143,6 @@ fn killed_replacing_writer_leaves_the_old_entry_or_the_new_one() {
         assert_eq!(gc.stale_temps_removed, usize::from(!renamed), "{point}");
         assert!(common::temp_files(dir).is_empty(), "{point}");
         let fresh = CompileCache::open(common::config(dir).build()).unwrap();
-        assert_eq!(
-            fresh.read_disk(&key("crash")).unwrap().unwrap().as_bytes(),
-            b"third"
-        );
+        assert_eq!(fresh.read_disk(&key("crash")).unwrap().unwrap().as_bytes(), b"third");
     }
 }

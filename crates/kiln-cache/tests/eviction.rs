@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -19,10 +18,7 @@ fn size_bound_evicts_the_least_recently_used_entry() {
     let dir = tmp.path();
     // Room for two entries (each a little over LEN bytes with its header), not three.
     let cache = CompileCache::open(
-        common::config(dir)
-            .max_disk_bytes(Some(2 * LEN as u64 + 4096))
-            .touch_interval(Duration::ZERO)
-            .build(),
+        common::config(dir).max_disk_bytes(Some(2 * LEN as u64 + 4096)).touch_interval(Duration::ZERO).build(),
     )
     .unwrap();
     let (a, b, c) = (key("lru-a"), key("lru-b"), key("lru-c"));
@@ -58,10 +54,7 @@ fn eviction_while_a_reader_has_the_file_open_gives_complete_bytes() {
     let dir = tmp.path().to_owned();
     let k = key("evicted-under-reader");
     let bytes = artifact_for(&k, 3 << 20);
-    CompileCache::open(common::config(&dir).build())
-        .unwrap()
-        .put(&k, bytes.clone())
-        .unwrap();
+    CompileCache::open(common::config(&dir).build()).unwrap().put(&k, bytes.clone()).unwrap();
 
     let (opened_tx, opened_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -122,11 +115,7 @@ fn eviction_by_another_process_never_yields_partial_bytes() {
     let reader = CompileCache::open(common::config(&dir).build()).unwrap();
     let k = key("churn");
     let bytes = artifact_for(&k, 1 << 20);
-    let mut child = spawn_child(
-        "child_publish_evict_loop",
-        "churn",
-        &[("KILN_CHURN_DIR", dir.display().to_string())],
-    );
+    let mut child = spawn_child("child_publish_evict_loop", "churn", &[("KILN_CHURN_DIR", dir.display().to_string())]);
     let (mut hits, mut misses) = (0, 0);
     loop {
         match reader.read_disk(&k).unwrap() {

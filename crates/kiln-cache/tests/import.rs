@@ -31,9 +31,7 @@ fn entries_built_elsewhere_are_imported_and_hit() {
 
     let fresh = CompileCache::open(common::config(serve.path()).build()).unwrap();
     for k in &keys {
-        let hit = fresh
-            .get_or_compile(k, || -> io::Result<Vec<u8>> { panic!("pre-seeded: no compile") })
-            .unwrap();
+        let hit = fresh.get_or_compile(k, || -> io::Result<Vec<u8>> { panic!("pre-seeded: no compile") }).unwrap();
         assert_eq!(hit.origin, Origin::Disk);
         assert!(hit.artifact.as_bytes() == artifact_for(k, 50_000));
     }
@@ -68,10 +66,7 @@ fn damaged_files_are_rejected_and_nothing_is_written() {
     assert_eq!(report.imported.len(), 0);
     assert_eq!(report.failed.len(), 2);
     assert_eq!(server.stats().imports_rejected, 3);
-    let left: Vec<_> = common::names(serve.path())
-        .into_iter()
-        .filter(|n| !n.starts_with(".kiln-cache.lock"))
-        .collect();
+    let left: Vec<_> = common::names(serve.path()).into_iter().filter(|n| !n.starts_with(".kiln-cache.lock")).collect();
     assert!(left.is_empty(), "an import of a bad file wrote {left:?}");
 }
 
@@ -84,12 +79,7 @@ fn import_replaces_a_corrupt_entry() {
     builder.put(&k, artifact_for(&k, 10_000)).unwrap();
     let server = CompileCache::open(common::config(serve.path()).build()).unwrap();
     server.put(&k, b"stale".to_vec()).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(server.entry_path(&k))
-        .unwrap()
-        .set_len(10)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(server.entry_path(&k)).unwrap().set_len(10).unwrap();
     let outcome = server.import_file(&builder.entry_path(&k)).unwrap();
     assert_eq!(outcome.status, ImportStatus::Replaced);
     let fresh = CompileCache::open(common::config(serve.path()).build()).unwrap();
@@ -109,12 +99,8 @@ fn gc_removes_stale_temps_and_orphan_locks_but_keeps_entries() {
     std::fs::write(dir.join(format!("{}.kce.lock", dead.id())), b"").unwrap();
 
     // With a grace period, a fresh temp file is left alone (its writer may be alive).
-    let patient = CompileCache::open(
-        common::config(dir)
-            .stale_temp_age(std::time::Duration::from_secs(3600))
-            .build(),
-    )
-    .unwrap();
+    let patient =
+        CompileCache::open(common::config(dir).stale_temp_age(std::time::Duration::from_secs(3600)).build()).unwrap();
     assert_eq!(patient.gc().unwrap().stale_temps_removed, 0);
 
     let report = cache.gc().unwrap();

@@ -43,10 +43,7 @@ fn worked_example_is_pinned() {
     assert_eq!(k.model_hash(), EXAMPLE_MODEL_HASH);
     assert_eq!(k.canonical_text(), EXAMPLE_TEXT);
     assert_eq!(EXAMPLE_TEXT.len(), 259);
-    assert_eq!(
-        blake3::hash(EXAMPLE_TEXT.as_bytes()).to_hex().as_str(),
-        EXAMPLE_DIGEST
-    );
+    assert_eq!(blake3::hash(EXAMPLE_TEXT.as_bytes()).to_hex().as_str(), EXAMPLE_DIGEST);
     assert_eq!(k.id().to_hex(), EXAMPLE_ID);
     assert_eq!(CacheKey::from_canonical_text(EXAMPLE_TEXT).unwrap(), k);
 }
@@ -58,14 +55,7 @@ fn document_shows_the_pinned_example() {
         assert!(DOC.contains(needle), "docs/cache-key.md must mention {needle}");
     }
     // The shell recipe in the document reproduces the text byte for byte.
-    let recipe = DOC
-        .lines()
-        .find(|l| l.starts_with("printf '"))
-        .expect("a printf recipe");
-    let arg = recipe
-        .strip_prefix("printf '")
-        .and_then(|r| r.split_once("' |"))
-        .map(|(a, _)| a)
-        .unwrap();
+    let recipe = DOC.lines().find(|l| l.starts_with("printf '")).expect("a printf recipe");
+    let arg = recipe.strip_prefix("printf '").and_then(|r| r.split_once("' |")).map(|(a, _)| a).unwrap();
     assert_eq!(arg.replace("\\n", "\n"), EXAMPLE_TEXT);
 }

@@ -33,11 +33,7 @@ fn listing_never_returns_temp_or_lock_files() {
     let writer = CompileCache::open(common::config(&dir).fault_injector(hook).build()).unwrap();
     let k = key("in-flight");
     std::thread::scope(|s| {
-        let w = s.spawn(|| {
-            writer
-                .get_or_compile(&k, || Ok::<_, io::Error>(artifact_for(&k, 300_000)))
-                .unwrap()
-        });
+        let w = s.spawn(|| writer.get_or_compile(&k, || Ok::<_, io::Error>(artifact_for(&k, 300_000))).unwrap());
         paused_rx.recv().unwrap();
         assert_eq!(common::temp_files(&dir).len(), 1, "{:?}", common::names(&dir));
         let listed: Vec<_> = cache.list().unwrap().into_iter().map(|e| e.id).collect();
@@ -72,12 +68,7 @@ fn listing_shows_damaged_entries_with_the_reason() {
     let cache = CompileCache::open(common::config(tmp.path()).build()).unwrap();
     let k = key("damaged");
     cache.put(&k, artifact_for(&k, 1000)).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(cache.entry_path(&k))
-        .unwrap()
-        .set_len(20)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(cache.entry_path(&k)).unwrap().set_len(20).unwrap();
     let listed = cache.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert!(listed[0].header.is_err(), "{:?}", listed[0]);

@@ -23,12 +23,8 @@ fn no_flock(errno: i32, only_entries: bool) -> std::sync::Arc<Hook> {
 fn required_locking_fails_loudly_at_open() {
     for errno in [libc::ENOLCK, libc::EOPNOTSUPP, libc::ENOSYS] {
         let tmp = tempfile::tempdir().unwrap();
-        let err = CompileCache::open(
-            common::config(tmp.path())
-                .fault_injector(no_flock(errno, false))
-                .build(),
-        )
-        .unwrap_err();
+        let err =
+            CompileCache::open(common::config(tmp.path()).fault_injector(no_flock(errno, false)).build()).unwrap_err();
         match &err {
             CacheError::LockingUnsupported { source, .. } => {
                 assert_eq!(source.raw_os_error(), Some(errno));
@@ -42,16 +38,10 @@ fn required_locking_fails_loudly_at_open() {
 #[test]
 fn required_locking_fails_loudly_on_a_miss_and_compiles_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let cache = CompileCache::open(
-        common::config(tmp.path())
-            .fault_injector(no_flock(libc::ENOLCK, true))
-            .build(),
-    )
-    .unwrap();
+    let cache =
+        CompileCache::open(common::config(tmp.path()).fault_injector(no_flock(libc::ENOLCK, true)).build()).unwrap();
     let err = cache
-        .get_or_compile(&key("k"), || -> io::Result<Vec<u8>> {
-            panic!("must not compile without the required lock")
-        })
+        .get_or_compile(&key("k"), || -> io::Result<Vec<u8>> { panic!("must not compile without the required lock") })
         .unwrap_err();
     assert!(matches!(err, CacheError::LockingUnsupported { .. }), "{err:?}");
     assert_eq!(cache.stats().compiles, 0);
@@ -69,18 +59,12 @@ fn best_effort_runs_without_cross_process_locks_and_warns_once() {
         )
         .unwrap();
         for name in ["a", "b"] {
-            let fetched = cache
-                .get_or_compile(&key(name), || Ok::<_, io::Error>(name.as_bytes().to_vec()))
-                .unwrap();
+            let fetched = cache.get_or_compile(&key(name), || Ok::<_, io::Error>(name.as_bytes().to_vec())).unwrap();
             assert_eq!(fetched.origin, Origin::Compiled);
         }
         cache
     });
-    let warnings: Vec<_> = logs
-        .warnings()
-        .into_iter()
-        .filter(|w| w.contains("without cross-process locks"))
-        .collect();
+    let warnings: Vec<_> = logs.warnings().into_iter().filter(|w| w.contains("without cross-process locks")).collect();
     assert_eq!(warnings.len(), 1, "{:?}", logs.warnings());
     assert_eq!(cache.stats().unlocked_misses, 2);
     // No lock files were made, and publishing stayed atomic and readable.

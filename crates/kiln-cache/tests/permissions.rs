@@ -31,9 +31,7 @@ fn new_directory_and_files_are_owner_only() {
     let cache = CompileCache::open(common::config(&dir).build()).unwrap();
     assert_eq!(mode(&dir), 0o700);
     let k = key("perm");
-    cache
-        .get_or_compile(&k, || Ok::<_, io::Error>(vec![1; 100]))
-        .unwrap();
+    cache.get_or_compile(&k, || Ok::<_, io::Error>(vec![1; 100])).unwrap();
     assert_eq!(mode(&cache.entry_path(&k)), 0o600);
     assert_eq!(mode(&dir.join(format!("{}.kce.lock", k.id()))), 0o600);
 }
@@ -52,15 +50,8 @@ fn directory_writable_by_others_is_refused_unless_shared_and_trusted() {
             }
             other => panic!("mode {bad:o}: expected UntrustedDirectory, got {other:?}"),
         }
-        let shared = CompileCache::open(
-            common::config(&dir)
-                .trust(DirTrust::SharedTrusted)
-                .build(),
-        )
-        .unwrap();
-        let fetched = shared
-            .get_or_compile(&key("shared"), || Ok::<_, io::Error>(vec![5]))
-            .unwrap();
+        let shared = CompileCache::open(common::config(&dir).trust(DirTrust::SharedTrusted).build()).unwrap();
+        let fetched = shared.get_or_compile(&key("shared"), || Ok::<_, io::Error>(vec![5])).unwrap();
         assert_eq!(fetched.origin, Origin::Compiled);
     }
     for good in [0o700, 0o750, 0o755, 0o500] {
@@ -68,10 +59,7 @@ fn directory_writable_by_others_is_refused_unless_shared_and_trusted() {
         let dir = tmp.path().join("c");
         std::fs::create_dir(&dir).unwrap();
         chmod(&dir, good);
-        assert!(
-            CompileCache::open(common::config(&dir).build()).is_ok(),
-            "mode {good:o} must be accepted"
-        );
+        assert!(CompileCache::open(common::config(&dir).build()).is_ok(), "mode {good:o} must be accepted");
         chmod(&dir, 0o700);
     }
 }
@@ -82,9 +70,7 @@ fn error_message_says_what_to_do() {
     let dir = tmp.path().join("c");
     std::fs::create_dir(&dir).unwrap();
     chmod(&dir, 0o777);
-    let msg = CompileCache::open(common::config(&dir).build())
-        .unwrap_err()
-        .to_string();
+    let msg = CompileCache::open(common::config(&dir).build()).unwrap_err().to_string();
     assert!(msg.contains(&dir.display().to_string()), "{msg}");
     assert!(msg.contains("chmod go-w"), "{msg}");
     assert!(msg.contains("SharedTrusted"), "{msg}");
@@ -103,9 +89,7 @@ fn entry_writable_by_others_is_refused() {
     chmod(&path, 0o666);
     let cache = CompileCache::open(common::config(&dir).build()).unwrap();
     let err = cache
-        .get_or_compile(&k, || -> io::Result<Vec<u8>> {
-            panic!("must not compile over a refused entry either")
-        })
+        .get_or_compile(&k, || -> io::Result<Vec<u8>> { panic!("must not compile over a refused entry either") })
         .unwrap_err();
     match err {
         CacheError::UntrustedEntry { path: p, id, mode, .. } => {
@@ -119,12 +103,7 @@ fn entry_writable_by_others_is_refused() {
     assert!(matches!(cache.get(&k), Err(CacheError::UntrustedEntry { .. })));
     assert_eq!(cache.verify(false).unwrap().untrusted, vec![path.clone()]);
 
-    let trusting = CompileCache::open(
-        common::config(&dir)
-            .trust(DirTrust::SharedTrusted)
-            .build(),
-    )
-    .unwrap();
+    let trusting = CompileCache::open(common::config(&dir).trust(DirTrust::SharedTrusted).build()).unwrap();
     assert_eq!(trusting.get(&k).unwrap().unwrap().as_bytes(), b"real");
 }
 

@@ -59,10 +59,7 @@ fn thirty_two_processes_on_one_cold_key_compile_once() {
                     ("KILN_RACE_DIR", dir.display().to_string()),
                     ("KILN_RACE_COUNTER", counter.display().to_string()),
                     ("KILN_RACE_GO", go.display().to_string()),
-                    (
-                        "KILN_RACE_OUT",
-                        tmp.path().join(format!("out-{i}.bin")).display().to_string(),
-                    ),
+                    ("KILN_RACE_OUT", tmp.path().join(format!("out-{i}.bin")).display().to_string()),
                 ],
             )
         })
@@ -81,11 +78,7 @@ fn thirty_two_processes_on_one_cold_key_compile_once() {
     }
 
     let compiles = std::fs::read_to_string(&counter).unwrap();
-    assert_eq!(
-        compiles.lines().count(),
-        1,
-        "exactly one process may compile; compiled in: {compiles:?}"
-    );
+    assert_eq!(compiles.lines().count(), 1, "exactly one process may compile; compiled in: {compiles:?}");
     let expected = artifact_for(&key("process-race"), ARTIFACT_LEN);
     let mut origins = Vec::new();
     for i in 0..CHILDREN {
@@ -96,22 +89,12 @@ fn thirty_two_processes_on_one_cold_key_compile_once() {
     }
     let compiled = origins.iter().filter(|o| *o == "Compiled").count();
     assert_eq!(compiled, 1, "origins: {origins:?}");
-    assert!(
-        origins
-            .iter()
-            .all(|o| ["Compiled", "AfterWait", "Disk"].contains(&o.as_str())),
-        "origins: {origins:?}"
-    );
-    assert!(
-        origins.iter().filter(|o| *o == "AfterWait").count() >= 1,
-        "the race was not exercised: {origins:?}"
-    );
+    assert!(origins.iter().all(|o| ["Compiled", "AfterWait", "Disk"].contains(&o.as_str())), "origins: {origins:?}");
+    assert!(origins.iter().filter(|o| *o == "AfterWait").count() >= 1, "the race was not exercised: {origins:?}");
     assert!(common::temp_files(&dir).is_empty());
     let cache = CompileCache::open(common::config(&dir).build()).unwrap();
     let again = cache
-        .get_or_compile(&key("process-race"), || -> Result<Vec<u8>, io::Error> {
-            panic!("must not compile again")
-        })
+        .get_or_compile(&key("process-race"), || -> Result<Vec<u8>, io::Error> { panic!("must not compile again") })
         .unwrap();
     assert_eq!(again.origin, Origin::Disk);
 }

@@ -11,13 +11,7 @@ use common::{Hook, artifact_for, capture_logs, key};
 use kiln_cache::{CacheError, CompileCache, FaultInjector, FaultPoint, Origin};
 
 fn failing_at(point: FaultPoint, errno: i32) -> Arc<dyn FaultInjector> {
-    Hook::new(move |p, _| {
-        if p == point {
-            Err(io::Error::from_raw_os_error(errno))
-        } else {
-            Ok(())
-        }
-    })
+    Hook::new(move |p, _| if p == point { Err(io::Error::from_raw_os_error(errno)) } else { Ok(()) })
 }
 
 fn assert_nothing_published(dir: &Path, cache: &CompileCache, k: &kiln_cache::CacheKey) {
@@ -36,16 +30,10 @@ fn publish_failure_still_returns_the_artifact() {
     for (what, point, errno) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let cache = CompileCache::open(
-            common::config(dir)
-                .fault_injector(failing_at(point, errno))
-                .build(),
-        )
-        .unwrap();
+        let cache = CompileCache::open(common::config(dir).fault_injector(failing_at(point, errno)).build()).unwrap();
         let k = key("unpublishable");
-        let (fetched, logs) = capture_logs(|| {
-            cache.get_or_compile(&k, || Ok::<_, io::Error>(artifact_for(&k, 200_000)))
-        });
+        let (fetched, logs) =
+            capture_logs(|| cache.get_or_compile(&k, || Ok::<_, io::Error>(artifact_for(&k, 200_000))));
         let fetched = fetched.unwrap();
         assert_eq!(fetched.origin, Origin::CompiledUnpublished, "{what}");
         assert!(fetched.artifact.as_bytes() == artifact_for(&k, 200_000), "{what}");
@@ -54,15 +42,13 @@ fn publish_failure_still_returns_the_artifact() {
         assert_eq!((s.publish_failures, s.publishes), (1, 0), "{what}");
         let warnings = logs.warnings();
         assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("could not publish") && w.contains(&io::Error::from_raw_os_error(errno).to_string())),
+            warnings.iter().any(
+                |w| w.contains("could not publish") && w.contains(&io::Error::from_raw_os_error(errno).to_string())
+            ),
             "{what}: {warnings:?}"
         );
         // The process keeps serving it from memory.
-        let again = cache
-            .get_or_compile(&k, || -> io::Result<Vec<u8>> { panic!("no recompile") })
-            .unwrap();
+        let again = cache.get_or_compile(&k, || -> io::Result<Vec<u8>> { panic!("no recompile") }).unwrap();
         assert_eq!(again.origin, Origin::Memory);
     }
 }
@@ -72,14 +58,9 @@ fn failed_replacement_keeps_the_old_entry() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let k = key("keep-old");
-    CompileCache::open(common::config(dir).build())
-        .unwrap()
-        .put(&k, b"old artifact".to_vec())
-        .unwrap();
+    CompileCache::open(common::config(dir).build()).unwrap().put(&k, b"old artifact".to_vec()).unwrap();
     let cache = CompileCache::open(
-        common::config(dir)
-            .fault_injector(failing_at(FaultPoint::PublishMidWrite, libc::ENOSPC))
-            .build(),
+        common::config(dir).fault_injector(failing_at(FaultPoint::PublishMidWrite, libc::ENOSPC)).build(),
     )
     .unwrap();
     let err = cache.put(&k, artifact_for(&k, 100_000)).unwrap_err();
@@ -92,10 +73,7 @@ fn failed_replacement_keeps_the_old_entry() {
     }
     assert!(common::temp_files(dir).is_empty());
     let reader = CompileCache::open(common::config(dir).build()).unwrap();
-    assert_eq!(
-        reader.read_disk(&k).unwrap().unwrap().as_bytes(),
-        b"old artifact"
-    );
+    assert_eq!(reader.read_disk(&k).unwrap().unwrap().as_bytes(), b"old artifact");
 }
 
 /// A real read-only directory. Root ignores permission bits, so there only the failpoint
@@ -111,9 +89,7 @@ fn really_read_only_directory() {
         return;
     }
     let k = key("read-only");
-    let fetched = cache
-        .get_or_compile(&k, || Ok::<_, io::Error>(vec![1, 2, 3]))
-        .unwrap();
+    let fetched = cache.get_or_compile(&k, || Ok::<_, io::Error>(vec![1, 2, 3])).unwrap();
     assert_eq!(fetched.origin, Origin::CompiledUnpublished);
     assert_eq!(fetched.artifact.as_bytes(), &[1, 2, 3]);
     assert_eq!(cache.stats().publish_failures, 1);

@@ -15,8 +15,7 @@ fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) 
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("blocked by a leftover lock")
+    rx.recv_timeout(Duration::from_secs(secs)).expect("blocked by a leftover lock")
 }
 
 /// Child role (not a test on its own): die by SIGKILL in the middle of a compile, holding the
@@ -48,10 +47,7 @@ fn lock_file_of_a_killed_compiler_does_not_block() {
     let out = spawn_child(
         "child_dies_while_compiling",
         "die",
-        &[
-            ("KILN_DIE_DIR", dir.display().to_string()),
-            ("KILN_DIE_MARKER", marker.display().to_string()),
-        ],
+        &[("KILN_DIE_DIR", dir.display().to_string()), ("KILN_DIE_MARKER", marker.display().to_string())],
     )
     .wait_with_output()
     .unwrap();
@@ -63,9 +59,7 @@ fn lock_file_of_a_killed_compiler_does_not_block() {
 
     let fetched = within(10, move || {
         let cache = CompileCache::open(common::config(&dir).build()).unwrap();
-        cache
-            .get_or_compile(&k, || Ok::<_, io::Error>(b"recovered".to_vec()))
-            .unwrap()
+        cache.get_or_compile(&k, || Ok::<_, io::Error>(b"recovered".to_vec())).unwrap()
     });
     assert_eq!(fetched.origin, Origin::Compiled);
     assert_eq!(fetched.artifact.as_bytes(), b"recovered");
@@ -82,9 +76,7 @@ fn stray_lock_file_does_not_block() {
     std::fs::write(dir.join(format!("{}.kce.lock", k.id())), "left over by an old version").unwrap();
     let fetched = within(10, move || {
         let cache = CompileCache::open(common::config(&dir).build()).unwrap();
-        let first = cache
-            .get_or_compile(&k, || Ok::<_, io::Error>(vec![9; 9]))
-            .unwrap();
+        let first = cache.get_or_compile(&k, || Ok::<_, io::Error>(vec![9; 9])).unwrap();
         // gc may remove lock files that no entry needs, and only while holding them.
         cache.evict(&k).unwrap();
         std::fs::write(dir.join(format!("{}.kce.lock", k.id())), "").unwrap();

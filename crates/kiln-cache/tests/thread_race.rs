@@ -17,8 +17,7 @@ fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) 
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("deadlock: did not finish in time")
+    rx.recv_timeout(Duration::from_secs(secs)).expect("deadlock: did not finish in time")
 }
 
 fn race_one_key(cache: CompileCache, threads: usize) -> (usize, CompileCache) {
@@ -28,8 +27,7 @@ fn race_one_key(cache: CompileCache, threads: usize) -> (usize, CompileCache) {
     let key = key("thread-race");
     let handles: Vec<_> = (0..threads)
         .map(|_| {
-            let (cache, compiles, barrier, key) =
-                (cache.clone(), compiles.clone(), barrier.clone(), key.clone());
+            let (cache, compiles, barrier, key) = (cache.clone(), compiles.clone(), barrier.clone(), key.clone());
             std::thread::spawn(move || {
                 barrier.wait();
                 cache
@@ -49,13 +47,17 @@ fn race_one_key(cache: CompileCache, threads: usize) -> (usize, CompileCache) {
         assert_eq!(fetched.artifact.as_bytes(), expected.as_slice());
         origins.push(fetched.origin);
     }
-    assert_eq!(
-        origins.iter().filter(|o| **o == Origin::Compiled).count(),
-        1,
-        "{origins:?}"
-    );
+    assert_eq!(origins.iter().filter(|o| **o == Origin::Compiled).count(), 1, "{origins:?}");
     let cache = Arc::try_unwrap(cache).unwrap();
     (compiles.load(Ordering::SeqCst), cache)
+}
+
+#[test]
+fn cache_is_shareable_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CompileCache>();
+    assert_send_sync::<kiln_cache::Artifact>();
+    assert_send_sync::<CacheError>();
 }
 
 #[test]
@@ -80,10 +82,7 @@ fn sixty_four_threads_on_one_key_compile_once_without_file_locks() {
         _ => Ok(()),
     });
     let cache = CompileCache::open(
-        common::config(tmp.path())
-            .locking(LockingMode::BestEffort)
-            .fault_injector(no_flock)
-            .build(),
+        common::config(tmp.path()).locking(LockingMode::BestEffort).fault_injector(no_flock).build(),
     )
     .unwrap();
     let (compiles, cache) = within(30, move || race_one_key(cache, 64));
@@ -128,11 +127,7 @@ fn sixteen_threads_on_sixteen_keys_compile_one_at_a_time() {
         }
     });
     assert_eq!(compiles.load(Ordering::SeqCst), 16);
-    assert_eq!(
-        max_active.load(Ordering::SeqCst),
-        1,
-        "compiles must be serialised by the process-wide compile lock"
-    );
+    assert_eq!(max_active.load(Ordering::SeqCst), 1, "compiles must be serialised by the process-wide compile lock");
     assert_eq!(cache.stats().keys_in_flight, 0);
 }
 
@@ -144,14 +139,8 @@ fn cache_call_from_inside_a_compile_is_refused_not_deadlocked() {
     let fetched = within(20, move || {
         c.get_or_compile(&key("outer"), || {
             let nested = c.get_or_compile(&key("inner"), || Ok::<_, io::Error>(vec![1]));
-            assert!(
-                matches!(nested, Err(CacheError::Reentrant { id }) if id == key("inner").id()),
-                "{nested:?}"
-            );
-            assert!(matches!(
-                c.put(&key("inner"), vec![2]),
-                Err(CacheError::Reentrant { .. })
-            ));
+            assert!(matches!(nested, Err(CacheError::Reentrant { id }) if id == key("inner").id()), "{nested:?}");
+            assert!(matches!(c.put(&key("inner"), vec![2]), Err(CacheError::Reentrant { .. })));
             // The thread already holds the compile lock: nested use runs without deadlocking.
             assert_eq!(kiln_cache::with_compile_lock(|| 5), 5);
             Ok::<_, io::Error>(vec![3])
@@ -167,9 +156,7 @@ fn failed_compile_publishes_nothing_and_the_next_call_compiles() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = CompileCache::open(common::config(tmp.path()).build()).unwrap();
     let k = key("failing");
-    let err = cache
-        .get_or_compile(&k, || Err::<Vec<u8>, _>(io::Error::other("out of registers")))
-        .unwrap_err();
+    let err = cache.get_or_compile(&k, || Err::<Vec<u8>, _>(io::Error::other("out of registers"))).unwrap_err();
     match &err {
         CacheError::Compile { id, source } => {
             assert_eq!(*id, k.id());
@@ -179,9 +166,7 @@ fn failed_compile_publishes_nothing_and_the_next_call_compiles() {
     }
     assert!(!cache.entry_path(&k).exists());
     assert!(common::temp_files(tmp.path()).is_empty());
-    let ok = cache
-        .get_or_compile(&k, || Ok::<_, io::Error>(vec![7; 10]))
-        .unwrap();
+    let ok = cache.get_or_compile(&k, || Ok::<_, io::Error>(vec![7; 10])).unwrap();
     assert_eq!(ok.origin, Origin::Compiled);
     let s = cache.stats();
     assert_eq!((s.compiles, s.compile_failures, s.publishes), (2, 1, 1));
@@ -193,17 +178,12 @@ fn panicking_compile_releases_every_lock() {
     let cache = Arc::new(CompileCache::open(common::config(tmp.path()).build()).unwrap());
     let c = cache.clone();
     let panicked = std::thread::spawn(move || {
-        c.get_or_compile(&key("panics"), || -> Result<Vec<u8>, io::Error> {
-            panic!("compiler crashed")
-        })
+        c.get_or_compile(&key("panics"), || -> Result<Vec<u8>, io::Error> { panic!("compiler crashed") })
     })
     .join();
     assert!(panicked.is_err());
     let c = cache.clone();
-    let fetched = within(10, move || {
-        c.get_or_compile(&key("panics"), || Ok::<_, io::Error>(vec![1, 2, 3]))
-            .unwrap()
-    });
+    let fetched = within(10, move || c.get_or_compile(&key("panics"), || Ok::<_, io::Error>(vec![1, 2, 3])).unwrap());
     assert_eq!(fetched.origin, Origin::Compiled);
     assert_eq!(cache.stats().keys_in_flight, 0);
 }

@@ -18,7 +18,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 fn overhead(c: &mut Criterion) {
     let model = Arc::new(SumModel::new(190, 2, false));
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).max_concurrency(1).build().unwrap();
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).max_concurrency(1).build().unwrap();
     let session = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
     let device = session.device().clone();
     let req = DeviceRequest::new(&device, &model, 4, 1);
@@ -34,7 +35,14 @@ fn overhead(c: &mut Criterion) {
     assert_eq!(session.run_device(&ins, &outs).unwrap().path, RunPath::UltraFast);
 
     // A bare graph launch of the same program with the same pointers.
-    let program = model.load(&device, &model.compile(&device, &kiln_dispatch::CompileRequest { input_dims: &model.dims(4), bucket: Some(4) }).unwrap()).unwrap();
+    let program = model
+        .load(
+            &device,
+            &model
+                .compile(&device, &kiln_dispatch::CompileRequest { input_dims: &model.dims(4), bucket: Some(4) })
+                .unwrap(),
+        )
+        .unwrap();
     let stream = device.create_stream().unwrap();
     let scratch = device.alloc(program.scratch_bytes()).unwrap();
     let in_slices: Vec<_> = req.inputs.iter().map(|b| b.as_slice()).collect();
@@ -86,10 +94,10 @@ fn overhead(c: &mut Criterion) {
     group.bench_function("ultra_fast_run_host_pinned_copy_including_execution", |b| {
         b.iter(|| {
             // SAFETY: f32 -> u8 views of initialised, exclusively borrowed memory.
-            let mut outs: [&mut [u8]; 2] = [
-                unsafe { std::slice::from_raw_parts_mut(sum.as_mut_ptr().cast::<u8>(), 32) },
-                unsafe { std::slice::from_raw_parts_mut(rowsum.as_mut_ptr().cast::<u8>(), 16) },
-            ];
+            let mut outs: [&mut [u8]; 2] =
+                [unsafe { std::slice::from_raw_parts_mut(sum.as_mut_ptr().cast::<u8>(), 32) }, unsafe {
+                    std::slice::from_raw_parts_mut(rowsum.as_mut_ptr().cast::<u8>(), 16)
+                }];
             session.run_into(&host_inputs, &mut outs).unwrap()
         })
     });

@@ -70,7 +70,13 @@ pub struct GraphConfig {
 
 impl Default for GraphConfig {
     fn default() -> GraphConfig {
-        GraphConfig { enabled: true, capture: CaptureWhen::Lazy, max_consecutive_drift: 3, try_update: true, memory_budget_bytes: None }
+        GraphConfig {
+            enabled: true,
+            capture: CaptureWhen::Lazy,
+            max_consecutive_drift: 3,
+            try_update: true,
+            memory_budget_bytes: None,
+        }
     }
 }
 

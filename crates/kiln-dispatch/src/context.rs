@@ -54,7 +54,9 @@ pub(crate) struct RunContext<B: Backend> {
 impl<B: Backend> RunContext<B> {
     pub(crate) fn scratch_slice(&self, bytes: usize) -> DeviceSlice {
         match &self.scratch {
-            Some(buffer) if bytes > 0 => kiln_device::DeviceBuffer::slice(buffer, 0, bytes).expect("scratch sized for every program"),
+            Some(buffer) if bytes > 0 => {
+                kiln_device::DeviceBuffer::slice(buffer, 0, bytes).expect("scratch sized for every program")
+            }
             Some(buffer) => kiln_device::DeviceBuffer::slice(buffer, 0, 0).expect("empty slice"),
             None => DeviceSlice::from_raw(DevicePtr::NULL, 0),
         }

@@ -39,7 +39,10 @@ pub struct SessionGroup<B: Backend, C: ProgramCompiler<B>> {
 
 impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for SessionGroup<B, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionGroup").field("sessions", &self.sessions).field("routing", &self.routing).finish_non_exhaustive()
+        f.debug_struct("SessionGroup")
+            .field("sessions", &self.sessions)
+            .field("routing", &self.routing)
+            .finish_non_exhaustive()
     }
 }
 
@@ -68,7 +71,9 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
             return Err(DispatchError::Config("a session group needs a compile cache (SessionConfig::builder().cache(..)) so its devices compile once".into()));
         }
         let mut devices = devices.into_iter();
-        let first = Session::new(devices.next().expect("checked non-empty"), compiler.clone(), config.clone(), &|p| progress(0, p))?;
+        let first = Session::new(devices.next().expect("checked non-empty"), compiler.clone(), config.clone(), &|p| {
+            progress(0, p)
+        })?;
         let rest: Vec<Result<Session<B, C>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = devices
                 .enumerate()
@@ -95,7 +100,9 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
     fn pick(&self) -> usize {
         match self.routing {
             Routing::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % self.sessions.len(),
-            Routing::LeastLoaded => (0..self.sessions.len()).min_by_key(|&i| self.in_flight[i].load(Ordering::Relaxed)).unwrap_or(0),
+            Routing::LeastLoaded => {
+                (0..self.sessions.len()).min_by_key(|&i| self.in_flight[i].load(Ordering::Relaxed)).unwrap_or(0)
+            }
         }
     }
 

@@ -47,7 +47,7 @@ pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, P
 pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
 pub use error::{DispatchError, Result};
 pub use group::{Routing, SessionGroup};
-pub use programs::{KILN_FORMAT_VERSION, Progress, ProgramSource};
+pub use programs::{KILN_FORMAT_VERSION, ProgramSource, Progress, cache_key};
 pub use session::{Pending, Session};
 pub use stats::{LatencyHistogram, StatsSnapshot};
 pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};

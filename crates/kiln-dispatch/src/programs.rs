@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_cache::{CacheKey, CompileCache, Origin};
-use kiln_device::{Backend, Device};
+use kiln_device::{Backend, BackendKind, Device};
 use kiln_shape::TensorSpec;
 
 use crate::compiler::{CompileRequest, CompilerIdentity, Program, ProgramCompiler};
@@ -33,18 +33,28 @@ pub(crate) struct ProgramEntry<P> {
 }
 
 fn bytes_of(spec: &TensorSpec, dims: &[u64]) -> Result<usize> {
-    Ok(kiln_shape::byte_size(dims, spec.dtype()).map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize)
+    Ok(kiln_shape::byte_size(dims, spec.dtype())
+        .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize)
 }
 
-/// The cache key of the program for `input_dims` on `device`.
-pub(crate) fn cache_key<B: Backend>(identity: &CompilerIdentity, specs: &[TensorSpec], input_dims: &[Vec<u64>], device: &B::Device) -> Result<CacheKey> {
+/// The cache key of the program for `input_dims` (binding order) of a model with input `specs`,
+/// built by a compiler with `identity`, for a device of `backend` and architecture `arch`. This is
+/// the key a session uses, computable without opening a device (`kiln cache key`); see
+/// `docs/cache-key.md`.
+pub fn cache_key(
+    identity: &CompilerIdentity,
+    specs: &[TensorSpec],
+    input_dims: &[Vec<u64>],
+    backend: BackendKind,
+    arch: &str,
+) -> Result<CacheKey> {
     let shapes: Vec<kiln_shape::TensorShape<'_>> =
         specs.iter().zip(input_dims).map(|(s, d)| kiln_shape::TensorShape::new(s.name(), s.dtype(), d)).collect();
     let mut builder = CacheKey::builder()
         .model_hash(identity.model_hash.clone())
         .shape(kiln_shape::StableShapeKey::of(&shapes).to_hex())
-        .backend(B::KIND.name())
-        .arch(device.info().arch.clone())
+        .backend(backend.name())
+        .arch(arch)
         .compiler(identity.compiler.clone())
         .compiler_version(identity.version.clone())
         .option("kiln_format", KILN_FORMAT_VERSION.to_string());
@@ -52,6 +62,15 @@ pub(crate) fn cache_key<B: Backend>(identity: &CompilerIdentity, specs: &[Tensor
         builder = builder.option(name.clone(), value.clone());
     }
     builder.build().map_err(|e| DispatchError::Config(format!("cannot build a cache key: {e}")))
+}
+
+fn device_key<B: Backend>(
+    identity: &CompilerIdentity,
+    specs: &[TensorSpec],
+    input_dims: &[Vec<u64>],
+    device: &B::Device,
+) -> Result<CacheKey> {
+    cache_key(identity, specs, input_dims, B::KIND, &device.info().arch)
 }
 
 /// What one program is for.
@@ -69,19 +88,36 @@ pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
     stats: &Stats,
 ) -> Result<ProgramEntry<C::Program>> {
     let model = compiler.model();
-    let program = compiler.load(device, artifact).map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
+    let program =
+        compiler.load(device, artifact).map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
     Stats::bump(&stats.program_loads);
     let output_dims = program.output_dims().to_vec();
     if output_dims.len() != model.outputs.len() {
-        return Err(DispatchError::ProgramMismatch { bucket: spec.bucket, expected: model.outputs.len(), actual: output_dims.len() });
+        return Err(DispatchError::ProgramMismatch {
+            bucket: spec.bucket,
+            expected: model.outputs.len(),
+            actual: output_dims.len(),
+        });
     }
     let input_bytes = model.inputs.iter().zip(&spec.input_dims).map(|(s, d)| bytes_of(s, d)).collect::<Result<_>>()?;
     let output_bytes = model.outputs.iter().zip(&output_dims).map(|(s, d)| bytes_of(s, d)).collect::<Result<_>>()?;
     let scratch_bytes = program.scratch_bytes();
-    Ok(ProgramEntry { id: NEXT_PROGRAM_ID.fetch_add(1, Ordering::Relaxed), bucket: spec.bucket, program, input_bytes, output_dims, output_bytes, scratch_bytes })
+    Ok(ProgramEntry {
+        id: NEXT_PROGRAM_ID.fetch_add(1, Ordering::Relaxed),
+        bucket: spec.bucket,
+        program,
+        input_bytes,
+        output_dims,
+        output_bytes,
+        scratch_bytes,
+    })
 }
 
-fn compile_bytes<B: Backend, C: ProgramCompiler<B>>(compiler: &C, device: &B::Device, spec: &ProgramSpec) -> Result<Vec<u8>> {
+fn compile_bytes<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    spec: &ProgramSpec,
+) -> Result<Vec<u8>> {
     let request = CompileRequest { input_dims: &spec.input_dims, bucket: spec.bucket };
     compiler.compile(device, &request).map_err(|source| DispatchError::Compile {
         model: compiler.model().name.clone(),
@@ -112,7 +148,7 @@ pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
 ) -> Result<ProgramEntry<C::Program>> {
     let artifact = match cache {
         Some(cache) => {
-            let key = cache_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?;
+            let key = device_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?;
             let fetched = cache.get_or_compile(&key, || compile_bytes(compiler, device, spec))?;
             count_origin(stats, fetched.origin);
             fetched.artifact.into_vec()
@@ -147,6 +183,9 @@ pub enum ProgramSource {
     Compiled,
 }
 
+/// Where a parallel loader leaves one program (or its error).
+type LoadSlot<P> = parking_lot::Mutex<Option<Result<ProgramEntry<P>>>>;
+
 /// Precompiles every spec: cached artifacts are loaded in parallel on `load_threads` threads, each
 /// pinned to the device; misses are then compiled one at a time through the cache's locks.
 pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
@@ -164,7 +203,7 @@ pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
     if let Some(cache) = cache {
         let identity = compiler.identity();
         let next = AtomicUsize::new(0);
-        let slots: Vec<parking_lot::Mutex<Option<Result<ProgramEntry<C::Program>>>>> = (0..total).map(|_| parking_lot::Mutex::new(None)).collect();
+        let slots: Vec<LoadSlot<C::Program>> = (0..total).map(|_| parking_lot::Mutex::new(None)).collect();
         std::thread::scope(|scope| {
             for _ in 0..load_threads.min(total) {
                 scope.spawn(|| {
@@ -172,7 +211,7 @@ pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(spec) = specs.get(i) else { break };
-                        let hit = cache_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
+                        let hit = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
                             .ok()
                             .and_then(|key| cache.get(&key).ok().flatten());
                         if let Some(artifact) = hit {

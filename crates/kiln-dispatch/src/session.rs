@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_arena::{ArenaLayout, ArenaPool, DeviceInputMode, InputSource, Lease, Pool, PoolConfig, SlotSpec, WhenExhausted};
+use kiln_arena::{
+    ArenaLayout, ArenaPool, DeviceInputMode, InputSource, Lease, Pool, PoolConfig, SlotSpec, WhenExhausted,
+};
 use kiln_device::{Backend, Device, DevicePtr, DeviceSlice, GraphExec, Stream};
 use kiln_shape::{
     Bindings, BucketPolicy, Chunk, DType, PadPlan, Signature, SlicePlan, StableShapeKey, TensorShape, TensorSpec,
@@ -36,6 +38,9 @@ struct ShapeProgram<B: Backend, P> {
     arenas: ArenaPool<B>,
 }
 
+/// Per-shape programs by the stable key of their input shapes.
+type ShapePrograms<B, P> = HashMap<StableShapeKey, Arc<ShapeProgram<B, P>>>;
+
 struct Inner<B: Backend, C: ProgramCompiler<B>> {
     device: B::Device,
     compiler: Arc<C>,
@@ -48,7 +53,7 @@ struct Inner<B: Backend, C: ProgramCompiler<B>> {
     /// Per main program: bytes of the staging span and of the output span it uses.
     upload_span: Vec<usize>,
     download_span: Vec<usize>,
-    shape_programs: RwLock<HashMap<StableShapeKey, Arc<ShapeProgram<B, C::Program>>>>,
+    shape_programs: RwLock<ShapePrograms<B, C::Program>>,
     contexts: Pool<RunContext<B>>,
     stats: Stats,
 }
@@ -93,7 +98,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Creates a session: detects the batch axis, chooses buckets, and precompiles every bucket
     /// through the cache (disk hits loaded in parallel, misses compiled one at a time), all pinned to
     /// `device`. `progress` is called once per program made ready.
-    pub fn new(device: B::Device, compiler: Arc<C>, config: SessionConfig, progress: &(dyn Fn(&Progress) + Sync)) -> Result<Self> {
+    pub fn new(
+        device: B::Device,
+        compiler: Arc<C>,
+        config: SessionConfig,
+        progress: &(dyn Fn(&Progress) + Sync),
+    ) -> Result<Self> {
         let _pin = device.pin()?;
         let model = compiler.model().clone();
         let signature = Signature::new(model.inputs.clone(), model.outputs.clone())?;
@@ -113,23 +123,41 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 .expect("bucketed models have a policy")
                 .buckets()
                 .iter()
-                .map(|&b| ProgramSpec { bucket: Some(b), input_dims: model.inputs.iter().map(|s| concrete_dims(s, batch_symbol.as_deref(), b)).collect() })
+                .map(|&b| ProgramSpec {
+                    bucket: Some(b),
+                    input_dims: model.inputs.iter().map(|s| concrete_dims(s, batch_symbol.as_deref(), b)).collect(),
+                })
                 .collect(),
-            ModelKind::Static => vec![ProgramSpec { bucket: None, input_dims: model.inputs.iter().map(|s| concrete_dims(s, None, 0)).collect() }],
+            ModelKind::Static => vec![ProgramSpec {
+                bucket: None,
+                input_dims: model.inputs.iter().map(|s| concrete_dims(s, None, 0)).collect(),
+            }],
             ModelKind::PerShape => Vec::new(),
         };
         let stats = Stats::default();
         let cache = config.cache.clone();
-        let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
+        let main =
+            programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
 
         // One arena layout serves every main program: each slot sized for the largest bucket.
-        let slot = |spec: &TensorSpec, bytes: usize| SlotSpec::new(spec.name(), bytes, spec.dtype().size_bytes().max(1));
-        let input_slots: Vec<SlotSpec> =
-            model.inputs.iter().enumerate().map(|(i, s)| slot(s, main.iter().map(|e| e.input_bytes[i]).max().unwrap_or(0))).collect();
-        let output_slots: Vec<SlotSpec> =
-            model.outputs.iter().enumerate().map(|(o, s)| slot(s, main.iter().map(|e| e.output_bytes[o]).max().unwrap_or(0))).collect();
+        let slot =
+            |spec: &TensorSpec, bytes: usize| SlotSpec::new(spec.name(), bytes, spec.dtype().size_bytes().max(1));
+        let input_slots: Vec<SlotSpec> = model
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| slot(s, main.iter().map(|e| e.input_bytes[i]).max().unwrap_or(0)))
+            .collect();
+        let output_slots: Vec<SlotSpec> = model
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(o, s)| slot(s, main.iter().map(|e| e.output_bytes[o]).max().unwrap_or(0)))
+            .collect();
         let arena_layout = Arc::new(ArenaLayout::new(&input_slots, &output_slots, config.arena_alignment)?);
-        let span = |slots: &[kiln_arena::Slot], bytes: &[usize]| slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0);
+        let span = |slots: &[kiln_arena::Slot], bytes: &[usize]| {
+            slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
+        };
         let upload_span = main.iter().map(|e| span(arena_layout.inputs(), &e.input_bytes)).collect();
         let download_span = main.iter().map(|e| span(arena_layout.outputs(), &e.output_bytes)).collect();
         let max_scratch = main.iter().map(|e| e.scratch_bytes).max().unwrap_or(0);
@@ -187,7 +215,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Captures a pinned-copy graph of every main program in every prewarmed context.
     fn capture_all_eagerly(&self) -> Result<()> {
         let inner = &*self.inner;
-        let leases: Vec<_> = (0..inner.contexts.created()).map(|_| inner.contexts.lease()).collect::<std::result::Result<_, _>>()?;
+        let leases: Vec<_> =
+            (0..inner.contexts.created()).map(|_| inner.contexts.lease()).collect::<std::result::Result<_, _>>()?;
         for mut ctx in leases {
             for k in 0..inner.main.len() {
                 inner.capture_pinned(&mut ctx, k)?;
@@ -230,7 +259,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 .iter()
                 .zip(&dims)
                 .map(|(spec, d)| {
-                    let bytes = kiln_shape::byte_size(d, spec.dtype()).map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?;
+                    let bytes = kiln_shape::byte_size(d, spec.dtype())
+                        .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?;
                     Ok(AlignedBuffer::new(bytes as usize))
                 })
                 .collect::<Result<_>>()?;
@@ -239,7 +269,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 .iter()
                 .zip(dims)
                 .zip(buffers)
-                .map(|((spec, dims), buf)| OwnedTensor { name: spec.name().to_string(), dtype: spec.dtype(), dims, data: buf.into_vec() })
+                .map(|((spec, dims), buf)| OwnedTensor {
+                    name: spec.name().to_string(),
+                    dtype: spec.dtype(),
+                    dims,
+                    data: buf.into_vec(),
+                })
                 .collect())
         });
         result
@@ -341,7 +376,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
 
     /// Runs `f` with a leased, pinned run context; counts the request, its latency and its failure.
     /// Returns the lease too when the run succeeded (for work left pending on its stream).
-    fn instrumented<R>(&self, f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>) -> (Result<R>, Option<Lease<RunContext<B>>>) {
+    fn instrumented<R>(
+        &self,
+        f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
+    ) -> (Result<R>, Option<Lease<RunContext<B>>>) {
         let started = Instant::now();
         Stats::bump(&self.stats.requests);
         let run = || -> Result<(R, Lease<RunContext<B>>)> {
@@ -496,7 +534,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         Stats::bump(&self.stats.captures);
         let bytes = graph_bytes::<B>(&graph);
         let tick = ctx.tick;
-        ctx.insert_graph((self.main[k].id, mode), GraphEntry { exec: Some(exec), mode, baked: Vec::new(), drift: 0, last_used: tick, bytes }, &self.stats);
+        ctx.insert_graph(
+            (self.main[k].id, mode),
+            GraphEntry { exec: Some(exec), mode, baked: Vec::new(), drift: 0, last_used: tick, bytes },
+            &self.stats,
+        );
         Ok(())
     }
 
@@ -524,7 +566,13 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     }
 
     /// One chunk of a host request on main program `k`, with the plans already in the context.
-    fn pinned_chunk<T: AsMut<[u8]>>(&self, ctx: &mut RunContext<B>, k: usize, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<bool> {
+    fn pinned_chunk<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        k: usize,
+        inputs: &[HostTensor<'_>],
+        outputs: &mut [T],
+    ) -> Result<bool> {
         {
             let RunContext { arena, pad_plans, .. } = &mut *ctx;
             let arena = arena.as_mut().expect("main programs have arenas");
@@ -538,7 +586,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         Ok(replayed)
     }
 
-    fn run_host<T: AsMut<[u8]>>(&self, ctx: &mut RunContext<B>, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
+    fn run_host<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        inputs: &[HostTensor<'_>],
+        outputs: &mut [T],
+    ) -> Result<RunInfo> {
         let n_out = self.signature.outputs().len();
         if outputs.len() != n_out {
             return Err(DispatchError::OutputCount { expected: n_out, actual: outputs.len() });
@@ -557,14 +610,26 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 ctx.last = Some(last);
                 self.count_path(path);
                 self.count_chunk(chunk);
-                return Ok(RunInfo { path, mode: BindingMode::PinnedCopy, batch, bucket: self.main[k].bucket, chunks: 1, replayed });
+                return Ok(RunInfo {
+                    path,
+                    mode: BindingMode::PinnedCopy,
+                    batch,
+                    bucket: self.main[k].bucket,
+                    chunks: 1,
+                    replayed,
+                });
             }
         }
         self.run_host_standard(ctx, inputs, outputs)
     }
 
     /// Validates by name (any order), then runs each chunk; compiles per-shape programs as needed.
-    fn run_host_standard<T: AsMut<[u8]>>(&self, ctx: &mut RunContext<B>, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
+    fn run_host_standard<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        inputs: &[HostTensor<'_>],
+        outputs: &mut [T],
+    ) -> Result<RunInfo> {
         ctx.last = None;
         let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
         let bindings = self.signature.check(&ordered)?;
@@ -572,7 +637,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let batch = bindings.batch();
         if self.kind == ModelKind::PerShape {
             self.run_shape_program_host(&bindings, &ordered, outputs)?;
-            return Ok(RunInfo { path: RunPath::Standard, mode: BindingMode::PinnedCopy, batch, bucket: None, chunks: 1, replayed: false });
+            return Ok(RunInfo {
+                path: RunPath::Standard,
+                mode: BindingMode::PinnedCopy,
+                batch,
+                bucket: None,
+                chunks: 1,
+                replayed: false,
+            });
         }
         let (chunks, first_bucket, mut replayed) = (self.chunks(&bindings)?, None, true);
         let mut first = first_bucket;
@@ -584,9 +656,17 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             self.count_chunk(chunk);
         }
         if let [only] = chunks.as_slice() {
-            ctx.last = Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[self.program_for(*only)].id });
+            ctx.last =
+                Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[self.program_for(*only)].id });
         }
-        Ok(RunInfo { path: RunPath::Standard, mode: BindingMode::PinnedCopy, batch, bucket: first, chunks: chunks.len() as u32, replayed })
+        Ok(RunInfo {
+            path: RunPath::Standard,
+            mode: BindingMode::PinnedCopy,
+            batch,
+            bucket: first,
+            chunks: chunks.len() as u32,
+            replayed,
+        })
     }
 
     /// The request's tensors in binding order, validated by name (missing, unknown, duplicate names,
@@ -632,34 +712,60 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             return Ok(found.clone());
         }
         let spec = ProgramSpec { bucket: None, input_dims: dims.to_vec() };
-        let entry = programs::get_or_compile(&*self.compiler, &self.device, self.config.cache.as_deref(), &spec, &self.stats)?;
-        let slot = |spec: &TensorSpec, bytes: usize| SlotSpec::new(spec.name(), bytes, spec.dtype().size_bytes().max(1));
-        let inputs: Vec<SlotSpec> = self.signature.inputs().iter().zip(&entry.input_bytes).map(|(s, b)| slot(s, *b)).collect();
-        let outputs: Vec<SlotSpec> = self.signature.outputs().iter().zip(&entry.output_bytes).map(|(s, b)| slot(s, *b)).collect();
+        let entry =
+            programs::get_or_compile(&*self.compiler, &self.device, self.config.cache.as_deref(), &spec, &self.stats)?;
+        let slot =
+            |spec: &TensorSpec, bytes: usize| SlotSpec::new(spec.name(), bytes, spec.dtype().size_bytes().max(1));
+        let inputs: Vec<SlotSpec> =
+            self.signature.inputs().iter().zip(&entry.input_bytes).map(|(s, b)| slot(s, *b)).collect();
+        let outputs: Vec<SlotSpec> =
+            self.signature.outputs().iter().zip(&entry.output_bytes).map(|(s, b)| slot(s, *b)).collect();
         let layout = Arc::new(ArenaLayout::new(&inputs, &outputs, self.config.arena_alignment)?);
-        let pool_config = PoolConfig { max_arenas: self.config.max_concurrency, when_exhausted: WhenExhausted::Wait { timeout: None }, ..PoolConfig::default() };
-        let program = Arc::new(ShapeProgram { arenas: ArenaPool::new(self.device.clone(), layout, pool_config)?, entry });
+        let pool_config = PoolConfig {
+            max_arenas: self.config.max_concurrency,
+            when_exhausted: WhenExhausted::Wait { timeout: None },
+            ..PoolConfig::default()
+        };
+        let program =
+            Arc::new(ShapeProgram { arenas: ArenaPool::new(self.device.clone(), layout, pool_config)?, entry });
         Ok(self.shape_programs.write().entry(key).or_insert(program).clone())
     }
 
     /// Runs a per-shape program eagerly on its own arena (no padding: the program has the request's
     /// exact shape).
-    fn run_shape_program_host<T: AsMut<[u8]>>(&self, bindings: &Bindings<'_>, ordered: &[HostTensor<'_>], outputs: &mut [T]) -> Result<()> {
+    fn run_shape_program_host<T: AsMut<[u8]>>(
+        &self,
+        bindings: &Bindings<'_>,
+        ordered: &[HostTensor<'_>],
+        outputs: &mut [T],
+    ) -> Result<()> {
         let dims: Vec<Vec<u64>> = ordered.iter().map(|t| t.dims.to_vec()).collect();
         let sp = self.shape_program(bindings, &dims)?;
         let stream = self.device.create_stream()?;
         let mut arena = sp.arenas.lease()?;
-        let sources: Vec<InputSource<'_>> =
-            ordered.iter().enumerate().map(|(i, t)| Ok(InputSource::Host { data: t.data, plan: self.pad_plan(i, t.dims, Chunk::whole(1, 1))? })).collect::<Result<_>>()?;
+        let sources: Vec<InputSource<'_>> = ordered
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Ok(InputSource::Host { data: t.data, plan: self.pad_plan(i, t.dims, Chunk::whole(1, 1))? }))
+            .collect::<Result<_>>()?;
         arena.stage_inputs(&stream, &sources)?;
         let ins: Vec<DeviceSlice> = arena.input_bindings().to_vec();
-        let outs: Vec<DeviceSlice> = (0..sp.entry.output_bytes.len()).map(|o| arena.output_slot(o).sub(0, sp.entry.output_bytes[o])).collect::<std::result::Result<_, _>>()?;
+        let outs: Vec<DeviceSlice> = (0..sp.entry.output_bytes.len())
+            .map(|o| arena.output_slot(o).sub(0, sp.entry.output_bytes[o]))
+            .collect::<std::result::Result<_, _>>()?;
         let scratch = if sp.entry.scratch_bytes > 0 { Some(self.device.alloc(sp.entry.scratch_bytes)?) } else { None };
-        let scratch_slice = scratch.as_ref().map_or(DeviceSlice::from_raw(DevicePtr::NULL, 0), kiln_device::DeviceBuffer::as_slice);
+        let scratch_slice =
+            scratch.as_ref().map_or(DeviceSlice::from_raw(DevicePtr::NULL, 0), kiln_device::DeviceBuffer::as_slice);
         // SAFETY: the arena and `scratch` outlive the synchronize below.
         unsafe { sp.entry.program.launch(&stream, &ins, &outs, scratch_slice)? };
         arena.download_outputs(&stream)?;
-        let plans: Vec<SlicePlan> = sp.entry.output_dims.iter().enumerate().map(|(o, d)| self.slice_plan(o, d, Chunk::whole(1, 1))).collect::<Result<_>>()?;
+        let plans: Vec<SlicePlan> = sp
+            .entry
+            .output_dims
+            .iter()
+            .enumerate()
+            .map(|(o, d)| self.slice_plan(o, d, Chunk::whole(1, 1)))
+            .collect::<Result<_>>()?;
         arena.scatter_outputs_with(outputs, |o| plans[o])?;
         stream.synchronize()?;
         Stats::bump(&self.stats.eager_runs);
@@ -668,11 +774,23 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
 
     /// Checks the caller's device buffers against the program's sizes (direct bind) or the request's
     /// own sizes (stabilized), and the output shapes.
-    fn check_device_buffers(&self, bindings: &Bindings<'_>, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<()> {
+    fn check_device_buffers(
+        &self,
+        bindings: &Bindings<'_>,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<()> {
         for (spec, t) in self.signature.inputs().iter().zip(inputs) {
-            let needed = kiln_shape::byte_size(t.dims, spec.dtype()).map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize;
+            let needed = kiln_shape::byte_size(t.dims, spec.dtype())
+                .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?
+                as usize;
             if t.data.len() < needed {
-                return Err(DispatchError::BufferTooSmall { role: "input", name: spec.name().to_string(), needed, actual: t.data.len() });
+                return Err(DispatchError::BufferTooSmall {
+                    role: "input",
+                    name: spec.name().to_string(),
+                    needed,
+                    actual: t.data.len(),
+                });
             }
         }
         for (o, (spec, t)) in self.signature.outputs().iter().zip(outputs).enumerate() {
@@ -684,15 +802,27 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                     actual: (t.name.to_string(), t.dtype, t.dims.to_vec()),
                 });
             }
-            let needed = kiln_shape::byte_size(&expected, spec.dtype()).map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize;
+            let needed = kiln_shape::byte_size(&expected, spec.dtype())
+                .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?
+                as usize;
             if t.data.len() < needed {
-                return Err(DispatchError::BufferTooSmall { role: "output", name: spec.name().to_string(), needed, actual: t.data.len() });
+                return Err(DispatchError::BufferTooSmall {
+                    role: "output",
+                    name: spec.name().to_string(),
+                    needed,
+                    actual: t.data.len(),
+                });
             }
         }
         Ok(())
     }
 
-    fn run_device(&self, ctx: &mut RunContext<B>, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<RunInfo> {
+    fn run_device(
+        &self,
+        ctx: &mut RunContext<B>,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<RunInfo> {
         let n_out = self.signature.outputs().len();
         if outputs.len() != n_out {
             return Err(DispatchError::OutputCount { expected: n_out, actual: outputs.len() });
@@ -730,7 +860,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let batch = bindings.batch();
         if self.kind == ModelKind::PerShape {
             self.run_shape_program_device(&bindings, &ordered, outputs, &ctx.stream)?;
-            return Ok(RunInfo { path: RunPath::Standard, mode: BindingMode::DirectBind, batch, bucket: None, chunks: 1, replayed: false });
+            return Ok(RunInfo {
+                path: RunPath::Standard,
+                mode: BindingMode::DirectBind,
+                batch,
+                bucket: None,
+                chunks: 1,
+                replayed: false,
+            });
         }
         let chunks = self.chunks(&bindings)?;
         let mut replayed = true;
@@ -741,37 +878,71 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             self.count_chunk(chunk);
         }
         let bucket = chunks.first().map(|c| c.bucket);
-        Ok(RunInfo { path: RunPath::Standard, mode: BindingMode::Stabilized, batch, bucket, chunks: chunks.len() as u32, replayed })
+        Ok(RunInfo {
+            path: RunPath::Standard,
+            mode: BindingMode::Stabilized,
+            batch,
+            bucket,
+            chunks: chunks.len() as u32,
+            replayed,
+        })
     }
 
     /// Direct bind: the caller's pointers are the program's bindings. A graph bakes them; every run
     /// compares. A match replays and resets the drift count; a mismatch updates the graph in place
     /// (or re-captures it) and counts; more than `max_consecutive_drift` consecutive mismatches make
     /// the entry fall back to eager launches.
-    fn direct_chunk(&self, ctx: &mut RunContext<B>, k: usize, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<bool> {
+    fn direct_chunk(
+        &self,
+        ctx: &mut RunContext<B>,
+        k: usize,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<bool> {
         let entry = &self.main[k];
         // The request's batch equals the bucket, so the program's sizes are the request's sizes.
         ctx.inputs.clear();
         for ((t, bytes), spec) in inputs.iter().zip(&entry.input_bytes).zip(self.signature.inputs()) {
             if t.data.len() < *bytes {
-                return Err(DispatchError::BufferTooSmall { role: "input", name: spec.name().to_string(), needed: *bytes, actual: t.data.len() });
+                return Err(DispatchError::BufferTooSmall {
+                    role: "input",
+                    name: spec.name().to_string(),
+                    needed: *bytes,
+                    actual: t.data.len(),
+                });
             }
             ctx.inputs.push(DeviceSlice::from_raw(t.data.ptr(), *bytes));
         }
         ctx.outputs.clear();
-        for (((t, bytes), dims), spec) in outputs.iter().zip(&entry.output_bytes).zip(&entry.output_dims).zip(self.signature.outputs()) {
-            if t.dims != &dims[..] || t.dtype != spec.dtype() || !(std::ptr::eq(t.name, spec.name()) || t.name == spec.name()) {
-                return Err(DispatchError::OutputShape { output: spec.name().to_string(), expected: dims.clone(), actual: (t.name.to_string(), t.dtype, t.dims.to_vec()) });
+        for (((t, bytes), dims), spec) in
+            outputs.iter().zip(&entry.output_bytes).zip(&entry.output_dims).zip(self.signature.outputs())
+        {
+            if t.dims != &dims[..]
+                || t.dtype != spec.dtype()
+                || !(std::ptr::eq(t.name, spec.name()) || t.name == spec.name())
+            {
+                return Err(DispatchError::OutputShape {
+                    output: spec.name().to_string(),
+                    expected: dims.clone(),
+                    actual: (t.name.to_string(), t.dtype, t.dims.to_vec()),
+                });
             }
             if t.data.len() < *bytes {
-                return Err(DispatchError::BufferTooSmall { role: "output", name: spec.name().to_string(), needed: *bytes, actual: t.data.len() });
+                return Err(DispatchError::BufferTooSmall {
+                    role: "output",
+                    name: spec.name().to_string(),
+                    needed: *bytes,
+                    actual: t.data.len(),
+                });
             }
             ctx.outputs.push(DeviceSlice::from_raw(t.data.ptr(), *bytes));
         }
         let scratch = ctx.scratch_slice(entry.scratch_bytes);
-        // SAFETY (for every launch below): the caller's device memory stays valid until the run is
-        // waited for (`run_device` / `Pending`'s contract), and the scratch belongs to the context.
-        let launch = |ctx: &RunContext<B>| unsafe { entry.program.launch(&ctx.stream, &ctx.inputs, &ctx.outputs, scratch) };
+        let launch = |ctx: &RunContext<B>| {
+            // SAFETY: the caller's device memory stays valid until the run is waited for (the contract
+            // of `run_device` and `Pending`), and the scratch belongs to the context.
+            unsafe { entry.program.launch(&ctx.stream, &ctx.inputs, &ctx.outputs, scratch) }
+        };
         if !self.config.graphs.enabled {
             launch(ctx)?;
             Stats::bump(&self.stats.eager_runs);
@@ -788,7 +959,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             Stats::bump(&self.stats.captures);
             let bytes = graph_bytes::<B>(&graph);
             let baked = ctx.pointers.clone();
-            ctx.insert_graph(key, GraphEntry { exec: Some(exec), mode: BindingMode::DirectBind, baked, drift: 0, last_used: tick, bytes }, &self.stats);
+            ctx.insert_graph(
+                key,
+                GraphEntry { exec: Some(exec), mode: BindingMode::DirectBind, baked, drift: 0, last_used: tick, bytes },
+                &self.stats,
+            );
             return self.replay(ctx, key);
         };
         graph_entry.last_used = tick;
@@ -811,6 +986,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             return Ok(false);
         }
         let graph = capture::<B>(&ctx.stream, || Ok(launch(ctx)?))?;
+        // HIP does not promise that an update leaves a replay still running untouched (CUDA does).
+        // This context's stream is the only one that replays the graph, so finishing it first makes
+        // the update safe everywhere; drift is the slow path anyway.
+        ctx.stream.synchronize()?;
         let graph_entry = ctx.graphs.get_mut(&key).expect("present above");
         let exec = graph_entry.exec.as_mut().expect("not fallen back");
         if self.config.graphs.try_update && exec.update(&graph).is_ok() {
@@ -837,7 +1016,13 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
 
     /// Stabilized: the caller's device inputs are copied (and padded) into the arena's persistent
     /// slots, the program runs there (graph or eager), and each output's real rows are copied back.
-    fn stabilized_chunk(&self, ctx: &mut RunContext<B>, k: usize, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<bool> {
+    fn stabilized_chunk(
+        &self,
+        ctx: &mut RunContext<B>,
+        k: usize,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<bool> {
         {
             let RunContext { arena, pad_plans, stream, .. } = &mut *ctx;
             let arena = arena.as_mut().expect("main programs have arenas");
@@ -853,19 +1038,35 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         for (o, (plan, t)) in ctx.slice_plans.iter().zip(outputs).enumerate() {
             let range = plan.dst_range();
             if !range.is_empty() {
-                ctx.stream.copy_d2d(arena.output_slot(o).sub(0, range.len())?, t.data.sub(range.start, range.len())?)?;
+                ctx.stream
+                    .copy_d2d(arena.output_slot(o).sub(0, range.len())?, t.data.sub(range.start, range.len())?)?;
             }
         }
         Ok(replayed)
     }
 
-    fn run_shape_program_device(&self, bindings: &Bindings<'_>, ordered: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>], stream: &B::Stream) -> Result<()> {
+    fn run_shape_program_device(
+        &self,
+        bindings: &Bindings<'_>,
+        ordered: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+        stream: &B::Stream,
+    ) -> Result<()> {
         let dims: Vec<Vec<u64>> = ordered.iter().map(|t| t.dims.to_vec()).collect();
         let sp = self.shape_program(bindings, &dims)?;
-        let ins: Vec<DeviceSlice> = ordered.iter().zip(&sp.entry.input_bytes).map(|(t, b)| t.data.sub(0, *b)).collect::<std::result::Result<_, _>>()?;
-        let outs: Vec<DeviceSlice> = outputs.iter().zip(&sp.entry.output_bytes).map(|(t, b)| t.data.sub(0, *b)).collect::<std::result::Result<_, _>>()?;
+        let ins: Vec<DeviceSlice> = ordered
+            .iter()
+            .zip(&sp.entry.input_bytes)
+            .map(|(t, b)| t.data.sub(0, *b))
+            .collect::<std::result::Result<_, _>>()?;
+        let outs: Vec<DeviceSlice> = outputs
+            .iter()
+            .zip(&sp.entry.output_bytes)
+            .map(|(t, b)| t.data.sub(0, *b))
+            .collect::<std::result::Result<_, _>>()?;
         let scratch = if sp.entry.scratch_bytes > 0 { Some(self.device.alloc(sp.entry.scratch_bytes)?) } else { None };
-        let scratch_slice = scratch.as_ref().map_or(DeviceSlice::from_raw(DevicePtr::NULL, 0), kiln_device::DeviceBuffer::as_slice);
+        let scratch_slice =
+            scratch.as_ref().map_or(DeviceSlice::from_raw(DevicePtr::NULL, 0), kiln_device::DeviceBuffer::as_slice);
         // SAFETY: the caller's buffers stay valid until the run is waited for; `scratch` until the
         // synchronize below.
         unsafe { sp.entry.program.launch(stream, &ins, &outs, scratch_slice)? };

@@ -103,7 +103,10 @@ impl Stats {
             useful_rows: load(&self.useful_rows),
             padded_rows: load(&self.padded_rows),
             split_requests: load(&self.split_requests),
-            latency: LatencyHistogram { buckets: std::array::from_fn(|i| load(&self.latency_ns[i])), max_ns: load(&self.latency_max_ns) },
+            latency: LatencyHistogram {
+                buckets: std::array::from_fn(|i| load(&self.latency_ns[i])),
+                max_ns: load(&self.latency_max_ns),
+            },
         }
     }
 }

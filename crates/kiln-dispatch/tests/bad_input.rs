@@ -12,7 +12,12 @@ use kiln_shape::{DType, ShapeError, Splitting};
 type S = Session<HostBackend, SumModel>;
 
 fn session(model: &Arc<SumModel>, splitting: Splitting) -> S {
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).splitting(splitting).max_concurrency(1).build().unwrap();
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 4 })
+        .splitting(splitting)
+        .max_concurrency(1)
+        .build()
+        .unwrap();
     Session::new(host_device(), model.clone(), config, &no_progress).unwrap()
 }
 
@@ -21,8 +26,14 @@ fn all_paths_still_work(s: &S, m: &SumModel) {
     for batch in [4usize, 3] {
         let data = m.inputs(batch, 5);
         let dims = m.dims(batch as u64);
-        let inputs: Vec<HostTensor<'_>> =
-            s.signature().inputs().iter().zip(&data).zip(&dims).map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) }).collect();
+        let inputs: Vec<HostTensor<'_>> = s
+            .signature()
+            .inputs()
+            .iter()
+            .zip(&data)
+            .zip(&dims)
+            .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+            .collect();
         let out = s.run(&inputs).unwrap();
         assert_eq!(floats(&out[0].data), m.reference(&data, batch).0);
         let device = s.device().clone();
@@ -35,7 +46,13 @@ fn all_paths_still_work(s: &S, m: &SumModel) {
 }
 
 fn request<'a>(m: &'a SumModel, data: &'a [Vec<f32>], dims: &'a [Vec<u64>]) -> Vec<HostTensor<'a>> {
-    m.spec.inputs.iter().zip(data).zip(dims).map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) }).collect()
+    m.spec
+        .inputs
+        .iter()
+        .zip(data)
+        .zip(dims)
+        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+        .collect()
 }
 
 #[test]
@@ -53,7 +70,10 @@ fn wrong_names_dtypes_ranks_and_counts_are_typed_errors() {
 
     let mut r = request(&m, &data, &dims);
     r.pop();
-    assert!(matches!(s.run(&r).unwrap_err(), DispatchError::Shape(ShapeError::MissingInput { .. } | ShapeError::InputCount { .. })));
+    assert!(matches!(
+        s.run(&r).unwrap_err(),
+        DispatchError::Shape(ShapeError::MissingInput { .. } | ShapeError::InputCount { .. })
+    ));
     all_paths_still_work(&s, &m);
 
     let mut r = request(&m, &data, &dims);
@@ -102,7 +122,10 @@ fn zero_batch_and_batch_above_the_maximum_with_splitting_off_are_typed_errors() 
     let device = s.device().clone();
     let req = DeviceRequest::new(&device, &m, 5, 1);
     let (ins, outs) = req.tensors(&m);
-    assert!(matches!(s.run_device(&ins, &outs).unwrap_err(), DispatchError::Shape(ShapeError::BatchAboveLargestBucket { .. })));
+    assert!(matches!(
+        s.run_device(&ins, &outs).unwrap_err(),
+        DispatchError::Shape(ShapeError::BatchAboveLargestBucket { .. })
+    ));
     all_paths_still_work(&s, &m);
 }
 
@@ -154,5 +177,8 @@ fn invalid_configurations_are_typed_errors() {
     assert!(matches!(SessionConfig::builder().max_concurrency(0).build().unwrap_err(), DispatchError::Config(_)));
     assert!(SessionConfig::builder().buckets(BucketSpec::List(vec![])).build().is_err());
     assert!(SessionConfig::builder().buckets(BucketSpec::List(vec![0])).build().is_err());
-    assert!(matches!(SessionConfig::builder().max_concurrency(2).prewarm_contexts(3).build().unwrap_err(), DispatchError::Config(_)));
+    assert!(matches!(
+        SessionConfig::builder().max_concurrency(2).prewarm_contexts(3).build().unwrap_err(),
+        DispatchError::Config(_)
+    ));
 }

@@ -28,15 +28,24 @@ fn a_second_session_on_the_same_cache_directory_compiles_nothing() {
     drop(first);
     let loaded = std::sync::Mutex::new(Vec::new());
     // A fresh cache instance: no memory tier, so every bucket comes from disk, in parallel.
-    let second = Session::new(host_device(), model.clone(), config(cache(tmp.path())), &|p| loaded.lock().unwrap().push(p.source)).unwrap();
+    let second = Session::new(host_device(), model.clone(), config(cache(tmp.path())), &|p| {
+        loaded.lock().unwrap().push(p.source)
+    })
+    .unwrap();
     assert_eq!(model.compiles.load(Ordering::SeqCst), 5, "the second session compiled");
     assert_eq!(second.stats().compiles, 0);
     assert_eq!(second.stats().disk_loads, 5);
     assert_eq!(loaded.lock().unwrap().iter().filter(|s| **s == ProgramSource::Loaded).count(), 5);
     let data = model.inputs(3, 1);
     let dims = model.dims(3);
-    let inputs: Vec<HostTensor<'_>> =
-        second.signature().inputs().iter().zip(&data).zip(&dims).map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) }).collect();
+    let inputs: Vec<HostTensor<'_>> = second
+        .signature()
+        .inputs()
+        .iter()
+        .zip(&data)
+        .zip(&dims)
+        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+        .collect();
     assert_eq!(floats(&second.run(&inputs).unwrap()[0].data), model.reference(&data, 3).0);
 }
 
@@ -44,7 +53,8 @@ fn a_second_session_on_the_same_cache_directory_compiles_nothing() {
 fn a_session_group_over_two_devices_compiles_once_and_loads_once() {
     let tmp = tempfile::tempdir().unwrap();
     let model = Arc::new(SumModel::new(2, 4, false));
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).cache(cache(tmp.path())).build().unwrap();
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).cache(cache(tmp.path())).build().unwrap();
     let devices = vec![HostBackend::open(0).unwrap(), HostBackend::open(1).unwrap()];
     let group = SessionGroup::new(devices, model.clone(), config, Routing::RoundRobin, &|_, _| {}).unwrap();
     assert_eq!(model.compiles.load(Ordering::SeqCst), 4, "one compile per bucket for both devices");
@@ -73,6 +83,13 @@ fn a_session_group_over_two_devices_compiles_once_and_loads_once() {
 #[test]
 fn a_group_without_a_cache_is_refused_with_a_hint() {
     let model = Arc::new(SumModel::new(2, 4, false));
-    let err = SessionGroup::new(vec![host_device()], model, SessionConfig::builder().build().unwrap(), Routing::LeastLoaded, &|_, _| {}).unwrap_err();
+    let err = SessionGroup::new(
+        vec![host_device()],
+        model,
+        SessionConfig::builder().build().unwrap(),
+        Routing::LeastLoaded,
+        &|_, _| {},
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("compile cache"), "{err}");
 }

@@ -12,7 +12,8 @@ use kiln_shape::DType;
 #[test]
 fn sixteen_threads_times_a_thousand_mixed_runs_are_all_correct() {
     let model = Arc::new(SumModel::new(4, 6, true));
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).max_concurrency(8).build().unwrap();
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).max_concurrency(8).build().unwrap();
     let session = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
     let runs = 1000;
     std::thread::scope(|scope| {
@@ -38,7 +39,12 @@ fn sixteen_threads_times_a_thousand_mixed_runs_are_all_correct() {
                         .iter()
                         .zip(&data)
                         .zip(&dims)
-                        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+                        .map(|((sp, d), dims)| HostTensor {
+                            name: sp.name(),
+                            dtype: DType::F32,
+                            dims,
+                            data: as_bytes(d),
+                        })
                         .collect();
                     let out = session.run(&inputs).unwrap();
                     let (sum, rowsum) = model.reference(&data, batch);

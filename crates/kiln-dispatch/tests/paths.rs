@@ -14,21 +14,30 @@ fn session(model: SumModel, max: u64) -> (Session<kiln_device::host::HostBackend
     (Session::new(host_device(), model.clone(), config, &no_progress).unwrap(), model)
 }
 
-fn run(session: &Session<kiln_device::host::HostBackend, SumModel>, model: &SumModel, batch: usize, seed: u32) -> kiln_dispatch::RunInfo {
+fn run(
+    session: &Session<kiln_device::host::HostBackend, SumModel>,
+    model: &SumModel,
+    batch: usize,
+    seed: u32,
+) -> kiln_dispatch::RunInfo {
     let data = model.inputs(batch, seed);
     let dims = model.dims(batch as u64);
     let specs = session.signature().inputs();
-    let inputs: Vec<HostTensor<'_>> =
-        specs.iter().zip(&data).zip(&dims).map(|((s, d), dims)| HostTensor { name: s.name(), dtype: DType::F32, dims, data: as_bytes(d) }).collect();
+    let inputs: Vec<HostTensor<'_>> = specs
+        .iter()
+        .zip(&data)
+        .zip(&dims)
+        .map(|((s, d), dims)| HostTensor { name: s.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+        .collect();
     let (want_sum, want_rowsum) = model.reference(&data, batch);
     let mut sum = vec![f32::NAN; batch * model.width as usize];
     let mut rowsum = vec![f32::NAN; batch];
     let info = {
         // SAFETY: f32 -> u8 views of initialised, exclusively borrowed memory.
-        let mut outs: Vec<&mut [u8]> = vec![
-            unsafe { std::slice::from_raw_parts_mut(sum.as_mut_ptr().cast::<u8>(), sum.len() * 4) },
-            unsafe { std::slice::from_raw_parts_mut(rowsum.as_mut_ptr().cast::<u8>(), rowsum.len() * 4) },
-        ];
+        let mut outs: Vec<&mut [u8]> =
+            vec![unsafe { std::slice::from_raw_parts_mut(sum.as_mut_ptr().cast::<u8>(), sum.len() * 4) }, unsafe {
+                std::slice::from_raw_parts_mut(rowsum.as_mut_ptr().cast::<u8>(), rowsum.len() * 4)
+            }];
         session.run_into(&inputs, &mut outs).unwrap()
     };
     assert_eq!(sum, want_sum, "sum for batch {batch}");
@@ -59,8 +68,12 @@ fn inputs_in_another_order_take_the_standard_path_and_are_correct() {
     let data = m.inputs(2, 9);
     let dims = m.dims(2);
     let specs = s.signature().inputs();
-    let mut inputs: Vec<HostTensor<'_>> =
-        specs.iter().zip(&data).zip(&dims).map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) }).collect();
+    let mut inputs: Vec<HostTensor<'_>> = specs
+        .iter()
+        .zip(&data)
+        .zip(&dims)
+        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+        .collect();
     inputs.reverse();
     let out = s.run(&inputs).unwrap();
     let (want_sum, want_rowsum) = m.reference(&data, 2);
@@ -106,8 +119,17 @@ fn eager_capture_captures_every_bucket_at_creation() {
 #[test]
 fn graph_memory_budget_evicts_least_recently_used_graphs() {
     let model = Arc::new(SumModel::new(2, 4, false));
-    let graphs = kiln_dispatch::GraphConfig { memory_budget_bytes: Some(2 * kiln_dispatch::GRAPH_NODE_BYTES * 3), ..Default::default() };
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).graphs(graphs).max_concurrency(1).prewarm_contexts(1).build().unwrap();
+    let graphs = kiln_dispatch::GraphConfig {
+        memory_budget_bytes: Some(2 * kiln_dispatch::GRAPH_NODE_BYTES * 3),
+        ..Default::default()
+    };
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 8 })
+        .graphs(graphs)
+        .max_concurrency(1)
+        .prewarm_contexts(1)
+        .build()
+        .unwrap();
     let s = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
     for b in [1, 2, 4, 8, 1, 2] {
         run(&s, &model, b, 0);
@@ -143,7 +165,9 @@ fn a_static_model_runs_one_program() {
         inputs: vec![fixed("in0", [3, 4]), fixed("in1", [3, 4])],
         outputs: vec![fixed("sum", [3, 4]), fixed("rowsum", [3, 1])],
     };
-    let s = Session::new(host_device(), Arc::new(Static(inner)), SessionConfig::builder().build().unwrap(), &no_progress).unwrap();
+    let s =
+        Session::new(host_device(), Arc::new(Static(inner)), SessionConfig::builder().build().unwrap(), &no_progress)
+            .unwrap();
     let m = SumModel::new(2, 4, false);
     let data = m.inputs(3, 4);
     let dims = [3u64, 4];

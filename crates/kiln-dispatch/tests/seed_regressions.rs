@@ -80,7 +80,11 @@ fn a_direct_captured_entry_is_never_replayed_by_the_pinned_path_after_a_fallback
     // The pinned path captures its own entry and produces every output.
     host_run(&s, &model, 4, 99);
     let st = s.stats();
-    assert_eq!(st.captures, captures_before + 1, "the pinned path must capture its own graph, not reuse the direct one");
+    assert_eq!(
+        st.captures,
+        captures_before + 1,
+        "the pinned path must capture its own graph, not reuse the direct one"
+    );
     host_run(&s, &model, 4, 100);
     assert_eq!(s.stats().replays, st.replays + 1);
 }
@@ -105,10 +109,10 @@ fn every_output_is_produced_on_the_pinned_path() {
         let mut rowsum = vec![f32::NAN; batch];
         {
             // SAFETY: f32 -> u8 views of initialised, exclusively borrowed memory.
-            let mut outs: Vec<&mut [u8]> = vec![
-                unsafe { std::slice::from_raw_parts_mut(sum.as_mut_ptr().cast::<u8>(), sum.len() * 4) },
-                unsafe { std::slice::from_raw_parts_mut(rowsum.as_mut_ptr().cast::<u8>(), rowsum.len() * 4) },
-            ];
+            let mut outs: Vec<&mut [u8]> =
+                vec![unsafe { std::slice::from_raw_parts_mut(sum.as_mut_ptr().cast::<u8>(), sum.len() * 4) }, unsafe {
+                    std::slice::from_raw_parts_mut(rowsum.as_mut_ptr().cast::<u8>(), rowsum.len() * 4)
+                }];
             s.run_into(&inputs, &mut outs).unwrap();
         }
         assert!(sum.iter().chain(&rowsum).all(|v| !v.is_nan()), "an output was not written for batch {batch}");
@@ -165,14 +169,20 @@ fn the_ultra_fast_path_requires_the_same_batch_and_mode() {
     req3.check(&device, &model);
     let data = model.inputs(4, 3);
     let dims = model.dims(4);
-    let inputs: Vec<HostTensor<'_>> =
-        s.signature().inputs().iter().zip(&data).zip(&dims).map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) }).collect();
+    let inputs: Vec<HostTensor<'_>> = s
+        .signature()
+        .inputs()
+        .iter()
+        .zip(&data)
+        .zip(&dims)
+        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+        .collect();
     let mut o1 = vec![0f32; 16];
     let mut o2 = vec![0f32; 4];
     // SAFETY: f32 -> u8 views of initialised, exclusively borrowed memory.
-    let mut outs_host: Vec<&mut [u8]> = vec![
-        unsafe { std::slice::from_raw_parts_mut(o1.as_mut_ptr().cast::<u8>(), 64) },
-        unsafe { std::slice::from_raw_parts_mut(o2.as_mut_ptr().cast::<u8>(), 16) },
-    ];
+    let mut outs_host: Vec<&mut [u8]> =
+        vec![unsafe { std::slice::from_raw_parts_mut(o1.as_mut_ptr().cast::<u8>(), 64) }, unsafe {
+            std::slice::from_raw_parts_mut(o2.as_mut_ptr().cast::<u8>(), 16)
+        }];
     assert_eq!(s.run_into(&inputs, &mut outs_host).unwrap().path, RunPath::Fast, "a new mode must rebind");
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use kiln_device::host::{AddressReuse, HostConfig, HostDevice};
-use kiln_device::{DevicePtr, DeviceBuffer};
+use kiln_device::{DeviceBuffer, DevicePtr};
 use kiln_dispatch::{BindingMode, BucketSpec, HostTensor, Session, SessionConfig};
 use kiln_shape::DType;
 use proptest::prelude::*;
@@ -26,7 +26,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (1..12usize).prop_map(|batch| Op::Host { batch }),
         (0..3usize).prop_map(|set| Op::Device { set }),
-        (0..3usize, prop::sample::select(vec![1usize, 2, 3, 4, 4, 8, 8])).prop_map(|(set, batch)| Op::Realloc { set, batch }),
+        (0..3usize, prop::sample::select(vec![1usize, 2, 3, 4, 4, 8, 8]))
+            .prop_map(|(set, batch)| Op::Realloc { set, batch }),
     ]
 }
 
@@ -43,9 +44,11 @@ const LIMIT: u32 = 3;
 fn check(ops: Vec<Op>, reuse: AddressReuse) {
     let model = Arc::new(SumModel::new(2, 3, false));
     let device = HostDevice::with_config(0, HostConfig { address_reuse: reuse, ..HostConfig::default() }).unwrap();
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).max_concurrency(1).build().unwrap();
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).max_concurrency(1).build().unwrap();
     let session = Session::new(device.clone(), model.clone(), config, &no_progress).unwrap();
-    let mut sets: Vec<DeviceRequest> = (0..3).map(|i| DeviceRequest::new(&device, &model, [4, 3, 8][i], i as u32)).collect();
+    let mut sets: Vec<DeviceRequest> =
+        (0..3).map(|i| DeviceRequest::new(&device, &model, [4, 3, 8][i], i as u32)).collect();
     let mut entries: HashMap<usize, Entry> = HashMap::new();
     let mut fallbacks = 0u64;
     for (step, op) in ops.into_iter().enumerate() {

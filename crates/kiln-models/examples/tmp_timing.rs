@@ -32,16 +32,30 @@ fn main() {
         }
         let is: Vec<_> = ins.iter().map(|b| b.as_slice()).collect();
         let os: Vec<_> = outs.iter().map(|b| b.as_slice()).collect();
-        let n = 500;
+        let n = 2000 / batch.max(1) + 200;
         for _ in 0..20 {
             unsafe { p.launch(&stream, &is, &os, scratch.as_slice()).unwrap() };
             stream.synchronize().unwrap();
         }
-        let t = std::time::Instant::now();
+        let mut times = Vec::new();
         for _ in 0..n {
+            let t = std::time::Instant::now();
             unsafe { p.launch(&stream, &is, &os, scratch.as_slice()).unwrap() };
             stream.synchronize().unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        println!("batch {batch}: {:.1} us per run (launch+sync)", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "batch {batch}: min {:.1} us, p10 {:.1}, median {:.1} us per run",
+            times[0],
+            times[n / 10],
+            times[n / 2]
+        );
     }
+}
+
+fn cpu() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let f: Vec<&str> = s.rsplit(')').next().unwrap().split_whitespace().collect();
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
 }

@@ -19,8 +19,8 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use kiln_device::{
     Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
@@ -34,7 +34,7 @@ use crate::codegen;
 use crate::config::{MAX_BATCH, ModelConfig};
 use crate::error::{ArtifactError, ModelError};
 use crate::host_kernels;
-use crate::plan::{self, ArgSource, GemmVariant, Target, WeightLayout};
+use crate::plan::{self, ArgSource, GemmVariant, Target, WeightLayout, WeightPacking};
 use crate::weights::Weights;
 
 /// The compiler's name in its identity.
@@ -54,7 +54,10 @@ pub struct ReferenceCompiler {
     model_hash: String,
     config_hash: [u8; 32],
     gemm: GemmVariant,
-    packed_weights: Vec<u8>,
+    /// The weights as GPU kernels read them (row-major layers).
+    row_major_weights: Vec<u8>,
+    /// The weights as host kernels read them (panel-packed layers), made on first use.
+    panel_weights: OnceLock<Vec<u8>>,
     resident: Mutex<Vec<ResidentWeights>>,
 }
 
@@ -65,7 +68,7 @@ impl std::fmt::Debug for ReferenceCompiler {
             .field("kind", &self.config.kind())
             .field("model_hash", &self.model_hash)
             .field("gemm", &self.gemm)
-            .field("weight_bytes", &self.packed_weights.len())
+            .field("weight_bytes", &self.row_major_weights.len())
             .finish_non_exhaustive()
     }
 }
@@ -121,14 +124,14 @@ impl ReferenceCompiler {
     pub fn new(config: ModelConfig, weights: Weights) -> Result<ReferenceCompiler, ModelError> {
         config.validate()?;
         weights.check(&config)?;
-        let weight_layout = WeightLayout::new(&config);
-        let packed_weights = weight_layout.pack(&config, &weights);
+        let row_major_weights = WeightLayout::new(&config, WeightPacking::RowMajor).pack(&config, &weights);
         Ok(ReferenceCompiler {
             spec: config.model_spec(),
             model_hash: weights.model_hash(&config),
             config_hash: config.config_hash(),
             gemm: GemmVariant::default(),
-            packed_weights,
+            row_major_weights,
+            panel_weights: OnceLock::new(),
             resident: Mutex::new(Vec::new()),
             config,
             weights,
@@ -227,7 +230,13 @@ impl ReferenceCompiler {
             }
             resident.swap_remove(pos);
         }
-        let weights = Arc::new(DeviceWeights::<B>::upload(device, &self.packed_weights)?);
+        let packed = match WeightPacking::for_target(self.target(B::KIND, self.gemm)) {
+            WeightPacking::RowMajor => &self.row_major_weights,
+            WeightPacking::Panels => self.panel_weights.get_or_init(|| {
+                WeightLayout::new(&self.config, WeightPacking::Panels).pack(&self.config, &self.weights)
+            }),
+        };
+        let weights = Arc::new(DeviceWeights::<B>::upload(device, packed)?);
         resident.push(ResidentWeights { backend: B::KIND, ordinal, weights: weights.clone() });
         Ok(weights)
     }

@@ -5,7 +5,7 @@
 //! | kernel | parameters | effect |
 //! |---|---|---|
 //! | `kiln_models_features_f32_d{D}_s{S}` | `ptr out, ptr tables, D x ptr dense, S x ptr sparse, u32 batch, u32 dense_width, u32 bag_size, u32 table_rows, u32 embedding_dim` | the recommender's feature row: dense inputs copied, embedding bags summed (out-of-range indices skipped) |
-//! | `kiln_models_gemm_bias_act_f32` | `ptr out, ptr a, ptr b, ptr bias, u32 m, u32 n, u32 k, u32 act` | `out[m,n] = act(a[m,k] @ b[k,n] + bias[n])`, like the built-in `kiln_gemm_bias_act_f32` but without copying the weights |
+//! | `kiln_models_gemm_panels_f32` | `ptr out, ptr a, ptr b, ptr bias, u32 m, u32 n, u32 k, u32 act` | `out[m,n] = act(a[m,k] @ b[k,n] + bias[n])` with `b` packed in panels of 16 columns ([`pack_panels`]) |
 //!
 //! A host kernel's signature is fixed at registration, so the feature kernel is registered once per
 //! arity `(D, S)` the process meets, and the GEMM once; [`ensure_registered`] does it under a lock and
@@ -13,6 +13,9 @@
 //!
 //! Kernels read device memory in place (no copy of the weights per launch) and build their result in
 //! a per-thread buffer that is reused from launch to launch, so a run allocates nothing once warm.
+//! The GEMM keeps a 4 x 16 tile of the output in registers over all of K; its weights are packed in
+//! 16-column panels at upload, so each tile streams one contiguous panel (the row-major `[in, out]`
+//! layout would make it read one 64-byte piece per 2 KiB row, which defeats the prefetcher).
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -25,9 +28,26 @@ use parking_lot::Mutex;
 use crate::reference::relu;
 
 /// Name of the host GEMM.
-pub(crate) const GEMM: &str = "kiln_models_gemm_bias_act_f32";
+pub(crate) const GEMM: &str = "kiln_models_gemm_panels_f32";
 
-/// The host GEMM's signature (the same as the built-in `kiln_gemm_bias_act_f32`).
+/// Columns of one weight panel of the host GEMM (and of one register tile).
+pub(crate) const PANEL: usize = 16;
+
+/// `b` (`[k, n]` row-major) packed in panels: panel `p` is the contiguous `[k, PANEL]` block of
+/// columns `PANEL * p ..`, with zeros past column `n`.
+pub(crate) fn pack_panels(b: &[f32], k: usize, n: usize) -> Vec<f32> {
+    let panels = n.div_ceil(PANEL);
+    let mut out = vec![0.0f32; panels * k * PANEL];
+    for (p, panel) in out.chunks_exact_mut(k * PANEL).enumerate() {
+        let cols = (n - p * PANEL).min(PANEL);
+        for (t, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+            dst[..cols].copy_from_slice(&b[t * n + p * PANEL..t * n + p * PANEL + cols]);
+        }
+    }
+    out
+}
+
+/// The host GEMM's signature (the parameter kinds of the built-in `kiln_gemm_bias_act_f32`).
 pub(crate) fn gemm_signature() -> KernelSignature {
     use ParamKind::*;
     KernelSignature::new(GEMM, &[Ptr, Ptr, Ptr, Ptr, U32, U32, U32, U32])
@@ -173,7 +193,7 @@ fn gemm_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]
         (u32_arg(ctx, args, 4)?, u32_arg(ctx, args, 5)?, u32_arg(ctx, args, 6)?, u32_arg(ctx, args, 7)?);
     let overflow = || ctx.fault("sizes overflow");
     let a_len = m.checked_mul(k).ok_or_else(overflow)?;
-    let b_len = k.checked_mul(n).ok_or_else(overflow)?;
+    let b_len = k.checked_mul(n.div_ceil(PANEL) * PANEL).ok_or_else(overflow)?;
     let out_len = m.checked_mul(n).ok_or_else(overflow)?;
     RESULT.with_borrow_mut(|out| {
         out.clear();
@@ -194,8 +214,9 @@ fn gemm_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]
     })
 }
 
-/// `out[m,n] = act(a[m,k] @ b[k,n] + bias[n])`, with AVX2 and FMA where the CPU has them (the
-/// products are then fused multiply-adds, so the last bits can differ from the portable path).
+/// `out[m,n] = act(a[m,k] @ b[k,n] + bias[n])` with `b` in panels ([`pack_panels`]), with AVX2 and FMA
+/// where the CPU has them (the products are then fused multiply-adds, so the last bits can differ from
+/// the portable path).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
     out: &mut [f32],
@@ -207,6 +228,12 @@ pub(crate) fn gemm(
     k: usize,
     relu_after: bool,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: `gemm_avx512_fma` only needs AVX-512F and FMA, which the CPU was just found to support.
+        unsafe { gemm_avx512_fma(out, a, b, bias, m, n, k, relu_after) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: `gemm_avx2_fma` only needs AVX2 and FMA, which the CPU was just found to support.
@@ -232,10 +259,21 @@ fn gemm_avx2_fma(
     gemm_body::<true>(out, a, b, bias, m, n, k, relu_after);
 }
 
-/// Output columns of one register tile.
-const TILE_COLS: usize = 16;
-/// Output rows of one register tile.
-const TILE_ROWS: usize = 4;
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn gemm_avx512_fma(
+    out: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    n: usize,
+    k: usize,
+    relu_after: bool,
+) {
+    gemm_body::<true>(out, a, b, bias, m, n, k, relu_after);
+}
 
 /// `acc + x * y`, fused when `FMA` (only instantiated where the CPU has FMA).
 #[inline(always)]
@@ -243,9 +281,10 @@ fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
     if FMA { x.mul_add(y, acc) } else { acc + x * y }
 }
 
-/// Register-tiled GEMM: each tile of `R` rows x 16 columns accumulates over all of K in registers
-/// (no loads or stores of the output inside the K loop), reading one 64-byte piece of each weight
-/// row per step; columns past the last full tile are plain dot products.
+/// Register-tiled GEMM. A tile covers `R` rows x `P` panels of 16 columns and accumulates over all of K
+/// in registers (no loads or stores of the output inside the K loop), streaming `P` contiguous weight
+/// panels. `R * P = 4` independent accumulators (4 rows, or 2 rows x 2 panels, or 1 row x 4 panels)
+/// hide the multiply-add latency even for a batch of one.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_body<const FMA: bool>(
@@ -261,68 +300,78 @@ fn gemm_body<const FMA: bool>(
     if n == 0 {
         return;
     }
-    for row in out.chunks_exact_mut(n) {
-        match bias {
-            Some(bias) => row.copy_from_slice(&bias[..n]),
-            None => row.fill(0.0),
-        }
-    }
-    let full_cols = n / TILE_COLS * TILE_COLS;
+    let panels = n.div_ceil(PANEL);
     let mut r0 = 0;
     while r0 < m {
         let rows = (m - r0).min(TILE_ROWS);
-        for j0 in (0..full_cols).step_by(TILE_COLS) {
-            match rows {
-                4 => tile::<4, FMA>(out, a, b, n, k, r0, j0),
-                3 => tile::<3, FMA>(out, a, b, n, k, r0, j0),
-                2 => tile::<2, FMA>(out, a, b, n, k, r0, j0),
-                _ => tile::<1, FMA>(out, a, b, n, k, r0, j0),
+        let per_tile = match rows {
+            1 => 4,
+            2 => 2,
+            _ => 1,
+        };
+        let mut p0 = 0;
+        while p0 < panels {
+            let group = (panels - p0).min(per_tile);
+            let t = Tile { out: &mut *out, a, b, bias, n, k, r0, p0 };
+            match (rows, group) {
+                (4, _) => tile::<4, 1, FMA>(t),
+                (3, _) => tile::<3, 1, FMA>(t),
+                (2, 2) => tile::<2, 2, FMA>(t),
+                (2, _) => tile::<2, 1, FMA>(t),
+                (_, 4) => tile::<1, 4, FMA>(t),
+                (_, 3) => tile::<1, 3, FMA>(t),
+                (_, 2) => tile::<1, 2, FMA>(t),
+                (_, _) => tile::<1, 1, FMA>(t),
             }
+            p0 += group;
         }
         r0 += rows;
-    }
-    if full_cols < n {
-        for r in 0..m {
-            let x = &a[r * k..(r + 1) * k];
-            for c in full_cols..n {
-                let mut sum = 0.0f32;
-                for (t, xv) in x.iter().enumerate() {
-                    sum = madd::<FMA>(*xv, b[t * n + c], sum);
-                }
-                out[r * n + c] += sum;
-            }
-        }
     }
     if relu_after {
         out.iter_mut().for_each(|v| *v = relu(*v));
     }
 }
 
-#[inline(always)]
-fn tile<const R: usize, const FMA: bool>(
-    out: &mut [f32],
-    a: &[f32],
-    b: &[f32],
+/// Output rows of one register tile.
+const TILE_ROWS: usize = 4;
+
+/// One register tile's inputs: rows `r0..r0 + R` of `a`, panels `p0..p0 + P` of `b`.
+struct Tile<'a> {
+    out: &'a mut [f32],
+    a: &'a [f32],
+    b: &'a [f32],
+    bias: Option<&'a [f32]>,
     n: usize,
     k: usize,
     r0: usize,
-    j0: usize,
-) {
+    p0: usize,
+}
+
+#[inline(always)]
+fn tile<const R: usize, const P: usize, const FMA: bool>(t: Tile<'_>) {
+    let Tile { out, a, b, bias, n, k, r0, p0 } = t;
     let rows: [&[f32]; R] = std::array::from_fn(|r| &a[(r0 + r) * k..(r0 + r + 1) * k]);
-    let mut acc = [[0.0f32; TILE_COLS]; R];
-    for t in 0..k {
-        let bt: &[f32; TILE_COLS] = b[t * n + j0..t * n + j0 + TILE_COLS].try_into().expect("a full tile");
-        for r in 0..R {
-            let x = rows[r][t];
-            for c in 0..TILE_COLS {
-                acc[r][c] = madd::<FMA>(x, bt[c], acc[r][c]);
+    let panels: [&[f32]; P] = std::array::from_fn(|p| &b[(p0 + p) * k * PANEL..(p0 + p + 1) * k * PANEL]);
+    let mut acc = [[[0.0f32; PANEL]; R]; P];
+    for step in 0..k {
+        for p in 0..P {
+            let bt: &[f32; PANEL] = panels[p][step * PANEL..(step + 1) * PANEL].try_into().expect("a panel row");
+            for r in 0..R {
+                let x = rows[r][step];
+                for c in 0..PANEL {
+                    acc[p][r][c] = madd::<FMA>(x, bt[c], acc[p][r][c]);
+                }
             }
         }
     }
-    for (r, acc_row) in acc.iter().enumerate() {
-        let o = &mut out[(r0 + r) * n + j0..(r0 + r) * n + j0 + TILE_COLS];
-        for (dst, v) in o.iter_mut().zip(acc_row) {
-            *dst += v;
+    for (p, acc_p) in acc.iter().enumerate() {
+        let j0 = (p0 + p) * PANEL;
+        let cols = (n - j0).min(PANEL);
+        for (r, acc_r) in acc_p.iter().enumerate() {
+            let o = &mut out[(r0 + r) * n + j0..(r0 + r) * n + j0 + cols];
+            for (c, (dst, v)) in o.iter_mut().zip(acc_r).enumerate() {
+                *dst = bias.map_or(0.0, |b| b[j0 + c]) + v;
+            }
         }
     }
 }
@@ -338,10 +387,11 @@ mod tests {
             let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
             let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01 - 0.05).collect();
             for relu_after in [false, true] {
-                let mut out = vec![0.0; m * n];
-                gemm(&mut out, &a, &b, Some(&bias), m, n, k, relu_after);
-                let mut portable = vec![0.0; m * n];
-                gemm_body::<false>(&mut portable, &a, &b, Some(&bias), m, n, k, relu_after);
+                let packed = pack_panels(&b, k, n);
+                let mut out = vec![f32::NAN; m * n];
+                gemm(&mut out, &a, &packed, Some(&bias), m, n, k, relu_after);
+                let mut portable = vec![f32::NAN; m * n];
+                gemm_body::<false>(&mut portable, &a, &packed, Some(&bias), m, n, k, relu_after);
                 for r in 0..m {
                     for c in 0..n {
                         let mut want = f64::from(bias[c]);
@@ -357,12 +407,26 @@ mod tests {
                     }
                 }
             }
+            let packed = pack_panels(&b, k, n);
             let mut out = vec![9.0; m * n];
-            gemm(&mut out, &a, &b, None, m, n, k, false);
+            gemm(&mut out, &a, &packed, None, m, n, k, false);
             let mut with_zero_bias = vec![0.0; m * n];
-            gemm(&mut with_zero_bias, &a, &b, Some(&vec![0.0; n]), m, n, k, false);
+            gemm(&mut with_zero_bias, &a, &packed, Some(&vec![0.0; n]), m, n, k, false);
             assert_eq!(out, with_zero_bias);
         }
+    }
+
+    #[test]
+    fn panels_hold_columns_contiguously() {
+        // b = [[0, 1, ..., 16], [17, ..., 33]]: 2 x 17, two panels, the second one column wide.
+        let b: Vec<f32> = (0..34).map(|v| v as f32).collect();
+        let p = pack_panels(&b, 2, 17);
+        assert_eq!(p.len(), 2 * 2 * PANEL);
+        assert_eq!(&p[..PANEL], &b[..16]);
+        assert_eq!(&p[PANEL..2 * PANEL], &b[17..33]);
+        assert_eq!(p[2 * PANEL], 16.0);
+        assert_eq!(p[3 * PANEL], 33.0);
+        assert!(p[2 * PANEL + 1..3 * PANEL].iter().all(|v| *v == 0.0));
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! # Weight layout
 //! One device buffer: [`ALIGN`] bytes of residency marker (see [`crate::compiler`]), then the embedding
 //! tables back to back as one `[sparse_inputs, table_rows, embedding_dim]` array, then each layer's
-//! weight `[in, out]` and bias `[out]`, every tensor but the tables starting at a multiple of [`ALIGN`].
+//! weight and bias `[out]`, every tensor but the tables starting at a multiple of [`ALIGN`]. GPU
+//! weights are `[in, out]` row-major; host weights are packed in column panels ([`WeightPacking`]).
 
 use kiln_device::{Dim3, KernelSignature, LaunchConfig, ParamKind};
 
@@ -92,9 +93,37 @@ pub(crate) const SPLITK_MAX_ROWS: usize = 8;
 /// Threads per block of the feature kernel and the naive GEMM.
 pub(crate) const BLOCK: usize = 256;
 
+/// How layer weights are laid out in the device buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum WeightPacking {
+    /// `[in, out]` row-major, as exported (GPU kernels).
+    RowMajor,
+    /// Panels of [`host_kernels::PANEL`] columns: panel `p` is the contiguous `[in, PANEL]` block of
+    /// columns `PANEL * p ..`, zero past `out` (the host GEMM streams it sequentially).
+    Panels,
+}
+
+impl WeightPacking {
+    pub(crate) fn for_target(target: Target) -> WeightPacking {
+        match target {
+            Target::Host => WeightPacking::Panels,
+            Target::Gpu(_) => WeightPacking::RowMajor,
+        }
+    }
+
+    fn weight_elements(self, inputs: usize, outputs: usize) -> usize {
+        match self {
+            WeightPacking::RowMajor => inputs * outputs,
+            WeightPacking::Panels => inputs * outputs.div_ceil(host_kernels::PANEL) * host_kernels::PANEL,
+        }
+    }
+}
+
 /// Byte offsets of the weights in their device buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WeightLayout {
+    /// How layer weights are laid out.
+    pub(crate) packing: WeightPacking,
     /// The embedding tables, back to back.
     pub(crate) tables: usize,
     /// Per layer, the weight's and the bias's offsets.
@@ -108,7 +137,7 @@ fn align(offset: usize) -> usize {
 }
 
 impl WeightLayout {
-    pub(crate) fn new(config: &ModelConfig) -> WeightLayout {
+    pub(crate) fn new(config: &ModelConfig, packing: WeightPacking) -> WeightLayout {
         let tables = ALIGN;
         let mut end = tables;
         if let ModelConfig::Recsys(c) = config {
@@ -117,11 +146,11 @@ impl WeightLayout {
         let mut layers = Vec::new();
         for layer in config.layers() {
             let w = align(end);
-            let b = align(w + layer.inputs * layer.outputs * 4);
+            let b = align(w + packing.weight_elements(layer.inputs, layer.outputs) * 4);
             end = b + layer.outputs * 4;
             layers.push((w, b));
         }
-        WeightLayout { tables, layers, total: align(end) }
+        WeightLayout { packing, tables, layers, total: align(end) }
     }
 
     /// The weights packed into this layout, little-endian; the marker region is zero.
@@ -138,8 +167,13 @@ impl WeightLayout {
                 put(self.tables + j * table_bytes, weights.embedding(j));
             }
         }
-        for (l, (w, b)) in self.layers.iter().enumerate() {
-            put(*w, weights.layer_weight(l));
+        for (l, ((w, b), layer)) in self.layers.iter().zip(config.layers()).enumerate() {
+            match self.packing {
+                WeightPacking::RowMajor => put(*w, weights.layer_weight(l)),
+                WeightPacking::Panels => {
+                    put(*w, &host_kernels::pack_panels(weights.layer_weight(l), layer.inputs, layer.outputs))
+                }
+            }
             put(*b, weights.layer_bias(l));
         }
         out
@@ -203,7 +237,7 @@ fn grid_blocks(elements: usize, per_block: usize) -> u32 {
 /// The plan of `config` for `batch` rows on `target`. The config must be valid and
 /// `1 <= batch <= MAX_BATCH`.
 pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
-    let weights = WeightLayout::new(config);
+    let weights = WeightLayout::new(config, WeightPacking::for_target(target));
     let mut steps = Vec::new();
     let mut kernels = Vec::new();
     let mut scratch_end = 0usize;
@@ -315,10 +349,14 @@ mod tests {
         assert_eq!(p.steps.len(), 4);
         assert_eq!(p.steps[3].args[0], ArgSource::Output(0));
         assert_eq!(p.steps[0].args.len(), 2 + 190 + 5);
-        let w = WeightLayout::new(&config);
+        let w = WeightLayout::new(&config, WeightPacking::RowMajor);
         assert_eq!(w.tables, ALIGN);
         assert_eq!(w.layers[0].0, align(ALIGN + 40 * 1000 * 16 * 4));
+        assert_eq!(w.layers[2].1, align(w.layers[2].0 + 256 * 4));
         assert!(w.total >= w.layers[2].1 + 4);
+        // Panels pad the last layer's single column to a full panel.
+        let p = WeightLayout::new(&config, WeightPacking::Panels);
+        assert_eq!(p.layers[2].1, align(p.layers[2].0 + 256 * host_kernels::PANEL * 4));
     }
 
     #[test]

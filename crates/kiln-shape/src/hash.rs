@@ -196,17 +196,18 @@ impl CanonicalSink for FastSink {
     }
 }
 
-/// Feeds BLAKE3 through a small stack buffer: one `update` per few hundred bytes instead of one
-/// per field, which is several times faster for the many tiny fields of a shape list.
+/// Feeds BLAKE3 through a 4 KiB stack buffer: one `update` per four chunks instead of one
+/// per field, which lets BLAKE3 hash chunks in parallel and is several times faster for the
+/// many tiny fields of a shape list.
 pub(crate) struct StableSink {
     hasher: blake3::Hasher,
-    buffer: [u8; 512],
+    buffer: [u8; 4096],
     filled: usize,
 }
 
 impl StableSink {
     pub(crate) fn new() -> StableSink {
-        StableSink { hasher: blake3::Hasher::new_derive_key(STABLE_KEY_CONTEXT), buffer: [0; 512], filled: 0 }
+        StableSink { hasher: blake3::Hasher::new_derive_key(STABLE_KEY_CONTEXT), buffer: [0; 4096], filled: 0 }
     }
 
     pub(crate) fn finish(mut self) -> StableShapeKey {

@@ -36,8 +36,10 @@ fn stable_key_follows_the_documented_encoding() {
 
 #[test]
 fn long_inputs_hash_the_same_through_the_buffer() {
-    // Names and shapes long enough to cross the sink's internal buffer several times.
-    let names: Vec<String> = (0..40).map(|i| format!("{}_{i}", "x".repeat(i * 7))).collect();
+    // Names and shapes long enough to cross the sink's internal buffer several times...
+    // ...and one name longer than the buffer on its own.
+    let mut names: Vec<String> = (0..40).map(|i| format!("{}_{i}", "x".repeat(i * 7))).collect();
+    names[17] = "y".repeat(5000);
     let dims: Vec<Vec<u64>> = (0..40).map(|i| (0..(i % 9) as u64).map(|d| d * 1000 + i as u64).collect()).collect();
     let inputs: Vec<TensorShape<'_>> =
         names.iter().zip(&dims).map(|(name, dims)| TensorShape::new(name, DType::F16, dims)).collect();

@@ -45,8 +45,11 @@ pub fn config(dir: &Path) -> CacheConfigBuilder {
     CacheConfig::builder(dir).stale_temp_age(std::time::Duration::ZERO)
 }
 
+/// The closure behind a [`Hook`].
+type HookFn = dyn Fn(FaultPoint, &Path) -> io::Result<()> + Send + Sync;
+
 /// A fault injector built from a closure.
-pub struct Hook(Box<dyn Fn(FaultPoint, &Path) -> io::Result<()> + Send + Sync>);
+pub struct Hook(Box<HookFn>);
 
 impl Hook {
     pub fn new(f: impl Fn(FaultPoint, &Path) -> io::Result<()> + Send + Sync + 'static) -> Arc<Self> {
@@ -68,20 +71,15 @@ impl FaultInjector for Hook {
 
 /// Names of the files in `dir`, sorted.
 pub fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     v.sort();
     v
 }
 
 /// Names of temp files (anything starting with `.kiln-tmp.`) in `dir`.
 pub fn temp_files(dir: &Path) -> Vec<String> {
-    names(dir)
-        .into_iter()
-        .filter(|n| n.starts_with(".kiln-tmp."))
-        .collect()
+    names(dir).into_iter().filter(|n| n.starts_with(".kiln-tmp.")).collect()
 }
 
 /// Starts this test binary again, running only the test `role_test` with `CHILD_ENV=role`.
@@ -124,11 +122,7 @@ pub fn sigkill_self() -> ! {
 /// Appends one line to `path` with O_APPEND (atomic for short writes across processes).
 pub fn append_line(path: &Path, line: &str) {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
     f.write_all(format!("{line}\n").as_bytes()).unwrap();
 }
 
@@ -138,13 +132,7 @@ pub struct Logs(Arc<Mutex<Vec<(tracing::Level, String)>>>);
 
 impl Logs {
     pub fn warnings(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(l, _)| *l == tracing::Level::WARN)
-            .map(|(_, m)| m.clone())
-            .collect()
+        self.0.lock().unwrap().iter().filter(|(l, _)| *l == tracing::Level::WARN).map(|(_, m)| m.clone()).collect()
     }
 }
 
@@ -171,10 +159,7 @@ impl tracing::Subscriber for Collector {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut fields = Fields(String::new());
         event.record(&mut fields);
-        (self.0).0
-            .lock()
-            .unwrap()
-            .push((*event.metadata().level(), fields.0));
+        (self.0).0.lock().unwrap().push((*event.metadata().level(), fields.0));
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -165,6 +165,66 @@ pub fn take_orphaned_errors() -> Vec<Error> {
     std::mem::take(&mut *ORPHANED.lock())
 }
 
+/// A HIP handle moved into a postponed release.
+pub(crate) struct SendHandle<T>(T);
+
+// SAFETY: only built from HIP handles and pointers (opaque values the runtime accepts from any thread),
+// and only moved so that the one call that releases the handle can run on another thread.
+unsafe impl<T> Send for SendHandle<T> {}
+
+impl<T> SendHandle<T> {
+    pub(crate) fn new(handle: T) -> SendHandle<T> {
+        SendHandle(handle)
+    }
+
+    /// The handle (taking the whole wrapper, so a closure that calls this captures the wrapper).
+    pub(crate) fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+type Release = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Releases postponed because they were requested where HIP forbids unsafe calls (during a capture).
+static POSTPONED: Mutex<Vec<(Arc<DeviceShared>, &'static str, Release)>> = Mutex::new(Vec::new());
+/// `POSTPONED.len()`, readable without the lock.
+static POSTPONED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// For destructors: runs `release` (a free, an unload, a destroy) with `device` current now, or, while
+/// this thread may not make unsafe calls because of an active capture, at the next point where it may
+/// ([`flush_postponed_releases`]). A free is one of the calls stream capture forbids in thread-local and
+/// global mode (HIP follows CUDA: `hipFree` synchronises the device and is not captured); making it
+/// there would fail or break the capture. Errors are recorded on the device either way.
+pub(crate) fn release(
+    device: &Arc<DeviceShared>,
+    op: &'static str,
+    release: impl FnOnce() -> Result<()> + Send + 'static,
+) {
+    if stream::unsafe_calls_forbidden() {
+        let mut postponed = POSTPONED.lock();
+        postponed.push((device.clone(), op, Box::new(release)));
+        POSTPONED_COUNT.store(postponed.len(), Ordering::Release);
+    } else {
+        device.release_with(op, release);
+    }
+}
+
+/// Runs the postponed releases, if this thread may make unsafe calls; called at the end of a capture,
+/// before allocations, at device synchronisation and when a stream is dropped. Cheap when there are none.
+pub(crate) fn flush_postponed_releases() {
+    if POSTPONED_COUNT.load(Ordering::Acquire) == 0 || stream::unsafe_calls_forbidden() {
+        return;
+    }
+    let pending = {
+        let mut postponed = POSTPONED.lock();
+        POSTPONED_COUNT.store(0, Ordering::Release);
+        std::mem::take(&mut *postponed)
+    };
+    for (device, op, release) in pending {
+        device.release_with(op, release);
+    }
+}
+
 /// What every object of one opened device shares: identity, limits and the deferred-error list. Objects
 /// hold it by `Arc`, so an object can always name (and make current) its device.
 #[derive(Debug)]
@@ -318,7 +378,7 @@ impl Device for HipDevice {
         let op = "device.synchronize";
         self.shared.enter(op)?;
         stream::forbid_during_capture(op)?;
-        memory::flush_postponed_frees();
+        flush_postponed_releases();
         result::device::synchronize(op).map_err(|e| stream::map_fault(op, e, None, 0))
     }
 

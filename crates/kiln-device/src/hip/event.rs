@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::api::Event;
 use crate::error::{Error, Result};
-use crate::hip::device::DeviceShared;
+use crate::hip::device::{self, DeviceShared, SendHandle};
 use crate::hip::result::{self, has_code};
 use crate::hip::stream::map_fault;
 use crate::hip::sys::{self, code};
@@ -132,9 +132,10 @@ impl Drop for HipEvent {
     fn drop(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         if !raw.is_null() {
-            self.device.release_with("event.drop", || {
+            let raw = SendHandle::new(raw);
+            device::release(&self.device, "event.drop", move || {
                 // SAFETY: `raw` was swapped out, so it is destroyed once.
-                unsafe { result::event::destroy("event.drop", raw) }
+                unsafe { result::event::destroy("event.drop", raw.into_inner()) }
             });
         }
     }

@@ -32,6 +32,11 @@
 //! restores the executable graph by instantiating again the graph whose parameters it held before the
 //! update (kept for that purpose), so a refused update really leaves it unchanged. Only if that
 //! instantiation fails too is the executable graph destroyed (later launches: [`Error::GraphDestroyed`]).
+//!
+//! CUDA guarantees that updating an executable graph does not affect replays already enqueued. HIP
+//! documents no such guarantee (and a release that keeps graph kernel arguments in device memory may
+//! rewrite them in place); kiln does not synchronise on its own, so update an executable graph once the
+//! replays that must see the old parameters have completed.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -42,7 +47,7 @@ use smallvec::SmallVec;
 use crate::api::{Graph, GraphExec};
 use crate::error::{Error, Result};
 use crate::hip::HipBackend;
-use crate::hip::device::DeviceShared;
+use crate::hip::device::{self, DeviceShared, SendHandle};
 use crate::hip::module::ModuleShared;
 use crate::hip::result;
 use crate::hip::stream::PackedArgs;
@@ -197,10 +202,11 @@ impl Drop for GraphInner {
     fn drop(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         if !raw.is_null() {
-            self.device.release_with("graph.drop", || {
+            let raw = SendHandle::new(raw);
+            device::release(&self.device, "graph.drop", move || {
                 // SAFETY: `raw` was swapped out, so it is destroyed once; this is its last user (executable
                 // graphs instantiated from it hold this value and are gone too).
-                unsafe { result::graph::destroy("graph.drop", raw) }
+                unsafe { result::graph::destroy("graph.drop", raw.into_inner()) }
             });
         }
     }
@@ -526,8 +532,17 @@ impl GraphExec for HipGraphExec {
 
 impl Drop for HipGraphExec {
     fn drop(&mut self) {
-        if let Err(e) = self.destroy() {
-            self.device.defer(e);
+        // The graphs it names and the modules it launches go with it, after it is destroyed.
+        let graphs = (self.source.take(), self.applied.take());
+        let modules = std::mem::take(&mut self.modules);
+        if let ExecState::Live(raw) = std::mem::replace(&mut self.state, ExecState::Destroyed) {
+            let raw = SendHandle::new(raw);
+            device::release(&self.device, "graph_exec.drop", move || {
+                // SAFETY: `raw` was swapped out of the state, so it is destroyed once.
+                let destroyed = unsafe { result::graph::exec_destroy("graph_exec.drop", raw.into_inner()) };
+                drop((graphs, modules));
+                destroyed
+            });
         }
     }
 }

@@ -1,23 +1,18 @@
 //! Device memory (`hipMalloc`) and page-locked host memory (`hipHostMalloc`) of the HIP backend.
 //!
 //! Both are freed on drop. A free is one of the calls that stream capture forbids in thread-local and
-//! global mode (HIP follows CUDA here: `hipFree` synchronises the device and is not captured), so
-//! dropping a buffer on a thread that is capturing would fail the free or break the capture. The free is
-//! postponed instead: it runs at the next point where such calls are allowed again (the end of the
-//! capture, the next allocation, a device synchronisation or a stream's drop). Failures are recorded on
-//! the device ([`crate::Device::take_deferred_errors`]), never swallowed. The CUDA backend's
-//! `memory.rs` does the same.
+//! global mode (HIP follows CUDA here: `hipFree` synchronises the device and is not captured), so a
+//! buffer dropped on a thread that is capturing is freed at the next point where such calls are allowed
+//! again ([`device::release`]). Failures are recorded on the device
+//! ([`crate::Device::take_deferred_errors`]), never swallowed.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use parking_lot::Mutex;
 
 use crate::api::{DeviceBuffer, PinnedBuffer};
 use crate::error::{Error, Result};
-use crate::hip::device::DeviceShared;
+use crate::hip::device::{self, DeviceShared, SendHandle};
 use crate::hip::result::{self, has_code};
 use crate::hip::stream;
 use crate::hip::sys::code;
@@ -25,57 +20,6 @@ use crate::types::DevicePtr;
 
 /// Rust allocations are limited to `isize::MAX` bytes; sizes past it cannot be addressed.
 const MAX_BYTES: usize = isize::MAX as usize;
-
-enum Postponed {
-    Device(u64),
-    Host(HostPtr),
-}
-
-/// A pinned host pointer waiting to be freed.
-struct HostPtr(*mut c_void);
-
-// SAFETY: the pointer is only handed back to `hipHostFree`, which may be called from any thread.
-unsafe impl Send for HostPtr {}
-
-/// Frees postponed because they were requested during a capture, with the device each belongs to.
-static POSTPONED: Mutex<Vec<(Arc<DeviceShared>, Postponed)>> = Mutex::new(Vec::new());
-/// `POSTPONED.len()`, readable without the lock.
-static POSTPONED_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-fn free_now(device: &DeviceShared, what: Postponed) {
-    match what {
-        Postponed::Device(ptr) => device.release_with("device_buffer.drop", || {
-            // SAFETY: `ptr` came from `hipMalloc` and was swapped out of its buffer, so it is freed once.
-            unsafe { result::memory::free("device_buffer.drop", ptr) }
-        }),
-        Postponed::Host(ptr) => device.release_with("pinned_buffer.drop", || {
-            // SAFETY: `ptr` came from `hipHostMalloc` and was swapped out of its buffer, so it is freed once.
-            unsafe { result::memory::free_host("pinned_buffer.drop", ptr.0) }
-        }),
-    }
-}
-
-/// Frees now, or postpones while this thread may not make unsafe calls.
-fn free_or_postpone(device: &Arc<DeviceShared>, what: Postponed) {
-    if stream::unsafe_calls_forbidden() {
-        POSTPONED.lock().push((device.clone(), what));
-        POSTPONED_COUNT.fetch_add(1, Ordering::Release);
-    } else {
-        free_now(device, what);
-    }
-}
-
-/// Runs the postponed frees, if this thread may make unsafe calls. Cheap when there are none.
-pub(crate) fn flush_postponed_frees() {
-    if POSTPONED_COUNT.load(Ordering::Acquire) == 0 || stream::unsafe_calls_forbidden() {
-        return;
-    }
-    let pending = std::mem::take(&mut *POSTPONED.lock());
-    POSTPONED_COUNT.fetch_sub(pending.len(), Ordering::Release);
-    for (device, what) in pending {
-        free_now(&device, what);
-    }
-}
 
 fn invalid_size(op: &'static str, bytes: usize, reason: &'static str) -> Error {
     Error::InvalidSize { op, bytes: bytes as u128, reason }
@@ -100,7 +44,7 @@ pub(crate) fn alloc(device: &Arc<DeviceShared>, bytes: usize) -> Result<HipDevic
     if bytes as u64 > device.info.total_memory {
         return Err(out_of_memory(op, bytes));
     }
-    flush_postponed_frees();
+    device::flush_postponed_releases();
     match result::memory::alloc(op, bytes) {
         Ok(ptr) => Ok(HipDeviceBuffer { device: device.clone(), ptr, len: bytes }),
         Err(e) if has_code(&e, code::OUT_OF_MEMORY) => Err(out_of_memory(op, bytes)),
@@ -123,7 +67,7 @@ pub(crate) fn alloc_pinned(device: &Arc<DeviceShared>, bytes: usize) -> Result<H
     if bytes as u64 > device.info.total_memory {
         return Err(Error::OutOfMemory { op, requested: bytes as u64, available: device.info.total_memory });
     }
-    flush_postponed_frees();
+    device::flush_postponed_releases();
     let ptr = match result::memory::alloc_host(op, bytes) {
         Ok(ptr) => ptr,
         Err(e) if has_code(&e, code::OUT_OF_MEMORY) => {
@@ -172,7 +116,10 @@ impl Drop for HipDeviceBuffer {
     fn drop(&mut self) {
         let ptr = std::mem::replace(&mut self.ptr, 0);
         if ptr != 0 {
-            free_or_postpone(&self.device, Postponed::Device(ptr));
+            device::release(&self.device, "device_buffer.drop", move || {
+                // SAFETY: `ptr` came from `hipMalloc` and was swapped out of the buffer, so it is freed once.
+                unsafe { result::memory::free("device_buffer.drop", ptr) }
+            });
         }
     }
 }
@@ -237,7 +184,12 @@ impl PinnedBuffer for HipPinnedBuffer {
 impl Drop for HipPinnedBuffer {
     fn drop(&mut self) {
         if let Some(ptr) = self.ptr.take() {
-            free_or_postpone(&self.device, Postponed::Host(HostPtr(ptr.as_ptr().cast())));
+            let ptr = SendHandle::new(ptr.as_ptr().cast::<c_void>());
+            device::release(&self.device, "pinned_buffer.drop", move || {
+                // SAFETY: the pointer came from `hipHostMalloc` and was taken out of the buffer, so it is
+                // freed once.
+                unsafe { result::memory::free_host("pinned_buffer.drop", ptr.into_inner()) }
+            });
         }
     }
 }

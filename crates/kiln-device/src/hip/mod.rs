@@ -20,7 +20,8 @@
 //!   the thread ([`crate::check_pinned`]) and makes its device current with `hipSetDevice` if kiln has
 //!   not already (a thread-local compare on the launch path). [`crate::Device::pin`] makes the device
 //!   current and restores the previous one when the guard drops. Destructors switch to their object's
-//!   device for the call only.
+//!   device for the call only; one that runs on a thread that is capturing postpones its release (a
+//!   free, an unload) to the end of the capture, where HIP allows it.
 //! - **Capture.** kiln's capture modes are HIP's (thread-local by default). Calls HIP forbids during
 //!   capture are refused before they reach HIP and invalidate the capture; see `stream` for the rules.
 //!   An empty capture is valid and instantiates to a marker that replays as a no-op. Known ROCm graph

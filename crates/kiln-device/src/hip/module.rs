@@ -14,7 +14,7 @@ use crate::api::{Kernel, Module};
 use crate::code::{CodeFormat, CodeObject};
 use crate::error::{Error, Result};
 use crate::hip::HipBackend;
-use crate::hip::device::DeviceShared;
+use crate::hip::device::{self, DeviceShared, SendHandle};
 use crate::hip::result::{self, has_code};
 use crate::hip::sys::{self, code, func_attribute};
 use crate::types::{KernelSignature, LaunchConfig};
@@ -169,11 +169,12 @@ impl Drop for ModuleShared {
     fn drop(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         if !raw.is_null() {
-            self.device.release_with("module.drop", || {
-                // SAFETY: `raw` was swapped out, so it is unloaded once. No kernel of it can run any more:
-                // kernels and graphs hold this module by `Arc`, so this runs after the last of them is gone
-                // (work they enqueued may still run, which the launch contracts leave to the caller).
-                unsafe { result::module::unload("module.drop", raw) }
+            let raw = SendHandle::new(raw);
+            device::release(&self.device, "module.drop", move || {
+                // SAFETY: `raw` was swapped out, so it is unloaded once. No kernel of it can be launched any
+                // more: kernels and graphs hold this module by `Arc`, so this runs after the last of them is
+                // gone (work they enqueued may still run, which the launch contracts leave to the caller).
+                unsafe { result::module::unload("module.drop", raw.into_inner()) }
             });
         }
     }

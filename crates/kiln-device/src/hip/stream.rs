@@ -44,10 +44,10 @@ use smallvec::SmallVec;
 use crate::api::{CaptureStatus, Kernel as _, Stream};
 use crate::error::{Error, Result};
 use crate::hip::HipBackend;
-use crate::hip::device::DeviceShared;
+use crate::hip::device::{self, DeviceShared, SendHandle};
 use crate::hip::event::HipEvent;
 use crate::hip::graph::{CapturedOp, HipGraph, HipGraphExec, KernelLaunch};
-use crate::hip::memory::{self, HipPinnedBuffer};
+use crate::hip::memory::HipPinnedBuffer;
 use crate::hip::module::{HipKernel, ModuleShared};
 use crate::hip::result::{self, has_code};
 use crate::hip::sys::{self, capture_status, code};
@@ -134,13 +134,14 @@ impl Drop for StreamShared {
         self.abandon_capture();
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         if !raw.is_null() {
-            self.device.release_with("stream.drop", || {
+            let raw = SendHandle::new(raw);
+            device::release(&self.device, "stream.drop", move || {
                 // SAFETY: `raw` was swapped out, so it is destroyed once. `hipStreamDestroy` waits for the
                 // stream's pending work to complete before it releases the stream.
-                unsafe { result::stream::destroy("stream.drop", raw) }
+                unsafe { result::stream::destroy("stream.drop", raw.into_inner()) }
             });
         }
-        memory::flush_postponed_frees();
+        device::flush_postponed_releases();
     }
 }
 
@@ -740,7 +741,7 @@ impl Stream for HipStream {
         unregister_global(me);
         // SAFETY: `raw` is live while `self` is.
         let ended = unsafe { result::stream::end_capture(op, self.shared.raw) };
-        memory::flush_postponed_frees();
+        device::flush_postponed_releases();
         match ended {
             Ok(raw) => {
                 let graph = HipGraph::from_capture(self.shared.device.clone(), raw, cap.modules, cap.ops)?;

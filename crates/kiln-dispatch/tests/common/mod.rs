@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln_device::host::{HostBackend, register_kernel};
 use kiln_device::{
-    Backend, CodeObject, Device, DeviceSlice, KernelArg, KernelSignature, KernelSource, LaunchConfig, Module, ParamKind, Stream,
+    Backend, CodeObject, Device, DeviceSlice, KernelArg, KernelSignature, KernelSource, LaunchConfig, Module,
+    ParamKind, Stream,
 };
 use kiln_dispatch::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
 use kiln_shape::{DType, Dim, TensorSpec};
@@ -67,8 +68,9 @@ fn register(n: usize, bias: bool) {
 impl SumModel {
     pub fn new(n: usize, width: u64, bias: bool) -> SumModel {
         register(n, bias);
-        let mut inputs: Vec<TensorSpec> =
-            (0..n).map(|i| TensorSpec::new(format!("in{i}"), DType::F32, [Dim::symbolic("batch"), Dim::Fixed(width)])).collect();
+        let mut inputs: Vec<TensorSpec> = (0..n)
+            .map(|i| TensorSpec::new(format!("in{i}"), DType::F32, [Dim::symbolic("batch"), Dim::Fixed(width)]))
+            .collect();
         if bias {
             inputs.push(TensorSpec::new("bias", DType::F32, [Dim::Fixed(width)]));
         }
@@ -107,8 +109,9 @@ impl SumModel {
     /// Deterministic inputs for `batch` rows (binding order).
     pub fn inputs(&self, batch: usize, seed: u32) -> Vec<Vec<f32>> {
         let w = self.width as usize;
-        let mut all: Vec<Vec<f32>> =
-            (0..self.n).map(|i| (0..batch * w).map(|j| ((i * 7 + j * 3 + seed as usize) % 13) as f32 - 6.0).collect()).collect();
+        let mut all: Vec<Vec<f32>> = (0..self.n)
+            .map(|i| (0..batch * w).map(|j| ((i * 7 + j * 3 + seed as usize) % 13) as f32 - 6.0).collect())
+            .collect();
         if self.bias {
             all.push((0..w).map(|j| j as f32 * 0.5 + seed as f32).collect());
         }
@@ -141,7 +144,13 @@ impl Program<HostBackend> for SumProgram {
         self.rows as usize * self.width as usize * 4
     }
 
-    unsafe fn launch(&self, stream: &<HostBackend as Backend>::Stream, inputs: &[DeviceSlice], outputs: &[DeviceSlice], scratch: DeviceSlice) -> Result<(), kiln_device::Error> {
+    unsafe fn launch(
+        &self,
+        stream: &<HostBackend as Backend>::Stream,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> Result<(), kiln_device::Error> {
         let mut args = vec![
             KernelArg::Ptr(outputs[0].ptr()),
             KernelArg::Ptr(outputs[1].ptr()),
@@ -171,7 +180,11 @@ impl ProgramCompiler<HostBackend> for SumModel {
         }
     }
 
-    fn compile(&self, device: &<HostBackend as Backend>::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
+    fn compile(
+        &self,
+        device: &<HostBackend as Backend>::Device,
+        request: &CompileRequest<'_>,
+    ) -> Result<Vec<u8>, CompilerError> {
         if self.fail_next_compile.swap(false, Ordering::SeqCst) {
             return Err("injected compile failure".into());
         }
@@ -258,7 +271,10 @@ impl DeviceRequest {
         }
     }
 
-    pub fn tensors<'a>(&'a self, model: &'a SumModel) -> (Vec<kiln_dispatch::DeviceTensor<'a>>, Vec<kiln_dispatch::DeviceTensor<'a>>) {
+    pub fn tensors<'a>(
+        &'a self,
+        model: &'a SumModel,
+    ) -> (Vec<kiln_dispatch::DeviceTensor<'a>>, Vec<kiln_dispatch::DeviceTensor<'a>>) {
         use kiln_device::DeviceBuffer;
         let ins = model
             .spec
@@ -266,7 +282,12 @@ impl DeviceRequest {
             .iter()
             .zip(&self.inputs)
             .zip(&self.dims)
-            .map(|((s, b), d)| kiln_dispatch::DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
+            .map(|((s, b), d)| kiln_dispatch::DeviceTensor {
+                name: s.name(),
+                dtype: s.dtype(),
+                dims: d,
+                data: b.as_slice(),
+            })
             .collect();
         let outs = model
             .spec
@@ -274,7 +295,12 @@ impl DeviceRequest {
             .iter()
             .zip(&self.outputs)
             .zip(&self.out_dims)
-            .map(|((s, b), d)| kiln_dispatch::DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
+            .map(|((s, b), d)| kiln_dispatch::DeviceTensor {
+                name: s.name(),
+                dtype: s.dtype(),
+                dims: d,
+                data: b.as_slice(),
+            })
             .collect();
         (ins, outs)
     }

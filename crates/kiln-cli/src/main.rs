@@ -1,0 +1,2 @@
+//! kiln
+fn main() {}
