@@ -32,17 +32,21 @@ impl Bar {
         self.bar.inc(n);
     }
 
-    /// Reports one program of session creation made ready (a session's progress callback).
-    pub fn program_ready(&self, progress: &Progress) {
-        self.bar.set_length(progress.total as u64);
-        self.bar.set_position(progress.done as u64);
+    /// Reports one program made ready during session creation (a session's progress callback), on
+    /// `device` when several sessions share the bar.
+    pub fn program_ready(&self, device: Option<usize>, progress: &Progress) {
+        self.bar.inc(1);
         let how = match progress.source {
             ProgramSource::Loaded => "loaded",
             ProgramSource::Compiled => "compiled",
         };
-        match progress.bucket {
-            Some(bucket) => self.bar.set_message(format!("bucket {bucket} {how}")),
-            None => self.bar.set_message(how),
+        let what = match progress.bucket {
+            Some(bucket) => format!("bucket {bucket} {how}"),
+            None => how.to_string(),
+        };
+        match device {
+            Some(device) => self.bar.set_message(format!("device {device}: {what}")),
+            None => self.bar.set_message(what),
         }
     }
 

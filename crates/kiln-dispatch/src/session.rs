@@ -900,6 +900,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         outputs: &[DeviceTensor<'_>],
     ) -> Result<bool> {
         let entry = &self.main[k];
+        if self.config.graphs.enabled && self.replay_if_unchanged(ctx, k, inputs, outputs)? {
+            return Ok(true);
+        }
         // The request's batch equals the bucket, so the program's sizes are the request's sizes.
         ctx.inputs.clear();
         for ((t, bytes), spec) in inputs.iter().zip(&entry.input_bytes).zip(self.signature.inputs()) {
@@ -1001,6 +1004,54 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         graph_entry.baked.clear();
         graph_entry.baked.extend_from_slice(&ctx.pointers);
         self.replay(ctx, key)
+    }
+
+    /// The steady state of direct bind, in one pass and without copying: when this context holds a
+    /// live direct-bind graph for program `k` whose baked pointers equal the request's, and every
+    /// buffer is large enough and every output has this request's shape, replay it. Returns false
+    /// (having done nothing) otherwise; the caller then binds, compares and handles drift.
+    fn replay_if_unchanged(
+        &self,
+        ctx: &mut RunContext<B>,
+        k: usize,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<bool> {
+        let entry = &self.main[k];
+        let key = (entry.id, BindingMode::DirectBind);
+        let Some(graph) = ctx.graphs.get_mut(&key) else { return Ok(false) };
+        let Some(exec) = graph.exec.as_ref() else { return Ok(false) };
+        let (baked_in, baked_out) = graph.baked.split_at(inputs.len().min(graph.baked.len()));
+        let inputs_match = baked_in.len() == inputs.len()
+            && inputs
+                .iter()
+                .zip(baked_in)
+                .zip(&entry.input_bytes)
+                .all(|((t, p), bytes)| t.data.ptr() == *p && t.data.len() >= *bytes);
+        let outputs_match = baked_out.len() == outputs.len()
+            && outputs
+                .iter()
+                .zip(baked_out)
+                .zip(&entry.output_bytes)
+                .zip(&entry.output_dims)
+                .zip(self.signature.outputs())
+                .all(|((((t, p), bytes), dims), spec)| {
+                    t.data.ptr() == *p
+                        && t.data.len() >= *bytes
+                        && t.dims == &dims[..]
+                        && t.dtype == spec.dtype()
+                        && (std::ptr::eq(t.name, spec.name()) || t.name == spec.name())
+                });
+        if !(inputs_match && outputs_match) {
+            return Ok(false);
+        }
+        graph.drift = 0;
+        graph.last_used = ctx.tick;
+        // SAFETY: the graph's baked pointers are exactly this request's live buffers, each at least
+        // as large as the program reads or writes.
+        unsafe { ctx.stream.launch_graph(exec)? };
+        Stats::bump(&self.stats.replays);
+        Ok(true)
     }
 
     fn replay(&self, ctx: &mut RunContext<B>, key: (usize, BindingMode)) -> Result<bool> {

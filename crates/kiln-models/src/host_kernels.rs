@@ -214,9 +214,9 @@ fn gemm_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]
     })
 }
 
-/// `out[m,n] = act(a[m,k] @ b[k,n] + bias[n])` with `b` in panels ([`pack_panels`]), with AVX2 and FMA
-/// where the CPU has them (the products are then fused multiply-adds, so the last bits can differ from
-/// the portable path).
+/// `out[m,n] = act(a[m,k] @ b[k,n] + bias[n])` with `b` in panels ([`pack_panels`]). The same code is
+/// compiled three times and picked at run time: with AVX-512F + FMA, with AVX2 + FMA, or portable (with
+/// FMA the products are fused multiply-adds, so the last bits can differ from the portable path).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
     out: &mut [f32],
@@ -281,10 +281,8 @@ fn madd<const FMA: bool>(x: f32, y: f32, acc: f32) -> f32 {
     if FMA { x.mul_add(y, acc) } else { acc + x * y }
 }
 
-/// Register-tiled GEMM. A tile covers `R` rows x `P` panels of 16 columns and accumulates over all of K
-/// in registers (no loads or stores of the output inside the K loop), streaming `P` contiguous weight
-/// panels. `R * P = 4` independent accumulators (4 rows, or 2 rows x 2 panels, or 1 row x 4 panels)
-/// hide the multiply-add latency even for a batch of one.
+/// Register-tiled GEMM: a tile of up to 4 rows x 16 columns accumulates over all of K in registers
+/// (no loads or stores of the output inside the K loop), streaming one contiguous weight panel.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_body<const FMA: bool>(
@@ -300,30 +298,17 @@ fn gemm_body<const FMA: bool>(
     if n == 0 {
         return;
     }
-    let panels = n.div_ceil(PANEL);
     let mut r0 = 0;
     while r0 < m {
         let rows = (m - r0).min(TILE_ROWS);
-        let per_tile = match rows {
-            1 => 4,
-            2 => 2,
-            _ => 1,
-        };
-        let mut p0 = 0;
-        while p0 < panels {
-            let group = (panels - p0).min(per_tile);
-            let t = Tile { out: &mut *out, a, b, bias, n, k, r0, p0 };
-            match (rows, group) {
-                (4, _) => tile::<4, 1, FMA>(t),
-                (3, _) => tile::<3, 1, FMA>(t),
-                (2, 2) => tile::<2, 2, FMA>(t),
-                (2, _) => tile::<2, 1, FMA>(t),
-                (_, 4) => tile::<1, 4, FMA>(t),
-                (_, 3) => tile::<1, 3, FMA>(t),
-                (_, 2) => tile::<1, 2, FMA>(t),
-                (_, _) => tile::<1, 1, FMA>(t),
+        for (p, panel) in b.chunks_exact(k * PANEL).take(n.div_ceil(PANEL)).enumerate() {
+            let t = Tile { out: &mut *out, a, panel, bias, n, k, r0, j0: p * PANEL };
+            match rows {
+                4 => tile::<4, FMA>(t),
+                3 => tile::<3, FMA>(t),
+                2 => tile::<2, FMA>(t),
+                _ => tile::<1, FMA>(t),
             }
-            p0 += group;
         }
         r0 += rows;
     }
@@ -335,43 +320,37 @@ fn gemm_body<const FMA: bool>(
 /// Output rows of one register tile.
 const TILE_ROWS: usize = 4;
 
-/// One register tile's inputs: rows `r0..r0 + R` of `a`, panels `p0..p0 + P` of `b`.
+/// One register tile's inputs: rows `r0..r0 + R` of `a`, the panel of columns `j0..j0 + 16`.
 struct Tile<'a> {
     out: &'a mut [f32],
     a: &'a [f32],
-    b: &'a [f32],
+    panel: &'a [f32],
     bias: Option<&'a [f32]>,
     n: usize,
     k: usize,
     r0: usize,
-    p0: usize,
+    j0: usize,
 }
 
 #[inline(always)]
-fn tile<const R: usize, const P: usize, const FMA: bool>(t: Tile<'_>) {
-    let Tile { out, a, b, bias, n, k, r0, p0 } = t;
+fn tile<const R: usize, const FMA: bool>(t: Tile<'_>) {
+    let Tile { out, a, panel, bias, n, k, r0, j0 } = t;
     let rows: [&[f32]; R] = std::array::from_fn(|r| &a[(r0 + r) * k..(r0 + r + 1) * k]);
-    let panels: [&[f32]; P] = std::array::from_fn(|p| &b[(p0 + p) * k * PANEL..(p0 + p + 1) * k * PANEL]);
-    let mut acc = [[[0.0f32; PANEL]; R]; P];
-    for step in 0..k {
-        for p in 0..P {
-            let bt: &[f32; PANEL] = panels[p][step * PANEL..(step + 1) * PANEL].try_into().expect("a panel row");
-            for r in 0..R {
-                let x = rows[r][step];
-                for c in 0..PANEL {
-                    acc[p][r][c] = madd::<FMA>(x, bt[c], acc[p][r][c]);
-                }
+    let mut acc = [[0.0f32; PANEL]; R];
+    for (step, bt) in panel.chunks_exact(PANEL).enumerate() {
+        let bt: &[f32; PANEL] = bt.try_into().expect("a whole panel row");
+        for r in 0..R {
+            let x = rows[r][step];
+            for c in 0..PANEL {
+                acc[r][c] = madd::<FMA>(x, bt[c], acc[r][c]);
             }
         }
     }
-    for (p, acc_p) in acc.iter().enumerate() {
-        let j0 = (p0 + p) * PANEL;
-        let cols = (n - j0).min(PANEL);
-        for (r, acc_r) in acc_p.iter().enumerate() {
-            let o = &mut out[(r0 + r) * n + j0..(r0 + r) * n + j0 + cols];
-            for (c, (dst, v)) in o.iter_mut().zip(acc_r).enumerate() {
-                *dst = bias.map_or(0.0, |b| b[j0 + c]) + v;
-            }
+    let cols = (n - j0).min(PANEL);
+    for (r, acc_row) in acc.iter().enumerate() {
+        let o = &mut out[(r0 + r) * n + j0..(r0 + r) * n + j0 + cols];
+        for (c, (dst, v)) in o.iter_mut().zip(acc_row).enumerate() {
+            *dst = bias.map_or(0.0, |b| b[j0 + c]) + v;
         }
     }
 }

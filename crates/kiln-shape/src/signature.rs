@@ -45,7 +45,8 @@ static NEXT_SIGNATURE_ID: AtomicU64 = AtomicU64::new(1);
 ///   [`RequestShapes`](crate::RequestShapes), validated as it is written, so the per-run check
 ///   only looks at the symbolic extents.
 ///
-/// All three accept exactly the same requests and return the same [`Bindings`].
+/// All three accept exactly the same extents and return the same [`Bindings`]; element types
+/// are checked by `bind` and, for the other two, by [`check_dtypes`](Signature::check_dtypes).
 pub struct Signature {
     pub(crate) id: u64,
     pub(crate) inputs: Box<[TensorSpec]>,

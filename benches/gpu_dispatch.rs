@@ -1,0 +1,202 @@
+//! The dispatcher on the best backend present (CUDA on the GPU machine): the CPU cost of an
+//! ultra-fast direct-bind `run` against a bare launch of the same captured graph, and end-to-end
+//! latency of the pinned-copy path, for the default 190-input recommender at batch 1, all in one run.
+//! `--json PATH` writes the figures.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiln::device::{
+    Backend, BackendChoice, BackendKind, BackendVisitor, CaptureMode, Device, DeviceBuffer, Stream, resolve,
+    visit_backend,
+};
+use kiln::dispatch::{BucketSpec, DeviceTensor, HostTensor, Program, ProgramCompiler, RunPath, Session, SessionConfig};
+use kiln::models::{ModelConfig, ModelKind, ReferenceCompiler, generate_inputs};
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e6
+}
+
+struct Bench {
+    iterations: usize,
+}
+
+struct Figures {
+    device: String,
+    run_enqueue_us: f64,
+    bare_launch_us: f64,
+    run_device_e2e_us: f64,
+    bare_e2e_us: f64,
+    pinned_e2e_us: f64,
+}
+
+impl BackendVisitor for Bench {
+    type Output = Result<Figures, String>;
+    fn visit<B: Backend>(self) -> Self::Output {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let device = B::open(0).map_err(|x| e(&x))?;
+        let _pin = device.pin().map_err(|x| e(&x))?;
+        let config: ModelConfig = ModelKind::Recsys.default_config();
+        let compiler = Arc::new(ReferenceCompiler::from_config(config.clone()).map_err(|x| e(&x))?);
+        let session_config = SessionConfig::builder()
+            .buckets(BucketSpec::PowersOfTwo { max: 8 })
+            .max_concurrency(1)
+            .build()
+            .map_err(|x| e(&x))?;
+        let session = Session::<B, ReferenceCompiler>::new(device.clone(), compiler.clone(), session_config, &|_| {})
+            .map_err(|x| e(&x))?;
+        let stream = device.create_stream().map_err(|x| e(&x))?;
+        let batch = 1u64;
+        let inputs = generate_inputs(&config, batch as usize, 1);
+        let dims = config.input_dims(batch);
+        let out_dims = config.output_dims(batch);
+        let in_bufs: Vec<B::DeviceBuffer> = inputs
+            .iter()
+            .map(|d| {
+                let b = device.alloc(d.len()).unwrap();
+                stream.upload(d, b.as_slice()).unwrap();
+                b
+            })
+            .collect();
+        let sig = session.signature();
+        let out_bufs: Vec<B::DeviceBuffer> = sig
+            .outputs()
+            .iter()
+            .zip(&out_dims)
+            .map(|(s, d)| device.alloc(d.iter().product::<u64>() as usize * s.dtype().size_bytes()).unwrap())
+            .collect();
+        let ins: Vec<DeviceTensor<'_>> = sig
+            .inputs()
+            .iter()
+            .zip(&in_bufs)
+            .zip(&dims)
+            .map(|((s, b), d)| DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
+            .collect();
+        let outs: Vec<DeviceTensor<'_>> = sig
+            .outputs()
+            .iter()
+            .zip(&out_bufs)
+            .zip(&out_dims)
+            .map(|((s, b), d)| DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
+            .collect();
+        session.run_device(&ins, &outs).map_err(|x| e(&x))?;
+        let info = session.run_device(&ins, &outs).map_err(|x| e(&x))?;
+        assert_eq!(info.path, RunPath::UltraFast);
+
+        // The bare baseline: the same program, captured once with the same pointers.
+        let artifact = <ReferenceCompiler as ProgramCompiler<B>>::compile(
+            &compiler,
+            &device,
+            &kiln::dispatch::CompileRequest { input_dims: &dims, bucket: Some(1) },
+        )
+        .map_err(|x| e(&x))?;
+        let program =
+            <ReferenceCompiler as ProgramCompiler<B>>::load(&compiler, &device, &artifact).map_err(|x| e(&x))?;
+        let scratch = device.alloc(program.scratch_bytes().max(1)).map_err(|x| e(&x))?;
+        let in_slices: Vec<_> = in_bufs.iter().map(|b| b.as_slice()).collect();
+        let out_slices: Vec<_> = out_bufs.iter().map(|b| b.as_slice()).collect();
+        stream.begin_capture(CaptureMode::ThreadLocal).map_err(|x| e(&x))?;
+        // SAFETY: every buffer outlives the benchmark.
+        unsafe { program.launch(&stream, &in_slices, &out_slices, scratch.slice(0, program.scratch_bytes()).unwrap()) }
+            .map_err(|x| e(&x))?;
+        let exec = device.instantiate(&stream.end_capture().map_err(|x| e(&x))?).map_err(|x| e(&x))?;
+
+        let n = self.iterations;
+        let mut run_enqueue = Vec::with_capacity(n);
+        let mut run_e2e = Vec::with_capacity(n);
+        let mut bare = Vec::with_capacity(n);
+        let mut bare_e2e = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            let pending = session.enqueue_device(&ins, &outs).unwrap();
+            run_enqueue.push(t.elapsed());
+            pending.wait().unwrap();
+            run_e2e.push(t.elapsed());
+            let t = Instant::now();
+            // SAFETY: the graph's buffers outlive the benchmark.
+            unsafe { stream.launch_graph(&exec).unwrap() };
+            bare.push(t.elapsed());
+            stream.synchronize().unwrap();
+            bare_e2e.push(t.elapsed());
+        }
+        let host: Vec<HostTensor<'_>> = sig
+            .inputs()
+            .iter()
+            .zip(&inputs)
+            .zip(&dims)
+            .map(|((s, d), dims)| HostTensor { name: s.name(), dtype: s.dtype(), dims, data: d })
+            .collect();
+        let mut out_host: Vec<Vec<u64>> =
+            out_dims.iter().map(|d| vec![0u64; (d.iter().product::<u64>() as usize).div_ceil(2)]).collect();
+        let mut pinned = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut views: Vec<&mut [u8]> = out_host
+                .iter_mut()
+                .zip(&out_dims)
+                .map(|(v, d)| {
+                    let len = d.iter().product::<u64>() as usize * 4;
+                    // SAFETY: u64 -> u8 view of initialised, exclusively borrowed memory of at least `len` bytes.
+                    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
+                })
+                .collect();
+            let t = Instant::now();
+            session.run_into(&host, &mut views).unwrap();
+            pinned.push(t.elapsed());
+        }
+        Ok(Figures {
+            device: format!("{} ({})", device.info().name, B::KIND),
+            run_enqueue_us: median(run_enqueue),
+            bare_launch_us: median(bare),
+            run_device_e2e_us: median(run_e2e),
+            bare_e2e_us: median(bare_e2e),
+            pinned_e2e_us: median(pinned),
+        })
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
+    let kind = resolve(BackendChoice::Auto).expect("auto always resolves");
+    let iterations = if kind == BackendKind::Host { 200 } else { 5000 };
+    let f = match visit_backend(kind, Bench { iterations }) {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => {
+            eprintln!("gpu_dispatch: {e}");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("gpu_dispatch: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("gpu_dispatch on {}, recsys (190 inputs) batch 1, median of {iterations}", f.device);
+    println!("  ultra-fast run_device, CPU cost to enqueue   {:>9.2} us", f.run_enqueue_us);
+    println!(
+        "  bare graph launch, CPU cost to enqueue       {:>9.2} us   (run / bare = {:.2}x)",
+        f.bare_launch_us,
+        f.run_enqueue_us / f.bare_launch_us
+    );
+    println!("  ultra-fast run_device, enqueue + wait        {:>9.2} us", f.run_device_e2e_us);
+    println!(
+        "  bare graph launch, enqueue + wait            {:>9.2} us   (run / bare = {:.2}x)",
+        f.bare_e2e_us,
+        f.run_device_e2e_us / f.bare_e2e_us
+    );
+    println!("  pinned-copy run_into (host in, host out)     {:>9.2} us", f.pinned_e2e_us);
+    if let Some(path) = json {
+        let text = format!(
+            "{{\"bench\":\"gpu_dispatch\",\"device\":{:?},\"iterations\":{iterations},\"run_enqueue_us\":{:.3},\"bare_launch_us\":{:.3},\"run_device_e2e_us\":{:.3},\"bare_e2e_us\":{:.3},\"pinned_e2e_us\":{:.3},\"enqueue_ratio\":{:.3},\"e2e_ratio\":{:.3}}}\n",
+            f.device,
+            f.run_enqueue_us,
+            f.bare_launch_us,
+            f.run_device_e2e_us,
+            f.bare_e2e_us,
+            f.pinned_e2e_us,
+            f.run_enqueue_us / f.bare_launch_us,
+            f.run_device_e2e_us / f.bare_e2e_us
+        );
+        std::fs::write(&path, text).unwrap_or_else(|e| eprintln!("gpu_dispatch: cannot write {path}: {e}"));
+    }
+}

@@ -1,0 +1,223 @@
+//! Whole-stack checks generic over the backend: the reference recommender through a session, on the
+//! host backend in CI (`tests/dispatch_models.rs`) and on CUDA in the GPU bundle
+//! (`tests/gpu_dispatch.rs`).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use kiln_cache::{CacheConfig, CompileCache};
+use kiln_device::{Backend, Device, DeviceBuffer, Stream};
+use kiln_dispatch::{
+    BindingMode, BucketSpec, DeviceTensor, HostTensor, Routing, RunPath, Session, SessionConfig, SessionGroup,
+};
+use kiln_models::{ModelConfig, ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
+
+/// Outputs must agree with the CPU reference within this relative tolerance.
+pub const TOLERANCE: f64 = 1e-3;
+
+/// A small recommender: 20 dense inputs of width 8, 6 sparse inputs of 4 indices into 100 x 16
+/// tables, MLP 256 -> 64 -> 1, with the hidden layer as a second output.
+pub fn small_recsys() -> ModelConfig {
+    ModelConfig::from_json(
+        r#"{"model": "recsys", "dense_inputs": 20, "dense_width": 8, "sparse_inputs": 6, "bag_size": 4,
+            "table_rows": 100, "embedding_dim": 16, "hidden": [64], "two_outputs": true, "weights": {"seed": 7}}"#,
+    )
+    .expect("a valid config")
+}
+
+pub struct Case {
+    pub batch: usize,
+    pub inputs: Vec<Vec<u8>>,
+    pub expected: Vec<Vec<f32>>,
+}
+
+pub fn cases(compiler: &ReferenceCompiler, batches: impl IntoIterator<Item = usize>) -> Vec<Case> {
+    let config = compiler.config();
+    batches
+        .into_iter()
+        .map(|batch| {
+            let inputs = generate_inputs(config, batch, 1000 + batch as u64);
+            let expected = reference_forward(config, compiler.weights(), &inputs, batch).unwrap();
+            Case { batch, inputs, expected }
+        })
+        .collect()
+}
+
+fn host_inputs<'a>(
+    config: &'a ModelConfig,
+    specs: &'a [kiln_shape::TensorSpec],
+    case: &'a Case,
+    dims: &'a [Vec<u64>],
+) -> Vec<HostTensor<'a>> {
+    let _ = config;
+    specs
+        .iter()
+        .zip(&case.inputs)
+        .zip(dims)
+        .map(|((s, d), dims)| HostTensor { name: s.name(), dtype: s.dtype(), dims, data: d })
+        .collect()
+}
+
+/// Runs `case` through `session` from host memory and checks every output against the reference.
+pub fn run_host_case<B: Backend>(
+    session: &Session<B, ReferenceCompiler>,
+    compiler: &ReferenceCompiler,
+    case: &Case,
+) -> kiln_dispatch::RunInfo {
+    let config = compiler.config();
+    let dims = config.input_dims(case.batch as u64);
+    let specs = session.signature().inputs();
+    let inputs = host_inputs(config, specs, case, &dims);
+    let out = session.run(&inputs).unwrap();
+    let got: Vec<&[u8]> = out.iter().map(|t| t.data.as_slice()).collect();
+    let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
+    assert!(cmp.all_match(), "batch {}: outputs differ from the reference: {cmp:?}", case.batch);
+    kiln_dispatch::RunInfo {
+        path: RunPath::Standard,
+        mode: BindingMode::PinnedCopy,
+        batch: Some(case.batch as u64),
+        bucket: None,
+        chunks: 1,
+        replayed: false,
+    }
+}
+
+pub fn session<B: Backend>(
+    device: B::Device,
+    compiler: Arc<ReferenceCompiler>,
+    concurrency: usize,
+) -> Session<B, ReferenceCompiler> {
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 32 })
+        .max_concurrency(concurrency)
+        .build()
+        .unwrap();
+    Session::new(device, compiler, config, &|_| {}).unwrap()
+}
+
+/// 16 threads x `runs` requests with mixed batch sizes (some above the largest bucket, so split),
+/// host and device inputs mixed, on one session: every output correct.
+pub fn sixteen_threads_mixed_batches<B: Backend>(device: B::Device, runs: usize) {
+    let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
+    let session = session::<B>(device, compiler.clone(), 8);
+    let cases = cases(&compiler, 1..=40);
+    std::thread::scope(|scope| {
+        for t in 0..16usize {
+            let (session, compiler, cases) = (&session, &compiler, &cases);
+            scope.spawn(move || {
+                for i in 0..runs {
+                    let case = &cases[(t * 7 + i * 13) % cases.len()];
+                    if i % 5 == 4 && case.batch <= 32 {
+                        run_device_case(session, compiler, case);
+                    } else {
+                        run_host_case(session, compiler, case);
+                    }
+                }
+            });
+        }
+    });
+    let st = session.stats();
+    assert_eq!(st.failed, 0);
+    assert_eq!(st.requests, 16 * runs as u64);
+    assert_eq!(st.ultra_fast + st.fast + st.standard, st.requests);
+    eprintln!("16 threads x {runs} runs: {st:?}");
+}
+
+/// Runs `case` with inputs and outputs in device memory (direct-bound at an exact bucket,
+/// stabilized otherwise) and checks the outputs.
+pub fn run_device_case<B: Backend>(
+    session: &Session<B, ReferenceCompiler>,
+    compiler: &ReferenceCompiler,
+    case: &Case,
+) -> kiln_dispatch::RunInfo {
+    let device = session.device();
+    let _pin = device.pin().unwrap();
+    let stream = device.create_stream().unwrap();
+    let config = compiler.config();
+    let dims = config.input_dims(case.batch as u64);
+    let out_dims = config.output_dims(case.batch as u64);
+    let in_bufs: Vec<B::DeviceBuffer> = case
+        .inputs
+        .iter()
+        .map(|d| {
+            let b = device.alloc(d.len()).unwrap();
+            stream.upload(d, b.as_slice()).unwrap();
+            b
+        })
+        .collect();
+    let specs = session.signature();
+    let out_bufs: Vec<B::DeviceBuffer> = specs
+        .outputs()
+        .iter()
+        .zip(&out_dims)
+        .map(|(s, d)| device.alloc(d.iter().product::<u64>() as usize * s.dtype().size_bytes()).unwrap())
+        .collect();
+    let ins: Vec<DeviceTensor<'_>> = specs
+        .inputs()
+        .iter()
+        .zip(&in_bufs)
+        .zip(&dims)
+        .map(|((s, b), d)| DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
+        .collect();
+    let outs: Vec<DeviceTensor<'_>> = specs
+        .outputs()
+        .iter()
+        .zip(&out_bufs)
+        .zip(&out_dims)
+        .map(|((s, b), d)| DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
+        .collect();
+    let info = session.run_device(&ins, &outs).unwrap();
+    let got: Vec<Vec<u8>> = out_bufs
+        .iter()
+        .map(|b| {
+            let mut v = vec![0u8; b.len()];
+            stream.download(b.as_slice(), &mut v).unwrap();
+            v
+        })
+        .collect();
+    let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
+    assert!(cmp.all_match(), "device batch {}: outputs differ from the reference: {cmp:?}", case.batch);
+    info
+}
+
+/// Device inputs at an exact bucket are direct-bound and replayed; others are stabilized; all correct.
+pub fn device_paths_match_the_reference<B: Backend>(device: B::Device) {
+    let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
+    let session = session::<B>(device, compiler.clone(), 1);
+    for case in &cases(&compiler, [4, 4, 4, 3, 3, 8, 1, 16, 16]) {
+        let info = run_device_case(&session, &compiler, case);
+        let exact = case.batch.is_power_of_two();
+        assert_eq!(info.mode, if exact { BindingMode::DirectBind } else { BindingMode::Stabilized });
+    }
+    let st = session.stats();
+    assert!(st.replays > 0 && st.eager_fallbacks == 0, "{st:?}");
+}
+
+/// A session group over two devices compiles each bucket once and loads it on the other device.
+pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Device) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CompileCache::open(CacheConfig::builder(tmp.path().join("cache")).build()).unwrap());
+    let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).cache(cache).build().unwrap();
+    let group = SessionGroup::<B, ReferenceCompiler>::new(
+        vec![d0, d1],
+        compiler.clone(),
+        config,
+        Routing::RoundRobin,
+        &|_, _| {},
+    )
+    .unwrap();
+    let stats = group.stats();
+    let buckets = group.sessions()[0].buckets().len() as u64;
+    eprintln!(
+        "session group: device 0 compiled {} and loaded {}; device 1 compiled {} and loaded {} ({} buckets)",
+        stats[0].compiles, stats[0].program_loads, stats[1].compiles, stats[1].program_loads, buckets
+    );
+    assert_eq!(stats[0].compiles + stats[1].compiles, buckets, "each bucket compiled exactly once");
+    assert_eq!((stats[1].compiles, stats[1].program_loads), (0, buckets), "the second device loads, never compiles");
+    for case in &cases(&compiler, [3, 9, 16, 2]) {
+        for session in group.sessions() {
+            run_host_case(session, &compiler, case);
+        }
+    }
+}

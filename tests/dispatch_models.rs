@@ -1,0 +1,25 @@
+//! The reference recommender through the dispatcher on the host backend (CI); the same checks run
+//! on CUDA in `tests/gpu_dispatch.rs`.
+
+mod common;
+
+use kiln_device::Backend;
+use kiln_device::host::HostBackend;
+
+#[test]
+fn sixteen_threads_mixed_batches() {
+    common::sixteen_threads_mixed_batches::<HostBackend>(HostBackend::open(0).unwrap(), 40);
+}
+
+#[test]
+fn device_paths_match_the_reference() {
+    common::device_paths_match_the_reference::<HostBackend>(HostBackend::open(0).unwrap());
+}
+
+#[test]
+fn group_compiles_once_and_loads_once() {
+    common::group_compiles_once_and_loads_once::<HostBackend>(
+        HostBackend::open(0).unwrap(),
+        HostBackend::open(1).unwrap(),
+    );
+}

@@ -1,0 +1,29 @@
+//! The whole stack on CUDA (GPU bundle): the reference recommender through sessions and a session
+//! group. Skipped, with the reason, where CUDA or a second GPU is absent.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use kiln_device::conformance::{open_or_skip, open_two_or_skip};
+use kiln_device::cuda::CudaBackend;
+
+#[test]
+fn sixteen_threads_times_a_thousand_mixed_batches() {
+    let Some(d) = open_or_skip::<CudaBackend>("sixteen_threads_times_a_thousand_mixed_batches") else { return };
+    common::sixteen_threads_mixed_batches::<CudaBackend>(d, 1000);
+}
+
+#[test]
+fn device_paths_match_the_reference() {
+    let Some(d) = open_or_skip::<CudaBackend>("device_paths_match_the_reference") else { return };
+    common::device_paths_match_the_reference::<CudaBackend>(d);
+}
+
+#[test]
+fn session_group_over_two_gpus_compiles_once_and_loads_once() {
+    let Some((d0, d1)) = open_two_or_skip::<CudaBackend>("session_group_over_two_gpus_compiles_once_and_loads_once")
+    else {
+        return;
+    };
+    common::group_compiles_once_and_loads_once::<CudaBackend>(d0, d1);
+}
