@@ -88,8 +88,7 @@ pub struct Buckets {
 impl BucketArg {
     /// Resolves the policy: `max_batch` bounds `pow2` and `stepped`; `trace` feeds `adaptive`.
     pub fn resolve(&self, max_batch: u64, trace: &[u64]) -> Result<Buckets> {
-        let invalid =
-            |e: kiln_shape::ShapeError| CliError::usage(format!("--buckets {self}: {e}"), format!("{BUCKET_FORMS}"));
+        let invalid = |e: kiln_shape::ShapeError| CliError::usage(format!("--buckets {self}: {e}"), BUCKET_FORMS);
         let (spec, policy) = match self {
             BucketArg::Pow2 => {
                 (BucketSpec::PowersOfTwo { max: max_batch }, BucketPolicy::powers_of_two(max_batch).map_err(invalid)?)
@@ -108,7 +107,10 @@ impl BucketArg {
         };
         if policy.largest() > MAX_BUCKET {
             return Err(CliError::usage(
-                format!("--buckets {self}: bucket {} is above the largest supported batch {MAX_BUCKET}", policy.largest()),
+                format!(
+                    "--buckets {self}: bucket {} is above the largest supported batch {MAX_BUCKET}",
+                    policy.largest()
+                ),
                 "use smaller buckets; larger requests are split across buckets",
             ));
         }
@@ -125,7 +127,8 @@ mod tests {
         for text in ["pow2", "stepped", "adaptive:4", "list:1,2,4,8"] {
             assert_eq!(text.parse::<BucketArg>().unwrap().to_string(), text);
         }
-        for bad in ["pow3", "adaptive:0", "adaptive:x", "list:", "list:1,,2", "list:0", "list:1,99999999", "stepped:8"] {
+        for bad in ["pow3", "adaptive:0", "adaptive:x", "list:", "list:1,,2", "list:0", "list:1,99999999", "stepped:8"]
+        {
             assert!(bad.parse::<BucketArg>().is_err(), "{bad}");
         }
     }

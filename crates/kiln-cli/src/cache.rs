@@ -24,7 +24,10 @@ pub fn open_cache(dir: &Path) -> Result<Arc<CompileCache>> {
 
 /// Opens an existing cache directory for maintenance; a missing one is an error rather than being
 /// created, since it is most likely a typo.
-fn open_existing(dir: &Path, config: impl FnOnce(kiln_cache::CacheConfigBuilder) -> kiln_cache::CacheConfigBuilder) -> Result<CompileCache> {
+fn open_existing(
+    dir: &Path,
+    config: impl FnOnce(kiln_cache::CacheConfigBuilder) -> kiln_cache::CacheConfigBuilder,
+) -> Result<CompileCache> {
     match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(CliError::failure(
@@ -132,11 +135,15 @@ fn ls(args: &CacheLsArgs, env: &Environment) -> Result<()> {
     let dir = env.cache_dir(args.cache_dir.as_deref())?;
     let cache = open_existing(&dir, |c| c)?;
     let entries: Vec<ListedEntry> = cache.list()?.iter().map(listed).collect();
-    let listing =
-        Listing { cache_dir: dir.display().to_string(), total_bytes: entries.iter().map(|e| e.size_bytes).sum(), entries };
+    let listing = Listing {
+        cache_dir: dir.display().to_string(),
+        total_bytes: entries.iter().map(|e| e.size_bytes).sum(),
+        entries,
+    };
     report::emit(args.json.as_deref(), &listing, || {
-        let mut t =
-            Table::with_header(&["ID", "BACKEND", "ARCH", "COMPILER", "MODEL", "SHAPE", "OPTIONS", "SIZE", "AGE", "USED"]);
+        let mut t = Table::with_header(&[
+            "ID", "BACKEND", "ARCH", "COMPILER", "MODEL", "SHAPE", "OPTIONS", "SIZE", "AGE", "USED",
+        ]);
         for e in &listing.entries {
             let mut row = vec![e.id.clone()];
             match &e.key {

@@ -149,7 +149,7 @@ pub enum Toggle {
 /// `--binding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BindingArg {
-    /// Pinned.
+    /// The default: pinned.
     Auto,
     /// Inputs and outputs in device buffers (uploaded once per distinct batch), run with
     /// `run_device`: exact-bucket requests are direct-bound, others stabilized.

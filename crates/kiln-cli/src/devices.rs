@@ -59,7 +59,10 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
             Err(e) => BackendEntry {
                 backend: report.kind.name().to_string(),
                 available: false,
-                reason: Some(crate::error::one_line(&e.to_string())),
+                reason: Some(crate::error::one_line(&match e {
+                    kiln_device::Error::BackendUnavailable { reason, .. } => reason,
+                    other => other.to_string(),
+                })),
                 devices: Vec::new(),
             },
         })

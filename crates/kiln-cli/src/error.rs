@@ -148,7 +148,10 @@ impl From<kiln_device::Error> for CliError {
                 message,
                 "the device's runtime compiler rejected the generated code; try --backend host and report the failure",
             ),
-            _ => CliError::failure(message, "a device operation failed; try --backend host to tell a device problem from a kiln problem"),
+            _ => CliError::failure(
+                message,
+                "a device operation failed; try --backend host to tell a device problem from a kiln problem",
+            ),
         }
     }
 }
@@ -250,7 +253,8 @@ mod tests {
 
     #[test]
     fn library_errors_map_to_exit_codes() {
-        let missing = kiln_device::Error::NoSuchDevice { backend: kiln_device::BackendKind::Host, ordinal: 9, count: 4 };
+        let missing =
+            kiln_device::Error::NoSuchDevice { backend: kiln_device::BackendKind::Host, ordinal: 9, count: 4 };
         assert_eq!(CliError::from(missing).exit_code(), EXIT_USAGE);
         let absent = kiln_device::Error::BackendUnavailable {
             backend: kiln_device::BackendKind::Cuda,

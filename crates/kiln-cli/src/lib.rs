@@ -46,9 +46,10 @@ use crate::error::{CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 /// returns the exit code.
 pub fn main() -> ExitCode {
     install_panic_hook();
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return ExitCode::from(report_clap_error(&e)),
+        Err(e) => return ExitCode::from(report_clap_error(&e, &command_path(&args))),
     };
     let env = Environment::from_process();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cli.command, &env))) {
@@ -93,33 +94,38 @@ fn install_panic_hook() {
 
 /// Prints a clap error as one error line and one hint line (help and version go to stdout as
 /// usual) and returns the exit code.
-fn report_clap_error(error: &clap::Error) -> u8 {
+fn report_clap_error(error: &clap::Error, command: &str) -> u8 {
     match error.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = error.print();
             EXIT_OK
         }
         _ => {
-            let (message, hint) = summarize_clap_error(error);
+            let (message, hint) = summarize_clap_error(error, command);
             CliError::usage(message, hint).print();
             EXIT_USAGE
         }
     }
 }
 
-/// The message and hint of a clap usage error, from its rendered text: the `error:` line, then the
-/// indented detail and `tip:` lines, and the command named by the `Usage:` line.
-pub fn summarize_clap_error(error: &clap::Error) -> (String, String) {
+/// The command a command line names, such as `kiln cache key`: the program followed by the
+/// arguments that name (sub)commands, so hints can point at the right `--help`.
+pub fn command_path(args: &[std::ffi::OsString]) -> String {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut path = vec!["kiln".to_string()];
+    for arg in args.iter().skip(1).filter_map(|a| a.to_str()) {
+        let Some(sub) = command.find_subcommand(arg).cloned() else { continue };
+        path.push(sub.get_name().to_string());
+        command = sub;
+    }
+    path.join(" ")
+}
+
+/// The message and hint of a clap usage error of `command` (see [`command_path`]), from its
+/// rendered text: the `error:` line, then the indented detail and `tip:` lines.
+pub fn summarize_clap_error(error: &clap::Error, command: &str) -> (String, String) {
     let text = error.render().to_string();
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
-    let command = lines
-        .iter()
-        .find_map(|l| l.strip_prefix("Usage: "))
-        .map(|usage| {
-            let words: Vec<&str> = usage.split_whitespace().take_while(|w| !w.starts_with(['[', '<', '-'])).collect();
-            words.join(" ")
-        })
-        .unwrap_or_else(|| "kiln".to_string());
     let see_help = format!("see `{command} --help`");
     if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         return (format!("`{command}` needs a command"), see_help);

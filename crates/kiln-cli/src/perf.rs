@@ -335,10 +335,7 @@ where
     } else {
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads).map(|_| scope.spawn(&worker)).collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
         })
     };
     let wall = started.elapsed();

@@ -2,7 +2,7 @@
 //! never see control sequences and stdout stays clean for the report.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kiln_dispatch::{Progress, ProgramSource};
+use kiln_dispatch::{ProgramSource, Progress};
 
 /// A progress bar, or nothing when stderr is not a terminal.
 #[derive(Debug, Clone)]
@@ -35,7 +35,6 @@ impl Bar {
     /// Reports one program made ready during session creation (a session's progress callback), on
     /// `device` when several sessions share the bar.
     pub fn program_ready(&self, device: Option<usize>, progress: &Progress) {
-        self.bar.inc(1);
         let how = match progress.source {
             ProgramSource::Loaded => "loaded",
             ProgramSource::Compiled => "compiled",
@@ -48,6 +47,7 @@ impl Bar {
             Some(device) => self.bar.set_message(format!("device {device}: {what}")),
             None => self.bar.set_message(what),
         }
+        self.bar.inc(1);
     }
 
     /// Removes the bar from the terminal.

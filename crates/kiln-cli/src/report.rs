@@ -311,7 +311,10 @@ impl PerfReport {
         row("wall", format!("{:.3} s", self.wall_s));
         row("throughput", format!("{:.1} req/s ({:.0} rows/s)", self.throughput_rps, self.rows_per_s));
         let l = &self.latency_us;
-        row("latency", format!("p50 {:.1} us, p99 {:.1} us, max {:.1} us (mean {:.1} us)", l.p50, l.p99, l.max, l.mean));
+        row(
+            "latency",
+            format!("p50 {:.1} us, p99 {:.1} us, max {:.1} us (mean {:.1} us)", l.p50, l.p99, l.max, l.mean),
+        );
         let p = &self.paths;
         row(
             "paths",

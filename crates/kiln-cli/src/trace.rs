@@ -53,8 +53,7 @@ pub enum TraceSpec {
 const TRACE_FORMS: &str = "expected const:B, uniform:A..B, zipf:S:MAX or file:PATH";
 
 fn parse_batch(text: &str, what: &str) -> std::result::Result<u64, String> {
-    let value: u64 =
-        text.trim().parse().map_err(|_| format!("{what} `{text}` is not a whole number of rows"))?;
+    let value: u64 = text.trim().parse().map_err(|_| format!("{what} `{text}` is not a whole number of rows"))?;
     check_batch(value).map_err(|e| format!("{what} {e}"))
 }
 
@@ -85,8 +84,9 @@ impl FromStr for TraceSpec {
                 Ok(TraceSpec::Uniform { lo, hi })
             }
             "zipf" => {
-                let (s, max) =
-                    rest.split_once(':').ok_or_else(|| format!("`{text}`: a Zipf trace is zipf:S:MAX, e.g. zipf:1.1:64"))?;
+                let (s, max) = rest
+                    .split_once(':')
+                    .ok_or_else(|| format!("`{text}`: a Zipf trace is zipf:S:MAX, e.g. zipf:1.1:64"))?;
                 let s: f64 = s.trim().parse().map_err(|_| format!("`{text}`: the exponent `{s}` is not a number"))?;
                 if !s.is_finite() || s < 0.0 {
                     return Err(format!("`{text}`: the exponent must be a finite number >= 0"));
@@ -169,7 +169,8 @@ pub fn parse_trace_text(text: &str) -> Result<Vec<u64>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let batch = parse_batch(line, "batch").map_err(|e| CliError::usage(format!("line {}: {e}", index + 1), hint))?;
+        let batch =
+            parse_batch(line, "batch").map_err(|e| CliError::usage(format!("line {}: {e}", index + 1), hint))?;
         out.push(batch);
     }
     if out.is_empty() {

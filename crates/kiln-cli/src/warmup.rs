@@ -64,7 +64,8 @@ fn execute<B: Backend>(plan: WarmupPlan<'_>) -> Result<WarmupReport> {
     let devices: Vec<B::Device> = ordinals.iter().map(|&o| B::open(o)).collect::<kiln_device::Result<_>>()?;
     let infos: Vec<_> = devices.iter().map(|d| d.info().clone()).collect();
     // Warmup only precompiles: one run context per device is enough.
-    let config = SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
+    let config =
+        SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
     let bar = Bar::new(env.stderr_is_terminal, "warmup", (buckets.list.len() * devices.len()) as u64);
     let started = Instant::now();
     let compiler = model.compiler.clone();

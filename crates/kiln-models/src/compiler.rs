@@ -170,9 +170,13 @@ impl ReferenceCompiler {
         &self.model_hash
     }
 
-    /// Scratch bytes a program for `batch` rows on `backend` needs.
-    pub fn scratch_bytes(&self, batch: usize, backend: BackendKind) -> usize {
-        plan::plan(&self.config, batch.max(1), self.target(backend, self.gemm)).scratch_bytes
+    /// Scratch bytes a program for `batch` rows on `backend` needs, or `None` for a batch outside
+    /// `1..=MAX_BATCH`.
+    pub fn scratch_bytes(&self, batch: usize, backend: BackendKind) -> Option<usize> {
+        if batch == 0 || batch as u64 > MAX_BATCH {
+            return None;
+        }
+        Some(plan::plan(&self.config, batch, self.target(backend, self.gemm)).scratch_bytes)
     }
 
     fn target(&self, backend: BackendKind, gemm: GemmVariant) -> Target {

@@ -33,8 +33,9 @@ pub const ALIGN: usize = 256;
 pub enum GemmVariant {
     /// One thread per output element, the K loop in the thread. Simple; slow at small batches.
     Naive,
-    /// Blocks of 32 output columns x 32 slices of K, up to 8 rows per block, partial sums reduced in
-    /// shared memory: 1024 threads share each column tile, so small batches still fill the GPU.
+    /// Blocks of 32 output columns x 32 slices of K, 1 to 8 rows per block (about eight row blocks per
+    /// column tile), partial sums reduced in shared memory: 1024 threads share each column tile, so
+    /// small batches still spread over the GPU.
     #[default]
     SplitK,
 }
@@ -225,9 +226,10 @@ pub(crate) fn gpu_layer_name(l: usize) -> String {
     format!("kiln_models_layer_{l}")
 }
 
-/// Rows per block of the split-K GEMM for `batch`.
+/// Rows per block of the split-K GEMM for `batch`: as few as keep about eight row blocks per column
+/// tile (so a 512-wide layer still spreads over ~128 blocks, one per SM, at small batches), at most 8.
 pub(crate) fn splitk_rows(batch: usize) -> usize {
-    batch.clamp(1, SPLITK_MAX_ROWS)
+    batch.div_ceil(8).clamp(1, SPLITK_MAX_ROWS)
 }
 
 fn grid_blocks(elements: usize, per_block: usize) -> u32 {
@@ -377,6 +379,13 @@ mod tests {
         assert_eq!(p.steps[0].config.grid.y, 190);
         assert_eq!(p.steps[0].config.block.x, 32);
         assert_eq!(p.steps[1].config.grid.x, 16);
+        assert_eq!(p.steps[1].config.grid.y, 1);
+        let p8 = plan(&config, 8, Target::Gpu(GemmVariant::SplitK));
+        assert_eq!(p8.steps[1].config.grid.y, 8, "one row per block at batch 8");
+        let p64 = plan(&config, 64, Target::Gpu(GemmVariant::SplitK));
+        assert_eq!(p64.steps[1].config.grid.y, 8, "8 rows per block at batch 64");
+        let p9 = plan(&config, 9, Target::Gpu(GemmVariant::SplitK));
+        assert_eq!(p9.steps[1].config.grid.y, 5, "2 rows per block at batch 9, the last block half full");
         assert_eq!(p.steps[1].config.block.volume(), 1024);
         assert_eq!(p.kernels.len(), 4);
         for step in &p.steps {

@@ -223,7 +223,10 @@ fn scratch_size_is_reported_and_sufficient() {
     let device = open();
     let program = load::<HostBackend>(&compiler, &device, &compile::<HostBackend>(&compiler, &device, 8));
     assert_eq!(program.scratch_bytes(), 8 * (1840 + 512 + 256) * 4);
-    assert_eq!(program.scratch_bytes(), compiler.scratch_bytes(8, kiln_device::BackendKind::Host));
+    assert_eq!(Some(program.scratch_bytes()), compiler.scratch_bytes(8, kiln_device::BackendKind::Host));
+    assert_eq!(compiler.scratch_bytes(0, kiln_device::BackendKind::Host), None);
+    // GPU programs of the same batch need the same scratch (the layout does not depend on the backend).
+    assert_eq!(compiler.scratch_bytes(8, kiln_device::BackendKind::Cuda), Some(program.scratch_bytes()));
     assert_eq!(program.launches(), 4);
     assert_eq!(program.batch(), 8);
 }

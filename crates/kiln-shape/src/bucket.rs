@@ -38,9 +38,9 @@ pub enum PolicyKind {
 /// A sorted set of batch sizes ("buckets") that programs are compiled for, and the rule that
 /// maps a request's batch to the smallest bucket that holds it.
 ///
-/// Every policy answers [`bucket_for`](BucketPolicy::bucket_for) without allocating: in O(1)
-/// from a direct table when its largest bucket is at most [`LOOKUP_TABLE_LIMIT`], otherwise in
-/// O(log K) by binary search over its K buckets. Batches above the largest bucket are served by
+/// Every policy answers [`bucket_for`](BucketPolicy::bucket_for) without allocating: powers of
+/// two in O(1) by arithmetic, the others in O(1) from a direct table when their largest bucket
+/// is at most [`LOOKUP_TABLE_LIMIT`], otherwise in O(log K) by binary search over the K buckets. Batches above the largest bucket are served by
 /// a [`SplitPlan`](crate::SplitPlan) from [`plan`](BucketPolicy::plan).
 #[derive(Clone)]
 pub struct BucketPolicy {
@@ -52,6 +52,9 @@ pub struct BucketPolicy {
 
 #[derive(Clone)]
 enum Lookup {
+    /// Buckets `1, 2, 4, ..., 2^m` and perhaps a last, larger one: the index is the exponent of
+    /// the next power of two, capped at the last bucket.
+    PowersOfTwo,
     /// `table[b]` is the index of the bucket serving batch `b`, for `1 <= b <= largest`.
     Table(Box<[u16]>),
     Search,
@@ -166,7 +169,9 @@ impl BucketPolicy {
     /// Builds the lookup and split tables over a sorted, deduplicated, non-empty bucket list.
     fn from_sorted(kind: PolicyKind, buckets: Vec<u64>) -> BucketPolicy {
         let largest = *buckets.last().expect("policies have at least one bucket");
-        let lookup = if largest <= LOOKUP_TABLE_LIMIT {
+        let lookup = if kind == PolicyKind::PowersOfTwo {
+            Lookup::PowersOfTwo
+        } else if largest <= LOOKUP_TABLE_LIMIT {
             let mut table = vec![0u16; largest as usize + 1];
             let mut index = 0;
             for (batch, entry) in table.iter_mut().enumerate().skip(1) {
@@ -217,6 +222,10 @@ impl BucketPolicy {
             return Err(self.lookup_error(batch));
         }
         Ok(match &self.lookup {
+            Lookup::PowersOfTwo => {
+                let exponent = batch.checked_next_power_of_two().map_or(64, u64::trailing_zeros) as usize;
+                exponent.min(self.buckets.len() - 1)
+            }
             Lookup::Table(table) => usize::from(table[batch as usize]),
             Lookup::Search => self.buckets.partition_point(|&bucket| bucket < batch),
         })
@@ -357,6 +366,20 @@ mod tests {
         let histogram = BatchHistogram::from_trace([3, 5]).unwrap();
         assert!(matches!(BucketPolicy::adaptive(&histogram, 0), Err(ShapeError::InvalidPolicy { .. })));
         assert!(matches!(BucketPolicy::adaptive(&BatchHistogram::new(), 2), Err(ShapeError::InvalidPolicy { .. })));
+    }
+
+    #[test]
+    fn powers_of_two_arithmetic_matches_search() {
+        for max in [1, 2, 3, 48, 64, 5000, (1 << 40) + 3, u64::MAX] {
+            let policy = BucketPolicy::powers_of_two(max).unwrap();
+            assert!(matches!(policy.lookup, Lookup::PowersOfTwo));
+            let probes =
+                (1..200).chain([max / 2, max / 2 + 1, max - 1, max, (1 << 63) + 1]).filter(|&b| b >= 1 && b <= max);
+            for batch in probes {
+                let expected = policy.buckets().partition_point(|&bucket| bucket < batch);
+                assert_eq!(policy.bucket_index_for(batch), Ok(expected), "max {max} batch {batch}");
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! named symbol ([`Dim`]). When a model is loaded, the specs become a [`Signature`], which works
 //! out once everything later runs need: the symbols, the order of the inputs by name, which
 //! inputs and outputs carry the batch ([`BatchLayout`]), and flat tables for the per-run check.
-//! Runs then come in two kinds, as in the runtime this crate learns from (seed 001):
+//! Requests then come in through three doors, the last one modelled on seed 001's run paths:
 //!
 //! * The **standard path** names its inputs in any order. [`Signature::bind`] checks each one
 //!   (name, element type, rank, fixed extents, one value per symbol, non-zero batch, sizes that

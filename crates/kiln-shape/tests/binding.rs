@@ -344,3 +344,22 @@ proptest! {
         agree(model, batch, batch, perturb)?;
     }
 }
+
+#[test]
+fn ranks_past_the_unrolled_ones_and_the_inline_storage_are_checked() {
+    let dims: Vec<Dim> = std::iter::once(Dim::symbolic("batch")).chain((2..=8).map(Dim::fixed)).collect();
+    let signature = Signature::new(
+        vec![TensorSpec::new("deep", DType::U8, dims), TensorSpec::new("flat", DType::U8, [Dim::symbolic("batch")])],
+        Vec::new(),
+    )
+    .unwrap();
+    let good = Shape::from([3, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(signature.check(&[good.clone(), Shape::from([3])]).unwrap().batch(), Some(3));
+    let mut bad = good.clone();
+    bad.set_dim(7, 9);
+    assert_eq!(
+        signature.check(&[bad, Shape::from([3])]).unwrap_err(),
+        ShapeError::FixedDimMismatch { input: "deep".into(), axis: 7, expected: 8, actual: 9 }
+    );
+    assert!(matches!(signature.check(&[good, Shape::from([4])]), Err(ShapeError::SymbolConflict { .. })));
+}

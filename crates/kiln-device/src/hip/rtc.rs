@@ -11,8 +11,17 @@
 //! kiln serialises hipRTC compilations in the process: hipRTC documents no thread-safety guarantee in
 //! the ROCm releases kiln supports, and its compiler state (comgr) is process-wide. The compile-once
 //! coordinator above compiles one program at a time anyway.
+//!
+//! # kiln's HIP-on-CUDA test fixture
+//! `crates/kiln-hip-fixture` is a test-only library that exports the hip*/hiprtc* symbols over CUDA and
+//! NVRTC, so this backend's unchanged code runs on an NVIDIA GPU. Its devices report an NVIDIA
+//! architecture (`sm_90`) as `gcnArchName`, which it compiles for; there is no comgr to ask. So when, and
+//! only when, the library hipRTC was loaded from exports the fixture's marker symbol
+//! ([`FIXTURE_MARKER`]), targets are checked as NVIDIA targets and the comgr probe is skipped
+//! ([`Compiler::Fixture`]). No ROCm library exports that symbol, so on AMD nothing changes.
 
 use std::ffi::{CString, c_char};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
@@ -49,14 +58,63 @@ pub(crate) fn check_target_syntax(arch: &str) -> std::result::Result<(), String>
     Ok(())
 }
 
+/// The symbol by which kiln's HIP-on-CUDA test fixture (`crates/kiln-hip-fixture`) marks itself.
+pub(crate) const FIXTURE_MARKER: &str = "kiln_hip_fixture_version";
+
+/// Which hipRTC this process loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compiler {
+    /// ROCm's hipRTC: AMD targets, checked against comgr.
+    Rocm,
+    /// kiln's test fixture (see the module docs): NVIDIA targets (`sm_90`), no comgr.
+    Fixture,
+}
+
+/// Whether the library `name` (already loaded: hipRTC was resolved from it) exports [`FIXTURE_MARKER`].
+pub(crate) fn exports_fixture_marker(name: &str) -> bool {
+    // SAFETY: hipRTC was loaded from this library and it stays loaded, so opening it again only takes
+    // another reference to it; no initialiser runs. (For a library not yet loaded, opening it runs its
+    // initialisers, which have no preconditions for ROCm's libraries or the fixture.)
+    let Ok(library) = (unsafe { libloading::Library::new(name) }) else { return false };
+    // SAFETY: the symbol is only looked up, never called or read.
+    unsafe { library.get::<*const std::ffi::c_void>(FIXTURE_MARKER.as_bytes()) }.is_ok()
+}
+
+/// The kind of the loaded hipRTC, found once per process.
+fn compiler(api: &Hiprtc) -> Compiler {
+    static COMPILER: OnceLock<Compiler> = OnceLock::new();
+    *COMPILER.get_or_init(|| if exports_fixture_marker(&api.library_name) { Compiler::Fixture } else { Compiler::Rocm })
+}
+
+/// Checks the spelling of a target for `compiler`: [`check_target_syntax`] for ROCm; for the fixture, an
+/// NVIDIA target, `sm_` and digits with an optional `a` or `f` suffix (`sm_90`, `sm_90a`).
+pub(crate) fn check_target_syntax_for(compiler: Compiler, arch: &str) -> std::result::Result<(), String> {
+    match compiler {
+        Compiler::Rocm => check_target_syntax(arch),
+        Compiler::Fixture => {
+            let sm = arch.strip_prefix("sm_").unwrap_or_default();
+            let digits = sm.strip_suffix(['a', 'f']).unwrap_or(sm);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!(
+                    "`{arch}` is not a target of kiln's HIP-on-CUDA test fixture: expected an NVIDIA target such as sm_90"
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Checks that the installed compiler knows `arch` before hipRTC compiles for it: hipRTC aborts the
 /// process on a processor or feature it does not know (ROCm 5.2 does, for `gfx942` or a typo). The
 /// spelling is checked always; the processor and its features are checked against comgr, the compiler
 /// library hipRTC itself uses, when comgr can be loaded (it is present wherever hipRTC works; if kiln
 /// cannot find it under the names it knows, the spelling check is all that stands between a bad target
-/// and hipRTC).
-fn check_target(arch: &str) -> std::result::Result<(), String> {
-    check_target_syntax(arch)?;
+/// and hipRTC). The test fixture has no comgr: its targets are checked for spelling only.
+fn check_target(compiler: Compiler, arch: &str) -> std::result::Result<(), String> {
+    check_target_syntax_for(compiler, arch)?;
+    if compiler == Compiler::Fixture {
+        return Ok(());
+    }
     match result::comgr::library() {
         Some(comgr) if !result::comgr::isa_is_known(comgr, &format!("amdgcn-amd-amdhsa--{arch}")) => Err(format!(
             "the installed ROCm compiler does not know target `{arch}` (a processor newer than this ROCm, or a \
@@ -82,7 +140,8 @@ pub fn compile_for_arch(source: &KernelSource, arch: &str) -> Result<CodeObject>
     let op = "device.compile";
     let api = result::library::hiprtc()?;
     let compile_error = |log: String| Error::Compile { name: source.name.clone(), log };
-    check_target_syntax(arch).map_err(compile_error)?;
+    let compiler = compiler(api);
+    check_target_syntax_for(compiler, arch).map_err(compile_error)?;
     let code =
         CString::new(source.code.as_str()).map_err(|_| compile_error("the source contains a NUL byte".into()))?;
     let name =
@@ -98,7 +157,7 @@ pub fn compile_for_arch(source: &KernelSource, arch: &str) -> Result<CodeObject>
         let program = hiprtc::create(api, op, &code, &name)?;
         // Checked once the program exists: creating it makes hipRTC load its comgr, which the check then
         // asks, rather than some other installation's.
-        let compiled = match check_target(arch) {
+        let compiled = match check_target(compiler, arch) {
             // SAFETY: `program` is live until the destroy below; `options` outlives the calls.
             Ok(()) => unsafe { compile_program(api, op, program, &option_ptrs) },
             Err(reason) => Ok(Err(reason)),
@@ -255,6 +314,36 @@ mod tests {
             }
         } else {
             eprintln!("NOTE hip: comgr not found; targets are checked for spelling only");
+        }
+    }
+
+    /// The fixture's targets are accepted only where hipRTC is the fixture; ROCm's checks are unchanged.
+    #[test]
+    fn fixture_targets_only_with_the_fixture() {
+        for arch in ["sm_90", "sm_90a", "sm_100", "sm_120f"] {
+            assert_eq!(check_target_syntax_for(Compiler::Fixture, arch), Ok(()), "{arch}");
+            assert!(check_target_syntax_for(Compiler::Rocm, arch).is_err(), "ROCm accepted `{arch}`");
+        }
+        for bad in ["", "sm_", "sm_9x", "sm_90af", "gfx90a", "compute_90", "SM_90"] {
+            assert!(check_target_syntax_for(Compiler::Fixture, bad).is_err(), "the fixture accepted `{bad}`");
+        }
+        for arch in ["gfx942", "gfx90a:sramecc+:xnack-", "gfx1100"] {
+            assert_eq!(check_target_syntax_for(Compiler::Rocm, arch), check_target_syntax(arch));
+        }
+        assert_eq!(check_target_syntax_for(Compiler::Rocm, "gfx90a:bogus+"), check_target_syntax("gfx90a:bogus+"));
+    }
+
+    /// ROCm's libraries do not carry the fixture's marker, so a real hipRTC is never taken for it.
+    #[test]
+    fn rocm_is_not_the_fixture() {
+        assert!(!exports_fixture_marker("libc.so.6"));
+        assert!(!exports_fixture_marker("libkiln-no-such-library.so"));
+        match result::library::hiprtc() {
+            Ok(api) => {
+                assert!(!exports_fixture_marker(&api.library_name), "{} carries the fixture's marker", api.library_name);
+                assert_eq!(compiler(api), Compiler::Rocm);
+            }
+            Err(e) => eprintln!("SKIPPED hip::rtc::rocm_is_not_the_fixture (hipRTC part): {e}"),
         }
     }
 
