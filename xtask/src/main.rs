@@ -7,8 +7,29 @@
 //!   that has no Rust.
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
 //!
+//! Both take `--for nvidia` (the default) or `--for amd`: the kind of GPU machine the bundle is for.
+//!
 //! Which binaries are "GPU" binaries is decided by name: test targets whose name contains `cuda`,
 //! `hip` or `gpu`, and bench targets whose name starts with `gpu_`.
+//!
+//! # A bundle for an AMD machine (`--for amd`)
+//! Needs `HIP_PATH`. Every GPU binary is built with `cuda,hip` and runs in the ordinary loop, the HIP
+//! backend on the machine's ROCm.
+//!
+//! # A bundle for an NVIDIA machine, and the HIP backend on CUDA via the test fixture
+//! The ordinary binaries (tests, benches, `kiln`) are built with the `cuda` feature only. With `hip` on,
+//! every binary that can reach the HIP backend links libamdhip64 (hip-runtime-sys links it), so a GPU
+//! bench or dispatcher test built that way would not even load on an NVIDIA machine, and where it did
+//! load (through the fixture) `auto` backend selection would pick HIP and turn a CUDA result into
+//! something else. So when `HIP_PATH` is set (`HIP_PATH=/usr` for Debian's `libamdhip64-dev`), the
+//! bundle also builds, separately and with `cuda,hip`, the test binaries whose name contains `hip`
+//! (except the fixture's own tests, which need no GPU), and `kiln-hip-fixture`, the TEST-ONLY library
+//! that exports the hip*/hiprtc* symbols over the CUDA driver and NVRTC. It puts both in
+//! `DIR/hip-fixture/`: the binaries in `tests/`, the library copied under every name they load it by
+//! (each `libamdhip64` / `libhiprtc` NEEDED entry of the binaries, read from their ELF headers, plus
+//! `libhiprtc.so` and `libamdhip64.so`, the names kiln's hipRTC loader tries first). `run.sh` runs them
+//! in a step of their own, "HIP backend on CUDA via fixture", on GPU 0 with that directory first on the
+//! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -18,12 +39,15 @@ const REPORT_PY: &str = include_str!("report.py");
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("gpu-bundle") => flag(&args, "--out").ok_or_else(usage).and_then(|out| gpu_bundle(Path::new(&out))),
-        Some("gpu") => {
+    let result = match (args.first().map(String::as_str), machine(&args)) {
+        (_, Err(e)) => Err(e),
+        (Some("gpu-bundle"), Ok(machine)) => {
+            flag(&args, "--out").ok_or_else(usage).and_then(|out| gpu_bundle(Path::new(&out), machine))
+        }
+        (Some("gpu"), Ok(machine)) => {
             let bundle = PathBuf::from("target/gpu-bundle");
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
-            gpu_bundle(&bundle).and_then(|()| run_bundle(&bundle, Path::new(&report)))
+            gpu_bundle(&bundle, machine).and_then(|()| run_bundle(&bundle, Path::new(&report)))
         }
         _ => Err(usage()),
     };
@@ -37,25 +61,50 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask gpu-bundle --out DIR | cargo xtask gpu [--report DIR]".into()
+    "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]"
+        .into()
+}
+
+/// The kind of GPU machine a bundle is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Machine {
+    /// NVIDIA GPUs: ordinary binaries with `cuda`; the HIP backend's tests through the fixture.
+    Nvidia,
+    /// AMD GPUs: every binary with `cuda,hip`, the HIP backend on ROCm.
+    Amd,
+}
+
+fn machine(args: &[String]) -> Result<Machine, String> {
+    match flag(args, "--for").as_deref() {
+        None | Some("nvidia") => Ok(Machine::Nvidia),
+        Some("amd") if hip_enabled() => Ok(Machine::Amd),
+        Some("amd") => Err("a bundle for AMD GPUs needs HIP_PATH (where HIP's headers and libamdhip64 are)".into()),
+        Some(other) => Err(format!("--for {other}: expected nvidia or amd")),
+    }
 }
 
 fn flag(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
 }
 
-/// Features the GPU bundle is built with. The `hip` backend links libamdhip64, so it joins only when
-/// HIP_PATH says where HIP is.
-fn gpu_features() -> String {
-    let mut features = vec!["cuda"];
-    if std::env::var_os("HIP_PATH").is_some() {
-        features.push("hip");
-    }
-    features.join(",")
+/// Features of the ordinary GPU binaries: CUDA only (see the module docs for why `hip` is apart).
+const GPU_FEATURES: &str = "cuda";
+/// Features of the HIP-backend test binaries run through the fixture.
+const HIP_FEATURES: &str = "cuda,hip";
+/// The fixture's package, and the file cargo builds for it.
+const FIXTURE_PACKAGE: &str = "kiln-hip-fixture";
+const FIXTURE_LIBRARY: &str = "libkiln_hip_fixture.so";
+/// The names kiln's HIP backend loads hipRTC by first (`HIPRTC_CANDIDATES` in
+/// crates/kiln-device/src/hip/sys.rs): the fixture is copied under these whatever the binaries link.
+const HIPRTC_NAMES: &[&str] = &["libhiprtc.so", "libamdhip64.so"];
+
+/// Whether the HIP backend can be built here: HIP_PATH says where HIP's headers and libamdhip64 are.
+fn hip_enabled() -> bool {
+    std::env::var_os("HIP_PATH").is_some()
 }
 
-/// Runs cargo with `--message-format=json` and returns the executables of the artifacts `keep` accepts.
-fn cargo_artifacts(args: &[&str], keep: impl Fn(&serde_json::Value) -> bool) -> Result<Vec<(String, PathBuf)>, String> {
+/// Runs cargo with `--message-format=json` and returns the compiler-artifact messages `keep` accepts.
+fn cargo_messages(args: &[&str], keep: impl Fn(&serde_json::Value) -> bool) -> Result<Vec<serde_json::Value>, String> {
     eprintln!("xtask: cargo {}", args.join(" "));
     let output = Command::new(env_cargo())
         .args(args)
@@ -66,12 +115,17 @@ fn cargo_artifacts(args: &[&str], keep: impl Fn(&serde_json::Value) -> bool) -> 
     if !output.status.success() {
         return Err(format!("cargo {} failed", args.join(" ")));
     }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact" && keep(msg))
+        .collect())
+}
+
+/// Runs cargo with `--message-format=json` and returns the executables of the artifacts `keep` accepts.
+fn cargo_artifacts(args: &[&str], keep: impl Fn(&serde_json::Value) -> bool) -> Result<Vec<(String, PathBuf)>, String> {
     let mut found = Vec::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        if msg["reason"] != "compiler-artifact" || !keep(&msg) {
-            continue;
-        }
+    for msg in cargo_messages(args, keep)? {
         if let (Some(name), Some(exe)) = (msg["target"]["name"].as_str(), msg["executable"].as_str()) {
             found.push((name.to_string(), PathBuf::from(exe)));
         }
@@ -87,37 +141,74 @@ fn is_gpu_test(name: &str) -> bool {
     ["cuda", "hip", "gpu"].iter().any(|k| name.contains(k))
 }
 
-fn gpu_bundle(out: &Path) -> Result<(), String> {
-    let features = gpu_features();
-    let tests = cargo_artifacts(&["test", "--workspace", "--release", "--no-run", "--features", &features], |m| {
-        m["profile"]["test"] == true && m["target"]["name"].as_str().is_some_and(is_gpu_test)
+/// A test of the HIP backend: run through the fixture, not in the ordinary per-GPU loop.
+fn is_hip_test(name: &str) -> bool {
+    name.contains("hip")
+}
+
+/// Copies each `(name, file)` into `dir` under `name`.
+fn copy_into(dir: &Path, list: &[(String, PathBuf)]) -> Result<Vec<String>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut names = Vec::new();
+    for (name, file) in list {
+        let dest = dir.join(name);
+        std::fs::copy(file, &dest).map_err(|e| format!("cannot copy {} to {}: {e}", file.display(), dest.display()))?;
+        names.push(name.clone());
+    }
+    Ok(names)
+}
+
+/// Whether a cargo message is about the fixture's package (whose tests need no GPU).
+fn is_fixture_package(message: &serde_json::Value) -> bool {
+    message["package_id"].as_str().is_some_and(|id| id.contains(FIXTURE_PACKAGE))
+}
+
+fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
+    let features = match machine {
+        Machine::Nvidia => GPU_FEATURES,
+        Machine::Amd => HIP_FEATURES,
+    };
+    let tests = cargo_artifacts(&["test", "--workspace", "--release", "--no-run", "--features", features], |m| {
+        m["profile"]["test"] == true
+            && !is_fixture_package(m)
+            && m["target"]["name"]
+                .as_str()
+                .is_some_and(|n| is_gpu_test(n) && (machine == Machine::Amd || !is_hip_test(n)))
     })?;
-    let benches = cargo_artifacts(&["bench", "--workspace", "--no-run", "--features", &features], |m| {
+    let benches = cargo_artifacts(&["bench", "--workspace", "--no-run", "--features", features], |m| {
         m["target"]["kind"][0] == "bench" && m["target"]["name"].as_str().is_some_and(|n| n.starts_with("gpu_"))
     })?;
-    let bins = cargo_artifacts(&["build", "--workspace", "--release", "--bins", "--features", &features], |m| {
+    let bins = cargo_artifacts(&["build", "--workspace", "--release", "--bins", "--features", features], |m| {
         m["target"]["kind"][0] == "bin" && m["target"]["name"] == "kiln"
     })?;
-    for sub in ["tests", "benches", "bin"] {
-        std::fs::create_dir_all(out.join(sub)).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    }
-    let copy = |list: &[(String, PathBuf)], sub: &str| -> Result<Vec<String>, String> {
-        let mut names = Vec::new();
-        for (name, exe) in list {
-            let dest = out.join(sub).join(name);
-            std::fs::copy(exe, &dest)
-                .map_err(|e| format!("cannot copy {} to {}: {e}", exe.display(), dest.display()))?;
-            names.push(name.clone());
+    // The subdirectories are the bundle's own: clear them, so no binary of an earlier build (a HIP test
+    // in `tests/`, say) is run by mistake.
+    for sub in ["tests", "benches", "bin", "hip-fixture"] {
+        let dir = out.join(sub);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
         }
-        Ok(names)
+    }
+    let test_names = copy_into(&out.join("tests"), &tests)?;
+    let bench_names = copy_into(&out.join("benches"), &benches)?;
+    copy_into(&out.join("bin"), &bins)?;
+    let hip = if machine == Machine::Amd {
+        "the HIP backend on the machine's ROCm, in the ordinary loop".to_string()
+    } else if hip_enabled() {
+        let (tests, libraries) = hip_fixture_bundle(&out.join("hip-fixture"))?;
+        format!(
+            "{} HIP-backend test binaries via the fixture: {}; fixture as {}",
+            tests.len(),
+            tests.join(" "),
+            libraries.join(" ")
+        )
+    } else {
+        "no HIP-backend tests (set HIP_PATH, e.g. HIP_PATH=/usr, to run them on CUDA via kiln-hip-fixture)".into()
     };
-    let test_names = copy(&tests, "tests")?;
-    let bench_names = copy(&benches, "benches")?;
-    copy(&bins, "bin")?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     std::fs::write(out.join("report.py"), REPORT_PY).map_err(|e| e.to_string())?;
     eprintln!(
-        "xtask: bundle in {} ({} test binaries: {}; {} bench binaries: {}; kiln: {})",
+        "xtask: bundle in {} ({} test binaries: {}; {} bench binaries: {}; kiln: {}; {hip})",
         out.display(),
         test_names.len(),
         test_names.join(" "),
@@ -127,6 +218,125 @@ fn gpu_bundle(out: &Path) -> Result<(), String> {
     );
     eprintln!("xtask: run it with `bash {}/run.sh REPORT_DIR`", out.display());
     Ok(())
+}
+
+/// The test targets whose name contains `hip`, except the fixture's own, as `--test NAME` arguments.
+fn hip_test_targets() -> Result<Vec<String>, String> {
+    let output = Command::new(env_cargo())
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err("cargo metadata failed".into());
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    let mut names = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        if package["name"] == FIXTURE_PACKAGE {
+            continue;
+        }
+        for target in package["targets"].as_array().into_iter().flatten() {
+            let is_test = target["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+            if let Some(name) = target["name"].as_str().filter(|n| is_test && is_hip_test(n)) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// Builds the HIP-backend test binaries (features `cuda,hip`) and the fixture, and lays them out in
+/// `dir`: `tests/` and the library under every name the binaries load it by. Returns the test names and
+/// the library names.
+fn hip_fixture_bundle(dir: &Path) -> Result<(Vec<String>, Vec<String>), String> {
+    let targets = hip_test_targets()?;
+    if targets.is_empty() {
+        return Err("HIP_PATH is set but the workspace has no test target whose name contains `hip`".into());
+    }
+    let mut args = vec!["test", "--workspace", "--release", "--no-run", "--features", HIP_FEATURES];
+    for target in &targets {
+        args.extend(["--test", target.as_str()]);
+    }
+    let tests = cargo_artifacts(&args, |m| {
+        m["profile"]["test"] == true && m["target"]["name"].as_str().is_some_and(|n| targets.iter().any(|t| t == n))
+    })?;
+    let fixture =
+        cargo_messages(&["build", "--release", "-p", FIXTURE_PACKAGE], |m| m["target"]["name"] == "kiln_hip_fixture")?
+            .iter()
+            .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|f| f.as_str().map(PathBuf::from))
+            .find(|f| f.file_name().is_some_and(|n| n == FIXTURE_LIBRARY))
+            .ok_or_else(|| format!("cargo built {FIXTURE_PACKAGE} but reported no {FIXTURE_LIBRARY}"))?;
+
+    let mut libraries: Vec<String> = HIPRTC_NAMES.iter().map(|n| n.to_string()).collect();
+    for (_, exe) in &tests {
+        for needed in needed_libraries(exe)? {
+            if (needed.starts_with("libamdhip64") || needed.starts_with("libhiprtc")) && !libraries.contains(&needed) {
+                libraries.push(needed);
+            }
+        }
+    }
+    let test_names = copy_into(&dir.join("tests"), &tests)?;
+    // Copies, not symlinks: the bundle travels as plain files. Each name is a separate file, so a process
+    // may load the library twice (as libamdhip64.so.5 for the runtime, as libhiprtc.so for hipRTC); the
+    // two copies share nothing, and need not: a hipRTC program never meets the runtime's state.
+    let copies: Vec<(String, PathBuf)> = libraries.iter().map(|n| (n.clone(), fixture.clone())).collect();
+    copy_into(dir, &copies)?;
+    std::fs::write(
+        dir.join("README.txt"),
+        format!(
+            "TEST FIXTURE, not ROCm. The libraries in this directory ({}) are all copies of kiln-hip-fixture\n\
+             (crates/kiln-hip-fixture): the hip*/hiprtc* symbols kiln's HIP backend imports, implemented over the\n\
+             CUDA driver API and NVRTC. run.sh runs tests/ with this directory first on LD_LIBRARY_PATH, on an\n\
+             NVIDIA GPU. Results are \"HIP backend on CUDA via fixture\": they test the HIP backend's logic and call\n\
+             sequences, not AMD hardware, ROCm or its performance.\n",
+            libraries.join(", ")
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((test_names, libraries))
+}
+
+/// The `DT_NEEDED` entries of a 64-bit little-endian ELF file (what `readelf -d` lists as NEEDED).
+fn needed_libraries(path: &Path) -> Result<Vec<String>, String> {
+    let bad = |why: &str| format!("{}: {why}", path.display());
+    let elf = std::fs::read(path).map_err(|e| bad(&e.to_string()))?;
+    let u16_at = |at: usize| elf.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+    let u32_at = |at: usize| elf.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    let u64_at = |at: usize| elf.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize);
+    if elf.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+        return Err(bad("not a 64-bit little-endian ELF file"));
+    }
+    const SHT_DYNAMIC: u32 = 6;
+    const DT_NEEDED: usize = 1;
+    let (shoff, shentsize, shnum) =
+        (u64_at(40).ok_or_else(|| bad("truncated"))?, u16_at(58).unwrap_or(0), u16_at(60).unwrap_or(0));
+    let section = |i: usize| {
+        let at = shoff + i * shentsize;
+        Some((u32_at(at + 4)?, u64_at(at + 24)?, u64_at(at + 32)?, u32_at(at + 40)? as usize))
+    };
+    let Some((_, dyn_off, dyn_size, strtab)) = (0..shnum).filter_map(section).find(|s| s.0 == SHT_DYNAMIC) else {
+        return Ok(Vec::new());
+    };
+    let (_, str_off, _, _) = section(strtab).ok_or_else(|| bad("no string table for .dynamic"))?;
+    let mut needed = Vec::new();
+    for at in (dyn_off..dyn_off + dyn_size).step_by(16) {
+        let (tag, value) =
+            (u64_at(at).ok_or_else(|| bad("truncated"))?, u64_at(at + 8).ok_or_else(|| bad("truncated"))?);
+        if tag == 0 {
+            break;
+        }
+        if tag == DT_NEEDED {
+            let name = elf.get(str_off + value..).ok_or_else(|| bad("bad NEEDED entry"))?;
+            let end = name.iter().position(|&b| b == 0).ok_or_else(|| bad("bad NEEDED entry"))?;
+            needed.push(String::from_utf8_lossy(&name[..end]).into_owned());
+        }
+    }
+    Ok(needed)
 }
 
 fn run_bundle(bundle: &Path, report: &Path) -> Result<(), String> {

@@ -2,7 +2,9 @@
 # kiln GPU bundle runner (written by `cargo xtask gpu-bundle`).
 # Usage: bash run.sh REPORT_DIR
 # Runs every GPU test binary once per visible GPU (CUDA_VISIBLE_DEVICES=i), then once with all GPUs
-# visible (multi-GPU tests), then every GPU bench, and writes REPORT_DIR/report.json and report.txt.
+# visible (multi-GPU tests); then, if the bundle has hip-fixture/, the HIP backend's test binaries on
+# CUDA via kiln-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; and writes
+# REPORT_DIR/report.json and report.txt.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 report=${1:-${OUT:-$here/report}}
@@ -42,6 +44,25 @@ for bin in "$here"/tests/*; do
   fi
   [ "$ngpu" -ne 1 ] && run_tests "all" "KILN_BUNDLE=1" "$bin"
 done
+
+# HIP backend on CUDA via fixture. hip-fixture/ holds the HIP backend's test binaries (built with the
+# `hip` feature, so they link libamdhip64) and kiln-hip-fixture, a TEST-ONLY library that exports the
+# hip*/hiprtc* symbols over the CUDA driver and NVRTC, copied under the names the binaries load. With it
+# first on the library path the binaries run the HIP backend's own code on an NVIDIA GPU. This checks
+# the backend's logic and call sequences; it is NOT an AMD GPU result (report label: hip-fixture).
+if [ -d "$here/hip-fixture/tests" ]; then
+  if [ "$ngpu" -gt 0 ]; then
+    echo "== HIP backend on CUDA via fixture (kiln-hip-fixture on GPU 0; not an AMD GPU result)"
+    for bin in "$here"/hip-fixture/tests/*; do
+      [ -x "$bin" ] || continue
+      run_tests "hip-fixture" "CUDA_VISIBLE_DEVICES=0 LD_LIBRARY_PATH=$here/hip-fixture${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin"
+    done
+  else
+    echo "== HIP backend on CUDA via fixture: not run (no NVIDIA GPU found)"
+  fi
+else
+  echo "== HIP backend on CUDA via fixture: not in this bundle (build it with HIP_PATH set, e.g. HIP_PATH=/usr)"
+fi
 
 : > "$report/benches.index"
 for bin in "$here"/benches/*; do

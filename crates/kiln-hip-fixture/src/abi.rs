@@ -374,7 +374,11 @@ mod tests {
             ("kernelExecTimeoutEnabled", offset_of!(HipDeviceProp, kernelExecTimeoutEnabled), 736),
             ("ECCEnabled", offset_of!(HipDeviceProp, ECCEnabled), 740),
             ("tccDriver", offset_of!(HipDeviceProp, tccDriver), 744),
-            ("cooperativeMultiDeviceUnmatchedFunc", offset_of!(HipDeviceProp, cooperativeMultiDeviceUnmatchedFunc), 748),
+            (
+                "cooperativeMultiDeviceUnmatchedFunc",
+                offset_of!(HipDeviceProp, cooperativeMultiDeviceUnmatchedFunc),
+                748,
+            ),
             (
                 "cooperativeMultiDeviceUnmatchedGridDim",
                 offset_of!(HipDeviceProp, cooperativeMultiDeviceUnmatchedGridDim),

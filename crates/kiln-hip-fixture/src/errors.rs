@@ -240,7 +240,9 @@ pub fn hiprtc_from_nvrtc(call: &'static str, result: nvrtcResult) -> HiprtcStatu
         return value;
     }
     say_once(format!("unmapped {result:?}"), || {
-        format!("{call} returned {result:?} ({value}), which hipRTC has no code for; returning HIPRTC_ERROR_INTERNAL_ERROR")
+        format!(
+            "{call} returned {result:?} ({value}), which hipRTC has no code for; returning HIPRTC_ERROR_INTERNAL_ERROR"
+        )
     });
     rtc_code::INTERNAL_ERROR
 }

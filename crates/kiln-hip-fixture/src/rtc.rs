@@ -328,7 +328,13 @@ mod tests {
         assert_eq!(map_option("--offload-arch=sm_90a"), Ok(Some("--gpu-architecture=compute_90a".into())));
         assert_eq!(map_option("--offload-arch=sm_100"), Ok(Some("--gpu-architecture=compute_100".into())));
         assert_eq!(map_option("--gpu-architecture=sm_80"), Ok(Some("--gpu-architecture=compute_80".into())));
-        for bad in ["--offload-arch=gfx90a", "--offload-arch=gfx90a:sramecc+:xnack-", "--offload-arch=sm_", "--offload-arch=sm_9x", "--offload-arch=sm_90af"] {
+        for bad in [
+            "--offload-arch=gfx90a",
+            "--offload-arch=gfx90a:sramecc+:xnack-",
+            "--offload-arch=sm_",
+            "--offload-arch=sm_9x",
+            "--offload-arch=sm_90af",
+        ] {
             assert!(map_option(bad).is_err(), "{bad} was accepted");
         }
         assert!(map_option("--offload-arch=gfx942").unwrap_err().contains("NVIDIA GPUs only"));

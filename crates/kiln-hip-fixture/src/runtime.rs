@@ -496,9 +496,15 @@ pub unsafe extern "C" fn hipMemcpyAsync(
         // SAFETY: the caller guarantees both ranges for this direction, and the stream.
         let (call, result) = unsafe {
             match kind {
-                memcpy_kind::HOST_TO_DEVICE => ("cuMemcpyHtoDAsync_v2", sys::cuMemcpyHtoDAsync_v2(d, src, bytes, stream)),
-                memcpy_kind::DEVICE_TO_HOST => ("cuMemcpyDtoHAsync_v2", sys::cuMemcpyDtoHAsync_v2(dst, s, bytes, stream)),
-                memcpy_kind::DEVICE_TO_DEVICE => ("cuMemcpyDtoDAsync_v2", sys::cuMemcpyDtoDAsync_v2(d, s, bytes, stream)),
+                memcpy_kind::HOST_TO_DEVICE => {
+                    ("cuMemcpyHtoDAsync_v2", sys::cuMemcpyHtoDAsync_v2(d, src, bytes, stream))
+                }
+                memcpy_kind::DEVICE_TO_HOST => {
+                    ("cuMemcpyDtoHAsync_v2", sys::cuMemcpyDtoHAsync_v2(dst, s, bytes, stream))
+                }
+                memcpy_kind::DEVICE_TO_DEVICE => {
+                    ("cuMemcpyDtoDAsync_v2", sys::cuMemcpyDtoDAsync_v2(d, s, bytes, stream))
+                }
                 _ => ("cuMemcpyAsync", sys::cuMemcpyAsync(d, s, bytes, stream)),
             }
         };
@@ -536,7 +542,12 @@ pub unsafe extern "C" fn hipMemcpy(dst: *mut c_void, src: *const c_void, bytes: 
 /// # Safety
 /// `dst..dst + bytes` must be device memory; `stream` live.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipMemsetAsync(dst: *mut c_void, value: c_int, bytes: usize, stream: sys::CUstream) -> HipStatus {
+pub unsafe extern "C" fn hipMemsetAsync(
+    dst: *mut c_void,
+    value: c_int,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> HipStatus {
     ffi("hipMemsetAsync", || {
         enter()?;
         // SAFETY: the caller guarantees the range and the stream.
@@ -750,7 +761,11 @@ pub unsafe extern "C" fn hipModuleGetFunction(
 /// # Safety
 /// `function` must belong to a loaded module; `value` null or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipFuncGetAttribute(value: *mut c_int, attribute: c_int, function: sys::CUfunction) -> HipStatus {
+pub unsafe extern "C" fn hipFuncGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    function: sys::CUfunction,
+) -> HipStatus {
     ffi("hipFuncGetAttribute", || {
         use sys::CUfunction_attribute::*;
         let attribute = match attribute {
@@ -827,7 +842,11 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
 /// # Safety
 /// `graph` must be live; `nodes` null or room for `*count` handles; `count` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipGraphGetNodes(graph: sys::CUgraph, nodes: *mut sys::CUgraphNode, count: *mut usize) -> HipStatus {
+pub unsafe extern "C" fn hipGraphGetNodes(
+    graph: sys::CUgraph,
+    nodes: *mut sys::CUgraphNode,
+    count: *mut usize,
+) -> HipStatus {
     ffi("hipGraphGetNodes", || {
         enter()?;
         let count = out(count)?;
@@ -884,7 +903,11 @@ pub unsafe extern "C" fn hipGraphNodeGetType(node: sys::CUgraphNode, kind: *mut 
 /// # Safety
 /// `graph` must be live; `exec` null or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn hipGraphInstantiateWithFlags(exec: *mut sys::CUgraphExec, graph: sys::CUgraph, flags: u64) -> HipStatus {
+pub unsafe extern "C" fn hipGraphInstantiateWithFlags(
+    exec: *mut sys::CUgraphExec,
+    graph: sys::CUgraph,
+    flags: u64,
+) -> HipStatus {
     ffi("hipGraphInstantiateWithFlags", || {
         if flags & !HIP_GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH != 0 {
             return Err(not_supported("hipGraphInstantiateWithFlags with flags other than AutoFreeOnLaunch"));

@@ -196,7 +196,9 @@ mod tests {
         for name in runtime.iter().chain(&hiprtc) {
             match mapping(name) {
                 Some(Mapped(_)) => {}
-                Some(NotSupported(_)) => assert!(probed.contains(name.as_str()), "{name} is not supported but not probed"),
+                Some(NotSupported(_)) => {
+                    assert!(probed.contains(name.as_str()), "{name} is not supported but not probed")
+                }
                 None => panic!("kiln's HIP backend imports `{name}`, which the fixture does not export"),
             }
         }
@@ -365,7 +367,9 @@ mod tests {
         };
         let needs_driver: BTreeSet<&str> = EXPORTS
             .iter()
-            .filter(|(n, m)| n.starts_with("hip") && !n.starts_with("hiprtc") && matches!(m, Mapped(c) if c.starts_with("cu")))
+            .filter(|(n, m)| {
+                n.starts_with("hip") && !n.starts_with("hiprtc") && matches!(m, Mapped(c) if c.starts_with("cu"))
+            })
             .map(|(n, _)| *n)
             .collect();
         let called: BTreeSet<&str> = statuses.iter().map(|(n, _)| *n).collect();
@@ -418,9 +422,8 @@ mod tests {
             assert!(name.starts_with("hip"), "{name}");
         }
         // SAFETY: both return pointers to static NUL-terminated strings.
-        let (version, text) = unsafe {
-            (CStr::from_ptr(kiln_hip_fixture_version()), CStr::from_ptr(kiln_hip_fixture_symbols()))
-        };
+        let (version, text) =
+            unsafe { (CStr::from_ptr(kiln_hip_fixture_version()), CStr::from_ptr(kiln_hip_fixture_symbols())) };
         assert_eq!(version.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
         let text = text.to_str().unwrap();
         assert_eq!(text.lines().count(), EXPORTS.len());

@@ -126,5 +126,9 @@ fn the_exports_are_exactly_the_fixtures_table() {
         assert!(kind == "mapped" || kind == "not-supported", "{name}: {kind}");
     }
     let not_supported: Vec<_> = table.iter().filter(|(_, k)| k == "not-supported").map(|(n, _)| n).collect();
-    eprintln!("{} exported: {} mapped, not supported: {not_supported:?}", table.len(), table.len() - not_supported.len());
+    eprintln!(
+        "{} exported: {} mapped, not supported: {not_supported:?}",
+        table.len(),
+        table.len() - not_supported.len()
+    );
 }

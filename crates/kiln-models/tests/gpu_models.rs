@@ -94,7 +94,10 @@ fn artifacts_hold_gpu_code_and_reject_corruption() {
     assert!(
         matches!(
             model_error(&e),
-            ModelError::Artifact(ArtifactError::WrongBackend { artifact: BackendKind::Host, device: BackendKind::Cuda })
+            ModelError::Artifact(ArtifactError::WrongBackend {
+                artifact: BackendKind::Host,
+                device: BackendKind::Cuda
+            })
         ),
         "{e}"
     );

@@ -340,7 +340,11 @@ mod tests {
         assert!(!exports_fixture_marker("libkiln-no-such-library.so"));
         match result::library::hiprtc() {
             Ok(api) => {
-                assert!(!exports_fixture_marker(&api.library_name), "{} carries the fixture's marker", api.library_name);
+                assert!(
+                    !exports_fixture_marker(&api.library_name),
+                    "{} carries the fixture's marker",
+                    api.library_name
+                );
                 assert_eq!(compiler(api), Compiler::Rocm);
             }
             Err(e) => eprintln!("SKIPPED hip::rtc::rocm_is_not_the_fixture (hipRTC part): {e}"),
