@@ -77,6 +77,12 @@ impl CliError {
         self
     }
 
+    /// The same error (exit code and hint) with another message.
+    fn with_message(mut self, message: String) -> CliError {
+        self.message = one_line(&message);
+        self
+    }
+
     /// The same error with another hint.
     pub fn with_hint(mut self, hint: impl Into<String>) -> CliError {
         self.hint = one_line(&hint.into());
@@ -214,13 +220,6 @@ fn compile_error(message: String, source: &(dyn StdError + Send + Sync + 'static
     match source.downcast_ref::<ModelError>() {
         Some(ModelError::Device(device)) => CliError::from(device.clone()).with_message(message),
         _ => CliError::failure(message, HINT_BUG),
-    }
-}
-
-impl CliError {
-    fn with_message(mut self, message: String) -> CliError {
-        self.message = one_line(&message);
-        self
     }
 }
 

@@ -59,7 +59,7 @@ fn assert_verified(report: &serde_json::Value, checked: u64) {
 }
 
 /// The must-hold run: host, const:8, 2000 requests. The recommender is the small one: the
-/// default 190-input model takes about 0.15 s a request in a debug build (its release run is timed
+/// default 190-input model takes about 0.2 s a request in a debug build (its release run is timed
 /// in docs/cli.md), which would make this test take minutes.
 #[test]
 fn host_const_trace_is_ultra_fast_and_verified() {
