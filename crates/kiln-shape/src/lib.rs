@@ -26,7 +26,7 @@
 //!   non-zero batch and byte sizes when it is written, so [`Signature::check_request`] only
 //!   verifies that every input was given and that each symbol agrees everywhere: for a model
 //!   whose only symbol is the batch, one vectorised pass over the batch slots (under 100 ns for
-//!   190 inputs; `docs/benchmarks-shape.md` has the figures for all three).
+//!   190 inputs; `docs/benchmarks.md` has the figures for all three).
 //!
 //! The [`Bindings`] of a run are its in-memory key: equal bindings mean equal input shapes, and
 //! hashing them is hashing a handful of integers. For anything written to disk there is the
