@@ -7,6 +7,12 @@
 //!   that has no Rust.
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
 //!
+//! The bundle also carries the PyTorch peers of issue 12: `bin/export_peer_data` (the example
+//! `crates/kiln-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
+//! verification set) and `peers/` (the scripts of `benches/peers/`). `run.sh` ends with a "peers" step that
+//! runs `kiln perf` and the PyTorch variants back to back on GPU 0 and writes `peers.md`
+//! (`benches/peers/README.md`); it is skipped with `KILN_SKIP_PEERS=1`, without a GPU, or without torch.
+//!
 //! Both take `--for nvidia` (the default) or `--for amd`: the kind of GPU machine the bundle is for.
 //!
 //! Which binaries are "GPU" binaries is decided by name: test targets whose name contains `cuda`,
@@ -36,6 +42,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 const RUN_SH: &str = include_str!("run.sh");
 const REPORT_PY: &str = include_str!("report.py");
+/// The example that exports the PyTorch peers' data, built into the bundle's `bin/`.
+const PEER_EXPORT: &str = "export_peer_data";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -181,9 +189,14 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     let bins = cargo_artifacts(&["build", "--workspace", "--release", "--bins", "--features", features], |m| {
         m["target"]["kind"][0] == "bin" && m["target"]["name"] == "kiln"
     })?;
+    // The PyTorch peers' exporter: CPU only, so no GPU features.
+    let peer_export =
+        cargo_artifacts(&["build", "--release", "-p", "kiln-models", "--example", PEER_EXPORT], |m| {
+            m["target"]["kind"][0] == "example" && m["target"]["name"] == PEER_EXPORT
+        })?;
     // The subdirectories are the bundle's own: clear them, so no binary of an earlier build (a HIP test
     // in `tests/`, say) is run by mistake.
-    for sub in ["tests", "benches", "bin", "hip-fixture"] {
+    for sub in ["tests", "benches", "bin", "hip-fixture", "peers"] {
         let dir = out.join(sub);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
@@ -192,6 +205,9 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     let test_names = copy_into(&out.join("tests"), &tests)?;
     let bench_names = copy_into(&out.join("benches"), &benches)?;
     copy_into(&out.join("bin"), &bins)?;
+    copy_into(&out.join("bin"), &peer_export)?;
+    let peer_scripts = copy_peer_scripts(&out.join("peers"))?;
+    eprintln!("xtask: PyTorch peers: bin/{PEER_EXPORT} and peers/{}", peer_scripts.join(" peers/"));
     let hip = if machine == Machine::Amd {
         "the HIP backend on the machine's ROCm, in the ordinary loop".to_string()
     } else if hip_enabled() {
@@ -205,6 +221,7 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     } else {
         "no HIP-backend tests (set HIP_PATH, e.g. HIP_PATH=/usr, to run them on CUDA via kiln-hip-fixture)".into()
     };
+    strip_binaries(out)?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     std::fs::write(out.join("report.py"), REPORT_PY).map_err(|e| e.to_string())?;
     eprintln!(
@@ -218,6 +235,24 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     );
     eprintln!("xtask: run it with `bash {}/run.sh REPORT_DIR`", out.display());
     Ok(())
+}
+
+/// Copies the PyTorch peers (`benches/peers/*.py` and its README) into `dir`; returns the file names.
+fn copy_peer_scripts(dir: &Path) -> Result<Vec<String>, String> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/peers");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if path.is_file() && (name.ends_with(".py") || name == "README.md") {
+            files.push((name, path));
+        }
+    }
+    files.sort();
+    if !files.iter().any(|(n, _)| n.ends_with(".py")) {
+        return Err(format!("no peer scripts (*.py) in {}", source.display()));
+    }
+    copy_into(dir, &files)
 }
 
 /// The test targets whose name contains `hip`, except the fixture's own, as `--test NAME` arguments.
@@ -347,3 +382,31 @@ fn run_bundle(bundle: &Path, report: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot run the bundle: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("the GPU run failed; see {}/report.txt", report.display())) }
 }
+
+/// Strips debug information from every binary in the bundle: a bundle travels to the GPU machine with
+/// a size limit (64 MiB for the whole working tree there), and unstripped test binaries are ten times
+/// larger. Symbols stay, so panics still name functions. Skipped, with a note, where `strip` is absent.
+fn strip_binaries(out: &Path) -> Result<(), String> {
+    if Command::new("strip").arg("--version").stdout(Stdio::null()).status().is_err() {
+        eprintln!("xtask: `strip` not found; the bundle keeps its debug information (it may be too large to carry)");
+        return Ok(());
+    }
+    let mut files = Vec::new();
+    let mut dirs = vec![out.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::read(&path).map(|b| b.starts_with(b"\x7fELF")).unwrap_or(false) {
+                files.push(path);
+            }
+        }
+    }
+    let status = Command::new("strip").arg("--strip-debug").args(&files).status().map_err(|e| format!("cannot run strip: {e}"))?;
+    if !status.success() {
+        return Err("strip failed".into());
+    }
+    Ok(())
+}
+

@@ -12,9 +12,16 @@ FIXTURE_NOTE = "HIP backend on CUDA via fixture"
 for line in open(os.path.join(report, "tests.index")):
     label, name, rc = line.split()
     log = open(os.path.join(logs, f"test-{name}-{label}.log"), errors="replace").read()
-    skipped = {m.group(1) for m in re.finditer(r"^SKIPPED \S+::(\S+): ", log, re.M)}
-    for m in re.finditer(r"^test (\S+) \.\.\. (ok|FAILED|ignored)", log, re.M):
-        test, result = m.group(1), m.group(2)
+    # Tests run with --nocapture, so what a test prints lands between "test NAME ... " and its result
+    # ("test x ... SKIPPED cuda::x: why\nok"): read each test's result from its own segment of the log.
+    skipped = {m.group(1) for m in re.finditer(r"SKIPPED \S+::(\S+): ", log)}
+    starts = list(re.finditer(r"^test (\S+) \.\.\. ", log, re.M))
+    for i, m in enumerate(starts):
+        segment = log[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(log)]
+        stop = re.search(r"^(test result:|failures:|running \d+ tests?$)", segment, re.M)
+        segment = segment[:stop.start()] if stop else segment
+        outcome = re.search(r"(?:^|\n)(ok|FAILED|ignored)[ \t]*(?:\n|$)", segment)
+        test, result = m.group(1), outcome.group(1) if outcome else "unknown"
         if result == "ok" and test in skipped:
             result = "skipped"
         entry = {"binary": name, "run": label, "test": test, "result": result}
@@ -59,6 +66,23 @@ if os.path.isdir(fixture_dir):
     except OSError as e:
         fixture["symbols_error"] = str(e)
     out["hip_fixture"] = fixture
+# The PyTorch peers step (run.sh "peers"): its steps' exit codes, and the targets compare.py checked.
+peers_index = os.path.join(report, "peers.index")
+if os.path.exists(peers_index):
+    peers = {"steps": [], "skipped": None, "targets": [], "table": None}
+    for line in open(peers_index):
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "skipped":
+            peers["skipped"] = rest
+        elif kind == "step":
+            name, rc = rest.rsplit(" ", 1)
+            peers["steps"].append({"step": name, "exit_code": int(rc)})
+    summary = os.path.join(report, "peers", "summary.json")
+    if os.path.exists(summary):
+        peers["targets"] = json.load(open(summary)).get("targets", [])
+    if os.path.exists(os.path.join(report, "peers.md")):
+        peers["table"] = "peers.md"
+    out["peers"] = peers
 json.dump(out, open(os.path.join(report, "report.json"), "w"), indent=2)
 
 
@@ -91,10 +115,21 @@ for s in out["sanitizer"]:
     lines.append(f"sanitizer {s['tool']:9} {s['binary']}: exit {s['exit_code']}, errors {s['errors']} ({expect})")
     for f in s["findings"]:
         lines.append(f"    {s['last_test']}: {f}")
+if "peers" in out:
+    p = out["peers"]
+    if p["skipped"]:
+        lines.append(f"peers: skipped ({p['skipped']})")
+    else:
+        bad = [st["step"] for st in p["steps"] if st["exit_code"] != 0]
+        lines.append(f"peers: {len(p['steps'])} steps, {len(bad)} failed{': ' + ' '.join(bad) if bad else ''}; "
+                     f"table in {p['table'] or 'nothing (compare.py did not run)'}")
+        for t in p["targets"]:
+            lines.append(f"  {t['result']:4} {t['target']} {t['detail']}")
 open(os.path.join(report, "report.txt"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines[:4]))
 if "hip_fixture" in out:
     print(f"{FIXTURE_NOTE} (not an AMD GPU result): " + count(fixture_tests))
 failed = [t for t in out["tests"] if t["result"] == "FAILED"] + [b for b in out.get("binaries", []) if b["exit_code"] != 0]
 failed += [s for s in out["sanitizer"] if (s["exit_code"] != 86 if s["tool"] == "selftest" else s["exit_code"] != 0)]
+failed += [st for st in out.get("peers", {}).get("steps", []) if st["exit_code"] != 0]  # a MISS is not a failure
 sys.exit(1 if failed else 0)

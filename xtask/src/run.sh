@@ -3,8 +3,9 @@
 # Usage: bash run.sh REPORT_DIR
 # Runs every GPU test binary once per visible GPU (CUDA_VISIBLE_DEVICES=i), then once with all GPUs
 # visible (multi-GPU tests); then, if the bundle has hip-fixture/, the HIP backend's test binaries on
-# CUDA via kiln-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; and writes
-# REPORT_DIR/report.json and report.txt.
+# CUDA via kiln-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; then (after the
+# sanitizer pass) the PyTorch peers, kiln vs PyTorch on GPU 0 into REPORT_DIR/peers.md (KILN_SKIP_PEERS=1
+# skips it); and writes REPORT_DIR/report.json and report.txt.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 report=${1:-${OUT:-$here/report}}
@@ -104,6 +105,77 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KIL
     grep -E "Invalid __global__ write|ERROR SUMMARY" "$report/logs/sanitizer-selftest.log" | head -3 | sed 's/^/   /'
     if [ $rc -eq 86 ]; then echo "   self-test caught (exit 86)"; else echo "   self-test NOT caught (exit $rc)"; status=1; fi
   fi
+fi
+
+# PyTorch peers (issue 12; benches/peers/README.md): kiln perf and the PyTorch variants of the same models,
+# weights and traces, back to back on GPU 0, into REPORT_DIR/peers.md (one table, the targets) and
+# REPORT_DIR/peers/ (every JSON, the configs, the commands). About 5 minutes on an H200; request counts
+# and torch.compile's time bound can be lowered with KILN_PEERS_REQUESTS_CONST (const:1, default 2000),
+# KILN_PEERS_REQUESTS (other traces, 1000) and KILN_PEERS_COMPILE_TIMEOUT (seconds per model, 150).
+# Skipped with KILN_SKIP_PEERS=1, without an NVIDIA GPU, or where python3 cannot import torch with CUDA.
+: > "$report/peers.index"
+peers_step() { # name, command...: runs it on GPU 0, logs it, records its exit code in peers.index
+  local name=$1 rc
+  shift
+  echo "CUDA_VISIBLE_DEVICES=0 $*" >> "$report/peers/commands.txt"
+  echo "== peers: $name"
+  CUDA_VISIBLE_DEVICES=0 "$@" > "$report/logs/peers-$name.log" 2>&1
+  rc=$?
+  echo "step $name $rc" >> "$report/peers.index"
+  if [ $rc -ne 0 ]; then
+    status=1
+    tail -5 "$report/logs/peers-$name.log" | sed 's/^/   /'
+  fi
+  return $rc
+}
+if [ "${KILN_SKIP_PEERS:-0}" = 1 ]; then
+  echo "== peers: skipped (KILN_SKIP_PEERS=1)"; echo "skipped KILN_SKIP_PEERS=1" >> "$report/peers.index"
+elif [ "$ngpu" -eq 0 ]; then
+  echo "== peers: skipped (no NVIDIA GPU)"; echo "skipped no NVIDIA GPU" >> "$report/peers.index"
+elif [ ! -x "$here/bin/export_peer_data" ] || [ ! -x "$here/bin/kiln" ] || [ ! -f "$here/peers/torch_peers.py" ]; then
+  echo "== peers: skipped (the bundle lacks bin/export_peer_data, bin/kiln or peers/)"
+  echo "skipped bundle without bin/export_peer_data, bin/kiln or peers/" >> "$report/peers.index"
+elif ! CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch, safetensors; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  echo "== peers: skipped (python3 cannot import torch with CUDA, or safetensors)"
+  echo "skipped python3 without torch+CUDA or safetensors" >> "$report/peers.index"
+else
+  peers_started=$(date +%s)
+  mkdir -p "$report/peers"
+  : > "$report/peers/commands.txt"
+  peers_data=$(mktemp -d "${TMPDIR:-/tmp}/kiln-peers.XXXXXX")
+  n_const=${KILN_PEERS_REQUESTS_CONST:-2000}
+  n_other=${KILN_PEERS_REQUESTS:-1000}
+  for model in recsys mlp; do
+    case $model in
+      recsys) traces="const:1 uniform:1..64 zipf:1.1:64" ;;
+      mlp) traces="const:1 uniform:1..64" ;;
+    esac
+    peers_step "export-$model" "$here/bin/export_peer_data" --model "$model" --out "$peers_data/$model" || continue
+    cp "$peers_data/$model/config.json" "$report/peers/config-$model.json"
+    counts=""
+    for trace in $traces; do
+      case $trace in const:*) n=$n_const ;; *) n=$n_other ;; esac
+      counts="${counts:+$counts,}$n"
+      for conc in 1 8; do
+        tag="${trace//[:.]/_}"
+        peers_step "kiln-$model-$tag-c$conc" "$here/bin/kiln" perf --backend cuda \
+          --model-config "$peers_data/$model/config.json" --trace "$trace" --requests "$n" --concurrency "$conc" \
+          --buckets pow2 --max-batch 64 --graphs on --binding pinned --cache-dir "$peers_data/kiln-cache" \
+          --json "$report/peers/kiln-$model-$tag-c$conc.json"
+      done
+    done
+    set -- $traces
+    peers_step "torch-$model" python3 "$here/peers/torch_peers.py" --data "$peers_data/$model" \
+      --trace "$(IFS=,; echo "$*")" --requests "$counts" --concurrency 1,8 --max-batch 64 \
+      --compile-timeout "${KILN_PEERS_COMPILE_TIMEOUT:-150}" --json "$report/peers/torch-$model.json"
+    sed 's/^/   /' "$report/logs/peers-torch-$model.log" | grep -A100 '^   summary' | tail -n +2
+  done
+  peers_step compare python3 "$here/peers/compare.py" --kiln "$report"/peers/kiln-*.json \
+    --peers "$report"/peers/torch-*.json --out "$report/peers.md" --json "$report/peers/summary.json" \
+    --commands "$report/peers/commands.txt"
+  grep '^target' "$report/logs/peers-compare.log" | sed 's/^/   /'
+  echo "   peers step: $(( $(date +%s) - peers_started )) s; table in $report/peers.md"
+  rm -rf "$peers_data"
 fi
 
 python3 "$here/report.py" "$report" || status=1
