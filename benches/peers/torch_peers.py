@@ -444,7 +444,7 @@ class Eager(Variant):
 
 
 class BucketEntry:
-    __slots__ = ("replay", "outs", "statics", "rowmap", "last", "views", "extra")
+    __slots__ = ("replay", "outs", "statics", "rowmap", "last", "views", "extra", "bucket")
 
 
 class PerInputGraphs(Variant):
@@ -546,19 +546,27 @@ class PackedGraphs(Variant):
             host_out = self.host_bytes(bk * self.out_w * 4).view(torch.float32).view(bk, self.out_w)
             model, inside, recsys = self.model, self.inside, self.model.recsys
 
-            def body(devbuf=devbuf, host=host, host_out=host_out, d_map=d_map, d_sparse=d_sparse, d_dense=d_dense):
+            def body(rowmap, devbuf=devbuf, host=host, host_out=host_out, d_sparse=d_sparse, d_dense=d_dense):
                 if inside:
                     devbuf.copy_(host, non_blocking=True)
                 outs = model.forward_packed(d_dense if (not recsys or model.D) else None,
-                                            d_sparse if (recsys and model.S) else None, d_map)
+                                            d_sparse if (recsys and model.S) else None, rowmap)
                 out = outs[0] if len(outs) == 1 else torch.cat(outs, 1)
                 if inside:
                     host_out.copy_(out, non_blocking=True)
                 return (out,)
 
-            e.replay, outs = self.rt.capture(body, ctx.stream, ctx.pool)
-            e.outs = outs[0]
+            # Two graphs per bucket on the same buffers: "exact" for a request that fills the bucket (no
+            # row gather at all) and "padded" (gathers rows through the row map) for smaller ones.
+            replay_exact, outs_exact = self.rt.capture(lambda body=body: body(None), ctx.stream, ctx.pool)
+            e.extra = (replay_exact, outs_exact[0])
+            if bk > 1:
+                e.replay, outs = self.rt.capture(lambda body=body, m=d_map: body(m), ctx.stream, ctx.pool)
+                e.outs = outs[0]
+            else:
+                e.replay, e.outs = e.extra
             e.statics = (host, devbuf, h_map, h_sparse, h_dense, host_out, off_dense)
+            e.bucket = bk
             e.last = bk
             e.views = {}
             ctx.entries[bk] = e
@@ -571,7 +579,10 @@ class PackedGraphs(Variant):
         for w in self.out_widths:
             split.append(host_out[:b, col: col + w])
             col += w
-        v = (h_dense[:b], h_sparse[:b], devbuf[:n], host[:n], e.outs[:b], host_out[:b], split)
+        exact = b == e.bucket
+        out = e.extra[1] if exact else e.outs
+        v = (h_dense[:b], h_sparse[:b], devbuf[:n], host[:n], out[:b], host_out[:b], split,
+             e.extra[0] if exact else e.replay, exact)
         e.views[b] = v
         return v
 
@@ -583,14 +594,14 @@ class PackedGraphs(Variant):
             torch.cat(req.dense, 1, out=v[0])
         if req.sparse:
             torch.cat(req.sparse, 1, out=v[1])
-        if e.last != b:
+        if e.last != b and not v[8]:  # only the padded graph reads the row map
             e.statics[2].copy_(self.maps_host[b])
             e.last = b
         if not self.inside:
             v[2].copy_(v[3], non_blocking=True)
         if stamps is not None:
             stamps.append(time.perf_counter_ns())
-        e.replay()
+        v[7]()
         if stamps is not None:
             stamps.append(time.perf_counter_ns())
         if not self.inside:
@@ -599,7 +610,7 @@ class PackedGraphs(Variant):
         return v[6]
 
     def replay_gpu_us(self, ctx):
-        return self.rt.gpu_time_us(ctx.stream, ctx.entries[self.bucket_of[1]].replay)
+        return self.rt.gpu_time_us(ctx.stream, ctx.entries[self.bucket_of[1]].extra[0])
 
     def copy_gpu_us(self, ctx):
         """CUDA events around the one packed host-to-device copy of a batch-1 request."""

@@ -255,16 +255,22 @@ impl CompileCache {
     /// Returns the artifact for `key` from memory or a verified disk entry, without compiling.
     /// A corrupt entry is evicted (under the entry's locks) and reported as a miss.
     pub fn get(&self, key: &CacheKey) -> Result<Option<Artifact>, CacheError> {
+        Ok(self.lookup(key)?.map(|fetched| fetched.artifact))
+    }
+
+    /// Like [`CompileCache::get`], and says which tier answered ([`Origin::Memory`] or
+    /// [`Origin::Disk`]).
+    pub fn lookup(&self, key: &CacheKey) -> Result<Option<Fetched>, CacheError> {
         Stats::bump(&self.stats.lookups);
         if let Some(artifact) = self.memory.get(key.id()) {
             Stats::bump(&self.stats.memory_hits);
-            return Ok(Some(artifact));
+            return Ok(Some(Fetched { artifact, origin: Origin::Memory }));
         }
         let found = self.read_disk_counted(key)?;
         if let Some(a) = &found {
             self.memory.insert(key.id(), a);
         }
-        Ok(found)
+        Ok(found.map(|artifact| Fetched { artifact, origin: Origin::Disk }))
     }
 
     /// Reads and verifies the disk entry for `key`, bypassing the memory tier (neither read

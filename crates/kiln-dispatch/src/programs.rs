@@ -213,10 +213,10 @@ pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
                         let Some(spec) = specs.get(i) else { break };
                         let hit = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
                             .ok()
-                            .and_then(|key| cache.get(&key).ok().flatten());
-                        if let Some(artifact) = hit {
-                            Stats::bump(&stats.disk_loads);
-                            let entry = load_entry(compiler, device, spec, artifact.as_bytes(), stats);
+                            .and_then(|key| cache.lookup(&key).ok().flatten());
+                        if let Some(fetched) = hit {
+                            count_origin(stats, fetched.origin);
+                            let entry = load_entry(compiler, device, spec, fetched.artifact.as_bytes(), stats);
                             *slots[i].lock() = Some(entry);
                             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                             progress(&Progress { done: n, total, bucket: spec.bucket, source: ProgramSource::Loaded });
