@@ -10,7 +10,10 @@ use kiln_device::cuda::CudaBackend;
 #[test]
 fn sixteen_threads_times_a_thousand_mixed_batches() {
     let Some(d) = open_or_skip::<CudaBackend>("sixteen_threads_times_a_thousand_mixed_batches") else { return };
-    common::sixteen_threads_mixed_batches::<CudaBackend>(d, 1000);
+    // The GPU bundle's sanitizer pass lowers the count (a race shows in the first runs; the
+    // sanitizers slow each run a hundredfold); every ordinary run does the full thousand.
+    let runs = std::env::var("KILN_TEST_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    common::sixteen_threads_mixed_batches::<CudaBackend>(d, runs);
 }
 
 #[test]

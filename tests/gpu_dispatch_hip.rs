@@ -23,6 +23,8 @@ fn device_paths_match_the_reference_on_hip() {
 
 #[test]
 fn session_group_over_two_devices_compiles_once_on_hip() {
-    let Some((d0, d1)) = open_two_or_skip::<HipBackend>("session_group_over_two_devices_compiles_once_on_hip") else { return };
+    let Some((d0, d1)) = open_two_or_skip::<HipBackend>("session_group_over_two_devices_compiles_once_on_hip") else {
+        return;
+    };
     common::group_compiles_once_and_loads_once::<HipBackend>(d0, d1);
 }

@@ -33,9 +33,12 @@ synchronized before the clock stops; the same contract as `kiln perf --binding p
   c  the expert variant: CUDA graphs per bucket, ALL inputs packed on the host (two torch.cat(out=...)
      calls) into ONE pinned buffer laid out [row map | sparse block | dense block], batch-major, ONE copy
      into one device buffer whose views are the static inputs, replay, ONE copy out. The embedding is
-     always fused and reads the packed indices in place. Two forms are measured, the H2D/D2H copies inside
-     the graph ("inside": one launch per request) or outside it ("outside": only real rows are copied); the
-     reported c is the one with the lower p50, and both are in the JSON under "alternatives".
+     always fused and reads the packed indices in place. Each bucket has two graphs on the same buffers:
+     "exact" for a request that fills the bucket (no row gather at all: every const:1 request) and
+     "padded" (row-map gather) for smaller ones. Two forms are measured, the H2D/D2H copies inside the
+     graph ("inside": one launch per request, the whole bucket copied) or outside it ("outside": three
+     launches, only the real rows copied); the reported c is the one with the lower p50, and both are in
+     the JSON under "alternatives".
   d  torch.compile(mode="reduce-overhead") (Inductor + CUDA graph trees) on the same model as a/b, inputs
      copied as in a. Run in a child process bounded by --compile-timeout; failures are reported as
      "failed: <reason>". Only for const traces by default (--compile-traces): every new batch size means a
@@ -981,8 +984,10 @@ def main(argv=None):
             p.copy_(x)
             timing.append(p)
         distinct = sorted({b for _, t in traces for b in t} | set(data.verify) | {1, 3, 5})
-        reqs = {b: Request(b, [x[:b] for x in timing], model) for b in distinct if b <= data.rows}
-        verify_sets = [(b, host_request(rt, model, b, xs), ys) for b, xs, ys in data.verify_sets()]
+        reqs = {b: Request(b, [x[:b] for x in timing], model) for b in distinct
+                if b <= min(data.rows, args.max_batch)}
+        verify_sets = [(b, host_request(rt, model, b, xs), ys) for b, xs, ys in data.verify_sets()
+                       if b <= args.max_batch]
 
     n_ctx = max(concurrencies)
     rows = []

@@ -190,10 +190,9 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
         m["target"]["kind"][0] == "bin" && m["target"]["name"] == "kiln"
     })?;
     // The PyTorch peers' exporter: CPU only, so no GPU features.
-    let peer_export =
-        cargo_artifacts(&["build", "--release", "-p", "kiln-models", "--example", PEER_EXPORT], |m| {
-            m["target"]["kind"][0] == "example" && m["target"]["name"] == PEER_EXPORT
-        })?;
+    let peer_export = cargo_artifacts(&["build", "--release", "-p", "kiln-models", "--example", PEER_EXPORT], |m| {
+        m["target"]["kind"][0] == "example" && m["target"]["name"] == PEER_EXPORT
+    })?;
     // The subdirectories are the bundle's own: clear them, so no binary of an earlier build (a HIP test
     // in `tests/`, say) is run by mistake.
     for sub in ["tests", "benches", "bin", "hip-fixture", "peers"] {
@@ -403,10 +402,13 @@ fn strip_binaries(out: &Path) -> Result<(), String> {
             }
         }
     }
-    let status = Command::new("strip").arg("--strip-debug").args(&files).status().map_err(|e| format!("cannot run strip: {e}"))?;
+    let status = Command::new("strip")
+        .arg("--strip-debug")
+        .args(&files)
+        .status()
+        .map_err(|e| format!("cannot run strip: {e}"))?;
     if !status.success() {
         return Err("strip failed".into());
     }
     Ok(())
 }
-

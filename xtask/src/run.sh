@@ -38,8 +38,10 @@ run_tests() { # label, env assignment, binary
 }
 
 : > "$report/tests.index"
+# KILN_SKIP_TESTS=1, KILN_SKIP_HIP=1, KILN_SKIP_BENCHES=1, KILN_SKIP_SANITIZER=1 and KILN_SKIP_PEERS=1
+# skip a step, so one bundle can be run in several shorter calls.
 for bin in "$here"/tests/*; do
-  [ -x "$bin" ] || continue
+  [ -x "$bin" ] && [ "${KILN_SKIP_TESTS:-0}" != 1 ] || continue
   if [ "$ngpu" -gt 0 ]; then
     for ((i = 0; i < ngpu; i++)); do run_tests "gpu$i" "CUDA_VISIBLE_DEVICES=$i" "$bin"; done
   fi
@@ -51,7 +53,9 @@ done
 # hip*/hiprtc* symbols over the CUDA driver and NVRTC, copied under the names the binaries load. With it
 # first on the library path the binaries run the HIP backend's own code on an NVIDIA GPU. This checks
 # the backend's logic and call sequences; it is NOT an AMD GPU result (report label: hip-fixture).
-if [ -d "$here/hip-fixture/tests" ]; then
+if [ "${KILN_SKIP_HIP:-0}" = 1 ]; then
+  echo "== HIP backend on CUDA via fixture: skipped (KILN_SKIP_HIP=1)"
+elif [ -d "$here/hip-fixture/tests" ]; then
   if [ "$ngpu" -gt 0 ]; then
     echo "== HIP backend on CUDA via fixture (kiln-hip-fixture on GPU 0; not an AMD GPU result)"
     for bin in "$here"/hip-fixture/tests/*; do
@@ -67,7 +71,7 @@ fi
 
 : > "$report/benches.index"
 for bin in "$here"/benches/*; do
-  [ -x "$bin" ] || continue
+  [ -x "$bin" ] && [ "${KILN_SKIP_BENCHES:-0}" != 1 ] || continue
   name=$(basename "$bin")
   echo "== bench $name"
   "$bin" --json "$report/bench-$name.json" > "$report/logs/bench-$name.log" 2>&1
@@ -86,9 +90,16 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KIL
     for name in $sanitize_bins; do
       bin="$here/tests/$name"
       [ -x "$bin" ] || continue
-      echo "== compute-sanitizer --tool $tool $name"
-      CUDA_VISIBLE_DEVICES=0 timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
-        "$bin" --test-threads=1 > "$report/logs/sanitizer-$tool-$name.log" 2>&1
+      # racecheck loses track of kernel launches made by 16 host threads at once ("Internal Sanitizer
+      # Error: Detected a failure to track a kernel launch", counted as an error; seen on an H200 with
+      # CUDA 13.0's compute-sanitizer). Its subject, shared-memory races inside kernels, is covered by
+      # the other dispatcher tests, which launch the same kernels; memcheck, synccheck and initcheck
+      # run the concurrent test too.
+      skip=""
+      [ "$tool" = racecheck ] && [ "$name" = gpu_dispatch ] && skip="--skip sixteen_threads"
+      echo "== compute-sanitizer --tool $tool $name $skip"
+      CUDA_VISIBLE_DEVICES=0 KILN_TEST_RUNS=${KILN_SANITIZER_RUNS:-8} timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
+        "$bin" --test-threads=1 $skip > "$report/logs/sanitizer-$tool-$name.log" 2>&1
       rc=$?
       echo "$tool $name $rc" >> "$report/sanitizer.index"
       grep -E "ERROR SUMMARY|^test result" "$report/logs/sanitizer-$tool-$name.log" | sed 's/^/   /'

@@ -140,7 +140,11 @@ fn killed_replacing_writer_leaves_the_old_entry_or_the_new_one() {
         // The cache stays writable: a new publish replaces the entry and gc clears the temp.
         reader.put(&key("crash"), b"third".to_vec()).unwrap();
         let gc = reader.gc().unwrap();
-        assert_eq!(gc.stale_temps_removed, usize::from(!renamed), "{point}");
+        // The dead writer's temp file is removed exactly once: by the locked `put` when it is already
+        // older than the stale threshold, else by `gc` (which one depends on timing). The cache's
+        // counter sees both.
+        assert!(gc.stale_temps_removed <= usize::from(!renamed), "{point}");
+        assert_eq!(reader.stats().stale_temps_removed, u64::from(!renamed), "{point}");
         assert!(common::temp_files(dir).is_empty(), "{point}");
         let fresh = CompileCache::open(common::config(dir).build()).unwrap();
         assert_eq!(fresh.read_disk(&key("crash")).unwrap().unwrap().as_bytes(), b"third");

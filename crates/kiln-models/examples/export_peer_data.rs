@@ -37,7 +37,8 @@ use safetensors::tensor::TensorView;
 /// The batches of the verification set.
 const VERIFY_BATCHES: [usize; 2] = [1, 8];
 
-const USAGE: &str = "usage: export_peer_data (--model recsys|mlp | --model-config FILE) --out DIR [--seed S] [--max-batch M]";
+const USAGE: &str =
+    "usage: export_peer_data (--model recsys|mlp | --model-config FILE) --out DIR [--seed S] [--max-batch M]";
 
 struct Args {
     config: ModelConfig,

@@ -1,0 +1,40 @@
+//! Times the pieces of one staged upload of 190 inputs of 1 KiB on the host backend.
+use std::sync::Arc;
+use std::time::Instant;
+
+use kiln_arena::{ArenaLayout, ArenaPool, InputSource, PoolConfig, SlotSpec};
+use kiln_device::host::HostBackend;
+use kiln_device::{Backend, Device, Stream};
+use kiln_shape::{Chunk, DType, PadPlan, TensorShape};
+
+fn main() {
+    let device = HostBackend::open(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let specs: Vec<_> = (0..190).map(|i| SlotSpec::new(format!("in{i}"), 1024, 4)).collect();
+    let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).unwrap());
+    let pool = ArenaPool::<HostBackend>::new(device.clone(), layout, PoolConfig::default()).unwrap();
+    let mut lease = pool.lease().unwrap();
+    let host: Vec<Vec<f32>> = (0..190).map(|i| vec![i as f32; 256]).collect();
+    let names: Vec<String> = (0..190).map(|i| format!("in{i}")).collect();
+    let plans: Vec<PadPlan> = names.iter().map(|n| PadPlan::new(TensorShape::new(n, DType::F32, &[256]), false, Chunk::whole(1, 1)).unwrap()).collect();
+    let bytes: Vec<&[u8]> = host.iter().map(|h| unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), 1024) }).collect();
+    for _ in 0..100 {
+        lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
+    }
+    let t = Instant::now();
+    let n = 2000;
+    for _ in 0..n {
+        lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
+    }
+    println!("gather_host_with: {:.2} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    let mut staging = vec![0u8; 190 * 1024];
+    let t = Instant::now();
+    for _ in 0..n {
+        for (i, b) in bytes.iter().enumerate() {
+            staging[i * 1024..(i + 1) * 1024].copy_from_slice(b);
+        }
+        std::hint::black_box(&staging);
+    }
+    println!("plain memcpy loop: {:.2} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    stream.synchronize().unwrap();
+}
