@@ -16,8 +16,12 @@ fn main() {
     let mut lease = pool.lease().unwrap();
     let host: Vec<Vec<f32>> = (0..190).map(|i| vec![i as f32; 256]).collect();
     let names: Vec<String> = (0..190).map(|i| format!("in{i}")).collect();
-    let plans: Vec<PadPlan> = names.iter().map(|n| PadPlan::new(TensorShape::new(n, DType::F32, &[256]), false, Chunk::whole(1, 1)).unwrap()).collect();
-    let bytes: Vec<&[u8]> = host.iter().map(|h| unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), 1024) }).collect();
+    let plans: Vec<PadPlan> = names
+        .iter()
+        .map(|n| PadPlan::new(TensorShape::new(n, DType::F32, &[256]), false, Chunk::whole(1, 1)).unwrap())
+        .collect();
+    let bytes: Vec<&[u8]> =
+        host.iter().map(|h| unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), 1024) }).collect();
     for _ in 0..100 {
         lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
     }
