@@ -146,6 +146,15 @@ pub enum Toggle {
     Off,
 }
 
+/// `--capture`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CaptureArg {
+    /// On a bucket's first request in each run context.
+    Lazy,
+    /// Every bucket in every run context, at session creation.
+    Eager,
+}
+
 /// `--binding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BindingArg {
@@ -226,6 +235,10 @@ pub struct PerfArgs {
     /// Capture and replay graphs.
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub graphs: Toggle,
+    /// When graphs are captured: lazy (on a bucket's first request in each run context) or eager (every
+    /// bucket in every run context at session creation, so no capture lands in a measured request).
+    #[arg(long, value_enum, default_value_t = CaptureArg::Lazy)]
+    pub capture: CaptureArg,
     /// How tensors are bound: pinned (host tensors, run_into), direct (device buffers, run_device), auto = pinned.
     #[arg(long, value_enum, default_value_t = BindingArg::Auto)]
     pub binding: BindingArg,

@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use kiln_cache::CompileCache;
 use kiln_device::{Backend, BackendVisitor, Device as _, DeviceBuffer as _, Stream as _};
-use kiln_dispatch::{DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig};
+use kiln_dispatch::{CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig};
 use kiln_models::{ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
 
 use crate::buckets::Buckets;
-use crate::cli::{BindingArg, PerfArgs, Toggle};
+use crate::cli::{BindingArg, CaptureArg, PerfArgs, Toggle};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::model::{self, LoadedModel};
@@ -139,7 +139,14 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
     let graphs_enabled = args.graphs == Toggle::On;
     let session_config = SessionConfig::builder()
         .buckets(buckets.spec.clone())
-        .graphs(GraphConfig { enabled: graphs_enabled, ..GraphConfig::default() })
+        .graphs(GraphConfig {
+            enabled: graphs_enabled,
+            capture: match args.capture {
+                CaptureArg::Lazy => CaptureWhen::Lazy,
+                CaptureArg::Eager => CaptureWhen::Eager,
+            },
+            ..GraphConfig::default()
+        })
         .cache(cache.clone())
         .max_concurrency(concurrency)
         .prewarm_contexts(concurrency)

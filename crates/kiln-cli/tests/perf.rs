@@ -302,3 +302,34 @@ fn default_cache_dir_comes_from_xdg_cache_home() {
     assert_eq!(report["cache"]["dir"], expected.to_str().unwrap());
     assert!(std::fs::read_dir(&expected).unwrap().any(|e| e.unwrap().path().extension().is_some_and(|x| x == "kce")));
 }
+
+#[test]
+fn eager_capture_captures_every_bucket_before_the_first_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "perf",
+            "--backend",
+            "host",
+            "--model",
+            "mlp",
+            "--trace",
+            "uniform:1..8",
+            "--requests",
+            "40",
+            "--max-batch",
+            "8",
+        ])
+        .args(["--capture", "eager", "--concurrency", "2", "--verify", "4", "--cache-dir"])
+        .arg(dir.path().join("cache"))
+        .arg("--json")
+        .arg(&json)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // Buckets 1, 2, 4, 8 in each of the 2 prewarmed contexts, all captured at creation.
+    assert_eq!(report["graphs"]["captures"], 8, "{report}");
+    assert_eq!(report["graphs"]["replays"], 40, "{report}");
+}
