@@ -4,14 +4,17 @@
 //!
 //! For each case (190 inputs of 1 KiB; 16 inputs of 64 KiB), all measured in one run, median of many
 //! iterations, each iteration ending with a stream synchronize:
-//! - `arena`: gather the host inputs into the pinned staging buffer, ONE host-to-device copy;
+//! - `arena`: gather the host inputs into the pinned staging buffer, ONE host-to-device copy; once per
+//!   gather configuration (the calling thread alone, then with 1, 3 and 7 helper threads where the
+//!   machine has the cores, and the default);
+//! - `gather only`: the host side of the same gather, without the copy (where the time goes);
 //! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
 //! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_arena::{ArenaLayout, ArenaPool, InputSource, PoolConfig, SlotSpec};
+use kiln_arena::{ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec};
 use kiln_device::{
     Backend, BackendChoice, BackendVisitor, Device, DeviceBuffer, PinnedBuffer, Stream, resolve, visit_backend,
 };
@@ -25,9 +28,24 @@ struct Case {
 #[derive(Debug)]
 struct Row {
     case: String,
+    gather: String,
     arena_us: f64,
+    gather_only_us: f64,
     per_input_us: f64,
     single_prefilled_us: f64,
+}
+
+/// The gather configurations measured: alone, 1, 3 and 7 helpers (as far as the machine has spare
+/// hardware threads), and the default.
+fn gather_configs() -> Vec<(String, GatherOptions)> {
+    let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
+    let mut configs = vec![("calling thread".to_string(), GatherOptions::INLINE)];
+    for helpers in [1, 3, 7].into_iter().filter(|h| *h <= spare) {
+        configs.push((format!("{helpers} helpers"), GatherOptions { helpers, ..GatherOptions::auto() }));
+    }
+    let auto = GatherOptions::auto();
+    configs.push((format!("default ({} helpers)", auto.helpers), auto));
+    configs
 }
 
 fn median(mut samples: Vec<Duration>) -> f64 {
@@ -65,8 +83,6 @@ impl BackendVisitor for Bench {
         for case in [Case { inputs: 190, bytes: 1024 }, Case { inputs: 16, bytes: 64 * 1024 }] {
             let specs: Vec<_> = (0..case.inputs).map(|i| SlotSpec::new(format!("in{i}"), case.bytes, 4)).collect();
             let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).map_err(|e| e.to_string())?);
-            let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
-                .map_err(|e| e.to_string())?;
             let host: Vec<Vec<f32>> = (0..case.inputs).map(|i| vec![i as f32; case.bytes / 4]).collect();
             let names: Vec<String> = (0..case.inputs).map(|i| format!("in{i}")).collect();
             let dims = [(case.bytes / 4) as u64];
@@ -74,20 +90,6 @@ impl BackendVisitor for Bench {
                 .iter()
                 .map(|n| PadPlan::new(TensorShape::new(n, DType::F32, &dims), false, Chunk::whole(1, 1)).unwrap())
                 .collect();
-            let mut lease = pool.lease().map_err(|e| e.to_string())?;
-            let arena_us = time(self.iterations, || {
-                let sources: Vec<InputSource<'_>> = host
-                    .iter()
-                    .zip(&plans)
-                    .map(|(h, p)| {
-                        // SAFETY: f32 -> u8 view of initialised memory.
-                        let bytes = unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes) };
-                        InputSource::Host { data: bytes, plan: *p }
-                    })
-                    .collect();
-                lease.stage_inputs(&stream, &sources).unwrap();
-                stream.synchronize().unwrap();
-            });
             let mut pinned = device.alloc_pinned(layout.input_span()).map_err(|e| e.to_string())?;
             for (slot, h) in layout.inputs().iter().zip(&host) {
                 // SAFETY: f32 -> u8 view of initialised memory.
@@ -111,12 +113,36 @@ impl BackendVisitor for Bench {
                 unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
                 stream.synchronize().unwrap();
             });
-            rows.push(Row {
-                case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
-                arena_us,
-                per_input_us,
-                single_prefilled_us,
-            });
+            let sources: Vec<InputSource<'_>> = host
+                .iter()
+                .zip(&plans)
+                .map(|(h, p)| {
+                    // SAFETY: f32 -> u8 view of initialised memory.
+                    let bytes = unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes) };
+                    InputSource::Host { data: bytes, plan: *p }
+                })
+                .collect();
+            for (label, gather) in gather_configs() {
+                let config =
+                    PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
+                let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
+                let mut lease = pool.lease().map_err(|e| e.to_string())?;
+                let arena_us = time(self.iterations, || {
+                    lease.stage_inputs(&stream, &sources).unwrap();
+                    stream.synchronize().unwrap();
+                });
+                let gather_only_us = time(self.iterations, || {
+                    std::hint::black_box(lease.gather_host(&sources).unwrap());
+                });
+                rows.push(Row {
+                    case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
+                    gather: label,
+                    arena_us,
+                    gather_only_us,
+                    per_input_us,
+                    single_prefilled_us,
+                });
+            }
         }
         Ok((format!("{} ({})", device.info().name, B::KIND), rows))
     }
@@ -139,16 +165,18 @@ fn main() {
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
     println!(
-        "{:<22} {:>12} {:>14} {:>18} {:>16} {:>16}",
-        "case", "arena us", "per-input us", "single copy us", "per-input/arena", "arena/single"
+        "{:<20} {:<22} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}",
+        "case", "gather", "arena us", "gather-only", "per-input us", "single us", "per-input/arena", "arena/single"
     );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
     out.push_str(&format!("{:?},\"iterations\":{iterations},\"cases\":[", device));
     for (i, r) in rows.iter().enumerate() {
         println!(
-            "{:<22} {:>12.2} {:>14.2} {:>18.2} {:>15.1}x {:>15.2}x",
+            "{:<20} {:<22} {:>9.2} {:>12.2} {:>12.2} {:>12.2} {:>15.1}x {:>12.2}x",
             r.case,
+            r.gather,
             r.arena_us,
+            r.gather_only_us,
             r.per_input_us,
             r.single_prefilled_us,
             r.per_input_us / r.arena_us,
@@ -158,8 +186,8 @@ fn main() {
             out.push(',');
         }
         out.push_str(&format!(
-            "{{\"case\":{:?},\"arena_us\":{:.3},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3}}}",
-            r.case, r.arena_us, r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us
+            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{:.3},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3}}}",
+            r.case, r.gather, r.arena_us, r.gather_only_us, r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us
         ));
     }
     out.push_str("]}\n");

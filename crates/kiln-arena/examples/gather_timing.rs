@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_arena::{ArenaLayout, ArenaPool, InputSource, PoolConfig, SlotSpec};
+use kiln_arena::{ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec};
 use kiln_device::host::HostBackend;
 use kiln_device::{Backend, Device, Stream};
 use kiln_shape::{Chunk, DType, PadPlan, TensorShape};
@@ -13,8 +13,10 @@ fn main() {
     let stream = device.create_stream().unwrap();
     let specs: Vec<_> = (0..190).map(|i| SlotSpec::new(format!("in{i}"), 1024, 4)).collect();
     let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).unwrap());
-    let pool = ArenaPool::<HostBackend>::new(device.clone(), layout, PoolConfig::default()).unwrap();
-    let mut lease = pool.lease().unwrap();
+    let config =
+        |gather| PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
+    let inline = ArenaPool::<HostBackend>::new(device.clone(), layout.clone(), config(GatherOptions::INLINE)).unwrap();
+    let helped = ArenaPool::<HostBackend>::new(device.clone(), layout, config(GatherOptions::auto())).unwrap();
     let host: Vec<Vec<f32>> = (0..190).map(|i| vec![i as f32; 256]).collect();
     let names: Vec<String> = (0..190).map(|i| format!("in{i}")).collect();
     let plans: Vec<PadPlan> = names
@@ -28,15 +30,18 @@ fn main() {
             unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), 1024) }
         })
         .collect();
-    for _ in 0..100 {
-        lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
-    }
-    let t = Instant::now();
     let n = 2000;
-    for _ in 0..n {
-        lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
+    for (label, pool) in [("one thread", &inline), (&*format!("{:?}", GatherOptions::auto()), &helped)] {
+        let mut lease = pool.lease().unwrap();
+        for _ in 0..100 {
+            lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
+        }
+        let t = Instant::now();
+        for _ in 0..n {
+            lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();
+        }
+        println!("gather_host_with, {label}: {:.2} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
     }
-    println!("gather_host_with: {:.2} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
     let mut staging = vec![0u8; 190 * 1024];
     let t = Instant::now();
     for _ in 0..n {

@@ -6,9 +6,10 @@ use std::sync::{Arc, OnceLock};
 use kiln_device::{
     Backend, Device, DeviceBuffer, DeviceSlice, Event, KernelArg, LaunchConfig, Module, PinnedBuffer, Stream, builtin,
 };
-use kiln_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
+use kiln_shape::{PadPlan, SlicePlan, slice_rows};
 
 use crate::error::{ArenaError, Result};
+use crate::gather::{CopyJob, GatherOptions, Gatherer};
 use crate::layout::{ArenaLayout, Slot};
 
 /// Where one input comes from.
@@ -86,26 +87,32 @@ pub struct OutputTarget<'a> {
 pub struct ArenaOptions {
     /// Allocate a pinned read-back buffer so outputs come back with one device-to-host copy.
     pub coalesce_outputs: bool,
+    /// How the host side of a gather is spread over threads.
+    pub gather: GatherOptions,
 }
 
 impl Default for ArenaOptions {
     fn default() -> ArenaOptions {
-        ArenaOptions { coalesce_outputs: true }
+        ArenaOptions { coalesce_outputs: true, gather: GatherOptions::default() }
     }
 }
 
-/// What every arena of one pool shares: the device, the layout, and the padding kernel (compiled on
-/// first need).
+/// What every arena of one pool shares: the device, the layout, the gather helpers, and the padding
+/// kernel (compiled on first need).
 pub(crate) struct ArenaContext<B: Backend> {
     pub(crate) device: B::Device,
     pub(crate) layout: Arc<ArenaLayout>,
     pub(crate) options: ArenaOptions,
+    gatherer: Arc<Gatherer>,
     pad_kernel: OnceLock<std::result::Result<B::Kernel, kiln_device::Error>>,
 }
 
 impl<B: Backend> ArenaContext<B> {
-    pub(crate) fn new(device: B::Device, layout: Arc<ArenaLayout>, options: ArenaOptions) -> ArenaContext<B> {
-        ArenaContext { device, layout, options, pad_kernel: OnceLock::new() }
+    pub(crate) fn new(device: B::Device, layout: Arc<ArenaLayout>, options: ArenaOptions) -> Result<ArenaContext<B>> {
+        let gatherer = Gatherer::shared(options.gather).map_err(|e| ArenaError::Gather {
+            reason: format!("cannot start gather helper threads ({e}); set GatherOptions::helpers to 0"),
+        })?;
+        Ok(ArenaContext { device, layout, options, gatherer, pad_kernel: OnceLock::new() })
     }
 
     fn pad_kernel(&self) -> Result<&B::Kernel> {
@@ -130,8 +137,12 @@ pub struct Arena<B: Backend> {
     /// Recorded after the last enqueued operation that touches pinned memory.
     in_flight: B::Event,
     pending: bool,
+    /// Each input's whole slot, at its stable address.
+    slots: Vec<DeviceSlice>,
     bindings: Vec<DeviceSlice>,
     kinds: Vec<BindingKind>,
+    /// The copies of the gather in progress (empty between gathers; kept for its capacity).
+    jobs: Vec<CopyJob>,
 }
 
 impl<B: Backend> std::fmt::Debug for Arena<B> {
@@ -170,7 +181,9 @@ impl<B: Backend> Arena<B> {
         };
         let in_flight = ctx.device.create_event()?;
         let n = layout.inputs().len();
-        let bindings = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
+        let slots: Vec<DeviceSlice> = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
+        // The most jobs a gather can make: one per input plus one per piece of each slot.
+        let max_jobs = layout.inputs().iter().map(|s| 1 + s.capacity / CopyJob::PIECE_BYTES).sum();
         Ok(Arena {
             ctx,
             device_memory,
@@ -178,8 +191,10 @@ impl<B: Backend> Arena<B> {
             readback,
             in_flight,
             pending: false,
-            bindings,
+            bindings: slots.clone(),
+            slots,
             kinds: vec![BindingKind::Staged; n],
+            jobs: Vec::with_capacity(max_jobs),
         })
     }
 
@@ -245,12 +260,14 @@ impl<B: Backend> Arena<B> {
     }
 
     /// [`Arena::gather_host`] with the inputs given by a function of the input index (one call per
-    /// slot, in order), so callers need not build a slice.
+    /// slot, in order), so callers need not build a slice. Every input is checked before any byte is
+    /// copied; large gathers are split across the pool's gather helpers.
     pub fn gather_host_with<'a>(&mut self, mut source: impl FnMut(usize) -> InputSource<'a>) -> Result<usize> {
-        let ctx = self.ctx.clone();
         self.wait_idle()?;
+        self.jobs.clear();
+        let staging = self.staging.as_mut_slice().as_mut_ptr();
         let mut span_end = 0usize;
-        for (index, slot) in ctx.layout.inputs().iter().enumerate() {
+        for (index, slot) in self.ctx.layout.inputs().iter().enumerate() {
             if let InputSource::Host { data, plan } = source(index) {
                 check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
                 check_fits(slot, &plan)?;
@@ -261,13 +278,21 @@ impl<B: Backend> Arena<B> {
                         actual: data.len(),
                     });
                 }
-                let staging = &mut self.staging.as_mut_slice()[slot.offset..slot.offset + slot.capacity];
-                pad_rows_into(data, staging, &plan)?;
+                // The slot lies inside the staging buffer (the layout's input span), so the offset
+                // stays inside the allocation.
+                CopyJob::push(&mut self.jobs, data, staging.wrapping_add(slot.offset), &plan);
                 span_end = span_end.max(slot.offset + plan.dst_len());
-                self.bindings[index] = slot_view(&self.device_memory, 0, slot).sub(0, plan.dst_len())?;
+                self.bindings[index] = DeviceSlice::from_raw(self.slots[index].ptr(), plan.dst_len());
                 self.kinds[index] = BindingKind::Staged;
             }
         }
+        // SAFETY: each job reads a request input borrowed for this call (checked to hold the plan's
+        // rows) and writes its own slot of the staging buffer (checked to fit; slots never overlap),
+        // which `&mut self` keeps from every other access, and `wait_idle` above made sure no copy
+        // still reads it. `run` returns only after every job is done.
+        let copied = unsafe { self.ctx.gatherer.run(&self.jobs) };
+        self.jobs.clear();
+        copied.map_err(|reason| ArenaError::Gather { reason })?;
         Ok(span_end)
     }
 

@@ -84,6 +84,12 @@ pub enum ArenaError {
         /// How long the caller waited.
         waited_ms: u64,
     },
+    /// The host side of a gather failed (helper threads could not start, or a copy failed).
+    #[error("gather failed: {reason}")]
+    Gather {
+        /// What went wrong.
+        reason: String,
+    },
     /// An output download was not enqueued before scattering.
     #[error("the arena has no read-back buffer: build it with coalesce_outputs and outputs in its layout")]
     NotDownloaded,

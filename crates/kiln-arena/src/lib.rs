@@ -19,10 +19,12 @@
 
 mod arena;
 mod error;
+mod gather;
 mod layout;
 mod pool;
 
 pub use arena::{Arena, ArenaOptions, BindingKind, DeviceInputMode, InputSource, OutputTarget, StageReport};
 pub use error::{ArenaError, Result};
+pub use gather::GatherOptions;
 pub use layout::{ArenaLayout, DEFAULT_ALIGNMENT, Slot, SlotSpec};
 pub use pool::{ArenaLease, ArenaPool, Lease, Pool, PoolConfig, WhenExhausted};

@@ -269,7 +269,7 @@ impl<B: Backend> ArenaPool<B> {
     /// A pool of arenas with `layout` on `device`. No arena is created until leased or
     /// [`ArenaPool::prewarm`]ed.
     pub fn new(device: B::Device, layout: Arc<ArenaLayout>, config: PoolConfig) -> Result<ArenaPool<B>> {
-        let ctx = Arc::new(ArenaContext::new(device, layout.clone(), config.arena));
+        let ctx = Arc::new(ArenaContext::new(device, layout.clone(), config.arena)?);
         let pool = Pool::new(config.max_arenas, config.when_exhausted, move || Arena::new(ctx.clone()))?;
         Ok(ArenaPool { pool, layout })
     }
