@@ -35,13 +35,21 @@ struct Row {
     single_prefilled_us: f64,
 }
 
-/// The gather configurations measured: alone, 1, 3 and 7 helpers (as far as the machine has spare
-/// hardware threads), and the default.
+/// The gather configurations measured: the calling thread alone, then 1, 3 and 7 helpers (as far
+/// as the machine has spare hardware threads), each with ordinary and with streaming stores, and
+/// the default.
 fn gather_configs() -> Vec<(String, GatherOptions)> {
     let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
-    let mut configs = vec![("calling thread".to_string(), GatherOptions::INLINE)];
-    for helpers in [1, 3, 7].into_iter().filter(|h| *h <= spare) {
-        configs.push((format!("{helpers} helpers"), GatherOptions { helpers, ..GatherOptions::auto() }));
+    let mut configs = Vec::new();
+    for helpers in [0, 1, 3, 7].into_iter().filter(|h| *h <= spare) {
+        for streaming_stores in [false, true] {
+            let who = if helpers == 0 { "calling thread".to_string() } else { format!("{helpers} helpers") };
+            let stores = if streaming_stores { "streaming" } else { "plain" };
+            let options = GatherOptions { helpers, streaming_stores, ..GatherOptions::auto() };
+            let options =
+                if helpers == 0 { GatherOptions { streaming_stores, ..GatherOptions::INLINE } } else { options };
+            configs.push((format!("{who}, {stores}"), options));
+        }
     }
     let auto = GatherOptions::auto();
     configs.push((format!("default ({} helpers)", auto.helpers), auto));
@@ -165,14 +173,14 @@ fn main() {
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
     println!(
-        "{:<20} {:<22} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}",
+        "{:<20} {:<28} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}",
         "case", "gather", "arena us", "gather-only", "per-input us", "single us", "per-input/arena", "arena/single"
     );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
     out.push_str(&format!("{:?},\"iterations\":{iterations},\"cases\":[", device));
     for (i, r) in rows.iter().enumerate() {
         println!(
-            "{:<20} {:<22} {:>9.2} {:>12.2} {:>12.2} {:>12.2} {:>15.1}x {:>12.2}x",
+            "{:<20} {:<28} {:>9.2} {:>12.2} {:>12.2} {:>12.2} {:>15.1}x {:>12.2}x",
             r.case,
             r.gather,
             r.arena_us,

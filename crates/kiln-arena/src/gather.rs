@@ -30,22 +30,27 @@ pub struct GatherOptions {
     pub parallel_min_bytes: usize,
     /// How long an idle helper spins for the next gather before it parks.
     pub spin: Duration,
+    /// Write the staging buffer with non-temporal (streaming) stores where the CPU has them (x86-64),
+    /// so the bytes go to memory instead of sitting dirty in this core's cache, where the GPU's DMA
+    /// read of them would have to snoop them out line by line.
+    pub streaming_stores: bool,
 }
 
 impl GatherOptions {
     /// Every gather on the calling thread; no helper threads.
     pub const INLINE: GatherOptions =
-        GatherOptions { helpers: 0, parallel_min_bytes: usize::MAX, spin: Duration::ZERO };
+        GatherOptions { helpers: 0, parallel_min_bytes: usize::MAX, spin: Duration::ZERO, streaming_stores: true };
 
     /// One helper per two hardware threads beyond the first two, at most three (none on a machine
     /// with fewer than four: the driver's and the application's threads need those cores), gathers
-    /// of 64 KiB and more split, helpers spinning 50 us after each gather.
+    /// of 64 KiB and more split, helpers spinning 50 us after each gather, streaming stores.
     pub fn auto() -> GatherOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         GatherOptions {
             helpers: (threads / 2).saturating_sub(1).min(3),
             parallel_min_bytes: 64 * 1024,
             spin: DEFAULT_SPIN,
+            streaming_stores: true,
         }
     }
 }
@@ -111,12 +116,16 @@ impl CopyJob {
     /// # Safety
     /// `src` must be valid for reads of `src_len` bytes and `dst` for writes of `dst_len` bytes for
     /// the whole call, `dst` must not overlap `src`, and nothing else may access `dst` meanwhile.
-    unsafe fn run(&self) -> Result<(), ShapeError> {
+    unsafe fn run(&self, streaming: bool) -> Result<(), ShapeError> {
         // SAFETY: per this function's contract.
         let (src, dst) = unsafe {
             (std::slice::from_raw_parts(self.src, self.src_len), std::slice::from_raw_parts_mut(self.dst, self.dst_len))
         };
         match &self.pad {
+            None if streaming => {
+                copy_streaming(src, dst);
+                Ok(())
+            }
             None => {
                 dst.copy_from_slice(src);
                 Ok(())
@@ -141,6 +150,7 @@ struct Shared {
     parked: Box<[AtomicBool]>,
     shutdown: AtomicBool,
     spin: Duration,
+    streaming_stores: bool,
 }
 
 /// Copies gathers' jobs, alone or with helper threads. One per arena pool.
@@ -148,6 +158,7 @@ pub(crate) struct Gatherer {
     shared: Arc<Shared>,
     helpers: Vec<JoinHandle<()>>,
     parallel_min_bytes: usize,
+    streaming_stores: bool,
     busy: Mutex<()>,
 }
 
@@ -181,11 +192,13 @@ impl Gatherer {
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
             spin: options.spin,
+            streaming_stores: options.streaming_stores,
         });
         let mut gatherer = Gatherer {
             shared: shared.clone(),
             helpers: Vec::with_capacity(n),
             parallel_min_bytes: options.parallel_min_bytes,
+            streaming_stores: options.streaming_stores,
             busy: Mutex::new(()),
         };
         for index in 0..n {
@@ -211,7 +224,7 @@ impl Gatherer {
         let busy = if helpers > 0 && total >= self.parallel_min_bytes { self.busy.try_lock() } else { None };
         let Some(_busy) = busy else {
             // SAFETY: per this function's contract.
-            return unsafe { run_all(jobs) };
+            return unsafe { run_all(jobs, self.streaming_stores) };
         };
         let shared = &*self.shared;
         // Byte-balanced parts: part p starts at the first job that begins at or after p/parts of the bytes.
@@ -241,7 +254,7 @@ impl Gatherer {
         }
         let mine = shared.bounds[helpers].load(Ordering::Relaxed)..jobs.len();
         // SAFETY: per this function's contract; the helpers' parts are disjoint from this one.
-        let own = unsafe { run_all(&jobs[mine]) };
+        let own = unsafe { run_all(&jobs[mine], self.streaming_stores) };
         let mut spins = 0u32;
         while shared.remaining.load(Ordering::Acquire) != 0 {
             spins += 1;
@@ -259,16 +272,68 @@ impl Gatherer {
     }
 }
 
-/// Runs `jobs` in order on this thread; stops at the first failure.
+/// Runs `jobs` in order on this thread; stops at the first failure. Streaming stores are fenced
+/// before it returns, so whoever this thread signals next (the caller, the DMA engine) sees them.
 ///
 /// # Safety
 /// As [`Gatherer::run`].
-unsafe fn run_all(jobs: &[CopyJob]) -> Result<(), String> {
+unsafe fn run_all(jobs: &[CopyJob], streaming: bool) -> Result<(), String> {
+    let mut result = Ok(());
     for job in jobs {
         // SAFETY: per this function's contract.
-        unsafe { job.run() }.map_err(|e| e.to_string())?;
+        if let Err(e) = unsafe { job.run(streaming) } {
+            result = Err(e.to_string());
+            break;
+        }
     }
-    Ok(())
+    if streaming {
+        store_fence();
+    }
+    result
+}
+
+/// Copies `src` into `dst` (same length) with non-temporal stores for the 64-byte blocks of `dst`
+/// that are 16-byte aligned, ordinary copies for the rest.
+#[cfg(target_arch = "x86_64")]
+fn copy_streaming(src: &[u8], dst: &mut [u8]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    debug_assert_eq!(src.len(), dst.len());
+    let len = src.len().min(dst.len());
+    let head = dst.as_ptr().align_offset(16).min(len);
+    let blocks = (len - head) / 64;
+    dst[..head].copy_from_slice(&src[..head]);
+    let body = head + blocks * 64;
+    for block in 0..blocks {
+        let at = head + block * 64;
+        // SAFETY: `at + 64 <= body <= len`, so the four 16-byte loads stay inside `src` (unaligned
+        // loads) and the four stores inside `dst`, at 16-byte aligned addresses (`dst + head` is
+        // aligned and `at - head` is a multiple of 64). SSE2 is part of the x86-64 baseline.
+        unsafe {
+            let s = src.as_ptr().add(at).cast::<__m128i>();
+            let d = dst.as_mut_ptr().add(at).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+    }
+    dst[body..len].copy_from_slice(&src[body..len]);
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn copy_streaming(src: &[u8], dst: &mut [u8]) {
+    dst.copy_from_slice(src);
+}
+
+/// Orders this thread's streaming stores before its later stores.
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no preconditions; SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 fn helper(shared: &Shared, index: usize) {
@@ -282,7 +347,7 @@ fn helper(shared: &Shared, index: usize) {
             // SAFETY: the caller of `Gatherer::run` published `jobs` and these bounds before bumping
             // the epoch (acquired by `wait_for_gather`), and keeps the jobs and everything they point
             // to alive until `remaining` reaches zero, which happens only after this part is done.
-            unsafe { run_all(std::slice::from_raw_parts(jobs.add(start), end - start)) }
+            unsafe { run_all(std::slice::from_raw_parts(jobs.add(start), end - start), shared.streaming_stores) }
         }));
         let failure = match outcome {
             Ok(Ok(())) => None,
