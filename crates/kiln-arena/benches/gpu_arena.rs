@@ -35,21 +35,22 @@ struct Row {
     single_prefilled_us: f64,
 }
 
-/// The gather configurations measured: the calling thread alone, then 1, 3 and 7 helpers (as far
-/// as the machine has spare hardware threads), each with ordinary and with streaming stores, and
-/// the default.
+/// The gather configurations measured: the calling thread alone with plain and with streaming
+/// stores, then 1, 3 and 7 helpers with streaming stores (as far as the machine has spare hardware
+/// threads), 7 with plain stores, and the default.
 fn gather_configs() -> Vec<(String, GatherOptions)> {
     let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
-    let mut configs = Vec::new();
-    for helpers in [0, 1, 3, 7].into_iter().filter(|h| *h <= spare) {
-        for streaming_stores in [false, true] {
-            let who = if helpers == 0 { "calling thread".to_string() } else { format!("{helpers} helpers") };
-            let stores = if streaming_stores { "streaming" } else { "plain" };
-            let options = GatherOptions { helpers, streaming_stores, ..GatherOptions::auto() };
-            let options =
-                if helpers == 0 { GatherOptions { streaming_stores, ..GatherOptions::INLINE } } else { options };
-            configs.push((format!("{who}, {stores}"), options));
-        }
+    let inline = |streaming_stores| GatherOptions { streaming_stores, ..GatherOptions::INLINE };
+    let helped = |helpers, streaming_stores| GatherOptions { helpers, streaming_stores, ..GatherOptions::auto() };
+    let mut configs = vec![
+        ("calling thread, plain".to_string(), inline(false)),
+        ("calling thread, streaming".to_string(), inline(true)),
+    ];
+    for helpers in [1, 3, 7].into_iter().filter(|h| *h <= spare) {
+        configs.push((format!("{helpers} helpers, streaming"), helped(helpers, true)));
+    }
+    if spare >= 7 {
+        configs.push(("7 helpers, plain".to_string(), helped(7, false)));
     }
     let auto = GatherOptions::auto();
     configs.push((format!("default ({} helpers)", auto.helpers), auto));

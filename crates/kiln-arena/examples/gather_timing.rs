@@ -16,6 +16,8 @@ fn main() {
     let config =
         |gather| PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
     let inline = ArenaPool::<HostBackend>::new(device.clone(), layout.clone(), config(GatherOptions::INLINE)).unwrap();
+    let plain = GatherOptions { streaming_stores: false, ..GatherOptions::INLINE };
+    let plain = ArenaPool::<HostBackend>::new(device.clone(), layout.clone(), config(plain)).unwrap();
     let helped = ArenaPool::<HostBackend>::new(device.clone(), layout, config(GatherOptions::auto())).unwrap();
     let host: Vec<Vec<f32>> = (0..190).map(|i| vec![i as f32; 256]).collect();
     let names: Vec<String> = (0..190).map(|i| format!("in{i}")).collect();
@@ -30,8 +32,12 @@ fn main() {
             unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), 1024) }
         })
         .collect();
-    let n = 2000;
-    for (label, pool) in [("one thread", &inline), (&*format!("{:?}", GatherOptions::auto()), &helped)] {
+    let n: usize = std::env::var("GATHER_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    for (label, pool) in [
+        ("one thread, streaming stores", &inline),
+        ("one thread, plain stores", &plain),
+        (&*format!("{:?}", GatherOptions::auto()), &helped),
+    ] {
         let mut lease = pool.lease().unwrap();
         for _ in 0..100 {
             lease.gather_host_with(|i| InputSource::Host { data: bytes[i], plan: plans[i] }).unwrap();

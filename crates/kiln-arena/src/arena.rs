@@ -6,10 +6,12 @@ use std::sync::{Arc, OnceLock};
 use kiln_device::{
     Backend, Device, DeviceBuffer, DeviceSlice, Event, KernelArg, LaunchConfig, Module, PinnedBuffer, Stream, builtin,
 };
-use kiln_shape::{PadPlan, SlicePlan, slice_rows};
+use kiln_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::error::{ArenaError, Result};
-use crate::gather::{CopyJob, GatherOptions, Gatherer};
+use crate::gather::{GatherOptions, Gatherer, copy_bytes, store_fence};
 use crate::layout::{ArenaLayout, Slot};
 
 /// Where one input comes from.
@@ -97,13 +99,15 @@ impl Default for ArenaOptions {
     }
 }
 
-/// What every arena of one pool shares: the device, the layout, the gather helpers, and the padding
-/// kernel (compiled on first need).
+/// What every arena of one pool shares: the device, the layout, the gather helpers and how the
+/// layout's inputs are split among them, and the padding kernel (compiled on first need).
 pub(crate) struct ArenaContext<B: Backend> {
     pub(crate) device: B::Device,
     pub(crate) layout: Arc<ArenaLayout>,
     pub(crate) options: ArenaOptions,
     gatherer: Arc<Gatherer>,
+    /// Part `p` of a gather is inputs `part_starts[p]..part_starts[p + 1]`, balanced by slot bytes.
+    part_starts: Vec<usize>,
     pad_kernel: OnceLock<std::result::Result<B::Kernel, kiln_device::Error>>,
 }
 
@@ -112,7 +116,9 @@ impl<B: Backend> ArenaContext<B> {
         let gatherer = Gatherer::shared(options.gather).map_err(|e| ArenaError::Gather {
             reason: format!("cannot start gather helper threads ({e}); set GatherOptions::helpers to 0"),
         })?;
-        Ok(ArenaContext { device, layout, options, gatherer, pad_kernel: OnceLock::new() })
+        let parts = options.gather.parts_for(layout.inputs().len(), layout.input_span());
+        let part_starts = balanced_parts(layout.inputs(), parts);
+        Ok(ArenaContext { device, layout, options, gatherer, part_starts, pad_kernel: OnceLock::new() })
     }
 
     fn pad_kernel(&self) -> Result<&B::Kernel> {
@@ -141,8 +147,6 @@ pub struct Arena<B: Backend> {
     slots: Vec<DeviceSlice>,
     bindings: Vec<DeviceSlice>,
     kinds: Vec<BindingKind>,
-    /// The copies of the gather in progress (empty between gathers; kept for its capacity).
-    jobs: Vec<CopyJob>,
 }
 
 impl<B: Backend> std::fmt::Debug for Arena<B> {
@@ -182,8 +186,6 @@ impl<B: Backend> Arena<B> {
         let in_flight = ctx.device.create_event()?;
         let n = layout.inputs().len();
         let slots: Vec<DeviceSlice> = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
-        // The most jobs a gather can make: one per input plus one per piece of each slot.
-        let max_jobs = layout.inputs().iter().map(|s| 1 + s.capacity / CopyJob::PIECE_BYTES).sum();
         Ok(Arena {
             ctx,
             device_memory,
@@ -194,7 +196,6 @@ impl<B: Backend> Arena<B> {
             bindings: slots.clone(),
             slots,
             kinds: vec![BindingKind::Staged; n],
-            jobs: Vec::with_capacity(max_jobs),
         })
     }
 
@@ -259,40 +260,49 @@ impl<B: Backend> Arena<B> {
         self.gather_host_with(|index| inputs[index])
     }
 
-    /// [`Arena::gather_host`] with the inputs given by a function of the input index (one call per
-    /// slot, in order), so callers need not build a slice. Every input is checked before any byte is
-    /// copied; large gathers are split across the pool's gather helpers.
-    pub fn gather_host_with<'a>(&mut self, mut source: impl FnMut(usize) -> InputSource<'a>) -> Result<usize> {
+    /// [`Arena::gather_host`] with the inputs given by a function of the input index, so callers need
+    /// not build a slice. Large layouts are gathered in parts at once, on the pool's gather helpers
+    /// (see [`GatherOptions`]); each part checks and copies its own inputs. On error the first failing
+    /// input in input order is reported; the staging buffer's contents are then unspecified until
+    /// the next successful gather.
+    pub fn gather_host_with<'a>(&mut self, source: impl Fn(usize) -> InputSource<'a> + Sync) -> Result<usize> {
         self.wait_idle()?;
-        self.jobs.clear();
-        let staging = self.staging.as_mut_slice().as_mut_ptr();
-        let mut span_end = 0usize;
-        for (index, slot) in self.ctx.layout.inputs().iter().enumerate() {
-            if let InputSource::Host { data, plan } = source(index) {
-                check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
-                check_fits(slot, &plan)?;
-                if data.len() < plan.src_range().end {
-                    return Err(ArenaError::InputTooShort {
-                        input: slot.name.clone(),
-                        needed: plan.src_range().end,
-                        actual: data.len(),
-                    });
-                }
-                // The slot lies inside the staging buffer (the layout's input span), so the offset
-                // stays inside the allocation.
-                CopyJob::push(&mut self.jobs, data, staging.wrapping_add(slot.offset), &plan);
-                span_end = span_end.max(slot.offset + plan.dst_len());
-                self.bindings[index] = DeviceSlice::from_raw(self.slots[index].ptr(), plan.dst_len());
-                self.kinds[index] = BindingKind::Staged;
-            }
+        let Arena { ctx, staging, slots, bindings, kinds, .. } = self;
+        let layout = &*ctx.layout;
+        let streaming = ctx.options.gather.streaming_stores;
+        let staging = staging.as_mut_slice();
+        let starts = &ctx.part_starts;
+        if starts.len() <= 2 {
+            let part = Part { first: 0, base: 0, staging, bindings, kinds };
+            return gather_part(layout, part, &source, slots, streaming);
         }
-        // SAFETY: each job reads a request input borrowed for this call (checked to hold the plan's
-        // rows) and writes its own slot of the staging buffer (checked to fit; slots never overlap),
-        // which `&mut self` keeps from every other access, and `wait_idle` above made sure no copy
-        // still reads it. `run` returns only after every job is done.
-        let copied = unsafe { self.ctx.gatherer.run(&self.jobs) };
-        self.jobs.clear();
-        copied.map_err(|reason| ArenaError::Gather { reason })?;
+        // Split the staging buffer, the bindings and the kinds at the parts' first inputs: each part
+        // writes only its own.
+        let mut work: SmallVec<[Mutex<Option<Result<usize>>>; 8]> = SmallVec::new();
+        let mut parts: SmallVec<[Mutex<Option<Part<'_>>>; 8]> = SmallVec::new();
+        let (mut staging, mut bindings, mut kinds) = (staging, &mut bindings[..], &mut kinds[..]);
+        for window in starts.windows(2) {
+            let (first, end) = (window[0], window[1]);
+            let base = layout.inputs()[first].offset;
+            let next = layout.inputs().get(end).map_or(base + staging.len(), |s| s.offset);
+            let (s_part, s_rest) = std::mem::take(&mut staging).split_at_mut(next - base);
+            let (b_part, b_rest) = std::mem::take(&mut bindings).split_at_mut(end - first);
+            let (k_part, k_rest) = std::mem::take(&mut kinds).split_at_mut(end - first);
+            (staging, bindings, kinds) = (s_rest, b_rest, k_rest);
+            parts.push(Mutex::new(Some(Part { first, base, staging: s_part, bindings: b_part, kinds: k_part })));
+            work.push(Mutex::new(None));
+        }
+        let slots = &slots[..];
+        ctx.gatherer
+            .run_parts(parts.len(), &|p| {
+                let part = parts[p].lock().take().expect("each part runs once");
+                *work[p].lock() = Some(gather_part(layout, part, &source, slots, streaming));
+            })
+            .map_err(|reason| ArenaError::Gather { reason })?;
+        let mut span_end = 0;
+        for done in work {
+            span_end = span_end.max(done.into_inner().expect("every part ran")?);
+        }
         Ok(span_end)
     }
 
@@ -452,6 +462,77 @@ impl<B: Backend> Arena<B> {
         }
         Ok(())
     }
+}
+
+/// The inputs of one part of a gather and the staging bytes, bindings and kinds they own.
+struct Part<'s> {
+    /// Index of the part's first input.
+    first: usize,
+    /// Staging offset of `staging[0]`.
+    base: usize,
+    staging: &'s mut [u8],
+    bindings: &'s mut [DeviceSlice],
+    kinds: &'s mut [BindingKind],
+}
+
+/// Checks and copies (padding per plan) the host inputs of one part into its staging bytes and binds
+/// them to their slots. Returns the end of the staging span the part used.
+fn gather_part<'a>(
+    layout: &ArenaLayout,
+    part: Part<'_>,
+    source: &impl Fn(usize) -> InputSource<'a>,
+    slot_views: &[DeviceSlice],
+    streaming: bool,
+) -> Result<usize> {
+    let Part { first, base, staging, bindings, kinds } = part;
+    let mut span_end = 0usize;
+    let result = (|| {
+        for (k, slot) in layout.inputs()[first..first + bindings.len()].iter().enumerate() {
+            let InputSource::Host { data, plan } = source(first + k) else { continue };
+            check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
+            check_fits(slot, &plan)?;
+            let range = plan.src_range();
+            let Some(real) = data.get(range.clone()) else {
+                return Err(ArenaError::InputTooShort {
+                    input: slot.name.clone(),
+                    needed: range.end,
+                    actual: data.len(),
+                });
+            };
+            let dst_len = plan.dst_len();
+            let dst = &mut staging[slot.offset - base..slot.offset - base + dst_len];
+            if real.len() == dst_len {
+                copy_bytes(real, dst, streaming);
+            } else {
+                pad_rows_into(data, dst, &plan)?;
+            }
+            span_end = span_end.max(slot.offset + dst_len);
+            bindings[k] = DeviceSlice::from_raw(slot_views[first + k].ptr(), dst_len);
+            kinds[k] = BindingKind::Staged;
+        }
+        Ok(span_end)
+    })();
+    if streaming {
+        store_fence();
+    }
+    result
+}
+
+/// Splits `slots` into at most `parts` contiguous runs of about equal bytes; returns each run's
+/// first index, then `slots.len()`.
+fn balanced_parts(slots: &[Slot], parts: usize) -> Vec<usize> {
+    let total: usize = slots.iter().map(|s| s.capacity).sum();
+    let mut starts = vec![0];
+    let mut before = 0usize;
+    for (index, slot) in slots.iter().enumerate() {
+        let part = starts.len();
+        if part < parts && index > 0 && before >= total / parts * part {
+            starts.push(index);
+        }
+        before += slot.capacity;
+    }
+    starts.push(slots.len());
+    starts
 }
 
 fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {

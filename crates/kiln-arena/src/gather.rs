@@ -1,61 +1,86 @@
-//! The host side of a gather, split across helper threads.
+//! The host side of a gather, split across helper threads, and the stores it writes with.
 //!
-//! A gather of 190 KiB done by one thread is a memcpy-bound loop that takes longer than the single
-//! DMA copy it feeds, so coalescing would save launches but not time. [`Gatherer`] splits a large
-//! gather into byte-balanced parts: helper threads copy one part each while the calling thread
-//! copies the last, and the call returns when every part is done. Small gathers stay on the calling
-//! thread: waking helpers costs more than they save.
+//! A gather of 190 inputs done by one thread costs a check and a copy per input, and takes longer
+//! than the single DMA copy it feeds, so coalescing would save launches but not time. A [`Gatherer`]
+//! runs the parts of a gather at once: helper threads take one part each (a contiguous range of
+//! inputs, balanced by bytes) while the calling thread takes the last, and the call returns when
+//! every part is done. Layouts with few small inputs stay on the calling thread: waking helpers
+//! costs more than they save.
 //!
 //! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
-//! awake, a wake costing well under a microsecond), then park (a parked helper costs nothing and
+//! awake; a wake then costs well under a microsecond), then park (a parked helper costs nothing and
 //! takes a few microseconds to wake). A gather that finds the helpers busy with another arena's
-//! gather does its copies alone rather than wait.
+//! gather runs its parts on the calling thread rather than wait.
+//!
+//! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
+//! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
+//! made the copy of a freshly gathered buffer about twice as slow as the copy of one filled long ago.
 
+use std::cell::UnsafeCell;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kiln_shape::{PadPlan, ShapeError, pad_rows_into};
 use parking_lot::Mutex;
 
-/// How the host side of a gather is spread over threads.
+/// How the host side of a gather is spread over threads, and how it stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GatherOptions {
-    /// Helper threads (per arena pool) that copy a share of large gathers; 0 keeps every gather on
-    /// the calling thread.
+    /// Helper threads (shared by every pool of the process with the same options) that each take a
+    /// part of a large gather; 0 keeps every gather on the calling thread.
     pub helpers: usize,
-    /// Gathers of fewer bytes than this stay on the calling thread.
+    /// A layout whose input span has at least this many bytes is gathered in parts.
     pub parallel_min_bytes: usize,
+    /// A layout with at least this many inputs is gathered in parts (the per-input checks add up).
+    pub parallel_min_inputs: usize,
     /// How long an idle helper spins for the next gather before it parks.
     pub spin: Duration,
     /// Write the staging buffer with non-temporal (streaming) stores where the CPU has them (x86-64),
-    /// so the bytes go to memory instead of sitting dirty in this core's cache, where the GPU's DMA
-    /// read of them would have to snoop them out line by line.
+    /// so the bytes go to memory instead of sitting dirty in a core's cache, where the GPU's DMA read
+    /// would have to snoop them out.
     pub streaming_stores: bool,
 }
 
 impl GatherOptions {
-    /// Every gather on the calling thread; no helper threads.
-    pub const INLINE: GatherOptions =
-        GatherOptions { helpers: 0, parallel_min_bytes: usize::MAX, spin: Duration::ZERO, streaming_stores: true };
+    /// Every gather on the calling thread; no helper threads; streaming stores.
+    pub const INLINE: GatherOptions = GatherOptions {
+        helpers: 0,
+        parallel_min_bytes: usize::MAX,
+        parallel_min_inputs: usize::MAX,
+        spin: Duration::ZERO,
+        streaming_stores: true,
+    };
 
-    /// One helper per two hardware threads beyond the first two, at most three (none on a machine
-    /// with fewer than four: the driver's and the application's threads need those cores), gathers
-    /// of 64 KiB and more split, helpers spinning 50 us after each gather, streaming stores.
+    /// The most helpers a gatherer runs.
+    pub const MAX_HELPERS: usize = 15;
+
+    /// One helper per two hardware threads beyond the first two, at most seven (none on a machine
+    /// with fewer than four: the driver's and the application's threads need those cores); layouts
+    /// of 64 KiB or 64 inputs and more gathered in parts; helpers spinning 50 us after each gather;
+    /// streaming stores.
     pub fn auto() -> GatherOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         GatherOptions {
-            helpers: (threads / 2).saturating_sub(1).min(3),
+            helpers: (threads / 2).saturating_sub(1).min(7),
             parallel_min_bytes: 64 * 1024,
-            spin: DEFAULT_SPIN,
+            parallel_min_inputs: 64,
+            spin: Duration::from_micros(50),
             streaming_stores: true,
         }
     }
-}
 
-const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+    /// How many parts a layout of `inputs` inputs spanning `span` bytes is gathered in.
+    pub(crate) fn parts_for(&self, inputs: usize, span: usize) -> usize {
+        let helpers = self.helpers.min(Self::MAX_HELPERS);
+        if helpers == 0 || (span < self.parallel_min_bytes && inputs < self.parallel_min_inputs) {
+            1
+        } else {
+            (helpers + 1).min(inputs.max(1))
+        }
+    }
+}
 
 impl Default for GatherOptions {
     fn default() -> GatherOptions {
@@ -63,102 +88,40 @@ impl Default for GatherOptions {
     }
 }
 
-/// One validated copy into the staging buffer: plain, or padded per a plan.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CopyJob {
-    src: *const u8,
-    src_len: usize,
-    dst: *mut u8,
-    dst_len: usize,
-    /// `None`: copy `dst_len` bytes. `Some`: `src` is the request's whole tensor and the plan picks
-    /// its rows and pads them into `dst`.
-    pad: Option<PadPlan>,
-}
+/// A part's work, borrowed for the duration of one [`Gatherer::run_parts`] call.
+type Task = dyn Fn(usize) + Sync;
 
-// SAFETY: a job's pointers are only dereferenced by `Gatherer::run`, which the arena calls while the
-// borrows they were made from (the request's inputs, the arena's staging buffer) are live, and which
-// returns only after every thread has finished with them.
-unsafe impl Send for CopyJob {}
-// SAFETY: as above; a job is never written through a shared reference.
-unsafe impl Sync for CopyJob {}
-
-impl CopyJob {
-    /// Plain copies longer than this are cut into pieces of this size, so one large input spreads
-    /// over every thread.
-    pub(crate) const PIECE_BYTES: usize = 32 * 1024;
-
-    /// Appends the jobs that move `src` into `dst` (`plan.dst_len()` bytes) per `plan`: pieces of a
-    /// plain copy when the plan pads nothing, one padding job otherwise. The caller has checked that
-    /// `src` holds the plan's rows and `dst` its padded length.
-    pub(crate) fn push(jobs: &mut Vec<CopyJob>, src: &[u8], dst: *mut u8, plan: &PadPlan) {
-        let range = plan.src_range();
-        let dst_len = plan.dst_len();
-        if range.len() != dst_len {
-            jobs.push(CopyJob { src: src.as_ptr(), src_len: src.len(), dst, dst_len, pad: Some(*plan) });
-            return;
-        }
-        let src = &src[range];
-        let mut done = 0;
-        while done < dst_len {
-            let len = Self::PIECE_BYTES.min(dst_len - done);
-            // `dst` is valid for `dst_len` bytes (the caller's check), so `dst + done` stays inside it.
-            jobs.push(CopyJob {
-                src: src[done..].as_ptr(),
-                src_len: len,
-                dst: dst.wrapping_add(done),
-                dst_len: len,
-                pad: None,
-            });
-            done += len;
-        }
-    }
-
-    /// # Safety
-    /// `src` must be valid for reads of `src_len` bytes and `dst` for writes of `dst_len` bytes for
-    /// the whole call, `dst` must not overlap `src`, and nothing else may access `dst` meanwhile.
-    unsafe fn run(&self, streaming: bool) -> Result<(), ShapeError> {
-        // SAFETY: per this function's contract.
-        let (src, dst) = unsafe {
-            (std::slice::from_raw_parts(self.src, self.src_len), std::slice::from_raw_parts_mut(self.dst, self.dst_len))
-        };
-        match &self.pad {
-            None if streaming => {
-                copy_streaming(src, dst);
-                Ok(())
-            }
-            None => {
-                dst.copy_from_slice(src);
-                Ok(())
-            }
-            Some(plan) => pad_rows_into(src, dst, plan),
-        }
-    }
-}
-
-/// What the calling thread and the helpers share. One gather at a time uses it (`busy`).
+/// What the calling thread and the helpers share. One call of `run_parts` at a time uses it (the
+/// gatherer's `busy` lock).
 struct Shared {
     /// Bumped once per parallel gather; a helper waits for it to move past the last one it did.
     epoch: AtomicU64,
-    jobs: AtomicPtr<CopyJob>,
-    /// Part `p` is `jobs[bounds[p]..bounds[p + 1]]`; helper `h` does part `h`, the caller the last.
-    bounds: Box<[AtomicUsize]>,
-    /// Helpers still copying their part of the current gather.
+    /// The current gather's task, valid while `remaining` is above zero.
+    task: UnsafeCell<Option<*const Task>>,
+    /// Parts of the current gather; helper `h` runs part `h` when `h + 1 < parts`.
+    parts: AtomicUsize,
+    /// Helpers still running their part of the current gather.
     remaining: AtomicUsize,
-    /// A helper's job failed (a plan that validation should have refused) or panicked.
-    failure: Mutex<Option<String>>,
+    /// A helper's part panicked.
+    panicked: AtomicBool,
     /// Per helper: parked, so the caller must unpark it.
     parked: Box<[AtomicBool]>,
     shutdown: AtomicBool,
     spin: Duration,
-    streaming_stores: bool,
 }
 
-/// Copies gathers' jobs, alone or with helper threads. One per arena pool.
+// SAFETY: `task` is written only by the thread holding the gatherer's `busy` lock, before it bumps
+// `epoch` (Release/SeqCst), and read by helpers only after they observe that bump (Acquire) and
+// before they decrement `remaining`; the writer does not write it again until `remaining` is zero.
+// Every other field is atomic or immutable.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw task pointer is only dereferenced under that protocol.
+unsafe impl Send for Shared {}
+
+/// Runs the parts of gathers, alone or with helper threads.
 pub(crate) struct Gatherer {
     shared: Arc<Shared>,
     helpers: Vec<JoinHandle<()>>,
-    parallel_min_bytes: usize,
-    streaming_stores: bool,
     busy: Mutex<()>,
 }
 
@@ -180,27 +143,19 @@ impl Gatherer {
         Ok(gatherer)
     }
 
-    /// Starts `options.helpers` helper threads.
     fn new(options: GatherOptions) -> std::io::Result<Gatherer> {
-        let n = options.helpers;
+        let n = options.helpers.min(GatherOptions::MAX_HELPERS);
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
-            jobs: AtomicPtr::new(std::ptr::null_mut()),
-            bounds: (0..n + 2).map(|_| AtomicUsize::new(0)).collect(),
+            task: UnsafeCell::new(None),
+            parts: AtomicUsize::new(0),
             remaining: AtomicUsize::new(0),
-            failure: Mutex::new(None),
+            panicked: AtomicBool::new(false),
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
             spin: options.spin,
-            streaming_stores: options.streaming_stores,
         });
-        let mut gatherer = Gatherer {
-            shared: shared.clone(),
-            helpers: Vec::with_capacity(n),
-            parallel_min_bytes: options.parallel_min_bytes,
-            streaming_stores: options.streaming_stores,
-            busy: Mutex::new(()),
-        };
+        let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
         for index in 0..n {
             let shared = shared.clone();
             let handle = std::thread::Builder::new()
@@ -212,51 +167,55 @@ impl Gatherer {
         Ok(gatherer)
     }
 
-    /// Runs every job, split across the helpers when the gather is large enough and they are free.
-    /// Returns after every job is done.
-    ///
-    /// # Safety
-    /// Every job must satisfy [`CopyJob::run`]'s contract for the whole call, and no two jobs may
-    /// write overlapping bytes.
-    pub(crate) unsafe fn run(&self, jobs: &[CopyJob]) -> Result<(), String> {
-        let total: usize = jobs.iter().map(|j| j.dst_len).sum();
-        let helpers = self.helpers.len();
-        let busy = if helpers > 0 && total >= self.parallel_min_bytes { self.busy.try_lock() } else { None };
-        let Some(_busy) = busy else {
-            // SAFETY: per this function's contract.
-            return unsafe { run_all(jobs, self.streaming_stores) };
+    /// Runs `task(p)` for every part `p` in `0..parts` (at most helpers + 1): the last part on the
+    /// calling thread, the others on helpers at the same time, or every part on the calling thread,
+    /// in order, when the helpers are busy with another gather. Returns when every part is done;
+    /// fails only if a part panicked on a helper.
+    pub(crate) fn run_parts(&self, parts: usize, task: &(dyn Fn(usize) + Sync + '_)) -> Result<(), String> {
+        let helpers = parts.saturating_sub(1);
+        let guard = if helpers > 0 && helpers <= self.helpers.len() { self.busy.try_lock() } else { None };
+        let Some(_busy) = guard else {
+            (0..parts).for_each(task);
+            return Ok(());
         };
         let shared = &*self.shared;
-        // Byte-balanced parts: part p starts at the first job that begins at or after p/parts of the bytes.
-        let parts = helpers + 1;
-        let mut part = 1;
-        let mut before = 0usize;
-        shared.bounds[0].store(0, Ordering::Relaxed);
-        for (index, job) in jobs.iter().enumerate() {
-            while part < parts && before >= total / parts * part {
-                shared.bounds[part].store(index, Ordering::Relaxed);
-                part += 1;
-            }
-            before += job.dst_len;
-        }
-        for bound in &shared.bounds[part..] {
-            bound.store(jobs.len(), Ordering::Relaxed);
-        }
-        shared.jobs.store(jobs.as_ptr().cast_mut(), Ordering::Relaxed);
+        // SAFETY: this thread holds `busy`, and the previous gather's helpers are done with the cell
+        // (its caller waited for `remaining` to reach zero). Erasing the borrow's lifetime is sound
+        // because `Wait` below keeps this call from returning, or unwinding, until every helper has
+        // finished with the task.
+        unsafe {
+            *shared.task.get() = Some(std::mem::transmute::<
+                *const (dyn Fn(usize) + Sync + '_),
+                *const (dyn Fn(usize) + Sync + 'static),
+            >(task))
+        };
+        shared.parts.store(parts, Ordering::Relaxed);
         shared.remaining.store(helpers, Ordering::Relaxed);
-        // Publishes the jobs and bounds; SeqCst pairs with a helper's "parked, then re-check the
-        // epoch" so a helper either sees this gather or is unparked below.
+        // Publishes the task; SeqCst pairs with a helper's "parked, then re-check the epoch", so a
+        // helper either sees this gather or is unparked below.
         shared.epoch.fetch_add(1, Ordering::SeqCst);
-        for (flag, handle) in shared.parked.iter().zip(&self.helpers) {
+        for (flag, handle) in shared.parked.iter().zip(&self.helpers).take(helpers) {
             if flag.load(Ordering::SeqCst) {
                 handle.thread().unpark();
             }
         }
-        let mine = shared.bounds[helpers].load(Ordering::Relaxed)..jobs.len();
-        // SAFETY: per this function's contract; the helpers' parts are disjoint from this one.
-        let own = unsafe { run_all(&jobs[mine], self.streaming_stores) };
+        let wait = Wait(shared);
+        task(parts - 1);
+        drop(wait);
+        if shared.panicked.swap(false, Ordering::Relaxed) {
+            return Err("a gather helper thread panicked".into());
+        }
+        Ok(())
+    }
+}
+
+/// Waits, also while unwinding, until every helper has finished its part.
+struct Wait<'a>(&'a Shared);
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
         let mut spins = 0u32;
-        while shared.remaining.load(Ordering::Acquire) != 0 {
+        while self.0.remaining.load(Ordering::Acquire) != 0 {
             spins += 1;
             if spins < 4096 {
                 std::hint::spin_loop();
@@ -264,98 +223,24 @@ impl Gatherer {
                 std::thread::yield_now();
             }
         }
-        own?;
-        match shared.failure.lock().take() {
-            Some(reason) => Err(reason),
-            None => Ok(()),
-        }
     }
-}
-
-/// Runs `jobs` in order on this thread; stops at the first failure. Streaming stores are fenced
-/// before it returns, so whoever this thread signals next (the caller, the DMA engine) sees them.
-///
-/// # Safety
-/// As [`Gatherer::run`].
-unsafe fn run_all(jobs: &[CopyJob], streaming: bool) -> Result<(), String> {
-    let mut result = Ok(());
-    for job in jobs {
-        // SAFETY: per this function's contract.
-        if let Err(e) = unsafe { job.run(streaming) } {
-            result = Err(e.to_string());
-            break;
-        }
-    }
-    if streaming {
-        store_fence();
-    }
-    result
-}
-
-/// Copies `src` into `dst` (same length) with non-temporal stores for the 64-byte blocks of `dst`
-/// that are 16-byte aligned, ordinary copies for the rest.
-#[cfg(target_arch = "x86_64")]
-fn copy_streaming(src: &[u8], dst: &mut [u8]) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    debug_assert_eq!(src.len(), dst.len());
-    let len = src.len().min(dst.len());
-    let head = dst.as_ptr().align_offset(16).min(len);
-    let blocks = (len - head) / 64;
-    dst[..head].copy_from_slice(&src[..head]);
-    let body = head + blocks * 64;
-    for block in 0..blocks {
-        let at = head + block * 64;
-        // SAFETY: `at + 64 <= body <= len`, so the four 16-byte loads stay inside `src` (unaligned
-        // loads) and the four stores inside `dst`, at 16-byte aligned addresses (`dst + head` is
-        // aligned and `at - head` is a multiple of 64). SSE2 is part of the x86-64 baseline.
-        unsafe {
-            let s = src.as_ptr().add(at).cast::<__m128i>();
-            let d = dst.as_mut_ptr().add(at).cast::<__m128i>();
-            let (a, b, c, e) =
-                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
-            _mm_stream_si128(d, a);
-            _mm_stream_si128(d.add(1), b);
-            _mm_stream_si128(d.add(2), c);
-            _mm_stream_si128(d.add(3), e);
-        }
-    }
-    dst[body..len].copy_from_slice(&src[body..len]);
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn copy_streaming(src: &[u8], dst: &mut [u8]) {
-    dst.copy_from_slice(src);
-}
-
-/// Orders this thread's streaming stores before its later stores.
-fn store_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `sfence` has no preconditions; SSE is part of the x86-64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
 }
 
 fn helper(shared: &Shared, index: usize) {
     let mut done_epoch = 0u64;
     while let Some(epoch) = wait_for_gather(shared, index, done_epoch) {
         done_epoch = epoch;
-        let start = shared.bounds[index].load(Ordering::Relaxed);
-        let end = shared.bounds[index + 1].load(Ordering::Relaxed);
-        let jobs = shared.jobs.load(Ordering::Relaxed);
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: the caller of `Gatherer::run` published `jobs` and these bounds before bumping
-            // the epoch (acquired by `wait_for_gather`), and keeps the jobs and everything they point
-            // to alive until `remaining` reaches zero, which happens only after this part is done.
-            unsafe { run_all(std::slice::from_raw_parts(jobs.add(start), end - start), shared.streaming_stores) }
-        }));
-        let failure = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(reason)) => Some(reason),
-            Err(_) => Some(format!("gather helper {index} panicked")),
-        };
-        if let Some(reason) = failure {
-            shared.failure.lock().get_or_insert(reason);
+        if index + 1 >= shared.parts.load(Ordering::Relaxed) {
+            continue;
+        }
+        // SAFETY: the caller of `run_parts` stored the task before bumping the epoch (acquired by
+        // `wait_for_gather`) and keeps it alive until `remaining` reaches zero, which happens only
+        // after the decrement below.
+        let task = unsafe { (*shared.task.get()).expect("a gather publishes its task") };
+        // SAFETY: as above: the pointer is valid until this part is done.
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(index) }));
+        if outcome.is_err() {
+            shared.panicked.store(true, Ordering::Relaxed);
         }
         shared.remaining.fetch_sub(1, Ordering::Release);
     }
@@ -374,7 +259,7 @@ fn wait_for_gather(shared: &Shared, index: usize, done: u64) -> Option<u64> {
             return None;
         }
         polls = polls.wrapping_add(1);
-        if polls % 64 != 0 || Instant::now() < spin_until {
+        if !polls.is_multiple_of(64) || Instant::now() < spin_until {
             std::hint::spin_loop();
             continue;
         }
@@ -402,9 +287,164 @@ impl Drop for Gatherer {
 
 impl std::fmt::Debug for Gatherer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gatherer")
-            .field("helpers", &self.helpers.len())
-            .field("parallel_min_bytes", &self.parallel_min_bytes)
-            .finish()
+        f.debug_struct("Gatherer").field("helpers", &self.helpers.len()).finish_non_exhaustive()
+    }
+}
+
+/// Copies `src` into `dst` (same length), with non-temporal stores for the 64-byte blocks of `dst`
+/// that are 16-byte aligned when `streaming`, ordinary stores otherwise. Streaming stores must be
+/// fenced ([`store_fence`]) before anything signals that the bytes are there.
+pub(crate) fn copy_bytes(src: &[u8], dst: &mut [u8], streaming: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if streaming {
+        copy_streaming(src, dst);
+        return;
+    }
+    let _ = streaming;
+    dst.copy_from_slice(src);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn copy_streaming(src: &[u8], dst: &mut [u8]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    assert_eq!(src.len(), dst.len(), "copy_bytes needs equal lengths");
+    let len = src.len();
+    let head = dst.as_ptr().align_offset(16).min(len);
+    let blocks = (len - head) / 64;
+    dst[..head].copy_from_slice(&src[..head]);
+    let body = head + blocks * 64;
+    for block in 0..blocks {
+        let at = head + block * 64;
+        // SAFETY: `at + 64 <= body <= len`, so the four 16-byte loads stay inside `src` (unaligned
+        // loads) and the four stores inside `dst`, at 16-byte aligned addresses (`dst + head` is
+        // aligned and `at - head` is a multiple of 64). SSE2 is part of the x86-64 baseline.
+        unsafe {
+            let s = src.as_ptr().add(at).cast::<__m128i>();
+            let d = dst.as_mut_ptr().add(at).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+    }
+    dst[body..].copy_from_slice(&src[body..]);
+}
+
+/// Orders this thread's streaming stores before its later stores (a no-op off x86-64).
+pub(crate) fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no preconditions; SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(helpers: usize) -> GatherOptions {
+        GatherOptions { helpers, spin: Duration::from_micros(10), ..GatherOptions::auto() }
+    }
+
+    #[test]
+    fn every_part_runs_exactly_once_also_with_fewer_parts_than_helpers() {
+        let gatherer = Gatherer::new(options(3)).unwrap();
+        for round in 0..500 {
+            let parts = 1 + round % 4;
+            let counts: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+            gatherer
+                .run_parts(parts, &|p| {
+                    counts[p].fetch_add(1, Ordering::Relaxed);
+                })
+                .unwrap();
+            let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+            let want: Vec<usize> = (0..4).map(|p| usize::from(p < parts)).collect();
+            assert_eq!(counts, want, "round {round}");
+        }
+    }
+
+    #[test]
+    fn a_gather_started_while_the_helpers_are_busy_runs_on_the_calling_thread() {
+        let gatherer = Gatherer::new(options(2)).unwrap();
+        let inner_threads = Mutex::new(Vec::new());
+        gatherer
+            .run_parts(3, &|_| {
+                gatherer
+                    .run_parts(3, &|_| inner_threads.lock().push(std::thread::current().id()))
+                    .expect("the nested gather runs inline");
+            })
+            .unwrap();
+        let inner = inner_threads.into_inner();
+        assert_eq!(inner.len(), 9);
+        // Each nested gather ran its three parts on the thread that started it.
+        for chunk in inner.chunks(3) {
+            assert!(chunk.iter().all(|t| *t == chunk[0]));
+        }
+    }
+
+    #[test]
+    fn a_panicking_part_is_an_error_and_the_next_gather_works() {
+        let gatherer = Gatherer::new(options(2)).unwrap();
+        let err = gatherer
+            .run_parts(3, &|p| {
+                if p == 0 {
+                    panic!("part 0 fails");
+                }
+            })
+            .unwrap_err();
+        assert!(err.contains("panicked"), "{err}");
+        let ran = AtomicUsize::new(0);
+        gatherer
+            .run_parts(3, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn parked_helpers_wake_for_the_next_gather_and_stop_on_drop() {
+        let gatherer = Gatherer::new(options(2)).unwrap();
+        for _ in 0..5 {
+            // Longer than the spin: the helpers park between gathers.
+            std::thread::sleep(Duration::from_millis(2));
+            let ran = AtomicUsize::new(0);
+            gatherer
+                .run_parts(3, &|_| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                })
+                .unwrap();
+            assert_eq!(ran.load(Ordering::Relaxed), 3);
+        }
+        drop(gatherer);
+    }
+
+    #[test]
+    fn streaming_copies_match_plain_copies_at_every_offset_and_length() {
+        let src: Vec<u8> = (0..600u32).map(|i| (i * 7 % 251) as u8).collect();
+        for offset in 0..20 {
+            for len in [0, 1, 15, 16, 63, 64, 65, 127, 128, 300, 511] {
+                let mut dst = vec![0u8; 600];
+                copy_bytes(&src[offset..offset + len], &mut dst[offset + 3..offset + 3 + len], true);
+                store_fence();
+                assert_eq!(&dst[offset + 3..offset + 3 + len], &src[offset..offset + len], "offset {offset} len {len}");
+                assert!(dst[..offset + 3].iter().all(|b| *b == 0));
+                assert!(dst[offset + 3 + len..].iter().all(|b| *b == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn parts_follow_the_layout_thresholds() {
+        let o =
+            GatherOptions { helpers: 3, parallel_min_bytes: 1000, parallel_min_inputs: 10, ..GatherOptions::auto() };
+        assert_eq!(o.parts_for(5, 999), 1);
+        assert_eq!(o.parts_for(5, 1000), 4);
+        assert_eq!(o.parts_for(10, 0), 4);
+        assert_eq!(o.parts_for(2, 5000), 2);
+        assert_eq!(GatherOptions::INLINE.parts_for(1000, usize::MAX - 1), 1);
     }
 }
