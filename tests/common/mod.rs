@@ -101,24 +101,29 @@ pub fn sixteen_threads_mixed_batches<B: Backend>(device: B::Device, runs: usize)
     let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
     let session = session::<B>(device, compiler.clone(), 8);
     let cases = cases(&compiler, 1..=40);
+    // A device case is three requests: `run_device`, then two runs of a binding.
+    let requests = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|scope| {
         for t in 0..16usize {
-            let (session, compiler, cases) = (&session, &compiler, &cases);
+            let (session, compiler, cases, requests) = (&session, &compiler, &cases, &requests);
             scope.spawn(move || {
                 for i in 0..runs {
                     let case = &cases[(t * 7 + i * 13) % cases.len()];
-                    if i % 5 == 4 && case.batch <= 32 {
+                    let made = if i % 5 == 4 && case.batch <= 32 {
                         run_device_case(session, compiler, case);
+                        3
                     } else {
                         run_host_case(session, compiler, case);
-                    }
+                        1
+                    };
+                    requests.fetch_add(made, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         }
     });
     let st = session.stats();
     assert_eq!(st.failed, 0);
-    assert_eq!(st.requests, 16 * runs as u64);
+    assert_eq!(st.requests, requests.into_inner());
     assert_eq!(st.ultra_fast + st.fast + st.standard, st.requests);
     eprintln!("16 threads x {runs} runs: {st:?}");
 }
@@ -167,16 +172,29 @@ pub fn run_device_case<B: Backend>(
         .map(|((s, b), d)| DeviceTensor { name: s.name(), dtype: s.dtype(), dims: d, data: b.as_slice() })
         .collect();
     let info = session.run_device(&ins, &outs).unwrap();
-    let got: Vec<Vec<u8>> = out_bufs
-        .iter()
-        .map(|b| {
-            let mut v = vec![0u8; b.len()];
-            stream.download(b.as_slice(), &mut v).unwrap();
-            v
-        })
-        .collect();
-    let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
-    assert!(cmp.all_match(), "device batch {}: outputs differ from the reference: {cmp:?}", case.batch);
+    let check = |how: &str| {
+        let got: Vec<Vec<u8>> = out_bufs
+            .iter()
+            .map(|b| {
+                let mut v = vec![0u8; b.len()];
+                stream.download(b.as_slice(), &mut v).unwrap();
+                v
+            })
+            .collect();
+        let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
+        assert!(cmp.all_match(), "{how}, batch {}: outputs differ from the reference: {cmp:?}", case.batch);
+    };
+    check("run_device");
+    // The same request through a binding (validated once), outputs poisoned first.
+    let binding = session.bind_device(&ins, &outs).unwrap();
+    for _ in 0..2 {
+        for b in &out_bufs {
+            stream.memset(b.as_slice(), 0xFF).unwrap();
+        }
+        stream.synchronize().unwrap();
+        assert_eq!(binding.run().unwrap().mode, info.mode);
+        check("DeviceBinding");
+    }
     info
 }
 

@@ -1,7 +1,8 @@
 //! The CPU cost of `run` on the ultra-fast path for a 190-input model (host backend, kernel
 //! execution excluded: only the call that validates, binds and enqueues is timed; the wait for the
-//! kernel is outside the timed region), side by side with a bare launch of the same captured graph
-//! and with the pinned-copy (host tensors) path.
+//! kernel is outside the timed region): `run_device` (every tensor validated per run) and a
+//! `DeviceBinding` (validated once), side by side with a bare launch of the same captured graph and
+//! with the pinned-copy (host tensors) path.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -60,6 +61,21 @@ fn overhead(c: &mut Criterion) {
             for _ in 0..iters {
                 let t = Instant::now();
                 let pending = session.enqueue_device(&ins, &outs).unwrap();
+                timed += t.elapsed();
+                pending.wait().unwrap();
+            }
+            timed
+        })
+    });
+    // The same request as a binding: validated once, each run compares pointers and replays.
+    let binding = session.bind_device(&ins, &outs).unwrap();
+    assert_eq!(binding.run().unwrap().path, RunPath::UltraFast);
+    group.bench_function("ultra_fast_device_binding_enqueue", |b| {
+        b.iter_custom(|iters| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let pending = binding.enqueue().unwrap();
                 timed += t.elapsed();
                 pending.wait().unwrap();
             }

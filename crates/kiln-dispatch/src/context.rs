@@ -48,7 +48,49 @@ pub(crate) struct RunContext<B: Backend> {
     pub(crate) slice_plans: Vec<SlicePlan>,
     pub(crate) inputs: Vec<DeviceSlice>,
     pub(crate) outputs: Vec<DeviceSlice>,
+    /// The current device request's checked buffers (reused).
+    pub(crate) io: DeviceIo,
+}
+
+/// A device request's buffers in binding order, checked: inputs then outputs, each trimmed to the
+/// bytes the request needs, and their addresses (what a direct-bind graph bakes and compares).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct DeviceIo {
+    pub(crate) slices: Vec<DeviceSlice>,
     pub(crate) pointers: Vec<DevicePtr>,
+    pub(crate) inputs: usize,
+}
+
+impl DeviceIo {
+    #[inline]
+    pub(crate) fn clear(&mut self, inputs: usize) {
+        self.slices.clear();
+        self.pointers.clear();
+        self.inputs = inputs;
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, slice: DeviceSlice) {
+        self.slices.push(slice);
+        self.pointers.push(slice.ptr());
+    }
+
+    /// Replaces buffer `index` (inputs first, then outputs).
+    #[inline]
+    pub(crate) fn set(&mut self, index: usize, slice: DeviceSlice) {
+        self.slices[index] = slice;
+        self.pointers[index] = slice.ptr();
+    }
+
+    #[inline]
+    pub(crate) fn inputs(&self) -> &[DeviceSlice] {
+        &self.slices[..self.inputs]
+    }
+
+    #[inline]
+    pub(crate) fn outputs(&self) -> &[DeviceSlice] {
+        &self.slices[self.inputs..]
+    }
 }
 
 impl<B: Backend> RunContext<B> {

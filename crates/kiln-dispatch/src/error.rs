@@ -73,6 +73,30 @@ pub enum DispatchError {
         /// The caller's name, dtype and shape.
         actual: (String, kiln_shape::DType, Vec<u64>),
     },
+    /// A device buffer not aligned for its element type.
+    #[error(
+        "{role} `{name}` is at device address {address:#x}, which is not aligned to its element size of {align} bytes"
+    )]
+    Misaligned {
+        /// `"input"` or `"output"`.
+        role: &'static str,
+        /// The tensor.
+        name: String,
+        /// The address.
+        address: u64,
+        /// The element size.
+        align: u64,
+    },
+    /// A binding index past the model's inputs or outputs.
+    #[error("the model has {count} {role}s; there is no {role} {index}")]
+    NoSuchTensor {
+        /// `"input"` or `"output"`.
+        role: &'static str,
+        /// The index given.
+        index: usize,
+        /// How many there are.
+        count: usize,
+    },
     /// An invalid configuration.
     #[error("invalid session configuration: {0}")]
     Config(String),

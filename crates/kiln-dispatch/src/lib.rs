@@ -33,6 +33,7 @@
 //! The bugs the seeds fixed after the fact are impossible here by construction and pinned by tests
 //! (see `tests/seed_regressions.rs`).
 
+mod binding;
 mod compiler;
 mod config;
 mod context;
@@ -43,6 +44,7 @@ mod session;
 mod stats;
 mod tensors;
 
+pub use binding::DeviceBinding;
 pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
 pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
 pub use error::{DispatchError, Result};

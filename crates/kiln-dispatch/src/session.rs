@@ -13,9 +13,10 @@ use kiln_shape::{
 };
 use parking_lot::RwLock;
 
+use crate::binding::{BoundRequest, DeviceBinding};
 use crate::compiler::{Program, ProgramCompiler};
 use crate::config::{CaptureWhen, SessionConfig};
-use crate::context::{GraphEntry, LastRun, RunContext, capture, graph_bytes, replayable};
+use crate::context::{DeviceIo, GraphEntry, LastRun, RunContext, capture, graph_bytes, replayable};
 use crate::error::{DispatchError, Result};
 use crate::programs::{self, ProgramEntry, ProgramSpec, Progress};
 use crate::stats::{Stats, StatsSnapshot};
@@ -41,7 +42,7 @@ struct ShapeProgram<B: Backend, P> {
 /// Per-shape programs by the stable key of their input shapes.
 type ShapePrograms<B, P> = HashMap<StableShapeKey, Arc<ShapeProgram<B, P>>>;
 
-struct Inner<B: Backend, C: ProgramCompiler<B>> {
+pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     device: B::Device,
     compiler: Arc<C>,
     config: SessionConfig,
@@ -64,7 +65,7 @@ struct Inner<B: Backend, C: ProgramCompiler<B>> {
 /// # Thread safety
 /// `Send + Sync`; clone it (cheap) or share it by reference.
 pub struct Session<B: Backend, C: ProgramCompiler<B>> {
-    inner: Arc<Inner<B, C>>,
+    pub(crate) inner: Arc<Inner<B, C>>,
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Clone for Session<B, C> {
@@ -186,7 +187,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 slice_plans: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
-                pointers: Vec::new(),
+                io: DeviceIo::default(),
             })
         })?;
         contexts.prewarm(config.prewarm_contexts)?;
@@ -298,7 +299,31 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// the returned [`Pending`] is waited for (or dropped). The caller's device memory must stay
     /// valid until then.
     pub fn enqueue_device(&self, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<Pending<B>> {
-        let (result, lease) = self.inner.instrumented(|inner, ctx| inner.run_device(ctx, inputs, outputs));
+        self.enqueue_with(|inner, ctx| inner.run_device(ctx, inputs, outputs))
+    }
+
+    /// Validates a device request once (names in any order, dtypes, shapes, buffer sizes and
+    /// alignment) and keeps it as a [`DeviceBinding`]: runs of the binding skip that validation, so
+    /// a repeated request costs a pointer comparison and a graph launch. Change its buffers with
+    /// [`DeviceBinding::set_input`] / [`DeviceBinding::set_output`] (each checked as it is set).
+    pub fn bind_device(
+        &self,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<DeviceBinding<B, C>> {
+        let mut io = DeviceIo::default();
+        let (ordered, route) = self.inner.check_device_request(inputs, outputs, &mut io)?;
+        let input_dims = ordered.iter().map(|t| t.dims.to_vec()).collect();
+        let output_dims = outputs.iter().map(|t| t.dims.to_vec()).collect();
+        Ok(DeviceBinding::new(self.clone(), BoundRequest { route, input_dims, output_dims, io }))
+    }
+
+    /// Runs `f` with a leased run context and returns the work it enqueued as [`Pending`].
+    pub(crate) fn enqueue_with(
+        &self,
+        f: impl FnOnce(&Inner<B, C>, &mut RunContext<B>) -> Result<RunInfo>,
+    ) -> Result<Pending<B>> {
+        let (result, lease) = self.inner.instrumented(f);
         let info = result?;
         Ok(Pending { lease: lease.expect("a successful run holds its context"), info })
     }
@@ -367,6 +392,58 @@ struct Single {
     chunk: Chunk,
 }
 
+/// How a checked device request that needs no split runs: main program `k` on `chunk`, in `mode`
+/// (direct bind at an exact bucket, stabilized otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceRoute {
+    pub(crate) k: usize,
+    pub(crate) chunk: Chunk,
+    pub(crate) mode: BindingMode,
+    pub(crate) batch: Option<u64>,
+}
+
+/// Names are compared by address first: callers that reuse the model's own name strings skip the
+/// string comparison.
+fn same_name(given: &str, model: &str) -> bool {
+    std::ptr::eq(given, model) || given == model
+}
+
+/// The bytes a tensor of `spec`'s element type with extents `dims` occupies.
+pub(crate) fn request_bytes(spec: &TensorSpec, dims: &[u64]) -> Result<usize> {
+    let bytes = kiln_shape::byte_size(dims, spec.dtype())
+        .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?;
+    // More than the address space holds: no buffer is large enough, which the buffer check reports.
+    Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
+}
+
+/// `data` trimmed to `needed` bytes, after checking that it holds them and is aligned for the
+/// element type (a misaligned pointer would fault the kernel).
+#[inline]
+pub(crate) fn checked_device_buffer(
+    role: &'static str,
+    spec: &TensorSpec,
+    needed: usize,
+    data: DeviceSlice,
+) -> Result<DeviceSlice> {
+    let align = spec.dtype().size_bytes().max(1) as u64;
+    if data.len() < needed || !data.ptr().0.is_multiple_of(align) {
+        return Err(bad_device_buffer(role, spec, needed, data));
+    }
+    Ok(DeviceSlice::from_raw(data.ptr(), needed))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_device_buffer(role: &'static str, spec: &TensorSpec, needed: usize, data: DeviceSlice) -> DispatchError {
+    let name = spec.name().to_string();
+    if data.len() < needed {
+        DispatchError::BufferTooSmall { role, name, needed, actual: data.len() }
+    } else {
+        let align = spec.dtype().size_bytes().max(1) as u64;
+        DispatchError::Misaligned { role, name, address: data.ptr().0, align }
+    }
+}
+
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
         let shapes: Vec<TensorShape<'_>> = inputs.iter().map(|t| TensorShape::new(t.name, t.dtype, t.dims)).collect();
@@ -416,7 +493,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         request.len() == specs.len()
             && request.iter().zip(specs).all(|(t, s)| {
                 let (n, dtype) = name(t);
-                dtype == s.dtype() && (std::ptr::eq(n, s.name()) || n == s.name())
+                dtype == s.dtype() && same_name(n, s.name())
             })
     }
 
@@ -772,49 +849,132 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         Ok(())
     }
 
-    /// Checks the caller's device buffers against the program's sizes (direct bind) or the request's
-    /// own sizes (stabilized), and the output shapes.
-    fn check_device_buffers(
+    /// Runs a [`DeviceBinding`]'s request: its buffers were checked when set.
+    pub(crate) fn run_bound(&self, ctx: &mut RunContext<B>, request: &BoundRequest) -> Result<RunInfo> {
+        if let Some(route) = request.route {
+            return self.run_device_single(ctx, route, &request.input_dims, &request.io);
+        }
+        // Split batches and per-shape models take the standard path, from the kept shapes.
+        ctx.last = None;
+        fn tensors<'a>(specs: &'a [TensorSpec], dims: &'a [Vec<u64>], data: &[DeviceSlice]) -> Vec<DeviceTensor<'a>> {
+            specs
+                .iter()
+                .zip(dims)
+                .zip(data)
+                .map(|((spec, dims), data)| DeviceTensor { name: spec.name(), dtype: spec.dtype(), dims, data: *data })
+                .collect()
+        }
+        let inputs = tensors(self.signature.inputs(), &request.input_dims, request.io.inputs());
+        let outputs = tensors(self.signature.outputs(), &request.output_dims, request.io.outputs());
+        let mut io = std::mem::take(&mut ctx.io);
+        let result = self.run_device_standard(ctx, &inputs, &outputs, &mut io);
+        ctx.io = io;
+        result
+    }
+
+    /// Checks the caller's device buffers against the request's shapes (each large enough and aligned
+    /// for its element type; each output of the shape the request implies) and records them, in
+    /// binding order and trimmed to the bytes the request needs, in `io`. With `exact`, the request
+    /// has exactly that program's shapes (a direct-bind route), whose sizes are known.
+    fn check_device_io(
         &self,
         bindings: &Bindings<'_>,
         inputs: &[DeviceTensor<'_>],
         outputs: &[DeviceTensor<'_>],
+        exact: Option<&ProgramEntry<C::Program>>,
+        io: &mut DeviceIo,
     ) -> Result<()> {
-        for (spec, t) in self.signature.inputs().iter().zip(inputs) {
-            let needed = kiln_shape::byte_size(t.dims, spec.dtype())
-                .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?
-                as usize;
-            if t.data.len() < needed {
-                return Err(DispatchError::BufferTooSmall {
-                    role: "input",
-                    name: spec.name().to_string(),
-                    needed,
-                    actual: t.data.len(),
-                });
-            }
+        io.clear(inputs.len());
+        for (i, (spec, t)) in self.signature.inputs().iter().zip(inputs).enumerate() {
+            let needed = match exact {
+                Some(entry) => entry.input_bytes[i],
+                None => request_bytes(spec, t.dims)?,
+            };
+            io.push(checked_device_buffer("input", spec, needed, t.data)?);
         }
         for (o, (spec, t)) in self.signature.outputs().iter().zip(outputs).enumerate() {
-            let expected = bindings.output_shape(o)?;
-            if t.dims != &expected[..] || t.dtype != spec.dtype() || (t.name != spec.name()) {
+            let computed;
+            let (expected, needed) = match exact {
+                Some(entry) => (&entry.output_dims[o][..], entry.output_bytes[o]),
+                None => {
+                    computed = bindings.output_shape(o)?;
+                    (&computed[..], request_bytes(spec, &computed)?)
+                }
+            };
+            if t.dims != expected || t.dtype != spec.dtype() || !same_name(t.name, spec.name()) {
                 return Err(DispatchError::OutputShape {
                     output: spec.name().to_string(),
                     expected: expected.to_vec(),
                     actual: (t.name.to_string(), t.dtype, t.dims.to_vec()),
                 });
             }
-            let needed = kiln_shape::byte_size(&expected, spec.dtype())
-                .map_err(|source| kiln_shape::ShapeError::Overflow { input: spec.name().into(), source })?
-                as usize;
-            if t.data.len() < needed {
-                return Err(DispatchError::BufferTooSmall {
-                    role: "output",
-                    name: spec.name().to_string(),
-                    needed,
-                    actual: t.data.len(),
-                });
-            }
+            io.push(checked_device_buffer("output", spec, needed, t.data)?);
         }
         Ok(())
+    }
+
+    /// The program whose shapes a request on `route` has exactly (direct bind), if any.
+    fn exact_program(&self, route: Option<DeviceRoute>) -> Option<&ProgramEntry<C::Program>> {
+        route.filter(|r| r.mode == BindingMode::DirectBind).map(|r| &*self.main[r.k])
+    }
+
+    /// Runs a checked single-chunk device request (`io` from [`Inner::check_device_io`]): ultra-fast
+    /// when the context's last run had the same program, mode and batch, fast otherwise.
+    pub(crate) fn run_device_single<T: AsRef<[u64]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        route: DeviceRoute,
+        dims: &[T],
+        io: &DeviceIo,
+    ) -> Result<RunInfo> {
+        let DeviceRoute { k, chunk, mode, batch } = route;
+        let last = LastRun { mode, batch, program: self.main[k].id };
+        let path = if ctx.last == Some(last) { RunPath::UltraFast } else { RunPath::Fast };
+        if path == RunPath::Fast {
+            self.plan_chunk(ctx, dims, k, chunk)?;
+        }
+        ctx.last = None;
+        let replayed = match mode {
+            BindingMode::DirectBind => self.direct_chunk(ctx, k, io)?,
+            _ => self.stabilized_chunk(ctx, k, io)?,
+        };
+        ctx.last = Some(last);
+        self.count_path(path);
+        self.count_chunk(chunk);
+        Ok(RunInfo { path, mode, batch, bucket: self.main[k].bucket, chunks: 1, replayed })
+    }
+
+    /// The single program a device request in binding order runs as, if it needs no split: exact
+    /// buckets are direct-bound, padded ones stabilized.
+    pub(crate) fn device_route(&self, bindings: &Bindings<'_>) -> Option<DeviceRoute> {
+        let Single { k, chunk } = self.single(bindings)?;
+        let mode = if chunk.rows == chunk.bucket { BindingMode::DirectBind } else { BindingMode::Stabilized };
+        Some(DeviceRoute { k, chunk, mode, batch: bindings.batch() })
+    }
+
+    /// Validates a device request by name (any order) and records it in binding order: the ordered
+    /// tensors, their checked buffers, and the route when it needs no split.
+    pub(crate) fn check_device_request<'t>(
+        &self,
+        inputs: &[DeviceTensor<'t>],
+        outputs: &[DeviceTensor<'_>],
+        io: &mut DeviceIo,
+    ) -> Result<(Vec<DeviceTensor<'t>>, Option<DeviceRoute>)> {
+        let n_out = self.signature.outputs().len();
+        if outputs.len() != n_out {
+            return Err(DispatchError::OutputCount { expected: n_out, actual: outputs.len() });
+        }
+        let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
+        let bindings = self.signature.check(&ordered)?;
+        let route = self.device_route(&bindings);
+        self.check_device_io(&bindings, &ordered, outputs, self.exact_program(route), io)?;
+        if route.is_none()
+            && let (Some(policy), Some(batch)) = (&self.policy, bindings.batch())
+        {
+            // A batch no bucket can serve (splitting off) is refused here, not on every run.
+            policy.plan(batch, self.config.splitting)?;
+        }
+        Ok((ordered, route))
     }
 
     fn run_device(
@@ -829,37 +989,37 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         }
         if self.in_binding_order(inputs, |t| (t.name, t.dtype)) {
             let bindings = self.signature.check(inputs)?;
-            if let Some(Single { k, chunk }) = self.single(&bindings) {
-                let batch = bindings.batch();
-                let mode = if chunk.rows == chunk.bucket { BindingMode::DirectBind } else { BindingMode::Stabilized };
-                if mode == BindingMode::Stabilized {
-                    // Direct bind checks its buffers against the program as it binds them.
-                    self.check_device_buffers(&bindings, inputs, outputs)?;
-                }
-                let last = LastRun { mode, batch, program: self.main[k].id };
-                let path = if ctx.last == Some(last) { RunPath::UltraFast } else { RunPath::Fast };
-                if path == RunPath::Fast {
-                    self.plan_chunk(ctx, inputs, k, chunk)?;
-                }
-                ctx.last = None;
-                let replayed = match mode {
-                    BindingMode::DirectBind => self.direct_chunk(ctx, k, inputs, outputs)?,
-                    _ => self.stabilized_chunk(ctx, k, inputs, outputs)?,
-                };
-                ctx.last = Some(last);
-                self.count_path(path);
-                self.count_chunk(chunk);
-                return Ok(RunInfo { path, mode, batch, bucket: self.main[k].bucket, chunks: 1, replayed });
+            if let Some(route) = self.device_route(&bindings) {
+                let mut io = std::mem::take(&mut ctx.io);
+                let result = self
+                    .check_device_io(&bindings, inputs, outputs, self.exact_program(Some(route)), &mut io)
+                    .and_then(|()| self.run_device_single(ctx, route, inputs, &io));
+                ctx.io = io;
+                return result;
             }
         }
         ctx.last = None;
-        let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
+        let mut io = std::mem::take(&mut ctx.io);
+        let result = self.run_device_standard(ctx, inputs, outputs, &mut io);
+        ctx.io = io;
+        result
+    }
+
+    /// Validates by name (any order), then runs each chunk stabilized; per-shape programs eagerly.
+    pub(crate) fn run_device_standard(
+        &self,
+        ctx: &mut RunContext<B>,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+        io: &mut DeviceIo,
+    ) -> Result<RunInfo> {
+        let (ordered, _) = self.check_device_request(inputs, outputs, io)?;
+        // Checked by `check_device_request`; the bindings borrow `ordered`, so they are made here.
         let bindings = self.signature.check(&ordered)?;
-        self.check_device_buffers(&bindings, &ordered, outputs)?;
         self.count_path(RunPath::Standard);
         let batch = bindings.batch();
         if self.kind == ModelKind::PerShape {
-            self.run_shape_program_device(&bindings, &ordered, outputs, &ctx.stream)?;
+            self.run_shape_program_device(&bindings, &ordered, io, &ctx.stream)?;
             return Ok(RunInfo {
                 path: RunPath::Standard,
                 mode: BindingMode::DirectBind,
@@ -874,7 +1034,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         for &chunk in &chunks {
             let k = self.program_for(chunk);
             self.plan_chunk(ctx, &ordered, k, chunk)?;
-            replayed &= self.stabilized_chunk(ctx, k, &ordered, outputs)?;
+            replayed &= self.stabilized_chunk(ctx, k, io)?;
             self.count_chunk(chunk);
         }
         let bucket = chunks.first().map(|c| c.bucket);
@@ -888,80 +1048,45 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         })
     }
 
-    /// Direct bind: the caller's pointers are the program's bindings. A graph bakes them; every run
-    /// compares. A match replays and resets the drift count; a mismatch updates the graph in place
-    /// (or re-captures it) and counts; more than `max_consecutive_drift` consecutive mismatches make
-    /// the entry fall back to eager launches.
-    fn direct_chunk(
-        &self,
-        ctx: &mut RunContext<B>,
-        k: usize,
-        inputs: &[DeviceTensor<'_>],
-        outputs: &[DeviceTensor<'_>],
-    ) -> Result<bool> {
+    /// Direct bind: the caller's pointers (in `io`, checked) are the program's bindings. A graph bakes
+    /// them; every run compares. A match replays and resets the drift count; a mismatch updates the
+    /// graph in place (or re-captures it) and counts; more than `max_consecutive_drift` consecutive
+    /// mismatches make the entry fall back to eager launches.
+    fn direct_chunk(&self, ctx: &mut RunContext<B>, k: usize, io: &DeviceIo) -> Result<bool> {
         let entry = &self.main[k];
-        if self.config.graphs.enabled && self.replay_if_unchanged(ctx, k, inputs, outputs)? {
-            return Ok(true);
-        }
-        // The request's batch equals the bucket, so the program's sizes are the request's sizes.
-        ctx.inputs.clear();
-        for ((t, bytes), spec) in inputs.iter().zip(&entry.input_bytes).zip(self.signature.inputs()) {
-            if t.data.len() < *bytes {
-                return Err(DispatchError::BufferTooSmall {
-                    role: "input",
-                    name: spec.name().to_string(),
-                    needed: *bytes,
-                    actual: t.data.len(),
-                });
-            }
-            ctx.inputs.push(DeviceSlice::from_raw(t.data.ptr(), *bytes));
-        }
-        ctx.outputs.clear();
-        for (((t, bytes), dims), spec) in
-            outputs.iter().zip(&entry.output_bytes).zip(&entry.output_dims).zip(self.signature.outputs())
+        let key = (entry.id, BindingMode::DirectBind);
+        let tick = ctx.tick;
+        // The steady state: a live graph whose baked pointers are this request's.
+        if let Some(graph) = ctx.graphs.get_mut(&key)
+            && let Some(exec) = &graph.exec
+            && graph.baked == io.pointers
         {
-            if t.dims != &dims[..]
-                || t.dtype != spec.dtype()
-                || !(std::ptr::eq(t.name, spec.name()) || t.name == spec.name())
-            {
-                return Err(DispatchError::OutputShape {
-                    output: spec.name().to_string(),
-                    expected: dims.clone(),
-                    actual: (t.name.to_string(), t.dtype, t.dims.to_vec()),
-                });
-            }
-            if t.data.len() < *bytes {
-                return Err(DispatchError::BufferTooSmall {
-                    role: "output",
-                    name: spec.name().to_string(),
-                    needed: *bytes,
-                    actual: t.data.len(),
-                });
-            }
-            ctx.outputs.push(DeviceSlice::from_raw(t.data.ptr(), *bytes));
+            graph.drift = 0;
+            graph.last_used = tick;
+            // SAFETY: the graph's baked pointers are exactly this request's live, checked buffers.
+            unsafe { ctx.stream.launch_graph(exec)? };
+            Stats::bump(&self.stats.replays);
+            return Ok(true);
         }
         let scratch = ctx.scratch_slice(entry.scratch_bytes);
         let launch = |ctx: &RunContext<B>| {
             // SAFETY: the caller's device memory stays valid until the run is waited for (the contract
-            // of `run_device` and `Pending`), and the scratch belongs to the context.
-            unsafe { entry.program.launch(&ctx.stream, &ctx.inputs, &ctx.outputs, scratch) }
+            // of `run_device` and `Pending`), each buffer holds what the program reads or writes (the
+            // request's batch equals the bucket), and the scratch belongs to the context.
+            unsafe { entry.program.launch(&ctx.stream, io.inputs(), io.outputs(), scratch) }
         };
         if !self.config.graphs.enabled {
             launch(ctx)?;
             Stats::bump(&self.stats.eager_runs);
             return Ok(false);
         }
-        ctx.pointers.clear();
-        ctx.pointers.extend(ctx.inputs.iter().chain(&ctx.outputs).map(|s| s.ptr()));
-        let key = (entry.id, BindingMode::DirectBind);
-        let tick = ctx.tick;
         let limit = self.config.graphs.max_consecutive_drift;
         let Some(graph_entry) = ctx.graphs.get_mut(&key) else {
             let graph = capture::<B>(&ctx.stream, || Ok(launch(ctx)?))?;
             let exec = self.device.instantiate(&graph)?;
             Stats::bump(&self.stats.captures);
             let bytes = graph_bytes::<B>(&graph);
-            let baked = ctx.pointers.clone();
+            let baked = io.pointers.clone();
             ctx.insert_graph(
                 key,
                 GraphEntry { exec: Some(exec), mode: BindingMode::DirectBind, baked, drift: 0, last_used: tick, bytes },
@@ -974,10 +1099,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             launch(ctx)?;
             Stats::bump(&self.stats.eager_runs);
             return Ok(false);
-        }
-        if graph_entry.baked == ctx.pointers {
-            graph_entry.drift = 0;
-            return self.replay(ctx, key);
         }
         graph_entry.drift += 1;
         if graph_entry.drift > limit {
@@ -1002,56 +1123,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             Stats::bump(&self.stats.recaptures);
         }
         graph_entry.baked.clear();
-        graph_entry.baked.extend_from_slice(&ctx.pointers);
+        graph_entry.baked.extend_from_slice(&io.pointers);
         self.replay(ctx, key)
-    }
-
-    /// The steady state of direct bind, in one pass and without copying: when this context holds a
-    /// live direct-bind graph for program `k` whose baked pointers equal the request's, and every
-    /// buffer is large enough and every output has this request's shape, replay it. Returns false
-    /// (having done nothing) otherwise; the caller then binds, compares and handles drift.
-    fn replay_if_unchanged(
-        &self,
-        ctx: &mut RunContext<B>,
-        k: usize,
-        inputs: &[DeviceTensor<'_>],
-        outputs: &[DeviceTensor<'_>],
-    ) -> Result<bool> {
-        let entry = &self.main[k];
-        let key = (entry.id, BindingMode::DirectBind);
-        let Some(graph) = ctx.graphs.get_mut(&key) else { return Ok(false) };
-        let Some(exec) = graph.exec.as_ref() else { return Ok(false) };
-        let (baked_in, baked_out) = graph.baked.split_at(inputs.len().min(graph.baked.len()));
-        let inputs_match = baked_in.len() == inputs.len()
-            && inputs
-                .iter()
-                .zip(baked_in)
-                .zip(&entry.input_bytes)
-                .all(|((t, p), bytes)| t.data.ptr() == *p && t.data.len() >= *bytes);
-        let outputs_match = baked_out.len() == outputs.len()
-            && outputs
-                .iter()
-                .zip(baked_out)
-                .zip(&entry.output_bytes)
-                .zip(&entry.output_dims)
-                .zip(self.signature.outputs())
-                .all(|((((t, p), bytes), dims), spec)| {
-                    t.data.ptr() == *p
-                        && t.data.len() >= *bytes
-                        && t.dims == &dims[..]
-                        && t.dtype == spec.dtype()
-                        && (std::ptr::eq(t.name, spec.name()) || t.name == spec.name())
-                });
-        if !(inputs_match && outputs_match) {
-            return Ok(false);
-        }
-        graph.drift = 0;
-        graph.last_used = ctx.tick;
-        // SAFETY: the graph's baked pointers are exactly this request's live buffers, each at least
-        // as large as the program reads or writes.
-        unsafe { ctx.stream.launch_graph(exec)? };
-        Stats::bump(&self.stats.replays);
-        Ok(true)
     }
 
     fn replay(&self, ctx: &mut RunContext<B>, key: (usize, BindingMode)) -> Result<bool> {
@@ -1065,32 +1138,31 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         Ok(true)
     }
 
-    /// Stabilized: the caller's device inputs are copied (and padded) into the arena's persistent
-    /// slots, the program runs there (graph or eager), and each output's real rows are copied back.
-    fn stabilized_chunk(
-        &self,
-        ctx: &mut RunContext<B>,
-        k: usize,
-        inputs: &[DeviceTensor<'_>],
-        outputs: &[DeviceTensor<'_>],
-    ) -> Result<bool> {
+    /// Stabilized: the caller's device inputs (in `io`, checked) are copied (and padded) into the
+    /// arena's persistent slots, the program runs there (graph or eager), and each output's real rows
+    /// are copied back.
+    fn stabilized_chunk(&self, ctx: &mut RunContext<B>, k: usize, io: &DeviceIo) -> Result<bool> {
         {
             let RunContext { arena, pad_plans, stream, .. } = &mut *ctx;
             let arena = arena.as_mut().expect("main programs have arenas");
-            let sources: Vec<InputSource<'_>> = inputs
+            let sources: Vec<InputSource<'_>> = io
+                .inputs()
                 .iter()
                 .zip(pad_plans.iter())
-                .map(|(t, plan)| InputSource::Device { data: t.data, plan: *plan, mode: DeviceInputMode::CopyIntoSlot })
+                .map(|(data, plan)| InputSource::Device {
+                    data: *data,
+                    plan: *plan,
+                    mode: DeviceInputMode::CopyIntoSlot,
+                })
                 .collect();
             arena.copy_device_inputs(stream, &sources)?;
         }
         let replayed = self.run_on_slots(ctx, k, BindingMode::Stabilized)?;
         let arena = ctx.arena.as_ref().expect("main programs have arenas");
-        for (o, (plan, t)) in ctx.slice_plans.iter().zip(outputs).enumerate() {
+        for (o, (plan, data)) in ctx.slice_plans.iter().zip(io.outputs()).enumerate() {
             let range = plan.dst_range();
             if !range.is_empty() {
-                ctx.stream
-                    .copy_d2d(arena.output_slot(o).sub(0, range.len())?, t.data.sub(range.start, range.len())?)?;
+                ctx.stream.copy_d2d(arena.output_slot(o).sub(0, range.len())?, data.sub(range.start, range.len())?)?;
             }
         }
         Ok(replayed)
@@ -1100,21 +1172,16 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         &self,
         bindings: &Bindings<'_>,
         ordered: &[DeviceTensor<'_>],
-        outputs: &[DeviceTensor<'_>],
+        io: &DeviceIo,
         stream: &B::Stream,
     ) -> Result<()> {
         let dims: Vec<Vec<u64>> = ordered.iter().map(|t| t.dims.to_vec()).collect();
         let sp = self.shape_program(bindings, &dims)?;
-        let ins: Vec<DeviceSlice> = ordered
-            .iter()
-            .zip(&sp.entry.input_bytes)
-            .map(|(t, b)| t.data.sub(0, *b))
-            .collect::<std::result::Result<_, _>>()?;
-        let outs: Vec<DeviceSlice> = outputs
-            .iter()
-            .zip(&sp.entry.output_bytes)
-            .map(|(t, b)| t.data.sub(0, *b))
-            .collect::<std::result::Result<_, _>>()?;
+        let trim = |slices: &[DeviceSlice], bytes: &[usize]| {
+            slices.iter().zip(bytes).map(|(s, b)| s.sub(0, *b)).collect::<std::result::Result<Vec<_>, _>>()
+        };
+        let ins = trim(io.inputs(), &sp.entry.input_bytes)?;
+        let outs = trim(io.outputs(), &sp.entry.output_bytes)?;
         let scratch = if sp.entry.scratch_bytes > 0 { Some(self.device.alloc(sp.entry.scratch_bytes)?) } else { None };
         let scratch_slice =
             scratch.as_ref().map_or(DeviceSlice::from_raw(DevicePtr::NULL, 0), kiln_device::DeviceBuffer::as_slice);
