@@ -186,30 +186,19 @@ fn main() {
         }
     };
     println!("gpu_dispatch on {}, recsys (190 inputs) batch 1, median of {iterations}", f.device);
-    let ratio = |a: f64, b: f64| a / b;
-    println!(
-        "  ultra-fast run_device, CPU cost to enqueue     {:>9.2} us   ({:.2}x bare)",
-        f.run_enqueue_us,
-        ratio(f.run_enqueue_us, f.bare_launch_us)
-    );
-    println!(
-        "  ultra-fast DeviceBinding, CPU cost to enqueue  {:>9.2} us   ({:.2}x bare)",
-        f.bound_enqueue_us,
-        ratio(f.bound_enqueue_us, f.bare_launch_us)
-    );
-    println!("  bare graph launch, CPU cost to enqueue         {:>9.2} us", f.bare_launch_us);
-    println!(
-        "  ultra-fast run_device, enqueue + wait          {:>9.2} us   ({:.2}x bare)",
-        f.run_device_e2e_us,
-        ratio(f.run_device_e2e_us, f.bare_e2e_us)
-    );
-    println!(
-        "  ultra-fast DeviceBinding, enqueue + wait       {:>9.2} us   ({:.2}x bare)",
-        f.bound_e2e_us,
-        ratio(f.bound_e2e_us, f.bare_e2e_us)
-    );
-    println!("  bare graph launch, enqueue + wait              {:>9.2} us", f.bare_e2e_us);
-    println!("  pinned-copy run_into (host in, host out)     {:>9.2} us", f.pinned_e2e_us);
+    let rows = [
+        ("ultra-fast run_device, CPU cost to enqueue", f.run_enqueue_us, Some(f.bare_launch_us)),
+        ("ultra-fast DeviceBinding, CPU cost to enqueue", f.bound_enqueue_us, Some(f.bare_launch_us)),
+        ("bare graph launch, CPU cost to enqueue", f.bare_launch_us, None),
+        ("ultra-fast run_device, enqueue + wait", f.run_device_e2e_us, Some(f.bare_e2e_us)),
+        ("ultra-fast DeviceBinding, enqueue + wait", f.bound_e2e_us, Some(f.bare_e2e_us)),
+        ("bare graph launch, enqueue + wait", f.bare_e2e_us, None),
+        ("pinned-copy run_into (host in, host out)", f.pinned_e2e_us, None),
+    ];
+    for (label, us, bare) in rows {
+        let ratio = bare.map(|b| format!("   ({:.2}x bare)", us / b)).unwrap_or_default();
+        println!("  {label:<46} {us:>9.2} us{ratio}");
+    }
     if let Some(path) = json {
         let fields = [
             ("run_enqueue_us", f.run_enqueue_us),

@@ -349,6 +349,17 @@ mod tests {
         GatherOptions { helpers, spin: Duration::from_micros(10), ..GatherOptions::auto() }
     }
 
+    /// Runs a gather of `parts` parts that only counts them; returns the count.
+    fn count_parts(gatherer: &Gatherer, parts: usize) -> usize {
+        let ran = AtomicUsize::new(0);
+        gatherer
+            .run_parts(parts, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        ran.into_inner()
+    }
+
     #[test]
     fn every_part_runs_exactly_once_also_with_fewer_parts_than_helpers() {
         let gatherer = Gatherer::new(options(3)).unwrap();
@@ -396,13 +407,7 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.contains("panicked"), "{err}");
-        let ran = AtomicUsize::new(0);
-        gatherer
-            .run_parts(3, &|_| {
-                ran.fetch_add(1, Ordering::Relaxed);
-            })
-            .unwrap();
-        assert_eq!(ran.load(Ordering::Relaxed), 3);
+        assert_eq!(count_parts(&gatherer, 3), 3);
     }
 
     #[test]
@@ -411,13 +416,7 @@ mod tests {
         for _ in 0..5 {
             // Longer than the spin: the helpers park between gathers.
             std::thread::sleep(Duration::from_millis(2));
-            let ran = AtomicUsize::new(0);
-            gatherer
-                .run_parts(3, &|_| {
-                    ran.fetch_add(1, Ordering::Relaxed);
-                })
-                .unwrap();
-            assert_eq!(ran.load(Ordering::Relaxed), 3);
+            assert_eq!(count_parts(&gatherer, 3), 3);
         }
         drop(gatherer);
     }

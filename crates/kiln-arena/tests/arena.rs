@@ -231,6 +231,24 @@ fn u32_bytes(v: &[u32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 4) }
 }
 
+/// Uploads the staged span and checks through the device that input `i`'s slot holds `data[i]`.
+fn check_staged(
+    lease: &mut kiln_arena::ArenaLease<HostBackend>,
+    stream: &kiln_device::host::HostStream,
+    data: &[Vec<u32>],
+    what: &str,
+) {
+    let span = lease.layout().input_span();
+    // SAFETY: fenced right below.
+    unsafe { lease.enqueue_upload(stream, span).unwrap() };
+    lease.fence(stream).unwrap();
+    for (i, want) in data.iter().enumerate() {
+        let mut got = vec![0u8; want.len() * 4];
+        stream.download(lease.input_bindings()[i], &mut got).unwrap();
+        assert_eq!(got, u32_bytes(want), "{what}: input {i}");
+    }
+}
+
 #[test]
 fn parallel_gathers_on_sixteen_threads_never_mix() {
     let d = device();
@@ -250,16 +268,8 @@ fn parallel_gathers_on_sixteen_threads_never_mix() {
                         lease
                             .gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] })
                             .unwrap();
-                        // Read the staged bytes back through the device: each slot holds this request's input.
-                        let span = lease.layout().input_span();
-                        // SAFETY: fenced right below.
-                        unsafe { lease.enqueue_upload(&stream, span).unwrap() };
-                        lease.fence(&stream).unwrap();
-                        for (i, want) in data.iter().enumerate() {
-                            let mut got = vec![0u8; 200];
-                            stream.download(lease.input_bindings()[i], &mut got).unwrap();
-                            assert_eq!(got, u32_bytes(want), "thread {t} round {round} input {i}");
-                        }
+                        // Each slot holds this request's input, read back through the device.
+                        check_staged(&mut lease, &stream, &data, &format!("thread {t} round {round}"));
                     }
                 });
             }
@@ -288,14 +298,7 @@ fn a_parallel_gather_reports_the_first_bad_input_and_the_next_request_succeeds()
         assert!(matches!(&err, ArenaError::InputTooShort { input, .. } if &**input == "x3"), "{err:?}");
     }
     lease.gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] }).unwrap();
-    // SAFETY: fenced right below.
-    unsafe { lease.enqueue_upload(&stream, lease.layout().input_span()).unwrap() };
-    lease.fence(&stream).unwrap();
-    for (i, want) in data.iter().enumerate() {
-        let mut got = vec![0u8; 200];
-        stream.download(lease.input_bindings()[i], &mut got).unwrap();
-        assert_eq!(got, u32_bytes(want), "input {i}");
-    }
+    check_staged(&mut lease, &stream, &data, "after the errors");
 }
 
 #[test]
