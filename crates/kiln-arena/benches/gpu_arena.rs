@@ -6,7 +6,7 @@
 //! iterations, each iteration ending with a stream synchronize:
 //! - `arena`: gather the host inputs into the pinned staging buffer, ONE host-to-device copy; once per
 //!   gather configuration (the calling thread alone, then with 1, 3 and 7 helper threads where the
-//!   machine has the cores, and the default);
+//!   machine has the cores, and the default), and with requests 1 ms apart (parked helpers);
 //! - `gather only`: the host side of the same gather, without the copy (where the time goes);
 //! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
 //! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor).
@@ -37,23 +37,27 @@ struct Row {
 
 /// The gather configurations measured: the calling thread alone with plain and with streaming
 /// stores, then 1, 3 and 7 helpers with streaming stores (as far as the machine has spare hardware
-/// threads), 7 with plain stores, and the default.
-fn gather_configs() -> Vec<(String, GatherOptions)> {
+/// threads), 7 with plain stores, and the default; then the calling thread and the default with
+/// requests 1 ms apart (longer than the helpers' spin, so they park between requests).
+fn gather_configs() -> Vec<(String, GatherOptions, Option<Duration>)> {
     let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
     let inline = |streaming_stores| GatherOptions { streaming_stores, ..GatherOptions::INLINE };
     let helped = |helpers, streaming_stores| GatherOptions { helpers, streaming_stores, ..GatherOptions::auto() };
     let mut configs = vec![
-        ("calling thread, plain".to_string(), inline(false)),
-        ("calling thread, streaming".to_string(), inline(true)),
+        ("calling thread, plain".to_string(), inline(false), None),
+        ("calling thread, streaming".to_string(), inline(true), None),
     ];
     for helpers in [1, 3, 7].into_iter().filter(|h| *h <= spare) {
-        configs.push((format!("{helpers} helpers, streaming"), helped(helpers, true)));
+        configs.push((format!("{helpers} helpers, streaming"), helped(helpers, true), None));
     }
     if spare >= 7 {
-        configs.push(("7 helpers, plain".to_string(), helped(7, false)));
+        configs.push(("7 helpers, plain".to_string(), helped(7, false), None));
     }
     let auto = GatherOptions::auto();
-    configs.push((format!("default ({} helpers)", auto.helpers), auto));
+    configs.push((format!("default ({} helpers)", auto.helpers), auto, None));
+    let apart = Some(Duration::from_millis(1));
+    configs.push(("calling thread, 1 ms apart".to_string(), inline(true), apart));
+    configs.push(("default, 1 ms apart".to_string(), auto, apart));
     configs
 }
 
@@ -62,13 +66,17 @@ fn median(mut samples: Vec<Duration>) -> f64 {
     samples[samples.len() / 2].as_secs_f64() * 1e6
 }
 
-fn time(iterations: usize, mut f: impl FnMut()) -> f64 {
+/// Median time of `f` over `iterations` (after a warm-up), sleeping `pause` before each timed call.
+fn time(iterations: usize, pause: Option<Duration>, mut f: impl FnMut()) -> f64 {
     for _ in 0..iterations / 10 + 1 {
         f();
     }
     median(
         (0..iterations)
             .map(|_| {
+                if let Some(pause) = pause {
+                    std::thread::sleep(pause);
+                }
                 let t = Instant::now();
                 f();
                 t.elapsed()
@@ -106,7 +114,7 @@ impl BackendVisitor for Bench {
                 pinned.as_mut_slice()[slot.offset..slot.offset + case.bytes].copy_from_slice(bytes);
             }
             let target = device.alloc(layout.input_span()).map_err(|e| e.to_string())?;
-            let per_input_us = time(self.iterations, || {
+            let per_input_us = time(self.iterations, None, || {
                 for slot in layout.inputs() {
                     // SAFETY: `pinned` and `target` outlive the synchronize right after the loop.
                     unsafe {
@@ -117,7 +125,7 @@ impl BackendVisitor for Bench {
                 }
                 stream.synchronize().unwrap();
             });
-            let single_prefilled_us = time(self.iterations, || {
+            let single_prefilled_us = time(self.iterations, None, || {
                 // SAFETY: as above.
                 unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
                 stream.synchronize().unwrap();
@@ -131,16 +139,18 @@ impl BackendVisitor for Bench {
                     InputSource::Host { data: bytes, plan: *p }
                 })
                 .collect();
-            for (label, gather) in gather_configs() {
+            for (label, gather, pause) in gather_configs() {
+                // Requests 1 ms apart: parked helpers; fewer iterations (each waits the pause).
+                let iterations = if pause.is_some() { self.iterations / 4 } else { self.iterations };
                 let config =
                     PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
-                let arena_us = time(self.iterations, || {
+                let arena_us = time(iterations, pause, || {
                     lease.stage_inputs(&stream, &sources).unwrap();
                     stream.synchronize().unwrap();
                 });
-                let gather_only_us = time(self.iterations, || {
+                let gather_only_us = time(iterations, pause, || {
                     std::hint::black_box(lease.gather_host(&sources).unwrap());
                 });
                 rows.push(Row {

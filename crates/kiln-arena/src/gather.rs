@@ -9,8 +9,10 @@
 //!
 //! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
 //! awake; a wake then costs well under a microsecond), then park (a parked helper costs nothing and
-//! takes a few microseconds to wake). A gather that finds the helpers busy with another arena's
-//! gather runs its parts on the calling thread rather than wait.
+//! takes microseconds to wake). A gather that finds a helper parked runs its parts on the calling
+//! thread and wakes the helpers (each woken helper wakes the next) for the gathers that follow; a
+//! gather that finds the helpers busy with another arena's gather also runs its parts itself rather
+//! than wait.
 //!
 //! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
 //! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
@@ -108,6 +110,8 @@ struct Shared {
     parked: Box<[AtomicBool]>,
     shutdown: AtomicBool,
     spin: Duration,
+    /// The helpers' threads, for waking one another (set once they are all started).
+    threads: std::sync::OnceLock<Vec<std::thread::Thread>>,
 }
 
 // SAFETY: `task` is written only by the thread holding the gatherer's `busy` lock, before it bumps
@@ -154,6 +158,7 @@ impl Gatherer {
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
             spin: options.spin,
+            threads: std::sync::OnceLock::new(),
         });
         let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
         for index in 0..n {
@@ -164,6 +169,8 @@ impl Gatherer {
             // On a spawn error, `gatherer`'s drop stops the helpers started so far.
             gatherer.helpers.push(handle);
         }
+        let threads = gatherer.helpers.iter().map(|h| h.thread().clone()).collect();
+        gatherer.shared.threads.set(threads).expect("set once, here");
         Ok(gatherer)
     }
 
@@ -179,6 +186,14 @@ impl Gatherer {
             return Ok(());
         };
         let shared = &*self.shared;
+        // Parked helpers (no gather for longer than the spin) take microseconds each to wake, more
+        // than their parts are worth: run every part here, and wake the first parked helper, which
+        // wakes the next, so the following gather finds them spinning.
+        if let Some(first) = shared.parked[..helpers].iter().position(|p| p.load(Ordering::SeqCst)) {
+            self.helpers[first].thread().unpark();
+            (0..parts).for_each(task);
+            return Ok(());
+        }
         // SAFETY: this thread holds `busy`, and the previous gather's helpers are done with the cell
         // (its caller waited for `remaining` to reach zero). Erasing the borrow's lifetime is sound
         // because `Wait` below keeps this call from returning, or unwinding, until every helper has
@@ -268,7 +283,13 @@ fn wait_for_gather(shared: &Shared, index: usize, done: u64) -> Option<u64> {
             // `unpark` before `park` makes `park` return at once, so no wake-up is lost.
             std::thread::park();
         }
-        shared.parked[index].store(false, Ordering::Relaxed);
+        shared.parked[index].store(false, Ordering::SeqCst);
+        // Pass the wake-up on: a gather that found helpers parked woke only the first of them.
+        if let (Some(next), Some(threads)) = (shared.parked.get(index + 1), shared.threads.get())
+            && next.load(Ordering::SeqCst)
+        {
+            threads[index + 1].unpark();
+        }
         spin_until = Instant::now() + shared.spin;
     }
 }
@@ -410,13 +431,32 @@ mod tests {
         assert_eq!(count_parts(&gatherer, 3), 3);
     }
 
+    /// The threads that ran each of `parts` parts.
+    fn part_threads(gatherer: &Gatherer, parts: usize) -> Vec<std::thread::ThreadId> {
+        let seen = Mutex::new(vec![None; parts]);
+        gatherer.run_parts(parts, &|p| seen.lock()[p] = Some(std::thread::current().id())).unwrap();
+        seen.into_inner().into_iter().map(|t| t.expect("every part ran")).collect()
+    }
+
     #[test]
-    fn parked_helpers_wake_for_the_next_gather_and_stop_on_drop() {
-        let gatherer = Gatherer::new(options(2)).unwrap();
-        for _ in 0..5 {
-            // Longer than the spin: the helpers park between gathers.
-            std::thread::sleep(Duration::from_millis(2));
-            assert_eq!(count_parts(&gatherer, 3), 3);
+    fn a_gather_that_finds_helpers_parked_runs_alone_and_wakes_them_for_the_next() {
+        let spin = Duration::from_millis(300);
+        let gatherer = Gatherer::new(GatherOptions { helpers: 2, spin, ..GatherOptions::auto() }).unwrap();
+        let me = std::thread::current().id();
+        for round in 0..3 {
+            // Longer than the spin: both helpers park.
+            std::thread::sleep(spin + Duration::from_millis(200));
+            assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)), "round {round}");
+            assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not waited for");
+            // The first helper was woken, and woke the second: both spin again.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while gatherer.shared.parked.iter().any(|p| p.load(Ordering::SeqCst)) {
+                assert!(Instant::now() < deadline, "round {round}: the helpers were not woken");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let threads = part_threads(&gatherer, 3);
+            assert!(threads[0] != me && threads[1] != me && threads[0] != threads[1], "round {round}: {threads:?}");
+            assert_eq!(threads[2], me);
         }
         drop(gatherer);
     }
