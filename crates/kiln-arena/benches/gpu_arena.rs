@@ -61,6 +61,11 @@ fn gather_configs() -> Vec<(String, GatherOptions, Option<Duration>)> {
     configs
 }
 
+/// A JSON number, or `null` for a figure not measured.
+fn json_number(value: f64) -> String {
+    if value.is_finite() { format!("{value:.3}") } else { "null".to_string() }
+}
+
 fn median(mut samples: Vec<Duration>) -> f64 {
     samples.sort();
     samples[samples.len() / 2].as_secs_f64() * 1e6
@@ -130,6 +135,39 @@ impl BackendVisitor for Bench {
                 unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
                 stream.synchronize().unwrap();
             });
+            // Diagnostics: the prefilled copy plus the event an arena records after it; a plain
+            // memcpy refill of the pinned buffer (no arena code) before the copy.
+            let event = device.create_event().map_err(|e| e.to_string())?;
+            let copy_and_event_us = time(self.iterations, None, || {
+                // SAFETY: as above.
+                unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                stream.record(&event).unwrap();
+                stream.synchronize().unwrap();
+            });
+            let refill_and_copy_us = time(self.iterations, None, || {
+                for (slot, h) in layout.inputs().iter().zip(&host) {
+                    // SAFETY: f32 -> u8 view of initialised memory.
+                    let bytes = unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes) };
+                    pinned.as_mut_slice()[slot.offset..slot.offset + case.bytes].copy_from_slice(bytes);
+                }
+                // SAFETY: as above.
+                unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                stream.synchronize().unwrap();
+            });
+            let case_name = format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024);
+            for (label, us) in [
+                ("diag: prefilled copy + event", copy_and_event_us),
+                ("diag: memcpy refill + copy", refill_and_copy_us),
+            ] {
+                rows.push(Row {
+                    case: case_name.clone(),
+                    gather: label.to_string(),
+                    arena_us: us,
+                    gather_only_us: f64::NAN,
+                    per_input_us,
+                    single_prefilled_us,
+                });
+            }
             let sources: Vec<InputSource<'_>> = host
                 .iter()
                 .zip(&plans)
@@ -153,6 +191,25 @@ impl BackendVisitor for Bench {
                 let gather_only_us = time(iterations, pause, || {
                     std::hint::black_box(lease.gather_host(&sources).unwrap());
                 });
+                let mut stage_row = None;
+                if label.starts_with("default (") {
+                    // The CPU cost of staging alone (gather, enqueue, fence), the wait untimed.
+                    let mut samples = Vec::with_capacity(iterations);
+                    for _ in 0..iterations {
+                        let t = Instant::now();
+                        lease.stage_inputs(&stream, &sources).unwrap();
+                        samples.push(t.elapsed());
+                        stream.synchronize().unwrap();
+                    }
+                    stage_row = Some(Row {
+                        case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
+                        gather: "diag: stage_inputs CPU only".to_string(),
+                        arena_us: median(samples),
+                        gather_only_us: f64::NAN,
+                        per_input_us,
+                        single_prefilled_us,
+                    });
+                }
                 rows.push(Row {
                     case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
                     gather: label,
@@ -161,6 +218,7 @@ impl BackendVisitor for Bench {
                     per_input_us,
                     single_prefilled_us,
                 });
+                rows.extend(stage_row);
             }
         }
         Ok((format!("{} ({})", device.info().name, B::KIND), rows))
@@ -205,8 +263,8 @@ fn main() {
             out.push(',');
         }
         out.push_str(&format!(
-            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{:.3},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3}}}",
-            r.case, r.gather, r.arena_us, r.gather_only_us, r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us
+            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3}}}",
+            r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us
         ));
     }
     out.push_str("]}\n");

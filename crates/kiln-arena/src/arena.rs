@@ -245,6 +245,8 @@ impl<B: Backend> Arena<B> {
             self.pending = false;
             return Err(e.into());
         }
+        // The work is enqueued: waking parked gather helpers now overlaps with it.
+        self.ctx.gatherer.wake_parked();
         Ok(())
     }
 

@@ -10,9 +10,9 @@
 //! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
 //! awake; a wake then costs well under a microsecond), then park (a parked helper costs nothing and
 //! takes microseconds to wake). A gather that finds a helper parked runs its parts on the calling
-//! thread and wakes the helpers (each woken helper wakes the next) for the gathers that follow; a
-//! gather that finds the helpers busy with another arena's gather also runs its parts itself rather
-//! than wait.
+//! thread, and the helpers are woken once its copy is enqueued (each woken helper wakes the next)
+//! for the gathers that follow; a gather that finds the helpers busy with another arena's gather
+//! also runs its parts itself rather than wait.
 //!
 //! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
 //! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
@@ -110,6 +110,8 @@ struct Shared {
     parked: Box<[AtomicBool]>,
     shutdown: AtomicBool,
     spin: Duration,
+    /// A gather found helpers parked and ran alone; [`Gatherer::wake_parked`] wakes them.
+    wake_requested: AtomicBool,
     /// The helpers' threads, for waking one another (set once they are all started).
     threads: std::sync::OnceLock<Vec<std::thread::Thread>>,
 }
@@ -158,6 +160,7 @@ impl Gatherer {
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
             spin: options.spin,
+            wake_requested: AtomicBool::new(false),
             threads: std::sync::OnceLock::new(),
         });
         let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
@@ -187,10 +190,10 @@ impl Gatherer {
         };
         let shared = &*self.shared;
         // Parked helpers (no gather for longer than the spin) take microseconds each to wake, more
-        // than their parts are worth: run every part here, and wake the first parked helper, which
-        // wakes the next, so the following gather finds them spinning.
-        if let Some(first) = shared.parked[..helpers].iter().position(|p| p.load(Ordering::SeqCst)) {
-            self.helpers[first].thread().unpark();
+        // than their parts are worth: run every part here, and leave the wake-up (a system call) to
+        // `wake_parked`, which the arena calls once the copy is enqueued, off the critical path.
+        if shared.parked[..helpers].iter().any(|p| p.load(Ordering::SeqCst)) {
+            shared.wake_requested.store(true, Ordering::Relaxed);
             (0..parts).for_each(task);
             return Ok(());
         }
@@ -221,6 +224,19 @@ impl Gatherer {
             return Err("a gather helper thread panicked".into());
         }
         Ok(())
+    }
+}
+
+impl Gatherer {
+    /// Wakes the helpers if a gather found them parked (the first parked helper; each woken helper
+    /// wakes the next), so the gathers that follow find them spinning. Cheap when nothing is pending.
+    pub(crate) fn wake_parked(&self) {
+        if !self.shared.wake_requested.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(first) = self.shared.parked.iter().position(|p| p.load(Ordering::SeqCst)) {
+            self.helpers[first].thread().unpark();
+        }
     }
 }
 
@@ -448,7 +464,8 @@ mod tests {
             std::thread::sleep(spin + Duration::from_millis(200));
             assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)), "round {round}");
             assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not waited for");
-            // The first helper was woken, and woke the second: both spin again.
+            // Woken after the copy is enqueued: the first helper, which wakes the second.
+            gatherer.wake_parked();
             let deadline = Instant::now() + Duration::from_secs(5);
             while gatherer.shared.parked.iter().any(|p| p.load(Ordering::SeqCst)) {
                 assert!(Instant::now() < deadline, "round {round}: the helpers were not woken");
