@@ -10,8 +10,7 @@
 //! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
 //! awake; a wake then costs well under a microsecond), then park (a parked helper costs nothing and
 //! takes microseconds to wake). A gather that finds a helper parked runs its parts on the calling
-//! thread, and the helpers are woken once its copy is enqueued (each woken helper wakes the next)
-//! for the gathers that follow; a gather that finds the helpers busy with another arena's gather
+//! thread, and the helpers are woken once its copy is enqueued, for the gathers that follow; a gather that finds the helpers busy with another arena's gather
 //! also runs its parts itself rather than wait.
 //!
 //! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
@@ -60,15 +59,17 @@ impl GatherOptions {
 
     /// One helper per two hardware threads beyond the first two, at most seven (none on a machine
     /// with fewer than four: the driver's and the application's threads need those cores); layouts
-    /// of 64 KiB or 64 inputs and more gathered in parts; helpers spinning 50 us after each gather;
-    /// streaming stores.
+    /// of 64 KiB or 64 inputs and more gathered in parts; helpers spinning 250 us after each gather
+    /// (longer than a request that gathers alone takes, so a burst keeps them awake; under sparse
+    /// traffic that is up to 250 us of CPU per helper and request: lower it, or set `helpers` to 0,
+    /// where CPU matters more than latency); streaming stores.
     pub fn auto() -> GatherOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         GatherOptions {
             helpers: (threads / 2).saturating_sub(1).min(7),
             parallel_min_bytes: 64 * 1024,
             parallel_min_inputs: 64,
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(250),
             streaming_stores: true,
         }
     }
@@ -112,8 +113,6 @@ struct Shared {
     spin: Duration,
     /// A gather found helpers parked and ran alone; [`Gatherer::wake_parked`] wakes them.
     wake_requested: AtomicBool,
-    /// The helpers' threads, for waking one another (set once they are all started).
-    threads: std::sync::OnceLock<Vec<std::thread::Thread>>,
 }
 
 // SAFETY: `task` is written only by the thread holding the gatherer's `busy` lock, before it bumps
@@ -161,7 +160,6 @@ impl Gatherer {
             shutdown: AtomicBool::new(false),
             spin: options.spin,
             wake_requested: AtomicBool::new(false),
-            threads: std::sync::OnceLock::new(),
         });
         let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
         for index in 0..n {
@@ -172,8 +170,6 @@ impl Gatherer {
             // On a spawn error, `gatherer`'s drop stops the helpers started so far.
             gatherer.helpers.push(handle);
         }
-        let threads = gatherer.helpers.iter().map(|h| h.thread().clone()).collect();
-        gatherer.shared.threads.set(threads).expect("set once, here");
         Ok(gatherer)
     }
 
@@ -228,14 +224,17 @@ impl Gatherer {
 }
 
 impl Gatherer {
-    /// Wakes the helpers if a gather found them parked (the first parked helper; each woken helper
-    /// wakes the next), so the gathers that follow find them spinning. Cheap when nothing is pending.
+    /// Wakes every parked helper if a gather found them parked, so the gathers that follow find them
+    /// all spinning at once (woken one after another, the first would park again before the last
+    /// woke). Cheap when nothing is pending.
     pub(crate) fn wake_parked(&self) {
         if !self.shared.wake_requested.swap(false, Ordering::Relaxed) {
             return;
         }
-        if let Some(first) = self.shared.parked.iter().position(|p| p.load(Ordering::SeqCst)) {
-            self.helpers[first].thread().unpark();
+        for (flag, handle) in self.shared.parked.iter().zip(&self.helpers) {
+            if flag.load(Ordering::SeqCst) {
+                handle.thread().unpark();
+            }
         }
     }
 }
@@ -300,12 +299,6 @@ fn wait_for_gather(shared: &Shared, index: usize, done: u64) -> Option<u64> {
             std::thread::park();
         }
         shared.parked[index].store(false, Ordering::SeqCst);
-        // Pass the wake-up on: a gather that found helpers parked woke only the first of them.
-        if let (Some(next), Some(threads)) = (shared.parked.get(index + 1), shared.threads.get())
-            && next.load(Ordering::SeqCst)
-        {
-            threads[index + 1].unpark();
-        }
         spin_until = Instant::now() + shared.spin;
     }
 }
@@ -464,7 +457,7 @@ mod tests {
             std::thread::sleep(spin + Duration::from_millis(200));
             assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)), "round {round}");
             assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not waited for");
-            // Woken after the copy is enqueued: the first helper, which wakes the second.
+            // Woken after the copy is enqueued, all at once.
             gatherer.wake_parked();
             let deadline = Instant::now() + Duration::from_secs(5);
             while gatherer.shared.parked.iter().any(|p| p.load(Ordering::SeqCst)) {
