@@ -32,6 +32,8 @@
 
 pub mod api;
 pub mod builtin;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+mod capture_registry;
 pub mod code;
 pub mod conformance;
 #[cfg(feature = "cuda")]

@@ -34,7 +34,7 @@
 
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::ThreadId;
 
@@ -42,6 +42,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::api::{CaptureStatus, Kernel as _, Stream};
+use crate::capture_registry::{CaptureRegistry, CapturingStream};
 use crate::error::{Error, Result};
 use crate::hip::HipBackend;
 use crate::hip::device::{self, DeviceShared, SendHandle};
@@ -113,7 +114,7 @@ impl StreamShared {
             return;
         }
         self.capturing.store(false, Ordering::Release);
-        unregister_global(self);
+        CAPTURES.unregister_global(self);
         self.device.release_with("stream.drop", || {
             // SAFETY: `raw` is live until this stream's destructor finishes.
             match unsafe { result::stream::end_capture("stream.drop", self.raw) } {
@@ -150,80 +151,25 @@ thread_local! {
     static THREAD_CAPTURES: RefCell<Vec<Weak<StreamShared>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Captures begun in global mode, on any thread.
-static GLOBAL_CAPTURES: Mutex<Vec<Weak<StreamShared>>> = Mutex::new(Vec::new());
-/// `GLOBAL_CAPTURES.len()`, readable without the lock.
-static GLOBAL_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// This backend's captures (see [`CaptureRegistry`]).
+static CAPTURES: CaptureRegistry<StreamShared> = CaptureRegistry::new(&THREAD_CAPTURES);
 
-fn register_capture(stream: &Arc<StreamShared>, mode: CaptureMode) {
-    let weak = Arc::downgrade(stream);
-    if mode != CaptureMode::Relaxed {
-        THREAD_CAPTURES.with(|c| c.borrow_mut().push(weak.clone()));
+impl CapturingStream for StreamShared {
+    fn invalidate(&self, reason: &dyn Fn() -> String) -> Option<CaptureMode> {
+        StreamShared::invalidate(self, reason)
     }
-    if mode == CaptureMode::Global {
-        let mut list = GLOBAL_CAPTURES.lock();
-        list.push(weak);
-        GLOBAL_COUNT.store(list.len(), Ordering::Release);
-    }
-}
-
-fn unregister_global(stream: *const StreamShared) {
-    if GLOBAL_COUNT.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let mut list = GLOBAL_CAPTURES.lock();
-    list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), stream));
-    GLOBAL_COUNT.store(list.len(), Ordering::Release);
-}
-
-fn unregister_thread(stream: *const StreamShared) {
-    let _ = THREAD_CAPTURES.try_with(|c| {
-        c.borrow_mut().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), stream));
-    });
 }
 
 /// Whether HIP forbids "potentially unsafe" calls on this thread right now: a capture begun here in
 /// thread-local or global mode, or a global-mode capture anywhere.
 pub(crate) fn unsafe_calls_forbidden() -> bool {
-    GLOBAL_COUNT.load(Ordering::Acquire) > 0
-        || THREAD_CAPTURES.try_with(|c| c.borrow().iter().any(|w| w.strong_count() > 0)).unwrap_or(false)
-}
-
-/// The streams whose captures forbid unsafe calls on this thread.
-fn forbidding_captures() -> SmallVec<[Arc<StreamShared>; 4]> {
-    let mut out: SmallVec<[Arc<StreamShared>; 4]> = SmallVec::new();
-    let _ = THREAD_CAPTURES.try_with(|c| {
-        let mut list = c.borrow_mut();
-        list.retain(|w| w.strong_count() > 0);
-        out.extend(list.iter().filter_map(Weak::upgrade));
-    });
-    if GLOBAL_COUNT.load(Ordering::Acquire) > 0 {
-        for stream in GLOBAL_CAPTURES.lock().iter().filter_map(Weak::upgrade) {
-            if !out.iter().any(|s| Arc::ptr_eq(s, &stream)) {
-                out.push(stream);
-            }
-        }
-    }
-    out
+    CAPTURES.unsafe_calls_forbidden()
 }
 
 /// Fails, and invalidates the captures concerned, if HIP forbids `op` on this thread right now (see
 /// [`unsafe_calls_forbidden`]). Called by every operation HIP counts as potentially unsafe.
 pub(crate) fn forbid_during_capture(op: &'static str) -> Result<()> {
-    if !unsafe_calls_forbidden() {
-        return Ok(());
-    }
-    let reason = || format!("{op} was called during capture");
-    let mut mode = None;
-    for stream in forbidding_captures() {
-        if let Some(m) = stream.invalidate(&reason) {
-            mode.get_or_insert(m);
-        }
-    }
-    match mode {
-        Some(mode) => Err(Error::IllegalDuringCapture { op, mode: mode.name() }),
-        None => Ok(()),
-    }
+    CAPTURES.forbid_during_capture(op)
 }
 
 /// Whether a HIP error means "a call that stream capture does not allow".
@@ -257,10 +203,8 @@ pub(crate) fn map_fault(op: &'static str, error: Error, stream: Option<&StreamSh
     if is_capture_violation(&error) {
         let reason = || format!("{op} failed during capture: {error}");
         let mut mode = stream.and_then(|s| s.invalidate(&reason));
-        for other in forbidding_captures() {
-            if let Some(m) = other.invalidate(&reason) {
-                mode.get_or_insert(m);
-            }
+        if let Some(m) = CAPTURES.invalidate_forbidding(&reason) {
+            mode.get_or_insert(m);
         }
         // Nothing of kiln's is capturing here: the capture that forbids the call is another thread's
         // global-mode capture, or one begun outside kiln.
@@ -427,7 +371,7 @@ impl HipStream {
         let mode = cap.mode;
         *self.shared.capture.lock() = Some(cap);
         self.shared.capturing.store(true, Ordering::Release);
-        register_capture(&self.shared, mode);
+        CAPTURES.register(&self.shared, mode);
     }
 }
 
@@ -711,7 +655,7 @@ impl Stream for HipStream {
         }
         // Registered after the stream's lock is released: `forbid_during_capture` takes the global list's
         // lock and then streams' locks, never the other way round.
-        register_capture(&self.shared, mode);
+        CAPTURES.register(&self.shared, mode);
         Ok(())
     }
 
@@ -737,8 +681,7 @@ impl Stream for HipStream {
             cap
         };
         let me = Arc::as_ptr(&self.shared);
-        unregister_thread(me);
-        unregister_global(me);
+        CAPTURES.unregister(me);
         // SAFETY: `raw` is live while `self` is.
         let ended = unsafe { result::stream::end_capture(op, self.shared.raw) };
         device::flush_postponed_releases();
