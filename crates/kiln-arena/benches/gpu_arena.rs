@@ -14,7 +14,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_arena::{ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec};
+use kiln_arena::{
+    ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec, StagingStores,
+};
 use kiln_device::{
     Backend, BackendChoice, BackendVisitor, Device, DeviceBuffer, PinnedBuffer, Stream, resolve, visit_backend,
 };
@@ -41,8 +43,9 @@ struct Row {
 /// requests 1 ms apart (longer than the helpers' spin, so they park between requests).
 fn gather_configs() -> Vec<(String, GatherOptions, Option<Duration>)> {
     let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
-    let inline = |streaming_stores| GatherOptions { streaming_stores, ..GatherOptions::INLINE };
-    let helped = |helpers, streaming_stores| GatherOptions { helpers, streaming_stores, ..GatherOptions::auto() };
+    let stores = |streaming| if streaming { StagingStores::Streaming } else { StagingStores::Plain };
+    let inline = |streaming| GatherOptions { stores: stores(streaming), ..GatherOptions::INLINE };
+    let helped = |helpers, streaming| GatherOptions { helpers, stores: stores(streaming), ..GatherOptions::auto() };
     let mut configs = vec![
         ("calling thread, plain".to_string(), inline(false), None),
         ("calling thread, streaming".to_string(), inline(true), None),

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_arena::{ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec};
+use kiln_arena::{
+    ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec, StagingStores,
+};
 use kiln_device::host::HostBackend;
 use kiln_device::{Backend, Device, Stream};
 use kiln_shape::{Chunk, DType, PadPlan, TensorShape};
@@ -15,8 +17,13 @@ fn main() {
     let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).unwrap());
     let config =
         |gather| PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
-    let inline = ArenaPool::<HostBackend>::new(device.clone(), layout.clone(), config(GatherOptions::INLINE)).unwrap();
-    let plain = GatherOptions { streaming_stores: false, ..GatherOptions::INLINE };
+    let inline = ArenaPool::<HostBackend>::new(
+        device.clone(),
+        layout.clone(),
+        config(GatherOptions { stores: StagingStores::Streaming, ..GatherOptions::INLINE }),
+    )
+    .unwrap();
+    let plain = GatherOptions { stores: StagingStores::Plain, ..GatherOptions::INLINE };
     let plain = ArenaPool::<HostBackend>::new(device.clone(), layout.clone(), config(plain)).unwrap();
     let helped = ArenaPool::<HostBackend>::new(device.clone(), layout, config(GatherOptions::auto())).unwrap();
     let host: Vec<Vec<f32>> = (0..190).map(|i| vec![i as f32; 256]).collect();

@@ -271,17 +271,16 @@ impl<B: Backend> Arena<B> {
         self.wait_idle()?;
         let Arena { ctx, staging, slots, bindings, kinds, .. } = self;
         let layout = &*ctx.layout;
-        let streaming = ctx.options.gather.streaming_stores;
+        let streaming = ctx.options.gather.stores.streaming_for(B::KIND);
         let staging = staging.as_mut_slice();
         let starts = &ctx.part_starts;
         if starts.len() <= 2 {
-            let part = Part { first: 0, base: 0, staging, bindings, kinds };
-            return gather_part(layout, part, &source, slots, streaming);
+            let mut part = Part { first: 0, base: 0, staging, bindings, kinds, outcome: None };
+            return gather_part(layout, &mut part, &source, slots, streaming);
         }
         // Split the staging buffer, the bindings and the kinds at the parts' first inputs: each part
         // writes only its own.
-        let mut work: SmallVec<[Mutex<Option<Result<usize>>>; 8]> = SmallVec::new();
-        let mut parts: SmallVec<[Mutex<Option<Part<'_>>>; 8]> = SmallVec::new();
+        let mut parts: SmallVec<[Mutex<Part<'_>>; 8]> = SmallVec::new();
         let (mut staging, mut bindings, mut kinds) = (staging, &mut bindings[..], &mut kinds[..]);
         for window in starts.windows(2) {
             let (first, end) = (window[0], window[1]);
@@ -291,19 +290,20 @@ impl<B: Backend> Arena<B> {
             let (b_part, b_rest) = std::mem::take(&mut bindings).split_at_mut(end - first);
             let (k_part, k_rest) = std::mem::take(&mut kinds).split_at_mut(end - first);
             (staging, bindings, kinds) = (s_rest, b_rest, k_rest);
-            parts.push(Mutex::new(Some(Part { first, base, staging: s_part, bindings: b_part, kinds: k_part })));
-            work.push(Mutex::new(None));
+            let part = Part { first, base, staging: s_part, bindings: b_part, kinds: k_part, outcome: None };
+            parts.push(Mutex::new(part));
         }
         let slots = &slots[..];
         ctx.gatherer
             .run_parts(parts.len(), &|p| {
-                let part = parts[p].lock().take().expect("each part runs once");
-                *work[p].lock() = Some(gather_part(layout, part, &source, slots, streaming));
+                let mut part = parts[p].lock();
+                let outcome = gather_part(layout, &mut part, &source, slots, streaming);
+                part.outcome = Some(outcome);
             })
             .map_err(|reason| ArenaError::Gather { reason })?;
         let mut span_end = 0;
-        for done in work {
-            span_end = span_end.max(done.into_inner().expect("every part ran")?);
+        for part in parts {
+            span_end = span_end.max(part.into_inner().outcome.expect("every part ran")?);
         }
         Ok(span_end)
     }
@@ -475,18 +475,21 @@ struct Part<'s> {
     staging: &'s mut [u8],
     bindings: &'s mut [DeviceSlice],
     kinds: &'s mut [BindingKind],
+    /// What gathering the part returned, once it ran on a helper.
+    outcome: Option<Result<usize>>,
 }
 
 /// Checks and copies (padding per plan) the host inputs of one part into its staging bytes and binds
 /// them to their slots. Returns the end of the staging span the part used.
 fn gather_part<'a>(
     layout: &ArenaLayout,
-    part: Part<'_>,
+    part: &mut Part<'_>,
     source: &impl Fn(usize) -> InputSource<'a>,
     slot_views: &[DeviceSlice],
     streaming: bool,
 ) -> Result<usize> {
-    let Part { first, base, staging, bindings, kinds } = part;
+    let Part { first, base, staging, bindings, kinds, .. } = part;
+    let (first, base) = (*first, *base);
     let mut span_end = 0usize;
     let result = (|| {
         for (k, slot) in layout.inputs()[first..first + bindings.len()].iter().enumerate() {

@@ -38,20 +38,43 @@ pub struct GatherOptions {
     pub parallel_min_inputs: usize,
     /// How long an idle helper spins for the next gather before it parks.
     pub spin: Duration,
-    /// Write the staging buffer with non-temporal (streaming) stores where the CPU has them (x86-64),
-    /// so the bytes go to memory instead of sitting dirty in a core's cache, where the GPU's DMA read
-    /// would have to snoop them out.
-    pub streaming_stores: bool,
+    /// How the staging buffer is written.
+    pub stores: StagingStores,
+}
+
+/// How a gather writes the staging buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StagingStores {
+    /// Streaming stores on GPU backends, plain stores on the host backend (whose "copies" are CPU
+    /// memcpys that want the bytes in cache).
+    Auto,
+    /// Ordinary stores.
+    Plain,
+    /// Non-temporal (streaming) stores where the CPU has them (x86-64), so the bytes go to memory
+    /// instead of sitting dirty in a core's cache, where the GPU's DMA read would have to snoop
+    /// them out.
+    Streaming,
+}
+
+impl StagingStores {
+    /// Whether a gather for a backend of `kind` uses streaming stores.
+    pub(crate) fn streaming_for(self, kind: kiln_device::BackendKind) -> bool {
+        match self {
+            StagingStores::Auto => kind != kiln_device::BackendKind::Host,
+            StagingStores::Plain => false,
+            StagingStores::Streaming => true,
+        }
+    }
 }
 
 impl GatherOptions {
-    /// Every gather on the calling thread; no helper threads; streaming stores.
+    /// Every gather on the calling thread; no helper threads; stores chosen by the backend.
     pub const INLINE: GatherOptions = GatherOptions {
         helpers: 0,
         parallel_min_bytes: usize::MAX,
         parallel_min_inputs: usize::MAX,
         spin: Duration::ZERO,
-        streaming_stores: true,
+        stores: StagingStores::Auto,
     };
 
     /// The most helpers a gatherer runs.
@@ -62,7 +85,7 @@ impl GatherOptions {
     /// of 64 KiB or 64 inputs and more gathered in parts; helpers spinning 250 us after each gather
     /// (longer than a request that gathers alone takes, so a burst keeps them awake; under sparse
     /// traffic that is up to 250 us of CPU per helper and request: lower it, or set `helpers` to 0,
-    /// where CPU matters more than latency); streaming stores.
+    /// where CPU matters more than latency); stores chosen by the backend ([`StagingStores::Auto`]).
     pub fn auto() -> GatherOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         GatherOptions {
@@ -70,7 +93,7 @@ impl GatherOptions {
             parallel_min_bytes: 64 * 1024,
             parallel_min_inputs: 64,
             spin: Duration::from_micros(250),
-            streaming_stores: true,
+            stores: StagingStores::Auto,
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kiln_arena::{
     ArenaError, ArenaLayout, ArenaOptions, ArenaPool, BindingKind, DeviceInputMode, GatherOptions, InputSource,
-    OutputTarget, PoolConfig, SlotSpec, WhenExhausted,
+    OutputTarget, PoolConfig, SlotSpec, StagingStores, WhenExhausted,
 };
 use kiln_device::conformance::builtin_module;
 use kiln_device::host::{AddressReuse, HostBackend, HostConfig, HostDevice};
@@ -24,22 +24,26 @@ fn pool(device: &HostDevice, inputs: &[SlotSpec], outputs: &[SlotSpec], config: 
 }
 
 /// Gathers split across three helpers whatever the layout's size, with plain or streaming stores.
-fn parallel_gather(streaming_stores: bool) -> PoolConfig {
+fn stores(streaming: bool) -> StagingStores {
+    if streaming { StagingStores::Streaming } else { StagingStores::Plain }
+}
+
+fn parallel_gather(streaming: bool) -> PoolConfig {
     let gather = GatherOptions {
         helpers: 3,
         parallel_min_bytes: 0,
         parallel_min_inputs: 0,
         spin: Duration::from_micros(20),
-        streaming_stores,
+        stores: stores(streaming),
     };
     PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() }
 }
 
 /// The gather configurations every round trip is checked with.
 fn gather_config(index: usize) -> PoolConfig {
-    let inline = |streaming_stores| PoolConfig {
+    let inline = |streaming| PoolConfig {
         arena: ArenaOptions {
-            gather: GatherOptions { streaming_stores, ..GatherOptions::INLINE },
+            gather: GatherOptions { stores: stores(streaming), ..GatherOptions::INLINE },
             ..ArenaOptions::default()
         },
         ..PoolConfig::default()

@@ -3,7 +3,9 @@
 //! capture sequence that was not initiated with [relaxed mode], or if any other thread has a
 //! concurrent capture sequence initiated with [global mode], this thread is prohibited from
 //! potentially unsafe API calls." Each GPU backend keeps one [`CaptureRegistry`] of its own stream
-//! type; a refused call invalidates the captures that forbade it, as the driver would.
+//! type; a refused call invalidates the captures that forbade it, as the driver would. The registry
+//! also gives driver errors their kiln meaning ([`CaptureRegistry::map_fault`]), once the backend has
+//! read its own error codes into a [`DriverFault`].
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +23,23 @@ pub(crate) trait CapturingStream: Send + Sync + 'static {
     /// Marks the active capture invalidated with `reason` (the first reason wins); returns its mode,
     /// or `None` if no capture is active.
     fn invalidate(&self, reason: &dyn Fn() -> String) -> Option<CaptureMode>;
+    /// The reason the active capture was invalidated, if it was.
+    fn invalidation(&self) -> Option<String>;
+}
+
+/// What a driver error means, read by the backend from its own error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DriverFault {
+    /// A call stream capture does not allow.
+    CaptureViolation,
+    /// Work on a capture that was already invalidated.
+    CaptureInvalidated,
+    /// A query of, or wait on, an event last recorded during a capture.
+    CapturedEvent,
+    /// An asynchronous device fault (a kernel or copy failed on the device), reported late.
+    Sticky,
+    /// Anything else: returned as it is.
+    Other,
 }
 
 /// The captures of one backend: those begun on each thread (thread-local or global mode, in a
@@ -121,6 +140,44 @@ impl<S: CapturingStream> CaptureRegistry<S> {
         match self.invalidate_forbidding(&|| format!("{op} was called during capture")) {
             Some(mode) => Err(Error::IllegalDuringCapture { op, mode: mode.name() }),
             None => Ok(()),
+        }
+    }
+
+    /// Gives a driver error of kind `fault` its kiln meaning: a capture violation becomes
+    /// [`Error::IllegalDuringCapture`] (invalidating `stream`'s capture and those that forbid calls
+    /// here), work on a broken capture [`Error::CaptureInvalidated`], a use of an event recorded in a
+    /// capture [`Error::Event`], and an asynchronous device fault [`Error::Async`] naming `stream_id`
+    /// (0 for the device as a whole). Anything else is returned as it is.
+    #[cold]
+    pub(crate) fn map_fault(
+        &self,
+        op: &'static str,
+        error: Error,
+        fault: DriverFault,
+        stream: Option<&S>,
+        stream_id: u64,
+    ) -> Error {
+        match fault {
+            DriverFault::CaptureViolation => {
+                let reason = || format!("{op} failed during capture: {error}");
+                let mut mode = stream.and_then(|s| s.invalidate(&reason));
+                if let Some(m) = self.invalidate_forbidding(&reason) {
+                    mode.get_or_insert(m);
+                }
+                // Nothing of kiln's is capturing here: the capture that forbids the call is another
+                // thread's global-mode capture, or one begun outside kiln.
+                Error::IllegalDuringCapture { op, mode: mode.unwrap_or(CaptureMode::Global).name() }
+            }
+            DriverFault::CaptureInvalidated => {
+                let reason = stream.and_then(S::invalidation).unwrap_or_else(|| error.to_string());
+                Error::CaptureInvalidated { reason }
+            }
+            DriverFault::CapturedEvent => Error::Event {
+                op,
+                reason: "the event was last recorded during a capture; it completes only when the graph runs",
+            },
+            DriverFault::Sticky => Error::Async { stream: stream_id, source: Box::new(error) },
+            DriverFault::Other => error,
         }
     }
 }

@@ -19,6 +19,8 @@ use crate::tensors::{BindingMode, RunInfo};
 pub(crate) struct BoundRequest {
     /// `None` for requests that are split or run by a per-shape program.
     pub(crate) route: Option<DeviceRoute>,
+    /// The request's batch (also for split requests).
+    pub(crate) batch: Option<u64>,
     pub(crate) input_dims: Vec<Vec<u64>>,
     pub(crate) output_dims: Vec<Vec<u64>>,
     pub(crate) io: DeviceIo,
@@ -59,10 +61,7 @@ impl<B: Backend, C: ProgramCompiler<B>> DeviceBinding<B, C> {
 
     /// The request's batch, if the model has one.
     pub fn batch(&self) -> Option<u64> {
-        match self.request.route {
-            Some(route) => route.batch,
-            None => None,
-        }
+        self.request.batch
     }
 
     /// How the request binds: [`BindingMode::DirectBind`] at an exact bucket, otherwise

@@ -311,11 +311,20 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         inputs: &[DeviceTensor<'_>],
         outputs: &[DeviceTensor<'_>],
     ) -> Result<DeviceBinding<B, C>> {
+        let inner = &*self.inner;
         let mut io = DeviceIo::default();
-        let (ordered, route) = self.inner.check_device_request(inputs, outputs, &mut io)?;
+        let ordered = inner.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
+        let (bindings, route) = inner.check_device_request(&ordered, outputs, &mut io)?;
+        let batch = bindings.batch();
+        if route.is_none()
+            && let (Some(policy), Some(batch)) = (&inner.policy, batch)
+        {
+            // A batch no bucket can serve (splitting off) is refused here, not on every run.
+            policy.plan(batch, inner.config.splitting)?;
+        }
         let input_dims = ordered.iter().map(|t| t.dims.to_vec()).collect();
         let output_dims = outputs.iter().map(|t| t.dims.to_vec()).collect();
-        Ok(DeviceBinding::new(self.clone(), BoundRequest { route, input_dims, output_dims, io }))
+        Ok(DeviceBinding::new(self.clone(), BoundRequest { route, batch, input_dims, output_dims, io }))
     }
 
     /// Runs `f` with a leased run context and returns the work it enqueued as [`Pending`].
@@ -952,29 +961,22 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         Some(DeviceRoute { k, chunk, mode, batch: bindings.batch() })
     }
 
-    /// Validates a device request by name (any order) and records it in binding order: the ordered
-    /// tensors, their checked buffers, and the route when it needs no split.
-    pub(crate) fn check_device_request<'t>(
-        &self,
-        inputs: &[DeviceTensor<'t>],
+    /// Checks a device request already in binding order (`reorder`) and records its buffers in
+    /// `io`: the bindings of its shapes and its route when it needs no split.
+    pub(crate) fn check_device_request<'o>(
+        &'o self,
+        ordered: &'o [DeviceTensor<'_>],
         outputs: &[DeviceTensor<'_>],
         io: &mut DeviceIo,
-    ) -> Result<(Vec<DeviceTensor<'t>>, Option<DeviceRoute>)> {
+    ) -> Result<(Bindings<'o>, Option<DeviceRoute>)> {
         let n_out = self.signature.outputs().len();
         if outputs.len() != n_out {
             return Err(DispatchError::OutputCount { expected: n_out, actual: outputs.len() });
         }
-        let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
-        let bindings = self.signature.check(&ordered)?;
+        let bindings = self.signature.check(ordered)?;
         let route = self.device_route(&bindings);
-        self.check_device_io(&bindings, &ordered, outputs, self.exact_program(route), io)?;
-        if route.is_none()
-            && let (Some(policy), Some(batch)) = (&self.policy, bindings.batch())
-        {
-            // A batch no bucket can serve (splitting off) is refused here, not on every run.
-            policy.plan(batch, self.config.splitting)?;
-        }
-        Ok((ordered, route))
+        self.check_device_io(&bindings, ordered, outputs, self.exact_program(route), io)?;
+        Ok((bindings, route))
     }
 
     fn run_device(
@@ -1013,9 +1015,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         outputs: &[DeviceTensor<'_>],
         io: &mut DeviceIo,
     ) -> Result<RunInfo> {
-        let (ordered, _) = self.check_device_request(inputs, outputs, io)?;
-        // Checked by `check_device_request`; the bindings borrow `ordered`, so they are made here.
-        let bindings = self.signature.check(&ordered)?;
+        let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
+        let (bindings, _) = self.check_device_request(&ordered, outputs, io)?;
         self.count_path(RunPath::Standard);
         let batch = bindings.batch();
         if self.kind == ModelKind::PerShape {

@@ -34,7 +34,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::api::{CaptureStatus, Kernel as _, Stream};
-use crate::capture_registry::{CaptureRegistry, CapturingStream};
+use crate::capture_registry::{CaptureRegistry, CapturingStream, DriverFault};
 use crate::cuda::CudaBackend;
 use crate::cuda::device::{self, DeviceShared, SendHandle};
 use crate::cuda::event::CudaEvent;
@@ -152,6 +152,10 @@ impl CapturingStream for StreamShared {
     fn invalidate(&self, reason: &dyn Fn() -> String) -> Option<CaptureMode> {
         StreamShared::invalidate(self, reason)
     }
+
+    fn invalidation(&self) -> Option<String> {
+        StreamShared::invalidation(self)
+    }
 }
 
 /// Whether CUDA forbids "potentially unsafe" calls on this thread right now: a capture begun here in
@@ -200,37 +204,22 @@ fn is_sticky(error: &Error) -> bool {
     .any(|code| has_code(error, code))
 }
 
-/// Gives a driver error its kiln meaning: a capture violation becomes [`Error::IllegalDuringCapture`]
-/// (invalidating the captures concerned), work on a broken capture [`Error::CaptureInvalidated`], a use
-/// of an event recorded in a capture [`Error::Event`], and a sticky device fault [`Error::Async`] naming
-/// `stream_id` (0 for the device as a whole). Anything else is returned as it is.
+/// Gives a driver error its kiln meaning (see [`CaptureRegistry::map_fault`]), naming `stream_id` (0 for
+/// the device as a whole) in an asynchronous fault.
 #[cold]
 pub(crate) fn map_fault(op: &'static str, error: Error, stream: Option<&StreamShared>, stream_id: u64) -> Error {
-    if is_capture_violation(&error) {
-        let reason = || format!("{op} failed during capture: {error}");
-        let mut mode = stream.and_then(|s| s.invalidate(&reason));
-        if let Some(m) = CAPTURES.invalidate_forbidding(&reason) {
-            mode.get_or_insert(m);
-        }
-        // Nothing of kiln's is capturing here: the capture that forbids the call is another thread's
-        // global-mode capture, or one begun outside kiln.
-        let mode = mode.unwrap_or(CaptureMode::Global);
-        return Error::IllegalDuringCapture { op, mode: mode.name() };
-    }
-    if has_code(&error, CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
-        let reason = stream.and_then(StreamShared::invalidation).unwrap_or_else(|| error.to_string());
-        return Error::CaptureInvalidated { reason };
-    }
-    if has_code(&error, CUresult::CUDA_ERROR_CAPTURED_EVENT) {
-        return Error::Event {
-            op,
-            reason: "the event was last recorded during a capture; it completes only when the graph runs",
-        };
-    }
-    if is_sticky(&error) {
-        return Error::Async { stream: stream_id, source: Box::new(error) };
-    }
-    error
+    let fault = if is_capture_violation(&error) {
+        DriverFault::CaptureViolation
+    } else if has_code(&error, CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+        DriverFault::CaptureInvalidated
+    } else if has_code(&error, CUresult::CUDA_ERROR_CAPTURED_EVENT) {
+        DriverFault::CapturedEvent
+    } else if is_sticky(&error) {
+        DriverFault::Sticky
+    } else {
+        DriverFault::Other
+    };
+    CAPTURES.map_fault(op, error, fault, stream, stream_id)
 }
 
 /// A stream of the CUDA backend: an in-order queue of device work (`cuStreamCreate` with
