@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiln_arena::{
-    ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, InputSource, PoolConfig, SlotSpec, StagingStores,
+    ArenaLayout, ArenaOptions, ArenaPool, GatherOptions, GatherStats, InputSource, PoolConfig, SlotSpec, StagingStores,
 };
 use kiln_device::{
     Backend, BackendChoice, BackendVisitor, Device, DeviceBuffer, PinnedBuffer, Stream, resolve, visit_backend,
@@ -35,6 +35,8 @@ struct Row {
     gather_only_us: f64,
     per_input_us: f64,
     single_prefilled_us: f64,
+    /// How the configuration's split gathers ran over its timed loops (arena and gather only).
+    stats: Option<GatherStats>,
 }
 
 /// The gather configurations measured: the calling thread alone with plain and with streaming
@@ -138,15 +140,30 @@ impl BackendVisitor for Bench {
                 unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
                 stream.synchronize().unwrap();
             });
-            // Diagnostics: the prefilled copy plus the event an arena records after it; a plain
-            // memcpy refill of the pinned buffer (no arena code) before the copy.
-            let event = device.create_event().map_err(|e| e.to_string())?;
-            let copy_and_event_us = time(self.iterations, None, || {
+            // Diagnostics: the prefilled copy plus an event recorded after it (a timed one, and the
+            // untimed kind an arena's fence records); a plain memcpy refill of the pinned buffer (no
+            // arena code) before the copy.
+            let copy_and_event_us = |event: B::Event| {
+                time(self.iterations, None, || {
+                    // SAFETY: as above.
+                    unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                    stream.record(&event).unwrap();
+                    stream.synchronize().unwrap();
+                })
+            };
+            let copy_and_timed_event_us = copy_and_event_us(device.create_event().map_err(|e| e.to_string())?);
+            let copy_and_untimed_event_us =
+                copy_and_event_us(device.create_untimed_event().map_err(|e| e.to_string())?);
+            // The CPU cost of enqueueing the prefilled copy alone, the wait untimed.
+            let mut enqueue_samples = Vec::with_capacity(self.iterations);
+            for _ in 0..self.iterations {
+                let t = Instant::now();
                 // SAFETY: as above.
                 unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
-                stream.record(&event).unwrap();
+                enqueue_samples.push(t.elapsed());
                 stream.synchronize().unwrap();
-            });
+            }
+            let enqueue_only_us = median(enqueue_samples);
             let refill_and_copy_us = time(self.iterations, None, || {
                 for (slot, h) in layout.inputs().iter().zip(&host) {
                     // SAFETY: f32 -> u8 view of initialised memory.
@@ -159,7 +176,9 @@ impl BackendVisitor for Bench {
             });
             let case_name = format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024);
             for (label, us) in [
-                ("diag: prefilled copy + event", copy_and_event_us),
+                ("diag: prefilled copy + timed event", copy_and_timed_event_us),
+                ("diag: prefilled copy + untimed event", copy_and_untimed_event_us),
+                ("diag: prefilled copy, enqueue CPU only", enqueue_only_us),
                 ("diag: memcpy refill + copy", refill_and_copy_us),
             ] {
                 rows.push(Row {
@@ -169,6 +188,7 @@ impl BackendVisitor for Bench {
                     gather_only_us: f64::NAN,
                     per_input_us,
                     single_prefilled_us,
+                    stats: None,
                 });
             }
             let sources: Vec<InputSource<'_>> = host
@@ -187,6 +207,7 @@ impl BackendVisitor for Bench {
                     PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
+                let before = lease.gather_stats();
                 let arena_us = time(iterations, pause, || {
                     lease.stage_inputs(&stream, &sources).unwrap();
                     stream.synchronize().unwrap();
@@ -194,7 +215,19 @@ impl BackendVisitor for Bench {
                 let gather_only_us = time(iterations, pause, || {
                     std::hint::black_box(lease.gather_host(&sources).unwrap());
                 });
-                let mut stage_row = None;
+                let after = lease.gather_stats();
+                let stats = GatherStats {
+                    split: after.split - before.split,
+                    parts: after.parts - before.parts,
+                    parts_on_helpers: after.parts_on_helpers - before.parts_on_helpers,
+                    found_parked: after.found_parked - before.found_parked,
+                    alone_busy: after.alone_busy - before.alone_busy,
+                    helper_wait_ns: after.helper_wait_ns - before.helper_wait_ns,
+                    helper_start_ns: after.helper_start_ns - before.helper_start_ns,
+                    helper_part_ns: after.helper_part_ns - before.helper_part_ns,
+                    caller_part_ns: after.caller_part_ns - before.caller_part_ns,
+                };
+                let mut stage_rows = Vec::new();
                 if label.starts_with("default (") {
                     // The CPU cost of staging alone (gather, enqueue, fence), the wait untimed.
                     let mut samples = Vec::with_capacity(iterations);
@@ -204,14 +237,37 @@ impl BackendVisitor for Bench {
                         samples.push(t.elapsed());
                         stream.synchronize().unwrap();
                     }
-                    stage_row = Some(Row {
-                        case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
-                        gather: "diag: stage_inputs CPU only".to_string(),
-                        arena_us: median(samples),
+                    // Pieces of it: waiting for the previous fence when it has completed; recording
+                    // the fence.
+                    let (mut waits, mut fences) = (Vec::with_capacity(iterations), Vec::with_capacity(iterations));
+                    for _ in 0..iterations {
+                        lease.stage_inputs(&stream, &sources).unwrap();
+                        stream.synchronize().unwrap();
+                        let t = Instant::now();
+                        lease.wait_idle().unwrap();
+                        waits.push(t.elapsed());
+                        let t = Instant::now();
+                        lease.fence(&stream).unwrap();
+                        fences.push(t.elapsed());
+                        stream.synchronize().unwrap();
+                    }
+                    let case = format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024);
+                    stage_rows = [
+                        ("diag: stage_inputs CPU only", median(samples)),
+                        ("diag: wait for a completed fence", median(waits)),
+                        ("diag: fence (record untimed event)", median(fences)),
+                    ]
+                    .into_iter()
+                    .map(|(label, us)| Row {
+                        case: case.clone(),
+                        gather: label.to_string(),
+                        arena_us: us,
                         gather_only_us: f64::NAN,
                         per_input_us,
                         single_prefilled_us,
-                    });
+                        stats: None,
+                    })
+                    .collect();
                 }
                 rows.push(Row {
                     case: format!("{} inputs x {} KiB", case.inputs, case.bytes / 1024),
@@ -220,8 +276,9 @@ impl BackendVisitor for Bench {
                     gather_only_us,
                     per_input_us,
                     single_prefilled_us,
+                    stats: Some(stats),
                 });
-                rows.extend(stage_row);
+                rows.extend(stage_rows);
             }
         }
         Ok((format!("{} ({})", device.info().name, B::KIND), rows))
@@ -245,14 +302,29 @@ fn main() {
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
     println!(
-        "{:<20} {:<28} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}",
+        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy); mean helper wait, helper start, helper part, caller part",
         "case", "gather", "arena us", "gather-only", "per-input us", "single us", "per-input/arena", "arena/single"
     );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
     out.push_str(&format!("{:?},\"iterations\":{iterations},\"cases\":[", device));
     for (i, r) in rows.iter().enumerate() {
+        let stats = r.stats.map_or(String::new(), |s| {
+            let per = |ns: u64, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
+            let on_helpers = 100.0 * s.parts_on_helpers as f64 / s.parts.max(1) as f64;
+            format!(
+                "  {on_helpers:.0}% of {} parts, {} of {}, {}; {:.2} / {:.2} / {:.2} / {:.2} us",
+                s.parts,
+                s.found_parked,
+                s.split,
+                s.alone_busy,
+                per(s.helper_wait_ns, s.split),
+                per(s.helper_start_ns, s.parts_on_helpers),
+                per(s.helper_part_ns, s.parts_on_helpers),
+                per(s.caller_part_ns, s.parts - s.parts_on_helpers),
+            )
+        });
         println!(
-            "{:<20} {:<28} {:>9.2} {:>12.2} {:>12.2} {:>12.2} {:>15.1}x {:>12.2}x",
+            "{:<20} {:<36} {:>9.2} {:>12.2} {:>12.2} {:>12.2} {:>15.1}x {:>12.2}x{stats}",
             r.case,
             r.gather,
             r.arena_us,
@@ -266,8 +338,9 @@ fn main() {
             out.push(',');
         }
         out.push_str(&format!(
-            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3}}}",
-            r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us
+            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3},\"gather_stats\":{}}}",
+            r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us,
+            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{},\"helper_start_ns\":{},\"helper_part_ns\":{},\"caller_part_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns, s.helper_start_ns, s.helper_part_ns, s.caller_part_ns))
         ));
     }
     out.push_str("]}\n");

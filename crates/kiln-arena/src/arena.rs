@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crossbeam::utils::CachePadded;
 use kiln_device::{
     Backend, Device, DeviceBuffer, DeviceSlice, Event, KernelArg, LaunchConfig, Module, PinnedBuffer, Stream, builtin,
 };
@@ -11,7 +12,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::error::{ArenaError, Result};
-use crate::gather::{GatherOptions, Gatherer, copy_bytes, store_fence};
+use crate::gather::{GatherOptions, GatherStats, Gatherer, copy_bytes, store_fence};
 use crate::layout::{ArenaLayout, Slot};
 
 /// Where one input comes from.
@@ -183,7 +184,7 @@ impl<B: Backend> Arena<B> {
         } else {
             None
         };
-        let in_flight = ctx.device.create_event()?;
+        let in_flight = ctx.device.create_untimed_event()?;
         let n = layout.inputs().len();
         let slots: Vec<DeviceSlice> = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
         Ok(Arena {
@@ -217,6 +218,12 @@ impl<B: Backend> Arena<B> {
     /// The device memory each input is bound to after the last [`Arena::stage_inputs`], in input order.
     pub fn input_bindings(&self) -> &[DeviceSlice] {
         &self.bindings
+    }
+
+    /// How the split gathers of this arena's gatherer ran so far (shared by every pool of the process
+    /// with the same [`GatherOptions`]).
+    pub fn gather_stats(&self) -> GatherStats {
+        self.ctx.gatherer.stats()
     }
 
     /// How each input was bound by the last [`Arena::stage_inputs`].
@@ -280,7 +287,8 @@ impl<B: Backend> Arena<B> {
         }
         // Split the staging buffer, the bindings and the kinds at the parts' first inputs: each part
         // writes only its own.
-        let mut parts: SmallVec<[Mutex<Part<'_>>; 8]> = SmallVec::new();
+        // One cache line (pair) per part: parts of neighbouring helpers must not share lines.
+        let mut parts: SmallVec<[CachePadded<Mutex<Part<'_>>>; 8]> = SmallVec::new();
         let (mut staging, mut bindings, mut kinds) = (staging, &mut bindings[..], &mut kinds[..]);
         for window in starts.windows(2) {
             let (first, end) = (window[0], window[1]);
@@ -291,7 +299,7 @@ impl<B: Backend> Arena<B> {
             let (k_part, k_rest) = std::mem::take(&mut kinds).split_at_mut(end - first);
             (staging, bindings, kinds) = (s_rest, b_rest, k_rest);
             let part = Part { first, base, staging: s_part, bindings: b_part, kinds: k_part, outcome: None };
-            parts.push(Mutex::new(part));
+            parts.push(CachePadded::new(Mutex::new(part)));
         }
         let slots = &slots[..];
         ctx.gatherer
@@ -303,7 +311,7 @@ impl<B: Backend> Arena<B> {
             .map_err(|reason| ArenaError::Gather { reason })?;
         let mut span_end = 0;
         for part in parts {
-            span_end = span_end.max(part.into_inner().outcome.expect("every part ran")?);
+            span_end = span_end.max(CachePadded::into_inner(part).into_inner().outcome.expect("every part ran")?);
         }
         Ok(span_end)
     }
@@ -492,7 +500,8 @@ fn gather_part<'a>(
     let (first, base) = (*first, *base);
     let mut span_end = 0usize;
     let result = (|| {
-        for (k, slot) in layout.inputs()[first..first + bindings.len()].iter().enumerate() {
+        let end = first + bindings.len();
+        for (k, slot) in layout.inputs()[first..end].iter().enumerate() {
             let InputSource::Host { data, plan } = source(first + k) else { continue };
             check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
             check_fits(slot, &plan)?;

@@ -2,16 +2,19 @@
 //!
 //! A gather of 190 inputs done by one thread costs a check and a copy per input, and takes longer
 //! than the single DMA copy it feeds, so coalescing would save launches but not time. A [`Gatherer`]
-//! runs the parts of a gather at once: helper threads take one part each (a contiguous range of
-//! inputs, balanced by bytes) while the calling thread takes the last, and the call returns when
-//! every part is done. Layouts with few small inputs stay on the calling thread: waking helpers
-//! costs more than they save.
+//! runs the parts of a gather at once (contiguous ranges of inputs, balanced by bytes): the calling
+//! thread publishes the gather, then it and every awake helper claim parts one at a time from a
+//! shared counter until none is left, and the call returns when every claimed part is done. Nobody
+//! waits for a helper that is slow to wake, descheduled or parked: whoever is running takes the next
+//! part. Layouts with few small inputs stay on the calling thread: waking helpers costs more than
+//! they save.
 //!
 //! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
-//! awake; a wake then costs well under a microsecond), then park (a parked helper costs nothing and
-//! takes microseconds to wake). A gather that finds a helper parked runs its parts on the calling
-//! thread, and the helpers are woken once its copy is enqueued, for the gathers that follow; a gather that finds the helpers busy with another arena's gather
-//! also runs its parts itself rather than wait.
+//! awake; noticing a gather then takes well under a microsecond), then park (a parked helper costs
+//! nothing and takes microseconds to wake). A gather that finds helpers parked does not wake them on
+//! its critical path (a system call each): the awake threads take their parts, and the parked
+//! helpers are woken once the copy is enqueued, for the gathers that follow. A gather that finds the
+//! helpers busy with another arena's gather runs its parts itself rather than wait.
 //!
 //! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
 //! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
@@ -24,6 +27,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam::utils::CachePadded;
 use parking_lot::Mutex;
 
 /// How the host side of a gather is spread over threads, and how it stores.
@@ -114,34 +118,104 @@ impl Default for GatherOptions {
     }
 }
 
+/// How the split gathers of one gatherer ran, counted since it started. Pools with the same
+/// [`GatherOptions`] share a gatherer, so these are the counts of all of them. Layouts gathered in
+/// one part (below [`GatherOptions::parallel_min_bytes`] and `parallel_min_inputs`) are not counted.
+///
+/// Tells whether the helpers help: few `parts_on_helpers` with many `found_parked` mean requests
+/// come further apart than [`GatherOptions::spin`]; many `alone_busy` mean several threads gather at
+/// once (more pools or threads than one set of helpers serves).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatherStats {
+    /// Gathers whose parts were offered to the helpers.
+    pub split: u64,
+    /// Parts of those gathers, in all.
+    pub parts: u64,
+    /// Parts of those gathers that helpers ran (the calling threads ran the rest).
+    pub parts_on_helpers: u64,
+    /// Split gathers that found a helper parked (it is woken after the copy is enqueued).
+    pub found_parked: u64,
+    /// Gathers that ran every part on the calling thread because the helpers were busy with another
+    /// gather.
+    pub alone_busy: u64,
+    /// Time the calling threads of split gathers waited for helpers after the last part was
+    /// claimed, summed, in nanoseconds.
+    pub helper_wait_ns: u64,
+    /// Time from a gather's start to a helper starting one of its parts, summed over the helpers'
+    /// parts, in nanoseconds.
+    pub helper_start_ns: u64,
+    /// Time the helpers' parts took, summed, in nanoseconds.
+    pub helper_part_ns: u64,
+    /// Time the calling threads' parts of split gathers took, summed, in nanoseconds.
+    pub caller_part_ns: u64,
+}
+
+/// The counters behind [`GatherStats`]. Helpers add to theirs after counting their part done, off
+/// the gather's critical path.
+#[derive(Default)]
+struct Counters {
+    split: AtomicU64,
+    parts: AtomicU64,
+    parts_on_helpers: AtomicU64,
+    found_parked: AtomicU64,
+    alone_busy: AtomicU64,
+    helper_wait_ns: AtomicU64,
+    helper_start_ns: AtomicU64,
+    helper_part_ns: AtomicU64,
+    caller_part_ns: AtomicU64,
+}
+
+/// Nanoseconds from `origin` to now, saturating.
+fn nanos_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The claim word of a gather: its part count in the high half, the next unclaimed part in the low.
+fn claim_word(parts: usize, next: usize) -> u64 {
+    ((parts as u64) << 32) | next as u64
+}
+
+/// `(parts, part)` of a claim: `part` is claimed when it is below `parts`.
+fn unpack_claim(word: u64) -> (usize, usize) {
+    ((word >> 32) as usize, (word & u64::from(u32::MAX)) as usize)
+}
+
 /// A part's work, borrowed for the duration of one [`Gatherer::run_parts`] call.
 type Task = dyn Fn(usize) + Sync;
 
 /// What the calling thread and the helpers share. One call of `run_parts` at a time uses it (the
-/// gatherer's `busy` lock).
+/// gatherer's `busy` lock). Each field that one side writes while the other polls sits on its own
+/// cache lines.
 struct Shared {
-    /// Bumped once per parallel gather; a helper waits for it to move past the last one it did.
-    epoch: AtomicU64,
-    /// The current gather's task, valid while `remaining` is above zero.
+    /// Bumped once per split gather; an idle helper waits for it to move.
+    epoch: CachePadded<AtomicU64>,
+    /// [`claim_word`] of the current gather: claiming a part is one `fetch_add`. After a gather it
+    /// holds no claimable part (every part was claimed), so a helper that arrives late claims nothing.
+    claims: CachePadded<AtomicU64>,
+    /// Parts of the current gather finished by helpers.
+    helper_done: CachePadded<AtomicUsize>,
+    /// When the current gather started, in nanoseconds since `origin` (for [`GatherStats`]).
+    started_ns: AtomicU64,
+    origin: Instant,
+    /// The current gather's task, valid while one of its parts can still be claimed or runs.
     task: UnsafeCell<Option<*const Task>>,
-    /// Parts of the current gather; helper `h` runs part `h` when `h + 1 < parts`.
-    parts: AtomicUsize,
-    /// Helpers still running their part of the current gather.
-    remaining: AtomicUsize,
     /// A helper's part panicked.
     panicked: AtomicBool,
-    /// Per helper: parked, so the caller must unpark it.
+    /// Per helper: parked, so it must be unparked.
     parked: Box<[AtomicBool]>,
     shutdown: AtomicBool,
     spin: Duration,
-    /// A gather found helpers parked and ran alone; [`Gatherer::wake_parked`] wakes them.
+    /// A gather found helpers parked; [`Gatherer::wake_parked`] wakes them.
     wake_requested: AtomicBool,
+    counters: CachePadded<Counters>,
 }
 
-// SAFETY: `task` is written only by the thread holding the gatherer's `busy` lock, before it bumps
-// `epoch` (Release/SeqCst), and read by helpers only after they observe that bump (Acquire) and
-// before they decrement `remaining`; the writer does not write it again until `remaining` is zero.
-// Every other field is atomic or immutable.
+// SAFETY: `task` is written only by the thread holding the gatherer's `busy` lock, before its
+// Release store of `claims` that makes the gather's parts claimable, and read by a helper only after
+// its AcqRel `fetch_add` of `claims` returned a part of that gather (so it synchronizes with that
+// store). The writer returns, and writes `task` again, only after every part was claimed and every
+// part a helper claimed is done (`helper_done`, Release/Acquire): a part's task is never read after
+// that. Every other field is atomic or immutable.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw task pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -174,15 +248,18 @@ impl Gatherer {
     fn new(options: GatherOptions) -> std::io::Result<Gatherer> {
         let n = options.helpers.min(GatherOptions::MAX_HELPERS);
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
+            epoch: CachePadded::new(AtomicU64::new(0)),
+            claims: CachePadded::new(AtomicU64::new(claim_word(0, 0))),
+            helper_done: CachePadded::new(AtomicUsize::new(0)),
+            started_ns: AtomicU64::new(0),
+            origin: Instant::now(),
             task: UnsafeCell::new(None),
-            parts: AtomicUsize::new(0),
-            remaining: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
             shutdown: AtomicBool::new(false),
             spin: options.spin,
             wake_requested: AtomicBool::new(false),
+            counters: CachePadded::default(),
         });
         let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
         for index in 0..n {
@@ -196,49 +273,67 @@ impl Gatherer {
         Ok(gatherer)
     }
 
-    /// Runs `task(p)` for every part `p` in `0..parts` (at most helpers + 1): the last part on the
-    /// calling thread, the others on helpers at the same time, or every part on the calling thread,
-    /// in order, when the helpers are busy with another gather. Returns when every part is done;
-    /// fails only if a part panicked on a helper.
+    /// Runs `task(p)` once for every part `p` in `0..parts` (at most helpers + 1), on the calling
+    /// thread and the awake helpers at once, or every part on the calling thread, in order, when the
+    /// helpers are busy with another gather. Returns when every part is done; fails only if a part
+    /// panicked on a helper (a part that panics on the calling thread unwinds from here, once the
+    /// helpers' parts are done).
     pub(crate) fn run_parts(&self, parts: usize, task: &(dyn Fn(usize) + Sync + '_)) -> Result<(), String> {
-        let helpers = parts.saturating_sub(1);
-        let guard = if helpers > 0 && helpers <= self.helpers.len() { self.busy.try_lock() } else { None };
+        let splittable = parts > 1 && !self.helpers.is_empty();
+        let guard = if splittable { self.busy.try_lock() } else { None };
+        let shared = &*self.shared;
         let Some(_busy) = guard else {
+            if splittable {
+                shared.counters.alone_busy.fetch_add(1, Ordering::Relaxed);
+            }
             (0..parts).for_each(task);
             return Ok(());
         };
-        let shared = &*self.shared;
-        // Parked helpers (no gather for longer than the spin) take microseconds each to wake, more
-        // than their parts are worth: run every part here, and leave the wake-up (a system call) to
-        // `wake_parked`, which the arena calls once the copy is enqueued, off the critical path.
-        if shared.parked[..helpers].iter().any(|p| p.load(Ordering::SeqCst)) {
-            shared.wake_requested.store(true, Ordering::Relaxed);
-            (0..parts).for_each(task);
-            return Ok(());
-        }
-        // SAFETY: this thread holds `busy`, and the previous gather's helpers are done with the cell
-        // (its caller waited for `remaining` to reach zero). Erasing the borrow's lifetime is sound
-        // because `Wait` below keeps this call from returning, or unwinding, until every helper has
-        // finished with the task.
+        // SAFETY: this thread holds `busy`, and no helper reads the cell: the previous gather left no
+        // part to claim and waited for the helpers' parts. Erasing the borrow's lifetime is sound
+        // because `Claims` below keeps this call from returning, or unwinding, until no helper can
+        // claim a part of this gather and every part a helper claimed is done.
         unsafe {
             *shared.task.get() = Some(std::mem::transmute::<
                 *const (dyn Fn(usize) + Sync + '_),
                 *const (dyn Fn(usize) + Sync + 'static),
             >(task))
         };
-        shared.parts.store(parts, Ordering::Relaxed);
-        shared.remaining.store(helpers, Ordering::Relaxed);
-        // Publishes the task; SeqCst pairs with a helper's "parked, then re-check the epoch", so a
-        // helper either sees this gather or is unparked below.
+        shared.helper_done.store(0, Ordering::Relaxed);
+        shared.started_ns.store(nanos_since(shared.origin), Ordering::Relaxed);
+        // Makes the parts claimable; Release publishes the task to whoever claims one.
+        shared.claims.store(claim_word(parts, 0), Ordering::Release);
+        // Wakes spinning helpers. SeqCst pairs with a helper's "parked, then re-check the epoch", so
+        // a helper either sees this gather or is seen parked below.
         shared.epoch.fetch_add(1, Ordering::SeqCst);
-        for (flag, handle) in shared.parked.iter().zip(&self.helpers).take(helpers) {
-            if flag.load(Ordering::SeqCst) {
-                handle.thread().unpark();
+        let mut claims = Claims { shared, parts, by_caller: 0, own_parts_done: Instant::now() };
+        let mut caller_part_ns = 0u64;
+        loop {
+            let (_, part) = unpack_claim(shared.claims.fetch_add(1, Ordering::AcqRel));
+            if part >= parts {
+                break;
             }
+            claims.by_caller += 1;
+            let part_started = Instant::now();
+            task(part);
+            caller_part_ns += nanos_since(part_started);
         }
-        let wait = Wait(shared);
-        task(parts - 1);
-        drop(wait);
+        claims.own_parts_done = Instant::now();
+        // Parked helpers took no part; waking them here (a system call each) would delay this
+        // gather, so `wake_parked` does it once the copy is enqueued.
+        let found_parked = shared.parked.iter().any(|p| p.load(Ordering::SeqCst));
+        if found_parked {
+            shared.wake_requested.store(true, Ordering::Relaxed);
+        }
+        let by_caller = claims.by_caller;
+        let waited = claims.finish();
+        let c = &shared.counters;
+        c.split.fetch_add(1, Ordering::Relaxed);
+        c.parts.fetch_add(parts as u64, Ordering::Relaxed);
+        c.parts_on_helpers.fetch_add((parts - by_caller) as u64, Ordering::Relaxed);
+        c.found_parked.fetch_add(u64::from(found_parked), Ordering::Relaxed);
+        c.helper_wait_ns.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        c.caller_part_ns.fetch_add(caller_part_ns, Ordering::Relaxed);
         if shared.panicked.swap(false, Ordering::Relaxed) {
             return Err("a gather helper thread panicked".into());
         }
@@ -247,6 +342,22 @@ impl Gatherer {
 }
 
 impl Gatherer {
+    /// How this gatherer's split gathers ran so far.
+    pub(crate) fn stats(&self) -> GatherStats {
+        let c = &self.shared.counters;
+        GatherStats {
+            split: c.split.load(Ordering::Relaxed),
+            parts: c.parts.load(Ordering::Relaxed),
+            parts_on_helpers: c.parts_on_helpers.load(Ordering::Relaxed),
+            found_parked: c.found_parked.load(Ordering::Relaxed),
+            alone_busy: c.alone_busy.load(Ordering::Relaxed),
+            helper_wait_ns: c.helper_wait_ns.load(Ordering::Relaxed),
+            helper_start_ns: c.helper_start_ns.load(Ordering::Relaxed),
+            helper_part_ns: c.helper_part_ns.load(Ordering::Relaxed),
+            caller_part_ns: c.caller_part_ns.load(Ordering::Relaxed),
+        }
+    }
+
     /// Wakes every parked helper if a gather found them parked, so the gathers that follow find them
     /// all spinning at once (woken one after another, the first would park again before the last
     /// woke). Cheap when nothing is pending.
@@ -262,13 +373,34 @@ impl Gatherer {
     }
 }
 
-/// Waits, also while unwinding, until every helper has finished its part.
-struct Wait<'a>(&'a Shared);
+/// The calling thread's side of one split gather. Dropped (also while unwinding), it closes the
+/// gather to further claims and waits until every part a helper claimed is done.
+struct Claims<'a> {
+    shared: &'a Shared,
+    parts: usize,
+    /// Parts the calling thread claimed (also one that panicked).
+    by_caller: usize,
+    /// When the calling thread found no part left to claim.
+    own_parts_done: Instant,
+}
 
-impl Drop for Wait<'_> {
+impl Claims<'_> {
+    /// Waits for the helpers' parts; returns how long that took.
+    fn finish(self) -> Duration {
+        let started = self.own_parts_done;
+        drop(self);
+        started.elapsed()
+    }
+}
+
+impl Drop for Claims<'_> {
     fn drop(&mut self) {
+        // No part can be claimed after this; the count before it says how many were.
+        let before = self.shared.claims.swap(claim_word(self.parts, self.parts), Ordering::AcqRel);
+        let claimed = unpack_claim(before).1.min(self.parts);
+        let by_helpers = claimed - self.by_caller;
         let mut spins = 0u32;
-        while self.0.remaining.load(Ordering::Acquire) != 0 {
+        while self.shared.helper_done.load(Ordering::Acquire) < by_helpers {
             spins += 1;
             if spins < 4096 {
                 std::hint::spin_loop();
@@ -280,32 +412,43 @@ impl Drop for Wait<'_> {
 }
 
 fn helper(shared: &Shared, index: usize) {
-    let mut done_epoch = 0u64;
-    while let Some(epoch) = wait_for_gather(shared, index, done_epoch) {
-        done_epoch = epoch;
-        if index + 1 >= shared.parts.load(Ordering::Relaxed) {
-            continue;
+    let mut seen_epoch = 0u64;
+    while let Some(epoch) = wait_for_gather(shared, index, seen_epoch) {
+        seen_epoch = epoch;
+        loop {
+            let (parts, part) = unpack_claim(shared.claims.fetch_add(1, Ordering::AcqRel));
+            if part >= parts {
+                break;
+            }
+            // SAFETY: the claim returned a part of the current gather, so its caller stored the task
+            // before making the part claimable (the AcqRel claim synchronizes with that Release
+            // store) and keeps it alive until `helper_done` counts this part, which happens only
+            // after the call below.
+            let task = unsafe { (*shared.task.get()).expect("a gather publishes its task") };
+            let started = nanos_since(shared.origin);
+            // Read before the part is counted done: the next gather may overwrite it after that.
+            let gather_started = shared.started_ns.load(Ordering::Relaxed);
+            // SAFETY: as above: the pointer is valid until this part is counted done.
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(part) }));
+            if outcome.is_err() {
+                shared.panicked.store(true, Ordering::Relaxed);
+            }
+            let finished = nanos_since(shared.origin);
+            shared.helper_done.fetch_add(1, Ordering::Release);
+            let c = &shared.counters;
+            c.helper_start_ns.fetch_add(started.saturating_sub(gather_started), Ordering::Relaxed);
+            c.helper_part_ns.fetch_add(finished - started, Ordering::Relaxed);
         }
-        // SAFETY: the caller of `run_parts` stored the task before bumping the epoch (acquired by
-        // `wait_for_gather`) and keeps it alive until `remaining` reaches zero, which happens only
-        // after the decrement below.
-        let task = unsafe { (*shared.task.get()).expect("a gather publishes its task") };
-        // SAFETY: as above: the pointer is valid until this part is done.
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(index) }));
-        if outcome.is_err() {
-            shared.panicked.store(true, Ordering::Relaxed);
-        }
-        shared.remaining.fetch_sub(1, Ordering::Release);
     }
 }
 
-/// Waits until the epoch moves past `done`; `None` on shutdown. Spins for `shared.spin`, then parks.
-fn wait_for_gather(shared: &Shared, index: usize, done: u64) -> Option<u64> {
+/// Waits until the epoch moves past `seen`; `None` on shutdown. Spins for `shared.spin`, then parks.
+fn wait_for_gather(shared: &Shared, index: usize, seen: u64) -> Option<u64> {
     let mut spin_until = Instant::now() + shared.spin;
     let mut polls = 0u32;
     loop {
         let epoch = shared.epoch.load(Ordering::Acquire);
-        if epoch != done {
+        if epoch != seen {
             return Some(epoch);
         }
         if shared.shutdown.load(Ordering::Acquire) {
@@ -317,7 +460,7 @@ fn wait_for_gather(shared: &Shared, index: usize, done: u64) -> Option<u64> {
             continue;
         }
         shared.parked[index].store(true, Ordering::SeqCst);
-        if shared.epoch.load(Ordering::SeqCst) == done && !shared.shutdown.load(Ordering::SeqCst) {
+        if shared.epoch.load(Ordering::SeqCst) == seen && !shared.shutdown.load(Ordering::SeqCst) {
             // `unpark` before `park` makes `park` return at once, so no wake-up is lost.
             std::thread::park();
         }
@@ -431,6 +574,29 @@ mod tests {
     }
 
     #[test]
+    fn late_helpers_never_run_a_part_twice_or_a_part_of_a_finished_gather() {
+        // No spin: helpers park after every gather and are woken between gathers, so they keep
+        // arriving late, while the next gather is already running or after it finished.
+        let gatherer =
+            Gatherer::new(GatherOptions { helpers: 3, spin: Duration::ZERO, ..GatherOptions::auto() }).unwrap();
+        for round in 0..2000 {
+            let parts = 2 + round % 3;
+            let counts: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+            gatherer
+                .run_parts(parts, &|p| {
+                    counts[p].fetch_add(1, Ordering::Relaxed);
+                })
+                .unwrap();
+            let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+            let want: Vec<usize> = (0..4).map(|p| usize::from(p < parts)).collect();
+            assert_eq!(counts, want, "round {round}");
+            if round % 2 == 0 {
+                gatherer.wake_parked();
+            }
+        }
+    }
+
+    #[test]
     fn a_gather_started_while_the_helpers_are_busy_runs_on_the_calling_thread() {
         let gatherer = Gatherer::new(options(2)).unwrap();
         let inner_threads = Mutex::new(Vec::new());
@@ -447,31 +613,96 @@ mod tests {
         for chunk in inner.chunks(3) {
             assert!(chunk.iter().all(|t| *t == chunk[0]));
         }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.parts, stats.alone_busy), (1, 3, 3), "{stats:?}");
+    }
+
+    #[test]
+    fn stats_count_split_gathers_helper_parts_and_the_wait_for_helpers() {
+        let gatherer = Gatherer::new(options(3)).unwrap();
+        let me = std::thread::current().id();
+        let (helper_parts, gathers_with_helper_parts) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        for _ in 0..50 {
+            let before = helper_parts.load(Ordering::Relaxed);
+            gatherer
+                .run_parts(4, &|_| {
+                    if std::thread::current().id() != me {
+                        helper_parts.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+                .unwrap();
+            if helper_parts.load(Ordering::Relaxed) > before {
+                gathers_with_helper_parts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.parts, stats.alone_busy), (50, 200, 0), "{stats:?}");
+        assert_eq!(stats.parts_on_helpers, helper_parts.load(Ordering::Relaxed) as u64, "{stats:?}");
+        // A helper's part sleeps 200 us and the calling thread's parts take no time, so the calling
+        // thread waits for it.
+        let waits = gathers_with_helper_parts.load(Ordering::Relaxed) as u64;
+        assert!(stats.helper_wait_ns >= waits * 150_000, "{stats:?} ({waits} gathers with helper parts)");
+        // A single part is not a split gather and is not counted.
+        count_parts(&gatherer, 1);
+        assert_eq!(gatherer.stats().split, 50);
     }
 
     #[test]
     fn a_panicking_part_is_an_error_and_the_next_gather_works() {
         let gatherer = Gatherer::new(options(2)).unwrap();
-        let err = gatherer
-            .run_parts(3, &|p| {
-                if p == 0 {
-                    panic!("part 0 fails");
+        let me = std::thread::current().id();
+        // A part that panics on a helper is reported as an error.
+        let mut reported = false;
+        for _ in 0..200 {
+            let result = gatherer.run_parts(3, &|_| {
+                std::thread::sleep(Duration::from_micros(100));
+                if std::thread::current().id() != me {
+                    panic!("a helper's part fails");
                 }
+            });
+            if let Err(err) = result {
+                assert!(err.contains("panicked"), "{err}");
+                reported = true;
+                break;
+            }
+        }
+        assert!(reported, "no part ever ran on a helper");
+        assert_eq!(count_parts(&gatherer, 3), 3);
+        // A part that panics on the calling thread unwinds from `run_parts` once the helpers' parts
+        // are done, and the next gather works.
+        let helper_parts_done = AtomicUsize::new(0);
+        let unwound = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            gatherer.run_parts(3, &|_| {
+                if std::thread::current().id() == me {
+                    panic!("the caller's part fails");
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                helper_parts_done.fetch_add(1, Ordering::SeqCst);
             })
-            .unwrap_err();
-        assert!(err.contains("panicked"), "{err}");
+        }));
+        assert!(unwound.is_err());
+        let done_at_unwind = helper_parts_done.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(helper_parts_done.load(Ordering::SeqCst), done_at_unwind, "a helper part outlived the gather");
         assert_eq!(count_parts(&gatherer, 3), 3);
     }
 
-    /// The threads that ran each of `parts` parts.
+    /// The threads that ran each of `parts` parts; each part takes 2 ms, so awake helpers claim parts
+    /// while the calling thread runs its first.
     fn part_threads(gatherer: &Gatherer, parts: usize) -> Vec<std::thread::ThreadId> {
         let seen = Mutex::new(vec![None; parts]);
-        gatherer.run_parts(parts, &|p| seen.lock()[p] = Some(std::thread::current().id())).unwrap();
+        gatherer
+            .run_parts(parts, &|p| {
+                seen.lock()[p] = Some(std::thread::current().id());
+                std::thread::sleep(Duration::from_millis(2));
+            })
+            .unwrap();
         seen.into_inner().into_iter().map(|t| t.expect("every part ran")).collect()
     }
 
     #[test]
-    fn a_gather_that_finds_helpers_parked_runs_alone_and_wakes_them_for_the_next() {
+    fn a_gather_that_finds_helpers_parked_runs_without_them_and_wakes_them_for_the_next() {
         let spin = Duration::from_millis(300);
         let gatherer = Gatherer::new(GatherOptions { helpers: 2, spin, ..GatherOptions::auto() }).unwrap();
         let me = std::thread::current().id();
@@ -488,9 +719,11 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
             let threads = part_threads(&gatherer, 3);
-            assert!(threads[0] != me && threads[1] != me && threads[0] != threads[1], "round {round}: {threads:?}");
-            assert_eq!(threads[2], me);
+            assert!(threads.iter().any(|t| *t != me), "round {round}: awake helpers took no part: {threads:?}");
         }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.found_parked), (6, 3), "{stats:?}");
+        assert!(stats.parts_on_helpers >= 3, "{stats:?}");
         drop(gatherer);
     }
 

@@ -25,6 +25,6 @@ mod pool;
 
 pub use arena::{Arena, ArenaOptions, BindingKind, DeviceInputMode, InputSource, OutputTarget, StageReport};
 pub use error::{ArenaError, Result};
-pub use gather::{GatherOptions, StagingStores};
+pub use gather::{GatherOptions, GatherStats, StagingStores};
 pub use layout::{ArenaLayout, DEFAULT_ALIGNMENT, Slot, SlotSpec};
 pub use pool::{ArenaLease, ArenaPool, Lease, Pool, PoolConfig, WhenExhausted};

@@ -80,6 +80,11 @@ pub trait Device: Clone + Send + Sync + fmt::Debug {
     /// A new event (with timing enabled).
     fn create_event(&self) -> Result<<Self::Backend as Backend>::Event>;
 
+    /// A new event for ordering and waiting only: timing disabled, so recording it costs less (about
+    /// 1 us less per record on an H200: no timestamp is written). [`Event::elapsed_since`] with it
+    /// fails with [`crate::Error::Event`]. Use it for fences.
+    fn create_untimed_event(&self) -> Result<<Self::Backend as Backend>::Event>;
+
     /// `bytes` of device memory. Zero bytes and sizes past the address space are errors.
     fn alloc(&self, bytes: usize) -> Result<<Self::Backend as Backend>::DeviceBuffer>;
 

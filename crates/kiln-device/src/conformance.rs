@@ -25,6 +25,7 @@ macro_rules! conformance_tests {
             pinned_async_round_trip,
             events_order_work_across_streams,
             event_timing,
+            untimed_event_orders_work_and_refuses_timing,
             graph_of_100_launches_replays_equal_to_eager,
             replay_after_free_reads_new_occupant,
             graph_update_repoints_launch,
@@ -231,6 +232,45 @@ pub fn event_timing<B: Backend>(device: &B::Device) {
     assert!(end.is_complete().unwrap());
     let elapsed = end.elapsed_since(&start).unwrap();
     assert!(elapsed.as_secs() < 10, "implausible elapsed time {elapsed:?}");
+}
+
+/// An untimed event orders work across streams and can be waited on like a timed one, and every
+/// elapsed-time query involving it is an error (not a garbage duration), also once it is complete.
+pub fn untimed_event_orders_work_and_refuses_timing<B: Backend>(device: &B::Device) {
+    let module = builtin_module::<B>(device);
+    let fill_k = module.kernel(builtin::FILL_U32).unwrap();
+    let producer = device.create_stream().unwrap();
+    let consumer = device.create_stream().unwrap();
+    let fence = device.create_untimed_event().unwrap();
+    let timed = device.create_event().unwrap();
+    let n = 1 << 20;
+    let a = device.alloc(n * 4).unwrap();
+    let b = device.alloc(n * 4).unwrap();
+    for round in 0..4u32 {
+        // SAFETY: `a` and `b` outlive the synchronize at the end of each round.
+        unsafe {
+            for i in 0..8 {
+                fill::<B>(&producer, &fill_k, a.as_slice(), round * 100 + i);
+            }
+        }
+        producer.record(&fence).unwrap();
+        producer.record(&timed).unwrap();
+        consumer.wait(&fence).unwrap();
+        consumer.copy_d2d(a.as_slice(), b.as_slice()).unwrap();
+        consumer.synchronize().unwrap();
+        let words = download::<B>(&consumer, b.slice(0, 16).unwrap());
+        let first = u32::from_le_bytes(words[..4].try_into().unwrap());
+        assert_eq!(first, round * 100 + 7, "the consumer ran before the producer's last fill");
+    }
+    fence.synchronize().unwrap();
+    assert!(fence.is_complete().unwrap());
+    for (end, start) in [(&fence, &timed), (&timed, &fence), (&fence, &fence)] {
+        assert!(
+            matches!(end.elapsed_since(start), Err(Error::Event { .. })),
+            "elapsed time involving an untimed event must be refused"
+        );
+    }
+    producer.synchronize().unwrap();
 }
 
 /// A graph of 100 launches replays to the same bytes as the same launches run eagerly.

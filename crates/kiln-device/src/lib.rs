@@ -44,6 +44,8 @@ pub mod hip;
 pub mod host;
 mod pinning;
 mod select;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+mod stream_progress;
 mod types;
 
 pub use api::{

@@ -318,7 +318,12 @@ impl Device for CudaDevice {
 
     fn create_event(&self) -> Result<CudaEvent> {
         self.shared.enter("device.create_event")?;
-        CudaEvent::new(self.shared.clone())
+        CudaEvent::new(self.shared.clone(), true)
+    }
+
+    fn create_untimed_event(&self) -> Result<CudaEvent> {
+        self.shared.enter("device.create_untimed_event")?;
+        CudaEvent::new(self.shared.clone(), false)
     }
 
     fn alloc(&self, bytes: usize) -> Result<CudaDeviceBuffer> {

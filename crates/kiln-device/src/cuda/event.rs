@@ -1,4 +1,5 @@
-//! Events of the CUDA backend: `cuEventCreate` with timing enabled, destroyed on drop.
+//! Events of the CUDA backend: `cuEventCreate`, timing enabled or (for fences) disabled, destroyed
+//! on drop.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -11,6 +12,7 @@ use crate::cuda::device::{self, DeviceShared, SendHandle};
 use crate::cuda::result::{self, CUresult, has_code};
 use crate::cuda::stream::map_fault;
 use crate::error::{Error, Result};
+use crate::stream_progress::{LastRecord, StreamProgress};
 
 /// Never recorded.
 const NEVER: u8 = 0;
@@ -19,7 +21,8 @@ const RECORDED: u8 = 1;
 /// Last recorded during a capture: it completes only when the graph runs.
 const CAPTURED: u8 = 2;
 
-/// An event of the CUDA backend, with timing enabled (`CU_EVENT_DEFAULT`).
+/// An event of the CUDA backend: timing enabled (`CU_EVENT_DEFAULT`) from `create_event`, disabled
+/// (`CU_EVENT_DISABLE_TIMING`) from `create_untimed_event`.
 ///
 /// # Thread safety
 /// `Send + Sync`: an event may be recorded, waited on and queried from any thread. CUDA forbids
@@ -32,6 +35,10 @@ pub struct CudaEvent {
     device: Arc<DeviceShared>,
     raw: sys::CUevent,
     state: AtomicU8,
+    /// Created with timing enabled, so [`Event::elapsed_since`] can use it.
+    timed: bool,
+    /// Which record of which stream it last was, so a synchronized stream answers for it.
+    last_record: LastRecord,
 }
 
 // SAFETY: a `CUevent` is an opaque handle the driver accepts from any thread; kiln's own state is an atomic.
@@ -47,9 +54,10 @@ impl std::fmt::Debug for CudaEvent {
 
 impl CudaEvent {
     /// A new event; the device's context is current (the caller entered it).
-    pub(crate) fn new(device: Arc<DeviceShared>) -> Result<CudaEvent> {
-        let raw = result::event::create("device.create_event")?;
-        Ok(CudaEvent { device, raw, state: AtomicU8::new(NEVER) })
+    pub(crate) fn new(device: Arc<DeviceShared>, timed: bool) -> Result<CudaEvent> {
+        let op = if timed { "device.create_event" } else { "device.create_untimed_event" };
+        let raw = result::event::create(op, timed)?;
+        Ok(CudaEvent { device, raw, state: AtomicU8::new(NEVER), timed, last_record: LastRecord::default() })
     }
 
     pub(crate) fn ordinal(&self) -> usize {
@@ -61,7 +69,13 @@ impl CudaEvent {
         self.raw
     }
 
-    pub(crate) fn mark_recorded(&self, during_capture: bool) {
+    /// Notes a record just enqueued on the stream of `progress`.
+    pub(crate) fn mark_recorded(&self, during_capture: bool, progress: &Arc<StreamProgress>) {
+        if during_capture {
+            self.last_record.forget();
+        } else {
+            self.last_record.recorded(progress);
+        }
         self.state.store(if during_capture { CAPTURED } else { RECORDED }, Ordering::Release);
     }
 
@@ -88,6 +102,9 @@ impl Event for CudaEvent {
     fn synchronize(&self) -> Result<()> {
         let op = "event.synchronize";
         self.refuse_captured(op)?;
+        if self.last_record.known_complete() {
+            return Ok(());
+        }
         self.device.touch(op)?;
         // SAFETY: `raw` is live while `self` is.
         unsafe { result::event::synchronize(op, self.raw) }.map_err(|e| self.fault(op, e))
@@ -96,6 +113,9 @@ impl Event for CudaEvent {
     fn is_complete(&self) -> Result<bool> {
         let op = "event.is_complete";
         self.refuse_captured(op)?;
+        if self.last_record.known_complete() {
+            return Ok(true);
+        }
         self.device.touch(op)?;
         // SAFETY: `raw` is live while `self` is.
         unsafe { result::event::query(op, self.raw) }.map_err(|e| self.fault(op, e))
@@ -104,6 +124,9 @@ impl Event for CudaEvent {
     fn elapsed_since(&self, start: &CudaEvent) -> Result<Duration> {
         let op = "event.elapsed_since";
         for event in [start, self] {
+            if !event.timed {
+                return Err(Error::Event { op, reason: "the event was created without timing (create_untimed_event)" });
+            }
             match event.state.load(Ordering::Acquire) {
                 NEVER => return Err(Error::Event { op, reason: "the event was never recorded" }),
                 CAPTURED => event.refuse_captured(op)?,

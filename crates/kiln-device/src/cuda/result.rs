@@ -554,11 +554,14 @@ pub(crate) mod memory {
 pub(crate) mod event {
     use super::*;
 
-    /// A new event with timing enabled (`CU_EVENT_DEFAULT`) in the current context.
-    pub(crate) fn create(op: &'static str) -> Result<sys::CUevent> {
+    /// A new event in the current context: timing enabled (`CU_EVENT_DEFAULT`) when `timed`, else
+    /// `CU_EVENT_DISABLE_TIMING`.
+    pub(crate) fn create(op: &'static str, timed: bool) -> Result<sys::CUevent> {
         let mut event: sys::CUevent = ptr::null_mut();
+        let flags =
+            if timed { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
         // SAFETY: writes one event handle.
-        check(op, unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DEFAULT as c_uint) })?;
+        check(op, unsafe { sys::cuEventCreate(&mut event, flags as c_uint) })?;
         Ok(event)
     }
 

@@ -43,6 +43,7 @@ use crate::cuda::memory::CudaPinnedBuffer;
 use crate::cuda::module::{CudaKernel, ModuleShared};
 use crate::cuda::result::{self, CUresult, has_code};
 use crate::error::{Error, Result};
+use crate::stream_progress::StreamProgress;
 use crate::types::{CaptureMode, DeviceSlice, KernelArg, LaunchConfig};
 
 /// kiln's record of an active capture.
@@ -62,6 +63,8 @@ pub(crate) struct StreamShared {
     /// Whether `capture` is `Some`, readable on the launch path without the lock.
     capturing: AtomicBool,
     capture: Mutex<Option<Capture>>,
+    /// Event records enqueued and covered by a successful synchronize.
+    pub(crate) progress: Arc<StreamProgress>,
 }
 
 // SAFETY: a `CUstream` is an opaque handle the driver accepts from any thread; the driver API is
@@ -253,6 +256,7 @@ impl CudaStream {
                 raw,
                 capturing: AtomicBool::new(false),
                 capture: Mutex::new(None),
+                progress: Arc::default(),
             }),
         })
     }
@@ -318,9 +322,14 @@ impl CudaStream {
         self.forbid_own_capture(op)
     }
 
+    /// Waits for everything enqueued so far; on success, every event recorded here before is known
+    /// complete.
     fn wait_idle(&self, op: &'static str) -> Result<()> {
+        let records = self.shared.progress.before_synchronize();
         // SAFETY: `raw` is live while `self` is.
-        unsafe { result::stream::synchronize(op, self.shared.raw) }.map_err(|e| self.sync_fault(op, e))
+        unsafe { result::stream::synchronize(op, self.shared.raw) }.map_err(|e| self.sync_fault(op, e))?;
+        self.shared.progress.synchronized(records);
+        Ok(())
     }
 }
 
@@ -495,7 +504,7 @@ impl Stream for CudaStream {
         self.enter(op)?;
         // SAFETY: both handles are live while their owners are.
         unsafe { result::event::record(op, event.raw_handle(), self.shared.raw) }.map_err(|e| self.fault(op, e))?;
-        event.mark_recorded(self.shared.capturing.load(Ordering::Acquire));
+        event.mark_recorded(self.shared.capturing.load(Ordering::Acquire), &self.shared.progress);
         Ok(())
     }
 

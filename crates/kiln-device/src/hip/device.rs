@@ -348,7 +348,12 @@ impl Device for HipDevice {
 
     fn create_event(&self) -> Result<HipEvent> {
         self.shared.enter("device.create_event")?;
-        HipEvent::new(self.shared.clone())
+        HipEvent::new(self.shared.clone(), true)
+    }
+
+    fn create_untimed_event(&self) -> Result<HipEvent> {
+        self.shared.enter("device.create_untimed_event")?;
+        HipEvent::new(self.shared.clone(), false)
     }
 
     fn alloc(&self, bytes: usize) -> Result<HipDeviceBuffer> {

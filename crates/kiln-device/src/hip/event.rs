@@ -1,4 +1,5 @@
-//! Events of the HIP backend: `hipEventCreateWithFlags(hipEventDefault)`, timing enabled, destroyed on drop.
+//! Events of the HIP backend: `hipEventCreateWithFlags`, timing enabled (`hipEventDefault`) or (for
+//! fences) disabled, destroyed on drop.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -10,6 +11,7 @@ use crate::hip::device::{self, DeviceShared, SendHandle};
 use crate::hip::result::{self, has_code};
 use crate::hip::stream::map_fault;
 use crate::hip::sys::{self, code};
+use crate::stream_progress::{LastRecord, StreamProgress};
 
 /// Never recorded.
 const NEVER: u8 = 0;
@@ -18,7 +20,8 @@ const RECORDED: u8 = 1;
 /// Last recorded during a capture: it completes only when the graph runs.
 const CAPTURED: u8 = 2;
 
-/// An event of the HIP backend, with timing enabled (`hipEventDefault`).
+/// An event of the HIP backend: timing enabled (`hipEventDefault`) from `create_event`, disabled
+/// (`hipEventDisableTiming`) from `create_untimed_event`.
 ///
 /// # Thread safety
 /// `Send + Sync`: an event may be recorded, waited on and queried from any thread. HIP follows CUDA in
@@ -30,6 +33,10 @@ pub struct HipEvent {
     device: Arc<DeviceShared>,
     raw: sys::hipEvent_t,
     state: AtomicU8,
+    /// Created with timing enabled, so [`Event::elapsed_since`] can use it.
+    timed: bool,
+    /// Which record of which stream it last was, so a synchronized stream answers for it.
+    last_record: LastRecord,
 }
 
 // SAFETY: a `hipEvent_t` is an opaque handle the runtime accepts from any thread; kiln's own state is an
@@ -46,9 +53,10 @@ impl std::fmt::Debug for HipEvent {
 
 impl HipEvent {
     /// A new event; the device is current (the caller entered it).
-    pub(crate) fn new(device: Arc<DeviceShared>) -> Result<HipEvent> {
-        let raw = result::event::create("device.create_event")?;
-        Ok(HipEvent { device, raw, state: AtomicU8::new(NEVER) })
+    pub(crate) fn new(device: Arc<DeviceShared>, timed: bool) -> Result<HipEvent> {
+        let op = if timed { "device.create_event" } else { "device.create_untimed_event" };
+        let raw = result::event::create(op, timed)?;
+        Ok(HipEvent { device, raw, state: AtomicU8::new(NEVER), timed, last_record: LastRecord::default() })
     }
 
     pub(crate) fn ordinal(&self) -> usize {
@@ -60,7 +68,13 @@ impl HipEvent {
         self.raw
     }
 
-    pub(crate) fn mark_recorded(&self, during_capture: bool) {
+    /// Notes a record just enqueued on the stream of `progress`.
+    pub(crate) fn mark_recorded(&self, during_capture: bool, progress: &Arc<StreamProgress>) {
+        if during_capture {
+            self.last_record.forget();
+        } else {
+            self.last_record.recorded(progress);
+        }
         self.state.store(if during_capture { CAPTURED } else { RECORDED }, Ordering::Release);
     }
 
@@ -91,6 +105,9 @@ impl Event for HipEvent {
     fn synchronize(&self) -> Result<()> {
         let op = "event.synchronize";
         self.refuse_captured(op)?;
+        if self.last_record.known_complete() {
+            return Ok(());
+        }
         self.device.touch(op)?;
         // SAFETY: `raw` is live while `self` is.
         unsafe { result::event::synchronize(op, self.raw) }.map_err(|e| self.fault(op, e))
@@ -99,6 +116,9 @@ impl Event for HipEvent {
     fn is_complete(&self) -> Result<bool> {
         let op = "event.is_complete";
         self.refuse_captured(op)?;
+        if self.last_record.known_complete() {
+            return Ok(true);
+        }
         self.device.touch(op)?;
         // SAFETY: `raw` is live while `self` is.
         unsafe { result::event::query(op, self.raw) }.map_err(|e| self.fault(op, e))
@@ -107,6 +127,9 @@ impl Event for HipEvent {
     fn elapsed_since(&self, start: &HipEvent) -> Result<Duration> {
         let op = "event.elapsed_since";
         for event in [start, self] {
+            if !event.timed {
+                return Err(Error::Event { op, reason: "the event was created without timing (create_untimed_event)" });
+            }
             match event.state.load(Ordering::Acquire) {
                 NEVER => return Err(Error::Event { op, reason: "the event was never recorded" }),
                 CAPTURED => event.refuse_captured(op)?,

@@ -397,11 +397,13 @@ pub(crate) mod memory {
 pub(crate) mod event {
     use super::*;
 
-    /// A new event with timing enabled (`hipEventDefault`) on the current device.
-    pub(crate) fn create(op: &'static str) -> Result<sys::hipEvent_t> {
+    /// A new event on the current device: timing enabled (`hipEventDefault`) when `timed`, else
+    /// `hipEventDisableTiming`.
+    pub(crate) fn create(op: &'static str, timed: bool) -> Result<sys::hipEvent_t> {
         let mut event: sys::hipEvent_t = ptr::null_mut();
+        let flags = if timed { sys::EVENT_DEFAULT } else { sys::EVENT_DISABLE_TIMING };
         // SAFETY: writes one event handle.
-        check(op, unsafe { sys::hipEventCreateWithFlags(&mut event, sys::EVENT_DEFAULT) })?;
+        check(op, unsafe { sys::hipEventCreateWithFlags(&mut event, flags) })?;
         Ok(event)
     }
 

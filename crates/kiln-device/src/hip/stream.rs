@@ -52,6 +52,7 @@ use crate::hip::memory::HipPinnedBuffer;
 use crate::hip::module::{HipKernel, ModuleShared};
 use crate::hip::result::{self, has_code};
 use crate::hip::sys::{self, capture_status, code};
+use crate::stream_progress::StreamProgress;
 use crate::types::{CaptureMode, DeviceSlice, KernelArg, LaunchConfig};
 
 /// kiln's capture mode as HIP's.
@@ -82,6 +83,8 @@ pub(crate) struct StreamShared {
     /// Whether `capture` is `Some`, readable on the launch path without the lock.
     capturing: AtomicBool,
     capture: Mutex<Option<Capture>>,
+    /// Event records enqueued and covered by a successful synchronize.
+    pub(crate) progress: Arc<StreamProgress>,
 }
 
 // SAFETY: a `hipStream_t` is an opaque handle the runtime accepts from any thread; HIP's runtime API is
@@ -247,6 +250,7 @@ impl HipStream {
                 raw,
                 capturing: AtomicBool::new(false),
                 capture: Mutex::new(None),
+                progress: Arc::default(),
             }),
         })
     }
@@ -350,9 +354,14 @@ impl HipStream {
         self.forbid_own_capture(op)
     }
 
+    /// Waits for everything enqueued so far; on success, every event recorded here before is known
+    /// complete.
     fn wait_idle(&self, op: &'static str) -> Result<()> {
+        let records = self.shared.progress.before_synchronize();
         // SAFETY: `raw` is live while `self` is.
-        unsafe { result::stream::synchronize(op, self.shared.raw) }.map_err(|e| self.sync_fault(op, e))
+        unsafe { result::stream::synchronize(op, self.shared.raw) }.map_err(|e| self.sync_fault(op, e))?;
+        self.shared.progress.synchronized(records);
+        Ok(())
     }
 
     /// Puts kiln's record of a capture back after `hipStreamEndCapture` failed without ending it.
@@ -585,7 +594,7 @@ impl Stream for HipStream {
         self.enter(op)?;
         // SAFETY: both handles are live while their owners are.
         unsafe { result::event::record(op, event.raw_handle(), self.shared.raw) }.map_err(|e| self.fault(op, e))?;
-        event.mark_recorded(self.shared.capturing.load(Ordering::Acquire));
+        event.mark_recorded(self.shared.capturing.load(Ordering::Acquire), &self.shared.progress);
         Ok(())
     }
 

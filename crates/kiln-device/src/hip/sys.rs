@@ -113,6 +113,7 @@ pub mod code {
 pub const STREAM_NON_BLOCKING: c_uint = hip_runtime_sys::hipStreamNonBlocking;
 /// `hipEventDefault`: timing enabled.
 pub const EVENT_DEFAULT: c_uint = hip_runtime_sys::hipEventDefault;
+pub const EVENT_DISABLE_TIMING: c_uint = hip_runtime_sys::hipEventDisableTiming;
 /// `hipHostMallocDefault`.
 pub const HOST_MALLOC_DEFAULT: c_uint = hip_runtime_sys::hipHostMallocDefault;
 

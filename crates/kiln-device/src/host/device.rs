@@ -207,7 +207,12 @@ impl Device for HostDevice {
 
     fn create_event(&self) -> Result<HostEvent> {
         self.check("device.create_event")?;
-        Ok(HostEvent::new(self.shared.info.ordinal))
+        Ok(HostEvent::new(self.shared.info.ordinal, true))
+    }
+
+    fn create_untimed_event(&self) -> Result<HostEvent> {
+        self.check("device.create_untimed_event")?;
+        Ok(HostEvent::new(self.shared.info.ordinal, false))
     }
 
     fn alloc(&self, bytes: usize) -> Result<HostDeviceBuffer> {

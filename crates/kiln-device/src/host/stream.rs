@@ -569,6 +569,8 @@ struct EventState {
 
 pub(crate) struct EventShared {
     ordinal: usize,
+    /// Created with timing enabled, so `elapsed_since` can use it.
+    timed: bool,
     state: Mutex<EventState>,
     cv: Condvar,
 }
@@ -606,10 +608,11 @@ impl std::fmt::Debug for HostEvent {
 }
 
 impl HostEvent {
-    pub(crate) fn new(ordinal: usize) -> HostEvent {
+    pub(crate) fn new(ordinal: usize, timed: bool) -> HostEvent {
         HostEvent {
             shared: Arc::new(EventShared {
                 ordinal,
+                timed,
                 state: Mutex::new(EventState { recorded: 0, completed: 0, time: None, capture_id: None }),
                 cv: Condvar::new(),
             }),
@@ -617,6 +620,9 @@ impl HostEvent {
     }
 
     fn time(&self, op: &'static str) -> Result<Instant> {
+        if !self.shared.timed {
+            return Err(Error::Event { op, reason: "the event was created without timing (create_untimed_event)" });
+        }
         let st = self.shared.state.lock();
         if st.recorded == 0 {
             return Err(Error::Event { op, reason: "the event was never recorded" });
