@@ -223,9 +223,6 @@ impl BackendVisitor for Bench {
                     found_parked: after.found_parked - before.found_parked,
                     alone_busy: after.alone_busy - before.alone_busy,
                     helper_wait_ns: after.helper_wait_ns - before.helper_wait_ns,
-                    helper_start_ns: after.helper_start_ns - before.helper_start_ns,
-                    helper_part_ns: after.helper_part_ns - before.helper_part_ns,
-                    caller_part_ns: after.caller_part_ns - before.caller_part_ns,
                 };
                 let mut stage_rows = Vec::new();
                 if label.starts_with("default (") {
@@ -302,7 +299,7 @@ fn main() {
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
     println!(
-        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy); mean helper wait, helper start, helper part, caller part",
+        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy), mean wait for helpers",
         "case", "gather", "arena us", "gather-only", "per-input us", "single us", "per-input/arena", "arena/single"
     );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
@@ -312,15 +309,12 @@ fn main() {
             let per = |ns: u64, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
             let on_helpers = 100.0 * s.parts_on_helpers as f64 / s.parts.max(1) as f64;
             format!(
-                "  {on_helpers:.0}% of {} parts, {} of {}, {}; {:.2} / {:.2} / {:.2} / {:.2} us",
+                "  {on_helpers:.0}% of {} parts, {} of {}, {}, {:.2} us",
                 s.parts,
                 s.found_parked,
                 s.split,
                 s.alone_busy,
                 per(s.helper_wait_ns, s.split),
-                per(s.helper_start_ns, s.parts_on_helpers),
-                per(s.helper_part_ns, s.parts_on_helpers),
-                per(s.caller_part_ns, s.parts - s.parts_on_helpers),
             )
         });
         println!(
@@ -340,7 +334,7 @@ fn main() {
         out.push_str(&format!(
             "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3},\"gather_stats\":{}}}",
             r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us,
-            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{},\"helper_start_ns\":{},\"helper_part_ns\":{},\"caller_part_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns, s.helper_start_ns, s.helper_part_ns, s.caller_part_ns))
+            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns))
         ));
     }
     out.push_str("]}\n");

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::error::{ArenaError, Result};
-use crate::gather::{GatherOptions, GatherStats, Gatherer, copy_bytes, store_fence};
+use crate::gather::{GatherOptions, GatherStats, Gatherer, copy_bytes, prefetch_to_l2, store_fence};
 use crate::layout::{ArenaLayout, Slot};
 
 /// Where one input comes from.
@@ -283,7 +283,7 @@ impl<B: Backend> Arena<B> {
         let starts = &ctx.part_starts;
         if starts.len() <= 2 {
             let mut part = Part { first: 0, base: 0, staging, bindings, kinds, outcome: None };
-            return gather_part(layout, &mut part, &source, slots, streaming);
+            return gather_part(layout, &mut part, &source, slots, streaming, false);
         }
         // Split the staging buffer, the bindings and the kinds at the parts' first inputs: each part
         // writes only its own.
@@ -305,7 +305,7 @@ impl<B: Backend> Arena<B> {
         ctx.gatherer
             .run_parts(parts.len(), &|p| {
                 let mut part = parts[p].lock();
-                let outcome = gather_part(layout, &mut part, &source, slots, streaming);
+                let outcome = gather_part(layout, &mut part, &source, slots, streaming, true);
                 part.outcome = Some(outcome);
             })
             .map_err(|reason| ArenaError::Gather { reason })?;
@@ -488,19 +488,37 @@ struct Part<'s> {
 }
 
 /// Checks and copies (padding per plan) the host inputs of one part into its staging bytes and binds
-/// them to their slots. Returns the end of the staging span the part used.
+/// them to their slots, prefetching the part's sources first when `prefetch` (a part of a split
+/// gather). Returns the end of the staging span the part used.
 fn gather_part<'a>(
     layout: &ArenaLayout,
     part: &mut Part<'_>,
     source: &impl Fn(usize) -> InputSource<'a>,
     slot_views: &[DeviceSlice],
     streaming: bool,
+    prefetch: bool,
 ) -> Result<usize> {
     let Part { first, base, staging, bindings, kinds, .. } = part;
     let (first, base) = (*first, *base);
     let mut span_end = 0usize;
     let result = (|| {
         let end = first + bindings.len();
+        // In a split gather, ask for the part's source bytes all at once before copying any: a
+        // helper finds them in another core's cache (the caller wrote them), and many small inputs
+        // are short streams the hardware prefetcher does not follow, so the copy loop would
+        // otherwise wait for them a few lines at a time.
+        let mut budget = if prefetch { PREFETCH_BYTES_PER_PART } else { 0 };
+        for index in first..end {
+            if budget == 0 {
+                break;
+            }
+            if let InputSource::Host { data, plan } = source(index) {
+                let bytes = data.get(plan.src_range()).unwrap_or_default();
+                let take = bytes.len().min(budget);
+                prefetch_to_l2(&bytes[..take]);
+                budget -= take;
+            }
+        }
         for (k, slot) in layout.inputs()[first..end].iter().enumerate() {
             let InputSource::Host { data, plan } = source(first + k) else { continue };
             check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
@@ -531,6 +549,11 @@ fn gather_part<'a>(
     }
     result
 }
+
+/// How many source bytes a gather part prefetches before copying (on an H200 host, 190 inputs of
+/// 1 KiB: about 1 us less per gather with seven helpers). Beyond this, inputs are long streams the
+/// hardware prefetcher follows.
+const PREFETCH_BYTES_PER_PART: usize = 64 * 1024;
 
 /// Splits `slots` into at most `parts` contiguous runs of about equal bytes; returns each run's
 /// first index, then `slots.len()`.

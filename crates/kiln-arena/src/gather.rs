@@ -141,17 +141,10 @@ pub struct GatherStats {
     /// Time the calling threads of split gathers waited for helpers after the last part was
     /// claimed, summed, in nanoseconds.
     pub helper_wait_ns: u64,
-    /// Time from a gather's start to a helper starting one of its parts, summed over the helpers'
-    /// parts, in nanoseconds.
-    pub helper_start_ns: u64,
-    /// Time the helpers' parts took, summed, in nanoseconds.
-    pub helper_part_ns: u64,
-    /// Time the calling threads' parts of split gathers took, summed, in nanoseconds.
-    pub caller_part_ns: u64,
 }
 
-/// The counters behind [`GatherStats`]. Helpers add to theirs after counting their part done, off
-/// the gather's critical path.
+/// The counters behind [`GatherStats`], written by calling threads only (helpers never touch
+/// them, so counting adds no contention to a gather).
 #[derive(Default)]
 struct Counters {
     split: AtomicU64,
@@ -160,14 +153,6 @@ struct Counters {
     found_parked: AtomicU64,
     alone_busy: AtomicU64,
     helper_wait_ns: AtomicU64,
-    helper_start_ns: AtomicU64,
-    helper_part_ns: AtomicU64,
-    caller_part_ns: AtomicU64,
-}
-
-/// Nanoseconds from `origin` to now, saturating.
-fn nanos_since(origin: Instant) -> u64 {
-    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The claim word of a gather: its part count in the high half, the next unclaimed part in the low.
@@ -194,9 +179,6 @@ struct Shared {
     claims: CachePadded<AtomicU64>,
     /// Parts of the current gather finished by helpers.
     helper_done: CachePadded<AtomicUsize>,
-    /// When the current gather started, in nanoseconds since `origin` (for [`GatherStats`]).
-    started_ns: AtomicU64,
-    origin: Instant,
     /// The current gather's task, valid while one of its parts can still be claimed or runs.
     task: UnsafeCell<Option<*const Task>>,
     /// A helper's part panicked.
@@ -251,8 +233,6 @@ impl Gatherer {
             epoch: CachePadded::new(AtomicU64::new(0)),
             claims: CachePadded::new(AtomicU64::new(claim_word(0, 0))),
             helper_done: CachePadded::new(AtomicUsize::new(0)),
-            started_ns: AtomicU64::new(0),
-            origin: Instant::now(),
             task: UnsafeCell::new(None),
             panicked: AtomicBool::new(false),
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -300,23 +280,19 @@ impl Gatherer {
             >(task))
         };
         shared.helper_done.store(0, Ordering::Relaxed);
-        shared.started_ns.store(nanos_since(shared.origin), Ordering::Relaxed);
         // Makes the parts claimable; Release publishes the task to whoever claims one.
         shared.claims.store(claim_word(parts, 0), Ordering::Release);
         // Wakes spinning helpers. SeqCst pairs with a helper's "parked, then re-check the epoch", so
         // a helper either sees this gather or is seen parked below.
         shared.epoch.fetch_add(1, Ordering::SeqCst);
         let mut claims = Claims { shared, parts, by_caller: 0, own_parts_done: Instant::now() };
-        let mut caller_part_ns = 0u64;
         loop {
             let (_, part) = unpack_claim(shared.claims.fetch_add(1, Ordering::AcqRel));
             if part >= parts {
                 break;
             }
             claims.by_caller += 1;
-            let part_started = Instant::now();
             task(part);
-            caller_part_ns += nanos_since(part_started);
         }
         claims.own_parts_done = Instant::now();
         // Parked helpers took no part; waking them here (a system call each) would delay this
@@ -333,7 +309,6 @@ impl Gatherer {
         c.parts_on_helpers.fetch_add((parts - by_caller) as u64, Ordering::Relaxed);
         c.found_parked.fetch_add(u64::from(found_parked), Ordering::Relaxed);
         c.helper_wait_ns.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-        c.caller_part_ns.fetch_add(caller_part_ns, Ordering::Relaxed);
         if shared.panicked.swap(false, Ordering::Relaxed) {
             return Err("a gather helper thread panicked".into());
         }
@@ -352,9 +327,6 @@ impl Gatherer {
             found_parked: c.found_parked.load(Ordering::Relaxed),
             alone_busy: c.alone_busy.load(Ordering::Relaxed),
             helper_wait_ns: c.helper_wait_ns.load(Ordering::Relaxed),
-            helper_start_ns: c.helper_start_ns.load(Ordering::Relaxed),
-            helper_part_ns: c.helper_part_ns.load(Ordering::Relaxed),
-            caller_part_ns: c.caller_part_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -425,19 +397,12 @@ fn helper(shared: &Shared, index: usize) {
             // store) and keeps it alive until `helper_done` counts this part, which happens only
             // after the call below.
             let task = unsafe { (*shared.task.get()).expect("a gather publishes its task") };
-            let started = nanos_since(shared.origin);
-            // Read before the part is counted done: the next gather may overwrite it after that.
-            let gather_started = shared.started_ns.load(Ordering::Relaxed);
             // SAFETY: as above: the pointer is valid until this part is counted done.
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(part) }));
             if outcome.is_err() {
                 shared.panicked.store(true, Ordering::Relaxed);
             }
-            let finished = nanos_since(shared.origin);
             shared.helper_done.fetch_add(1, Ordering::Release);
-            let c = &shared.counters;
-            c.helper_start_ns.fetch_add(started.saturating_sub(gather_started), Ordering::Relaxed);
-            c.helper_part_ns.fetch_add(finished - started, Ordering::Relaxed);
         }
     }
 }
@@ -526,6 +491,21 @@ fn copy_streaming(src: &[u8], dst: &mut [u8]) {
         }
     }
     dst[body..].copy_from_slice(&src[body..]);
+}
+
+/// Asks the CPU to bring `data` into this core's L2 cache (a hint: no effect on results). L2, not
+/// L1: the L2 tracks many more misses at once, and that is what a burst of short inputs needs.
+pub(crate) fn prefetch_to_l2(data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for offset in (0..data.len()).step_by(64) {
+        // SAFETY: a prefetch never faults, and the address is inside `data`; SSE is part of the
+        // x86-64 baseline.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(data.as_ptr().add(offset).cast())
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
 }
 
 /// Orders this thread's streaming stores before its later stores (a no-op off x86-64).
