@@ -536,20 +536,24 @@ mod tests {
         ran.into_inner()
     }
 
+    /// Runs a gather of `parts` (at most 4) parts and checks that each ran exactly once.
+    fn assert_each_part_runs_once(gatherer: &Gatherer, parts: usize, round: usize) {
+        let counts: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+        gatherer
+            .run_parts(parts, &|p| {
+                counts[p].fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let want: Vec<usize> = (0..4).map(|p| usize::from(p < parts)).collect();
+        assert_eq!(counts, want, "round {round}");
+    }
+
     #[test]
     fn every_part_runs_exactly_once_also_with_fewer_parts_than_helpers() {
         let gatherer = Gatherer::new(options(3)).unwrap();
         for round in 0..500 {
-            let parts = 1 + round % 4;
-            let counts: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
-            gatherer
-                .run_parts(parts, &|p| {
-                    counts[p].fetch_add(1, Ordering::Relaxed);
-                })
-                .unwrap();
-            let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-            let want: Vec<usize> = (0..4).map(|p| usize::from(p < parts)).collect();
-            assert_eq!(counts, want, "round {round}");
+            assert_each_part_runs_once(&gatherer, 1 + round % 4, round);
         }
     }
 
@@ -560,16 +564,7 @@ mod tests {
         let gatherer =
             Gatherer::new(GatherOptions { helpers: 3, spin: Duration::ZERO, ..GatherOptions::auto() }).unwrap();
         for round in 0..2000 {
-            let parts = 2 + round % 3;
-            let counts: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
-            gatherer
-                .run_parts(parts, &|p| {
-                    counts[p].fetch_add(1, Ordering::Relaxed);
-                })
-                .unwrap();
-            let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-            let want: Vec<usize> = (0..4).map(|p| usize::from(p < parts)).collect();
-            assert_eq!(counts, want, "round {round}");
+            assert_each_part_runs_once(&gatherer, 2 + round % 3, round);
             if round % 2 == 0 {
                 gatherer.wake_parked();
             }
