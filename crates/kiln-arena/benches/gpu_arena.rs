@@ -9,7 +9,9 @@
 //!   machine has the cores, and the default), and with requests 1 ms apart (parked helpers);
 //! - `gather only`: the host side of the same gather, without the copy (where the time goes);
 //! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
-//! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor).
+//! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor);
+//!   for each gather configuration measured in alternation with its `arena` iterations, so the ratio
+//!   compares the two under the same machine state; for the diagnostic rows, measured once per case.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +95,32 @@ fn time(iterations: usize, pause: Option<Duration>, mut f: impl FnMut()) -> f64 
             })
             .collect(),
     )
+}
+
+/// Medians of `f` and `g` run in alternation (each timed alone, `pause` before each), so both see
+/// the same machine state: the prefilled copy drifts by 10 to 20% between runs on one machine.
+fn time_interleaved(
+    iterations: usize,
+    pause: Option<Duration>,
+    mut f: impl FnMut(),
+    mut g: impl FnMut(),
+) -> (f64, f64) {
+    for _ in 0..iterations / 10 + 1 {
+        f();
+        g();
+    }
+    let (mut fs, mut gs) = (Vec::with_capacity(iterations), Vec::with_capacity(iterations));
+    for _ in 0..iterations {
+        for (body, samples) in [(&mut f as &mut dyn FnMut(), &mut fs), (&mut g as &mut dyn FnMut(), &mut gs)] {
+            if let Some(pause) = pause {
+                std::thread::sleep(pause);
+            }
+            let t = Instant::now();
+            body();
+            samples.push(t.elapsed());
+        }
+    }
+    (median(fs), median(gs))
 }
 
 struct Bench {
@@ -208,10 +236,19 @@ impl BackendVisitor for Bench {
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
                 let before = lease.gather_stats();
-                let arena_us = time(iterations, pause, || {
-                    lease.stage_inputs(&stream, &sources).unwrap();
-                    stream.synchronize().unwrap();
-                });
+                let (arena_us, prefilled_alongside_us) = time_interleaved(
+                    iterations,
+                    pause,
+                    || {
+                        lease.stage_inputs(&stream, &sources).unwrap();
+                        stream.synchronize().unwrap();
+                    },
+                    || {
+                        // SAFETY: as above.
+                        unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                        stream.synchronize().unwrap();
+                    },
+                );
                 let gather_only_us = time(iterations, pause, || {
                     std::hint::black_box(lease.gather_host(&sources).unwrap());
                 });
@@ -272,7 +309,7 @@ impl BackendVisitor for Bench {
                     arena_us,
                     gather_only_us,
                     per_input_us,
-                    single_prefilled_us,
+                    single_prefilled_us: prefilled_alongside_us,
                     stats: Some(stats),
                 });
                 rows.extend(stage_rows);

@@ -186,6 +186,53 @@ fn device_inputs_are_copied_padded_or_bound_directly_and_reported() {
     assert_eq!(&got[96..128], &data[32..64]);
 }
 
+/// A gather stores an input's binding and kind only when they change (neighbouring parts share their
+/// cache lines); every request must still see its own: a smaller bucket shortens the binding, a
+/// direct bind replaces it, and the next host input takes the slot back.
+#[test]
+fn bindings_and_kinds_follow_every_request() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let width = 8u64;
+    let row = (width * 4) as usize;
+    let inputs = [SlotSpec::new("a", 8 * row, 4), SlotSpec::new("b", 8 * row, 4), SlotSpec::new("c", 8 * row, 4)];
+    let device_rows = d.alloc(2 * row).unwrap();
+    stream.upload(&bytes_of(9, 2 * row), device_rows.as_slice()).unwrap();
+    for config in 0..4 {
+        let pool = pool(&d, &inputs, &[], gather_config(config));
+        let mut lease = pool.lease().unwrap();
+        let data = aligned(&bytes_of(config, 2 * row));
+        let host = |name: &str, bucket: u64| InputSource::Host {
+            data: as_bytes(&data, 2 * row),
+            plan: plan(name, DType::F32, &[2, width], true, Chunk::whole(2, bucket)),
+        };
+        let slots: Vec<_> = (0..3).map(|i| lease.input_slot(i)).collect();
+        // Bucket 8, then 4: the bindings shrink with the bucket.
+        for bucket in [8u64, 4, 8] {
+            lease.stage_inputs(&stream, &[host("a", bucket), host("b", bucket), host("c", bucket)]).unwrap();
+            for (i, binding) in lease.input_bindings().iter().enumerate() {
+                assert_eq!(binding.ptr(), slots[i].ptr(), "config {config}, bucket {bucket}, input {i}");
+                assert_eq!(binding.len(), bucket as usize * row, "config {config}, bucket {bucket}, input {i}");
+            }
+            assert_eq!(lease.binding_kinds(), &[BindingKind::Staged; 3], "config {config}, bucket {bucket}");
+        }
+        // Input b bound directly to device memory, then staged from the host again.
+        let direct = InputSource::Device {
+            data: device_rows.as_slice(),
+            plan: plan("b", DType::F32, &[2, width], true, Chunk::whole(2, 2)),
+            mode: DeviceInputMode::DirectBind,
+        };
+        lease.stage_inputs(&stream, &[host("a", 4), direct, host("c", 4)]).unwrap();
+        assert_eq!(lease.binding_kinds()[1], BindingKind::DirectBind, "config {config}");
+        assert_eq!(lease.input_bindings()[1].ptr(), device_rows.ptr(), "config {config}");
+        lease.stage_inputs(&stream, &[host("a", 4), host("b", 4), host("c", 4)]).unwrap();
+        assert_eq!(lease.binding_kinds(), &[BindingKind::Staged; 3], "config {config}");
+        assert_eq!(lease.input_bindings()[1].ptr(), slots[1].ptr(), "config {config}");
+        assert_eq!(lease.input_bindings()[1].len(), 4 * row, "config {config}");
+        stream.synchronize().unwrap();
+    }
+}
+
 #[test]
 fn sixteen_threads_leasing_concurrently_never_alias() {
     let d = device();
