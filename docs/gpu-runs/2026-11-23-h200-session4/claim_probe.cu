@@ -2,27 +2,10 @@
 // static: thread t always copies part t (the PR-probe protocol). claim: parts claimed from a shared counter
 // (kiln's protocol), caller first. +pf: each part prefetches its sources into L2 before copying.
 #include <cuda_runtime.h>
-#include <emmintrin.h>
 #include <xmmintrin.h>
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <functional>
-#include <thread>
-#include <vector>
+#include "probe_common.h"
 
-static double now_us() { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-static double median(std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
-static void stream_copy(char* dst, const char* src, size_t n) {
-  for (size_t i = 0; i < n; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i*)(src + i)), b = _mm_loadu_si128((const __m128i*)(src + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i*)(src + i + 32)), d = _mm_loadu_si128((const __m128i*)(src + i + 48));
-    _mm_stream_si128((__m128i*)(dst + i), a); _mm_stream_si128((__m128i*)(dst + i + 16), b);
-    _mm_stream_si128((__m128i*)(dst + i + 32), c); _mm_stream_si128((__m128i*)(dst + i + 48), d);
-  }
-}
 struct alignas(128) Padded { std::atomic<unsigned long> v{0}; };
 
 int main(int argc, char** argv) {

@@ -1,27 +1,10 @@
 // Probe: copy-engine copy (cudaMemcpyAsync) vs an SM kernel pulling the span from mapped pinned host
 // memory, prefilled and after a gather. Build: nvcc -O2 -std=c++17 -arch=sm_90 -o sm_pull_probe sm_pull_probe.cu
 #include <cuda_runtime.h>
-#include <emmintrin.h>
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <functional>
-#include <thread>
-#include <vector>
+#include "probe_common.h"
 
-static double now_us() { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-static double median(std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
-static void stream_copy(char* dst, const char* src, size_t n) {
-  for (size_t i = 0; i < n; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i*)(src + i)), b = _mm_loadu_si128((const __m128i*)(src + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i*)(src + i + 32)), d = _mm_loadu_si128((const __m128i*)(src + i + 48));
-    _mm_stream_si128((__m128i*)(dst + i), a); _mm_stream_si128((__m128i*)(dst + i + 16), b);
-    _mm_stream_si128((__m128i*)(dst + i + 32), c); _mm_stream_si128((__m128i*)(dst + i + 48), d);
-  }
-}
-static void plain_copy(char* dst, const char* src, size_t n) { memcpy(dst, src, n); }
+static void memcpy_copy(char* dst, const char* src, size_t n) { memcpy(dst, src, n); }
 
 __global__ void pull(uint4* dst, const uint4* __restrict__ src, size_t n16) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) dst[i] = src[i];
@@ -36,32 +19,6 @@ __global__ void pull4(uint4* dst, const uint4* __restrict__ src, size_t n16) {
   }
   for (; i < n16; i += stride) dst[i] = src[i];
 }
-
-struct Pool {
-  int threads;
-  std::atomic<unsigned long> epoch{0};
-  std::atomic<int> remaining{0};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> helpers;
-  std::function<void(int)> part;
-  Pool(int t) : threads(t) {
-    for (int h = 0; h + 1 < threads; h++)
-      helpers.emplace_back([this, h] {
-        unsigned long seen = 0;
-        while (!stop.load()) {
-          unsigned long e = epoch.load(std::memory_order_acquire);
-          if (e == seen) { _mm_pause(); continue; }
-          seen = e; part(h); remaining.fetch_sub(1, std::memory_order_release);
-        }
-      });
-  }
-  void run() {
-    remaining.store(threads - 1); epoch.fetch_add(1, std::memory_order_release);
-    part(threads - 1);
-    while (remaining.load(std::memory_order_acquire) != 0) _mm_pause();
-  }
-  ~Pool() { stop = true; epoch.fetch_add(1); for (auto& h : helpers) h.join(); }
-};
 
 int main() {
   cudaSetDevice(0); cudaFree(0);
@@ -98,7 +55,7 @@ int main() {
         for (int nt = 0; nt < 2; nt++) for (int refresh = 0; refresh < 2; refresh++) {
           pool.part = [&, threads, nt](int p) {
             size_t a = n * p / threads, b = n * (p + 1) / threads;
-            for (size_t i = a; i < b; i++) (nt ? stream_copy : plain_copy)(staging + i * sz, src[i].data(), sz);
+            for (size_t i = a; i < b; i++) (nt ? stream_copy : memcpy_copy)(staging + i * sz, src[i].data(), sz);
             _mm_sfence();
           };
           int it = 0;
