@@ -80,38 +80,24 @@ fn median(mut samples: Vec<Duration>) -> f64 {
 
 /// Median time of `f` over `iterations` (after a warm-up), sleeping `pause` before each timed call.
 fn time(iterations: usize, pause: Option<Duration>, mut f: impl FnMut()) -> f64 {
-    for _ in 0..iterations / 10 + 1 {
-        f();
-    }
-    median(
-        (0..iterations)
-            .map(|_| {
-                if let Some(pause) = pause {
-                    std::thread::sleep(pause);
-                }
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect(),
-    )
+    let [us] = time_each(iterations, pause, [&mut f]);
+    us
 }
 
-/// Medians of `f` and `g` run in alternation (each timed alone, `pause` before each), so both see
-/// the same machine state: the prefilled copy drifts by 10 to 20% between runs on one machine.
-fn time_interleaved(
+/// Median time of each body over `iterations` rounds (after a warm-up); a round runs the bodies in
+/// turn, each timed alone with `pause` slept before it, so all of them see the same machine state
+/// (the prefilled copy drifts by 10 to 20% between runs on one machine).
+fn time_each<const N: usize>(
     iterations: usize,
     pause: Option<Duration>,
-    mut f: impl FnMut(),
-    mut g: impl FnMut(),
-) -> (f64, f64) {
+    mut bodies: [&mut dyn FnMut(); N],
+) -> [f64; N] {
     for _ in 0..iterations / 10 + 1 {
-        f();
-        g();
+        bodies.iter_mut().for_each(|body| body());
     }
-    let (mut fs, mut gs) = (Vec::with_capacity(iterations), Vec::with_capacity(iterations));
+    let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(iterations));
     for _ in 0..iterations {
-        for (body, samples) in [(&mut f as &mut dyn FnMut(), &mut fs), (&mut g as &mut dyn FnMut(), &mut gs)] {
+        for (body, samples) in bodies.iter_mut().zip(&mut samples) {
             if let Some(pause) = pause {
                 std::thread::sleep(pause);
             }
@@ -120,7 +106,7 @@ fn time_interleaved(
             samples.push(t.elapsed());
         }
     }
-    (median(fs), median(gs))
+    samples.map(median)
 }
 
 struct Bench {
@@ -236,18 +222,20 @@ impl BackendVisitor for Bench {
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
                 let before = lease.gather_stats();
-                let (arena_us, prefilled_alongside_us) = time_interleaved(
+                let [arena_us, prefilled_alongside_us] = time_each(
                     iterations,
                     pause,
-                    || {
-                        lease.stage_inputs(&stream, &sources).unwrap();
-                        stream.synchronize().unwrap();
-                    },
-                    || {
-                        // SAFETY: as above.
-                        unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
-                        stream.synchronize().unwrap();
-                    },
+                    [
+                        &mut || {
+                            lease.stage_inputs(&stream, &sources).unwrap();
+                            stream.synchronize().unwrap();
+                        },
+                        &mut || {
+                            // SAFETY: as above.
+                            unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                            stream.synchronize().unwrap();
+                        },
+                    ],
                 );
                 let gather_only_us = time(iterations, pause, || {
                     std::hint::black_box(lease.gather_host(&sources).unwrap());
