@@ -8,7 +8,6 @@ use kiln_device::{
     Backend, Device, DeviceBuffer, DeviceSlice, Event, KernelArg, LaunchConfig, Module, PinnedBuffer, Stream, builtin,
 };
 use kiln_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
-use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::error::{ArenaError, Result};
@@ -266,7 +265,9 @@ impl<B: Backend> Arena<B> {
         if inputs.len() != slots {
             return Err(ArenaError::Count { role: "input", expected: slots, actual: inputs.len() });
         }
-        self.gather_host_with(|index| inputs[index])
+        // `move`: the closure holds the slice itself, so a helper reaches the inputs through one
+        // line of this thread's stack, not two.
+        self.gather_host_with(move |index| inputs[index])
     }
 
     /// [`Arena::gather_host`] with the inputs given by a function of the input index, so callers need
@@ -288,7 +289,7 @@ impl<B: Backend> Arena<B> {
         // Split the staging buffer, the bindings and the kinds at the parts' first inputs: each part
         // writes only its own.
         // One cache line (pair) per part: parts of neighbouring helpers must not share lines.
-        let mut parts: SmallVec<[CachePadded<Mutex<Part<'_>>>; 8]> = SmallVec::new();
+        let mut parts: SmallVec<[CachePadded<Part<'_>>; 8]> = SmallVec::new();
         let (mut staging, mut bindings, mut kinds) = (staging, &mut bindings[..], &mut kinds[..]);
         for window in starts.windows(2) {
             let (first, end) = (window[0], window[1]);
@@ -299,19 +300,18 @@ impl<B: Backend> Arena<B> {
             let (k_part, k_rest) = std::mem::take(&mut kinds).split_at_mut(end - first);
             (staging, bindings, kinds) = (s_rest, b_rest, k_rest);
             let part = Part { first, base, staging: s_part, bindings: b_part, kinds: k_part, outcome: None };
-            parts.push(CachePadded::new(Mutex::new(part)));
+            parts.push(CachePadded::new(part));
         }
-        let slots = &slots[..];
+        let (slots, source) = (&slots[..], &source);
         ctx.gatherer
-            .run_parts(parts.len(), &|p| {
-                let mut part = parts[p].lock();
-                let outcome = gather_part(layout, &mut part, &source, slots, streaming, true);
+            .run_parts_mut(&mut parts, &move |part: &mut CachePadded<Part<'_>>| {
+                let outcome = gather_part(layout, part, source, slots, streaming, true);
                 part.outcome = Some(outcome);
             })
             .map_err(|reason| ArenaError::Gather { reason })?;
         let mut span_end = 0;
         for part in parts {
-            span_end = span_end.max(CachePadded::into_inner(part).into_inner().outcome.expect("every part ran")?);
+            span_end = span_end.max(CachePadded::into_inner(part).outcome.expect("every part ran")?);
         }
         Ok(span_end)
     }

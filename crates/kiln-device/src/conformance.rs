@@ -176,6 +176,11 @@ pub fn pinned_async_round_trip<B: Backend>(device: &B::Device) {
     let len = 64 * 1024;
     let mut src = device.alloc_pinned(len).unwrap();
     let dst = device.alloc_pinned(len).unwrap();
+    // Offsets aligned inside a pinned buffer (an arena's 256-byte slots) must be aligned in memory.
+    for buffer in [&src, &dst, &device.alloc_pinned(100).unwrap()] {
+        let address = buffer.as_slice().as_ptr() as usize;
+        assert_eq!(address % 4096, 0, "pinned memory at {address:#x} does not start on a page boundary");
+    }
     let data = pattern(len, 7);
     src.as_mut_slice().copy_from_slice(&data);
     let buf = device.alloc(len).unwrap();

@@ -12,8 +12,17 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::api::PinnedBuffer;
 use crate::host::counters::Counters;
 
+/// One page of pinned memory: real pinned allocations (`cuMemHostAlloc`, `hipHostMalloc`) start on a
+/// page boundary, so offsets that are aligned inside a buffer are aligned in memory, and the host
+/// backend keeps that promise too (a `Vec<u8>` of that size starts 16 bytes past a page).
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Page([u8; PAGE]);
+
+const PAGE: usize = 4096;
+
 pub(crate) struct PinnedAlloc {
-    bytes: UnsafeCell<Box<[u8]>>,
+    pages: UnsafeCell<Box<[Page]>>,
     len: usize,
     counters: Arc<Counters>,
 }
@@ -34,16 +43,17 @@ impl PinnedAlloc {
     /// # Safety
     /// No one may write these bytes for the lifetime of the returned slice.
     pub(crate) unsafe fn bytes(&self) -> &[u8] {
-        // SAFETY: the caller guarantees there is no concurrent writer.
-        unsafe { &*self.bytes.get() }
+        // SAFETY: the caller guarantees there is no concurrent writer; the pages hold at least `len`
+        // initialised bytes, and `Page` is plain bytes.
+        unsafe { std::slice::from_raw_parts((*self.pages.get()).as_ptr().cast::<u8>(), self.len) }
     }
 
     /// # Safety
     /// No one else may access these bytes for the lifetime of the returned slice.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn bytes_mut(&self) -> &mut [u8] {
-        // SAFETY: the caller guarantees exclusive access.
-        unsafe { &mut *self.bytes.get() }
+        // SAFETY: the caller guarantees exclusive access; as in `bytes`.
+        unsafe { std::slice::from_raw_parts_mut((*self.pages.get()).as_mut_ptr().cast::<u8>(), self.len) }
     }
 }
 
@@ -69,12 +79,13 @@ impl std::fmt::Debug for HostPinnedBuffer {
 
 impl HostPinnedBuffer {
     pub(crate) fn new(len: usize, counters: Arc<Counters>) -> Option<HostPinnedBuffer> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(len).ok()?;
-        v.resize(len, 0);
+        let mut pages = Vec::new();
+        let count = len.div_ceil(PAGE);
+        pages.try_reserve_exact(count).ok()?;
+        pages.resize(count, Page([0; PAGE]));
         counters.live_pinned_bytes.fetch_add(len as u64, Relaxed);
         Some(HostPinnedBuffer {
-            alloc: Arc::new(PinnedAlloc { bytes: UnsafeCell::new(v.into_boxed_slice()), len, counters }),
+            alloc: Arc::new(PinnedAlloc { pages: UnsafeCell::new(pages.into_boxed_slice()), len, counters }),
         })
     }
 }
