@@ -9,7 +9,7 @@
 //! descheduled or parked: whoever is running takes its part. Home parts keep a part on the same core
 //! from one gather to the next and every claim on a line no other core wrote; a shared claim counter
 //! instead queued eight cores on one line at the start and the end of every gather (on an H200 host,
-//! helpers began copying about 0.7 us after the gather was published, and the caller saw the last
+//! helpers began copying 0.7 to 1 us after the gather was published, and the caller saw the last
 //! part done about 1 us after the median part ended). Layouts with few small inputs stay on the
 //! calling thread: waking helpers costs more than they save.
 //!
@@ -17,8 +17,9 @@
 //! awake; noticing a gather then takes well under a microsecond), then park (a parked helper costs
 //! nothing and takes microseconds to wake). A gather that finds helpers parked does not wake them on
 //! its critical path (a system call each): the awake threads take their parts, and the parked
-//! helpers are woken once the copy is enqueued, for the gathers that follow. A gather that finds the
-//! helpers busy with another arena's gather runs its parts itself rather than wait.
+//! helpers are woken once the copy is enqueued (or by the next gather, when no copy was fenced),
+//! for the gathers that follow. A gather that finds the helpers busy with another arena's gather
+//! runs its parts itself rather than wait.
 //!
 //! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
 //! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
