@@ -173,6 +173,10 @@ fn unpack_publication(word: u64) -> (u64, usize) {
 
 const PARTS_BITS: u32 = 8;
 
+// A gather has at most `MAX_HELPERS + 1` parts: they must fit the publication word's part count and
+// the calling thread's claim mask (`Claims::mine`).
+const _: () = assert!(GatherOptions::MAX_HELPERS < 31 && GatherOptions::MAX_HELPERS < (1 << PARTS_BITS) - 1);
+
 /// A part's state word: the epoch of the gather that last claimed it, and how far it got there.
 fn part_state(epoch: u64, phase: u64) -> u64 {
     (epoch << 2) | phase
@@ -552,8 +556,8 @@ impl std::fmt::Debug for Gatherer {
 
 /// Copies `src` into `dst` (same length), with non-temporal stores for the whole cache lines of
 /// `dst` when `streaming` (a streaming store to part of a line costs a partial write-combining
-/// flush), ordinary stores otherwise. Streaming stores must be
-/// fenced ([`store_fence`]) before anything signals that the bytes are there.
+/// flush), ordinary stores otherwise. Streaming stores must be fenced ([`store_fence`]) before
+/// anything signals that the bytes are there.
 pub(crate) fn copy_bytes(src: &[u8], dst: &mut [u8], streaming: bool) {
     #[cfg(target_arch = "x86_64")]
     if streaming {
