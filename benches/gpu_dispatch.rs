@@ -7,12 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln::device::{
+use saggar::device::{
     Backend, BackendChoice, BackendKind, BackendVisitor, CaptureMode, Device, DeviceBuffer, Stream, resolve,
     visit_backend,
 };
-use kiln::dispatch::{BucketSpec, DeviceTensor, HostTensor, Program, ProgramCompiler, RunPath, Session, SessionConfig};
-use kiln::models::{ModelConfig, ModelKind, ReferenceCompiler, generate_inputs};
+use saggar::dispatch::{
+    BucketSpec, DeviceTensor, HostTensor, Program, ProgramCompiler, RunPath, Session, SessionConfig,
+};
+use saggar::models::{ModelConfig, ModelKind, ReferenceCompiler, generate_inputs};
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
@@ -91,7 +93,7 @@ impl BackendVisitor for Bench {
         let artifact = <ReferenceCompiler as ProgramCompiler<B>>::compile(
             &compiler,
             &device,
-            &kiln::dispatch::CompileRequest { input_dims: &dims, bucket: Some(1) },
+            &saggar::dispatch::CompileRequest { input_dims: &dims, bucket: Some(1) },
         )
         .map_err(|x| e(&x))?;
         let program =

@@ -1,12 +1,12 @@
-//! kiln quickstart: pick the best backend on this machine (CUDA, then HIP, then the host simulator),
+//! saggar quickstart: pick the best backend on this machine (CUDA, then HIP, then the host simulator),
 //! run a small MLP layer stack eagerly and as a captured graph, check they agree, and time both.
 //!
 //! `cargo run --release --example quickstart`
 
 use std::time::Instant;
 
-use kiln::device::conformance::builtin_module;
-use kiln::device::{
+use saggar::device::conformance::builtin_module;
+use saggar::device::{
     Backend, BackendChoice, BackendVisitor, CaptureMode, Device, DeviceBuffer, KernelArg, LaunchConfig, Module, Stream,
     builtin, resolve, visit_backend,
 };
@@ -14,7 +14,7 @@ use kiln::device::{
 struct Quickstart;
 
 impl BackendVisitor for Quickstart {
-    type Output = kiln::device::Result<()>;
+    type Output = saggar::device::Result<()>;
 
     fn visit<B: Backend>(self) -> Self::Output {
         let device = B::open(0)?;
@@ -40,7 +40,7 @@ impl BackendVisitor for Quickstart {
             stream.upload(&floats(width, l as u32 + 9), biases[l].as_slice())?;
         }
         let config = LaunchConfig::for_elements((batch * width) as u64, 256);
-        let forward = || -> kiln::device::Result<()> {
+        let forward = || -> saggar::device::Result<()> {
             for l in 0..layers {
                 let args = [
                     KernelArg::Ptr(activations[l + 1].ptr()),
@@ -91,7 +91,7 @@ impl BackendVisitor for Quickstart {
 
 fn main() {
     let kind = resolve(BackendChoice::Auto).expect("auto always finds the host backend");
-    for report in kiln::device::probe_all() {
+    for report in saggar::device::probe_all() {
         match &report.devices {
             Ok(d) => println!("backend {}: {} device(s)", report.kind, d.len()),
             Err(e) => println!("backend {}: {e}", report.kind),

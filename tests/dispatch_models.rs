@@ -3,8 +3,8 @@
 
 mod common;
 
-use kiln_device::Backend;
-use kiln_device::host::HostBackend;
+use saggar_device::Backend;
+use saggar_device::host::HostBackend;
 
 #[test]
 fn sixteen_threads_mixed_batches() {

@@ -4,15 +4,15 @@
 
 mod common;
 
-use kiln_device::conformance::{open_or_skip, open_two_or_skip};
-use kiln_device::cuda::CudaBackend;
+use saggar_device::conformance::{open_or_skip, open_two_or_skip};
+use saggar_device::cuda::CudaBackend;
 
 #[test]
 fn sixteen_threads_times_a_thousand_mixed_batches() {
     let Some(d) = open_or_skip::<CudaBackend>("sixteen_threads_times_a_thousand_mixed_batches") else { return };
     // The GPU bundle's sanitizer pass lowers the count (a race shows in the first runs; the
     // sanitizers slow each run a hundredfold); every ordinary run does the full thousand.
-    let runs = std::env::var("KILN_TEST_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let runs = std::env::var("SAGGAR_TEST_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     common::sixteen_threads_mixed_batches::<CudaBackend>(d, runs);
 }
 

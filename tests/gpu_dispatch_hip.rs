@@ -1,13 +1,13 @@
 //! The whole stack on the HIP backend: the reference recommender through sessions and a session
 //! group. On an AMD GPU this is the real thing; in the NVIDIA GPU bundle it runs the unchanged HIP
-//! backend against kiln-hip-fixture ("HIP backend on CUDA via fixture", never an AMD result).
+//! backend against saggar-hip-fixture ("HIP backend on CUDA via fixture", never an AMD result).
 //! Skipped, with the reason, where no HIP device is present.
 #![cfg(feature = "hip")]
 
 mod common;
 
-use kiln_device::conformance::{open_or_skip, open_two_or_skip};
-use kiln_device::hip::HipBackend;
+use saggar_device::conformance::{open_or_skip, open_two_or_skip};
+use saggar_device::hip::HipBackend;
 
 #[test]
 fn sixteen_threads_mixed_batches_on_hip() {

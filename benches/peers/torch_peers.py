@@ -1,29 +1,29 @@
 #!/usr/bin/env python3
-"""PyTorch peers of kiln's reference models: the same model, weights and batch-size traces, run four ways.
+"""PyTorch peers of saggar's reference models: the same model, weights and batch-size traces, run four ways.
 
-Usage (the data folder comes from kiln's `export_peer_data` example, see README.md beside this file):
+Usage (the data folder comes from saggar's `export_peer_data` example, see README.md beside this file):
 
     python3 torch_peers.py --data DIR --trace const:1 --requests 2000 --concurrency 1 --json OUT.json
     python3 torch_peers.py --data DIR --trace const:1,uniform:1..64,zipf:1.1:64 --requests 2000,1000,1000 \
         --concurrency 1,8 --json OUT.json
 
-What it loads from DIR: `config.json` (the kiln model config), `weights.safetensors` (`emb.{j}.weight`
+What it loads from DIR: `config.json` (the saggar model config), `weights.safetensors` (`emb.{j}.weight`
 [rows, dim]; `mlp.{l}.weight` [in, out], the TRANSPOSE of nn.Linear.weight; `mlp.{l}.bias`),
-`inputs.safetensors` (kiln's `generate_inputs` for --max-batch rows and --seed: the exact data `kiln perf`
-feeds; a request of b rows uses the first b rows) and `verify.safetensors` (inputs and kiln's CPU
+`inputs.safetensors` (saggar's `generate_inputs` for --max-batch rows and --seed: the exact data `saggar perf`
+feeds; a request of b rows uses the first b rows) and `verify.safetensors` (inputs and saggar's CPU
 `reference_forward` outputs for batches 1 and 8).
 
 The model (class PeerModel): recsys = dense inputs concatenated, then for each sparse input an embedding-bag
 SUM over its table, then Linear layers with ReLU after every hidden layer; outputs `score` (and `features`
-with two_outputs). kiln skips out-of-range indices; here every table has one extra all-zero row used as
+with two_outputs). saggar skips out-of-range indices; here every table has one extra all-zero row used as
 `padding_idx`, and indices outside [0, rows) are mapped to it with one `torch.where`: EmbeddingBag excludes
 padding_idx entries from the sum, so the results are identical (the same rows summed in the same order).
 `--embedding per-table` (default) uses one nn.EmbeddingBag per table, as a user writes it;
 `--embedding fused` uses one F.embedding_bag over all tables concatenated (TorchRec style). FP32 matmuls are
-pinned to IEEE FP32 (no TF32), as kiln computes in FP32.
+pinned to IEEE FP32 (no TF32), as saggar computes in FP32.
 
 Variants (each request: host inputs in pinned memory in, host outputs in pinned memory out, the stream
-synchronized before the clock stops; the same contract as `kiln perf --binding pinned`):
+synchronized before the clock stops; the same contract as `saggar perf --binding pinned`):
   a  eager: every input copied on its own (`.to(device, non_blocking=True)` from pinned memory), the model,
      the outputs copied back.
   b  CUDA graphs per power-of-two bucket (1..--max-batch), static input buffers, one copy per input into the
@@ -45,20 +45,20 @@ synchronized before the clock stops; the same contract as `kiln perf --binding p
      recompile and another recorded graph, which explodes on uniform/Zipf traces.
 
 Concurrency C: C Python threads, each with its own CUDA stream and its own static buffers, graphs and pinned
-buffers, sharing the model weights, pulling requests from one shared counter (as `kiln perf --concurrency`).
+buffers, sharing the model weights, pulling requests from one shared counter (as `saggar perf --concurrency`).
 The GIL serialises all Python-side work (copies issued, packing, replay calls): only the GPU work and the
 C++ parts that release the GIL overlap, so concurrency helps PyTorch far less than it helps a native runtime.
 
-Traces: const:B, uniform:A..B, zipf:S:MAX with the SAME sampler as `kiln perf` (SplitMix64 seeded with
+Traces: const:B, uniform:A..B, zipf:S:MAX with the SAME sampler as `saggar perf` (SplitMix64 seeded with
 seed ^ 0x7472_6163_655f_6b6c; uniform by multiply-shift; Zipf by inverse CDF over 1..MAX, P(b) ~ b^-S), so
-for the same --seed and --requests the sequence of batch sizes is identical to kiln's; the JSON records the
+for the same --seed and --requests the sequence of batch sizes is identical to saggar's; the JSON records the
 total rows of each trace so a comparison can check it.
 
 Per variant, trace and concurrency the JSON has: p50_us, p90_us, p99_us, max_us, mean_us, throughput_rps,
 rows_per_s, wall_s, replay_gpu_us (CUDA events around ONE replay of the batch-1 graph; for a, around one eager
 forward, launch gaps included; for d, around one call of the compiled function), max_abs_diff and
-max_rel_diff (against kiln's CPU reference on the verification set: batches 1 and 8 and, through the first
-rows of batch 8, batches 3 and 5, which exercise padding; kiln perf cannot dump its GPU outputs), and at
+max_rel_diff (against saggar's CPU reference on the verification set: batches 1 and 8 and, through the first
+rows of batch 8, batches 3 and 5, which exercise padding; saggar perf cannot dump its GPU outputs), and at
 concurrency 1 phases_us (mean host time to issue the inputs, to launch the compute, and to copy out and
 synchronize). `--device cpu` runs a, b and c without CUDA (graphs emulated) as a smoke test only.
 """
@@ -95,7 +95,7 @@ GIL_NOTE = ("concurrency C = C Python threads, each with its own CUDA stream, st
 
 # ---------------------------------------------------------------------------------------------- traces
 class SplitMix64:
-    """kiln's trace generator (crates/kiln-cli/src/trace.rs), bit for bit."""
+    """saggar's trace generator (crates/saggar-cli/src/trace.rs), bit for bit."""
 
     def __init__(self, seed):
         self.state = seed & MASK64
@@ -132,7 +132,7 @@ def parse_trace(spec):
 
 
 def generate_trace(spec, requests, seed):
-    """The batch sizes `kiln perf --trace spec --requests requests --seed seed` runs, in order."""
+    """The batch sizes `saggar perf --trace spec --requests requests --seed seed` runs, in order."""
     parsed = parse_trace(spec)
     rng = SplitMix64(seed ^ TRACE_SEED_XOR)
     if parsed[0] == "const":
@@ -150,7 +150,7 @@ def generate_trace(spec, requests, seed):
 
 
 def percentile(sorted_ns, q):
-    """Nearest rank, as kiln perf computes it."""
+    """Nearest rank, as saggar perf computes it."""
     n = len(sorted_ns)
     return sorted_ns[min(max(math.ceil(q * n), 1), n) - 1] / 1000.0
 
@@ -189,7 +189,7 @@ class Data:
 
 # ---------------------------------------------------------------------------------------------- model
 class PeerModel(torch.nn.Module):
-    """kiln's recsys / mlp in PyTorch, from the exported config and weights."""
+    """saggar's recsys / mlp in PyTorch, from the exported config and weights."""
 
     def __init__(self, cfg, w, embedding):
         super().__init__()
@@ -831,13 +831,13 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="folder written by export_peer_data")
-    p.add_argument("--trace", default="const:1", help="comma-separated trace specs (kiln perf syntax)")
+    p.add_argument("--trace", default="const:1", help="comma-separated trace specs (saggar perf syntax)")
     p.add_argument("--requests", default="2000", help="requests per trace: one number, or one per trace")
     p.add_argument("--concurrency", default="1", help="comma-separated thread counts, e.g. 1,8")
     p.add_argument("--variants", default="a,b,c,d", help="subset of a,b,c,d")
     p.add_argument("--embedding", choices=["per-table", "fused"], default="per-table",
                    help="embedding of variants a, b and d (c always uses the fused form)")
-    p.add_argument("--max-batch", type=int, default=64, help="largest power-of-two bucket (kiln perf --max-batch)")
+    p.add_argument("--max-batch", type=int, default=64, help="largest power-of-two bucket (saggar perf --max-batch)")
     p.add_argument("--seed", type=int, default=None, help="trace seed (default: the data's input seed, 1)")
     p.add_argument("--compile-traces", default="const",
                    help="traces variant d runs: 'const' (const:B only), 'all', or a comma list of specs")
@@ -991,13 +991,13 @@ def main(argv=None):
 
     n_ctx = max(concurrencies)
     rows = []
-    meta = {"tool": "kiln benches/peers/torch_peers.py", "date": datetime.datetime.now(datetime.timezone.utc)
+    meta = {"tool": "saggar benches/peers/torch_peers.py", "date": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"), "data": os.path.abspath(args.data), "model": label,
             "family": data.model, "config": data.config, "embedding_abd": args.embedding,
             "embedding_c": "fused", "max_batch": args.max_batch, "buckets": buckets, "seed": seed,
             "precision": precision, "gil": GIL_NOTE,
-            "trace_sampler": "kiln perf's: SplitMix64(seed ^ 0x7472_6163_655f_6b6c), same sequence",
-            "diff_reference": "kiln's CPU reference_forward on the exported verification set (kiln perf cannot "
+            "trace_sampler": "saggar perf's: SplitMix64(seed ^ 0x7472_6163_655f_6b6c), same sequence",
+            "diff_reference": "saggar's CPU reference_forward on the exported verification set (saggar perf cannot "
                               "dump its GPU outputs)",
             "latency": "per request: perf_counter around host inputs -> device -> host outputs -> stream sync",
             **environment(rt)}

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use kiln_cache::{CacheConfig, CompileCache};
-use kiln_device::{Backend, Device, DeviceBuffer, Stream};
-use kiln_dispatch::{
+use saggar_cache::{CacheConfig, CompileCache};
+use saggar_device::{Backend, Device, DeviceBuffer, Stream};
+use saggar_dispatch::{
     BindingMode, BucketSpec, DeviceTensor, HostTensor, Routing, RunPath, Session, SessionConfig, SessionGroup,
 };
-use kiln_models::{ModelConfig, ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
+use saggar_models::{ModelConfig, ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
 
 /// Outputs must agree with the CPU reference within this relative tolerance.
 pub const TOLERANCE: f64 = 1e-3;
@@ -45,7 +45,7 @@ pub fn cases(compiler: &ReferenceCompiler, batches: impl IntoIterator<Item = usi
 
 fn host_inputs<'a>(
     config: &'a ModelConfig,
-    specs: &'a [kiln_shape::TensorSpec],
+    specs: &'a [saggar_shape::TensorSpec],
     case: &'a Case,
     dims: &'a [Vec<u64>],
 ) -> Vec<HostTensor<'a>> {
@@ -63,7 +63,7 @@ pub fn run_host_case<B: Backend>(
     session: &Session<B, ReferenceCompiler>,
     compiler: &ReferenceCompiler,
     case: &Case,
-) -> kiln_dispatch::RunInfo {
+) -> saggar_dispatch::RunInfo {
     let config = compiler.config();
     let dims = config.input_dims(case.batch as u64);
     let specs = session.signature().inputs();
@@ -72,7 +72,7 @@ pub fn run_host_case<B: Backend>(
     let got: Vec<&[u8]> = out.iter().map(|t| t.data.as_slice()).collect();
     let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
     assert!(cmp.all_match(), "batch {}: outputs differ from the reference: {cmp:?}", case.batch);
-    kiln_dispatch::RunInfo {
+    saggar_dispatch::RunInfo {
         path: RunPath::Standard,
         mode: BindingMode::PinnedCopy,
         batch: Some(case.batch as u64),
@@ -134,7 +134,7 @@ pub fn run_device_case<B: Backend>(
     session: &Session<B, ReferenceCompiler>,
     compiler: &ReferenceCompiler,
     case: &Case,
-) -> kiln_dispatch::RunInfo {
+) -> saggar_dispatch::RunInfo {
     let device = session.device();
     let _pin = device.pin().unwrap();
     let stream = device.create_stream().unwrap();

@@ -1,17 +1,17 @@
 //! `cargo xtask`: project automation that needs more than one cargo command.
 //!
 //! - `cargo xtask gpu-bundle --out DIR`: builds, in release, every GPU test and bench binary and the
-//!   `kiln` binary with the GPU backends on, and copies them into DIR with a `run.sh` that runs the
+//!   `saggar` binary with the GPU backends on, and copies them into DIR with a `run.sh` that runs the
 //!   GPU tests on every visible GPU and then the GPU benches, writing `report.json` and `report.txt`
 //!   into a directory given to it (`bash DIR/run.sh REPORT_DIR`). DIR can be carried to a GPU machine
 //!   that has no Rust.
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
 //!
 //! The bundle also carries the PyTorch peers of issue 12: `bin/export_peer_data` (the example
-//! `crates/kiln-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
+//! `crates/saggar-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
 //! verification set) and `peers/` (the scripts of `benches/peers/`). `run.sh` ends with a "peers" step that
-//! runs `kiln perf` and the PyTorch variants back to back on GPU 0 and writes `peers.md`
-//! (`benches/peers/README.md`); it is skipped with `KILN_SKIP_PEERS=1`, without a GPU, or without torch.
+//! runs `saggar perf` and the PyTorch variants back to back on GPU 0 and writes `peers.md`
+//! (`benches/peers/README.md`); it is skipped with `SAGGAR_SKIP_PEERS=1`, without a GPU, or without torch.
 //!
 //! Both take `--for nvidia` (the default) or `--for amd`: the kind of GPU machine the bundle is for.
 //!
@@ -23,17 +23,17 @@
 //! backend on the machine's ROCm.
 //!
 //! # A bundle for an NVIDIA machine, and the HIP backend on CUDA via the test fixture
-//! The ordinary binaries (tests, benches, `kiln`) are built with the `cuda` feature only. With `hip` on,
+//! The ordinary binaries (tests, benches, `saggar`) are built with the `cuda` feature only. With `hip` on,
 //! every binary that can reach the HIP backend links libamdhip64 (hip-runtime-sys links it), so a GPU
 //! bench or dispatcher test built that way would not even load on an NVIDIA machine, and where it did
 //! load (through the fixture) `auto` backend selection would pick HIP and turn a CUDA result into
 //! something else. So when `HIP_PATH` is set (`HIP_PATH=/usr` for Debian's `libamdhip64-dev`), the
 //! bundle also builds, separately and with `cuda,hip`, the test binaries whose name contains `hip`
-//! (except the fixture's own tests, which need no GPU), and `kiln-hip-fixture`, the TEST-ONLY library
+//! (except the fixture's own tests, which need no GPU), and `saggar-hip-fixture`, the TEST-ONLY library
 //! that exports the hip*/hiprtc* symbols over the CUDA driver and NVRTC. It puts both in
 //! `DIR/hip-fixture/`: the binaries in `tests/`, the library copied under every name they load it by
 //! (each `libamdhip64` / `libhiprtc` NEEDED entry of the binaries, read from their ELF headers, plus
-//! `libhiprtc.so` and `libamdhip64.so`, the names kiln's hipRTC loader tries first). `run.sh` runs them
+//! `libhiprtc.so` and `libamdhip64.so`, the names saggar's hipRTC loader tries first). `run.sh` runs them
 //! in a step of their own, "HIP backend on CUDA via fixture", on GPU 0 with that directory first on the
 //! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
@@ -100,10 +100,10 @@ const GPU_FEATURES: &str = "cuda";
 /// Features of the HIP-backend test binaries run through the fixture.
 const HIP_FEATURES: &str = "cuda,hip";
 /// The fixture's package, and the file cargo builds for it.
-const FIXTURE_PACKAGE: &str = "kiln-hip-fixture";
-const FIXTURE_LIBRARY: &str = "libkiln_hip_fixture.so";
-/// The names kiln's HIP backend loads hipRTC by first (`HIPRTC_CANDIDATES` in
-/// crates/kiln-device/src/hip/sys.rs): the fixture is copied under these whatever the binaries link.
+const FIXTURE_PACKAGE: &str = "saggar-hip-fixture";
+const FIXTURE_LIBRARY: &str = "libsaggar_hip_fixture.so";
+/// The names saggar's HIP backend loads hipRTC by first (`HIPRTC_CANDIDATES` in
+/// crates/saggar-device/src/hip/sys.rs): the fixture is copied under these whatever the binaries link.
 const HIPRTC_NAMES: &[&str] = &["libhiprtc.so", "libamdhip64.so"];
 
 /// Whether the HIP backend can be built here: HIP_PATH says where HIP's headers and libamdhip64 are.
@@ -187,10 +187,10 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
         m["target"]["kind"][0] == "bench" && m["target"]["name"].as_str().is_some_and(|n| n.starts_with("gpu_"))
     })?;
     let bins = cargo_artifacts(&["build", "--workspace", "--release", "--bins", "--features", features], |m| {
-        m["target"]["kind"][0] == "bin" && m["target"]["name"] == "kiln"
+        m["target"]["kind"][0] == "bin" && m["target"]["name"] == "saggar"
     })?;
     // The PyTorch peers' exporter: CPU only, so no GPU features.
-    let peer_export = cargo_artifacts(&["build", "--release", "-p", "kiln-models", "--example", PEER_EXPORT], |m| {
+    let peer_export = cargo_artifacts(&["build", "--release", "-p", "saggar-models", "--example", PEER_EXPORT], |m| {
         m["target"]["kind"][0] == "example" && m["target"]["name"] == PEER_EXPORT
     })?;
     // The subdirectories are the bundle's own: clear them, so no binary of an earlier build (a HIP test
@@ -218,13 +218,13 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
             libraries.join(" ")
         )
     } else {
-        "no HIP-backend tests (set HIP_PATH, e.g. HIP_PATH=/usr, to run them on CUDA via kiln-hip-fixture)".into()
+        "no HIP-backend tests (set HIP_PATH, e.g. HIP_PATH=/usr, to run them on CUDA via saggar-hip-fixture)".into()
     };
     strip_binaries(out)?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     std::fs::write(out.join("report.py"), REPORT_PY).map_err(|e| e.to_string())?;
     eprintln!(
-        "xtask: bundle in {} ({} test binaries: {}; {} bench binaries: {}; kiln: {}; {hip})",
+        "xtask: bundle in {} ({} test binaries: {}; {} bench binaries: {}; saggar: {}; {hip})",
         out.display(),
         test_names.len(),
         test_names.join(" "),
@@ -298,13 +298,14 @@ fn hip_fixture_bundle(dir: &Path) -> Result<(Vec<String>, Vec<String>), String> 
     let tests = cargo_artifacts(&args, |m| {
         m["profile"]["test"] == true && m["target"]["name"].as_str().is_some_and(|n| targets.iter().any(|t| t == n))
     })?;
-    let fixture =
-        cargo_messages(&["build", "--release", "-p", FIXTURE_PACKAGE], |m| m["target"]["name"] == "kiln_hip_fixture")?
-            .iter()
-            .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
-            .filter_map(|f| f.as_str().map(PathBuf::from))
-            .find(|f| f.file_name().is_some_and(|n| n == FIXTURE_LIBRARY))
-            .ok_or_else(|| format!("cargo built {FIXTURE_PACKAGE} but reported no {FIXTURE_LIBRARY}"))?;
+    let fixture = cargo_messages(&["build", "--release", "-p", FIXTURE_PACKAGE], |m| {
+        m["target"]["name"] == "saggar_hip_fixture"
+    })?
+    .iter()
+    .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
+    .filter_map(|f| f.as_str().map(PathBuf::from))
+    .find(|f| f.file_name().is_some_and(|n| n == FIXTURE_LIBRARY))
+    .ok_or_else(|| format!("cargo built {FIXTURE_PACKAGE} but reported no {FIXTURE_LIBRARY}"))?;
 
     let mut libraries: Vec<String> = HIPRTC_NAMES.iter().map(|n| n.to_string()).collect();
     for (_, exe) in &tests {
@@ -323,8 +324,8 @@ fn hip_fixture_bundle(dir: &Path) -> Result<(Vec<String>, Vec<String>), String> 
     std::fs::write(
         dir.join("README.txt"),
         format!(
-            "TEST FIXTURE, not ROCm. The libraries in this directory ({}) are all copies of kiln-hip-fixture\n\
-             (crates/kiln-hip-fixture): the hip*/hiprtc* symbols kiln's HIP backend imports, implemented over the\n\
+            "TEST FIXTURE, not ROCm. The libraries in this directory ({}) are all copies of saggar-hip-fixture\n\
+             (crates/saggar-hip-fixture): the hip*/hiprtc* symbols saggar's HIP backend imports, implemented over the\n\
              CUDA driver API and NVRTC. run.sh runs tests/ with this directory first on LD_LIBRARY_PATH, on an\n\
              NVIDIA GPU. Results are \"HIP backend on CUDA via fixture\": they test the HIP backend's logic and call\n\
              sequences, not AMD hardware, ROCm or its performance.\n",

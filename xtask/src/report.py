@@ -1,4 +1,4 @@
-"""Summarise a kiln GPU run: REPORT_DIR/report.json and report.txt (written by cargo xtask gpu-bundle)."""
+"""Summarise a saggar GPU run: REPORT_DIR/report.json and report.txt (written by cargo xtask gpu-bundle)."""
 import datetime, json, os, re, sys
 
 report = sys.argv[1]
@@ -6,7 +6,7 @@ logs = os.path.join(report, "logs")
 here = os.path.dirname(os.path.abspath(__file__))
 gpus = [line.strip() for line in open(os.path.join(report, "gpus.csv")) if line.strip()]
 out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpus": gpus, "tests": [], "benches": []}
-# Tests run with this label used kiln's HIP backend on an NVIDIA GPU through kiln-hip-fixture.
+# Tests run with this label used saggar's HIP backend on an NVIDIA GPU through saggar-hip-fixture.
 FIXTURE_RUN = "hip-fixture"
 FIXTURE_NOTE = "HIP backend on CUDA via fixture"
 for line in open(os.path.join(report, "tests.index")):
@@ -51,18 +51,18 @@ if os.path.exists(san_index):
 fixture_dir = os.path.join(here, "hip-fixture")
 fixture_tests = [t for t in out["tests"] if t["run"] == FIXTURE_RUN]
 if os.path.isdir(fixture_dir):
-    fixture = {"note": FIXTURE_NOTE + ": kiln's HIP backend run on an NVIDIA GPU through kiln-hip-fixture, a test-only "
+    fixture = {"note": FIXTURE_NOTE + ": saggar's HIP backend run on an NVIDIA GPU through saggar-hip-fixture, a test-only "
                        "library implementing the hip*/hiprtc* symbols over the CUDA driver API and NVRTC. It checks the "
                        "HIP backend's logic and call sequences; it is not an AMD GPU or ROCm result.",
                "ran": bool(fixture_tests)}
     try:
         import ctypes
         lib = ctypes.CDLL(os.path.join(fixture_dir, "libhiprtc.so"))
-        lib.kiln_hip_fixture_version.restype = ctypes.c_char_p
-        lib.kiln_hip_fixture_symbols.restype = ctypes.c_char_p
-        fixture["version"] = lib.kiln_hip_fixture_version().decode()
+        lib.saggar_hip_fixture_version.restype = ctypes.c_char_p
+        lib.saggar_hip_fixture_symbols.restype = ctypes.c_char_p
+        fixture["version"] = lib.saggar_hip_fixture_version().decode()
         fixture["symbols"] = [dict(zip(("symbol", "kind", "detail"), line.split("\t")))
-                              for line in lib.kiln_hip_fixture_symbols().decode().splitlines()]
+                              for line in lib.saggar_hip_fixture_symbols().decode().splitlines()]
     except OSError as e:
         fixture["symbols_error"] = str(e)
     out["hip_fixture"] = fixture
@@ -94,13 +94,13 @@ def count(tests):
 
 
 native_tests = [t for t in out["tests"] if t["run"] != FIXTURE_RUN]
-lines = [f"kiln GPU run {out['date']}", "GPUs: " + ("; ".join(gpus) or "none"), "",
+lines = [f"saggar GPU run {out['date']}", "GPUs: " + ("; ".join(gpus) or "none"), "",
          "tests: " + count(native_tests)]
 for t in native_tests:
     lines.append(f"  {t['result']:8} {t['run']:5} {t['binary']}::{t['test']}")
 if "hip_fixture" in out:
     lines.append("")
-    lines.append(f"{FIXTURE_NOTE} (kiln-hip-fixture {out['hip_fixture'].get('version', '?')}; NOT an AMD GPU result): "
+    lines.append(f"{FIXTURE_NOTE} (saggar-hip-fixture {out['hip_fixture'].get('version', '?')}; NOT an AMD GPU result): "
                  + count(fixture_tests))
     for t in fixture_tests:
         lines.append(f"  {t['result']:8} {t['run']} {t['binary']}::{t['test']}")

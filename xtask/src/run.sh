@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# kiln GPU bundle runner (written by `cargo xtask gpu-bundle`).
+# saggar GPU bundle runner (written by `cargo xtask gpu-bundle`).
 # Usage: bash run.sh REPORT_DIR
 # Runs every GPU test binary once per visible GPU (CUDA_VISIBLE_DEVICES=i), then once with all GPUs
 # visible (multi-GPU tests); then, if the bundle has hip-fixture/, the HIP backend's test binaries on
-# CUDA via kiln-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; then (after the
-# sanitizer pass) the PyTorch peers, kiln vs PyTorch on GPU 0 into REPORT_DIR/peers.md (KILN_SKIP_PEERS=1
+# CUDA via saggar-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; then (after the
+# sanitizer pass) the PyTorch peers, saggar vs PyTorch on GPU 0 into REPORT_DIR/peers.md (SAGGAR_SKIP_PEERS=1
 # skips it); and writes REPORT_DIR/report.json and report.txt.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +24,7 @@ else
   : > "$report/gpus.csv"
 fi
 ngpu=$(grep -c . "$report/gpus.csv" || true)
-echo "kiln GPU run: $ngpu NVIDIA GPU(s)"; cat "$report/gpus.csv"
+echo "saggar GPU run: $ngpu NVIDIA GPU(s)"; cat "$report/gpus.csv"
 
 run_tests() { # label, env assignment, binary
   local label=$1 envset=$2 bin=$3 name
@@ -38,26 +38,26 @@ run_tests() { # label, env assignment, binary
 }
 
 : > "$report/tests.index"
-# KILN_SKIP_TESTS=1, KILN_SKIP_HIP=1, KILN_SKIP_BENCHES=1, KILN_SKIP_SANITIZER=1 and KILN_SKIP_PEERS=1
+# SAGGAR_SKIP_TESTS=1, SAGGAR_SKIP_HIP=1, SAGGAR_SKIP_BENCHES=1, SAGGAR_SKIP_SANITIZER=1 and SAGGAR_SKIP_PEERS=1
 # skip a step, so one bundle can be run in several shorter calls.
 for bin in "$here"/tests/*; do
-  [ -x "$bin" ] && [ "${KILN_SKIP_TESTS:-0}" != 1 ] || continue
+  [ -x "$bin" ] && [ "${SAGGAR_SKIP_TESTS:-0}" != 1 ] || continue
   if [ "$ngpu" -gt 0 ]; then
     for ((i = 0; i < ngpu; i++)); do run_tests "gpu$i" "CUDA_VISIBLE_DEVICES=$i" "$bin"; done
   fi
-  [ "$ngpu" -ne 1 ] && run_tests "all" "KILN_BUNDLE=1" "$bin"
+  [ "$ngpu" -ne 1 ] && run_tests "all" "SAGGAR_BUNDLE=1" "$bin"
 done
 
 # HIP backend on CUDA via fixture. hip-fixture/ holds the HIP backend's test binaries (built with the
-# `hip` feature, so they link libamdhip64) and kiln-hip-fixture, a TEST-ONLY library that exports the
+# `hip` feature, so they link libamdhip64) and saggar-hip-fixture, a TEST-ONLY library that exports the
 # hip*/hiprtc* symbols over the CUDA driver and NVRTC, copied under the names the binaries load. With it
 # first on the library path the binaries run the HIP backend's own code on an NVIDIA GPU. This checks
 # the backend's logic and call sequences; it is NOT an AMD GPU result (report label: hip-fixture).
-if [ "${KILN_SKIP_HIP:-0}" = 1 ]; then
-  echo "== HIP backend on CUDA via fixture: skipped (KILN_SKIP_HIP=1)"
+if [ "${SAGGAR_SKIP_HIP:-0}" = 1 ]; then
+  echo "== HIP backend on CUDA via fixture: skipped (SAGGAR_SKIP_HIP=1)"
 elif [ -d "$here/hip-fixture/tests" ]; then
   if [ "$ngpu" -gt 0 ]; then
-    echo "== HIP backend on CUDA via fixture (kiln-hip-fixture on GPU 0; not an AMD GPU result)"
+    echo "== HIP backend on CUDA via fixture (saggar-hip-fixture on GPU 0; not an AMD GPU result)"
     for bin in "$here"/hip-fixture/tests/*; do
       [ -x "$bin" ] || continue
       run_tests "hip-fixture" "CUDA_VISIBLE_DEVICES=0 LD_LIBRARY_PATH=$here/hip-fixture${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin"
@@ -71,7 +71,7 @@ fi
 
 : > "$report/benches.index"
 for bin in "$here"/benches/*; do
-  [ -x "$bin" ] && [ "${KILN_SKIP_BENCHES:-0}" != 1 ] || continue
+  [ -x "$bin" ] && [ "${SAGGAR_SKIP_BENCHES:-0}" != 1 ] || continue
   name=$(basename "$bin")
   echo "== bench $name"
   "$bin" --json "$report/bench-$name.json" > "$report/logs/bench-$name.log" 2>&1
@@ -85,7 +85,7 @@ done
 # --error-exitcode so a finding fails the run; then a self-test that must be caught.
 : > "$report/sanitizer.index"
 sanitize_bins="conformance_cuda arena_cuda gpu_dispatch"
-if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KILN_SKIP_SANITIZER:-0}" != 1 ]; then
+if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${SAGGAR_SKIP_SANITIZER:-0}" != 1 ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     for name in $sanitize_bins; do
       bin="$here/tests/$name"
@@ -98,7 +98,7 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KIL
       skip=""
       [ "$tool" = racecheck ] && [ "$name" = gpu_dispatch ] && skip="--skip sixteen_threads"
       echo "== compute-sanitizer --tool $tool $name $skip"
-      CUDA_VISIBLE_DEVICES=0 KILN_TEST_RUNS=${KILN_SANITIZER_RUNS:-8} timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
+      CUDA_VISIBLE_DEVICES=0 SAGGAR_TEST_RUNS=${SAGGAR_SANITIZER_RUNS:-8} timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
         "$bin" --test-threads=1 $skip > "$report/logs/sanitizer-$tool-$name.log" 2>&1
       rc=$?
       echo "$tool $name $rc" >> "$report/sanitizer.index"
@@ -109,7 +109,7 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KIL
   selftest="$here/tests/cuda_sanitizer_selftest"
   if [ -x "$selftest" ]; then
     echo "== sanitizer self-test (must be caught)"
-    KILN_SANITIZER_SELFTEST=1 CUDA_VISIBLE_DEVICES=0 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 86 \
+    SAGGAR_SANITIZER_SELFTEST=1 CUDA_VISIBLE_DEVICES=0 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 86 \
       "$selftest" --test-threads=1 > "$report/logs/sanitizer-selftest.log" 2>&1
     rc=$?
     echo "selftest cuda_sanitizer_selftest $rc" >> "$report/sanitizer.index"
@@ -118,12 +118,12 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${KIL
   fi
 fi
 
-# PyTorch peers (issue 12; benches/peers/README.md): kiln perf and the PyTorch variants of the same models,
+# PyTorch peers (issue 12; benches/peers/README.md): saggar perf and the PyTorch variants of the same models,
 # weights and traces, back to back on GPU 0, into REPORT_DIR/peers.md (one table, the targets) and
 # REPORT_DIR/peers/ (every JSON, the configs, the commands). About 5 minutes on an H200; request counts
-# and torch.compile's time bound can be lowered with KILN_PEERS_REQUESTS_CONST (const:1, default 2000),
-# KILN_PEERS_REQUESTS (other traces, 1000) and KILN_PEERS_COMPILE_TIMEOUT (seconds per model, 150).
-# Skipped with KILN_SKIP_PEERS=1, without an NVIDIA GPU, or where python3 cannot import torch with CUDA.
+# and torch.compile's time bound can be lowered with SAGGAR_PEERS_REQUESTS_CONST (const:1, default 2000),
+# SAGGAR_PEERS_REQUESTS (other traces, 1000) and SAGGAR_PEERS_COMPILE_TIMEOUT (seconds per model, 150).
+# Skipped with SAGGAR_SKIP_PEERS=1, without an NVIDIA GPU, or where python3 cannot import torch with CUDA.
 : > "$report/peers.index"
 peers_step() { # name, command...: runs it on GPU 0, logs it, records its exit code in peers.index
   local name=$1 rc
@@ -139,13 +139,13 @@ peers_step() { # name, command...: runs it on GPU 0, logs it, records its exit c
   fi
   return $rc
 }
-if [ "${KILN_SKIP_PEERS:-0}" = 1 ]; then
-  echo "== peers: skipped (KILN_SKIP_PEERS=1)"; echo "skipped KILN_SKIP_PEERS=1" >> "$report/peers.index"
+if [ "${SAGGAR_SKIP_PEERS:-0}" = 1 ]; then
+  echo "== peers: skipped (SAGGAR_SKIP_PEERS=1)"; echo "skipped SAGGAR_SKIP_PEERS=1" >> "$report/peers.index"
 elif [ "$ngpu" -eq 0 ]; then
   echo "== peers: skipped (no NVIDIA GPU)"; echo "skipped no NVIDIA GPU" >> "$report/peers.index"
-elif [ ! -x "$here/bin/export_peer_data" ] || [ ! -x "$here/bin/kiln" ] || [ ! -f "$here/peers/torch_peers.py" ]; then
-  echo "== peers: skipped (the bundle lacks bin/export_peer_data, bin/kiln or peers/)"
-  echo "skipped bundle without bin/export_peer_data, bin/kiln or peers/" >> "$report/peers.index"
+elif [ ! -x "$here/bin/export_peer_data" ] || [ ! -x "$here/bin/saggar" ] || [ ! -f "$here/peers/torch_peers.py" ]; then
+  echo "== peers: skipped (the bundle lacks bin/export_peer_data, bin/saggar or peers/)"
+  echo "skipped bundle without bin/export_peer_data, bin/saggar or peers/" >> "$report/peers.index"
 elif ! CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch, safetensors; assert torch.cuda.is_available()' >/dev/null 2>&1; then
   echo "== peers: skipped (python3 cannot import torch with CUDA, or safetensors)"
   echo "skipped python3 without torch+CUDA or safetensors" >> "$report/peers.index"
@@ -153,9 +153,9 @@ else
   peers_started=$(date +%s)
   mkdir -p "$report/peers"
   : > "$report/peers/commands.txt"
-  peers_data=$(mktemp -d "${TMPDIR:-/tmp}/kiln-peers.XXXXXX")
-  n_const=${KILN_PEERS_REQUESTS_CONST:-2000}
-  n_other=${KILN_PEERS_REQUESTS:-1000}
+  peers_data=$(mktemp -d "${TMPDIR:-/tmp}/saggar-peers.XXXXXX")
+  n_const=${SAGGAR_PEERS_REQUESTS_CONST:-2000}
+  n_other=${SAGGAR_PEERS_REQUESTS:-1000}
   for model in recsys mlp; do
     case $model in
       recsys) traces="const:1 uniform:1..64 zipf:1.1:64" ;;
@@ -169,19 +169,19 @@ else
       counts="${counts:+$counts,}$n"
       for conc in 1 8; do
         tag="${trace//[:.]/_}"
-        peers_step "kiln-$model-$tag-c$conc" "$here/bin/kiln" perf --backend cuda \
+        peers_step "saggar-$model-$tag-c$conc" "$here/bin/saggar" perf --backend cuda \
           --model-config "$peers_data/$model/config.json" --trace "$trace" --requests "$n" --concurrency "$conc" \
-          --buckets pow2 --max-batch 64 --graphs on --binding pinned --cache-dir "$peers_data/kiln-cache" \
-          --json "$report/peers/kiln-$model-$tag-c$conc.json"
+          --buckets pow2 --max-batch 64 --graphs on --binding pinned --cache-dir "$peers_data/saggar-cache" \
+          --json "$report/peers/saggar-$model-$tag-c$conc.json"
       done
     done
     set -- $traces
     peers_step "torch-$model" python3 "$here/peers/torch_peers.py" --data "$peers_data/$model" \
       --trace "$(IFS=,; echo "$*")" --requests "$counts" --concurrency 1,8 --max-batch 64 \
-      --compile-timeout "${KILN_PEERS_COMPILE_TIMEOUT:-150}" --json "$report/peers/torch-$model.json"
+      --compile-timeout "${SAGGAR_PEERS_COMPILE_TIMEOUT:-150}" --json "$report/peers/torch-$model.json"
     sed 's/^/   /' "$report/logs/peers-torch-$model.log" | grep -A100 '^   summary' | tail -n +2
   done
-  peers_step compare python3 "$here/peers/compare.py" --kiln "$report"/peers/kiln-*.json \
+  peers_step compare python3 "$here/peers/compare.py" --saggar "$report"/peers/saggar-*.json \
     --peers "$report"/peers/torch-*.json --out "$report/peers.md" --json "$report/peers/summary.json" \
     --commands "$report/peers/commands.txt"
   grep '^target' "$report/logs/peers-compare.log" | sed 's/^/   /'

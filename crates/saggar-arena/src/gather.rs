@@ -1,0 +1,873 @@
+//! The host side of a gather, split across helper threads, and the stores it writes with.
+//!
+//! A gather of 190 inputs done by one thread costs a check and a copy per input, and takes longer
+//! than the single DMA copy it feeds, so coalescing would save launches but not time. A [`Gatherer`]
+//! runs the parts of a gather at once (contiguous ranges of inputs, balanced by bytes): the calling
+//! thread publishes the gather (one cache line: its epoch, part count and task), then it takes part
+//! 0 and each awake helper its own home part, and then each of them claims whatever part is left;
+//! the call returns when every part is done. Nobody waits for a helper that is slow to wake,
+//! descheduled or parked: whoever is running takes its part. Home parts keep a part on the same core
+//! from one gather to the next and every claim on a line no other core wrote; a shared claim counter
+//! instead queued eight cores on one line at the start and the end of every gather (on an H200 host,
+//! helpers began copying 0.7 to 1 us after the gather was published, and the caller saw the last
+//! part done about 1 us after the median part ended). Layouts with few small inputs stay on the
+//! calling thread: waking helpers costs more than they save.
+//!
+//! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
+//! awake; noticing a gather then takes well under a microsecond), then park (a parked helper costs
+//! nothing and takes microseconds to wake). A gather that finds helpers parked does not wake them on
+//! its critical path (a system call each): the awake threads take their parts, and the parked
+//! helpers are woken once the copy is enqueued (or by the next gather, when no copy was fenced),
+//! for the gathers that follow. A gather that finds the helpers busy with another arena's gather
+//! runs its parts itself rather than wait.
+//!
+//! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
+//! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
+//! made the copy of a freshly gathered buffer about twice as slow as the copy of one filled long ago.
+
+use std::cell::UnsafeCell;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::utils::CachePadded;
+use parking_lot::Mutex;
+
+/// How the host side of a gather is spread over threads, and how it stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatherOptions {
+    /// Helper threads (shared by every pool of the process with the same options) that each take a
+    /// part of a large gather; 0 keeps every gather on the calling thread.
+    pub helpers: usize,
+    /// A layout whose input span has at least this many bytes is gathered in parts.
+    pub parallel_min_bytes: usize,
+    /// A layout with at least this many inputs is gathered in parts (the per-input checks add up).
+    pub parallel_min_inputs: usize,
+    /// How long an idle helper spins for the next gather before it parks.
+    pub spin: Duration,
+    /// How the staging buffer is written.
+    pub stores: StagingStores,
+}
+
+/// How a gather writes the staging buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StagingStores {
+    /// Streaming stores on GPU backends, plain stores on the host backend (whose "copies" are CPU
+    /// memcpys that want the bytes in cache).
+    Auto,
+    /// Ordinary stores.
+    Plain,
+    /// Non-temporal (streaming) stores where the CPU has them (x86-64), so the bytes go to memory
+    /// instead of sitting dirty in a core's cache, where the GPU's DMA read would have to snoop
+    /// them out.
+    Streaming,
+}
+
+impl StagingStores {
+    /// Whether a gather for a backend of `kind` uses streaming stores.
+    pub(crate) fn streaming_for(self, kind: saggar_device::BackendKind) -> bool {
+        match self {
+            StagingStores::Auto => kind != saggar_device::BackendKind::Host,
+            StagingStores::Plain => false,
+            StagingStores::Streaming => true,
+        }
+    }
+}
+
+impl GatherOptions {
+    /// Every gather on the calling thread; no helper threads; stores chosen by the backend.
+    pub const INLINE: GatherOptions = GatherOptions {
+        helpers: 0,
+        parallel_min_bytes: usize::MAX,
+        parallel_min_inputs: usize::MAX,
+        spin: Duration::ZERO,
+        stores: StagingStores::Auto,
+    };
+
+    /// The most helpers a gatherer runs.
+    pub const MAX_HELPERS: usize = 15;
+
+    /// One helper per two hardware threads beyond the first two, at most seven (none on a machine
+    /// with fewer than four: the driver's and the application's threads need those cores); layouts
+    /// of 64 KiB or 64 inputs and more gathered in parts; helpers spinning 250 us after each gather
+    /// (longer than a request that gathers alone takes, so a burst keeps them awake; under sparse
+    /// traffic that is up to 250 us of CPU per helper and request: lower it, or set `helpers` to 0,
+    /// where CPU matters more than latency); stores chosen by the backend ([`StagingStores::Auto`]).
+    pub fn auto() -> GatherOptions {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        GatherOptions {
+            helpers: (threads / 2).saturating_sub(1).min(7),
+            parallel_min_bytes: 64 * 1024,
+            parallel_min_inputs: 64,
+            spin: Duration::from_micros(250),
+            stores: StagingStores::Auto,
+        }
+    }
+
+    /// How many parts a layout of `inputs` inputs spanning `span` bytes is gathered in.
+    pub(crate) fn parts_for(&self, inputs: usize, span: usize) -> usize {
+        let helpers = self.helpers.min(Self::MAX_HELPERS);
+        if helpers == 0 || (span < self.parallel_min_bytes && inputs < self.parallel_min_inputs) {
+            1
+        } else {
+            (helpers + 1).min(inputs.max(1))
+        }
+    }
+}
+
+impl Default for GatherOptions {
+    fn default() -> GatherOptions {
+        GatherOptions::auto()
+    }
+}
+
+/// How the split gathers of one gatherer ran, counted since it started. Pools with the same
+/// [`GatherOptions`] share a gatherer, so these are the counts of all of them. Layouts gathered in
+/// one part (below [`GatherOptions::parallel_min_bytes`] and `parallel_min_inputs`) are not counted.
+///
+/// Tells whether the helpers help: few `parts_on_helpers` with many `found_parked` mean requests
+/// come further apart than [`GatherOptions::spin`]; many `alone_busy` mean several threads gather at
+/// once (more pools or threads than one set of helpers serves).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatherStats {
+    /// Gathers whose parts were offered to the helpers.
+    pub split: u64,
+    /// Parts of those gathers, in all.
+    pub parts: u64,
+    /// Parts of those gathers that helpers ran (the calling threads ran the rest).
+    pub parts_on_helpers: u64,
+    /// Split gathers that found a helper parked (it is woken after the copy is enqueued).
+    pub found_parked: u64,
+    /// Gathers that ran every part on the calling thread because the helpers were busy with another
+    /// gather.
+    pub alone_busy: u64,
+    /// Time the calling threads of split gathers waited for helpers after the last part was
+    /// claimed, summed, in nanoseconds.
+    pub helper_wait_ns: u64,
+}
+
+/// The counters behind [`GatherStats`], written by calling threads only (helpers never touch
+/// them, so counting adds no contention to a gather).
+#[derive(Default)]
+struct Counters {
+    split: AtomicU64,
+    parts: AtomicU64,
+    parts_on_helpers: AtomicU64,
+    found_parked: AtomicU64,
+    alone_busy: AtomicU64,
+    helper_wait_ns: AtomicU64,
+}
+
+/// The publication word of a gather: its epoch in the high bits, its part count in the low
+/// [`PARTS_BITS`].
+fn publication_word(epoch: u64, parts: usize) -> u64 {
+    (epoch << PARTS_BITS) | parts as u64
+}
+
+/// `(epoch, parts)` of a publication word.
+fn unpack_publication(word: u64) -> (u64, usize) {
+    (word >> PARTS_BITS, (word & ((1 << PARTS_BITS) - 1)) as usize)
+}
+
+const PARTS_BITS: u32 = 8;
+
+// A gather has at most `MAX_HELPERS + 1` parts: they must fit the publication word's part count and
+// the calling thread's claim mask (`Claims::mine`).
+const _: () = assert!(GatherOptions::MAX_HELPERS < 31 && GatherOptions::MAX_HELPERS < (1 << PARTS_BITS) - 1);
+
+/// A part's state word: the epoch of the gather that last claimed it, and how far it got there.
+fn part_state(epoch: u64, phase: u64) -> u64 {
+    (epoch << 2) | phase
+}
+
+const CLAIMED: u64 = 1;
+const DONE: u64 = 2;
+
+/// Claims part state `slot` for the gather of `epoch`; false when someone else claimed it (for this
+/// gather) first, or when that gather is over (every one of its parts then has a state of `epoch` or
+/// later, so a helper that arrives late claims nothing).
+fn try_claim(slot: &AtomicU64, epoch: u64) -> bool {
+    let current = slot.load(Ordering::Relaxed);
+    current < part_state(epoch, 0)
+        && slot.compare_exchange(current, part_state(epoch, CLAIMED), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+}
+
+/// A part's work, borrowed for the duration of one [`Gatherer::run_parts`] call.
+type Task = dyn Fn(usize) + Sync;
+
+/// What the calling thread writes to start a gather, on one cache line, so a helper that notices
+/// the gather has what it needs to run a part with that one transfer.
+struct Publication {
+    /// [`publication_word`] of the latest gather; an idle helper waits for it to change.
+    word: AtomicU64,
+    /// The latest gather's task, valid while one of its parts can still be claimed or runs.
+    task: UnsafeCell<Option<*const Task>>,
+}
+
+/// What the calling thread and the helpers share. One call of `run_parts` at a time uses it (the
+/// gatherer's `busy` lock). Each field that one side writes while the other polls sits on its own
+/// cache lines.
+struct Shared {
+    publication: CachePadded<Publication>,
+    /// Per part index, its [`part_state`]. Helper `h` claims part `h + 1` first (its home part) and
+    /// the calling thread part 0, so while every helper is awake each claim finds its line in the
+    /// claiming core's cache (nobody else wrote it) and a part runs on the same core from one gather
+    /// to the next, with the part's inputs and bindings still in that core's caches. Then each
+    /// thread claims whatever part is left, so nobody waits for a helper that is slow to wake,
+    /// descheduled or parked.
+    parts: Box<[CachePadded<AtomicU64>]>,
+    /// A helper's part panicked.
+    panicked: AtomicBool,
+    /// Per helper: parked, so it must be unparked.
+    parked: Box<[AtomicBool]>,
+    shutdown: AtomicBool,
+    spin: Duration,
+    /// A gather found helpers parked; [`Gatherer::wake_parked`] wakes them.
+    wake_requested: AtomicBool,
+    counters: CachePadded<Counters>,
+}
+
+// SAFETY: `publication.task` is written only by the thread holding the gatherer's `busy` lock,
+// before its Release store of `publication.word` that announces the gather, and read by a helper
+// only after it loaded that word (Acquire) and then claimed a part of that gather. The writer
+// writes `task` again only after every part of its gather was claimed and every part claimed by a
+// helper is done (the helper's Release store of the part's state, which the writer loads with
+// Acquire, comes after the helper's last use of `task`): a part's task is never read after that.
+// Every other field is atomic or immutable.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw task pointer is only dereferenced under that protocol.
+unsafe impl Send for Shared {}
+
+/// Runs the parts of gathers, alone or with helper threads.
+pub(crate) struct Gatherer {
+    shared: Arc<Shared>,
+    helpers: Vec<JoinHandle<()>>,
+    busy: Mutex<()>,
+}
+
+/// Gatherers alive in this process, by options: pools with the same options share one set of
+/// helpers, so a process with many pools (one per shape program, say) does not start helpers per pool.
+static SHARED: Mutex<Vec<(GatherOptions, Weak<Gatherer>)>> = Mutex::new(Vec::new());
+
+impl Gatherer {
+    /// The process's gatherer for `options`, started on first use and stopped when the last pool
+    /// using it is dropped.
+    pub(crate) fn shared(options: GatherOptions) -> std::io::Result<Arc<Gatherer>> {
+        let mut shared = SHARED.lock();
+        shared.retain(|(_, weak)| weak.strong_count() > 0);
+        if let Some(existing) = shared.iter().find(|(o, _)| *o == options).and_then(|(_, weak)| weak.upgrade()) {
+            return Ok(existing);
+        }
+        let gatherer = Arc::new(Gatherer::new(options)?);
+        shared.push((options, Arc::downgrade(&gatherer)));
+        Ok(gatherer)
+    }
+
+    fn new(options: GatherOptions) -> std::io::Result<Gatherer> {
+        let n = options.helpers.min(GatherOptions::MAX_HELPERS);
+        let shared = Arc::new(Shared {
+            publication: CachePadded::new(Publication {
+                word: AtomicU64::new(publication_word(0, 0)),
+                task: UnsafeCell::new(None),
+            }),
+            parts: (0..=n).map(|_| CachePadded::new(AtomicU64::new(part_state(0, DONE)))).collect(),
+            panicked: AtomicBool::new(false),
+            parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            shutdown: AtomicBool::new(false),
+            spin: options.spin,
+            wake_requested: AtomicBool::new(false),
+            counters: CachePadded::default(),
+        });
+        let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
+        for index in 0..n {
+            let shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("saggar-gather-{index}"))
+                .spawn(move || helper(&shared, index))?;
+            // On a spawn error, `gatherer`'s drop stops the helpers started so far.
+            gatherer.helpers.push(handle);
+        }
+        Ok(gatherer)
+    }
+
+    /// Runs `task(p)` once for every part `p` in `0..parts` (at most helpers + 1), on the calling
+    /// thread and the awake helpers at once, or every part on the calling thread, in order, when the
+    /// helpers are busy with another gather. Returns when every part is done; fails only if a part
+    /// panicked on a helper (a part that panics on the calling thread unwinds from here, once the
+    /// helpers' parts are done).
+    pub(crate) fn run_parts(&self, parts: usize, task: &(dyn Fn(usize) + Sync + '_)) -> Result<(), String> {
+        let shared = &*self.shared;
+        let splittable = parts > 1 && !self.helpers.is_empty() && parts <= shared.parts.len();
+        let guard = if splittable { self.busy.try_lock() } else { None };
+        let Some(_busy) = guard else {
+            if splittable {
+                shared.counters.alone_busy.fetch_add(1, Ordering::Relaxed);
+            }
+            (0..parts).for_each(task);
+            return Ok(());
+        };
+        // The previous gather found helpers parked and nobody woke them (its caller never fenced a
+        // copy: a gather without an upload, say): wake them now, or every later gather would run
+        // alone. This gather pays the system calls; the next finds the helpers awake.
+        if shared.wake_requested.load(Ordering::Relaxed) {
+            self.wake_parked();
+        }
+        let epoch = unpack_publication(shared.publication.word.load(Ordering::Relaxed)).0 + 1;
+        // SAFETY: this thread holds `busy`, and no helper reads the cell: the previous gather left no
+        // part to claim and waited for the helpers' parts. Erasing the borrow's lifetime is sound
+        // because `Claims` below keeps this call from returning, or unwinding, until no helper can
+        // claim a part of this gather and every part a helper claimed is done.
+        unsafe {
+            *shared.publication.task.get() = Some(std::mem::transmute::<
+                *const (dyn Fn(usize) + Sync + '_),
+                *const (dyn Fn(usize) + Sync + 'static),
+            >(task))
+        };
+        // Announces the gather (Release: with its task). SeqCst pairs with a helper's "parked, then
+        // re-check the word", so a helper either sees this gather or is seen parked below.
+        shared.publication.word.store(publication_word(epoch, parts), Ordering::SeqCst);
+        let mut claims = Claims { shared, epoch, parts, mine: 0, own_parts_done: Instant::now() };
+        // Part 0 first (the calling thread's home part), then whatever the helpers left.
+        for (p, state) in shared.parts[..parts].iter().enumerate() {
+            if try_claim(state, epoch) {
+                claims.mine |= 1 << p;
+                task(p);
+                state.store(part_state(epoch, DONE), Ordering::Release);
+            }
+        }
+        claims.own_parts_done = Instant::now();
+        // Parked helpers took no part; waking them here (a system call each) would delay this
+        // gather, so `wake_parked` does it once the copy is enqueued.
+        let found_parked = shared.parked.iter().any(|p| p.load(Ordering::SeqCst));
+        if found_parked {
+            shared.wake_requested.store(true, Ordering::Relaxed);
+        }
+        let by_caller = claims.mine.count_ones() as usize;
+        let waited = claims.finish();
+        let c = &shared.counters;
+        c.split.fetch_add(1, Ordering::Relaxed);
+        c.parts.fetch_add(parts as u64, Ordering::Relaxed);
+        c.parts_on_helpers.fetch_add((parts - by_caller) as u64, Ordering::Relaxed);
+        c.found_parked.fetch_add(u64::from(found_parked), Ordering::Relaxed);
+        c.helper_wait_ns.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        if shared.panicked.swap(false, Ordering::Relaxed) {
+            return Err("a gather helper thread panicked".into());
+        }
+        Ok(())
+    }
+
+    /// [`Gatherer::run_parts`] over `parts`: `task` gets each part, mutably, exactly once, on
+    /// whichever thread claims it.
+    pub(crate) fn run_parts_mut<P: Send>(&self, parts: &mut [P], task: &(dyn Fn(&mut P) + Sync)) -> Result<(), String> {
+        let parts_at = PartsPtr(parts.as_mut_ptr());
+        let count = parts.len();
+        // `move`: the closure holds the pointer and the task reference themselves, so a helper
+        // reaches a part through one line of the calling thread's stack, not a chain of them.
+        self.run_parts(count, &move |p| {
+            // SAFETY: `run_parts` calls this once per `p` in `0..count`, so no two calls alias, and
+            // `parts` stays mutably borrowed (by this function) until every call has returned.
+            task(unsafe { parts_at.part(p) })
+        })
+    }
+}
+
+/// The parts of a [`Gatherer::run_parts_mut`] call, shared with the threads that run them.
+struct PartsPtr<P>(*mut P);
+
+impl<P> Clone for PartsPtr<P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for PartsPtr<P> {}
+
+impl<P> PartsPtr<P> {
+    /// # Safety
+    /// `p` is in bounds and no other reference to part `p` is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn part(&self, p: usize) -> &mut P {
+        // SAFETY: per this function's contract.
+        unsafe { &mut *self.0.add(p) }
+    }
+}
+
+// SAFETY: each part is handed to one thread at a time (see `run_parts_mut`), so sharing the pointer
+// only moves parts between threads, which `P: Send` allows.
+unsafe impl<P: Send> Sync for PartsPtr<P> {}
+// SAFETY: as above.
+unsafe impl<P: Send> Send for PartsPtr<P> {}
+
+impl Gatherer {
+    /// How this gatherer's split gathers ran so far.
+    pub(crate) fn stats(&self) -> GatherStats {
+        let c = &self.shared.counters;
+        GatherStats {
+            split: c.split.load(Ordering::Relaxed),
+            parts: c.parts.load(Ordering::Relaxed),
+            parts_on_helpers: c.parts_on_helpers.load(Ordering::Relaxed),
+            found_parked: c.found_parked.load(Ordering::Relaxed),
+            alone_busy: c.alone_busy.load(Ordering::Relaxed),
+            helper_wait_ns: c.helper_wait_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Wakes every parked helper if a gather found them parked, so the gathers that follow find them
+    /// all spinning at once (woken one after another, the first would park again before the last
+    /// woke). Cheap when nothing is pending.
+    pub(crate) fn wake_parked(&self) {
+        if !self.shared.wake_requested.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        for (flag, handle) in self.shared.parked.iter().zip(&self.helpers) {
+            if flag.load(Ordering::SeqCst) {
+                handle.thread().unpark();
+            }
+        }
+    }
+}
+
+/// The calling thread's side of one split gather. Dropped (also while unwinding), it claims every
+/// part still unclaimed, so no helper starts one, and waits until every part a helper claimed is
+/// done.
+struct Claims<'a> {
+    shared: &'a Shared,
+    epoch: u64,
+    parts: usize,
+    /// Bit `p`: the calling thread claimed part `p` (also one that panicked).
+    mine: u32,
+    /// When the calling thread found no part left to claim.
+    own_parts_done: Instant,
+}
+
+impl Claims<'_> {
+    /// Waits for the helpers' parts; returns how long that took.
+    fn finish(self) -> Duration {
+        let started = self.own_parts_done;
+        drop(self);
+        started.elapsed()
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        let states = &self.shared.parts[..self.parts];
+        for (p, state) in states.iter().enumerate() {
+            if try_claim(state, self.epoch) {
+                self.mine |= 1 << p;
+            }
+        }
+        let done = part_state(self.epoch, DONE);
+        let mut spins = 0u32;
+        loop {
+            // Every state is loaded on every pass (no early exit), so the loads overlap.
+            let pending = states
+                .iter()
+                .enumerate()
+                .filter(|(p, state)| self.mine & (1 << p) == 0 && state.load(Ordering::Acquire) != done)
+                .count();
+            if pending == 0 {
+                break;
+            }
+            spins += 1;
+            if spins < 4096 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn helper(shared: &Shared, index: usize) {
+    let mut seen = publication_word(0, 0);
+    while let Some(word) = wait_for_gather(shared, index, seen) {
+        seen = word;
+        let (epoch, parts) = unpack_publication(word);
+        // The home part first, then any part left, starting from the next one.
+        for k in 0..parts {
+            let p = (index + 1 + k) % parts;
+            let state = &shared.parts[p];
+            if !try_claim(state, epoch) {
+                continue;
+            }
+            // SAFETY: the claim succeeded, so the gather of `epoch` (announced with its task before
+            // the word this helper loaded) is still running and cannot end, nor its caller write the
+            // next task, before this part is marked done below.
+            let task = unsafe { (*shared.publication.task.get()).expect("a gather publishes its task") };
+            // SAFETY: as above: the pointer is valid until this part is marked done.
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(p) }));
+            if outcome.is_err() {
+                shared.panicked.store(true, Ordering::Relaxed);
+            }
+            state.store(part_state(epoch, DONE), Ordering::Release);
+        }
+    }
+}
+
+/// Waits until the publication word moves past `seen`; `None` on shutdown. Spins for
+/// `shared.spin`, then parks.
+fn wait_for_gather(shared: &Shared, index: usize, seen: u64) -> Option<u64> {
+    let word = &shared.publication.word;
+    let mut spin_until = Instant::now() + shared.spin;
+    let mut polls = 0u32;
+    loop {
+        let current = word.load(Ordering::Acquire);
+        if current != seen {
+            return Some(current);
+        }
+        if shared.shutdown.load(Ordering::Acquire) {
+            return None;
+        }
+        polls = polls.wrapping_add(1);
+        if !polls.is_multiple_of(64) || Instant::now() < spin_until {
+            std::hint::spin_loop();
+            continue;
+        }
+        shared.parked[index].store(true, Ordering::SeqCst);
+        if word.load(Ordering::SeqCst) == seen && !shared.shutdown.load(Ordering::SeqCst) {
+            // `unpark` before `park` makes `park` return at once, so no wake-up is lost.
+            std::thread::park();
+        }
+        shared.parked[index].store(false, Ordering::SeqCst);
+        spin_until = Instant::now() + shared.spin;
+    }
+}
+
+impl Drop for Gatherer {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for handle in self.helpers.drain(..) {
+            handle.thread().unpark();
+            if handle.join().is_err() {
+                tracing::error!("saggar-arena: a gather helper thread panicked outside a gather");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Gatherer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gatherer").field("helpers", &self.helpers.len()).finish_non_exhaustive()
+    }
+}
+
+/// Copies `src` into `dst` (same length), with non-temporal stores for the whole cache lines of
+/// `dst` when `streaming` (a streaming store to part of a line costs a partial write-combining
+/// flush), ordinary stores otherwise. Streaming stores must be fenced ([`store_fence`]) before
+/// anything signals that the bytes are there.
+pub(crate) fn copy_bytes(src: &[u8], dst: &mut [u8], streaming: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if streaming {
+        copy_streaming(src, dst);
+        return;
+    }
+    let _ = streaming;
+    dst.copy_from_slice(src);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn copy_streaming(src: &[u8], dst: &mut [u8]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    assert_eq!(src.len(), dst.len(), "copy_bytes needs equal lengths");
+    let len = src.len();
+    let head = dst.as_ptr().align_offset(64).min(len);
+    let blocks = (len - head) / 64;
+    dst[..head].copy_from_slice(&src[..head]);
+    let body = head + blocks * 64;
+    for block in 0..blocks {
+        let at = head + block * 64;
+        // SAFETY: `at + 64 <= body <= len`, so the four 16-byte loads stay inside `src` (unaligned
+        // loads) and the four stores inside `dst`, at 16-byte aligned addresses (`dst + head` is
+        // 64-byte aligned and `at - head` is a multiple of 64). SSE2 is part of the x86-64 baseline.
+        unsafe {
+            let s = src.as_ptr().add(at).cast::<__m128i>();
+            let d = dst.as_mut_ptr().add(at).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+    }
+    dst[body..].copy_from_slice(&src[body..]);
+}
+
+/// Asks the CPU to bring `data` into this core's L2 cache (a hint: no effect on results). L2, not
+/// L1: the L2 tracks many more misses at once, and that is what a burst of short inputs needs.
+pub(crate) fn prefetch_to_l2(data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for offset in (0..data.len()).step_by(64) {
+        // SAFETY: a prefetch never faults, and the address is inside `data`; SSE is part of the
+        // x86-64 baseline.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(data.as_ptr().add(offset).cast())
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
+/// Orders this thread's streaming stores before its later stores (a no-op off x86-64).
+pub(crate) fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no preconditions; SSE is part of the x86-64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    fn options(helpers: usize) -> GatherOptions {
+        GatherOptions { helpers, spin: Duration::from_micros(10), ..GatherOptions::auto() }
+    }
+
+    /// Runs a gather of `parts` parts that only counts them; returns the count.
+    fn count_parts(gatherer: &Gatherer, parts: usize) -> usize {
+        let ran = AtomicUsize::new(0);
+        gatherer
+            .run_parts(parts, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        ran.into_inner()
+    }
+
+    /// Runs a gather of `parts` (at most 4) parts and checks that each ran exactly once.
+    fn assert_each_part_runs_once(gatherer: &Gatherer, parts: usize, round: usize) {
+        let counts: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+        gatherer
+            .run_parts(parts, &|p| {
+                counts[p].fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        let counts: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let want: Vec<usize> = (0..4).map(|p| usize::from(p < parts)).collect();
+        assert_eq!(counts, want, "round {round}");
+    }
+
+    #[test]
+    fn every_part_runs_exactly_once_also_with_fewer_parts_than_helpers() {
+        let gatherer = Gatherer::new(options(3)).unwrap();
+        for round in 0..500 {
+            assert_each_part_runs_once(&gatherer, 1 + round % 4, round);
+        }
+    }
+
+    #[test]
+    fn late_helpers_never_run_a_part_twice_or_a_part_of_a_finished_gather() {
+        // No spin: helpers park after every gather and are woken between gathers, so they keep
+        // arriving late, while the next gather is already running or after it finished.
+        let gatherer =
+            Gatherer::new(GatherOptions { helpers: 3, spin: Duration::ZERO, ..GatherOptions::auto() }).unwrap();
+        for round in 0..2000 {
+            assert_each_part_runs_once(&gatherer, 2 + round % 3, round);
+            if round % 2 == 0 {
+                gatherer.wake_parked();
+            }
+        }
+    }
+
+    #[test]
+    fn awake_helpers_take_their_home_parts() {
+        // Part p >= 1 belongs to helper p - 1: gather after gather it runs on the same core, whose
+        // caches still hold its inputs. Parts sleep long enough that a helper gets a core in time to
+        // claim its own even where other tests' helpers spin on every core.
+        let gatherer =
+            Gatherer::new(GatherOptions { helpers: 2, spin: Duration::from_secs(1), ..GatherOptions::auto() }).unwrap();
+        let gathers = 10;
+        let at_home: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        for _ in 0..gathers {
+            gatherer
+                .run_parts(3, &|p| {
+                    let home = if p == 0 { None } else { Some(format!("saggar-gather-{}", p - 1)) };
+                    if std::thread::current().name().map(str::to_string) == home {
+                        at_home[p].fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(30));
+                })
+                .unwrap();
+        }
+        let at_home: Vec<usize> = at_home.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        assert!(at_home[1] >= gathers * 3 / 4 && at_home[2] >= gathers * 3 / 4, "{at_home:?} of {gathers}");
+    }
+
+    #[test]
+    fn a_gather_started_while_the_helpers_are_busy_runs_on_the_calling_thread() {
+        let gatherer = Gatherer::new(options(2)).unwrap();
+        let inner_threads = Mutex::new(Vec::new());
+        gatherer
+            .run_parts(3, &|_| {
+                gatherer
+                    .run_parts(3, &|_| inner_threads.lock().push(std::thread::current().id()))
+                    .expect("the nested gather runs inline");
+            })
+            .unwrap();
+        let inner = inner_threads.into_inner();
+        assert_eq!(inner.len(), 9);
+        // Each nested gather ran its three parts on the thread that started it.
+        for chunk in inner.chunks(3) {
+            assert!(chunk.iter().all(|t| *t == chunk[0]));
+        }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.parts, stats.alone_busy), (1, 3, 3), "{stats:?}");
+    }
+
+    #[test]
+    fn stats_count_split_gathers_helper_parts_and_the_wait_for_helpers() {
+        let gatherer = Gatherer::new(options(3)).unwrap();
+        let me = std::thread::current().id();
+        let (helper_parts, gathers_with_helper_parts) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        for _ in 0..50 {
+            let before = helper_parts.load(Ordering::Relaxed);
+            gatherer
+                .run_parts(4, &|_| {
+                    if std::thread::current().id() != me {
+                        helper_parts.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+                .unwrap();
+            if helper_parts.load(Ordering::Relaxed) > before {
+                gathers_with_helper_parts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.parts, stats.alone_busy), (50, 200, 0), "{stats:?}");
+        assert_eq!(stats.parts_on_helpers, helper_parts.load(Ordering::Relaxed) as u64, "{stats:?}");
+        // A helper's part sleeps 200 us and the calling thread's parts take no time, so the calling
+        // thread waits for it.
+        let waits = gathers_with_helper_parts.load(Ordering::Relaxed) as u64;
+        assert!(stats.helper_wait_ns >= waits * 150_000, "{stats:?} ({waits} gathers with helper parts)");
+        // A single part is not a split gather and is not counted.
+        count_parts(&gatherer, 1);
+        assert_eq!(gatherer.stats().split, 50);
+    }
+
+    #[test]
+    fn a_panicking_part_is_an_error_and_the_next_gather_works() {
+        let gatherer = Gatherer::new(options(2)).unwrap();
+        let me = std::thread::current().id();
+        // A part that panics on a helper is reported as an error.
+        let mut reported = false;
+        for _ in 0..200 {
+            let result = gatherer.run_parts(3, &|_| {
+                std::thread::sleep(Duration::from_micros(100));
+                if std::thread::current().id() != me {
+                    panic!("a helper's part fails");
+                }
+            });
+            if let Err(err) = result {
+                assert!(err.contains("panicked"), "{err}");
+                reported = true;
+                break;
+            }
+        }
+        assert!(reported, "no part ever ran on a helper");
+        assert_eq!(count_parts(&gatherer, 3), 3);
+        // A part that panics on the calling thread unwinds from `run_parts` once the helpers' parts
+        // are done, and the next gather works.
+        let helper_parts_done = AtomicUsize::new(0);
+        let unwound = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            gatherer.run_parts(3, &|_| {
+                if std::thread::current().id() == me {
+                    panic!("the caller's part fails");
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                helper_parts_done.fetch_add(1, Ordering::SeqCst);
+            })
+        }));
+        assert!(unwound.is_err());
+        let done_at_unwind = helper_parts_done.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(helper_parts_done.load(Ordering::SeqCst), done_at_unwind, "a helper part outlived the gather");
+        assert_eq!(count_parts(&gatherer, 3), 3);
+    }
+
+    /// The threads that ran each of `parts` parts; each part takes 2 ms, so awake helpers claim parts
+    /// while the calling thread runs its first.
+    fn part_threads(gatherer: &Gatherer, parts: usize) -> Vec<std::thread::ThreadId> {
+        let seen = Mutex::new(vec![None; parts]);
+        gatherer
+            .run_parts(parts, &|p| {
+                seen.lock()[p] = Some(std::thread::current().id());
+                std::thread::sleep(Duration::from_millis(2));
+            })
+            .unwrap();
+        seen.into_inner().into_iter().map(|t| t.expect("every part ran")).collect()
+    }
+
+    #[test]
+    fn a_gather_that_finds_helpers_parked_runs_without_them_and_wakes_them_for_the_next() {
+        let spin = Duration::from_millis(300);
+        let gatherer = Gatherer::new(GatherOptions { helpers: 2, spin, ..GatherOptions::auto() }).unwrap();
+        let me = std::thread::current().id();
+        for round in 0..3 {
+            // Longer than the spin: both helpers park.
+            std::thread::sleep(spin + Duration::from_millis(200));
+            assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)), "round {round}");
+            assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not waited for");
+            // Woken after the copy is enqueued, all at once.
+            gatherer.wake_parked();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while gatherer.shared.parked.iter().any(|p| p.load(Ordering::SeqCst)) {
+                assert!(Instant::now() < deadline, "round {round}: the helpers were not woken");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let threads = part_threads(&gatherer, 3);
+            assert!(threads.iter().any(|t| *t != me), "round {round}: awake helpers took no part: {threads:?}");
+        }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.found_parked), (6, 3), "{stats:?}");
+        assert!(stats.parts_on_helpers >= 3, "{stats:?}");
+        drop(gatherer);
+    }
+
+    #[test]
+    fn parked_helpers_are_woken_by_the_next_gather_when_nobody_else_wakes_them() {
+        // Gathers without an upload never reach `wake_parked` through a fence: the next gather must
+        // wake the helpers the previous one found parked, or every gather from then on runs alone.
+        let spin = Duration::from_millis(50);
+        let gatherer = Gatherer::new(GatherOptions { helpers: 2, spin, ..GatherOptions::auto() }).unwrap();
+        let me = std::thread::current().id();
+        std::thread::sleep(spin + Duration::from_millis(200));
+        assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)));
+        assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "parked helpers are not waited for");
+        let helped = (0..20).any(|_| part_threads(&gatherer, 3).iter().any(|t| *t != me));
+        assert!(helped, "the helpers stayed parked through 20 gathers");
+    }
+
+    #[test]
+    fn streaming_copies_match_plain_copies_at_every_offset_and_length() {
+        let src: Vec<u8> = (0..600u32).map(|i| (i * 7 % 251) as u8).collect();
+        for offset in 0..20 {
+            for len in [0, 1, 15, 16, 63, 64, 65, 127, 128, 300, 511] {
+                let mut dst = vec![0u8; 600];
+                copy_bytes(&src[offset..offset + len], &mut dst[offset + 3..offset + 3 + len], true);
+                store_fence();
+                assert_eq!(&dst[offset + 3..offset + 3 + len], &src[offset..offset + len], "offset {offset} len {len}");
+                assert!(dst[..offset + 3].iter().all(|b| *b == 0));
+                assert!(dst[offset + 3 + len..].iter().all(|b| *b == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn parts_follow_the_layout_thresholds() {
+        let o =
+            GatherOptions { helpers: 3, parallel_min_bytes: 1000, parallel_min_inputs: 10, ..GatherOptions::auto() };
+        assert_eq!(o.parts_for(5, 999), 1);
+        assert_eq!(o.parts_for(5, 1000), 4);
+        assert_eq!(o.parts_for(10, 0), 4);
+        assert_eq!(o.parts_for(2, 5000), 2);
+        assert_eq!(GatherOptions::INLINE.parts_for(1000, usize::MAX - 1), 1);
+    }
+}

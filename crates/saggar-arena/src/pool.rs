@@ -1,0 +1,301 @@
+//! Pools of per-request resources: a generic [`Pool`] of leased values, and [`ArenaPool`], a pool of
+//! arenas, so concurrent runs never share staging or device slots.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam::queue::ArrayQueue;
+use parking_lot::{Condvar, Mutex};
+use saggar_device::Backend;
+
+use crate::arena::{Arena, ArenaContext, ArenaOptions};
+use crate::error::{ArenaError, Result};
+use crate::layout::ArenaLayout;
+
+/// What a lease does when every value is taken and the pool is at its bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenExhausted {
+    /// Wait for a lease to come back, for at most `timeout` (forever with `None`).
+    Wait {
+        /// The longest wait.
+        timeout: Option<Duration>,
+    },
+    /// Fail at once with [`ArenaError::PoolExhausted`].
+    Fail,
+}
+
+/// How a pool behaves. Built once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// The most values the pool creates (at least 1).
+    pub max_arenas: usize,
+    /// What a lease does at the bound.
+    pub when_exhausted: WhenExhausted,
+    /// How each arena is built (used by [`ArenaPool`]).
+    pub arena: ArenaOptions,
+}
+
+impl Default for PoolConfig {
+    fn default() -> PoolConfig {
+        PoolConfig {
+            max_arenas: 64,
+            when_exhausted: WhenExhausted::Wait { timeout: None },
+            arena: ArenaOptions::default(),
+        }
+    }
+}
+
+type Factory<T> = dyn Fn() -> Result<T> + Send + Sync;
+
+struct PoolShared<T> {
+    factory: Box<Factory<T>>,
+    idle: ArrayQueue<T>,
+    created: AtomicUsize,
+    max: usize,
+    when_exhausted: WhenExhausted,
+    returned: Mutex<()>,
+    returned_cv: Condvar,
+}
+
+/// A bounded pool of values made on demand by a factory. Leasing takes an idle value (lock-free),
+/// creates one while under the bound, or waits or fails at the bound. A lease returns its value on
+/// drop, errors included.
+///
+/// # Thread safety
+/// `Send + Sync` when `T: Send`; clone it to share.
+pub struct Pool<T> {
+    shared: Arc<PoolShared<T>>,
+}
+
+impl<T> Clone for Pool<T> {
+    fn clone(&self) -> Self {
+        Pool { shared: self.shared.clone() }
+    }
+}
+
+impl<T> std::fmt::Debug for Pool<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("created", &self.created())
+            .field("idle", &self.idle())
+            .field("max", &self.shared.max)
+            .finish()
+    }
+}
+
+impl<T> Pool<T> {
+    /// A pool of at most `max` values made by `factory`.
+    pub fn new(
+        max: usize,
+        when_exhausted: WhenExhausted,
+        factory: impl Fn() -> Result<T> + Send + Sync + 'static,
+    ) -> Result<Pool<T>> {
+        if max == 0 {
+            return Err(ArenaError::Layout { reason: "a pool needs a bound of at least 1".into() });
+        }
+        Ok(Pool {
+            shared: Arc::new(PoolShared {
+                factory: Box::new(factory),
+                idle: ArrayQueue::new(max),
+                created: AtomicUsize::new(0),
+                max,
+                when_exhausted,
+                returned: Mutex::new(()),
+                returned_cv: Condvar::new(),
+            }),
+        })
+    }
+
+    /// Creates values until `count` exist (bounded by the pool's maximum), so leases on the hot path
+    /// (or during a capture, where allocation is illegal) never create.
+    pub fn prewarm(&self, count: usize) -> Result<()> {
+        while self.created() < count.min(self.shared.max) {
+            if let Some(value) = self.try_create()? {
+                self.give_back(value);
+            }
+        }
+        Ok(())
+    }
+
+    /// Values created so far.
+    pub fn created(&self) -> usize {
+        self.shared.created.load(Ordering::Acquire)
+    }
+
+    /// Values idle in the pool.
+    pub fn idle(&self) -> usize {
+        self.shared.idle.len()
+    }
+
+    /// The bound.
+    pub fn max(&self) -> usize {
+        self.shared.max
+    }
+
+    /// Takes every idle value out of the pool and gives it to `visit` (for maintenance such as
+    /// evicting cached state), then returns them.
+    pub fn for_each_idle(&self, mut visit: impl FnMut(&mut T)) {
+        let mut taken = Vec::with_capacity(self.shared.idle.len());
+        while let Some(mut value) = self.shared.idle.pop() {
+            visit(&mut value);
+            taken.push(value);
+        }
+        for value in taken {
+            self.give_back(value);
+        }
+    }
+
+    fn try_create(&self) -> Result<Option<T>> {
+        let max = self.shared.max;
+        let reserved =
+            self.shared.created.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        if reserved.is_err() {
+            return Ok(None);
+        }
+        match (self.shared.factory)() {
+            Ok(value) => Ok(Some(value)),
+            Err(e) => {
+                self.shared.created.fetch_sub(1, Ordering::AcqRel);
+                Err(e)
+            }
+        }
+    }
+
+    fn give_back(&self, value: T) {
+        // The queue holds `max` values and never more values than were created exist.
+        if self.shared.idle.push(value).is_err() {
+            unreachable!("a pool holds at most its bound");
+        }
+        let _guard = self.shared.returned.lock();
+        self.shared.returned_cv.notify_one();
+    }
+
+    /// Leases a value.
+    pub fn lease(&self) -> Result<Lease<T>> {
+        let started = Instant::now();
+        loop {
+            if let Some(value) = self.shared.idle.pop() {
+                return Ok(Lease { value: Some(value), pool: self.clone() });
+            }
+            if let Some(value) = self.try_create()? {
+                return Ok(Lease { value: Some(value), pool: self.clone() });
+            }
+            let max = self.shared.max;
+            match self.shared.when_exhausted {
+                WhenExhausted::Fail => return Err(ArenaError::PoolExhausted { max }),
+                WhenExhausted::Wait { timeout } => {
+                    let mut guard = self.shared.returned.lock();
+                    if !self.shared.idle.is_empty() {
+                        continue;
+                    }
+                    match timeout {
+                        None => self.shared.returned_cv.wait(&mut guard),
+                        Some(limit) => {
+                            let Some(left) = limit.checked_sub(started.elapsed()) else {
+                                return Err(ArenaError::PoolTimeout {
+                                    max,
+                                    waited_ms: started.elapsed().as_millis() as u64,
+                                });
+                            };
+                            self.shared.returned_cv.wait_for(&mut guard, left);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A value leased from a [`Pool`]; it returns to the pool on drop.
+pub struct Lease<T> {
+    value: Option<T>,
+    pool: Pool<T>,
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Lease<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("value", &self.value).finish()
+    }
+}
+
+impl<T> Deref for Lease<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value.as_ref().expect("present until drop")
+    }
+}
+
+impl<T> DerefMut for Lease<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.value.as_mut().expect("present until drop")
+    }
+}
+
+impl<T> Drop for Lease<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            self.pool.give_back(value);
+        }
+    }
+}
+
+/// An arena leased for one request; it returns to its pool on drop.
+pub type ArenaLease<B> = Lease<Arena<B>>;
+
+/// A pool of arenas of one layout on one device.
+///
+/// # Thread safety
+/// `Send + Sync`; clone it to share.
+pub struct ArenaPool<B: Backend> {
+    pool: Pool<Arena<B>>,
+    layout: Arc<ArenaLayout>,
+}
+
+impl<B: Backend> Clone for ArenaPool<B> {
+    fn clone(&self) -> Self {
+        ArenaPool { pool: self.pool.clone(), layout: self.layout.clone() }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for ArenaPool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArenaPool").field("pool", &self.pool).finish()
+    }
+}
+
+impl<B: Backend> ArenaPool<B> {
+    /// A pool of arenas with `layout` on `device`. No arena is created until leased or
+    /// [`ArenaPool::prewarm`]ed.
+    pub fn new(device: B::Device, layout: Arc<ArenaLayout>, config: PoolConfig) -> Result<ArenaPool<B>> {
+        let ctx = Arc::new(ArenaContext::new(device, layout.clone(), config.arena)?);
+        let pool = Pool::new(config.max_arenas, config.when_exhausted, move || Arena::new(ctx.clone()))?;
+        Ok(ArenaPool { pool, layout })
+    }
+
+    /// Creates arenas until `count` exist.
+    pub fn prewarm(&self, count: usize) -> Result<()> {
+        self.pool.prewarm(count)
+    }
+
+    /// Arenas created so far.
+    pub fn created(&self) -> usize {
+        self.pool.created()
+    }
+
+    /// Arenas idle in the pool.
+    pub fn idle(&self) -> usize {
+        self.pool.idle()
+    }
+
+    /// The layout of every arena.
+    pub fn layout(&self) -> &ArenaLayout {
+        &self.layout
+    }
+
+    /// Leases an arena for one request.
+    pub fn lease(&self) -> Result<ArenaLease<B>> {
+        self.pool.lease()
+    }
+}

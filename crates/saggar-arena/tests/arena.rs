@@ -1,0 +1,570 @@
+//! saggar-arena on the host backend: round trips, padding, leases under concurrency, pinned-memory
+//! lifetime, and bad input.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use saggar_arena::{
+    ArenaError, ArenaLayout, ArenaOptions, ArenaPool, BindingKind, DeviceInputMode, GatherOptions, InputSource,
+    OutputTarget, PoolConfig, SlotSpec, StagingStores, WhenExhausted,
+};
+use saggar_device::conformance::builtin_module;
+use saggar_device::host::{AddressReuse, HostBackend, HostConfig, HostDevice};
+use saggar_device::{Device, DeviceBuffer, Event, KernelArg, LaunchConfig, Module, Stream, builtin};
+use saggar_shape::{Chunk, DType, PadPlan, SlicePlan, TensorShape};
+
+fn device() -> HostDevice {
+    HostDevice::with_config(0, HostConfig { address_reuse: AddressReuse::Immediate, ..HostConfig::default() }).unwrap()
+}
+
+fn pool(device: &HostDevice, inputs: &[SlotSpec], outputs: &[SlotSpec], config: PoolConfig) -> ArenaPool<HostBackend> {
+    let layout = Arc::new(ArenaLayout::new(inputs, outputs, 256).unwrap());
+    ArenaPool::new(device.clone(), layout, config).unwrap()
+}
+
+/// Gathers split across three helpers whatever the layout's size, with plain or streaming stores.
+fn stores(streaming: bool) -> StagingStores {
+    if streaming { StagingStores::Streaming } else { StagingStores::Plain }
+}
+
+fn parallel_gather(streaming: bool) -> PoolConfig {
+    let gather = GatherOptions {
+        helpers: 3,
+        parallel_min_bytes: 0,
+        parallel_min_inputs: 0,
+        spin: Duration::from_micros(20),
+        stores: stores(streaming),
+    };
+    PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() }
+}
+
+/// The gather configurations every round trip is checked with.
+fn gather_config(index: usize) -> PoolConfig {
+    let inline = |streaming| PoolConfig {
+        arena: ArenaOptions {
+            gather: GatherOptions { stores: stores(streaming), ..GatherOptions::INLINE },
+            ..ArenaOptions::default()
+        },
+        ..PoolConfig::default()
+    };
+    match index {
+        0 => inline(false),
+        1 => inline(true),
+        2 => parallel_gather(false),
+        _ => parallel_gather(true),
+    }
+}
+
+fn plan(name: &str, dtype: DType, dims: &[u64], batched: bool, chunk: Chunk) -> PadPlan {
+    PadPlan::new(TensorShape::new(name, dtype, dims), batched, chunk).unwrap()
+}
+
+fn bytes_of(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 31 + seed * 7) % 251) as u8).collect()
+}
+
+/// An aligned copy of `bytes` (Vec<u64> backing) so host pointers satisfy every dtype.
+fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut v = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck_copy(&mut v, bytes);
+    v
+}
+
+fn bytemuck_copy(dst: &mut [u64], src: &[u8]) {
+    for (i, b) in src.iter().enumerate() {
+        let word = &mut dst[i / 8];
+        *word |= (*b as u64) << (8 * (i % 8));
+    }
+}
+
+fn as_bytes(v: &[u64], len: usize) -> &[u8] {
+    // Little-endian view of the u64 words, truncated to `len` bytes.
+    let ptr = v.as_ptr().cast::<u8>();
+    // SAFETY: `v` holds at least `len` initialised bytes and u8 has no alignment requirement.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
+#[test]
+fn one_copy_gathers_pads_and_round_trips() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let (rows, bucket, width) = (3u64, 8u64, 5u64);
+    let inputs = [SlotSpec::new("dense", (bucket * width * 4) as usize, 4), SlotSpec::new("table", 64, 4)];
+    let outputs = [SlotSpec::new("out", (bucket * 16) as usize, 4)];
+    let pool = pool(&d, &inputs, &outputs, PoolConfig::default());
+    let mut lease = pool.lease().unwrap();
+    let dense = aligned(&bytes_of(1, (rows * width * 4) as usize));
+    let table = aligned(&bytes_of(2, 64));
+    let chunk = Chunk::whole(rows, bucket);
+    let before = d.counters().copies_h2d;
+    let report = lease
+        .stage_inputs(
+            &stream,
+            &[
+                InputSource::Host {
+                    data: as_bytes(&dense, (rows * width * 4) as usize),
+                    plan: plan("dense", DType::F32, &[rows, width], true, chunk),
+                },
+                InputSource::Host { data: as_bytes(&table, 64), plan: plan("table", DType::F32, &[16], false, chunk) },
+            ],
+        )
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(report.host_to_device_copies, 1);
+    assert_eq!(d.counters().copies_h2d - before, 1, "exactly one host-to-device copy");
+    // The padded rows repeat the last real row.
+    let binding = lease.input_bindings()[0];
+    assert_eq!(binding.len(), (bucket * width * 4) as usize);
+    let mut got = vec![0u8; binding.len()];
+    stream.download(binding, &mut got).unwrap();
+    let row = (width * 4) as usize;
+    let src = as_bytes(&dense, (rows * width * 4) as usize);
+    assert_eq!(&got[..src.len()], src);
+    for r in rows as usize..bucket as usize {
+        assert_eq!(&got[r * row..(r + 1) * row], &src[(rows as usize - 1) * row..], "padded row {r}");
+    }
+    // Outputs: write the slot on the device, download once, scatter the real rows.
+    let out_slot = lease.output_slot(0);
+    let produced = bytes_of(3, out_slot.len());
+    stream.upload(&produced, out_slot).unwrap();
+    lease.download_outputs(&stream).unwrap();
+    let mut dst = vec![0u64; (rows * 16 / 8) as usize];
+    let dst_bytes = (rows * 16) as usize;
+    // SAFETY: `dst` holds `dst_bytes` bytes; u8 has no alignment requirement.
+    let dst_view = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), dst_bytes) };
+    let slice_plan = SlicePlan::new(TensorShape::new("out", DType::F32, &[bucket, 4]), true, chunk).unwrap();
+    lease.scatter_outputs(&mut [OutputTarget { data: dst_view, plan: slice_plan }]).unwrap();
+    assert_eq!(as_bytes(&dst, dst_bytes), &produced[..dst_bytes]);
+}
+
+#[test]
+fn device_inputs_are_copied_padded_or_bound_directly_and_reported() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let width = 8u64;
+    let inputs = [SlotSpec::new("a", 4 * 8 * 4, 4), SlotSpec::new("b", 4 * 8 * 4, 4), SlotSpec::new("c", 4 * 8 * 4, 4)];
+    let pool = pool(&d, &inputs, &[], PoolConfig::default());
+    let mut lease = pool.lease().unwrap();
+    let src = d.alloc(2 * 8 * 4).unwrap();
+    let data = bytes_of(5, 64);
+    stream.upload(&data, src.as_slice()).unwrap();
+    let exact = Chunk::whole(2, 2);
+    let padded = Chunk::whole(2, 4);
+    let report = lease
+        .stage_inputs(
+            &stream,
+            &[
+                InputSource::Device {
+                    data: src.as_slice(),
+                    plan: plan("a", DType::F32, &[2, width], true, exact),
+                    mode: DeviceInputMode::DirectBind,
+                },
+                InputSource::Device {
+                    data: src.as_slice(),
+                    plan: plan("b", DType::F32, &[2, width], true, padded),
+                    mode: DeviceInputMode::DirectBind,
+                },
+                InputSource::Device {
+                    data: src.as_slice(),
+                    plan: plan("c", DType::F32, &[2, width], true, exact),
+                    mode: DeviceInputMode::CopyIntoSlot,
+                },
+            ],
+        )
+        .unwrap();
+    assert_eq!(lease.binding_kinds(), &[BindingKind::DirectBind, BindingKind::DeviceCopy, BindingKind::DeviceCopy]);
+    assert_eq!(
+        (report.direct_binds, report.device_copies, report.direct_bind_refused, report.host_to_device_copies),
+        (1, 2, 1, 0)
+    );
+    assert_eq!(lease.input_bindings()[0].ptr(), src.ptr());
+    let mut got = vec![0u8; 128];
+    stream.download(lease.input_bindings()[1], &mut got).unwrap();
+    assert_eq!(&got[..64], &data[..]);
+    assert_eq!(&got[64..96], &data[32..64]);
+    assert_eq!(&got[96..128], &data[32..64]);
+}
+
+/// A gather stores an input's binding and kind only when they change (neighbouring parts share their
+/// cache lines); every request must still see its own: a smaller bucket shortens the binding, a
+/// direct bind replaces it, and the next host input takes the slot back.
+#[test]
+fn bindings_and_kinds_follow_every_request() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let width = 8u64;
+    let row = (width * 4) as usize;
+    let inputs = [SlotSpec::new("a", 8 * row, 4), SlotSpec::new("b", 8 * row, 4), SlotSpec::new("c", 8 * row, 4)];
+    let device_rows = d.alloc(2 * row).unwrap();
+    stream.upload(&bytes_of(9, 2 * row), device_rows.as_slice()).unwrap();
+    for config in 0..4 {
+        let pool = pool(&d, &inputs, &[], gather_config(config));
+        let mut lease = pool.lease().unwrap();
+        let data = aligned(&bytes_of(config, 2 * row));
+        let host = |name: &str, bucket: u64| InputSource::Host {
+            data: as_bytes(&data, 2 * row),
+            plan: plan(name, DType::F32, &[2, width], true, Chunk::whole(2, bucket)),
+        };
+        let slots: Vec<_> = (0..3).map(|i| lease.input_slot(i)).collect();
+        // Bucket 8, then 4: the bindings shrink with the bucket.
+        for bucket in [8u64, 4, 8] {
+            lease.stage_inputs(&stream, &[host("a", bucket), host("b", bucket), host("c", bucket)]).unwrap();
+            for (i, binding) in lease.input_bindings().iter().enumerate() {
+                assert_eq!(binding.ptr(), slots[i].ptr(), "config {config}, bucket {bucket}, input {i}");
+                assert_eq!(binding.len(), bucket as usize * row, "config {config}, bucket {bucket}, input {i}");
+            }
+            assert_eq!(lease.binding_kinds(), &[BindingKind::Staged; 3], "config {config}, bucket {bucket}");
+        }
+        // Input b bound directly to device memory, then staged from the host again.
+        let direct = InputSource::Device {
+            data: device_rows.as_slice(),
+            plan: plan("b", DType::F32, &[2, width], true, Chunk::whole(2, 2)),
+            mode: DeviceInputMode::DirectBind,
+        };
+        lease.stage_inputs(&stream, &[host("a", 4), direct, host("c", 4)]).unwrap();
+        assert_eq!(lease.binding_kinds()[1], BindingKind::DirectBind, "config {config}");
+        assert_eq!(lease.input_bindings()[1].ptr(), device_rows.ptr(), "config {config}");
+        lease.stage_inputs(&stream, &[host("a", 4), host("b", 4), host("c", 4)]).unwrap();
+        assert_eq!(lease.binding_kinds(), &[BindingKind::Staged; 3], "config {config}");
+        assert_eq!(lease.input_bindings()[1].ptr(), slots[1].ptr(), "config {config}");
+        assert_eq!(lease.input_bindings()[1].len(), 4 * row, "config {config}");
+        stream.synchronize().unwrap();
+    }
+}
+
+#[test]
+fn sixteen_threads_leasing_concurrently_never_alias() {
+    let d = device();
+    let inputs = [SlotSpec::new("id", 256, 8)];
+    let outputs = [SlotSpec::new("echo", 256, 8)];
+    let pool = pool(&d, &inputs, &outputs, PoolConfig { max_arenas: 6, ..PoolConfig::default() });
+    std::thread::scope(|s| {
+        for t in 0..16u64 {
+            let (pool, d) = (pool.clone(), d.clone());
+            s.spawn(move || {
+                let stream = d.create_stream().unwrap();
+                for round in 0..50u64 {
+                    let id = [t * 1000 + round; 32];
+                    // SAFETY: u64 -> u8 view of an initialised array.
+                    let id_bytes = unsafe { std::slice::from_raw_parts(id.as_ptr().cast::<u8>(), 256) };
+                    let mut lease = pool.lease().unwrap();
+                    let chunk = Chunk::whole(1, 1);
+                    lease
+                        .stage_inputs(
+                            &stream,
+                            &[InputSource::Host { data: id_bytes, plan: plan("id", DType::U64, &[32], false, chunk) }],
+                        )
+                        .unwrap();
+                    stream.copy_d2d(lease.input_bindings()[0], lease.output_slot(0)).unwrap();
+                    std::thread::yield_now();
+                    lease.download_outputs(&stream).unwrap();
+                    let mut back = [0u64; 32];
+                    // SAFETY: as above, mutable.
+                    let back_bytes = unsafe { std::slice::from_raw_parts_mut(back.as_mut_ptr().cast::<u8>(), 256) };
+                    let plan_out = SlicePlan::new(TensorShape::new("echo", DType::U64, &[32]), false, chunk).unwrap();
+                    lease.scatter_outputs(&mut [OutputTarget { data: back_bytes, plan: plan_out }]).unwrap();
+                    assert_eq!(back, id, "thread {t} round {round} read another request's data");
+                }
+            });
+        }
+    });
+    assert!(pool.created() <= 6);
+}
+
+/// 40 inputs of 200 bytes (f32), each thread's values tagged with its id and round.
+fn tagged_inputs(tag: u32) -> Vec<Vec<u32>> {
+    (0..40u32).map(|i| (0..50u32).map(|j| tag * 1_000_000 + i * 100 + j).collect()).collect()
+}
+
+fn u32_bytes(v: &[u32]) -> &[u8] {
+    // SAFETY: u32 -> u8 view of initialised memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 4) }
+}
+
+/// Uploads the staged span and checks through the device that input `i`'s slot holds `data[i]`.
+fn check_staged(
+    lease: &mut saggar_arena::ArenaLease<HostBackend>,
+    stream: &saggar_device::host::HostStream,
+    data: &[Vec<u32>],
+    what: &str,
+) {
+    let span = lease.layout().input_span();
+    // SAFETY: fenced right below.
+    unsafe { lease.enqueue_upload(stream, span).unwrap() };
+    lease.fence(stream).unwrap();
+    for (i, want) in data.iter().enumerate() {
+        let mut got = vec![0u8; want.len() * 4];
+        stream.download(lease.input_bindings()[i], &mut got).unwrap();
+        assert_eq!(got, u32_bytes(want), "{what}: input {i}");
+    }
+}
+
+#[test]
+fn parallel_gathers_on_sixteen_threads_never_mix() {
+    let d = device();
+    let specs: Vec<SlotSpec> = (0..40).map(|i| SlotSpec::new(format!("x{i}"), 200, 4)).collect();
+    for streaming in [false, true] {
+        let pool = pool(&d, &specs, &[], PoolConfig { max_arenas: 16, ..parallel_gather(streaming) });
+        std::thread::scope(|s| {
+            for t in 0..16u32 {
+                let (pool, d) = (pool.clone(), d.clone());
+                s.spawn(move || {
+                    let stream = d.create_stream().unwrap();
+                    let plans: Vec<PadPlan> =
+                        (0..40).map(|i| plan(&format!("x{i}"), DType::F32, &[50], false, Chunk::whole(1, 1))).collect();
+                    for round in 0..40u32 {
+                        let data = tagged_inputs(t * 100 + round);
+                        let mut lease = pool.lease().unwrap();
+                        lease
+                            .gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] })
+                            .unwrap();
+                        // Each slot holds this request's input, read back through the device.
+                        check_staged(&mut lease, &stream, &data, &format!("thread {t} round {round}"));
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn a_parallel_gather_reports_the_first_bad_input_and_the_next_request_succeeds() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let specs: Vec<SlotSpec> = (0..40).map(|i| SlotSpec::new(format!("x{i}"), 200, 4)).collect();
+    let pool = pool(&d, &specs, &[], parallel_gather(true));
+    let plans: Vec<PadPlan> =
+        (0..40).map(|i| plan(&format!("x{i}"), DType::F32, &[50], false, Chunk::whole(1, 1))).collect();
+    let data = tagged_inputs(7);
+    let mut lease = pool.lease().unwrap();
+    // Inputs 3 and 37 (in different parts) are short: the error names input 3, whichever part ends first.
+    for _ in 0..20 {
+        let err = lease
+            .gather_host_with(|i| {
+                let bytes = u32_bytes(&data[i]);
+                InputSource::Host { data: if i == 3 || i == 37 { &bytes[..100] } else { bytes }, plan: plans[i] }
+            })
+            .unwrap_err();
+        assert!(matches!(&err, ArenaError::InputTooShort { input, .. } if &**input == "x3"), "{err:?}");
+    }
+    lease.gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] }).unwrap();
+    check_staged(&mut lease, &stream, &data, "after the errors");
+}
+
+#[test]
+fn pinned_memory_is_released_only_after_the_stream_finished() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let gate_stream = d.create_stream().unwrap();
+    let module = builtin_module::<HostBackend>(&d);
+    let fill = module.kernel(builtin::FILL_U32).unwrap();
+    let big = d.alloc(1 << 25).unwrap();
+    let gate = d.create_event().unwrap();
+    {
+        let pool = pool(&d, &[SlotSpec::new("x", 4096, 4)], &[SlotSpec::new("y", 4096, 4)], PoolConfig::default());
+        let mut lease = pool.lease().unwrap();
+        // Hold the stream behind a long kernel on another stream, so the staged copy is still queued
+        // when the lease and the pool are dropped.
+        // SAFETY: `big` lives past the synchronize below.
+        unsafe {
+            gate_stream
+                .launch(
+                    &fill,
+                    &LaunchConfig::for_elements(1 << 23, 256),
+                    &[KernelArg::Ptr(big.ptr()), KernelArg::U64(1 << 23), KernelArg::U32(1)],
+                )
+                .unwrap()
+        };
+        gate_stream.record(&gate).unwrap();
+        stream.wait(&gate).unwrap();
+        let data = aligned(&bytes_of(9, 4096));
+        lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host {
+                    data: as_bytes(&data, 4096),
+                    plan: plan("x", DType::F32, &[1024], false, Chunk::whole(1, 1)),
+                }],
+            )
+            .unwrap();
+        lease.download_outputs(&stream).unwrap();
+    }
+    assert!(gate.is_complete().unwrap(), "the arena was freed before the stream passed its copies");
+    stream.synchronize().unwrap();
+    let c = d.counters();
+    assert_eq!(c.pinned_released_while_pending, 0, "pinned memory was released while a copy was pending");
+    assert_eq!(c.live_pinned_bytes, 0);
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_the_lease_still_returns() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let pool = pool(
+        &d,
+        &[SlotSpec::new("x", 64, 4)],
+        &[],
+        PoolConfig { max_arenas: 1, when_exhausted: WhenExhausted::Fail, arena: ArenaOptions::default() },
+    );
+    let data = aligned(&bytes_of(1, 256));
+    let chunk = Chunk::whole(1, 1);
+    {
+        let mut lease = pool.lease().unwrap();
+        assert!(matches!(pool.lease().unwrap_err(), ArenaError::PoolExhausted { max: 1 }));
+        // Shorter than the plan reads.
+        let err = lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host { data: as_bytes(&data, 10), plan: plan("x", DType::F32, &[16], false, chunk) }],
+            )
+            .unwrap_err();
+        assert!(matches!(err, ArenaError::InputTooShort { .. }), "{err:?}");
+        // Larger than the slot.
+        let err = lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host { data: as_bytes(&data, 256), plan: plan("x", DType::F32, &[64], false, chunk) }],
+            )
+            .unwrap_err();
+        assert!(matches!(err, ArenaError::InputTooLarge { capacity: 64, .. }), "{err:?}");
+        // Misaligned for f32.
+        let err = lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host {
+                    data: &as_bytes(&data, 65)[1..],
+                    plan: plan("x", DType::F32, &[16], false, chunk),
+                }],
+            )
+            .unwrap_err();
+        assert!(matches!(err, ArenaError::Misaligned { align: 4, .. }), "{err:?}");
+        // Wrong number of inputs.
+        assert!(matches!(lease.stage_inputs(&stream, &[]).unwrap_err(), ArenaError::Count { .. }));
+        // Scatter before download.
+        assert!(matches!(
+            lease.scatter_outputs(&mut []).unwrap_err(),
+            ArenaError::NotDownloaded | ArenaError::Count { .. }
+        ));
+        // The same lease serves the next valid request.
+        lease
+            .stage_inputs(
+                &stream,
+                &[InputSource::Host { data: as_bytes(&data, 64), plan: plan("x", DType::F32, &[16], false, chunk) }],
+            )
+            .unwrap();
+    }
+    // The lease came back.
+    let _again = pool.lease().unwrap();
+    assert_eq!(pool.created(), 1);
+}
+
+#[test]
+fn a_waiting_lease_times_out_and_then_succeeds_when_one_returns() {
+    let d = device();
+    let config = PoolConfig {
+        max_arenas: 1,
+        when_exhausted: WhenExhausted::Wait { timeout: Some(Duration::from_millis(50)) },
+        arena: ArenaOptions::default(),
+    };
+    let pool = pool(&d, &[SlotSpec::new("x", 64, 4)], &[], config);
+    let held = pool.lease().unwrap();
+    assert!(matches!(pool.lease().unwrap_err(), ArenaError::PoolTimeout { .. }));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| pool.lease().map(drop));
+        std::thread::sleep(Duration::from_millis(10));
+        drop(held);
+        waiter.join().unwrap().unwrap();
+    });
+}
+
+#[test]
+fn arena_addresses_are_stable_across_leases() {
+    let d = device();
+    let pool = pool(
+        &d,
+        &[SlotSpec::new("x", 64, 4)],
+        &[SlotSpec::new("y", 64, 4)],
+        PoolConfig { max_arenas: 1, ..PoolConfig::default() },
+    );
+    let first = { pool.lease().unwrap().input_slot(0) };
+    for _ in 0..10 {
+        assert_eq!(pool.lease().unwrap().input_slot(0), first);
+    }
+}
+
+#[test]
+fn nothing_leaks_after_the_pool_is_dropped() {
+    let d = device();
+    {
+        let pool = pool(&d, &[SlotSpec::new("x", 4096, 4)], &[SlotSpec::new("y", 4096, 4)], PoolConfig::default());
+        pool.prewarm(4).unwrap();
+        assert_eq!(pool.created(), 4);
+        let _a = pool.lease().unwrap();
+    }
+    let c = d.counters();
+    assert_eq!((c.live_device_bytes, c.live_pinned_bytes), (0, 0), "{c:?}");
+}
+
+/// One random tensor: aligned bytes, byte length, dims, batched, dtype.
+type TensorCase = (Vec<u64>, usize, Vec<u64>, bool, DType);
+
+const DTYPES: [DType; 5] = [DType::U8, DType::F16, DType::F32, DType::I64, DType::F64];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gather_upload_download_round_trips_random_layouts(
+        tensors in prop::collection::vec((0..5usize, 1..6u64, 1..4u64, any::<bool>()), 1..8),
+        rows in 1..6u64,
+        extra in 0..3u64,
+        gather in 0..4usize,
+    ) {
+        let d = device();
+        let stream = d.create_stream().unwrap();
+        let bucket = rows + extra;
+        // u8 tensors have odd sizes, so streaming copies have tails.
+        let specs: Vec<SlotSpec> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, w, h, _))| SlotSpec::new(format!("t{i}"), (bucket * w * h) as usize * DTYPES[t].size_bytes(), DTYPES[t].size_bytes()))
+            .collect();
+        let pool = pool(&d, &specs, &[], gather_config(gather));
+        let mut lease = pool.lease().unwrap();
+        let chunk = Chunk::whole(rows, bucket);
+        let datas: Vec<TensorCase> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, w, h, batched))| {
+                let dims = if batched { vec![rows, w, h] } else { vec![w, h] };
+                let len = dims.iter().product::<u64>() as usize * DTYPES[t].size_bytes();
+                (aligned(&bytes_of(i, len)), len, dims, batched, DTYPES[t])
+            })
+            .collect();
+        let names: Vec<String> = (0..datas.len()).map(|i| format!("t{i}")).collect();
+        let sources: Vec<InputSource<'_>> = datas
+            .iter()
+            .zip(&names)
+            .map(|((words, len, dims, batched, dtype), name)| InputSource::Host {
+                data: as_bytes(words, *len),
+                plan: PadPlan::new(TensorShape::new(name, *dtype, dims), *batched, chunk).unwrap(),
+            })
+            .collect();
+        lease.stage_inputs(&stream, &sources).unwrap();
+        stream.synchronize().unwrap();
+        for (i, (words, len, dims, batched, _)) in datas.iter().enumerate() {
+            let binding = lease.input_bindings()[i];
+            let mut got = vec![0u8; binding.len()];
+            stream.download(binding, &mut got).unwrap();
+            let src = as_bytes(words, *len);
+            prop_assert_eq!(&got[..src.len()], src);
+            if *batched && extra > 0 {
+                let row = src.len() / dims[0] as usize;
+                for r in rows as usize..bucket as usize {
+                    prop_assert_eq!(&got[r * row..(r + 1) * row], &src[src.len() - row..]);
+                }
+            }
+        }
+    }
+}

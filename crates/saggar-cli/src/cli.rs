@@ -1,0 +1,427 @@
+//! The command line, declared with clap's derive API: commands, flags, defaults, help texts and
+//! their examples. Values are parsed and validated here (trace specs, bucket policies, device
+//! lists), so a malformed value is a usage error (exit code 2) before any work starts.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use saggar_device::{BackendChoice, BackendKind};
+
+use crate::buckets::{BucketArg, parse_max_batch};
+use crate::trace::{MAX_REQUESTS, TraceSpec};
+
+const ROOT_EXAMPLES: &str = "\
+Examples:
+  saggar devices
+  saggar perf
+  saggar perf --backend host --trace uniform:1..64 --requests 5000 --json perf.json
+  saggar warmup --cache-dir /var/cache/saggar --devices all --json warmup.json
+  saggar cache verify --cache-dir /var/cache/saggar
+
+Exit codes: 0 success, 1 failure, 2 bad arguments or bad input files.";
+
+const DEVICES_EXAMPLES: &str = "\
+Examples:
+  saggar devices
+  saggar devices --json devices.json";
+
+const PERF_EXAMPLES: &str = "\
+Outputs are checked against the eager CPU reference (saggar_models::reference_forward) for --verify
+requests spread over the trace; a value matches when |actual - expected| <= 1e-3 * max(1, |expected|).
+Latency is measured per request around the session call; throughput is requests over wall time.
+
+Examples:
+  saggar perf
+  saggar perf --backend host --trace const:8 --requests 2000 --json out.json
+  saggar perf --backend cuda --trace uniform:1..64 --graphs on --binding direct
+  saggar perf --model mlp --trace zipf:1.1:64 --buckets adaptive:6 --concurrency 4
+  saggar perf --model-config my-recsys.json --trace file:batches.txt --json -";
+
+const WARMUP_EXAMPLES: &str = "\
+Examples:
+  saggar warmup --cache-dir /var/cache/saggar --json warmup.json
+  saggar warmup --cache-dir /var/cache/saggar --backend cuda --devices 0,1,2,3 --buckets stepped --max-batch 128
+  saggar warmup --cache-dir /var/cache/saggar --buckets adaptive:6 --trace zipf:1.1:64";
+
+const CACHE_EXAMPLES: &str = "\
+Examples:
+  saggar cache ls --cache-dir /var/cache/saggar
+  saggar cache verify --cache-dir /var/cache/saggar
+  saggar cache gc --cache-dir /var/cache/saggar --max-bytes 1000000000
+  saggar cache key --bucket 8 --backend cuda --arch sm_90";
+
+const CACHE_LS_EXAMPLES: &str = "\
+Examples:
+  saggar cache ls
+  saggar cache ls --cache-dir /var/cache/saggar --json entries.json";
+
+const CACHE_VERIFY_EXAMPLES: &str = "\
+Exits with 1 if any entry is corrupt or writable by other users.
+
+Examples:
+  saggar cache verify --cache-dir /var/cache/saggar";
+
+const CACHE_GC_EXAMPLES: &str = "\
+Examples:
+  saggar cache gc --cache-dir /var/cache/saggar
+  saggar cache gc --cache-dir /var/cache/saggar --max-bytes 1000000000 --stale-after 60";
+
+const CACHE_KEY_EXAMPLES: &str = "\
+Examples:
+  saggar cache key --bucket 8
+  saggar cache key --model mlp --bucket 64 --backend host --device 0
+  saggar cache key --model-config my-recsys.json --bucket 16 --backend cuda --arch sm_90";
+
+/// `saggar`: run, warm and inspect saggar sessions from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "saggar", version, about = "saggar: run, warm and inspect GPU inference sessions", after_help = ROOT_EXAMPLES)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every backend (cuda, hip, host) with its devices, or the reason it is missing.
+    #[command(after_help = DEVICES_EXAMPLES)]
+    Devices(DevicesArgs),
+    /// Run a batch-size trace through a session and report latency percentiles, throughput, run
+    /// paths, padding waste, compiles and loads, graph counters, and a check against the reference.
+    #[command(after_help = PERF_EXAMPLES)]
+    Perf(PerfArgs),
+    /// Precompile a model's buckets into a cache directory for one or more devices, then exit.
+    #[command(after_help = WARMUP_EXAMPLES)]
+    Warmup(WarmupArgs),
+    /// Inspect and maintain a compile cache directory.
+    #[command(subcommand, after_help = CACHE_EXAMPLES)]
+    Cache(CacheCommand),
+    /// Panics on purpose, to test that a panic prints one error line and exits with 1.
+    #[command(hide = true, name = "internal-panic")]
+    InternalPanic,
+}
+
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// CUDA, then HIP, then the host simulator: the first with a device.
+    Auto,
+    /// The host simulator (always available).
+    Host,
+    /// NVIDIA GPUs.
+    Cuda,
+    /// AMD GPUs.
+    Hip,
+}
+
+impl BackendArg {
+    /// The backend choice.
+    pub fn choice(self) -> BackendChoice {
+        match self {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Host => BackendChoice::Exactly(BackendKind::Host),
+            BackendArg::Cuda => BackendChoice::Exactly(BackendKind::Cuda),
+            BackendArg::Hip => BackendChoice::Exactly(BackendKind::Hip),
+        }
+    }
+}
+
+/// `--model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelArg {
+    /// The recommender (190 inputs by default).
+    Recsys,
+    /// The plain MLP.
+    Mlp,
+}
+
+/// `--graphs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Toggle {
+    /// Capture and replay executable graphs.
+    On,
+    /// Launch every run eagerly.
+    Off,
+}
+
+/// `--capture`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CaptureArg {
+    /// On a bucket's first request in each run context.
+    Lazy,
+    /// Every bucket in every run context, at session creation.
+    Eager,
+}
+
+/// `--binding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BindingArg {
+    /// The default: pinned.
+    Auto,
+    /// Inputs and outputs in device buffers (uploaded once per distinct batch), run with
+    /// `run_device`: exact-bucket requests are direct-bound, others stabilized.
+    Direct,
+    /// Host tensors through pinned staging (`run_into`).
+    Pinned,
+}
+
+/// The model flags.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model family, with its default config (docs/models.md).
+    #[arg(long, value_enum, default_value_t = ModelArg::Recsys)]
+    pub model: ModelArg,
+    /// A model config JSON file (instead of --model).
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    pub model_config: Option<PathBuf>,
+}
+
+/// The bucket flags.
+#[derive(Debug, Clone, Args)]
+pub struct BucketArgs {
+    /// Bucket policy: pow2, stepped, adaptive:K (K buckets fitted to the trace) or list:1,2,4,...
+    #[arg(long, value_name = "POLICY", default_value = "pow2")]
+    pub buckets: BucketArg,
+    /// Largest bucket of pow2 and stepped; larger requests are split.
+    #[arg(long, value_name = "M", default_value = "64", value_parser = parse_max_batch)]
+    pub max_batch: u64,
+}
+
+/// The trace flags.
+#[derive(Debug, Clone, Args)]
+pub struct TraceArgs {
+    /// Batch sizes: const:B, uniform:A..B (inclusive), zipf:S:MAX, or file:PATH (one size per line).
+    #[arg(long, value_name = "SPEC", default_value = "const:8")]
+    pub trace: TraceSpec,
+    /// Number of requests [default: 2000; a file trace: its length].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
+    pub requests: Option<u64>,
+    /// Seed of the trace and of the generated inputs.
+    #[arg(long, value_name = "SEED", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `saggar devices`.
+#[derive(Debug, Clone, Args)]
+pub struct DevicesArgs {
+    /// Also write the list as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar perf`.
+#[derive(Debug, Clone, Args)]
+pub struct PerfArgs {
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Device ordinal within the backend (see `saggar devices`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub device: usize,
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The trace.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Threads sharing the one session.
+    #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub concurrency: u64,
+    /// The buckets.
+    #[command(flatten)]
+    pub buckets: BucketArgs,
+    /// Capture and replay graphs.
+    #[arg(long, value_enum, default_value_t = Toggle::On)]
+    pub graphs: Toggle,
+    /// When graphs are captured: lazy (on a bucket's first request in each run context) or eager (every
+    /// bucket in every run context at session creation, so no capture lands in a measured request).
+    #[arg(long, value_enum, default_value_t = CaptureArg::Lazy)]
+    pub capture: CaptureArg,
+    /// How tensors are bound: pinned (host tensors, run_into), direct (device buffers, run_device), auto = pinned.
+    #[arg(long, value_enum, default_value_t = BindingArg::Auto)]
+    pub binding: BindingArg,
+    /// Compile cache directory [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Requests checked against the eager CPU reference, spread over the trace (rel. tolerance 1e-3).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub verify: u64,
+    /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `--devices`: some ordinals, or all of the backend's devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceList {
+    /// Every device of the backend.
+    All,
+    /// These ordinals, in this order, without repeats.
+    Some(Vec<usize>),
+}
+
+impl FromStr for DeviceList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<DeviceList, String> {
+        if text == "all" {
+            return Ok(DeviceList::All);
+        }
+        let mut ordinals = Vec::new();
+        for part in text.split(',') {
+            let ordinal: usize = part
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{part}` is not a device ordinal; expected `all` or a list such as 0,1,2"))?;
+            if !ordinals.contains(&ordinal) {
+                ordinals.push(ordinal);
+            }
+        }
+        Ok(DeviceList::Some(ordinals))
+    }
+}
+
+/// `saggar warmup`.
+#[derive(Debug, Clone, Args)]
+pub struct WarmupArgs {
+    /// Compile cache directory to fill [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Devices to warm: `all` or ordinals such as 0,1,2 (several: one compile, the others load).
+    #[arg(long, value_name = "LIST", default_value = "0")]
+    pub devices: DeviceList,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The buckets.
+    #[command(flatten)]
+    pub buckets: BucketArgs,
+    /// The trace (only used to fit --buckets adaptive:K, exactly as `saggar perf` does).
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Also write the summary as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar cache ...`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// List entries: key fields, size, age.
+    #[command(after_help = CACHE_LS_EXAMPLES)]
+    Ls(CacheLsArgs),
+    /// Verify every entry's header, key and payload checksum (exit 1 if any is bad).
+    #[command(after_help = CACHE_VERIFY_EXAMPLES)]
+    Verify(CacheVerifyArgs),
+    /// Remove corrupt entries, stale temp files of dead writers and orphan lock files; optionally
+    /// trim to a size.
+    #[command(after_help = CACHE_GC_EXAMPLES)]
+    Gc(CacheGcArgs),
+    /// Print the cache key (and entry file) a model, bucket and device would use.
+    #[command(after_help = CACHE_KEY_EXAMPLES)]
+    Key(CacheKeyArgs),
+}
+
+/// `saggar cache ls`.
+#[derive(Debug, Clone, Args)]
+pub struct CacheLsArgs {
+    /// Compile cache directory [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Also write the listing as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar cache verify`.
+#[derive(Debug, Clone, Args)]
+pub struct CacheVerifyArgs {
+    /// Compile cache directory [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar cache gc`.
+#[derive(Debug, Clone, Args)]
+pub struct CacheGcArgs {
+    /// Compile cache directory [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Also evict least recently used entries until the entries total at most BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
+    /// Age in seconds after which a temp file whose writer is gone counts as stale.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub stale_after: u64,
+    /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar cache key`.
+#[derive(Debug, Clone, Args)]
+pub struct CacheKeyArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The bucket (batch rows the program is compiled for).
+    #[arg(long, value_name = "B", value_parser = parse_max_batch)]
+    pub bucket: u64,
+    /// Backend (with --arch: required, not auto).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Device ordinal whose architecture to use [default: 0].
+    #[arg(long, value_name = "N", conflicts_with = "arch")]
+    pub device: Option<usize>,
+    /// Architecture to use without opening a device (sm_90, gfx942, host-v1, ...).
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<String>,
+    /// Compile cache directory the entry path is shown for [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Also write the key as JSON to FILE (`-`: stdout instead of the text).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn device_lists_parse() {
+        assert_eq!("all".parse::<DeviceList>().unwrap(), DeviceList::All);
+        assert_eq!("2,0,2".parse::<DeviceList>().unwrap(), DeviceList::Some(vec![2, 0]));
+        assert!("0,x".parse::<DeviceList>().is_err());
+        assert!("".parse::<DeviceList>().is_err());
+    }
+
+    #[test]
+    fn every_command_has_an_example() {
+        let root = Cli::command();
+        let mut commands = vec![root.clone()];
+        while let Some(command) = commands.pop() {
+            if command.is_hide_set() {
+                continue;
+            }
+            let help = command.get_after_help().map(ToString::to_string).unwrap_or_default();
+            assert!(help.contains("Examples:"), "`{}` has no example", command.get_name());
+            commands.extend(command.get_subcommands().cloned());
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! saggar-device: one Rust API over HIP, CUDA and a host backend that reproduces GPU hazards.
+//!
+//! # Design
+//! The API is a trait with associated types ([`Backend`]), in the manner of wgpu-hal: each backend
+//! is a type whose associated types are its device, stream, event, buffers, module, kernel, graph and
+//! executable graph, each implementing the trait of the same name. Code above is generic over
+//! `B: Backend`, so nothing on the launch path is a virtual call; a program that picks its backend at
+//! run time does so once, with [`visit_backend`].
+//!
+//! Device memory is addressed by [`DevicePtr`] numbers, never host pointers, and ranges of it by
+//! [`DeviceSlice`] values that carry no lifetime, because that is what a captured graph holds. Kernel
+//! arguments are typed ([`KernelArg`]), and pointer arguments are explicit, so the graph layer knows
+//! which parameters can drift. Code objects carry their kernels' signatures ([`CodeObject`]), so every
+//! launch is checked in number and kind before it reaches a vendor API.
+//!
+//! Errors cover what the caller cannot rule out in advance (a missing driver, an out-of-memory, an
+//! asynchronous fault) and every bad input; nothing panics on bad input. Destructors cannot return
+//! errors, so they record them on their device ([`Device::take_deferred_errors`]).
+//!
+//! What can break host memory safety is `unsafe`: asynchronous copies to and from pinned host memory,
+//! kernel launches and graph replays (see [`api`] for the contract).
+//!
+//! # Backends
+//! - [`host`], always built: a simulated GPU for tests and laptops.
+//! - `cuda` (feature `cuda`, on by default): NVIDIA through cudarc's driver and NVRTC bindings, loading
+//!   libcuda at run time, so it builds everywhere and reports "no CUDA driver found" where there is none.
+//! - `hip` (feature `hip`): AMD through hip-runtime-sys; links libamdhip64.
+//!
+//! # Conformance
+//! [`conformance`] holds one test suite, generic over the backend, that every backend runs
+//! ([`conformance_tests!`](crate::conformance_tests)).
+
+pub mod api;
+pub mod builtin;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+mod capture_registry;
+pub mod code;
+pub mod conformance;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod error;
+#[cfg(feature = "hip")]
+pub mod hip;
+pub mod host;
+mod pinning;
+mod select;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+mod stream_progress;
+mod types;
+
+pub use api::{
+    Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Kernel, Module, PinnedBuffer, Stream,
+};
+pub use code::{CodeFormat, CodeObject, KernelSource};
+pub use error::{Error, Result};
+pub use pinning::{PinGuard, check_pinned, pinned_device};
+pub use select::{BackendChoice, BackendReport, BackendVisitor, enumerate, probe_all, resolve, visit_backend};
+pub use types::{
+    BackendKind, CaptureMode, DeviceInfo, DevicePtr, DeviceSlice, Dim3, KernelArg, KernelSignature, LaunchConfig,
+    MemoryInfo, ParamKind,
+};

@@ -1,0 +1,101 @@
+//! The program compiler a user plugs into the dispatcher.
+//!
+//! saggar does not compile models itself. A downstream project supplies a [`ProgramCompiler`]: it
+//! compiles its model for concrete input shapes to artifact bytes (MIGraphX, its own code generator,
+//! saggar's reference compiler in `saggar-models`), and loads artifact bytes into a [`Program`] that
+//! enqueues work on a stream. The dispatcher decides when to compile (at session creation, once per
+//! bucket, through saggar-cache), when to load, and how to bind, capture and replay.
+
+use std::collections::BTreeMap;
+
+use saggar_device::{Backend, DeviceSlice};
+use saggar_shape::TensorSpec;
+
+/// An error from a user's compiler, boxed so any error type fits.
+pub type CompilerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A model as the dispatcher sees it: named, typed inputs and outputs, each dimension fixed or
+/// symbolic. Inputs and outputs are in the program's binding order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// The model's name (for logs and cache listings).
+    pub name: String,
+    /// Inputs in binding order.
+    pub inputs: Vec<TensorSpec>,
+    /// Outputs in binding order.
+    pub outputs: Vec<TensorSpec>,
+}
+
+/// Everything besides shapes and the device that changes generated code; part of the cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompilerIdentity {
+    /// The compiler's name, e.g. `"saggar-models"` or `"migraphx"`.
+    pub compiler: String,
+    /// The compiler's version.
+    pub version: String,
+    /// A content hash of the model (weights included if they are baked into the code), hex.
+    pub model_hash: String,
+    /// Options that change generated code.
+    pub options: BTreeMap<String, String>,
+}
+
+/// What one compile is for.
+#[derive(Debug, Clone, Copy)]
+pub struct CompileRequest<'a> {
+    /// Concrete input dimensions, in binding order.
+    pub input_dims: &'a [Vec<u64>],
+    /// The batch bucket this program serves, when the model is batch-bucketed.
+    pub bucket: Option<u64>,
+}
+
+/// Compiles a model and loads compiled artifacts on a device.
+///
+/// # Thread safety
+/// `Send + Sync`: the dispatcher loads artifacts from several threads at once (parallel disk loads)
+/// but calls [`ProgramCompiler::compile`] from one thread at a time per process (saggar-cache's global
+/// compile lock).
+pub trait ProgramCompiler<B: Backend>: Send + Sync + 'static {
+    /// The loaded program type.
+    type Program: Program<B>;
+
+    /// The model.
+    fn model(&self) -> &ModelSpec;
+
+    /// What identifies the generated code besides shapes and device.
+    fn identity(&self) -> CompilerIdentity;
+
+    /// Compiles the model for `request` on `device`'s architecture, returning artifact bytes.
+    fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError>;
+
+    /// Loads artifact bytes made by [`ProgramCompiler::compile`] (possibly in another process, or on
+    /// another device of the same architecture) into a program on `device`.
+    fn load(&self, device: &B::Device, artifact: &[u8]) -> Result<Self::Program, CompilerError>;
+}
+
+/// A loaded program for one concrete input shape (one bucket).
+///
+/// # Thread safety
+/// `Send + Sync`: one program serves concurrent requests, each with its own stream, bindings and
+/// scratch memory; a program must keep no per-run state of its own.
+pub trait Program<B: Backend>: Send + Sync + 'static {
+    /// Concrete output dimensions, in binding order.
+    fn output_dims(&self) -> &[Vec<u64>];
+
+    /// Bytes of scratch device memory one run needs (temporaries between kernels).
+    fn scratch_bytes(&self) -> usize;
+
+    /// Enqueues one run on `stream`. `inputs` and `outputs` are in binding order and each holds at
+    /// least the bytes of its concrete shape; `scratch` holds [`Program::scratch_bytes`]. The launch
+    /// may be captured into a graph, so it must only enqueue work: no synchronisation, no allocation.
+    ///
+    /// # Safety
+    /// Every slice must name live device memory of at least its stated length until the stream has
+    /// passed the work, and no other work may write `outputs` or `scratch` meanwhile.
+    unsafe fn launch(
+        &self,
+        stream: &B::Stream,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> Result<(), saggar_device::Error>;
+}

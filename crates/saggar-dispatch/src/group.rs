@@ -1,0 +1,129 @@
+//! One session per device, compiled once for all of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use saggar_device::Backend;
+
+use crate::compiler::ProgramCompiler;
+use crate::config::SessionConfig;
+use crate::error::{DispatchError, Result};
+use crate::programs::Progress;
+use crate::session::Session;
+use crate::stats::StatsSnapshot;
+use crate::tensors::{HostTensor, OwnedTensor, RunInfo};
+
+/// How a [`SessionGroup`] picks the device for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Routing {
+    /// Each device in turn.
+    #[default]
+    RoundRobin,
+    /// The device with the fewest requests in flight.
+    LeastLoaded,
+}
+
+/// One [`Session`] per device over one compiler and one compile cache. The first device compiles
+/// every bucket (publishing to the cache); the others are created in parallel afterwards and load
+/// what it published, so N devices cost one compile and N-1 loads per bucket. Each device's work is
+/// pinned to it.
+///
+/// # Thread safety
+/// `Send + Sync`.
+pub struct SessionGroup<B: Backend, C: ProgramCompiler<B>> {
+    sessions: Vec<Session<B, C>>,
+    in_flight: Vec<AtomicUsize>,
+    next: AtomicUsize,
+    routing: Routing,
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for SessionGroup<B, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionGroup")
+            .field("sessions", &self.sessions)
+            .field("routing", &self.routing)
+            .finish_non_exhaustive()
+    }
+}
+
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
+    /// Creates one session per device. `config` must name a compile cache: it is how the devices share
+    /// one compile. `progress` receives (device index, progress).
+    pub fn new(
+        devices: Vec<B::Device>,
+        compiler: Arc<C>,
+        config: SessionConfig,
+        routing: Routing,
+        progress: &(dyn Fn(usize, &Progress) + Sync),
+    ) -> Result<Self> {
+        if devices.is_empty() {
+            return Err(DispatchError::Config("a session group needs at least one device".into()));
+        }
+        if config.cache.is_none() {
+            return Err(DispatchError::Config("a session group needs a compile cache (SessionConfig::builder().cache(..)) so its devices compile once".into()));
+        }
+        let mut devices = devices.into_iter();
+        let first = Session::new(devices.next().expect("checked non-empty"), compiler.clone(), config.clone(), &|p| {
+            progress(0, p)
+        })?;
+        let rest: Vec<Result<Session<B, C>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = devices
+                .enumerate()
+                .map(|(i, device)| {
+                    let (compiler, config) = (compiler.clone(), config.clone());
+                    scope.spawn(move || Session::new(device, compiler, config, &|p| progress(i + 1, p)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("session creation does not panic")).collect()
+        });
+        let mut sessions = vec![first];
+        for session in rest {
+            sessions.push(session?);
+        }
+        let in_flight = sessions.iter().map(|_| AtomicUsize::new(0)).collect();
+        Ok(SessionGroup { sessions, in_flight, next: AtomicUsize::new(0), routing })
+    }
+
+    /// The sessions, one per device, in device order.
+    pub fn sessions(&self) -> &[Session<B, C>] {
+        &self.sessions
+    }
+
+    fn pick(&self) -> usize {
+        match self.routing {
+            Routing::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % self.sessions.len(),
+            Routing::LeastLoaded => {
+                (0..self.sessions.len()).min_by_key(|&i| self.in_flight[i].load(Ordering::Relaxed)).unwrap_or(0)
+            }
+        }
+    }
+
+    /// Runs a request on the device the router picks; returns the device index too.
+    pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<(usize, Vec<OwnedTensor>)> {
+        let i = self.pick();
+        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
+        let _guard = InFlight(&self.in_flight[i]);
+        Ok((i, self.sessions[i].run(inputs)?))
+    }
+
+    /// Runs a request into the caller's buffers on the device the router picks.
+    pub fn run_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<(usize, RunInfo)> {
+        let i = self.pick();
+        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
+        let _guard = InFlight(&self.in_flight[i]);
+        Ok((i, self.sessions[i].run_into(inputs, outputs)?))
+    }
+
+    /// Each session's counters, in device order.
+    pub fn stats(&self) -> Vec<StatsSnapshot> {
+        self.sessions.iter().map(Session::stats).collect()
+    }
+}

@@ -1,0 +1,55 @@
+//! saggar-dispatch: the execution dispatcher.
+//!
+//! A [`Session`] serves one model on one device. At creation it detects the batch axis, chooses
+//! buckets (a saggar-shape policy), and precompiles every bucket through saggar-cache: cached artifacts
+//! are loaded in parallel, misses compiled one at a time, all pinned to the session's device. Each
+//! `run` then takes one of three paths, each counted:
+//!
+//! - **ultra-fast**: the same symbolic dimensions, binding mode and actual batch as the run context's
+//!   last run: reuse its plans, rebind, replay;
+//! - **fast**: a program is ready for the bucket: plan padding and slicing, bind, replay (capturing the
+//!   graph on first use);
+//! - **standard**: full validation by name, splitting of batches above the largest bucket, and a
+//!   compile through the cache for a new shape of a model with other symbolic dimensions.
+//!
+//! Graphs are kept per run context, keyed by (program, [`BindingMode`]) and tagged with the mode
+//! that captured them, so an entry is only ever replayed by its own mode:
+//!
+//! - [`BindingMode::PinnedCopy`] (host tensors): one gather into pinned staging, a graph holding the
+//!   single upload, the program on the arena's stable slots, and the single download; outputs are
+//!   sliced back to the real batch. Arena addresses never change, so these graphs never drift.
+//! - [`BindingMode::DirectBind`] (device tensors at an exact bucket): the caller's pointers are baked
+//!   and compared on every run; drift tries an in-place update, then a re-capture; more than
+//!   [`GraphConfig::max_consecutive_drift`] CONSECUTIVE mismatches make the entry fall back to eager
+//!   launches; a match resets the count.
+//! - [`BindingMode::Stabilized`] (device tensors that need padding or slicing): copied into
+//!   persistent slots before replay and back after (XLA's address stabilization). Outputs that need
+//!   slicing are never direct-bound.
+//!
+//! Concurrency: a session is `Send + Sync`; each run leases its own context (stream, arena, scratch,
+//! graphs), so there is no global run lock and results never mix. A [`SessionGroup`] runs one
+//! session per device and compiles once for all of them.
+//!
+//! The bugs the seeds fixed after the fact are impossible here by construction and pinned by tests
+//! (see `tests/seed_regressions.rs`).
+
+mod binding;
+mod compiler;
+mod config;
+mod context;
+mod error;
+mod group;
+mod programs;
+mod session;
+mod stats;
+mod tensors;
+
+pub use binding::DeviceBinding;
+pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
+pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
+pub use error::{DispatchError, Result};
+pub use group::{Routing, SessionGroup};
+pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
+pub use session::{Pending, Session};
+pub use stats::{LatencyHistogram, StatsSnapshot};
+pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};

@@ -1,0 +1,245 @@
+//! Loaded programs: one per bucket (or one for a static model), compiled at session creation, and
+//! per-shape programs compiled on demand for models with other symbolic dimensions.
+//!
+//! Lookup order for every program: the compile cache's memory tier, then its disk tier, then a
+//! compile. At creation, disk hits are loaded in parallel and misses are compiled one at a time,
+//! all pinned to the session's device.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use saggar_cache::{CacheKey, CompileCache, Origin};
+use saggar_device::{Backend, BackendKind, Device};
+use saggar_shape::TensorSpec;
+
+use crate::compiler::{CompileRequest, CompilerIdentity, Program, ProgramCompiler};
+use crate::error::{DispatchError, Result};
+use crate::stats::Stats;
+
+/// saggar's artifact format version, part of every cache key.
+pub const SAGGAR_FORMAT_VERSION: u32 = 1;
+
+static NEXT_PROGRAM_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// A loaded program and the sizes the dispatcher needs to bind it.
+pub(crate) struct ProgramEntry<P> {
+    pub(crate) id: usize,
+    pub(crate) bucket: Option<u64>,
+    pub(crate) program: P,
+    pub(crate) input_bytes: Vec<usize>,
+    pub(crate) output_dims: Vec<Vec<u64>>,
+    pub(crate) output_bytes: Vec<usize>,
+    pub(crate) scratch_bytes: usize,
+}
+
+fn bytes_of(spec: &TensorSpec, dims: &[u64]) -> Result<usize> {
+    Ok(saggar_shape::byte_size(dims, spec.dtype())
+        .map_err(|source| saggar_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize)
+}
+
+/// The cache key of the program for `input_dims` (binding order) of a model with input `specs`,
+/// built by a compiler with `identity`, for a device of `backend` and architecture `arch`. This is
+/// the key a session uses, computable without opening a device (`saggar cache key`); see
+/// `docs/cache-key.md`.
+pub fn cache_key(
+    identity: &CompilerIdentity,
+    specs: &[TensorSpec],
+    input_dims: &[Vec<u64>],
+    backend: BackendKind,
+    arch: &str,
+) -> Result<CacheKey> {
+    let shapes: Vec<saggar_shape::TensorShape<'_>> =
+        specs.iter().zip(input_dims).map(|(s, d)| saggar_shape::TensorShape::new(s.name(), s.dtype(), d)).collect();
+    let mut builder = CacheKey::builder()
+        .model_hash(identity.model_hash.clone())
+        .shape(saggar_shape::StableShapeKey::of(&shapes).to_hex())
+        .backend(backend.name())
+        .arch(arch)
+        .compiler(identity.compiler.clone())
+        .compiler_version(identity.version.clone())
+        .option("saggar_format", SAGGAR_FORMAT_VERSION.to_string());
+    for (name, value) in &identity.options {
+        builder = builder.option(name.clone(), value.clone());
+    }
+    builder.build().map_err(|e| DispatchError::Config(format!("cannot build a cache key: {e}")))
+}
+
+fn device_key<B: Backend>(
+    identity: &CompilerIdentity,
+    specs: &[TensorSpec],
+    input_dims: &[Vec<u64>],
+    device: &B::Device,
+) -> Result<CacheKey> {
+    cache_key(identity, specs, input_dims, B::KIND, &device.info().arch)
+}
+
+/// What one program is for.
+pub(crate) struct ProgramSpec {
+    pub(crate) bucket: Option<u64>,
+    pub(crate) input_dims: Vec<Vec<u64>>,
+}
+
+/// Turns artifact bytes into a loaded program entry.
+pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    spec: &ProgramSpec,
+    artifact: &[u8],
+    stats: &Stats,
+) -> Result<ProgramEntry<C::Program>> {
+    let model = compiler.model();
+    let program =
+        compiler.load(device, artifact).map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
+    Stats::bump(&stats.program_loads);
+    let output_dims = program.output_dims().to_vec();
+    if output_dims.len() != model.outputs.len() {
+        return Err(DispatchError::ProgramMismatch {
+            bucket: spec.bucket,
+            expected: model.outputs.len(),
+            actual: output_dims.len(),
+        });
+    }
+    let input_bytes = model.inputs.iter().zip(&spec.input_dims).map(|(s, d)| bytes_of(s, d)).collect::<Result<_>>()?;
+    let output_bytes = model.outputs.iter().zip(&output_dims).map(|(s, d)| bytes_of(s, d)).collect::<Result<_>>()?;
+    let scratch_bytes = program.scratch_bytes();
+    Ok(ProgramEntry {
+        id: NEXT_PROGRAM_ID.fetch_add(1, Ordering::Relaxed),
+        bucket: spec.bucket,
+        program,
+        input_bytes,
+        output_dims,
+        output_bytes,
+        scratch_bytes,
+    })
+}
+
+fn compile_bytes<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    spec: &ProgramSpec,
+) -> Result<Vec<u8>> {
+    let request = CompileRequest { input_dims: &spec.input_dims, bucket: spec.bucket };
+    compiler.compile(device, &request).map_err(|source| DispatchError::Compile {
+        model: compiler.model().name.clone(),
+        shapes: format!("{:?}", spec.input_dims),
+        source,
+    })
+}
+
+fn count_origin(stats: &Stats, origin: Origin) {
+    match origin {
+        Origin::Memory => Stats::bump(&stats.memory_hits),
+        Origin::Disk => Stats::bump(&stats.disk_loads),
+        Origin::AfterWait => {
+            Stats::bump(&stats.disk_loads);
+            Stats::bump(&stats.waited_for_compile);
+        }
+        _ => Stats::bump(&stats.compiles),
+    }
+}
+
+/// Gets the artifact for `spec` through the cache (memory, disk, compile) and loads it.
+pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    cache: Option<&CompileCache>,
+    spec: &ProgramSpec,
+    stats: &Stats,
+) -> Result<ProgramEntry<C::Program>> {
+    let artifact = match cache {
+        Some(cache) => {
+            let key = device_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?;
+            let fetched = cache.get_or_compile(&key, || compile_bytes(compiler, device, spec))?;
+            count_origin(stats, fetched.origin);
+            fetched.artifact.into_vec()
+        }
+        None => {
+            Stats::bump(&stats.compiles);
+            compile_bytes(compiler, device, spec)?
+        }
+    };
+    load_entry(compiler, device, spec, &artifact, stats)
+}
+
+/// Progress of session creation, reported per program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Programs ready so far.
+    pub done: usize,
+    /// Programs in total.
+    pub total: usize,
+    /// The bucket just made ready (`None` for a static model).
+    pub bucket: Option<u64>,
+    /// Where it came from.
+    pub source: ProgramSource,
+}
+
+/// Where a precompiled program came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramSource {
+    /// Loaded from the cache (memory or disk), in parallel with other loads.
+    Loaded,
+    /// Compiled now (one at a time) or waited for another compiler.
+    Compiled,
+}
+
+/// Where a parallel loader leaves one program (or its error).
+type LoadSlot<P> = parking_lot::Mutex<Option<Result<ProgramEntry<P>>>>;
+
+/// Precompiles every spec: cached artifacts are loaded in parallel on `load_threads` threads, each
+/// pinned to the device; misses are then compiled one at a time through the cache's locks.
+pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    cache: Option<&CompileCache>,
+    specs: &[ProgramSpec],
+    load_threads: usize,
+    stats: &Stats,
+    progress: &(dyn Fn(&Progress) + Sync),
+) -> Result<Vec<Arc<ProgramEntry<C::Program>>>> {
+    let total = specs.len();
+    let done = AtomicUsize::new(0);
+    let mut loaded: Vec<Option<Result<ProgramEntry<C::Program>>>> = (0..total).map(|_| None).collect();
+    if let Some(cache) = cache {
+        let identity = compiler.identity();
+        let next = AtomicUsize::new(0);
+        let slots: Vec<LoadSlot<C::Program>> = (0..total).map(|_| parking_lot::Mutex::new(None)).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..load_threads.min(total) {
+                scope.spawn(|| {
+                    let Ok(_pin) = device.pin() else { return };
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(spec) = specs.get(i) else { break };
+                        let hit = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
+                            .ok()
+                            .and_then(|key| cache.lookup(&key).ok().flatten());
+                        if let Some(fetched) = hit {
+                            count_origin(stats, fetched.origin);
+                            let entry = load_entry(compiler, device, spec, fetched.artifact.as_bytes(), stats);
+                            *slots[i].lock() = Some(entry);
+                            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                            progress(&Progress { done: n, total, bucket: spec.bucket, source: ProgramSource::Loaded });
+                        }
+                    }
+                });
+            }
+        });
+        loaded = slots.into_iter().map(|m| m.into_inner()).collect();
+    }
+    let _pin = device.pin()?;
+    let mut entries = Vec::with_capacity(total);
+    for (spec, slot) in specs.iter().zip(loaded) {
+        let entry = match slot {
+            Some(entry) => entry?,
+            None => {
+                let entry = get_or_compile(compiler, device, cache, spec, stats)?;
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                progress(&Progress { done: n, total, bucket: spec.bucket, source: ProgramSource::Compiled });
+                entry
+            }
+        };
+        entries.push(Arc::new(entry));
+    }
+    Ok(entries)
+}

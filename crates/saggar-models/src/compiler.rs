@@ -1,0 +1,531 @@
+//! The reference compiler: [`ReferenceCompiler`] implements saggar-dispatch's
+//! [`ProgramCompiler`] for every backend.
+//!
+//! - On CUDA and HIP, [`ProgramCompiler::compile`] generates C++ specialised for the request's batch
+//!   ([`crate::codegen`]) and compiles it with NVRTC or hipRTC through [`Device::compile`].
+//! - On the host backend it makes a plan of host kernels ([`crate::host_kernels`], registered once per
+//!   process) and "compiles" that, which checks every kernel is registered.
+//!
+//! Either way the artifact is a header plus the code object ([`crate::artifact`]). Weights are not in
+//! the artifact: [`ProgramCompiler::load`] uploads them once per device and shares them between the
+//! programs (buckets) of that device.
+//!
+//! # Which device holds the weights
+//! The compiler keeps one weight buffer per `(backend, ordinal)`. Two handles with the same ordinal
+//! are not always the same device (each host-backend `open` makes an independent simulated device), so
+//! each upload writes a fresh 16-byte marker at the start of the buffer, and a later load reuses the
+//! buffer only if that device reads the same marker back. Otherwise it uploads again and replaces the
+//! entry; programs still holding the old buffer keep it alive.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use saggar_device::{
+    Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
+    LaunchConfig, Module as _, Stream as _,
+};
+use saggar_dispatch::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
+
+use crate::artifact::{ARTIFACT_VERSION, ArtifactHeader};
+use crate::codegen;
+use crate::config::{MAX_BATCH, ModelConfig};
+use crate::error::{ArtifactError, ModelError};
+use crate::host_kernels;
+use crate::plan::{self, ArgSource, GemmVariant, Target, WeightLayout, WeightPacking};
+use crate::weights::Weights;
+
+/// The compiler's name in its identity.
+pub const COMPILER_NAME: &str = "saggar-models";
+/// Bytes of the residency marker at the start of a device's weight buffer.
+const MARKER_LEN: usize = 16;
+
+/// Compiles one model (config + weights) for any backend. See the module docs.
+///
+/// # Thread safety
+/// `Send + Sync`. `compile` and `load` may be called from several threads; loads on the same device
+/// share one weight upload (the first load uploads, under a lock, the others reuse it).
+pub struct ReferenceCompiler {
+    config: ModelConfig,
+    weights: Weights,
+    spec: ModelSpec,
+    model_hash: String,
+    config_hash: [u8; 32],
+    gemm: GemmVariant,
+    /// The weights as GPU kernels read them (row-major layers).
+    row_major_weights: Vec<u8>,
+    /// The weights as host kernels read them (panel-packed layers), made on first use.
+    panel_weights: OnceLock<Vec<u8>>,
+    resident: Mutex<Vec<ResidentWeights>>,
+}
+
+impl std::fmt::Debug for ReferenceCompiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceCompiler")
+            .field("model", &self.config.name())
+            .field("kind", &self.config.kind())
+            .field("model_hash", &self.model_hash)
+            .field("gemm", &self.gemm)
+            .field("weight_bytes", &self.row_major_weights.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A weight buffer on one device, type-erased so one compiler serves every backend.
+struct ResidentWeights {
+    backend: BackendKind,
+    ordinal: usize,
+    weights: Arc<dyn Any + Send + Sync>,
+}
+
+/// The weights of one model on one device.
+#[derive(Debug)]
+struct DeviceWeights<B: Backend> {
+    buffer: B::DeviceBuffer,
+    marker: [u8; MARKER_LEN],
+}
+
+impl<B: Backend> DeviceWeights<B> {
+    fn upload(device: &B::Device, packed: &[u8]) -> Result<DeviceWeights<B>, ModelError> {
+        let buffer = device.alloc(packed.len())?;
+        let stream = device.create_stream()?;
+        let marker = fresh_marker();
+        stream.upload(packed, buffer.as_slice())?;
+        stream.upload(&marker, buffer.slice(0, MARKER_LEN)?)?;
+        Ok(DeviceWeights { buffer, marker })
+    }
+
+    /// Whether `device` is the device this buffer lives on (it reads the marker back).
+    fn is_resident_on(&self, device: &B::Device) -> bool {
+        let mut seen = [0u8; MARKER_LEN];
+        let read =
+            device.create_stream().and_then(|stream| stream.download(self.buffer.slice(0, MARKER_LEN)?, &mut seen));
+        read.is_ok() && seen == self.marker
+    }
+}
+
+/// 16 bytes no other upload in this process (or, practically, any other) uses.
+fn fresh_marker() -> [u8; MARKER_LEN] {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hasher.update(&std::process::id().to_le_bytes());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    hasher.update(&now.as_nanos().to_le_bytes());
+    let mut marker = [0u8; MARKER_LEN];
+    marker.copy_from_slice(&hasher.finalize().as_bytes()[..MARKER_LEN]);
+    marker
+}
+
+impl ReferenceCompiler {
+    /// A compiler for `config` with `weights`, which must match it. GEMM variant: split-K.
+    pub fn new(config: ModelConfig, weights: Weights) -> Result<ReferenceCompiler, ModelError> {
+        config.validate()?;
+        weights.check(&config)?;
+        let row_major_weights = WeightLayout::new(&config, WeightPacking::RowMajor).pack(&config, &weights);
+        Ok(ReferenceCompiler {
+            spec: config.model_spec(),
+            model_hash: weights.model_hash(&config),
+            config_hash: config.config_hash(),
+            gemm: GemmVariant::default(),
+            row_major_weights,
+            panel_weights: OnceLock::new(),
+            resident: Mutex::new(Vec::new()),
+            config,
+            weights,
+        })
+    }
+
+    /// A compiler for `config` with the weights its `weights` field names (seed or safetensors file).
+    pub fn from_config(config: ModelConfig) -> Result<ReferenceCompiler, ModelError> {
+        let weights = Weights::for_config(&config)?;
+        ReferenceCompiler::new(config, weights)
+    }
+
+    /// The same compiler with another GEMM variant for GPU code (it changes the identity).
+    pub fn with_gemm(mut self, gemm: GemmVariant) -> ReferenceCompiler {
+        self.gemm = gemm;
+        self
+    }
+
+    /// The model config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// The GEMM variant of GPU code.
+    pub fn gemm(&self) -> GemmVariant {
+        self.gemm
+    }
+
+    /// BLAKE3 of the canonical config JSON and the weights, hex (see [`Weights::model_hash`]).
+    pub fn model_hash(&self) -> &str {
+        &self.model_hash
+    }
+
+    /// Scratch bytes a program for `batch` rows on `backend` needs, or `None` for a batch outside
+    /// `1..=MAX_BATCH`.
+    pub fn scratch_bytes(&self, batch: usize, backend: BackendKind) -> Option<usize> {
+        if batch == 0 || batch as u64 > MAX_BATCH {
+            return None;
+        }
+        Some(plan::plan(&self.config, batch, self.target(backend, self.gemm)).scratch_bytes)
+    }
+
+    fn target(&self, backend: BackendKind, gemm: GemmVariant) -> Target {
+        match backend {
+            BackendKind::Host => Target::Host,
+            BackendKind::Cuda | BackendKind::Hip => Target::Gpu(gemm),
+        }
+    }
+
+    fn ensure_host_kernels(&self) -> Result<(), saggar_device::Error> {
+        let arity = match &self.config {
+            ModelConfig::Recsys(c) => Some((c.dense_inputs, c.sparse_inputs)),
+            ModelConfig::Mlp(_) => None,
+        };
+        host_kernels::ensure_registered(arity)
+    }
+
+    /// Checks input dimensions (and the bucket) against the model; returns the batch.
+    fn check_dims(&self, input_dims: &[Vec<u64>], bucket: Option<u64>) -> Result<usize, ModelError> {
+        let err = |reason: String| ModelError::Request { model: self.config.name().to_string(), reason };
+        let specs = &self.spec.inputs;
+        if input_dims.len() != specs.len() {
+            return Err(err(format!("{} input shapes given, the model has {} inputs", input_dims.len(), specs.len())));
+        }
+        let batch = input_dims.first().and_then(|d| d.first()).copied().unwrap_or(0);
+        let expected = self.config.input_dims(batch);
+        for ((spec, dims), want) in specs.iter().zip(input_dims).zip(&expected) {
+            if dims != want {
+                return Err(err(format!(
+                    "input `{}` has dimensions {dims:?}, expected {want:?} (every input must have the same batch)",
+                    spec.name()
+                )));
+            }
+        }
+        if batch == 0 || batch > MAX_BATCH {
+            return Err(err(format!("batch {batch} is outside 1..={MAX_BATCH}")));
+        }
+        if let Some(bucket) = bucket
+            && bucket != batch
+        {
+            return Err(err(format!("bucket {bucket} differs from the inputs' batch {batch}")));
+        }
+        Ok(batch as usize)
+    }
+
+    /// This device's weights, uploading them if the device does not hold them yet.
+    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<DeviceWeights<B>>, ModelError> {
+        let ordinal = device.info().ordinal;
+        let mut resident = self.resident.lock();
+        if let Some(pos) = resident.iter().position(|r| r.backend == B::KIND && r.ordinal == ordinal) {
+            if let Ok(weights) = resident[pos].weights.clone().downcast::<DeviceWeights<B>>()
+                && weights.is_resident_on(device)
+            {
+                return Ok(weights);
+            }
+            resident.swap_remove(pos);
+        }
+        let packed = match WeightPacking::for_target(self.target(B::KIND, self.gemm)) {
+            WeightPacking::RowMajor => &self.row_major_weights,
+            WeightPacking::Panels => self.panel_weights.get_or_init(|| {
+                WeightLayout::new(&self.config, WeightPacking::Panels).pack(&self.config, &self.weights)
+            }),
+        };
+        let weights = Arc::new(DeviceWeights::<B>::upload(device, packed)?);
+        resident.push(ResidentWeights { backend: B::KIND, ordinal, weights: weights.clone() });
+        Ok(weights)
+    }
+
+    fn compile_impl<B: Backend>(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+    ) -> Result<Vec<u8>, ModelError> {
+        let batch = self.check_dims(request.input_dims, request.bucket)?;
+        let code = match B::KIND {
+            BackendKind::Host => {
+                self.ensure_host_kernels()?;
+                let plan = plan::plan(&self.config, batch, Target::Host);
+                let description = format!(
+                    "saggar-models host plan: model `{}`, batch {batch}, {} launches",
+                    self.config.name(),
+                    plan.steps.len()
+                );
+                let source = KernelSource::new(
+                    format!("saggar_models_{}_b{batch}.plan", self.config.kind()),
+                    description,
+                    plan.kernels,
+                );
+                device.compile(&source)?
+            }
+            BackendKind::Cuda | BackendKind::Hip => {
+                device.compile(&codegen::gpu_source(&self.config, batch, self.gemm))?
+            }
+        };
+        let header = ArtifactHeader {
+            backend: B::KIND,
+            gemm: self.gemm,
+            config_hash: self.config_hash,
+            batch: batch as u64,
+            bucket: request.bucket,
+            input_dims: request.input_dims.to_vec(),
+        };
+        Ok(header.encode(&code))
+    }
+
+    fn load_impl<B: Backend>(&self, device: &B::Device, artifact: &[u8]) -> Result<ModelProgram<B>, ModelError> {
+        let (header, code) = ArtifactHeader::parse(artifact)?;
+        if header.backend != B::KIND {
+            return Err(ArtifactError::WrongBackend { artifact: header.backend, device: B::KIND }.into());
+        }
+        if header.config_hash != self.config_hash {
+            return Err(ArtifactError::ConfigMismatch {
+                artifact: blake3::Hash::from(header.config_hash).to_hex().to_string(),
+                compiler: blake3::Hash::from(self.config_hash).to_hex().to_string(),
+            }
+            .into());
+        }
+        let batch = self
+            .check_dims(&header.input_dims, header.bucket)
+            .map_err(|e| ArtifactError::Malformed { reason: format!("input dimensions do not fit the model: {e}") })?;
+        if header.batch != batch as u64 {
+            return Err(ArtifactError::Malformed {
+                reason: format!("batch {} differs from the input dimensions' batch {batch}", header.batch),
+            }
+            .into());
+        }
+        if B::KIND == BackendKind::Host {
+            self.ensure_host_kernels()?;
+        }
+        let plan = plan::plan(&self.config, batch, self.target(B::KIND, header.gemm));
+        for signature in &plan.kernels {
+            if code.signature(&signature.name) != Some(signature) {
+                return Err(ArtifactError::CodeObject {
+                    reason: format!("kernel `{}` is missing or has another signature", signature.name),
+                }
+                .into());
+            }
+        }
+        let module = device.load_module(&code)?;
+        let steps = plan
+            .steps
+            .into_iter()
+            .map(|step| Ok(LoadedStep { kernel: module.kernel(&step.kernel)?, config: step.config, args: step.args }))
+            .collect::<Result<Vec<_>, saggar_device::Error>>()?;
+        let weights = self.resident_weights::<B>(device)?;
+        let row_bytes = |rows: Vec<usize>| rows.into_iter().map(|r| r * batch).collect::<Vec<_>>();
+        Ok(ModelProgram {
+            model: self.config.name().to_string(),
+            batch,
+            output_dims: self.config.output_dims(batch as u64),
+            input_bytes: row_bytes(self.config.input_row_bytes()),
+            output_bytes: row_bytes(self.config.output_row_bytes()),
+            scratch_bytes: plan.scratch_bytes,
+            steps,
+            weights,
+            _module: module,
+        })
+    }
+}
+
+impl<B: Backend> ProgramCompiler<B> for ReferenceCompiler {
+    type Program = ModelProgram<B>;
+
+    fn model(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    fn identity(&self) -> CompilerIdentity {
+        CompilerIdentity {
+            compiler: COMPILER_NAME.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            model_hash: self.model_hash.clone(),
+            options: BTreeMap::from([
+                ("gemm".to_string(), self.gemm.name().to_string()),
+                ("artifact".to_string(), ARTIFACT_VERSION.to_string()),
+            ]),
+        }
+    }
+
+    fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
+        Ok(self.compile_impl::<B>(device, request)?)
+    }
+
+    fn load(&self, device: &B::Device, artifact: &[u8]) -> Result<ModelProgram<B>, CompilerError> {
+        Ok(self.load_impl::<B>(device, artifact)?)
+    }
+}
+
+/// One launch of a loaded program.
+#[derive(Debug)]
+struct LoadedStep<B: Backend> {
+    kernel: B::Kernel,
+    config: LaunchConfig,
+    args: Vec<ArgSource>,
+}
+
+/// A loaded program: one model at one batch on one device.
+///
+/// It holds the device's weight buffer (shared with the device's other programs), so the weights
+/// stay allocated while any program lives; drop a program only after the work it enqueued has run.
+///
+/// # Thread safety
+/// `Send + Sync` and stateless between runs: concurrent launches on different streams, with their own
+/// bindings and scratch, do not interfere.
+#[derive(Debug)]
+pub struct ModelProgram<B: Backend> {
+    model: String,
+    batch: usize,
+    output_dims: Vec<Vec<u64>>,
+    input_bytes: Vec<usize>,
+    output_bytes: Vec<usize>,
+    scratch_bytes: usize,
+    steps: Vec<LoadedStep<B>>,
+    weights: Arc<DeviceWeights<B>>,
+    _module: B::Module,
+}
+
+thread_local! {
+    /// Kernel arguments of the launch being enqueued on this thread, reused so launches do not allocate.
+    static LAUNCH_ARGS: std::cell::RefCell<Vec<KernelArg>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<B: Backend> ModelProgram<B> {
+    /// Rows this program computes.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Kernel launches per run.
+    pub fn launches(&self) -> usize {
+        self.steps.len()
+    }
+
+    fn binding_error(&self, reason: String) -> saggar_device::Error {
+        saggar_device::Error::InvalidLaunchConfig { kernel: format!("saggar-models program `{}`", self.model), reason }
+    }
+
+    fn check_bindings(
+        &self,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> saggar_device::Result<()> {
+        for (what, slices, needed) in [("input", inputs, &self.input_bytes), ("output", outputs, &self.output_bytes)] {
+            if slices.len() != needed.len() {
+                return Err(self.binding_error(format!(
+                    "{} {what}s bound, the model has {}",
+                    slices.len(),
+                    needed.len()
+                )));
+            }
+            for (i, (slice, need)) in slices.iter().zip(needed).enumerate() {
+                if slice.len() < *need {
+                    return Err(self.binding_error(format!(
+                        "{what} {i} holds {} bytes, batch {} needs {need}",
+                        slice.len(),
+                        self.batch
+                    )));
+                }
+            }
+        }
+        if scratch.len() < self.scratch_bytes {
+            return Err(self.binding_error(format!(
+                "scratch holds {} bytes, {} needed",
+                scratch.len(),
+                self.scratch_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    fn resolve(
+        &self,
+        arg: ArgSource,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> KernelArg {
+        let offset = |base: DevicePtr, bytes: usize| KernelArg::Ptr(DevicePtr(base.0 + bytes as u64));
+        match arg {
+            ArgSource::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
+            ArgSource::Output(i) => KernelArg::Ptr(outputs[i].ptr()),
+            ArgSource::Scratch(bytes) => offset(scratch.ptr(), bytes),
+            ArgSource::Weights(bytes) => offset(self.weights.buffer.ptr(), bytes),
+            ArgSource::U32(v) => KernelArg::U32(v),
+        }
+    }
+
+    /// Enqueues every step with `args` as the argument buffer.
+    ///
+    /// # Safety
+    /// As [`Program::launch`]; the bindings have been checked.
+    unsafe fn enqueue(
+        &self,
+        stream: &B::Stream,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+        args: &mut Vec<KernelArg>,
+    ) -> saggar_device::Result<()> {
+        for step in &self.steps {
+            args.clear();
+            args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
+            // SAFETY: the caller promised (Program::launch's contract) that every input, output and
+            // scratch slice names live device memory of at least its length until the stream has passed
+            // this work; `check_bindings` verified each holds what the plan's kernels touch for this
+            // batch, and the kernels were generated (or parameterised) for exactly these sizes. The
+            // weight buffer is kept alive by `self.weights` and was sized by the same weight layout.
+            unsafe { stream.launch(&step.kernel, &step.config, args)? };
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Program<B> for ModelProgram<B> {
+    fn output_dims(&self) -> &[Vec<u64>] {
+        &self.output_dims
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        self.scratch_bytes
+    }
+
+    unsafe fn launch(
+        &self,
+        stream: &B::Stream,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> Result<(), saggar_device::Error> {
+        self.check_bindings(inputs, outputs, scratch)?;
+        LAUNCH_ARGS.with(|cell| match cell.try_borrow_mut() {
+            // SAFETY: forwarded from this function's own contract.
+            Ok(mut args) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut args) },
+            // Only reachable if a launch re-enters itself on this thread; use a fresh buffer then.
+            // SAFETY: as above.
+            Err(_) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut Vec::new()) },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiler_and_program_are_send_sync_static() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<ReferenceCompiler>();
+        check::<ModelProgram<saggar_device::host::HostBackend>>();
+    }
+}
