@@ -1,29 +1,10 @@
 //! The host side of a gather, split across helper threads, and the stores it writes with.
 //!
-//! A gather of 190 inputs done by one thread costs a check and a copy per input, and takes longer
-//! than the single DMA copy it feeds, so coalescing would save launches but not time. A [`Gatherer`]
-//! runs the parts of a gather at once (contiguous ranges of inputs, balanced by bytes): the calling
-//! thread publishes the gather (one cache line: its epoch, part count and task), then it takes part
-//! 0 and each awake helper its own home part, and then each of them claims whatever part is left;
-//! the call returns when every part is done. Nobody waits for a helper that is slow to wake,
-//! descheduled or parked: whoever is running takes its part. Home parts keep a part on the same core
-//! from one gather to the next and every claim on a line no other core wrote; a shared claim counter
-//! instead queued eight cores on one line at the start and the end of every gather (on an H200 host,
-//! helpers began copying 0.7 to 1 us after the gather was published, and the caller saw the last
-//! part done about 1 us after the median part ended). Layouts with few small inputs stay on the
-//! calling thread: waking helpers costs more than they save.
-//!
-//! Helpers spin for [`GatherOptions::spin`] after each gather (so back-to-back requests find them
-//! awake; noticing a gather then takes well under a microsecond), then park (a parked helper costs
-//! nothing and takes microseconds to wake). A gather that finds helpers parked does not wake them on
-//! its critical path (a system call each): the awake threads take their parts, and the parked
-//! helpers are woken once the copy is enqueued (or by the next gather, when no copy was fenced),
-//! for the gathers that follow. A gather that finds the helpers busy with another arena's gather
-//! runs its parts itself rather than wait.
-//!
-//! Staging memory is written with streaming (non-temporal) stores by default: bytes that sit dirty
-//! in a core's cache must be snooped out line by line by the GPU's DMA read, which on an H200 host
-//! made the copy of a freshly gathered buffer about twice as slow as the copy of one filled long ago.
+//! A [`Gatherer`] runs the parts of a gather (contiguous input ranges, balanced by bytes) at once:
+//! the calling thread and each awake helper take their home part, then whatever part is left; idle
+//! helpers spin, then park. Staging memory is written with streaming stores on GPU backends. Why it
+//! is built this way (home parts, parking and waking, streaming stores): `docs/ARCHITECTURE.md`,
+//! "The gather".
 
 use std::cell::UnsafeCell;
 use std::panic::AssertUnwindSafe;
