@@ -13,7 +13,7 @@ time of one replay, and the output check (peers: largest |difference| from sagga
 verification set; saggar: the largest relative error `saggar perf --verify` found against the same reference,
 since saggar perf does not dump its GPU outputs).
 
-Then the targets of issue 12, for the recommender (the model whose peers JSON says family "recsys"):
+Then the peer targets, for the recommender (the model whose peers JSON says family "recsys"):
   - const:1, concurrency 1, p50: saggar >= 8x faster than variant b, >= 15x faster than variant a, and no
     slower than variant c;
   - uniform trace, throughput at concurrency 1 and 8: saggar >= the best PyTorch variant.
@@ -155,7 +155,7 @@ def main(argv=None):
                               "max_abs_diff": r.get("max_abs_diff"), "status": r.get("status")})
 
     targets = check_targets(saggar, peers, family)
-    lines.append("## Targets (issue 12, recommender)")
+    lines.append("## Targets (recommender)")
     lines.append("")
     lines.append("| target | saggar | PyTorch | ratio | needed | result |")
     lines.append("|---|---:|---:|---:|---:|---|")
