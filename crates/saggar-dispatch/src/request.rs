@@ -141,7 +141,12 @@ pub(crate) fn check_host_outputs<T: AsMut<[u8]>>(bindings: &Bindings<'_>, output
         let needed = request_bytes(spec, &dims)?;
         let actual = buffer.as_mut().len();
         if actual < needed {
-            return Err(DispatchError::BufferTooSmall { role: "output", name: spec.name().to_string(), needed, actual });
+            return Err(DispatchError::BufferTooSmall {
+                role: "output",
+                name: spec.name().to_string(),
+                needed,
+                actual,
+            });
         }
     }
     Ok(())

@@ -5,8 +5,8 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use saggar_device::host::HostBackend;
 use saggar_cache::{CacheConfig, CompileCache};
+use saggar_device::host::HostBackend;
 use saggar_device::{BackendKind, Device};
 use saggar_dispatch::{
     BucketSpec, CompileRequest, DispatchError, FailureKind, GraphConfig, HostTensor, ProgramCompiler, Session,

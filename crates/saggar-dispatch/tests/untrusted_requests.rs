@@ -294,7 +294,14 @@ fn case() -> impl Strategy<Value = Case> {
     let entry = prop_oneof![Just(Entry::Run), Just(Entry::RunInto), Just(Entry::RunDevice), Just(Entry::BindDevice)];
     let short = prop_oneof![4 => Just(0usize), 1 => 1..8usize];
     (batch, [twist(), twist(), twist()], [short.clone(), short], any::<bool>(), entry, 0..100u32).prop_map(
-        |(batch, twists, short_output, reversed, entry, seed)| Case { batch, twists, short_output, reversed, entry, seed },
+        |(batch, twists, short_output, reversed, entry, seed)| Case {
+            batch,
+            twists,
+            short_output,
+            reversed,
+            entry,
+            seed,
+        },
     )
 }
 
