@@ -20,9 +20,10 @@ use saggar_dispatch::{
 };
 use saggar_shape::{DType, ShapeError, Splitting};
 
-/// The largest single allocation any test here may make. Every legitimate request of these tests
-/// needs a few KiB; a request that claims 2^40 rows would need terabytes.
-const ALLOCATION_BOUND: usize = 64 << 20;
+/// The largest single allocation any test here may make: the byte limit of the property test's
+/// sessions. Every legitimate request of these tests needs a few KiB; a request that claims 2^40
+/// rows would need terabytes.
+const ALLOCATION_BOUND: usize = LIMITS.max_bytes as usize;
 
 /// The system allocator, remembering the largest allocation asked of it.
 struct Counting;
