@@ -356,6 +356,7 @@ impl CompileCache {
             file_mode: self.file_mode,
             faults: self.faults(),
             threads: self.config.load_threads,
+            stats: &self.stats,
         }
     }
 
@@ -496,18 +497,12 @@ impl CompileCache {
     pub(crate) fn load_disk(&self, key: &CacheKey) -> Result<DiskRead, CacheError> {
         let id = key.id();
         let path = self.entry_path_of(id);
-        let file = match open_entry(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DiskRead::Missing),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Ok(DiskRead::Corrupt(Corruption::NotARegularFile));
-            }
+        let (file, meta) = match open_entry(&path) {
+            Ok(Opened::Regular(file, meta)) => (file, meta),
+            Ok(Opened::Missing) => return Ok(DiskRead::Missing),
+            Ok(Opened::NotRegular(_)) => return Ok(DiskRead::Corrupt(Corruption::NotARegularFile)),
             Err(e) => return Err(io_err("opening cache entry", path, e)),
         };
-        let meta = file.metadata().map_err(|e| io_err("inspecting cache entry", &path, e))?;
-        if !meta.is_file() {
-            return Ok(DiskRead::Corrupt(Corruption::NotARegularFile));
-        }
         self.check_entry_trust(&path, id, &meta)?;
         if let Some(f) = self.faults() {
             f.inject(FaultPoint::LoadOpened, &path).map_err(|e| io_err("reading cache entry", &path, e))?;
@@ -578,7 +573,27 @@ enum FileState {
     Unlocked,
 }
 
-/// Opens an entry for reading without following symlinks or blocking on special files.
-pub(crate) fn open_entry(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+/// A file of the cache directory or of an import, opened by [`open_entry`].
+pub(crate) enum Opened {
+    /// A regular file, with the metadata of the open descriptor.
+    Regular(File, Metadata),
+    /// Something else: a symbolic link (`None`: not opened), a FIFO, a device, a directory.
+    NotRegular(Option<Metadata>),
+    /// Nothing at that path.
+    Missing,
+}
+
+/// Opens a file for reading without following a final symbolic link and without blocking (a
+/// FIFO with no writer would otherwise block the open forever), then checks the file type on
+/// the open descriptor, so what is read is the file that was checked. Every read of an entry or
+/// of an import goes through here.
+pub(crate) fn open_entry(path: &Path) -> io::Result<Opened> {
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Opened::Missing),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Opened::NotRegular(None)),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    Ok(if meta.is_file() { Opened::Regular(file, meta) } else { Opened::NotRegular(Some(meta)) })
 }

@@ -231,24 +231,31 @@ pub(crate) fn lock_file(
     }
 }
 
+/// Opens (creating if needed) a lock file without following a final symbolic link and without
+/// blocking on a special file, then checks on the descriptor that it is a regular file.
 fn open_lock_file(path: &Path, mode: u32) -> io::Result<File> {
-    match OpenOptions::new()
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let file = match OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(flags)
         .open(path)
     {
-        Ok(f) => Ok(f),
+        Ok(f) => f,
         // A lock file made by another user of a shared directory: `flock` needs only a
         // read-only descriptor.
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).map_err(|_| e)
+            OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|_| e)?
         }
-        Err(e) => Err(e),
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the lock file is not a regular file"));
     }
+    Ok(file)
 }
 
 /// Checks that `flock` works in `dir` by taking and releasing a shared lock on `lock_path`.

@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::cache::{CompileCache, DiskRead, open_entry};
+use crate::cache::{CompileCache, DiskRead, Opened, open_entry};
 use crate::error::{CacheError, Corruption, io_err};
 use crate::format::{self, Header, ReadFailure};
 use crate::key::{CacheKey, EntryId};
@@ -140,19 +140,18 @@ struct Inspected {
 
 /// Opens `path` and reads its header, and its payload too if `full`. `Ok(None)`: it vanished.
 fn inspect(path: &Path, full: bool, threads: usize) -> Result<Option<Inspected>, CacheError> {
-    let file = match open_entry(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            let meta = fs::symlink_metadata(path).map_err(|e| io_err("inspecting", path, e))?;
+    let (file, meta) = match open_entry(path) {
+        Ok(Opened::Regular(file, meta)) => (file, meta),
+        Ok(Opened::Missing) => return Ok(None),
+        Ok(Opened::NotRegular(meta)) => {
+            let meta = match meta {
+                Some(meta) => meta,
+                None => fs::symlink_metadata(path).map_err(|e| io_err("inspecting", path, e))?,
+            };
             return Ok(Some(Inspected { meta, result: Err(Corruption::NotARegularFile) }));
         }
         Err(e) => return Err(io_err("opening cache entry", path, e)),
     };
-    let meta = file.metadata().map_err(|e| io_err("inspecting cache entry", path, e))?;
-    if !meta.is_file() {
-        return Ok(Some(Inspected { meta, result: Err(Corruption::NotARegularFile) }));
-    }
     let result = read(&file, &meta, full, threads);
     match result {
         Ok(ok) => Ok(Some(Inspected { meta, result: Ok(ok) })),
@@ -366,11 +365,14 @@ impl CompileCache {
             tracing::warn!(path = %source.display(), reason = %reason, "rejected cache entry import");
             CacheError::ImportRejected { path: source.to_owned(), reason }
         };
-        let file = File::open(source).map_err(|e| io_err("opening import", source, e))?;
-        let meta = file.metadata().map_err(|e| io_err("inspecting import", source, e))?;
-        if !meta.is_file() {
-            return Err(rejected(Corruption::NotARegularFile));
-        }
+        let (file, meta) = match open_entry(source) {
+            Ok(Opened::Regular(file, meta)) => (file, meta),
+            Ok(Opened::NotRegular(_)) => return Err(rejected(Corruption::NotARegularFile)),
+            Ok(Opened::Missing) => {
+                return Err(io_err("opening import", source, io::Error::from(io::ErrorKind::NotFound)));
+            }
+            Err(e) => return Err(io_err("opening import", source, e)),
+        };
         let (header, payload) = match read(&file, &meta, true, self.config.load_threads) {
             Ok((h, Some(p))) => (h, p),
             Ok((_, None)) => unreachable!("full read returns the payload"),

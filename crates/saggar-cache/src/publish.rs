@@ -15,6 +15,7 @@ use crate::format;
 use crate::key::{CacheKey, EntryId};
 use crate::layout::{self, Item};
 use crate::payload;
+use crate::stats::Stats;
 
 /// What a publish needs from the cache.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +24,8 @@ pub(crate) struct Publisher<'a> {
     pub(crate) file_mode: u32,
     pub(crate) faults: Option<&'a Arc<dyn FaultInjector>>,
     pub(crate) threads: usize,
+    /// Where a failed directory fsync is counted.
+    pub(crate) stats: &'a Stats,
 }
 
 impl Publisher<'_> {
@@ -55,6 +58,7 @@ impl Publisher<'_> {
         // The entry is complete and in place. A failed directory fsync only means the rename
         // might not survive a power cut, leaving the old entry or none: never a partial one.
         if let Err(e) = self.fault(FaultPoint::PublishAfterRename, &entry).and_then(|()| sync_dir(self.dir)) {
+            Stats::bump(&self.stats.dir_sync_failures);
             tracing::warn!(
                 path = %entry.display(),
                 error = %e,
@@ -95,7 +99,7 @@ fn remove_quietly(path: &Path) {
 
 /// `fsync` of a directory, making renames and unlinks in it durable.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK).open(dir)?.sync_all()
 }
 
 /// Temp files in `dir` (of entry `only`, if given) last modified at least `min_age` ago.

@@ -59,6 +59,9 @@ counters! {
     /// Publishes that failed (disk full, read-only directory, …); the artifact was still
     /// returned and the previous entry, if any, kept.
     publish_failures,
+    /// Publishes whose entry was renamed into place but whose directory fsync failed: the entry
+    /// is complete, but its rename might not survive a power loss.
+    dir_sync_failures,
     /// Entries that failed the header, key or checksum check and were evicted.
     corrupt_evicted,
     /// Entries refused because other users could write them.

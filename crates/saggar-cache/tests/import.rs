@@ -113,3 +113,57 @@ fn gc_removes_stale_temps_and_orphan_locks_but_keeps_entries() {
     assert!(dir.join(format!("{}.sce.lock", live.id())).exists());
     assert_eq!(cache.read_disk(&live).unwrap().unwrap().as_bytes(), &[1; 100]);
 }
+
+/// Runs `import_dir` on a thread and fails the test, instead of hanging it, if the import does
+/// not return within a generous time.
+fn import_dir_within(server: CompileCache, dir: std::path::PathBuf) -> saggar_cache::ImportReport {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(server.import_dir(&dir));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(report) => report.unwrap(),
+        Err(_) => panic!("import_dir did not return within 20 s: it blocked on a special file"),
+    }
+}
+
+#[test]
+fn a_fifo_or_symlink_in_a_bundle_is_reported_and_skipped_without_hanging() {
+    let build = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let serve = tempfile::tempdir().unwrap();
+    let builder = CompileCache::open(common::config(build.path()).build()).unwrap();
+    let good = key("good-neighbour");
+    builder.put(&good, artifact_for(&good, 5_000)).unwrap();
+    // A FIFO named like an entry, with no writer: a blocking open never returns.
+    let fifo = build.path().join("aaaa-fifo.sce");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c_path` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "{}", io::Error::last_os_error());
+    // A symbolic link named like an entry, pointing at a valid entry outside the bundle.
+    let outside = CompileCache::open(common::config(elsewhere.path()).build()).unwrap();
+    let linked = key("linked-from-outside");
+    outside.put(&linked, artifact_for(&linked, 5_000)).unwrap();
+    let link = build.path().join("bbbb-link.sce");
+    std::os::unix::fs::symlink(outside.entry_path(&linked), &link).unwrap();
+    // A directory named like an entry.
+    let folder = build.path().join("cccc-dir.sce");
+    std::fs::create_dir(&folder).unwrap();
+
+    let server = CompileCache::open(common::config(serve.path()).build()).unwrap();
+    let report = import_dir_within(server, build.path().to_owned());
+    assert_eq!(report.imported.len(), 1, "{:?}", report.failed);
+    assert_eq!(report.imported[0].key, good);
+    let failed: Vec<_> = report.failed.iter().map(|(p, _)| p.clone()).collect();
+    assert_eq!(failed, vec![fifo, link, folder]);
+    for (path, e) in &report.failed {
+        assert!(
+            matches!(e, CacheError::ImportRejected { reason: Corruption::NotARegularFile, .. }),
+            "{}: {e:?}",
+            path.display()
+        );
+    }
+    let fresh = CompileCache::open(common::config(serve.path()).build()).unwrap();
+    assert!(fresh.read_disk(&linked).unwrap().is_none(), "a symlinked file was imported");
+    assert!(fresh.read_disk(&good).unwrap().is_some());
+}

@@ -96,3 +96,22 @@ fn really_read_only_directory() {
     assert!(!cache.entry_path(&k).exists());
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
 }
+
+#[test]
+fn a_failed_directory_fsync_is_counted_and_the_entry_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let cache = CompileCache::open(
+        common::config(dir).fault_injector(failing_at(FaultPoint::PublishAfterRename, libc::EIO)).build(),
+    )
+    .unwrap();
+    let k = key("unsynced-dir");
+    let (fetched, logs) = capture_logs(|| cache.get_or_compile(&k, || Ok::<_, io::Error>(artifact_for(&k, 1_000))));
+    assert_eq!(fetched.unwrap().origin, Origin::Compiled);
+    let s = cache.stats();
+    assert_eq!((s.publishes, s.publish_failures, s.dir_sync_failures), (1, 0, 1));
+    assert!(logs.warnings().iter().any(|w| w.contains("directory fsync failed")), "{:?}", logs.warnings());
+    let fresh = CompileCache::open(common::config(dir).build()).unwrap();
+    assert!(fresh.read_disk(&k).unwrap().unwrap().as_bytes() == artifact_for(&k, 1_000));
+    assert_eq!(fresh.stats().dir_sync_failures, 0);
+}

@@ -26,7 +26,7 @@ use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::model::{self, LoadedModel};
 use crate::progress::Bar;
-use crate::report::{self, CacheCounters, Graphs, Latency, Padding, Paths, PerfReport, Verify};
+use crate::report::{self, CacheCounters, Failures, Graphs, Latency, Padding, Paths, PerfReport, Verify};
 
 /// The relative tolerance of `--verify`: a value matches when
 /// `|actual - expected| <= VERIFY_TOLERANCE * max(1, |expected|)`.
@@ -287,6 +287,7 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
         latency_us,
         paths: Paths { ultra_fast: stats.ultra_fast, fast: stats.fast, standard: stats.standard },
         split_requests: stats.split_requests,
+        failures: Failures::from(&stats),
         padding: Padding {
             useful_rows: stats.useful_rows,
             padded_rows: stats.padded_rows,
@@ -298,6 +299,7 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
             compiles: stats.compiles,
             corrupt_evicted: cache_stats.corrupt_evicted,
             publish_failures: cache_stats.publish_failures,
+            dir_sync_failures: cache_stats.dir_sync_failures,
             dir: cache.dir().display().to_string(),
         },
         graphs: Graphs {

@@ -162,6 +162,38 @@ pub struct Paths {
     pub standard: u64,
 }
 
+/// Requests that failed, by kind of error (see `saggar_dispatch::FailureKind`). With the
+/// requests per path they add up to all requests.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Failures {
+    /// All failed requests.
+    pub failed: u64,
+    /// Requests that did not fit the model (shapes, dtypes, names, buffers).
+    pub request: u64,
+    /// Requests above the session's request limits.
+    pub limit: u64,
+    /// Device failures.
+    pub device: u64,
+    /// Compile, load or cache failures.
+    pub compile: u64,
+    /// Anything else.
+    pub other: u64,
+}
+
+impl From<&saggar_dispatch::StatsSnapshot> for Failures {
+    fn from(stats: &saggar_dispatch::StatsSnapshot) -> Failures {
+        let f = &stats.failures;
+        Failures {
+            failed: stats.failed,
+            request: f.request,
+            limit: f.limit,
+            device: f.device,
+            compile: f.compile,
+            other: f.other,
+        }
+    }
+}
+
 /// Rows computed for requests and for padding.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Padding {
@@ -186,6 +218,8 @@ pub struct CacheCounters {
     pub corrupt_evicted: u64,
     /// Entries that could not be written (the artifact was still used).
     pub publish_failures: u64,
+    /// Entries written whose directory fsync failed (they may not survive a power loss).
+    pub dir_sync_failures: u64,
     /// The cache directory.
     pub dir: String,
 }
@@ -273,6 +307,8 @@ pub struct PerfReport {
     pub paths: Paths,
     /// Requests split over several buckets.
     pub split_requests: u64,
+    /// Requests that failed, by kind.
+    pub failures: Failures,
     /// Padding.
     pub padding: Padding,
     /// Compiles and loads.

@@ -50,6 +50,11 @@ fn assert_paths_sum_to_requests(report: &serde_json::Value) {
     let requests = u64_at(report, "/requests");
     let sum = u64_at(report, "/paths/ultra_fast") + u64_at(report, "/paths/fast") + u64_at(report, "/paths/standard");
     assert_eq!(sum, requests, "paths must sum to the request count: {report:#}");
+    // A successful run has no failures, and reports them by kind.
+    for kind in ["failed", "request", "limit", "device", "compile", "other"] {
+        assert_eq!(u64_at(report, &format!("/failures/{kind}")), 0, "{report:#}");
+    }
+    assert_eq!(u64_at(report, "/cache/dir_sync_failures"), 0, "{report:#}");
 }
 
 fn assert_verified(report: &serde_json::Value, checked: u64) {

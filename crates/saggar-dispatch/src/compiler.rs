@@ -81,6 +81,13 @@ pub trait Program<B: Backend>: Send + Sync + 'static {
     /// Concrete output dimensions, in binding order.
     fn output_dims(&self) -> &[Vec<u64>];
 
+    /// The element type of each output, in binding order, when the program knows them. A session
+    /// checks them (and [`Program::output_dims`]) against the model when it loads the program; a
+    /// mismatch is [`crate::DispatchError::ProgramOutputMismatch`] and evicts the artifact.
+    fn output_dtypes(&self) -> Option<&[saggar_shape::DType]> {
+        None
+    }
+
     /// Bytes of scratch device memory one run needs (temporaries between kernels).
     fn scratch_bytes(&self) -> usize;
 

@@ -6,6 +6,7 @@ use saggar_cache::CompileCache;
 use saggar_shape::{BatchHistogram, BucketPolicy, Splitting};
 
 use crate::error::{DispatchError, Result};
+use crate::request::RequestLimits;
 
 /// Which batch buckets a session precompiles.
 #[derive(Debug, Clone)]
@@ -95,11 +96,13 @@ pub struct SessionConfig {
     pub(crate) cache: Option<Arc<CompileCache>>,
     pub(crate) load_threads: usize,
     pub(crate) arena_alignment: usize,
+    pub(crate) request_limits: RequestLimits,
 }
 
 impl SessionConfig {
     /// A builder with the defaults: powers of two up to 64, splitting on, graphs on (lazy capture,
-    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache.
+    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, and the
+    /// default [`RequestLimits`].
     pub fn builder() -> SessionConfigBuilder {
         SessionConfigBuilder {
             config: SessionConfig {
@@ -111,6 +114,7 @@ impl SessionConfig {
                 cache: None,
                 load_threads: 4,
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
+                request_limits: RequestLimits::default(),
             },
         }
     }
@@ -118,6 +122,11 @@ impl SessionConfig {
     /// The graph settings.
     pub fn graphs(&self) -> &GraphConfig {
         &self.graphs
+    }
+
+    /// The most one request may ask for.
+    pub fn request_limits(&self) -> RequestLimits {
+        self.request_limits
     }
 }
 
@@ -178,6 +187,13 @@ impl SessionConfigBuilder {
         self
     }
 
+    /// The most one request may ask for (rows and bytes); larger requests fail with
+    /// [`DispatchError::LimitExceeded`] before anything is allocated for them.
+    pub fn request_limits(mut self, limits: RequestLimits) -> Self {
+        self.config.request_limits = limits;
+        self
+    }
+
     /// The configuration, checked.
     pub fn build(self) -> Result<SessionConfig> {
         let c = &self.config;
@@ -192,6 +208,9 @@ impl SessionConfigBuilder {
         }
         if c.load_threads == 0 {
             return Err(DispatchError::Config("load_threads must be at least 1".into()));
+        }
+        if c.request_limits.max_rows == 0 || c.request_limits.max_bytes == 0 {
+            return Err(DispatchError::Config("request limits must allow at least one row and one byte".into()));
         }
         c.buckets.policy()?;
         Ok(self.config)

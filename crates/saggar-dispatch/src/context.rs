@@ -50,6 +50,8 @@ pub(crate) struct RunContext<B: Backend> {
     pub(crate) outputs: Vec<DeviceSlice>,
     /// The current device request's checked buffers (reused).
     pub(crate) io: DeviceIo,
+    /// The session's counters, for work that completes after the request returned ([`crate::Pending`]).
+    pub(crate) stats: std::sync::Arc<Stats>,
 }
 
 /// A device request's buffers in binding order, checked: inputs then outputs, each trimmed to the

@@ -110,6 +110,98 @@ pub enum DispatchError {
         /// Outputs the program reports.
         actual: usize,
     },
+    /// A loaded program's output has a different element type or shape than the model declares
+    /// for the program's input shapes. The artifact was evicted from the cache; the next session
+    /// creation compiles it again.
+    #[error(
+        "program for bucket {bucket:?} produces output `{output}` as {actual}, the model declares {expected}; \
+         the artifact was evicted from the cache"
+    )]
+    ProgramOutputMismatch {
+        /// The bucket.
+        bucket: Option<u64>,
+        /// The model's output.
+        output: String,
+        /// What the model declares, e.g. `f32 [4, 16]` (symbolic dimensions by name when the input
+        /// shapes do not bind them).
+        expected: String,
+        /// What the program reports.
+        actual: String,
+    },
+    /// The request is larger than the session's [`crate::RequestLimits`]. Nothing was allocated
+    /// or run for it.
+    #[error(
+        "the request needs {requested} {what}, above the session's limit of {limit}; send smaller requests or \
+         raise the limit (SessionConfigBuilder::request_limits)"
+    )]
+    LimitExceeded {
+        /// `"rows"` or `"bytes"`.
+        what: &'static str,
+        /// What the request's declared shapes need (`u64::MAX` when the count overflows).
+        requested: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// A run failed, and so did the synchronize of its stream that followed it (the stream may
+    /// be broken; the device's own error is in `synchronize`).
+    #[error("{error}; synchronizing the stream after it also failed: {synchronize}")]
+    AfterFailedRun {
+        /// The run's error.
+        #[source]
+        error: Box<DispatchError>,
+        /// The error of the synchronize that followed.
+        synchronize: saggar_device::Error,
+    },
+}
+
+/// What kind of error a failed request met, as counted in [`crate::StatsSnapshot::failures`].
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The request does not fit the model: names, dtypes, shapes, batch, buffer sizes or
+    /// alignment, output count.
+    Request,
+    /// The request is above the session's [`crate::RequestLimits`].
+    Limit,
+    /// A device operation failed (including while staging or reading back).
+    Device,
+    /// A compile, a load or the compile cache failed (per-shape models compile on demand).
+    Compile,
+    /// Anything else (configuration, arena pool exhausted or timed out).
+    Other,
+}
+
+impl DispatchError {
+    /// The kind of this error, as counted in the session's stats.
+    pub fn failure_kind(&self) -> FailureKind {
+        match self {
+            DispatchError::Shape(_)
+            | DispatchError::OutputCount { .. }
+            | DispatchError::BufferTooSmall { .. }
+            | DispatchError::OutputShape { .. }
+            | DispatchError::Misaligned { .. }
+            | DispatchError::NoSuchTensor { .. } => FailureKind::Request,
+            DispatchError::LimitExceeded { .. } => FailureKind::Limit,
+            DispatchError::Device(_) => FailureKind::Device,
+            DispatchError::Arena(e) => match e {
+                ArenaError::Device(_) => FailureKind::Device,
+                ArenaError::Shape(_)
+                | ArenaError::Count { .. }
+                | ArenaError::InputTooShort { .. }
+                | ArenaError::InputTooLarge { .. }
+                | ArenaError::Output { .. }
+                | ArenaError::Misaligned { .. } => FailureKind::Request,
+                _ => FailureKind::Other,
+            },
+            DispatchError::Cache(_)
+            | DispatchError::Compile { .. }
+            | DispatchError::Load { .. }
+            | DispatchError::ProgramMismatch { .. }
+            | DispatchError::ProgramOutputMismatch { .. } => FailureKind::Compile,
+            DispatchError::AfterFailedRun { error, .. } => error.failure_kind(),
+            DispatchError::Config(_) => FailureKind::Other,
+        }
+    }
 }
 
 /// Result with [`DispatchError`].

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use saggar_cache::{CacheKey, CompileCache, Origin};
 use saggar_device::{Backend, BackendKind, Device};
-use saggar_shape::TensorSpec;
+use saggar_shape::{Dim, TensorSpec};
 
-use crate::compiler::{CompileRequest, CompilerIdentity, Program, ProgramCompiler};
+use crate::compiler::{CompileRequest, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
 use crate::error::{DispatchError, Result};
 use crate::stats::Stats;
 
@@ -91,14 +91,8 @@ pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
     let program =
         compiler.load(device, artifact).map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
     Stats::bump(&stats.program_loads);
+    check_outputs(model, spec, &program)?;
     let output_dims = program.output_dims().to_vec();
-    if output_dims.len() != model.outputs.len() {
-        return Err(DispatchError::ProgramMismatch {
-            bucket: spec.bucket,
-            expected: model.outputs.len(),
-            actual: output_dims.len(),
-        });
-    }
     let input_bytes = model.inputs.iter().zip(&spec.input_dims).map(|(s, d)| bytes_of(s, d)).collect::<Result<_>>()?;
     let output_bytes = model.outputs.iter().zip(&output_dims).map(|(s, d)| bytes_of(s, d)).collect::<Result<_>>()?;
     let scratch_bytes = program.scratch_bytes();
@@ -111,6 +105,72 @@ pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
         output_bytes,
         scratch_bytes,
     })
+}
+
+/// Checks a loaded program's outputs against the model: their number, each one's element type
+/// (when the program reports them) and each one's shape, with the symbols the program's input
+/// shapes bind (an extent no input binds is the program's to choose).
+fn check_outputs<B: Backend, P: Program<B>>(model: &ModelSpec, spec: &ProgramSpec, program: &P) -> Result<()> {
+    let dims = program.output_dims();
+    let dtypes = program.output_dtypes();
+    let count = dtypes.map_or(dims.len(), <[_]>::len);
+    if dims.len() != model.outputs.len() || count != dims.len() {
+        return Err(DispatchError::ProgramMismatch {
+            bucket: spec.bucket,
+            expected: model.outputs.len(),
+            actual: if dims.len() != model.outputs.len() { dims.len() } else { count },
+        });
+    }
+    let bound = |symbol: &str| {
+        model.inputs.iter().zip(&spec.input_dims).find_map(|(input, extents)| {
+            input.dims().iter().zip(extents).find_map(|(d, e)| (d.symbol() == Some(symbol)).then_some(*e))
+        })
+    };
+    for (o, output) in model.outputs.iter().enumerate() {
+        let actual_dtype = dtypes.map_or(output.dtype(), |d| d[o]);
+        let shape_fits = output.dims().len() == dims[o].len()
+            && output.dims().iter().zip(&dims[o]).all(|(d, &actual)| match d {
+                Dim::Fixed(extent) => *extent == actual,
+                Dim::Symbolic(name) => bound(name).is_none_or(|extent| extent == actual),
+            });
+        if actual_dtype != output.dtype() || !shape_fits {
+            let expected: Vec<String> = output
+                .dims()
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(extent) => extent.to_string(),
+                    Dim::Symbolic(name) => bound(name).map_or_else(|| name.to_string(), |e| e.to_string()),
+                })
+                .collect();
+            return Err(DispatchError::ProgramOutputMismatch {
+                bucket: spec.bucket,
+                output: output.name().to_string(),
+                expected: format!("{} [{}]", output.dtype(), expected.join(", ")),
+                actual: format!("{actual_dtype} {:?}", dims[o]),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// [`load_entry`] for an artifact that came from `cache` under `key`: an artifact whose program does
+/// not match the model is evicted, so it is compiled again instead of failing every session.
+fn load_cached<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    cache: &CompileCache,
+    key: &CacheKey,
+    spec: &ProgramSpec,
+    artifact: &[u8],
+    stats: &Stats,
+) -> Result<ProgramEntry<C::Program>> {
+    let loaded = load_entry(compiler, device, spec, artifact, stats);
+    if let Err(DispatchError::ProgramMismatch { .. } | DispatchError::ProgramOutputMismatch { .. }) = &loaded
+        && let Err(e) = cache.evict(key)
+    {
+        tracing::warn!(error = %e, key = %key.id(), "could not evict a cached artifact that does not match its model");
+    }
+    loaded
 }
 
 fn compile_bytes<B: Backend, C: ProgramCompiler<B>>(
@@ -146,19 +206,18 @@ pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
     spec: &ProgramSpec,
     stats: &Stats,
 ) -> Result<ProgramEntry<C::Program>> {
-    let artifact = match cache {
+    match cache {
         Some(cache) => {
             let key = device_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?;
             let fetched = cache.get_or_compile(&key, || compile_bytes(compiler, device, spec))?;
             count_origin(stats, fetched.origin);
-            fetched.artifact.into_vec()
+            load_cached(compiler, device, cache, &key, spec, fetched.artifact.as_bytes(), stats)
         }
         None => {
             Stats::bump(&stats.compiles);
-            compile_bytes(compiler, device, spec)?
+            load_entry(compiler, device, spec, &compile_bytes(compiler, device, spec)?, stats)
         }
-    };
-    load_entry(compiler, device, spec, &artifact, stats)
+    }
 }
 
 /// Progress of session creation, reported per program.
@@ -211,12 +270,14 @@ pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(spec) = specs.get(i) else { break };
-                        let hit = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
-                            .ok()
-                            .and_then(|key| cache.lookup(&key).ok().flatten());
-                        if let Some(fetched) = hit {
+                        let Ok(key) = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
+                        else {
+                            continue;
+                        };
+                        if let Some(fetched) = cache.lookup(&key).ok().flatten() {
                             count_origin(stats, fetched.origin);
-                            let entry = load_entry(compiler, device, spec, fetched.artifact.as_bytes(), stats);
+                            let artifact = fetched.artifact.as_bytes();
+                            let entry = load_cached(compiler, device, cache, &key, spec, artifact, stats);
                             *slots[i].lock() = Some(entry);
                             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                             progress(&Progress { done: n, total, bucket: spec.bucket, source: ProgramSource::Loaded });

@@ -19,6 +19,7 @@ use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, GraphEntry, LastRun, RunContext, capture, graph_bytes, replayable};
 use crate::error::{DispatchError, Result};
 use crate::programs::{self, ProgramEntry, ProgramSpec, Progress};
+use crate::request::{self, Chunks, RequestGuard};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};
 
@@ -56,7 +57,9 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     download_span: Vec<usize>,
     shape_programs: RwLock<ShapePrograms<B, C::Program>>,
     contexts: Pool<RunContext<B>>,
-    stats: Stats,
+    /// The request limits, checked before anything is allocated or planned for a request.
+    guard: RequestGuard,
+    stats: Arc<Stats>,
 }
 
 /// One model on one device. Created with every bucket precompiled; serves `run` calls from any
@@ -135,7 +138,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             }],
             ModelKind::PerShape => Vec::new(),
         };
-        let stats = Stats::default();
+        let stats = Arc::new(Stats::default());
         let cache = config.cache.clone();
         let main =
             programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
@@ -172,6 +175,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let has_main = !main.is_empty();
         let graph_budget = config.graphs.memory_budget_bytes.map(|b| b / config.max_concurrency as u64);
         let ctx_device = device.clone();
+        let ctx_stats = stats.clone();
         let contexts = Pool::new(config.max_concurrency, wait, move || {
             let _pin = ctx_device.pin()?;
             Ok(RunContext {
@@ -188,9 +192,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 io: DeviceIo::default(),
+                stats: ctx_stats.clone(),
             })
         })?;
         contexts.prewarm(config.prewarm_contexts)?;
+        let guard = RequestGuard::new(&signature, config.request_limits);
         let session = Session {
             inner: Arc::new(Inner {
                 device,
@@ -204,6 +210,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 download_span,
                 shape_programs: RwLock::new(HashMap::new()),
                 contexts,
+                guard,
                 stats,
             }),
         };
@@ -252,9 +259,16 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     }
 
     /// Runs one request from host memory and returns every output, sliced to the request's batch.
+    /// The request's limits and input buffers are checked before its outputs are allocated.
     pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
         let (result, _lease) = self.inner.instrumented(|inner, ctx| {
-            let dims = inner.output_dims(inputs)?;
+            let ordered = inner.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
+            let bindings = inner.signature.check(&ordered)?;
+            inner.guard.check(&bindings, &ordered)?;
+            request::check_host_inputs(&inner.signature, &ordered)?;
+            let dims = (0..inner.signature.outputs().len())
+                .map(|o| Ok(bindings.output_shape(o)?.to_vec()))
+                .collect::<Result<Vec<_>>>()?;
             let specs = inner.signature.outputs();
             let mut buffers: Vec<AlignedBuffer> = specs
                 .iter()
@@ -265,8 +279,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                     Ok(AlignedBuffer::new(bytes as usize))
                 })
                 .collect::<Result<_>>()?;
-            inner.run_host(ctx, inputs, &mut buffers)?;
-            Ok(specs
+            let info = inner.run_host(ctx, inputs, &mut buffers)?;
+            let outputs = specs
                 .iter()
                 .zip(dims)
                 .zip(buffers)
@@ -276,16 +290,21 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                     dims,
                     data: buf.into_vec(),
                 })
-                .collect())
+                .collect();
+            Ok((outputs, info))
         });
-        result
+        let (outputs, info) = result?;
+        self.inner.stats.record_path(info.path);
+        Ok(outputs)
     }
 
     /// Runs one request from host memory into the caller's output buffers (binding order, each sized
     /// for the request's real batch). Allocates nothing on the ultra-fast and fast paths.
     pub fn run_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
         let (result, _lease) = self.inner.instrumented(|inner, ctx| inner.run_host(ctx, inputs, outputs));
-        result
+        let info = result?;
+        self.inner.stats.record_path(info.path);
+        Ok(info)
     }
 
     /// Runs one request whose inputs and outputs are in device memory the caller owns, and waits for
@@ -334,7 +353,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     ) -> Result<Pending<B>> {
         let (result, lease) = self.inner.instrumented(f);
         let info = result?;
-        Ok(Pending { lease: lease.expect("a successful run holds its context"), info })
+        Ok(Pending { lease: lease.expect("a successful run holds its context"), info, finished: false })
     }
 }
 
@@ -363,9 +382,12 @@ impl AsMut<[u8]> for AlignedBuffer {
 }
 
 /// Work enqueued by [`Session::enqueue_device`]. Holds the request's run context until waited for.
+/// The request is counted as served (or as failed) once its work is known to be done: when it is
+/// waited for, or dropped.
 pub struct Pending<B: Backend> {
     lease: Lease<RunContext<B>>,
     info: RunInfo,
+    finished: bool,
 }
 
 impl<B: Backend> std::fmt::Debug for Pending<B> {
@@ -377,19 +399,33 @@ impl<B: Backend> std::fmt::Debug for Pending<B> {
 impl<B: Backend> Pending<B> {
     /// Waits until the outputs are ready.
     pub fn wait(mut self) -> Result<RunInfo> {
-        let result = self.lease.stream.synchronize();
-        if result.is_err() {
-            self.lease.last = None;
-        }
-        result?;
+        self.finish()?;
         Ok(self.info)
+    }
+
+    /// Synchronizes the request's stream and counts the request as served or failed.
+    fn finish(&mut self) -> Result<()> {
+        self.finished = true;
+        match self.lease.stream.synchronize() {
+            Ok(()) => {
+                self.lease.stats.record_path(self.info.path);
+                Ok(())
+            }
+            Err(e) => {
+                self.lease.last = None;
+                let e = DispatchError::from(e);
+                self.lease.stats.record_failure(&e);
+                Err(e)
+            }
+        }
     }
 }
 
 impl<B: Backend> Drop for Pending<B> {
     fn drop(&mut self) {
-        if let Err(e) = self.lease.stream.synchronize() {
-            self.lease.last = None;
+        if !self.finished
+            && let Err(e) = self.finish()
+        {
             tracing::error!(error = %e, "saggar-dispatch: a dropped pending run failed");
         }
     }
@@ -460,8 +496,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         (0..self.signature.outputs().len()).map(|o| Ok(bindings.output_shape(o)?.to_vec())).collect()
     }
 
-    /// Runs `f` with a leased, pinned run context; counts the request, its latency and its failure.
-    /// Returns the lease too when the run succeeded (for work left pending on its stream).
+    /// Runs `f` with a leased, pinned run context; counts the request, its latency and its failure
+    /// (the caller counts its path once it is known to have succeeded). Returns the lease too when
+    /// the run succeeded (for work left pending on its stream).
     fn instrumented<R>(
         &self,
         f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
@@ -476,16 +513,19 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 Ok(r) => Ok((r, ctx)),
                 Err(e) => {
                     // Leave nothing half-done on the stream for the next request, and never take the
-                    // ultra-fast path from a failed run.
+                    // ultra-fast path from a failed run. A failing synchronize is reported with the
+                    // run's error, not dropped.
                     ctx.last = None;
-                    let _ = ctx.stream.synchronize();
-                    Err(e)
+                    match ctx.stream.synchronize() {
+                        Ok(()) => Err(e),
+                        Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
+                    }
                 }
             }
         };
         let result = run();
-        if result.is_err() {
-            Stats::bump(&self.stats.failed);
+        if let Err(e) = &result {
+            self.stats.record_failure(e);
         }
         self.stats.record_latency(started.elapsed());
         match result {
@@ -555,14 +595,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             Stats::add(&self.stats.useful_rows, chunk.rows);
             Stats::add(&self.stats.padded_rows, chunk.bucket - chunk.rows);
         }
-    }
-
-    fn count_path(&self, path: RunPath) {
-        Stats::bump(match path {
-            RunPath::UltraFast => &self.stats.ultra_fast,
-            RunPath::Fast => &self.stats.fast,
-            RunPath::Standard => &self.stats.standard,
-        });
     }
 
     /// Binds main program `k` to the context's arena slots and scratch, into `ctx.inputs` / `ctx.outputs`.
@@ -684,6 +716,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         }
         if self.in_binding_order(inputs, |t| (t.name, t.dtype)) {
             let bindings = self.signature.check(inputs)?;
+            self.guard.check(&bindings, inputs)?;
             if let Some(Single { k, chunk }) = self.single(&bindings) {
                 let batch = bindings.batch();
                 let last = LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[k].id };
@@ -694,7 +727,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 ctx.last = None;
                 let replayed = self.pinned_chunk(ctx, k, inputs, outputs)?;
                 ctx.last = Some(last);
-                self.count_path(path);
                 self.count_chunk(chunk);
                 return Ok(RunInfo {
                     path,
@@ -719,7 +751,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         ctx.last = None;
         let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
         let bindings = self.signature.check(&ordered)?;
-        self.count_path(RunPath::Standard);
+        self.guard.check(&bindings, &ordered)?;
+        // Every buffer is checked before the first chunk runs (or a per-shape program compiles),
+        // so a short one fails the request before any work or output write.
+        request::check_host_inputs(&self.signature, &ordered)?;
+        request::check_host_outputs(&bindings, outputs)?;
         let batch = bindings.batch();
         if self.kind == ModelKind::PerShape {
             self.run_shape_program_host(&bindings, &ordered, outputs)?;
@@ -732,25 +768,27 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 replayed: false,
             });
         }
-        let (chunks, first_bucket, mut replayed) = (self.chunks(&bindings)?, None, true);
-        let mut first = first_bucket;
-        for &chunk in &chunks {
+        let (chunks, mut first, mut replayed) = (self.chunks(&bindings)?, None, true);
+        for chunk in chunks.iter() {
             let k = self.program_for(chunk);
             first = first.or(self.main[k].bucket);
             self.plan_chunk(ctx, &ordered, k, chunk)?;
             replayed &= self.pinned_chunk(ctx, k, &ordered, outputs)?;
             self.count_chunk(chunk);
         }
-        if let [only] = chunks.as_slice() {
+        if !chunks.is_split()
+            && let Some(only) = chunks.iter().next()
+        {
             ctx.last =
-                Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[self.program_for(*only)].id });
+                Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[self.program_for(only)].id });
         }
+        self.count_split(&chunks);
         Ok(RunInfo {
             path: RunPath::Standard,
             mode: BindingMode::PinnedCopy,
             batch,
             bucket: first,
-            chunks: chunks.len() as u32,
+            chunks: u32::try_from(chunks.count()).unwrap_or(u32::MAX),
             replayed,
         })
     }
@@ -769,18 +807,21 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     }
 
     /// The chunks a request runs as: one, or several when its batch exceeds the largest bucket and
-    /// splitting is on.
-    fn chunks(&self, bindings: &Bindings<'_>) -> Result<Vec<Chunk>> {
+    /// splitting is on. Constant memory whatever the batch.
+    fn chunks(&self, bindings: &Bindings<'_>) -> Result<Chunks> {
         match (self.kind, &self.policy) {
             (ModelKind::Bucketed, Some(policy)) => {
                 let batch = bindings.batch().expect("bucketed models have a batch");
-                let plan = policy.plan(batch, self.config.splitting)?;
-                if plan.is_split() {
-                    Stats::bump(&self.stats.split_requests);
-                }
-                Ok(plan.chunks().collect())
+                Ok(Chunks::Planned(policy.plan(batch, self.config.splitting)?))
             }
-            _ => Ok(vec![Chunk::whole(1, 1)]),
+            _ => Ok(Chunks::Whole),
+        }
+    }
+
+    /// Counts a request that succeeded split into several chunks.
+    fn count_split(&self, chunks: &Chunks) {
+        if chunks.is_split() {
+            Stats::bump(&self.stats.split_requests);
         }
     }
 
@@ -948,7 +989,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             _ => self.stabilized_chunk(ctx, k, io)?,
         };
         ctx.last = Some(last);
-        self.count_path(path);
         self.count_chunk(chunk);
         Ok(RunInfo { path, mode, batch, bucket: self.main[k].bucket, chunks: 1, replayed })
     }
@@ -974,6 +1014,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             return Err(DispatchError::OutputCount { expected: n_out, actual: outputs.len() });
         }
         let bindings = self.signature.check(ordered)?;
+        self.guard.check(&bindings, ordered)?;
         let route = self.device_route(&bindings);
         self.check_device_io(&bindings, ordered, outputs, self.exact_program(route), io)?;
         Ok((bindings, route))
@@ -991,6 +1032,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         }
         if self.in_binding_order(inputs, |t| (t.name, t.dtype)) {
             let bindings = self.signature.check(inputs)?;
+            self.guard.check(&bindings, inputs)?;
             if let Some(route) = self.device_route(&bindings) {
                 let mut io = std::mem::take(&mut ctx.io);
                 let result = self
@@ -1017,7 +1059,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     ) -> Result<RunInfo> {
         let ordered = self.reorder(inputs, |t| TensorShape::new(t.name, t.dtype, t.dims))?;
         let (bindings, _) = self.check_device_request(&ordered, outputs, io)?;
-        self.count_path(RunPath::Standard);
         let batch = bindings.batch();
         if self.kind == ModelKind::PerShape {
             self.run_shape_program_device(&bindings, &ordered, io, &ctx.stream)?;
@@ -1032,19 +1073,20 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         }
         let chunks = self.chunks(&bindings)?;
         let mut replayed = true;
-        for &chunk in &chunks {
+        for chunk in chunks.iter() {
             let k = self.program_for(chunk);
             self.plan_chunk(ctx, &ordered, k, chunk)?;
             replayed &= self.stabilized_chunk(ctx, k, io)?;
             self.count_chunk(chunk);
         }
-        let bucket = chunks.first().map(|c| c.bucket);
+        self.count_split(&chunks);
+        let bucket = chunks.iter().next().map(|c| c.bucket);
         Ok(RunInfo {
             path: RunPath::Standard,
             mode: BindingMode::Stabilized,
             batch,
             bucket,
-            chunks: chunks.len() as u32,
+            chunks: u32::try_from(chunks.count()).unwrap_or(u32::MAX),
             replayed,
         })
     }

@@ -4,13 +4,21 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::error::{DispatchError, FailureKind};
+use crate::tensors::RunPath;
+
 /// Latency buckets: bucket `i` holds runs that took `[2^i, 2^(i+1))` nanoseconds.
 const LATENCY_BUCKETS: usize = 40;
+
+/// Kinds of failure counted apart (see [`FailureCounts`]).
+const FAILURE_KINDS: usize = 5;
 
 #[derive(Debug)]
 pub(crate) struct Stats {
     pub(crate) requests: AtomicU64,
     pub(crate) failed: AtomicU64,
+    /// Failures by [`FailureKind`], in the order of [`FailureCounts`]' fields.
+    failed_by_kind: [AtomicU64; FAILURE_KINDS],
     pub(crate) ultra_fast: AtomicU64,
     pub(crate) fast: AtomicU64,
     pub(crate) standard: AtomicU64,
@@ -38,6 +46,7 @@ impl Default for Stats {
         Stats {
             requests: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            failed_by_kind: std::array::from_fn(|_| AtomicU64::new(0)),
             ultra_fast: AtomicU64::new(0),
             fast: AtomicU64::new(0),
             standard: AtomicU64::new(0),
@@ -73,6 +82,30 @@ impl Stats {
         counter.fetch_add(n, Relaxed);
     }
 
+    /// Counts a request that succeeded, on the path that served it.
+    #[inline]
+    pub(crate) fn record_path(&self, path: RunPath) {
+        Stats::bump(match path {
+            RunPath::UltraFast => &self.ultra_fast,
+            RunPath::Fast => &self.fast,
+            RunPath::Standard => &self.standard,
+        });
+    }
+
+    /// Counts a request that failed, by the kind of its error.
+    #[cold]
+    pub(crate) fn record_failure(&self, error: &DispatchError) {
+        let kind = match error.failure_kind() {
+            FailureKind::Request => 0,
+            FailureKind::Limit => 1,
+            FailureKind::Device => 2,
+            FailureKind::Compile => 3,
+            _ => 4,
+        };
+        Stats::bump(&self.failed);
+        Stats::bump(&self.failed_by_kind[kind]);
+    }
+
     pub(crate) fn record_latency(&self, elapsed: Duration) {
         let ns = elapsed.as_nanos().min(u64::MAX as u128) as u64;
         let bucket = (63 - ns.max(1).leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
@@ -85,6 +118,13 @@ impl Stats {
         StatsSnapshot {
             requests: load(&self.requests),
             failed: load(&self.failed),
+            failures: FailureCounts {
+                request: load(&self.failed_by_kind[0]),
+                limit: load(&self.failed_by_kind[1]),
+                device: load(&self.failed_by_kind[2]),
+                compile: load(&self.failed_by_kind[3]),
+                other: load(&self.failed_by_kind[4]),
+            },
             ultra_fast: load(&self.ultra_fast),
             fast: load(&self.fast),
             standard: load(&self.standard),
@@ -142,15 +182,18 @@ impl LatencyHistogram {
 /// A session's counters at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatsSnapshot {
-    /// Requests received.
+    /// Requests received. Once every request has returned (and every [`crate::Pending`] run was
+    /// waited for or dropped), `ultra_fast + fast + standard + failed == requests`.
     pub requests: u64,
-    /// Requests that returned an error.
+    /// Requests that returned an error (including enqueued runs whose wait failed).
     pub failed: u64,
-    /// Requests served by the ultra-fast path.
+    /// [`StatsSnapshot::failed`] by kind of error.
+    pub failures: FailureCounts,
+    /// Requests served by the ultra-fast path (counted only once they succeeded).
     pub ultra_fast: u64,
-    /// Requests served by the fast path.
+    /// Requests served by the fast path (counted only once they succeeded).
     pub fast: u64,
-    /// Requests served by the standard path.
+    /// Requests served by the standard path (counted only once they succeeded).
     pub standard: u64,
     /// Graphs captured and instantiated.
     pub captures: u64,
@@ -180,10 +223,32 @@ pub struct StatsSnapshot {
     pub useful_rows: u64,
     /// Padding rows computed.
     pub padded_rows: u64,
-    /// Requests split into several chunks.
+    /// Requests split into several chunks (counted only once they succeeded).
     pub split_requests: u64,
     /// Run latencies.
     pub latency: LatencyHistogram,
+}
+
+/// Failed requests by [`FailureKind`]; the fields add up to [`StatsSnapshot::failed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailureCounts {
+    /// The request did not fit the model ([`FailureKind::Request`]).
+    pub request: u64,
+    /// The request was above the session's limits ([`FailureKind::Limit`]).
+    pub limit: u64,
+    /// A device operation failed ([`FailureKind::Device`]).
+    pub device: u64,
+    /// A compile, a load or the cache failed ([`FailureKind::Compile`]).
+    pub compile: u64,
+    /// Anything else ([`FailureKind::Other`]).
+    pub other: u64,
+}
+
+impl FailureCounts {
+    /// All failures.
+    pub fn total(&self) -> u64 {
+        self.request + self.limit + self.device + self.compile + self.other
+    }
 }
 
 impl StatsSnapshot {

@@ -5,8 +5,13 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use saggar_cache::{CacheConfig, CompileCache};
 use saggar_device::host::HostBackend;
-use saggar_dispatch::{BucketSpec, DispatchError, HostTensor, Session, SessionConfig};
+use saggar_device::{BackendKind, Device};
+use saggar_dispatch::{
+    BucketSpec, CompileRequest, DispatchError, FailureKind, GraphConfig, HostTensor, ProgramCompiler, Session,
+    SessionConfig, cache_key,
+};
 use saggar_shape::{DType, ShapeError, Splitting};
 
 type S = Session<HostBackend, SumModel>;
@@ -181,4 +186,75 @@ fn invalid_configurations_are_typed_errors() {
         SessionConfig::builder().max_concurrency(2).prewarm_contexts(3).build().unwrap_err(),
         DispatchError::Config(_)
     ));
+}
+
+#[test]
+fn a_cached_program_whose_outputs_do_not_match_the_model_is_refused_and_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CompileCache::open(CacheConfig::builder(dir.path()).build()).unwrap());
+    let m = Arc::new(SumModel::new(2, 4, false));
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 2 }).cache(cache.clone()).build().unwrap();
+    // The entry of bucket 1 holds the program of bucket 2: outputs of 2 rows for a 1-row request.
+    let device = host_device();
+    let key = cache_key(&m.identity(), &m.spec.inputs, &m.dims(1), BackendKind::Host, &device.info().arch).unwrap();
+    let wrong = m.compile(&device, &CompileRequest { input_dims: &m.dims(2), bucket: Some(2) }).unwrap();
+    cache.put(&key, wrong).unwrap();
+    let err = Session::new(device.clone(), m.clone(), config.clone(), &no_progress).unwrap_err();
+    match &err {
+        DispatchError::ProgramOutputMismatch { bucket: Some(1), output, expected, actual } => {
+            assert_eq!((output.as_str(), expected.as_str(), actual.as_str()), ("sum", "f32 [1, 4]", "f32 [2, 4]"));
+        }
+        other => panic!("expected ProgramOutputMismatch, got {other:?}"),
+    }
+    assert!(cache.read_disk(&key).unwrap().is_none(), "the mismatching artifact was not evicted");
+    let s = Session::new(device, m.clone(), config, &no_progress).unwrap();
+    all_paths_still_work(&s, &m);
+}
+
+#[test]
+fn a_program_reporting_a_wrong_output_dtype_is_refused_at_load() {
+    let m = Arc::new(SumModel::new(2, 4, false));
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).build().unwrap();
+    m.wrong_output_dtype.store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = Session::new(host_device(), m.clone(), config.clone(), &no_progress).unwrap_err();
+    assert!(
+        matches!(&err, DispatchError::ProgramOutputMismatch { output, actual, .. } if output == "rowsum" && actual.starts_with("i32")),
+        "{err:?}"
+    );
+    assert_eq!(err.failure_kind(), FailureKind::Compile);
+    m.wrong_output_dtype.store(false, std::sync::atomic::Ordering::SeqCst);
+    let s = Session::new(host_device(), m.clone(), config, &no_progress).unwrap();
+    all_paths_still_work(&s, &m);
+}
+
+#[test]
+fn a_failing_synchronize_after_a_failed_run_is_reported_with_its_error() {
+    let m = Arc::new(SumModel::new(2, 4, false));
+    let graphs = GraphConfig { enabled: false, ..GraphConfig::default() };
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 4 })
+        .graphs(graphs)
+        .max_concurrency(1)
+        .build()
+        .unwrap();
+    let s = Session::new(host_device(), m.clone(), config, &no_progress).unwrap();
+    let data = m.inputs(2, 1);
+    let dims = m.dims(2);
+    m.sabotage_launch.store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = s.run(&request(&m, &data, &dims)).unwrap_err();
+    m.sabotage_launch.store(false, std::sync::atomic::Ordering::SeqCst);
+    match &err {
+        DispatchError::AfterFailedRun { error, synchronize } => {
+            assert!(matches!(**error, DispatchError::Device(_)), "{error:?}");
+            assert!(matches!(synchronize, saggar_device::Error::Async { .. }), "{synchronize:?}");
+        }
+        other => panic!("expected AfterFailedRun, got {other:?}"),
+    }
+    assert!(std::error::Error::source(&err).is_some());
+    assert_eq!(err.failure_kind(), FailureKind::Device);
+    let stats = s.stats();
+    assert_eq!((stats.failed, stats.failures.device), (1, 1));
+    all_paths_still_work(&s, &m);
+    assert!(s.device().take_deferred_errors().is_empty());
 }

@@ -24,6 +24,16 @@ pub struct SumModel {
     pub spec: ModelSpec,
     pub compiles: Arc<AtomicUsize>,
     pub fail_next_compile: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, a launch enqueues a kernel that fails on the stream and then fails itself.
+    pub sabotage_launch: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, loaded programs report their second output as i32.
+    pub wrong_output_dtype: Arc<std::sync::atomic::AtomicBool>,
+}
+
+const FAIL_KERNEL: &str = "saggar_test_fail";
+
+fn fail_signature() -> KernelSignature {
+    KernelSignature::new(FAIL_KERNEL, &[ParamKind::Ptr])
 }
 
 fn kernel_name(n: usize, bias: bool) -> String {
@@ -68,6 +78,9 @@ fn register(n: usize, bias: bool) {
 impl SumModel {
     pub fn new(n: usize, width: u64, bias: bool) -> SumModel {
         register(n, bias);
+        // Reads through the null pointer it is given: fails on the stream, after the launch returned.
+        register_kernel(fail_signature(), |ctx, _, args| ctx.read_f32s(args[0].as_ptr().unwrap(), 1).map(drop))
+            .unwrap();
         let mut inputs: Vec<TensorSpec> = (0..n)
             .map(|i| TensorSpec::new(format!("in{i}"), DType::F32, [Dim::symbolic("batch"), Dim::Fixed(width)]))
             .collect();
@@ -85,6 +98,8 @@ impl SumModel {
             spec: ModelSpec { name: format!("sum{n}"), inputs, outputs },
             compiles: Arc::new(AtomicUsize::new(0)),
             fail_next_compile: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            sabotage_launch: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            wrong_output_dtype: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -132,12 +147,19 @@ pub struct SumProgram {
     rows: u32,
     width: u32,
     output_dims: Vec<Vec<u64>>,
+    output_dtypes: [DType; 2],
+    fail: <HostBackend as Backend>::Kernel,
+    sabotage: Arc<std::sync::atomic::AtomicBool>,
     _module: <HostBackend as Backend>::Module,
 }
 
 impl Program<HostBackend> for SumProgram {
     fn output_dims(&self) -> &[Vec<u64>] {
         &self.output_dims
+    }
+
+    fn output_dtypes(&self) -> Option<&[DType]> {
+        Some(&self.output_dtypes)
     }
 
     fn scratch_bytes(&self) -> usize {
@@ -159,6 +181,12 @@ impl Program<HostBackend> for SumProgram {
             KernelArg::U32(self.width),
         ];
         args.extend(inputs.iter().map(|s| KernelArg::Ptr(s.ptr())));
+        if self.sabotage.load(Ordering::SeqCst) {
+            let null = [KernelArg::Ptr(saggar_device::DevicePtr::NULL)];
+            // SAFETY: the kernel only reads through its argument, and reading null fails cleanly.
+            unsafe { stream.launch(&self.fail, &LaunchConfig::for_elements(1, 1), &null)? };
+            return outputs[0].sub(0, usize::MAX).map(drop);
+        }
         // SAFETY: the dispatcher passes live slices sized for this program.
         unsafe { stream.launch(&self.kernel, &LaunchConfig::for_elements(1, 1), &args) }
     }
@@ -192,7 +220,8 @@ impl ProgramCompiler<HostBackend> for SumModel {
         // A compile takes a moment, so races between compilers are real.
         std::thread::sleep(std::time::Duration::from_millis(5));
         let rows = request.input_dims[0][0];
-        let code = device.compile(&KernelSource::new("sum", "", vec![signature(self.n, self.bias)]))?;
+        let code =
+            device.compile(&KernelSource::new("sum", "", vec![signature(self.n, self.bias), fail_signature()]))?;
         let mut bytes = rows.to_le_bytes().to_vec();
         bytes.extend(code.to_bytes());
         Ok(bytes)
@@ -203,11 +232,15 @@ impl ProgramCompiler<HostBackend> for SumModel {
         let code = CodeObject::from_bytes(&artifact[8..])?;
         let module = device.load_module(&code)?;
         let kernel = module.kernel(&kernel_name(self.n, self.bias))?;
+        let second = if self.wrong_output_dtype.load(Ordering::SeqCst) { DType::I32 } else { DType::F32 };
         Ok(SumProgram {
             kernel,
             rows: rows as u32,
             width: self.width as u32,
             output_dims: vec![vec![rows, self.width], vec![rows, 1]],
+            output_dtypes: [DType::F32, second],
+            fail: module.kernel(FAIL_KERNEL)?,
+            sabotage: self.sabotage_launch.clone(),
             _module: module,
         })
     }
