@@ -167,7 +167,18 @@ impl FileLock {
         {
             tracing::debug!(path = %self.path.display(), error = %e, "could not remove lock file");
         }
-        drop(self.file);
+        // Dropping `self` unlocks, then closes.
+    }
+}
+
+impl Drop for FileLock {
+    /// Unlocks explicitly before the descriptor closes. Closing alone is not enough: a child process
+    /// forked by any thread of this process shares the open file description until it execs, and
+    /// an `flock` lives as long as any descriptor of it does, so the lock would outlive this guard.
+    fn drop(&mut self) {
+        if let Err(e) = <File as fs4::FileExt>::unlock(&self.file) {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not unlock cache lock file");
+        }
     }
 }
 
@@ -278,6 +289,34 @@ mod tests {
     fn id(n: u8) -> EntryId {
         let hex: String = std::iter::repeat_n(format!("{n:02x}"), 16).collect();
         hex.parse().unwrap()
+    }
+
+    /// A child forked while a lock is held (any thread's `Command::spawn` does this; the child holds
+    /// every descriptor until it execs) must not keep the lock alive after the guard is dropped.
+    #[test]
+    fn a_dropped_file_lock_is_free_even_while_a_forked_child_shares_its_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("entry.sce.lock");
+        let (held, _) = lock_file(&path, 0o644, None, false).unwrap().unwrap();
+        // SAFETY: the child calls only async-signal-safe functions (sleep, _exit) before exiting.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: async-signal-safe calls only, see above.
+            unsafe {
+                libc::sleep(3);
+                libc::_exit(0);
+            }
+        }
+        drop(held);
+        let again = lock_file(&path, 0o644, None, false).unwrap();
+        let mut status = 0;
+        // SAFETY: `child` is our own child process; `status` is a valid out-pointer.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut status, 0);
+        }
+        assert!(again.is_some(), "the lock stayed held by the forked child's copy of the descriptor");
     }
 
     #[test]
