@@ -2,10 +2,11 @@
 //! `result` layers, loaded at run time.
 //!
 //! # Design
-//! The module tree is laid out so a HIP backend can mirror it file for file: `result` turns each driver and
-//! NVRTC call into a `Result` grouped by object; `context` keeps the current context per thread;
-//! `device`, `memory`, `stream`, `event`, `module`, `graph` and `rtc` implement the traits of
-//! [`crate::api`] with the semantics the host backend defines and the conformance suite checks.
+//! The backend is the shared GPU layer ([`crate::gpu`]) over [`CudaDriver`]: `result` turns each driver
+//! and NVRTC call into a `Result` grouped by object, in the manner of cudarc's own `result` module;
+//! `driver` implements [`crate::gpu::Driver`] with those calls; `device` describes devices and holds
+//! the primary context; `rtc` compiles with NVRTC. Devices, streams, events, memory, modules and graphs
+//! are the shared layer's, with the semantics the host backend defines and the conformance suite checks.
 //!
 //! - **Loading.** libcuda and libnvrtc are opened at run time (cudarc's `fallback-dynamic-loading`), so
 //!   saggar builds and runs where CUDA is absent. cudarc's loader panics when a library or symbol is
@@ -19,11 +20,13 @@
 //!   tracking (its slices carry no lifetime on purpose), so it calls `sys`/`result` directly.
 //! - **Contexts.** Each device uses its primary context, retained while any object of the device lives.
 //!   Every operation checks the device pinned to the thread ([`crate::check_pinned`]) and makes its
-//!   context current if saggar has not already (a thread-local compare on the launch path).
+//!   context current if saggar has not already (a thread-local compare on the launch path). That cache
+//!   is saggar's view of the thread: code outside saggar that changes the current context on a thread
+//!   saggar also uses must restore it.
 //!   [`crate::Device::pin`] makes the context current with `cuCtxSetCurrent` and restores the previous
 //!   one when the guard drops. Destructors switch to their object's context for the call only.
 //! - **Capture.** saggar's capture modes are CUDA's. Calls CUDA forbids during capture are refused before
-//!   they reach the driver and invalidate the capture; see `stream` for the rules and their source.
+//!   they reach the driver and invalidate the capture; see [`crate::gpu`] for the rules and their source.
 //!   An empty capture instantiates to a marker that replays as a no-op.
 //! - **Errors.** A failed call is [`Error::Vendor`] with the driver's code name (`CUDA_ERROR_...`) and
 //!   description, except where saggar gives the code a meaning: out of memory is [`Error::OutOfMemory`],
@@ -34,65 +37,71 @@
 //!   leaves its own in [`take_orphaned_errors`].
 //!
 //! # Thread safety
-//! Every handle type is `Send`, and all but [`CudaGraph`] are `Sync`; each type's documentation gives
-//! the CUDA rule it follows. In short: CUDA's driver API is thread-safe for streams, events, memory and
-//! modules; graphs are not ("Graph objects (cudaGraph_t, CUgraph) are not internally synchronized and
-//! must not be accessed concurrently from multiple threads"), so a [`CudaGraph`] is not `Sync` and an
-//! executable graph serialises its own launches; a thread-local or global capture must end on the thread
-//! that began it.
+//! Every handle type is `Send + Sync`; each type's documentation gives the CUDA rule it follows. In
+//! short: CUDA's driver API is thread-safe for streams, events, memory and modules; graphs are not
+//! ("Graph objects (cudaGraph_t, CUgraph) are not internally synchronized and must not be accessed
+//! concurrently from multiple threads"), so saggar serialises every call on one graph, and the launches
+//! of one executable graph, with locks of its own; a thread-local or global capture must end on the
+//! thread that began it.
 //!
 //! # Safety
 //! Every `unsafe` block carries a `// SAFETY:` comment. Raw handles are owned by exactly one value and
-//! swapped out (`mem::replace` with null) before they are freed, so nothing is freed twice; objects hold
-//! their device by `Arc`, so no handle outlives the context it belongs to.
+//! released once, from its destructor; objects hold their device by `Arc`, so no handle outlives the
+//! context it belongs to.
 
-mod context;
 mod device;
-mod event;
-mod graph;
-mod memory;
-mod module;
+mod driver;
 mod result;
 mod rtc;
-mod stream;
 
-pub use device::{CudaDevice, take_orphaned_errors};
-pub use event::CudaEvent;
-pub use graph::{CudaGraph, CudaGraphExec};
-pub use memory::{CudaDeviceBuffer, CudaPinnedBuffer};
-pub use module::{CudaKernel, CudaModule};
+pub use device::PrimaryContext;
+pub use driver::CudaDriver;
 pub use rtc::{compile_for, nvrtc_version};
-pub use stream::CudaStream;
 
-use crate::api::Backend;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
-use crate::types::{BackendKind, DeviceInfo};
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+use crate::gpu;
 
 /// The CUDA backend. See the module documentation.
-#[derive(Debug)]
-pub enum CudaBackend {}
+pub type CudaBackend = gpu::GpuBackend<CudaDriver>;
+/// An opened CUDA device: its primary context, retained for as long as this handle or any object made
+/// from it lives (see [`gpu::Device`]).
+pub type CudaDevice = gpu::Device<CudaDriver>;
+/// A stream of the CUDA backend (`cuStreamCreate` with `CU_STREAM_NON_BLOCKING`); see [`gpu::Stream`].
+pub type CudaStream = gpu::Stream<CudaDriver>;
+/// An event of the CUDA backend (`cuEventCreate`); see [`gpu::Event`].
+pub type CudaEvent = gpu::Event<CudaDriver>;
+/// Device memory of the CUDA backend (`cuMemAlloc`); see [`gpu::DeviceBuffer`].
+pub type CudaDeviceBuffer = gpu::DeviceBuffer<CudaDriver>;
+/// Pinned host memory of the CUDA backend (`cuMemHostAlloc`, portable); see [`gpu::PinnedBuffer`].
+pub type CudaPinnedBuffer = gpu::PinnedBuffer<CudaDriver>;
+/// A loaded module of the CUDA backend (`cuModuleLoadDataEx`); see [`gpu::Module`].
+pub type CudaModule = gpu::Module<CudaDriver>;
+/// A kernel of a loaded CUDA module (`cuModuleGetFunction`); see [`gpu::Kernel`].
+pub type CudaKernel = gpu::Kernel<CudaDriver>;
+/// A captured graph of the CUDA backend (`cuStreamEndCapture`); see [`gpu::Graph`].
+pub type CudaGraph = gpu::Graph<CudaDriver>;
+/// An executable graph of the CUDA backend (`cuGraphInstantiateWithFlags`); see [`gpu::GraphExec`].
+pub type CudaGraphExec = gpu::GraphExec<CudaDriver>;
 
-impl Backend for CudaBackend {
-    const KIND: BackendKind = BackendKind::Cuda;
-    type Device = CudaDevice;
-    type Stream = CudaStream;
-    type Event = CudaEvent;
-    type DeviceBuffer = CudaDeviceBuffer;
-    type PinnedBuffer = CudaPinnedBuffer;
-    type Module = CudaModule;
-    type Kernel = CudaKernel;
-    type Graph = CudaGraph;
-    type GraphExec = CudaGraphExec;
-
-    fn enumerate() -> Result<Vec<DeviceInfo>> {
-        device::enumerate()
+impl CudaDevice {
+    /// The compute capability, e.g. `(9, 0)` for an H100 or H200.
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.shared.state.compute_capability
     }
 
-    fn open(ordinal: usize) -> Result<CudaDevice> {
-        device::open(ordinal)
+    /// The raw primary-context handle, for interop and benchmarks. saggar keeps ownership: do not release it.
+    pub fn raw_context(&self) -> sys::CUcontext {
+        self.shared.state.raw
     }
+}
+
+/// Errors met while tearing down the last handle of a device (releasing its primary context, or errors
+/// its objects deferred that nobody took before the device went away), oldest first. Every other
+/// destructor error is on its device: [`crate::Device::take_deferred_errors`].
+pub fn take_orphaned_errors() -> Vec<Error> {
+    gpu::take_orphaned_errors::<CudaDriver>()
 }
 
 /// The version of the CUDA driver API the loaded driver implements, e.g. `13000` for CUDA 13.0, or why
@@ -104,7 +113,6 @@ pub fn driver_version() -> Result<i32> {
 #[allow(dead_code)]
 fn _assert_send_sync() {
     fn send_sync<T: Send + Sync>() {}
-    fn send<T: Send>() {}
     send_sync::<CudaDevice>();
     send_sync::<CudaStream>();
     send_sync::<CudaEvent>();
@@ -113,13 +121,14 @@ fn _assert_send_sync() {
     send_sync::<CudaModule>();
     send_sync::<CudaKernel>();
     send_sync::<CudaGraphExec>();
-    send::<CudaGraph>();
+    send_sync::<CudaGraph>();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use crate::api::Backend;
+    use crate::types::BackendKind;
 
     /// Whether libcuda loads here, asked the way cudarc's loader would find it, independently of saggar.
     fn driver_library_present() -> bool {
@@ -181,17 +190,8 @@ mod tests {
     /// Every symbol saggar calls is in the checked lists, so no call can reach cudarc's panicking loader.
     #[test]
     fn every_called_driver_symbol_is_checked() {
-        let sources = [
-            include_str!("result.rs"),
-            include_str!("context.rs"),
-            include_str!("device.rs"),
-            include_str!("memory.rs"),
-            include_str!("stream.rs"),
-            include_str!("event.rs"),
-            include_str!("module.rs"),
-            include_str!("graph.rs"),
-            include_str!("rtc.rs"),
-        ];
+        let sources =
+            [include_str!("result.rs"), include_str!("device.rs"), include_str!("driver.rs"), include_str!("rtc.rs")];
         let mut checked = 0;
         for source in sources {
             for (prefix, list) in

@@ -1,0 +1,95 @@
+//! The shared GPU layer: devices, pinning, memory, pinned buffers, events, streams, capture rules,
+//! modules, graphs and deferred releases, written once and generic over a vendor [`Driver`].
+//!
+//! # Design
+//! The split is wgpu-core's over wgpu-hal, and cubecl-runtime's over its backends: a vendor implements
+//! [`Driver`] with raw calls only (handle types, `unsafe` entry points returning `Result`, the mapping
+//! of its error codes onto [`ErrorClass`], and the hooks where vendors really differ: loading a code
+//! object, a kernel's limits, updating an executable graph). Everything else is here: the checks
+//! ([`crate::rules`], shared with the host backend), the per-thread current context or device, pinning, the
+//! capture registry and its rules, stream progress, and the releases destructors postpone during a
+//! capture or record on their device. A backend is [`GpuBackend<D>`]; `cuda` and `hip` name their
+//! types as aliases of this module's (`CudaStream = gpu::Stream<CudaDriver>`).
+//!
+//! Everything is monomorphised: no virtual call on the launch, copy or replay path; those paths make
+//! exactly the driver call they enqueue, after checks that read no lock (pinning and the current
+//! context are thread-local compares, capture state an atomic load).
+//!
+//! # Validation happens once
+//! Each check sits at one layer. Arguments against the kernel's signature and the launch configuration
+//! against the kernel's limits are checked in [`crate::rules::check_launch`] on every eager launch (the driver
+//! would otherwise read past the argument array); a graph replay checks only that the executable graph
+//! is live and of this device, because its launches were checked when they were captured; ranges of
+//! device memory are checked when a [`crate::DeviceSlice`] is made, not again when a copy uses it.
+//!
+//! # Safety
+//! Every `unsafe` block carries a `// SAFETY:` comment. Raw handles are owned by exactly one value and
+//! released once, from its destructor; objects hold their device by `Arc`, so no handle outlives the
+//! vendor state (context) it belongs to.
+
+mod capture_registry;
+mod device;
+mod driver;
+mod event;
+mod graph;
+mod launch;
+mod memory;
+mod module;
+mod progress;
+mod stream;
+
+use std::fmt;
+use std::marker::PhantomData;
+
+pub use capture_registry::DriverFault;
+pub use device::{Device, DeviceShared, take_orphaned_errors};
+pub use driver::{Driver, ErrorClass, Globals, Opened, ThreadCaptures, UpdateFailure};
+pub use event::Event;
+pub use graph::{Graph, GraphExec, GraphInner};
+pub use launch::{CapturedOp, KernelLaunch, PackedArgs};
+pub use memory::{DeviceBuffer, PinnedBuffer};
+pub use module::{Kernel, Module};
+pub use stream::{Stream, StreamShared};
+
+#[cfg(feature = "cuda")]
+pub(crate) use device::forget_current;
+pub(crate) use device::orphan;
+#[cfg(all(test, feature = "hip"))]
+pub(crate) use device::{map_fault, unsafe_calls_forbidden};
+
+use crate::api::Backend;
+use crate::error::Result;
+use crate::types::{BackendKind, DeviceInfo};
+
+/// The backend of a GPU driver: a family of the types above. Never instantiated.
+pub struct GpuBackend<D: Driver> {
+    _never: std::convert::Infallible,
+    _driver: PhantomData<fn() -> D>,
+}
+
+impl<D: Driver> fmt::Debug for GpuBackend<D> {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self._never {}
+    }
+}
+
+impl<D: Driver> Backend for GpuBackend<D> {
+    const KIND: BackendKind = D::KIND;
+    type Device = Device<D>;
+    type Stream = Stream<D>;
+    type Event = Event<D>;
+    type DeviceBuffer = DeviceBuffer<D>;
+    type PinnedBuffer = PinnedBuffer<D>;
+    type Module = Module<D>;
+    type Kernel = Kernel<D>;
+    type Graph = Graph<D>;
+    type GraphExec = GraphExec<D>;
+
+    fn enumerate() -> Result<Vec<DeviceInfo>> {
+        D::enumerate()
+    }
+
+    fn open(ordinal: usize) -> Result<Device<D>> {
+        device::open(ordinal)
+    }
+}
