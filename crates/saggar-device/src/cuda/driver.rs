@@ -25,42 +25,58 @@ use crate::types::{BackendKind, CaptureMode, DeviceInfo, LaunchConfig};
 #[derive(Debug)]
 pub enum CudaDriver {}
 
-/// Codes meaning "a call that stream capture does not allow".
-const CAPTURE_VIOLATIONS: [CUresult; 6] = [
-    CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-    CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
-    CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
-    CUresult::CUDA_ERROR_STREAM_CAPTURE_MERGE,
-    CUresult::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
-    CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
-];
+/// A result code as [`Error::Vendor`] holds it.
+const fn code(res: CUresult) -> i64 {
+    res as u32 as i64
+}
 
-/// CUDA's "sticky" asynchronous faults: a kernel or copy failed on the device, the context is
-/// unusable, and every later call reports the same error.
-const STICKY: [CUresult; 11] = [
-    CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
-    CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
-    CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR,
-    CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION,
-    CUresult::CUDA_ERROR_MISALIGNED_ADDRESS,
-    CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE,
-    CUresult::CUDA_ERROR_INVALID_PC,
-    CUresult::CUDA_ERROR_LAUNCH_FAILED,
-    CUresult::CUDA_ERROR_ASSERT,
-    CUresult::CUDA_ERROR_ECC_UNCORRECTABLE,
-    CUresult::CUDA_ERROR_CONTAINED,
-];
+const fn fault(res: CUresult, fault: DriverFault) -> (i64, ErrorClass) {
+    (code(res), ErrorClass::Fault(fault))
+}
 
-/// Codes meaning "this image cannot be loaded here", which saggar reports as a bad code object.
-const BAD_IMAGE: [CUresult; 7] = [
-    CUresult::CUDA_ERROR_INVALID_IMAGE,
-    CUresult::CUDA_ERROR_INVALID_PTX,
-    CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
-    CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU,
-    CUresult::CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
-    CUresult::CUDA_ERROR_INVALID_SOURCE,
-    CUresult::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
-];
+const fn class(res: CUresult, class: ErrorClass) -> (i64, ErrorClass) {
+    (code(res), class)
+}
+
+/// What CUDA's codes mean to saggar. Capture violations: calls stream capture does not allow. Sticky
+/// faults: a kernel or copy failed on the device, the context is unusable, and every later call reports
+/// the same error. Bad images: "this image cannot be loaded here", reported as a bad code object.
+const ERROR_CLASSES: &[(i64, ErrorClass)] = {
+    use CUresult as R;
+    use DriverFault::{CaptureViolation as Violation, Sticky};
+    &[
+        class(R::CUDA_ERROR_OUT_OF_MEMORY, ErrorClass::OutOfMemory),
+        class(R::CUDA_ERROR_NOT_READY, ErrorClass::NotReady),
+        class(R::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, ErrorClass::LaunchOutOfResources),
+        class(R::CUDA_ERROR_NOT_FOUND, ErrorClass::NotFound),
+        class(R::CUDA_ERROR_INVALID_IMAGE, ErrorClass::BadImage),
+        class(R::CUDA_ERROR_INVALID_PTX, ErrorClass::BadImage),
+        class(R::CUDA_ERROR_UNSUPPORTED_PTX_VERSION, ErrorClass::BadImage),
+        class(R::CUDA_ERROR_NO_BINARY_FOR_GPU, ErrorClass::BadImage),
+        class(R::CUDA_ERROR_JIT_COMPILER_NOT_FOUND, ErrorClass::BadImage),
+        class(R::CUDA_ERROR_INVALID_SOURCE, ErrorClass::BadImage),
+        class(R::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, ErrorClass::BadImage),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, Violation),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, Violation),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_ISOLATION, Violation),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_MERGE, Violation),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, Violation),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, Violation),
+        fault(R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, DriverFault::CaptureInvalidated),
+        fault(R::CUDA_ERROR_CAPTURED_EVENT, DriverFault::CapturedEvent),
+        fault(R::CUDA_ERROR_ILLEGAL_ADDRESS, Sticky),
+        fault(R::CUDA_ERROR_LAUNCH_TIMEOUT, Sticky),
+        fault(R::CUDA_ERROR_HARDWARE_STACK_ERROR, Sticky),
+        fault(R::CUDA_ERROR_ILLEGAL_INSTRUCTION, Sticky),
+        fault(R::CUDA_ERROR_MISALIGNED_ADDRESS, Sticky),
+        fault(R::CUDA_ERROR_INVALID_ADDRESS_SPACE, Sticky),
+        fault(R::CUDA_ERROR_INVALID_PC, Sticky),
+        fault(R::CUDA_ERROR_LAUNCH_FAILED, Sticky),
+        fault(R::CUDA_ERROR_ASSERT, Sticky),
+        fault(R::CUDA_ERROR_ECC_UNCORRECTABLE, Sticky),
+        fault(R::CUDA_ERROR_CONTAINED, Sticky),
+    ]
+};
 
 impl Driver for CudaDriver {
     const KIND: BackendKind = BackendKind::Cuda;
@@ -77,34 +93,10 @@ impl Driver for CudaDriver {
     type GraphExec = sys::CUgraphExec;
     type GraphData = ();
 
+    const ERROR_CLASSES: &'static [(i64, ErrorClass)] = ERROR_CLASSES;
+
     fn globals() -> &'static Globals<Self> {
         crate::gpu_globals!(CudaDriver)
-    }
-
-    #[cold]
-    fn classify(error: &Error) -> ErrorClass {
-        let is = |codes: &[CUresult]| codes.iter().any(|&c| result::has_code(error, c));
-        if is(&[CUresult::CUDA_ERROR_OUT_OF_MEMORY]) {
-            ErrorClass::OutOfMemory
-        } else if is(&[CUresult::CUDA_ERROR_NOT_READY]) {
-            ErrorClass::NotReady
-        } else if is(&[CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES]) {
-            ErrorClass::LaunchOutOfResources
-        } else if is(&[CUresult::CUDA_ERROR_NOT_FOUND]) {
-            ErrorClass::NotFound
-        } else if is(&BAD_IMAGE) {
-            ErrorClass::BadImage
-        } else if is(&CAPTURE_VIOLATIONS) {
-            ErrorClass::Fault(DriverFault::CaptureViolation)
-        } else if is(&[CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED]) {
-            ErrorClass::Fault(DriverFault::CaptureInvalidated)
-        } else if is(&[CUresult::CUDA_ERROR_CAPTURED_EVENT]) {
-            ErrorClass::Fault(DriverFault::CapturedEvent)
-        } else if is(&STICKY) {
-            ErrorClass::Fault(DriverFault::Sticky)
-        } else {
-            ErrorClass::Fault(DriverFault::Other)
-        }
     }
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {

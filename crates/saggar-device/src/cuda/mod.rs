@@ -110,20 +110,6 @@ pub fn driver_version() -> Result<i32> {
     result::library::driver().map(|d| d.version)
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<CudaDevice>();
-    send_sync::<CudaStream>();
-    send_sync::<CudaEvent>();
-    send_sync::<CudaDeviceBuffer>();
-    send_sync::<CudaPinnedBuffer>();
-    send_sync::<CudaModule>();
-    send_sync::<CudaKernel>();
-    send_sync::<CudaGraphExec>();
-    send_sync::<CudaGraph>();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -162,8 +162,21 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// This backend's globals: `fn globals() -> &'static Globals<Self> { saggar_device::gpu_globals!(Self) }`.
     fn globals() -> &'static Globals<Self>;
 
-    /// What a vendor error means to the shared layer.
-    fn classify(error: &Error) -> ErrorClass;
+    /// The vendor error codes the shared layer gives a meaning to, as [`Error::Vendor`] holds them;
+    /// every other code is [`DriverFault::Other`].
+    const ERROR_CLASSES: &'static [(i64, ErrorClass)];
+
+    /// What a vendor error means to the shared layer (looked up in [`Driver::ERROR_CLASSES`]).
+    #[cold]
+    fn classify(error: &Error) -> ErrorClass {
+        match error {
+            Error::Vendor { backend, code, .. } if *backend == Self::KIND => Self::ERROR_CLASSES
+                .iter()
+                .find(|(c, _)| c == code)
+                .map_or(ErrorClass::Fault(DriverFault::Other), |&(_, class)| class),
+            _ => ErrorClass::Fault(DriverFault::Other),
+        }
+    }
 
     // Devices.
 

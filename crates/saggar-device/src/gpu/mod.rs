@@ -93,3 +93,19 @@ impl<D: Driver> Backend for GpuBackend<D> {
         device::open(ordinal)
     }
 }
+
+/// Every handle type of every GPU backend is `Send + Sync` (each type's `# Thread safety` section says
+/// why), checked once for all drivers.
+#[allow(dead_code)]
+fn _assert_send_sync<D: Driver>() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Device<D>>();
+    send_sync::<Stream<D>>();
+    send_sync::<Event<D>>();
+    send_sync::<DeviceBuffer<D>>();
+    send_sync::<PinnedBuffer<D>>();
+    send_sync::<Module<D>>();
+    send_sync::<Kernel<D>>();
+    send_sync::<Graph<D>>();
+    send_sync::<GraphExec<D>>();
+}

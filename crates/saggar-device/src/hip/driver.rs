@@ -7,13 +7,15 @@ use std::ffi::{CStr, c_int, c_void};
 
 use crate::api::CaptureStatus;
 use crate::code::{CodeObject, KernelSource};
-use crate::error::{Error, Result};
+#[cfg(test)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::gpu::{
     CapturedOp, DeviceShared, Driver, DriverFault, ErrorClass, Globals, GraphInner, Opened, UpdateFailure,
 };
 use crate::hip::device::{self, HipOrdinal};
 use crate::hip::graph::{self, HipGraphData};
-use crate::hip::result::{self, has_code};
+use crate::hip::result;
 use crate::hip::sys::{self, HipStatus, capture_status, code};
 use crate::hip::{module, rtc};
 use crate::pinning::check_pinned;
@@ -27,19 +29,45 @@ pub enum HipDriver {}
 /// No device is known to be current (HIP's default is device 0, but saggar does not assume it).
 const UNKNOWN_DEVICE: c_int = -1;
 
-/// Codes meaning "a call that stream capture does not allow".
-const CAPTURE_VIOLATIONS: [HipStatus; 6] = [
-    code::STREAM_CAPTURE_UNSUPPORTED,
-    code::STREAM_CAPTURE_IMPLICIT,
-    code::STREAM_CAPTURE_ISOLATION,
-    code::STREAM_CAPTURE_MERGE,
-    code::STREAM_CAPTURE_UNMATCHED,
-    code::STREAM_CAPTURE_WRONG_THREAD,
-];
+const fn fault(status: HipStatus, fault: DriverFault) -> (i64, ErrorClass) {
+    (status as i64, ErrorClass::Fault(fault))
+}
 
-/// Asynchronous device faults: a kernel or copy failed on the device, and HIP reports it at a later call.
-const STICKY: [HipStatus; 5] =
-    [code::ILLEGAL_ADDRESS, code::LAUNCH_FAILURE, code::LAUNCH_TIMEOUT, code::ASSERT, code::ECC_NOT_CORRECTABLE];
+const fn class(status: HipStatus, class: ErrorClass) -> (i64, ErrorClass) {
+    (status as i64, class)
+}
+
+/// What HIP's codes mean to saggar. Capture violations: calls stream capture does not allow. Sticky
+/// faults: a kernel or copy failed on the device, and HIP reports it at a later call. ROCm releases
+/// differ in which code they report for a missing kernel, hence three.
+const ERROR_CLASSES: &[(i64, ErrorClass)] = {
+    use DriverFault::{CaptureViolation as Violation, Sticky};
+    &[
+        class(code::OUT_OF_MEMORY, ErrorClass::OutOfMemory),
+        class(code::NOT_READY, ErrorClass::NotReady),
+        class(code::LAUNCH_OUT_OF_RESOURCES, ErrorClass::LaunchOutOfResources),
+        class(code::NOT_FOUND, ErrorClass::NotFound),
+        class(code::INVALID_SYMBOL, ErrorClass::NotFound),
+        class(code::INVALID_DEVICE_FUNCTION, ErrorClass::NotFound),
+        class(code::INVALID_IMAGE, ErrorClass::BadImage),
+        class(code::NO_BINARY_FOR_GPU, ErrorClass::BadImage),
+        class(code::INVALID_KERNEL_FILE, ErrorClass::BadImage),
+        class(code::SHARED_OBJECT_INIT_FAILED, ErrorClass::BadImage),
+        fault(code::STREAM_CAPTURE_UNSUPPORTED, Violation),
+        fault(code::STREAM_CAPTURE_IMPLICIT, Violation),
+        fault(code::STREAM_CAPTURE_ISOLATION, Violation),
+        fault(code::STREAM_CAPTURE_MERGE, Violation),
+        fault(code::STREAM_CAPTURE_UNMATCHED, Violation),
+        fault(code::STREAM_CAPTURE_WRONG_THREAD, Violation),
+        fault(code::STREAM_CAPTURE_INVALIDATED, DriverFault::CaptureInvalidated),
+        fault(code::CAPTURED_EVENT, DriverFault::CapturedEvent),
+        fault(code::ILLEGAL_ADDRESS, Sticky),
+        fault(code::LAUNCH_FAILURE, Sticky),
+        fault(code::LAUNCH_TIMEOUT, Sticky),
+        fault(code::ASSERT, Sticky),
+        fault(code::ECC_NOT_CORRECTABLE, Sticky),
+    ]
+};
 
 /// saggar's capture mode as HIP's.
 pub(crate) fn capture_mode(mode: CaptureMode) -> sys::hipStreamCaptureMode {
@@ -65,34 +93,10 @@ impl Driver for HipDriver {
     type GraphExec = sys::hipGraphExec_t;
     type GraphData = HipGraphData;
 
+    const ERROR_CLASSES: &'static [(i64, ErrorClass)] = ERROR_CLASSES;
+
     fn globals() -> &'static Globals<Self> {
         crate::gpu_globals!(HipDriver)
-    }
-
-    #[cold]
-    fn classify(error: &Error) -> ErrorClass {
-        let is = |codes: &[HipStatus]| codes.iter().any(|&c| has_code(error, c));
-        if is(&[code::OUT_OF_MEMORY]) {
-            ErrorClass::OutOfMemory
-        } else if is(&[code::NOT_READY]) {
-            ErrorClass::NotReady
-        } else if is(&[code::LAUNCH_OUT_OF_RESOURCES]) {
-            ErrorClass::LaunchOutOfResources
-        } else if is(&module::NOT_FOUND) {
-            ErrorClass::NotFound
-        } else if is(&module::BAD_IMAGE) {
-            ErrorClass::BadImage
-        } else if is(&CAPTURE_VIOLATIONS) {
-            ErrorClass::Fault(DriverFault::CaptureViolation)
-        } else if is(&[code::STREAM_CAPTURE_INVALIDATED]) {
-            ErrorClass::Fault(DriverFault::CaptureInvalidated)
-        } else if is(&[code::CAPTURED_EVENT]) {
-            ErrorClass::Fault(DriverFault::CapturedEvent)
-        } else if is(&STICKY) {
-            ErrorClass::Fault(DriverFault::Sticky)
-        } else {
-            ErrorClass::Fault(DriverFault::Other)
-        }
     }
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {

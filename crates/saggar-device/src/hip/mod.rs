@@ -120,20 +120,6 @@ pub fn runtime_version() -> Result<String> {
     result::runtime::version("hip.runtime_version").map(device::format_runtime_version)
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<HipDevice>();
-    send_sync::<HipStream>();
-    send_sync::<HipEvent>();
-    send_sync::<HipDeviceBuffer>();
-    send_sync::<HipPinnedBuffer>();
-    send_sync::<HipModule>();
-    send_sync::<HipKernel>();
-    send_sync::<HipGraph>();
-    send_sync::<HipGraphExec>();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,10 @@ use std::ffi::c_void;
 
 use crate::code::{CodeFormat, CodeObject};
 use crate::error::{Error, Result};
-use crate::hip::result::{self, has_code};
-use crate::hip::sys::{self, code, func_attribute};
+use crate::gpu::{Driver, ErrorClass};
+use crate::hip::HipDriver;
+use crate::hip::result;
+use crate::hip::sys::{self, func_attribute};
 use crate::rules::{DeviceLimits, KernelLimits};
 
 /// `EM_AMDGPU`, the ELF machine of AMD GPU code objects.
@@ -145,14 +147,6 @@ pub(crate) fn image_defines_kernel(image: &[u8], name: &str) -> bool {
     image.windows(needle.len()).any(|w| w == needle.as_slice())
 }
 
-/// HIP errors that mean "this image cannot be loaded here", which saggar reports as a bad code object.
-pub(crate) const BAD_IMAGE: [sys::HipStatus; 4] =
-    [code::INVALID_IMAGE, code::NO_BINARY_FOR_GPU, code::INVALID_KERNEL_FILE, code::SHARED_OBJECT_INIT_FAILED];
-
-/// HIP errors that mean "no such kernel in this module" (ROCm releases differ in which they report).
-pub(crate) const NOT_FOUND: [sys::HipStatus; 3] =
-    [code::NOT_FOUND, code::INVALID_SYMBOL, code::INVALID_DEVICE_FUNCTION];
-
 /// Loads `code` with `hipModuleLoadData`, after checking that it is a whole AMD GPU code object. The
 /// image is returned to be kept with the module: HIP documents no promise to copy it, and some releases
 /// read it lazily.
@@ -168,7 +162,7 @@ pub(crate) fn load(op: &'static str, code: &CodeObject) -> Result<(sys::hipModul
     // alive by the module for as long as HIP may read it.
     match unsafe { result::module::load_data(op, image.as_ptr().cast::<c_void>()) } {
         Ok(raw) => Ok((raw, Some(image))),
-        Err(e) if BAD_IMAGE.iter().any(|&c| has_code(&e, c)) => Err(Error::CodeObject { reason: e.to_string() }),
+        Err(e) if HipDriver::classify(&e) == ErrorClass::BadImage => Err(Error::CodeObject { reason: e.to_string() }),
         Err(e) => Err(e),
     }
 }
