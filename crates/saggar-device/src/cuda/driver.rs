@@ -16,7 +16,7 @@ use crate::cuda::result::{self, CUresult};
 use crate::cuda::rtc;
 use crate::error::{Error, Result};
 use crate::gpu::{
-    CapturedOp, DeviceShared, Driver, DriverFault, ErrorClass, Globals, GraphInner, Opened, UpdateFailure,
+    CapturedOp, DeviceShared, Driver, DriverFault, ErrorClass, GraphInner, LoadedModule, Opened, UpdateFailure,
 };
 use crate::rules::{DeviceLimits, KernelLimits};
 use crate::types::{BackendKind, CaptureMode, DeviceInfo, LaunchConfig};
@@ -95,9 +95,7 @@ impl Driver for CudaDriver {
 
     const ERROR_CLASSES: &'static [(i64, ErrorClass)] = ERROR_CLASSES;
 
-    fn globals() -> &'static Globals<Self> {
-        crate::gpu_globals!(CudaDriver)
-    }
+    crate::gpu_driver_statics!(CudaDriver);
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {
         device::enumerate()
@@ -264,7 +262,7 @@ impl Driver for CudaDriver {
         unsafe { result::event::elapsed_ms(op, start, end) }
     }
 
-    fn load_module(op: &'static str, code: &CodeObject) -> Result<(sys::CUmodule, Option<Box<[u8]>>)> {
+    fn load_module(op: &'static str, code: &CodeObject) -> Result<LoadedModule<sys::CUmodule>> {
         let image: Cow<'_, [u8]> = match code.format {
             // `cuModuleLoadData` reads PTX as a C string: make sure it ends with a NUL.
             CodeFormat::Ptx if code.image.last() != Some(&0) => {

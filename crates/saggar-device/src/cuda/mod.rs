@@ -12,7 +12,7 @@
 //!   saggar builds and runs where CUDA is absent. cudarc's loader panics when a library or symbol is
 //!   missing; saggar never lets it get that far: it first asks cudarc whether the library loads
 //!   (`is_culib_present`, a plain `dlopen`), then checks every symbol it will call, and only then calls
-//!   `cuInit`. Without a driver, [`CudaBackend::enumerate`] returns [`Error::BackendUnavailable`] with a
+//!   `cuInit`. Without a driver, `CudaBackend::enumerate` ([`crate::Backend::enumerate`]) returns [`Error::BackendUnavailable`] with a
 //!   reason that starts "no CUDA driver found"; a driver older than CUDA 12.0 is reported the same way.
 //! - **Only the raw layers of cudarc.** cudarc's safe types (`CudaContext`, `CudaStream`, `CudaSlice`)
 //!   record events on every use of a buffer to track dependencies; inside a stream capture such a wait

@@ -27,7 +27,7 @@ use crate::types::{DeviceInfo, MemoryInfo};
 /// context or device on a thread saggar also uses must restore it.
 #[inline]
 fn make_current<D: Driver>(op: &'static str, current: D::Current) -> Result<()> {
-    let cache = D::globals().current;
+    let cache = D::current_cache();
     if cache.with(|c| c.get() == current) {
         return Ok(());
     }
@@ -41,13 +41,13 @@ fn make_current<D: Driver>(op: &'static str, current: D::Current) -> Result<()> 
 /// Records that `current` is now current on this thread.
 fn note_current<D: Driver>(current: D::Current) {
     // `try_with`: this also runs from guards and destructors, possibly while the thread exits.
-    let _ = D::globals().current.try_with(|c| c.set(current));
+    let _ = D::current_cache().try_with(|c| c.set(current));
 }
 
 /// Forgets `current` if this thread's cache names it, so the next use sets it again (a context about
 /// to be released).
 pub(crate) fn forget_current<D: Driver>(current: D::Current) {
-    let _ = D::globals().current.try_with(|c| {
+    let _ = D::current_cache().try_with(|c| {
         if c.get() == current {
             c.set(D::NO_CURRENT);
         }

@@ -18,6 +18,12 @@ use crate::code::{CodeObject, KernelSource};
 use crate::error::{Error, Result};
 use crate::gpu::capture_registry::CaptureRegistry;
 use crate::gpu::device::{DeviceShared, Release};
+
+/// A release postponed during a capture: the device to run it on, the operation, the release.
+pub(crate) type Postponed<D> = (Arc<DeviceShared<D>>, &'static str, Release);
+
+/// A loaded module and, where the vendor may read it after loading, the image to keep with it.
+pub type LoadedModule<M> = (M, Option<Box<[u8]>>);
 use crate::gpu::graph::GraphInner;
 use crate::gpu::launch::CapturedOp;
 use crate::gpu::stream::StreamShared;
@@ -76,13 +82,11 @@ pub struct Globals<D: Driver> {
     /// The captures of this backend.
     pub(crate) captures: CaptureRegistry<StreamShared<D>>,
     /// Releases postponed because they were requested where the driver forbids unsafe calls.
-    pub(crate) postponed: Mutex<Vec<(Arc<DeviceShared<D>>, &'static str, Release)>>,
+    pub(crate) postponed: Mutex<Vec<Postponed<D>>>,
     /// `postponed.len()`, readable without the lock.
     pub(crate) postponed_count: AtomicUsize,
     /// Destructor errors whose device is gone.
     pub(crate) orphaned: Mutex<Vec<Error>>,
-    /// What saggar last made current on each thread ([`Driver::NO_CURRENT`]: nothing, or unknown).
-    pub(crate) current: &'static LocalKey<Cell<D::Current>>,
 }
 
 impl<D: Driver> fmt::Debug for Globals<D> {
@@ -95,36 +99,44 @@ impl<D: Driver> fmt::Debug for Globals<D> {
 pub type ThreadCaptures<D> = RefCell<Vec<Weak<StreamShared<D>>>>;
 
 impl<D: Driver> Globals<D> {
-    /// The globals over a backend's two thread-locals.
-    pub const fn new(
-        thread_captures: &'static LocalKey<ThreadCaptures<D>>,
-        current: &'static LocalKey<Cell<D::Current>>,
-    ) -> Self {
+    /// The globals over a backend's thread-local capture list.
+    pub const fn new(thread_captures: &'static LocalKey<ThreadCaptures<D>>) -> Self {
         Globals {
             captures: CaptureRegistry::new(thread_captures),
             postponed: Mutex::new(Vec::new()),
             postponed_count: AtomicUsize::new(0),
             orphaned: Mutex::new(Vec::new()),
-            current,
         }
     }
 }
 
-/// Declares a driver's [`Globals`] and its two thread-locals; expands to the body of
-/// [`Driver::globals`].
+/// Declares a driver's statics: its [`Globals`] and its per-thread cache of the current context or
+/// device. Expands, inside `impl Driver for ..`, to [`Driver::globals`] and [`Driver::current_cache`].
+/// The cache is returned as a path to its own `thread_local!`, not read from a static, so the launch
+/// path's compare inlines to a thread-local load.
 #[macro_export]
 #[doc(hidden)]
-macro_rules! gpu_globals {
-    ($driver:ty) => {{
-        thread_local! {
-            static THREAD_CAPTURES: $crate::gpu::ThreadCaptures<$driver> =
-                const { ::std::cell::RefCell::new(Vec::new()) };
-            static CURRENT: ::std::cell::Cell<<$driver as $crate::gpu::Driver>::Current> =
-                const { ::std::cell::Cell::new(<$driver as $crate::gpu::Driver>::NO_CURRENT) };
+macro_rules! gpu_driver_statics {
+    ($driver:ty) => {
+        fn globals() -> &'static $crate::gpu::Globals<$driver> {
+            thread_local! {
+                static THREAD_CAPTURES: $crate::gpu::ThreadCaptures<$driver> =
+                    const { ::std::cell::RefCell::new(Vec::new()) };
+            }
+            static GLOBALS: $crate::gpu::Globals<$driver> = $crate::gpu::Globals::new(&THREAD_CAPTURES);
+            &GLOBALS
         }
-        static GLOBALS: $crate::gpu::Globals<$driver> = $crate::gpu::Globals::new(&THREAD_CAPTURES, &CURRENT);
-        &GLOBALS
-    }};
+
+        #[inline(always)]
+        fn current_cache()
+        -> &'static ::std::thread::LocalKey<::std::cell::Cell<<$driver as $crate::gpu::Driver>::Current>> {
+            thread_local! {
+                static CURRENT: ::std::cell::Cell<<$driver as $crate::gpu::Driver>::Current> =
+                    const { ::std::cell::Cell::new(<$driver as $crate::gpu::Driver>::NO_CURRENT) };
+            }
+            &CURRENT
+        }
+    };
 }
 
 /// A GPU vendor's raw calls. Every `unsafe fn` has the contract of the vendor call it wraps: the
@@ -137,7 +149,8 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// Whether streams keep a list of the operations a capture enqueued, for
     /// [`Driver::update_exec`] (HIP's kernel-node updates). When false, a capture takes no extra lock.
     const RECORDS_CAPTURED_OPS: bool;
-    /// What [`Globals::current`] holds before saggar made anything current on a thread.
+    /// What the per-thread cache of the current context or device holds before saggar made anything
+    /// current on a thread.
     const NO_CURRENT: Self::Current;
 
     /// The vendor's per-device state, released on drop (CUDA: the primary-context retain).
@@ -159,8 +172,10 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// What the vendor reads from a captured graph besides its node count (HIP: node handles and types).
     type GraphData: Send + Sync + 'static;
 
-    /// This backend's globals: `fn globals() -> &'static Globals<Self> { saggar_device::gpu_globals!(Self) }`.
+    /// This backend's globals (declared with `gpu_driver_statics!`).
     fn globals() -> &'static Globals<Self>;
+    /// What saggar last made current on each thread ([`Driver::NO_CURRENT`]: nothing, or unknown).
+    fn current_cache() -> &'static LocalKey<Cell<Self::Current>>;
 
     /// The vendor error codes the shared layer gives a meaning to, as [`Error::Vendor`] holds them;
     /// every other code is [`DriverFault::Other`].
@@ -319,7 +334,7 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// Loads a code object on the current device. Returns the module and, when the vendor may read the
     /// image after loading, the image to keep alive with it. Refuses formats and images the vendor
     /// cannot load with [`Error::CodeObject`].
-    fn load_module(op: &'static str, code: &CodeObject) -> Result<(Self::Module, Option<Box<[u8]>>)>;
+    fn load_module(op: &'static str, code: &CodeObject) -> Result<LoadedModule<Self::Module>>;
     /// Unloads a module.
     ///
     /// # Safety

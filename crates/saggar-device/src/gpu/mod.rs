@@ -43,7 +43,7 @@ use std::marker::PhantomData;
 
 pub use capture_registry::DriverFault;
 pub use device::{Device, DeviceShared, take_orphaned_errors};
-pub use driver::{Driver, ErrorClass, Globals, Opened, ThreadCaptures, UpdateFailure};
+pub use driver::{Driver, ErrorClass, Globals, LoadedModule, Opened, ThreadCaptures, UpdateFailure};
 pub use event::Event;
 pub use graph::{Graph, GraphExec, GraphInner};
 pub use launch::{CapturedOp, KernelLaunch, PackedArgs};

@@ -11,7 +11,7 @@ use crate::code::{CodeObject, KernelSource};
 use crate::error::Error;
 use crate::error::Result;
 use crate::gpu::{
-    CapturedOp, DeviceShared, Driver, DriverFault, ErrorClass, Globals, GraphInner, Opened, UpdateFailure,
+    CapturedOp, DeviceShared, Driver, DriverFault, ErrorClass, GraphInner, LoadedModule, Opened, UpdateFailure,
 };
 use crate::hip::device::{self, HipOrdinal};
 use crate::hip::graph::{self, HipGraphData};
@@ -95,9 +95,7 @@ impl Driver for HipDriver {
 
     const ERROR_CLASSES: &'static [(i64, ErrorClass)] = ERROR_CLASSES;
 
-    fn globals() -> &'static Globals<Self> {
-        crate::gpu_globals!(HipDriver)
-    }
+    crate::gpu_driver_statics!(HipDriver);
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {
         device::enumerate()
@@ -270,7 +268,7 @@ impl Driver for HipDriver {
         unsafe { result::event::elapsed_ms(op, start, end) }
     }
 
-    fn load_module(op: &'static str, code: &CodeObject) -> Result<(sys::hipModule_t, Option<Box<[u8]>>)> {
+    fn load_module(op: &'static str, code: &CodeObject) -> Result<LoadedModule<sys::hipModule_t>> {
         module::load(op, code)
     }
 

@@ -15,7 +15,7 @@
 //!   hipRTC is not linked: it is found at run time in libhiprtc (ROCm 6 and later) or libamdhip64
 //!   (ROCm 5.x), whichever the installed ROCm ships ([`hiprtc_library`]).
 //! - **No device is not a fault.** On a machine without an AMD GPU, `hipGetDeviceCount` fails with
-//!   `hipErrorNoDevice` (or reports 0): [`HipBackend::enumerate`] and [`HipBackend::open`] return
+//!   `hipErrorNoDevice` (or reports 0): `HipBackend::enumerate` and `HipBackend::open` ([`crate::Backend`]) return
 //!   [`Error::BackendUnavailable`] with a reason that starts "no HIP device found", `auto` backend
 //!   selection moves on, and the conformance suite reports every test skipped with that reason.
 //! - **Devices.** HIP acts on the thread's current device. Every operation checks the device pinned to

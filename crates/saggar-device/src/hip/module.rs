@@ -10,7 +10,7 @@ use std::ffi::c_void;
 
 use crate::code::{CodeFormat, CodeObject};
 use crate::error::{Error, Result};
-use crate::gpu::{Driver, ErrorClass};
+use crate::gpu::{Driver, ErrorClass, LoadedModule};
 use crate::hip::HipDriver;
 use crate::hip::result;
 use crate::hip::sys::{self, func_attribute};
@@ -150,7 +150,7 @@ pub(crate) fn image_defines_kernel(image: &[u8], name: &str) -> bool {
 /// Loads `code` with `hipModuleLoadData`, after checking that it is a whole AMD GPU code object. The
 /// image is returned to be kept with the module: HIP documents no promise to copy it, and some releases
 /// read it lazily.
-pub(crate) fn load(op: &'static str, code: &CodeObject) -> Result<(sys::hipModule_t, Option<Box<[u8]>>)> {
+pub(crate) fn load(op: &'static str, code: &CodeObject) -> Result<LoadedModule<sys::hipModule_t>> {
     if code.format != CodeFormat::HipCodeObject {
         return Err(Error::CodeObject {
             reason: format!("a HIP device loads HipCodeObject code objects, not {:?}", code.format),
