@@ -63,27 +63,8 @@ use cudarc::driver::sys;
 use crate::error::{Error, Result};
 use crate::gpu;
 
-/// The CUDA backend. See the module documentation.
-pub type CudaBackend = gpu::GpuBackend<CudaDriver>;
-/// An opened CUDA device: its primary context, retained for as long as this handle or any object made
-/// from it lives (see [`gpu::Device`]).
-pub type CudaDevice = gpu::Device<CudaDriver>;
-/// A stream of the CUDA backend (`cuStreamCreate` with `CU_STREAM_NON_BLOCKING`); see [`gpu::Stream`].
-pub type CudaStream = gpu::Stream<CudaDriver>;
-/// An event of the CUDA backend (`cuEventCreate`); see [`gpu::Event`].
-pub type CudaEvent = gpu::Event<CudaDriver>;
-/// Device memory of the CUDA backend (`cuMemAlloc`); see [`gpu::DeviceBuffer`].
-pub type CudaDeviceBuffer = gpu::DeviceBuffer<CudaDriver>;
-/// Pinned host memory of the CUDA backend (`cuMemHostAlloc`, portable); see [`gpu::PinnedBuffer`].
-pub type CudaPinnedBuffer = gpu::PinnedBuffer<CudaDriver>;
-/// A loaded module of the CUDA backend (`cuModuleLoadDataEx`); see [`gpu::Module`].
-pub type CudaModule = gpu::Module<CudaDriver>;
-/// A kernel of a loaded CUDA module (`cuModuleGetFunction`); see [`gpu::Kernel`].
-pub type CudaKernel = gpu::Kernel<CudaDriver>;
-/// A captured graph of the CUDA backend (`cuStreamEndCapture`); see [`gpu::Graph`].
-pub type CudaGraph = gpu::Graph<CudaDriver>;
-/// An executable graph of the CUDA backend (`cuGraphInstantiateWithFlags`); see [`gpu::GraphExec`].
-pub type CudaGraphExec = gpu::GraphExec<CudaDriver>;
+// The public names: `CudaBackend` is `gpu::GpuBackend<CudaDriver>`, `CudaStream` is `gpu::Stream<CudaDriver>`, and so on.
+crate::gpu_aliases!(CudaDriver => CudaBackend, CudaDevice, CudaStream, CudaEvent, CudaDeviceBuffer, CudaPinnedBuffer, CudaModule, CudaKernel, CudaGraph, CudaGraphExec);
 
 impl CudaDevice {
     /// The compute capability, e.g. `(9, 0)` for an H100 or H200.
@@ -113,7 +94,6 @@ pub fn driver_version() -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Backend;
     use crate::types::BackendKind;
 
     /// Whether libcuda loads here, asked the way cudarc's loader would find it, independently of saggar.
@@ -125,9 +105,7 @@ mod tests {
     /// The CI path: no driver is a typed error with a reason, never a panic, on every entry point.
     #[test]
     fn no_driver_is_backend_unavailable_not_a_panic() {
-        let enumerated = std::panic::catch_unwind(CudaBackend::enumerate).expect("enumerate panicked");
-        let opened = std::panic::catch_unwind(|| CudaBackend::open(0)).expect("open panicked");
-        let selected = std::panic::catch_unwind(|| crate::enumerate(BackendKind::Cuda)).expect("select panicked");
+        let (enumerated, opened, selected) = gpu::call_entry_points::<CudaDriver>();
         if driver_library_present() {
             eprintln!("NOTE cuda: libcuda is present here; the no-driver path is not exercised");
             for r in [&enumerated, &selected] {
@@ -138,16 +116,8 @@ mod tests {
             }
             return;
         }
-        for err in [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()] {
-            match &err {
-                Error::BackendUnavailable { backend: BackendKind::Cuda, reason } => {
-                    assert!(reason.starts_with("no CUDA driver found: "), "reason: {reason}");
-                }
-                other => panic!("expected BackendUnavailable, got {other:?}"),
-            }
-            assert!(err.is_unavailable());
-            assert!(err.to_string().contains("cuda backend unavailable: no CUDA driver found"), "{err}");
-        }
+        let errors = [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()];
+        gpu::assert_all_unavailable(errors, BackendKind::Cuda, "no CUDA driver found: ");
         assert!(driver_version().is_err());
     }
 

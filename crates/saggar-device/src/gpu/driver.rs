@@ -77,7 +77,7 @@ pub enum UpdateFailure {
     Failed(Error),
 }
 
-/// The per-backend globals of the shared layer, one `static` per driver ([`crate::gpu_globals!`]).
+/// The per-backend globals of the shared layer, one `static` per driver (declared by `gpu_driver_statics!`).
 pub struct Globals<D: Driver> {
     /// The captures of this backend.
     pub(crate) captures: CaptureRegistry<StreamShared<D>>,

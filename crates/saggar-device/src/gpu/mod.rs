@@ -61,6 +61,24 @@ use crate::api::Backend;
 use crate::error::Result;
 use crate::types::{BackendKind, DeviceInfo};
 
+/// Names a driver's backend types: `gpu_aliases!(CudaDriver => CudaBackend, CudaDevice, CudaStream,
+/// CudaEvent, CudaDeviceBuffer, CudaPinnedBuffer, CudaModule, CudaKernel, CudaGraph, CudaGraphExec)`,
+/// in that order, each an alias of this module's type of the same role.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! gpu_aliases {
+    ($driver:ident => $($alias:ident),* $(,)?) => {
+        $crate::gpu_aliases!(@ $driver; $($alias),*; GpuBackend, Device, Stream, Event, DeviceBuffer, PinnedBuffer,
+            Module, Kernel, Graph, GraphExec);
+    };
+    (@ $driver:ident; $($alias:ident),*; $($ty:ident),*) => {
+        $(
+            #[doc = concat!("This backend's [`", stringify!($ty), "`](crate::gpu::", stringify!($ty), ").")]
+            pub type $alias = $crate::gpu::$ty<$driver>;
+        )*
+    };
+}
+
 /// The backend of a GPU driver: a family of the types above. Never instantiated.
 pub struct GpuBackend<D: Driver> {
     _never: std::convert::Infallible,
@@ -108,4 +126,35 @@ fn _assert_send_sync<D: Driver>() {
     send_sync::<Kernel<D>>();
     send_sync::<Graph<D>>();
     send_sync::<GraphExec<D>>();
+}
+
+/// For the backends' no-driver tests: enumerating, opening device 0 and selecting the backend, each
+/// checked not to panic.
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+pub(crate) fn call_entry_points<D: Driver>() -> (Result<Vec<DeviceInfo>>, Result<Device<D>>, Result<Vec<DeviceInfo>>) {
+    let enumerated = std::panic::catch_unwind(GpuBackend::<D>::enumerate).expect("enumerate panicked");
+    let opened = std::panic::catch_unwind(|| GpuBackend::<D>::open(0)).expect("open panicked");
+    let selected = std::panic::catch_unwind(|| crate::enumerate(D::KIND)).expect("select panicked");
+    (enumerated, opened, selected)
+}
+
+/// For the backends' no-driver tests: every error is [`crate::Error::BackendUnavailable`] of `backend`
+/// with a reason that starts with `reason`, and says so when displayed.
+#[cfg(test)]
+pub(crate) fn assert_all_unavailable(
+    errors: impl IntoIterator<Item = crate::Error>,
+    backend: BackendKind,
+    reason: &str,
+) {
+    for err in errors {
+        match &err {
+            crate::Error::BackendUnavailable { backend: b, reason: r } if *b == backend => {
+                assert!(r.starts_with(reason), "reason: {r}");
+            }
+            other => panic!("expected BackendUnavailable of {backend:?}, got {other:?}"),
+        }
+        assert!(err.is_unavailable());
+        assert!(err.to_string().starts_with(&format!("{backend} backend unavailable: {reason}")), "{err}");
+    }
 }

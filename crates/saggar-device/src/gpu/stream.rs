@@ -251,6 +251,23 @@ impl<D: Driver> Stream<D> {
         outcome.map_err(|e| self.fault(op, e))
     }
 
+    /// Shared by the copies and the memset: enters the device and enqueues `call`, which moves `bytes`
+    /// bytes (nothing is enqueued for zero).
+    #[inline]
+    fn enqueue_async(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        captured: CapturedOp,
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        self.enter(op)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.enqueue(op, || captured, call)
+    }
+
     /// Fails, invalidating it, if this stream is capturing: synchronous work cannot be captured.
     fn forbid_own_capture(&self, op: &'static str) -> Result<()> {
         if !self.shared.capturing() {
@@ -299,91 +316,48 @@ impl<D: Driver> api::Stream for Stream<D> {
     unsafe fn copy_h2d_async(&self, src: &PinnedBuffer<D>, src_offset: usize, dst: DeviceSlice) -> Result<()> {
         let op = "stream.copy_h2d_async";
         rules::check_pinned_range(op, api::PinnedBuffer::len(src), src_offset, dst.len())?;
-        self.enter(op)?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.enqueue(
-            op,
-            || CapturedOp::Copy,
-            || {
-                // SAFETY: the range was checked against the pinned buffer; the caller promised (this
-                // function's contract) that `dst` is live and that `src` stays allocated and unwritten
-                // until the copy ran.
-                unsafe {
-                    D::copy_htod_async(
-                        op,
-                        dst.ptr().0,
-                        src.host_ptr().add(src_offset).cast_const().cast(),
-                        dst.len(),
-                        self.shared.raw,
-                    )
-                }
-            },
-        )
+        self.enqueue_async(op, dst.len(), CapturedOp::Copy, || {
+            // SAFETY: the range was checked against the pinned buffer; the caller promised (this function's
+            // contract) that `dst` is live and that `src` stays allocated and unwritten until the copy ran.
+            unsafe {
+                let host = src.host_ptr().add(src_offset).cast_const().cast();
+                D::copy_htod_async(op, dst.ptr().0, host, dst.len(), self.shared.raw)
+            }
+        })
     }
 
     #[inline]
     unsafe fn copy_d2h_async(&self, src: DeviceSlice, dst: &PinnedBuffer<D>, dst_offset: usize) -> Result<()> {
         let op = "stream.copy_d2h_async";
         rules::check_pinned_range(op, api::PinnedBuffer::len(dst), dst_offset, src.len())?;
-        self.enter(op)?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.enqueue(
-            op,
-            || CapturedOp::Copy,
-            || {
-                // SAFETY: the range was checked against the pinned buffer; the caller promised that `src`
-                // is live and that the host does not access `dst` until the copy ran.
-                unsafe {
-                    D::copy_dtoh_async(
-                        op,
-                        dst.host_ptr().add(dst_offset).cast(),
-                        src.ptr().0,
-                        src.len(),
-                        self.shared.raw,
-                    )
-                }
-            },
-        )
+        self.enqueue_async(op, src.len(), CapturedOp::Copy, || {
+            // SAFETY: the range was checked against the pinned buffer; the caller promised that `src` is
+            // live and that the host does not access `dst` until the copy ran.
+            unsafe {
+                let host = dst.host_ptr().add(dst_offset).cast();
+                D::copy_dtoh_async(op, host, src.ptr().0, src.len(), self.shared.raw)
+            }
+        })
     }
 
     #[inline]
     fn copy_d2d(&self, src: DeviceSlice, dst: DeviceSlice) -> Result<()> {
         let op = "stream.copy_d2d";
         rules::check_same_len(op, src.len(), dst.len())?;
-        self.enter(op)?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.enqueue(
-            op,
-            || CapturedOp::Copy,
-            || {
-                // SAFETY: only device memory is touched; a bad device range faults the device (reported
-                // asynchronously), never host memory. The stream is live.
-                unsafe { D::copy_dtod_async(op, dst.ptr().0, src.ptr().0, src.len(), self.shared.raw) }
-            },
-        )
+        self.enqueue_async(op, src.len(), CapturedOp::Copy, || {
+            // SAFETY: only device memory is touched; a bad device range faults the device (reported
+            // asynchronously), never host memory. The stream is live.
+            unsafe { D::copy_dtod_async(op, dst.ptr().0, src.ptr().0, src.len(), self.shared.raw) }
+        })
     }
 
     #[inline]
     fn memset(&self, dst: DeviceSlice, value: u8) -> Result<()> {
         let op = "stream.memset";
-        self.enter(op)?;
-        if dst.is_empty() {
-            return Ok(());
-        }
-        self.enqueue(
-            op,
-            || CapturedOp::Memset,
-            || {
-                // SAFETY: as for `copy_d2d`.
-                unsafe { D::memset_async(op, dst.ptr().0, value, dst.len(), self.shared.raw) }
-            },
-        )
+        self.enqueue_async(op, dst.len(), CapturedOp::Memset, || {
+            // SAFETY: as for `copy_d2d`.
+            unsafe { D::memset_async(op, dst.ptr().0, value, dst.len(), self.shared.raw) }
+        })
     }
 
     fn upload(&self, src: &[u8], dst: DeviceSlice) -> Result<()> {

@@ -78,26 +78,8 @@ pub use rtc::{compile_for_arch, hiprtc_library, hiprtc_version};
 use crate::error::{Error, Result};
 use crate::gpu;
 
-/// The HIP backend. See the module documentation.
-pub type HipBackend = gpu::GpuBackend<HipDriver>;
-/// An opened HIP device (see [`gpu::Device`]); all handles of one ordinal drive the same GPU.
-pub type HipDevice = gpu::Device<HipDriver>;
-/// A stream of the HIP backend (`hipStreamCreateWithFlags` with `hipStreamNonBlocking`); see [`gpu::Stream`].
-pub type HipStream = gpu::Stream<HipDriver>;
-/// An event of the HIP backend (`hipEventCreateWithFlags`); see [`gpu::Event`].
-pub type HipEvent = gpu::Event<HipDriver>;
-/// Device memory of the HIP backend (`hipMalloc`); see [`gpu::DeviceBuffer`].
-pub type HipDeviceBuffer = gpu::DeviceBuffer<HipDriver>;
-/// Pinned host memory of the HIP backend (`hipHostMalloc`, portable); see [`gpu::PinnedBuffer`].
-pub type HipPinnedBuffer = gpu::PinnedBuffer<HipDriver>;
-/// A loaded module of the HIP backend (`hipModuleLoadData`); see [`gpu::Module`].
-pub type HipModule = gpu::Module<HipDriver>;
-/// A kernel of a loaded HIP module (`hipModuleGetFunction`); see [`gpu::Kernel`].
-pub type HipKernel = gpu::Kernel<HipDriver>;
-/// A captured graph of the HIP backend (`hipStreamEndCapture`); see [`gpu::Graph`].
-pub type HipGraph = gpu::Graph<HipDriver>;
-/// An executable graph of the HIP backend (`hipGraphInstantiateWithFlags`); see [`gpu::GraphExec`].
-pub type HipGraphExec = gpu::GraphExec<HipDriver>;
+// The public names: `HipBackend` is `gpu::GpuBackend<HipDriver>`, `HipStream` is `gpu::Stream<HipDriver>`, and so on.
+crate::gpu_aliases!(HipDriver => HipBackend, HipDevice, HipStream, HipEvent, HipDeviceBuffer, HipPinnedBuffer, HipModule, HipKernel, HipGraph, HipGraphExec);
 
 impl HipDevice {
     /// The architecture as HIP names it, target features included (`gfx90a:sramecc+:xnack-`); the
@@ -123,7 +105,6 @@ pub fn runtime_version() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Backend;
     use crate::types::BackendKind;
 
     /// Whether this machine has a HIP device, asked of HIP directly.
@@ -134,24 +115,14 @@ mod tests {
     /// The CI path: no device is a typed error with a reason, never a panic, on every entry point.
     #[test]
     fn no_device_is_backend_unavailable_not_a_panic() {
-        let enumerated = std::panic::catch_unwind(HipBackend::enumerate).expect("enumerate panicked");
-        let opened = std::panic::catch_unwind(|| HipBackend::open(0)).expect("open panicked");
-        let selected = std::panic::catch_unwind(|| crate::enumerate(BackendKind::Hip)).expect("select panicked");
+        let (enumerated, opened, selected) = gpu::call_entry_points::<HipDriver>();
         if device_present() {
             eprintln!("NOTE hip: a HIP device is present here; the no-device path is not exercised");
             assert!(!enumerated.expect("enumerate with a device").is_empty());
             return;
         }
-        for err in [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()] {
-            match &err {
-                Error::BackendUnavailable { backend: BackendKind::Hip, reason } => {
-                    assert!(reason.starts_with("no HIP device found: "), "reason: {reason}");
-                }
-                other => panic!("expected BackendUnavailable, got {other:?}"),
-            }
-            assert!(err.is_unavailable());
-            assert!(err.to_string().starts_with("hip backend unavailable: no HIP device found"), "{err}");
-        }
+        let errors = [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()];
+        gpu::assert_all_unavailable(errors, BackendKind::Hip, "no HIP device found: ");
         let version = runtime_version().expect("hipRuntimeGetVersion works without a device");
         assert!(version.split('.').count() == 3, "{version}");
     }
