@@ -340,6 +340,9 @@ impl<D: Driver> api::Stream for Stream<D> {
         })
     }
 
+    // Device ranges are not checked again here: a `DeviceSlice` is bounds-checked when it is made
+    // (`DeviceBuffer::slice`, `DeviceSlice::sub`), and a range of freed memory faults the device, not
+    // the host.
     #[inline]
     fn copy_d2d(&self, src: DeviceSlice, dst: DeviceSlice) -> Result<()> {
         let op = "stream.copy_d2d";
@@ -422,6 +425,8 @@ impl<D: Driver> api::Stream for Stream<D> {
     #[inline]
     unsafe fn launch_graph(&self, exec: &GraphExec<D>) -> Result<()> {
         let op = "stream.launch_graph";
+        // Only liveness and the device are checked here: the replayed launches were checked when they were
+        // captured (`launch`), and their addresses are the caller's promise, which no check could confirm.
         let raw = exec.launchable(op)?;
         rules::check_same_device(op, self.ordinal(), exec.ordinal())?;
         self.enter(op)?;
