@@ -32,20 +32,19 @@
 
 pub mod api;
 pub mod builtin;
-#[cfg(any(feature = "cuda", feature = "hip"))]
-mod capture_registry;
 pub mod code;
 pub mod conformance;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod error;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod host;
 mod pinning;
+pub mod rules;
 mod select;
-#[cfg(any(feature = "cuda", feature = "hip"))]
-mod stream_progress;
 mod types;
 
 pub use api::{

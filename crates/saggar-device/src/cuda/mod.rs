@@ -2,16 +2,17 @@
 //! `result` layers, loaded at run time.
 //!
 //! # Design
-//! The module tree is laid out so a HIP backend can mirror it file for file: `result` turns each driver and
-//! NVRTC call into a `Result` grouped by object; `context` keeps the current context per thread;
-//! `device`, `memory`, `stream`, `event`, `module`, `graph` and `rtc` implement the traits of
-//! [`crate::api`] with the semantics the host backend defines and the conformance suite checks.
+//! The backend is the shared GPU layer ([`crate::gpu`]) over [`CudaDriver`]: `result` turns each driver
+//! and NVRTC call into a `Result` grouped by object, in the manner of cudarc's own `result` module;
+//! `driver` implements [`crate::gpu::Driver`] with those calls; `device` describes devices and holds
+//! the primary context; `rtc` compiles with NVRTC. Devices, streams, events, memory, modules and graphs
+//! are the shared layer's, with the semantics the host backend defines and the conformance suite checks.
 //!
 //! - **Loading.** libcuda and libnvrtc are opened at run time (cudarc's `fallback-dynamic-loading`), so
 //!   saggar builds and runs where CUDA is absent. cudarc's loader panics when a library or symbol is
 //!   missing; saggar never lets it get that far: it first asks cudarc whether the library loads
 //!   (`is_culib_present`, a plain `dlopen`), then checks every symbol it will call, and only then calls
-//!   `cuInit`. Without a driver, [`CudaBackend::enumerate`] returns [`Error::BackendUnavailable`] with a
+//!   `cuInit`. Without a driver, `CudaBackend::enumerate` ([`crate::Backend::enumerate`]) returns [`Error::BackendUnavailable`] with a
 //!   reason that starts "no CUDA driver found"; a driver older than CUDA 12.0 is reported the same way.
 //! - **Only the raw layers of cudarc.** cudarc's safe types (`CudaContext`, `CudaStream`, `CudaSlice`)
 //!   record events on every use of a buffer to track dependencies; inside a stream capture such a wait
@@ -19,11 +20,13 @@
 //!   tracking (its slices carry no lifetime on purpose), so it calls `sys`/`result` directly.
 //! - **Contexts.** Each device uses its primary context, retained while any object of the device lives.
 //!   Every operation checks the device pinned to the thread ([`crate::check_pinned`]) and makes its
-//!   context current if saggar has not already (a thread-local compare on the launch path).
+//!   context current if saggar has not already (a thread-local compare on the launch path). That cache
+//!   is saggar's view of the thread: code outside saggar that changes the current context on a thread
+//!   saggar also uses must restore it.
 //!   [`crate::Device::pin`] makes the context current with `cuCtxSetCurrent` and restores the previous
 //!   one when the guard drops. Destructors switch to their object's context for the call only.
 //! - **Capture.** saggar's capture modes are CUDA's. Calls CUDA forbids during capture are refused before
-//!   they reach the driver and invalidate the capture; see `stream` for the rules and their source.
+//!   they reach the driver and invalidate the capture; see [`crate::gpu`] for the rules and their source.
 //!   An empty capture instantiates to a marker that replays as a no-op.
 //! - **Errors.** A failed call is [`Error::Vendor`] with the driver's code name (`CUDA_ERROR_...`) and
 //!   description, except where saggar gives the code a meaning: out of memory is [`Error::OutOfMemory`],
@@ -34,65 +37,52 @@
 //!   leaves its own in [`take_orphaned_errors`].
 //!
 //! # Thread safety
-//! Every handle type is `Send`, and all but [`CudaGraph`] are `Sync`; each type's documentation gives
-//! the CUDA rule it follows. In short: CUDA's driver API is thread-safe for streams, events, memory and
-//! modules; graphs are not ("Graph objects (cudaGraph_t, CUgraph) are not internally synchronized and
-//! must not be accessed concurrently from multiple threads"), so a [`CudaGraph`] is not `Sync` and an
-//! executable graph serialises its own launches; a thread-local or global capture must end on the thread
-//! that began it.
+//! Every handle type is `Send + Sync`; each type's documentation gives the CUDA rule it follows. In
+//! short: CUDA's driver API is thread-safe for streams, events, memory and modules; graphs are not
+//! ("Graph objects (cudaGraph_t, CUgraph) are not internally synchronized and must not be accessed
+//! concurrently from multiple threads"), so saggar serialises every call on one graph, and the launches
+//! of one executable graph, with locks of its own; a thread-local or global capture must end on the
+//! thread that began it.
 //!
 //! # Safety
 //! Every `unsafe` block carries a `// SAFETY:` comment. Raw handles are owned by exactly one value and
-//! swapped out (`mem::replace` with null) before they are freed, so nothing is freed twice; objects hold
-//! their device by `Arc`, so no handle outlives the context it belongs to.
+//! released once, from its destructor; objects hold their device by `Arc`, so no handle outlives the
+//! context it belongs to.
 
-mod context;
 mod device;
-mod event;
-mod graph;
-mod memory;
-mod module;
+mod driver;
 mod result;
 mod rtc;
-mod stream;
 
-pub use device::{CudaDevice, take_orphaned_errors};
-pub use event::CudaEvent;
-pub use graph::{CudaGraph, CudaGraphExec};
-pub use memory::{CudaDeviceBuffer, CudaPinnedBuffer};
-pub use module::{CudaKernel, CudaModule};
+pub use device::PrimaryContext;
+pub use driver::CudaDriver;
 pub use rtc::{compile_for, nvrtc_version};
-pub use stream::CudaStream;
 
-use crate::api::Backend;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
-use crate::types::{BackendKind, DeviceInfo};
+use cudarc::driver::sys;
 
-/// The CUDA backend. See the module documentation.
-#[derive(Debug)]
-pub enum CudaBackend {}
+use crate::error::{Error, Result};
+use crate::gpu;
 
-impl Backend for CudaBackend {
-    const KIND: BackendKind = BackendKind::Cuda;
-    type Device = CudaDevice;
-    type Stream = CudaStream;
-    type Event = CudaEvent;
-    type DeviceBuffer = CudaDeviceBuffer;
-    type PinnedBuffer = CudaPinnedBuffer;
-    type Module = CudaModule;
-    type Kernel = CudaKernel;
-    type Graph = CudaGraph;
-    type GraphExec = CudaGraphExec;
+// The public names: `CudaBackend` is `gpu::GpuBackend<CudaDriver>`, `CudaStream` is `gpu::Stream<CudaDriver>`, and so on.
+crate::gpu_aliases!(CudaDriver => CudaBackend, CudaDevice, CudaStream, CudaEvent, CudaDeviceBuffer, CudaPinnedBuffer, CudaModule, CudaKernel, CudaGraph, CudaGraphExec);
 
-    fn enumerate() -> Result<Vec<DeviceInfo>> {
-        device::enumerate()
+impl CudaDevice {
+    /// The compute capability, e.g. `(9, 0)` for an H100 or H200.
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.shared.state.compute_capability
     }
 
-    fn open(ordinal: usize) -> Result<CudaDevice> {
-        device::open(ordinal)
+    /// The raw primary-context handle, for interop and benchmarks. saggar keeps ownership: do not release it.
+    pub fn raw_context(&self) -> sys::CUcontext {
+        self.shared.state.raw
     }
+}
+
+/// Errors met while tearing down the last handle of a device (releasing its primary context, or errors
+/// its objects deferred that nobody took before the device went away), oldest first. Every other
+/// destructor error is on its device: [`crate::Device::take_deferred_errors`].
+pub fn take_orphaned_errors() -> Vec<Error> {
+    gpu::take_orphaned_errors::<CudaDriver>()
 }
 
 /// The version of the CUDA driver API the loaded driver implements, e.g. `13000` for CUDA 13.0, or why
@@ -101,25 +91,10 @@ pub fn driver_version() -> Result<i32> {
     result::library::driver().map(|d| d.version)
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn send_sync<T: Send + Sync>() {}
-    fn send<T: Send>() {}
-    send_sync::<CudaDevice>();
-    send_sync::<CudaStream>();
-    send_sync::<CudaEvent>();
-    send_sync::<CudaDeviceBuffer>();
-    send_sync::<CudaPinnedBuffer>();
-    send_sync::<CudaModule>();
-    send_sync::<CudaKernel>();
-    send_sync::<CudaGraphExec>();
-    send::<CudaGraph>();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use crate::types::BackendKind;
 
     /// Whether libcuda loads here, asked the way cudarc's loader would find it, independently of saggar.
     fn driver_library_present() -> bool {
@@ -130,9 +105,7 @@ mod tests {
     /// The CI path: no driver is a typed error with a reason, never a panic, on every entry point.
     #[test]
     fn no_driver_is_backend_unavailable_not_a_panic() {
-        let enumerated = std::panic::catch_unwind(CudaBackend::enumerate).expect("enumerate panicked");
-        let opened = std::panic::catch_unwind(|| CudaBackend::open(0)).expect("open panicked");
-        let selected = std::panic::catch_unwind(|| crate::enumerate(BackendKind::Cuda)).expect("select panicked");
+        let (enumerated, opened, selected) = gpu::call_entry_points::<CudaDriver>();
         if driver_library_present() {
             eprintln!("NOTE cuda: libcuda is present here; the no-driver path is not exercised");
             for r in [&enumerated, &selected] {
@@ -143,16 +116,8 @@ mod tests {
             }
             return;
         }
-        for err in [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()] {
-            match &err {
-                Error::BackendUnavailable { backend: BackendKind::Cuda, reason } => {
-                    assert!(reason.starts_with("no CUDA driver found: "), "reason: {reason}");
-                }
-                other => panic!("expected BackendUnavailable, got {other:?}"),
-            }
-            assert!(err.is_unavailable());
-            assert!(err.to_string().contains("cuda backend unavailable: no CUDA driver found"), "{err}");
-        }
+        let errors = [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()];
+        gpu::assert_all_unavailable(errors, BackendKind::Cuda, "no CUDA driver found: ");
         assert!(driver_version().is_err());
     }
 
@@ -181,17 +146,8 @@ mod tests {
     /// Every symbol saggar calls is in the checked lists, so no call can reach cudarc's panicking loader.
     #[test]
     fn every_called_driver_symbol_is_checked() {
-        let sources = [
-            include_str!("result.rs"),
-            include_str!("context.rs"),
-            include_str!("device.rs"),
-            include_str!("memory.rs"),
-            include_str!("stream.rs"),
-            include_str!("event.rs"),
-            include_str!("module.rs"),
-            include_str!("graph.rs"),
-            include_str!("rtc.rs"),
-        ];
+        let sources =
+            [include_str!("result.rs"), include_str!("device.rs"), include_str!("driver.rs"), include_str!("rtc.rs")];
         let mut checked = 0;
         for source in sources {
             for (prefix, list) in

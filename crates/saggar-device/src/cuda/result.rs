@@ -4,8 +4,8 @@
 //!
 //! A failed driver call becomes [`Error::Vendor`] with the driver's own name for the code
 //! (`cuGetErrorName`: `CUDA_ERROR_OUT_OF_MEMORY`) and its description (`cuGetErrorString`), plus the saggar
-//! operation that made the call. Callers that give a code a meaning of its own (out of memory, a capture
-//! violation, an event not yet complete) look at it with [`has_code`].
+//! operation that made the call. The codes saggar gives a meaning of its own (out of memory, a capture
+//! violation, an event not yet complete) are listed in `driver.rs`.
 //!
 //! Nothing here decides policy: no pinning checks, no capture bookkeeping, no current-context handling.
 //! Functions that take raw handles are `unsafe`, and their `# Safety` sections say which handles must be
@@ -69,11 +69,6 @@ pub(crate) fn vendor(op: &'static str, res: CUresult) -> Error {
 #[inline]
 pub(crate) fn check(op: &'static str, res: CUresult) -> Result<()> {
     if res == CUresult::CUDA_SUCCESS { Ok(()) } else { Err(vendor(op, res)) }
-}
-
-/// Whether `error` is a CUDA driver error with code `res`.
-pub(crate) fn has_code(error: &Error, res: CUresult) -> bool {
-    matches!(error, Error::Vendor { backend: BackendKind::Cuda, code, .. } if *code == res as u32 as i64)
 }
 
 /// Loading libcuda and libnvrtc, and checking them before any call can reach cudarc's loader.

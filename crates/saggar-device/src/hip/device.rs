@@ -1,37 +1,14 @@
-//! The HIP backend's device: identity, limits, the current device, pinning and the deferred-error list.
+//! The HIP device as the runtime describes it (identity, architecture, limits), why there is none when
+//! there is none, and the vendor state of an opened device.
 
 use std::ffi::{c_char, c_int};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
-
-use crate::api::Device;
-use crate::code::{CodeObject, KernelSource};
 use crate::error::{Error, Result};
-use crate::hip::context;
-use crate::hip::event::HipEvent;
-use crate::hip::graph::{HipGraph, HipGraphExec};
-use crate::hip::memory::{self, HipDeviceBuffer, HipPinnedBuffer};
-use crate::hip::module::HipModule;
-use crate::hip::stream::{self, HipStream};
+use crate::gpu::Opened;
+use crate::hip::result;
 use crate::hip::sys::code;
-use crate::hip::{HipBackend, result, rtc};
-use crate::pinning::{PinGuard, check_pinned, pinned_device};
-use crate::types::{BackendKind, DeviceInfo, MemoryInfo};
-
-/// What a device allows, read once at open so launches are checked without a HIP call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DeviceLimits {
-    /// `hipDeviceProp_t::maxThreadsPerBlock`.
-    pub(crate) max_threads_per_block: u32,
-    /// `hipDeviceProp_t::maxThreadsDim`.
-    pub(crate) max_block: [u32; 3],
-    /// `hipDeviceProp_t::maxGridSize`.
-    pub(crate) max_grid: [u32; 3],
-    /// `hipDeviceProp_t::sharedMemPerBlock` (LDS a block may use).
-    pub(crate) max_shared_bytes: u32,
-}
+use crate::rules::DeviceLimits;
+use crate::types::{BackendKind, DeviceInfo};
 
 /// A device as HIP describes it.
 struct Described {
@@ -73,7 +50,11 @@ fn describe(ordinal: usize, runtime_version: i32) -> Result<Described> {
         max_threads_per_block: dim(p.maxThreadsPerBlock),
         max_block: [dim(p.maxThreadsDim[0]), dim(p.maxThreadsDim[1]), dim(p.maxThreadsDim[2])],
         max_grid: [dim(p.maxGridSize[0]), dim(p.maxGridSize[1]), dim(p.maxGridSize[2])],
+        // LDS a block may use.
         max_shared_bytes: u32::try_from(p.sharedMemPerBlock).unwrap_or(u32::MAX),
+        // AMD GPUs dispatch a grid as a count of work-items per dimension, a 32-bit number: HIP refuses a
+        // launch whose grid times block exceeds it in any dimension.
+        max_threads_per_dim: u64::from(u32::MAX),
     };
     let total = result::device::total_mem(op, raw).unwrap_or(p.totalGlobalMem);
     let info = DeviceInfo {
@@ -136,7 +117,7 @@ pub(crate) fn enumerate() -> Result<Vec<DeviceInfo>> {
 }
 
 /// Opens device `ordinal`.
-pub(crate) fn open(ordinal: usize) -> Result<HipDevice> {
+pub(crate) fn open(ordinal: usize) -> Result<Opened<super::HipDriver>> {
     let count = device_count("hip.open")?;
     let raw = match hip_ordinal(ordinal) {
         Some(raw) if ordinal < count => raw,
@@ -144,253 +125,18 @@ pub(crate) fn open(ordinal: usize) -> Result<HipDevice> {
     };
     let version = result::runtime::version("hip.open")?;
     let described = describe(ordinal, version)?;
-    Ok(HipDevice {
-        shared: Arc::new(DeviceShared {
-            info: described.info,
-            limits: described.limits,
-            raw,
-            next_id: AtomicU64::new(1),
-            deferred: Mutex::new(Vec::new()),
-        }),
-    })
+    Ok(Opened { info: described.info, limits: described.limits, state: HipOrdinal(raw) })
 }
 
-/// Errors recorded by destructors of objects whose device is gone, so nobody can take them from it.
-static ORPHANED: Mutex<Vec<Error>> = Mutex::new(Vec::new());
-
-/// Errors that destructors of HIP objects recorded after the last handle of their device was gone
-/// (errors nobody took from the device before it went away), oldest first. Every other destructor error
-/// is on its device: [`Device::take_deferred_errors`].
-pub fn take_orphaned_errors() -> Vec<Error> {
-    std::mem::take(&mut *ORPHANED.lock())
-}
-
-/// A HIP handle moved into a postponed release.
-pub(crate) struct SendHandle<T>(T);
-
-// SAFETY: only built from HIP handles and pointers (opaque values the runtime accepts from any thread),
-// and only moved so that the one call that releases the handle can run on another thread.
-unsafe impl<T> Send for SendHandle<T> {}
-
-impl<T> SendHandle<T> {
-    pub(crate) fn new(handle: T) -> SendHandle<T> {
-        SendHandle(handle)
-    }
-
-    /// The handle (taking the whole wrapper, so a closure that calls this captures the wrapper).
-    pub(crate) fn into_inner(self) -> T {
-        self.0
-    }
-}
-
-type Release = Box<dyn FnOnce() -> Result<()> + Send>;
-
-/// Releases postponed because they were requested where HIP forbids unsafe calls (during a capture).
-static POSTPONED: Mutex<Vec<(Arc<DeviceShared>, &'static str, Release)>> = Mutex::new(Vec::new());
-/// `POSTPONED.len()`, readable without the lock.
-static POSTPONED_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-/// For destructors: runs `release` (a free, an unload, a destroy) with `device` current now, or, while
-/// this thread may not make unsafe calls because of an active capture, at the next point where it may
-/// ([`flush_postponed_releases`]). A free is one of the calls stream capture forbids in thread-local and
-/// global mode (HIP follows CUDA: `hipFree` synchronises the device and is not captured); making it
-/// there would fail or break the capture. Errors are recorded on the device either way.
-pub(crate) fn release(
-    device: &Arc<DeviceShared>,
-    op: &'static str,
-    release: impl FnOnce() -> Result<()> + Send + 'static,
-) {
-    if stream::unsafe_calls_forbidden() {
-        let mut postponed = POSTPONED.lock();
-        postponed.push((device.clone(), op, Box::new(release)));
-        POSTPONED_COUNT.store(postponed.len(), Ordering::Release);
-    } else {
-        device.release_with(op, release);
-    }
-}
-
-/// Runs the postponed releases, if this thread may make unsafe calls; called at the end of a capture,
-/// before allocations, at device synchronisation and when a stream is dropped. Cheap when there are none.
-pub(crate) fn flush_postponed_releases() {
-    if POSTPONED_COUNT.load(Ordering::Acquire) == 0 || stream::unsafe_calls_forbidden() {
-        return;
-    }
-    let pending = {
-        let mut postponed = POSTPONED.lock();
-        POSTPONED_COUNT.store(0, Ordering::Release);
-        std::mem::take(&mut *postponed)
-    };
-    for (device, op, release) in pending {
-        device.release_with(op, release);
-    }
-}
-
-/// What every object of one opened device shares: identity, limits and the deferred-error list. Objects
-/// hold it by `Arc`, so an object can always name (and make current) its device.
-#[derive(Debug)]
-pub(crate) struct DeviceShared {
-    pub(crate) info: DeviceInfo,
-    pub(crate) limits: DeviceLimits,
-    /// The ordinal as HIP takes it.
-    raw: c_int,
-    pub(crate) next_id: AtomicU64,
-    deferred: Mutex<Vec<Error>>,
-}
-
-impl DeviceShared {
-    /// The device ordinal.
-    #[inline]
-    pub(crate) fn ordinal(&self) -> usize {
-        self.info.ordinal
-    }
-
-    /// The ordinal as HIP takes it.
-    #[inline]
-    pub(crate) fn raw_ordinal(&self) -> c_int {
-        self.raw
-    }
-
-    /// Records an error met where it cannot be returned (a destructor).
-    pub(crate) fn defer(&self, error: Error) {
-        self.deferred.lock().push(error);
-    }
-
-    /// The entry of every operation: fails with [`Error::WrongDevice`] if another HIP device is pinned to
-    /// this thread, then makes this device current (a thread-local compare when it already is).
-    #[inline]
-    pub(crate) fn enter(&self, op: &'static str) -> Result<()> {
-        check_pinned(op, BackendKind::Hip, self.ordinal())?;
-        context::make_current(op, self.raw)
-    }
-
-    /// For calls that, like the host backend's, are not tied to the pinned device (event queries): makes
-    /// this device current unless another HIP device is pinned here, in which case the call runs with
-    /// that device current, which HIP accepts for events and streams of any device.
-    #[inline]
-    pub(crate) fn touch(&self, op: &'static str) -> Result<()> {
-        match pinned_device(BackendKind::Hip) {
-            Some(other) if other != self.ordinal() => Ok(()),
-            _ => context::make_current(op, self.raw),
-        }
-    }
-
-    /// For destructors: runs `f` with this device current, restores the previous device, and records any
-    /// error on the device instead of returning it.
-    pub(crate) fn release_with(&self, op: &'static str, f: impl FnOnce() -> Result<()>) {
-        if let Err(e) = context::with_device(op, self.raw, f) {
-            self.defer(e);
-        }
-    }
-}
-
-impl Drop for DeviceShared {
-    fn drop(&mut self) {
-        let left = std::mem::take(&mut *self.deferred.lock());
-        if !left.is_empty() {
-            ORPHANED.lock().extend(left);
-        }
-    }
-}
-
-/// An opened HIP device. Each [`crate::Backend::open`] gives an independent handle with its own
-/// deferred-error list; all of them drive the same GPU.
+/// The HIP backend's per-device state: the ordinal as HIP takes it. HIP has no contexts to retain: the
+/// runtime API acts on the device current on the calling thread (`hipSetDevice`: "Set default device to
+/// be used for subsequent hip API calls from this thread"), so every operation makes this device current
+/// first (the shared layer caches which one it made current, per thread).
 ///
 /// # Thread safety
-/// `Send + Sync`, cheap to clone. HIP's runtime API is thread-safe and acts on the device current on the
-/// calling thread ("Set default device to be used for subsequent hip API calls from this thread",
-/// `hipSetDevice`), so every operation makes its device current on the calling thread first; a device
-/// may therefore be used from any thread. [`Device::pin`] makes that explicit and turns a use of another
-/// device into [`Error::WrongDevice`].
-#[derive(Debug, Clone)]
-pub struct HipDevice {
-    pub(crate) shared: Arc<DeviceShared>,
-}
-
-impl HipDevice {
-    /// The architecture as HIP names it, target features included (`gfx90a:sramecc+:xnack-`); the
-    /// same string as [`DeviceInfo::arch`], and what compilation targets.
-    pub fn gcn_arch_name(&self) -> &str {
-        &self.shared.info.arch
-    }
-}
-
-impl Device for HipDevice {
-    type Backend = HipBackend;
-
-    fn info(&self) -> &DeviceInfo {
-        &self.shared.info
-    }
-
-    fn pin(&self) -> Result<PinGuard> {
-        let op = "device.pin";
-        let previous = result::device::get(op)?;
-        let ordinal = self.shared.raw_ordinal();
-        result::device::set(op, ordinal)?;
-        context::note_current(ordinal);
-        let device = self.shared.clone();
-        let restore = move || match result::device::set("device.unpin", previous) {
-            Ok(()) => context::note_current(previous),
-            Err(e) => device.defer(e),
-        };
-        Ok(PinGuard::push(BackendKind::Hip, self.shared.ordinal(), Some(Box::new(restore))))
-    }
-
-    fn memory_info(&self) -> Result<MemoryInfo> {
-        self.shared.enter("device.memory_info")?;
-        let (free, total) = result::memory::info("device.memory_info")?;
-        Ok(MemoryInfo { free: free as u64, total: total as u64 })
-    }
-
-    fn create_stream(&self) -> Result<HipStream> {
-        self.shared.enter("device.create_stream")?;
-        HipStream::new(self.shared.clone())
-    }
-
-    fn create_event(&self) -> Result<HipEvent> {
-        self.shared.enter("device.create_event")?;
-        HipEvent::new(self.shared.clone(), true)
-    }
-
-    fn create_untimed_event(&self) -> Result<HipEvent> {
-        self.shared.enter("device.create_untimed_event")?;
-        HipEvent::new(self.shared.clone(), false)
-    }
-
-    fn alloc(&self, bytes: usize) -> Result<HipDeviceBuffer> {
-        memory::alloc(&self.shared, bytes)
-    }
-
-    fn alloc_pinned(&self, bytes: usize) -> Result<HipPinnedBuffer> {
-        memory::alloc_pinned(&self.shared, bytes)
-    }
-
-    fn compile(&self, source: &KernelSource) -> Result<CodeObject> {
-        check_pinned("device.compile", BackendKind::Hip, self.shared.ordinal())?;
-        rtc::compile_for_arch(source, &self.shared.info.arch)
-    }
-
-    fn load_module(&self, code: &CodeObject) -> Result<HipModule> {
-        self.shared.enter("device.load_module")?;
-        HipModule::load(self.shared.clone(), code)
-    }
-
-    fn instantiate(&self, graph: &HipGraph) -> Result<HipGraphExec> {
-        self.shared.enter("device.instantiate")?;
-        HipGraphExec::instantiate(self.shared.clone(), graph)
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        let op = "device.synchronize";
-        self.shared.enter(op)?;
-        stream::forbid_during_capture(op)?;
-        flush_postponed_releases();
-        result::device::synchronize(op).map_err(|e| stream::map_fault(op, e, None, 0))
-    }
-
-    fn take_deferred_errors(&self) -> Vec<Error> {
-        std::mem::take(&mut *self.shared.deferred.lock())
-    }
-}
+/// `Send + Sync`: a plain integer, valid on every thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HipOrdinal(pub(crate) c_int);
 
 #[cfg(test)]
 mod tests {

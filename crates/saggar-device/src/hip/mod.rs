@@ -2,18 +2,20 @@
 //! hipRTC, loaded at run time.
 //!
 //! # Design
-//! The module tree mirrors the CUDA backend file for file, so the two can be read side by side: `sys`
-//! declares the raw entry points (what hip-runtime-sys provides and what saggar declares itself, and why);
-//! `result` turns each HIP and hipRTC call into a `Result` grouped by object; `context` keeps the current
-//! device per thread; `device`, `memory`, `stream`, `event`, `module`, `graph` and `rtc` implement the
-//! traits of [`crate::api`] with the semantics the host backend defines and the conformance suite checks.
+//! The backend is the shared GPU layer ([`crate::gpu`]) over [`HipDriver`]: `sys` declares the raw entry
+//! points (what hip-runtime-sys provides and what saggar declares itself, and why); `result` turns each
+//! HIP and hipRTC call into a `Result` grouped by object; `driver` implements [`crate::gpu::Driver`] with
+//! those calls; `device` describes devices, `module` checks code objects before HIP reads them, `graph`
+//! plans executable-graph updates, and `rtc` compiles with hipRTC. Devices, streams, events, memory,
+//! modules and graphs are the shared layer's, with the semantics the host backend defines and the
+//! conformance suite checks.
 //!
 //! - **Linking and loading.** The `hip` feature links libamdhip64 (hip-runtime-sys's build script finds
 //!   it under `HIP_PATH`; `HIP_PATH=/usr` for Debian's `libamdhip64-dev`), so it is off by default.
 //!   hipRTC is not linked: it is found at run time in libhiprtc (ROCm 6 and later) or libamdhip64
 //!   (ROCm 5.x), whichever the installed ROCm ships ([`hiprtc_library`]).
 //! - **No device is not a fault.** On a machine without an AMD GPU, `hipGetDeviceCount` fails with
-//!   `hipErrorNoDevice` (or reports 0): [`HipBackend::enumerate`] and [`HipBackend::open`] return
+//!   `hipErrorNoDevice` (or reports 0): `HipBackend::enumerate` and `HipBackend::open` ([`crate::Backend`]) return
 //!   [`Error::BackendUnavailable`] with a reason that starts "no HIP device found", `auto` backend
 //!   selection moves on, and the conformance suite reports every test skipped with that reason.
 //! - **Devices.** HIP acts on the thread's current device. Every operation checks the device pinned to
@@ -23,12 +25,13 @@
 //!   device for the call only; one that runs on a thread that is capturing postpones its release (a
 //!   free, an unload) to the end of the capture, where HIP allows it.
 //! - **Capture.** saggar's capture modes are HIP's (thread-local by default). Calls HIP forbids during
-//!   capture are refused before they reach HIP and invalidate the capture; see `stream` for the rules.
+//!   capture are refused before they reach HIP and invalidate the capture; see [`crate::gpu`] for the rules.
 //!   An empty capture is valid and instantiates to a marker that replays as a no-op. Known ROCm graph
 //!   pitfalls are handled where they arise: `hipGraphExecUpdate` is slow on large graphs and not atomic
 //!   in ROCm, so updates that only change kernel parameters use `hipGraphExecKernelNodeSetParams`, and a
 //!   failed update is rolled back (`graph`); graphs captured across several streams can lose their
-//!   concurrency on some ROCm releases, which saggar avoids by capturing on one stream (`stream`).
+//!   concurrency on some ROCm releases (work captured on several streams, forked with events and joined
+//!   back, replays one node after another), which saggar avoids by capturing on one stream.
 //! - **Errors.** A failed call is [`Error::Vendor`] with HIP's code name (`hipErrorOutOfMemory`) and
 //!   description, except where saggar gives the code a meaning: out of memory is [`Error::OutOfMemory`],
 //!   capture violations are [`Error::IllegalDuringCapture`] / [`Error::CaptureInvalidated`], a refused
@@ -44,7 +47,7 @@
 //! not internally synchronized and must not be accessed concurrently from multiple threads"): saggar
 //! serialises every call on one graph and the launches of one executable graph with locks of their own.
 //! A thread-local or global capture must end on the thread that began it. Code outside saggar that calls
-//! `hipSetDevice` on a thread saggar uses must restore the device it found (see `context`).
+//! `hipSetDevice` on a thread saggar uses must restore the device it found.
 //!
 //! # Safety
 //! Every `unsafe` block carries a `// SAFETY:` comment. Raw handles are owned by exactly one value and
@@ -59,54 +62,38 @@
 //! error mapping, hipRTC compilation and the pure logic (argument packing, update planning, code-object
 //! checks) run. `docs/amd.md` lists the details.
 
-mod context;
 mod device;
-mod event;
+mod driver;
 mod graph;
-mod memory;
 mod module;
 mod result;
 mod rtc;
-mod stream;
 mod sys;
 
-pub use device::{HipDevice, take_orphaned_errors};
-pub use event::HipEvent;
-pub use graph::{HipGraph, HipGraphExec};
-pub use memory::{HipDeviceBuffer, HipPinnedBuffer};
-pub use module::{HipKernel, HipModule};
+pub use device::HipOrdinal;
+pub use driver::HipDriver;
+pub use graph::HipGraphData;
 pub use rtc::{compile_for_arch, hiprtc_library, hiprtc_version};
-pub use stream::HipStream;
 
-use crate::api::Backend;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
-use crate::types::{BackendKind, DeviceInfo};
+use crate::error::{Error, Result};
+use crate::gpu;
 
-/// The HIP backend. See the module documentation.
-#[derive(Debug)]
-pub enum HipBackend {}
+// The public names: `HipBackend` is `gpu::GpuBackend<HipDriver>`, `HipStream` is `gpu::Stream<HipDriver>`, and so on.
+crate::gpu_aliases!(HipDriver => HipBackend, HipDevice, HipStream, HipEvent, HipDeviceBuffer, HipPinnedBuffer, HipModule, HipKernel, HipGraph, HipGraphExec);
 
-impl Backend for HipBackend {
-    const KIND: BackendKind = BackendKind::Hip;
-    type Device = HipDevice;
-    type Stream = HipStream;
-    type Event = HipEvent;
-    type DeviceBuffer = HipDeviceBuffer;
-    type PinnedBuffer = HipPinnedBuffer;
-    type Module = HipModule;
-    type Kernel = HipKernel;
-    type Graph = HipGraph;
-    type GraphExec = HipGraphExec;
-
-    fn enumerate() -> Result<Vec<DeviceInfo>> {
-        device::enumerate()
+impl HipDevice {
+    /// The architecture as HIP names it, target features included (`gfx90a:sramecc+:xnack-`); the
+    /// same string as [`crate::DeviceInfo::arch`], and what compilation targets.
+    pub fn gcn_arch_name(&self) -> &str {
+        &self.shared.info.arch
     }
+}
 
-    fn open(ordinal: usize) -> Result<HipDevice> {
-        device::open(ordinal)
-    }
+/// Errors that destructors of HIP objects recorded after the last handle of their device was gone
+/// (errors nobody took from the device before it went away), oldest first. Every other destructor error
+/// is on its device: [`crate::Device::take_deferred_errors`].
+pub fn take_orphaned_errors() -> Vec<Error> {
+    gpu::take_orphaned_errors::<HipDriver>()
 }
 
 /// The HIP runtime's version as ROCm writes it, e.g. `"5.2.21153"` (`hipRuntimeGetVersion`). Works
@@ -115,24 +102,10 @@ pub fn runtime_version() -> Result<String> {
     result::runtime::version("hip.runtime_version").map(device::format_runtime_version)
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn send_sync<T: Send + Sync>() {}
-    send_sync::<HipDevice>();
-    send_sync::<HipStream>();
-    send_sync::<HipEvent>();
-    send_sync::<HipDeviceBuffer>();
-    send_sync::<HipPinnedBuffer>();
-    send_sync::<HipModule>();
-    send_sync::<HipKernel>();
-    send_sync::<HipGraph>();
-    send_sync::<HipGraphExec>();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use crate::types::BackendKind;
 
     /// Whether this machine has a HIP device, asked of HIP directly.
     fn device_present() -> bool {
@@ -142,24 +115,14 @@ mod tests {
     /// The CI path: no device is a typed error with a reason, never a panic, on every entry point.
     #[test]
     fn no_device_is_backend_unavailable_not_a_panic() {
-        let enumerated = std::panic::catch_unwind(HipBackend::enumerate).expect("enumerate panicked");
-        let opened = std::panic::catch_unwind(|| HipBackend::open(0)).expect("open panicked");
-        let selected = std::panic::catch_unwind(|| crate::enumerate(BackendKind::Hip)).expect("select panicked");
+        let (enumerated, opened, selected) = gpu::call_entry_points::<HipDriver>();
         if device_present() {
             eprintln!("NOTE hip: a HIP device is present here; the no-device path is not exercised");
             assert!(!enumerated.expect("enumerate with a device").is_empty());
             return;
         }
-        for err in [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()] {
-            match &err {
-                Error::BackendUnavailable { backend: BackendKind::Hip, reason } => {
-                    assert!(reason.starts_with("no HIP device found: "), "reason: {reason}");
-                }
-                other => panic!("expected BackendUnavailable, got {other:?}"),
-            }
-            assert!(err.is_unavailable());
-            assert!(err.to_string().starts_with("hip backend unavailable: no HIP device found"), "{err}");
-        }
+        let errors = [enumerated.unwrap_err(), opened.unwrap_err(), selected.unwrap_err()];
+        gpu::assert_all_unavailable(errors, BackendKind::Hip, "no HIP device found: ");
         let version = runtime_version().expect("hipRuntimeGetVersion works without a device");
         assert!(version.split('.').count() == 3, "{version}");
     }

@@ -1,23 +1,20 @@
-//! Modules and kernels of the HIP backend: `hipModuleLoadData` from an AMD code object, kernel handles
-//! from `hipModuleGetFunction`, each with the signature its code object declares and the limits HIP
-//! reports for it, so every launch is checked before it reaches HIP.
+//! Loading modules on the HIP backend: `hipModuleLoadData` from an AMD code object, and the limits HIP
+//! reports for a kernel (`hipFuncGetAttribute`), so every launch is checked before it reaches HIP.
 //!
 //! `hipModuleLoadData` takes a pointer and no length: it trusts the offsets written inside the image. A
 //! truncated or corrupted image (a damaged cache entry) would make it read past the end of the buffer,
 //! so saggar checks the headers first ([`check_image`]): every table and section the image points to must
 //! lie inside it.
 
-use std::ffi::{CString, c_void};
-use std::sync::Arc;
+use std::ffi::c_void;
 
-use crate::api::{Kernel, Module};
 use crate::code::{CodeFormat, CodeObject};
 use crate::error::{Error, Result};
-use crate::hip::HipBackend;
-use crate::hip::device::{self, DeviceShared, SendHandle};
-use crate::hip::result::{self, has_code};
-use crate::hip::sys::{self, code, func_attribute};
-use crate::types::{KernelSignature, LaunchConfig};
+use crate::gpu::{Driver, ErrorClass, LoadedModule};
+use crate::hip::HipDriver;
+use crate::hip::result;
+use crate::hip::sys::{self, func_attribute};
+use crate::rules::{DeviceLimits, KernelLimits};
 
 /// `EM_AMDGPU`, the ELF machine of AMD GPU code objects.
 const EM_AMDGPU: u16 = 224;
@@ -150,256 +147,49 @@ pub(crate) fn image_defines_kernel(image: &[u8], name: &str) -> bool {
     image.windows(needle.len()).any(|w| w == needle.as_slice())
 }
 
-/// A loaded module, shared by its kernels and by every graph that launched one of them.
-pub(crate) struct ModuleShared {
-    device: Arc<DeviceShared>,
-    raw: sys::hipModule_t,
-    signatures: Vec<Arc<KernelSignature>>,
-    /// The image the module was loaded from. HIP documents no promise to copy it, and some releases
-    /// read it lazily, so saggar keeps it for as long as the module is loaded.
-    _image: Box<[u8]>,
-}
-
-// SAFETY: a `hipModule_t` is an opaque handle the runtime accepts from any thread; the rest is immutable.
-unsafe impl Send for ModuleShared {}
-// SAFETY: as above.
-unsafe impl Sync for ModuleShared {}
-
-impl Drop for ModuleShared {
-    fn drop(&mut self) {
-        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if !raw.is_null() {
-            let raw = SendHandle::new(raw);
-            device::release(&self.device, "module.drop", move || {
-                // SAFETY: `raw` was swapped out, so it is unloaded once. No kernel of it can be launched any
-                // more: kernels and graphs hold this module by `Arc`, so this runs after the last of them is
-                // gone (work they enqueued may still run, which the launch contracts leave to the caller).
-                unsafe { result::module::unload("module.drop", raw.into_inner()) }
-            });
-        }
+/// Loads `code` with `hipModuleLoadData`, after checking that it is a whole AMD GPU code object. The
+/// image is returned to be kept with the module: HIP documents no promise to copy it, and some releases
+/// read it lazily.
+pub(crate) fn load(op: &'static str, code: &CodeObject) -> Result<LoadedModule<sys::hipModule_t>> {
+    if code.format != CodeFormat::HipCodeObject {
+        return Err(Error::CodeObject {
+            reason: format!("a HIP device loads HipCodeObject code objects, not {:?}", code.format),
+        });
+    }
+    check_image(&code.image).map_err(|reason| Error::CodeObject { reason })?;
+    let image: Box<[u8]> = code.image.clone().into_boxed_slice();
+    // SAFETY: `image` is a whole code object (checked above: every offset inside it lies inside it), kept
+    // alive by the module for as long as HIP may read it.
+    match unsafe { result::module::load_data(op, image.as_ptr().cast::<c_void>()) } {
+        Ok(raw) => Ok((raw, Some(image))),
+        Err(e) if HipDriver::classify(&e) == ErrorClass::BadImage => Err(Error::CodeObject { reason: e.to_string() }),
+        Err(e) => Err(e),
     }
 }
 
-impl std::fmt::Debug for ModuleShared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HipModule")
-            .field("device", &self.device.ordinal())
-            .field("kernels", &self.signatures.iter().map(|s| s.name.as_str()).collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-/// A loaded module of the HIP backend (`hipModuleLoadData`), unloaded when the module, its kernels and
-/// every graph that launched one of its kernels are gone.
+/// A kernel's limits: the device's, narrowed by what HIP reports for the function. HIP may not report
+/// an attribute for module functions on every release; the device's limit is the fallback (a kernel's
+/// own limits are never larger).
 ///
-/// # Thread safety
-/// `Send + Sync`: a module is immutable once loaded; kernels may be looked up from any thread.
-#[derive(Debug)]
-pub struct HipModule {
-    shared: Arc<ModuleShared>,
-}
-
-impl HipModule {
-    /// Loads `code`; the device is current (the caller entered it).
-    pub(crate) fn load(device: Arc<DeviceShared>, code: &CodeObject) -> Result<HipModule> {
-        let op = "device.load_module";
-        if code.format != CodeFormat::HipCodeObject {
-            return Err(Error::CodeObject {
-                reason: format!("a HIP device loads HipCodeObject code objects, not {:?}", code.format),
-            });
-        }
-        check_image(&code.image).map_err(|reason| Error::CodeObject { reason })?;
-        let image: Box<[u8]> = code.image.clone().into_boxed_slice();
-        // SAFETY: `image` is a whole code object (checked above: every offset inside it lies inside it),
-        // kept alive by the module for as long as HIP may read it.
-        let raw = match unsafe { result::module::load_data(op, image.as_ptr().cast::<c_void>()) } {
-            Ok(raw) => raw,
-            Err(e) if is_bad_image(&e) => return Err(Error::CodeObject { reason: e.to_string() }),
-            Err(e) => return Err(e),
-        };
-        Ok(HipModule {
-            shared: Arc::new(ModuleShared {
-                device,
-                raw,
-                signatures: code.kernels.iter().cloned().map(Arc::new).collect(),
-                _image: image,
-            }),
-        })
-    }
-}
-
-/// HIP errors that mean "this image cannot be loaded here", which saggar reports as a bad code object.
-fn is_bad_image(error: &Error) -> bool {
-    [code::INVALID_IMAGE, code::NO_BINARY_FOR_GPU, code::INVALID_KERNEL_FILE, code::SHARED_OBJECT_INIT_FAILED]
-        .into_iter()
-        .any(|code| has_code(error, code))
-}
-
-impl Module for HipModule {
-    type Backend = HipBackend;
-
-    fn kernel(&self, name: &str) -> Result<HipKernel> {
-        let op = "module.kernel";
-        let shared = &self.shared;
-        let no_such = || {
-            let mut names: Vec<_> = shared.signatures.iter().map(|s| s.name.as_str()).collect();
-            names.sort_unstable();
-            Error::NoSuchKernel {
-                kernel: name.to_string(),
-                module: "HIP code object module".into(),
-                available: names.join(", "),
-            }
-        };
-        let signature = shared.signatures.iter().find(|s| s.name == name).cloned().ok_or_else(no_such)?;
-        let c_name = CString::new(name).map_err(|_| no_such())?;
-        shared.device.enter(op)?;
-        // SAFETY: the module is live while `shared` is.
-        let raw = match unsafe { result::function::get(op, shared.raw, &c_name) } {
-            Ok(raw) => raw,
-            Err(e)
-                if [code::NOT_FOUND, code::INVALID_SYMBOL, code::INVALID_DEVICE_FUNCTION]
-                    .iter()
-                    .any(|&c| has_code(&e, c)) =>
-            {
-                return Err(no_such());
-            }
-            Err(e) => return Err(e),
-        };
-        // HIP may not report an attribute for module functions on every release; the device's limit is
-        // the fallback (a kernel's own limits are never larger).
-        // SAFETY: `raw` belongs to the live module.
-        let attr = |a| unsafe { result::function::attribute(op, raw, a) }.ok().filter(|v| *v > 0).map(|v| v as u32);
-        let device = &shared.device.limits;
-        let limits = KernelLimits {
-            max_threads_per_block: attr(func_attribute::MAX_THREADS_PER_BLOCK)
-                .map_or(device.max_threads_per_block, |v| v.min(device.max_threads_per_block)),
-            max_dynamic_shared_bytes: attr(func_attribute::MAX_DYNAMIC_SHARED_SIZE_BYTES)
-                .map_or(device.max_shared_bytes, |v| v.min(device.max_shared_bytes)),
-            max_block: device.max_block,
-            max_grid: device.max_grid,
-        };
-        Ok(HipKernel { module: shared.clone(), raw, signature, limits })
-    }
-}
-
-/// What one kernel may be launched with: the device's limits, narrowed by the kernel's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KernelLimits {
-    pub(crate) max_threads_per_block: u32,
-    pub(crate) max_dynamic_shared_bytes: u32,
-    pub(crate) max_block: [u32; 3],
-    pub(crate) max_grid: [u32; 3],
-}
-
-impl KernelLimits {
-    /// Why `config` cannot be launched under these limits, if it cannot (after [`LaunchConfig::check`]).
-    pub(crate) fn violation(&self, config: &LaunchConfig) -> Option<String> {
-        let (b, g) = (config.block, config.grid);
-        let (bd, gd) = ([b.x, b.y, b.z], [g.x, g.y, g.z]);
-        if bd.iter().zip(&self.max_block).any(|(v, max)| v > max) {
-            return Some(format!(
-                "block ({}, {}, {}) exceeds the device's maximum block dimensions ({}, {}, {})",
-                b.x, b.y, b.z, self.max_block[0], self.max_block[1], self.max_block[2]
-            ));
-        }
-        if b.volume() > u64::from(self.max_threads_per_block) {
-            return Some(format!(
-                "{} threads per block exceeds this kernel's limit of {}",
-                b.volume(),
-                self.max_threads_per_block
-            ));
-        }
-        if gd.iter().zip(&self.max_grid).any(|(v, max)| v > max) {
-            return Some(format!(
-                "grid ({}, {}, {}) exceeds the device's maximum grid dimensions ({}, {}, {})",
-                g.x, g.y, g.z, self.max_grid[0], self.max_grid[1], self.max_grid[2]
-            ));
-        }
-        // AMD GPUs dispatch a grid as a count of work-items per dimension, a 32-bit number: HIP refuses a
-        // launch whose grid times block exceeds it in any dimension.
-        if gd.iter().zip(&bd).any(|(&g, &b)| u64::from(g) * u64::from(b) > u64::from(u32::MAX)) {
-            return Some(format!(
-                "grid ({}, {}, {}) of blocks ({}, {}, {}) exceeds 2^32 - 1 threads in a dimension, the AMD limit",
-                g.x, g.y, g.z, b.x, b.y, b.z
-            ));
-        }
-        if config.shared_mem_bytes > self.max_dynamic_shared_bytes {
-            return Some(format!(
-                "{} bytes of dynamic shared memory exceed this kernel's limit of {}",
-                config.shared_mem_bytes, self.max_dynamic_shared_bytes
-            ));
-        }
-        None
-    }
-}
-
-/// A kernel of a loaded HIP module; it keeps its module loaded.
-///
-/// # Thread safety
-/// `Send + Sync`, cheap to clone: a kernel handle is immutable, and HIP allows launching the same
-/// function from several threads and streams at once.
-#[derive(Clone)]
-pub struct HipKernel {
-    module: Arc<ModuleShared>,
-    raw: sys::hipFunction_t,
-    signature: Arc<KernelSignature>,
-    limits: KernelLimits,
-}
-
-// SAFETY: a `hipFunction_t` is an opaque handle, valid while its module (held by `module`) is loaded, and
-// usable from any thread.
-unsafe impl Send for HipKernel {}
-// SAFETY: as above; the handle is immutable.
-unsafe impl Sync for HipKernel {}
-
-impl std::fmt::Debug for HipKernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HipKernel")
-            .field("name", &self.signature.name)
-            .field("device", &self.module.device.ordinal())
-            .field("max_threads_per_block", &self.limits.max_threads_per_block)
-            .finish()
-    }
-}
-
-impl HipKernel {
-    /// The raw HIP handle, for interop and benchmarks; valid while this kernel (or a clone) lives.
-    pub fn raw_handle(&self) -> sys::hipFunction_t {
-        self.raw
-    }
-
-    pub(crate) fn ordinal(&self) -> usize {
-        self.module.device.ordinal()
-    }
-
-    pub(crate) fn module(&self) -> &Arc<ModuleShared> {
-        &self.module
-    }
-
-    pub(crate) fn signature_arc(&self) -> &Arc<KernelSignature> {
-        &self.signature
-    }
-
-    /// Checks `config` against this kernel's and its device's limits (after [`LaunchConfig::check`]).
-    #[inline]
-    pub(crate) fn check_limits(&self, config: &LaunchConfig) -> Result<()> {
-        match self.limits.violation(config) {
-            None => Ok(()),
-            Some(reason) => Err(Error::InvalidLaunchConfig { kernel: self.signature.name.clone(), reason }),
-        }
-    }
-}
-
-impl Kernel for HipKernel {
-    fn signature(&self) -> &KernelSignature {
-        &self.signature
-    }
+/// # Safety
+/// `function` belongs to a live module.
+pub(crate) unsafe fn kernel_limits(
+    op: &'static str,
+    function: sys::hipFunction_t,
+    device: &DeviceLimits,
+) -> KernelLimits {
+    // SAFETY: the caller's contract.
+    let attr = |a| unsafe { result::function::attribute(op, function, a) }.ok().filter(|v| *v > 0).map(|v| v as u32);
+    KernelLimits::narrow(
+        device,
+        attr(func_attribute::MAX_THREADS_PER_BLOCK),
+        attr(func_attribute::MAX_DYNAMIC_SHARED_SIZE_BYTES),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Dim3;
 
     /// A minimal AMD GPU ELF header with one section header table of `shnum` entries at `shoff`.
     fn elf(len: usize, shoff: u64, shnum: u16) -> Vec<u8> {
@@ -455,26 +245,5 @@ mod tests {
         assert!(image_defines_kernel(image, "saggar_fill_u32"));
         assert!(!image_defines_kernel(image, "fill_u32"));
         assert!(!image_defines_kernel(image, "saggar_axpy_f32"));
-    }
-
-    #[test]
-    fn launch_limits_include_the_amd_grid_size_limit() {
-        let limits = KernelLimits {
-            max_threads_per_block: 1024,
-            max_dynamic_shared_bytes: 65536,
-            max_block: [1024, 1024, 1024],
-            max_grid: [u32::MAX >> 1, 65536, 65536],
-        };
-        let ok = LaunchConfig::for_elements(1 << 20, 256);
-        assert_eq!(limits.violation(&ok), None);
-        let huge = LaunchConfig { grid: Dim3::x(1 << 30), block: Dim3::x(1024), shared_mem_bytes: 0 };
-        assert!(limits.violation(&huge).unwrap().contains("2^32 - 1"));
-        let wide = LaunchConfig { grid: Dim3::x(1), block: Dim3 { x: 2048, y: 1, z: 1 }, shared_mem_bytes: 0 };
-        assert!(limits.violation(&wide).unwrap().contains("maximum block dimensions"));
-        let lds = LaunchConfig { shared_mem_bytes: 65537, ..ok };
-        assert!(limits.violation(&lds).unwrap().contains("shared memory"));
-        let narrow = KernelLimits { max_threads_per_block: 256, ..limits };
-        let block512 = LaunchConfig::for_elements(4096, 512);
-        assert!(narrow.violation(&block512).unwrap().contains("limit of 256"));
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! A failed call becomes [`Error::Vendor`] with HIP's own name for the code (`hipGetErrorName`:
 //! `hipErrorOutOfMemory`) and its description (`hipGetErrorString`), plus the saggar operation that made
-//! the call. Callers that give a code a meaning of its own (out of memory, a capture violation, an event
-//! not yet complete) look at it with [`has_code`].
+//! the call. The codes saggar gives a meaning of its own (out of memory, a capture violation, an event
+//! not yet complete) are listed in `driver.rs`.
 //!
 //! Nothing here decides policy: no pinning checks, no capture bookkeeping, no current-device handling.
 //! Functions that take raw handles are `unsafe`, and their `# Safety` sections say which handles must be
@@ -64,11 +64,6 @@ pub(crate) fn vendor(op: &'static str, status: HipStatus) -> Error {
 #[inline]
 pub(crate) fn check(op: &'static str, status: HipStatus) -> Result<()> {
     if status == code::SUCCESS { Ok(()) } else { Err(vendor(op, status)) }
-}
-
-/// Whether `error` is a HIP error with code `status`.
-pub(crate) fn has_code(error: &Error, status: HipStatus) -> bool {
-    matches!(error, Error::Vendor { backend: BackendKind::Hip, code, .. } if *code == i64::from(status))
 }
 
 /// Loading hipRTC, once per process.
@@ -828,8 +823,10 @@ mod tests {
             }
             other => panic!("not a vendor error: {other:?}"),
         }
-        assert!(has_code(&e, code::OUT_OF_MEMORY));
-        assert!(!has_code(&e, code::NO_DEVICE));
+        use crate::gpu::{Driver, DriverFault, ErrorClass};
+        assert_eq!(crate::hip::HipDriver::classify(&e), ErrorClass::OutOfMemory);
+        let other = vendor("hip.enumerate", code::NO_DEVICE);
+        assert_eq!(crate::hip::HipDriver::classify(&other), ErrorClass::Fault(DriverFault::Other));
         let text = e.to_string();
         assert!(text.starts_with("device.alloc failed on hip: hipErrorOutOfMemory (2)"), "{text}");
     }

@@ -225,17 +225,7 @@ impl Device for HostDevice {
     fn alloc_pinned(&self, bytes: usize) -> Result<HostPinnedBuffer> {
         self.check("device.alloc_pinned")?;
         forbid_during_capture(&self.shared, "device.alloc_pinned")?;
-        if bytes == 0 {
-            return Err(Error::InvalidSize {
-                op: "device.alloc_pinned",
-                bytes: 0,
-                reason: "zero-sized allocations are not allowed",
-            });
-        }
-        let limit = self.shared.info.total_memory;
-        if bytes as u64 > limit {
-            return Err(Error::OutOfMemory { op: "device.alloc_pinned", requested: bytes as u64, available: limit });
-        }
+        crate::rules::check_pinned_size("device.alloc_pinned", bytes, self.shared.info.total_memory)?;
         HostPinnedBuffer::new(bytes, self.shared.counters.clone()).ok_or(Error::OutOfMemory {
             op: "device.alloc_pinned",
             requested: bytes as u64,

@@ -53,13 +53,7 @@ impl std::fmt::Debug for HostGraphExec {
 
 impl HostGraphExec {
     pub(crate) fn instantiate(device: Arc<DeviceShared>, graph: &HostGraph) -> Result<HostGraphExec> {
-        if graph.ordinal != device.info.ordinal {
-            return Err(Error::DeviceMismatch {
-                op: "device.instantiate",
-                ordinal: device.info.ordinal,
-                other: graph.ordinal,
-            });
-        }
+        crate::rules::check_same_device("device.instantiate", device.info.ordinal, graph.ordinal)?;
         device.counters.live_graph_execs.fetch_add(1, Relaxed);
         Ok(HostGraphExec { body: Some(Arc::from(graph.ops.clone())), device })
     }
@@ -78,13 +72,7 @@ impl GraphExec for HostGraphExec {
 
     fn update(&mut self, graph: &HostGraph) -> Result<()> {
         let body = self.body("graph_exec.update")?;
-        if graph.ordinal != self.ordinal() {
-            return Err(Error::DeviceMismatch {
-                op: "graph_exec.update",
-                ordinal: self.ordinal(),
-                other: graph.ordinal,
-            });
-        }
+        crate::rules::check_same_device("graph_exec.update", self.ordinal(), graph.ordinal)?;
         if body.len() != graph.ops.len() {
             return Err(Error::GraphUpdate {
                 reason: format!("node count changed from {} to {}", body.len(), graph.ops.len()),

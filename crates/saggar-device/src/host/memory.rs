@@ -96,20 +96,7 @@ impl AddressSpace {
     }
 
     pub(crate) fn alloc(&mut self, bytes: usize) -> Result<DevicePtr> {
-        if bytes == 0 {
-            return Err(Error::InvalidSize {
-                op: "device.alloc",
-                bytes: 0,
-                reason: "zero-sized allocations are not allowed",
-            });
-        }
-        if bytes as u64 > MAX_ALLOCATION {
-            return Err(Error::InvalidSize {
-                op: "device.alloc",
-                bytes: bytes as u128,
-                reason: "larger than the device address space",
-            });
-        }
+        crate::rules::check_alloc_size("device.alloc", bytes, MAX_ALLOCATION)?;
         let rounded = round_up(bytes as u64);
         if rounded > self.capacity - self.used {
             return Err(Error::OutOfMemory {

@@ -31,6 +31,7 @@ use crate::host::memory::owner_of;
 use crate::host::pinned::{HostPinnedBuffer, PinnedAlloc};
 use crate::host::{HostBackend, HostKernel};
 use crate::pinning::check_pinned;
+use crate::rules;
 use crate::types::{BackendKind, CaptureMode, DevicePtr, DeviceSlice, KernelArg, LaunchConfig};
 
 /// An operation that can run on a stream or be recorded into a graph.
@@ -329,15 +330,6 @@ impl HostStream {
         }
     }
 
-    fn check_pinned_range(op: &'static str, buffer: &HostPinnedBuffer, offset: usize, len: usize) -> Result<()> {
-        let fits = offset.checked_add(len).is_some_and(|end| end <= buffer.alloc.len());
-        if fits {
-            Ok(())
-        } else {
-            Err(Error::OutOfBounds { op, offset: offset as u64, len: len as u64, capacity: buffer.alloc.len() as u64 })
-        }
-    }
-
     /// Synchronous work goes through the queue too, so it is ordered after what came before.
     fn synchronous<T>(&self, op: &'static str, make: impl FnOnce(Sender<Result<T>>) -> Job) -> Result<T> {
         check_pinned(op, BackendKind::Host, self.ordinal())?;
@@ -380,7 +372,7 @@ impl Stream for HostStream {
     }
 
     unsafe fn copy_h2d_async(&self, src: &HostPinnedBuffer, src_offset: usize, dst: DeviceSlice) -> Result<()> {
-        Self::check_pinned_range("stream.copy_h2d_async", src, src_offset, dst.len())?;
+        rules::check_pinned_range("stream.copy_h2d_async", src.alloc.len(), src_offset, dst.len())?;
         self.enqueue(
             "stream.copy_h2d_async",
             Op::CopyH2D { src: src.alloc.clone(), src_offset, dst: dst.ptr(), len: dst.len() },
@@ -388,7 +380,7 @@ impl Stream for HostStream {
     }
 
     unsafe fn copy_d2h_async(&self, src: DeviceSlice, dst: &HostPinnedBuffer, dst_offset: usize) -> Result<()> {
-        Self::check_pinned_range("stream.copy_d2h_async", dst, dst_offset, src.len())?;
+        rules::check_pinned_range("stream.copy_d2h_async", dst.alloc.len(), dst_offset, src.len())?;
         self.enqueue(
             "stream.copy_d2h_async",
             Op::CopyD2H { src: src.ptr(), len: src.len(), dst: dst.alloc.clone(), dst_offset },
@@ -396,9 +388,7 @@ impl Stream for HostStream {
     }
 
     fn copy_d2d(&self, src: DeviceSlice, dst: DeviceSlice) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(Error::LengthMismatch { op: "stream.copy_d2d", src: src.len() as u64, dst: dst.len() as u64 });
-        }
+        rules::check_same_len("stream.copy_d2d", src.len(), dst.len())?;
         self.enqueue("stream.copy_d2d", Op::CopyD2D { src: src.ptr(), dst: dst.ptr(), len: src.len() })
     }
 
@@ -407,16 +397,12 @@ impl Stream for HostStream {
     }
 
     fn upload(&self, src: &[u8], dst: DeviceSlice) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(Error::LengthMismatch { op: "stream.upload", src: src.len() as u64, dst: dst.len() as u64 });
-        }
+        rules::check_same_len("stream.upload", src.len(), dst.len())?;
         self.synchronous("stream.upload", |reply| Job::Upload { data: src.to_vec(), dst: dst.ptr(), reply })
     }
 
     fn download(&self, src: DeviceSlice, dst: &mut [u8]) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(Error::LengthMismatch { op: "stream.download", src: src.len() as u64, dst: dst.len() as u64 });
-        }
+        rules::check_same_len("stream.download", src.len(), dst.len())?;
         let bytes =
             self.synchronous("stream.download", |reply| Job::Download { src: src.ptr(), len: src.len(), reply })?;
         dst.copy_from_slice(&bytes);
@@ -424,11 +410,9 @@ impl Stream for HostStream {
     }
 
     unsafe fn launch(&self, kernel: &HostKernel, config: &LaunchConfig, args: &[KernelArg]) -> Result<()> {
-        kernel.signature().check_args(args)?;
-        config.check(kernel.name())?;
-        if kernel.ordinal != self.ordinal() {
-            return Err(Error::DeviceMismatch { op: "stream.launch", ordinal: self.ordinal(), other: kernel.ordinal });
-        }
+        // The host backend knows no per-kernel limits beyond the common ones.
+        rules::check_launch(kernel.signature(), None, config, args)?;
+        rules::check_same_device("stream.launch", self.ordinal(), kernel.ordinal)?;
         self.enqueue(
             "stream.launch",
             Op::Launch { kernel: kernel.registered.clone(), config: *config, args: SmallVec::from_slice(args) },
@@ -437,25 +421,13 @@ impl Stream for HostStream {
 
     unsafe fn launch_graph(&self, exec: &HostGraphExec) -> Result<()> {
         let body = exec.body("stream.launch_graph")?;
-        if exec.ordinal() != self.ordinal() {
-            return Err(Error::DeviceMismatch {
-                op: "stream.launch_graph",
-                ordinal: self.ordinal(),
-                other: exec.ordinal(),
-            });
-        }
+        rules::check_same_device("stream.launch_graph", self.ordinal(), exec.ordinal())?;
         self.enqueue("stream.launch_graph", Op::Graph(body))
     }
 
     fn record(&self, event: &HostEvent) -> Result<()> {
         check_pinned("stream.record", BackendKind::Host, self.ordinal())?;
-        if event.shared.ordinal != self.ordinal() {
-            return Err(Error::DeviceMismatch {
-                op: "stream.record",
-                ordinal: self.ordinal(),
-                other: event.shared.ordinal,
-            });
-        }
+        rules::check_same_device("stream.record", self.ordinal(), event.shared.ordinal)?;
         let mut st = self.shared.state.lock();
         let mut ev = event.shared.state.lock();
         if let Some(cap) = st.capture.as_ref() {

@@ -1,18 +1,15 @@
-//! Events of the CUDA backend: `cuEventCreate`, timing enabled or (for fences) disabled, destroyed
-//! on drop.
+//! Events of a GPU backend: timing enabled or (for fences) disabled, destroyed on drop.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use cudarc::driver::sys;
-
-use crate::api::Event;
-use crate::cuda::device::{self, DeviceShared, SendHandle};
-use crate::cuda::result::{self, CUresult, has_code};
-use crate::cuda::stream::map_fault;
+use crate::api;
 use crate::error::{Error, Result};
-use crate::stream_progress::{LastRecord, StreamProgress};
+use crate::gpu::device::{self, DeviceShared, SendHandle};
+use crate::gpu::driver::{Driver, ErrorClass};
+use crate::gpu::progress::{LastRecord, StreamProgress};
+use crate::rules;
 
 /// Never recorded.
 const NEVER: u8 = 0;
@@ -21,55 +18,61 @@ const RECORDED: u8 = 1;
 /// Last recorded during a capture: it completes only when the graph runs.
 const CAPTURED: u8 = 2;
 
-/// An event of the CUDA backend: timing enabled (`CU_EVENT_DEFAULT`) from `create_event`, disabled
-/// (`CU_EVENT_DISABLE_TIMING`) from `create_untimed_event`.
+/// An event of a GPU backend: timing enabled (`CU_EVENT_DEFAULT`, `hipEventDefault`) from
+/// `create_event`, disabled (`CU_EVENT_DISABLE_TIMING`, `hipEventDisableTiming`) from
+/// `create_untimed_event`.
 ///
 /// # Thread safety
 /// `Send + Sync`: an event may be recorded, waited on and queried from any thread. CUDA forbids
 /// querying or synchronising an event last recorded inside a capture ("attempting cuEventQuery on an
-/// event that was last recorded inside a capture sequence", `cuThreadExchangeStreamCaptureMode`); saggar
-/// refuses that with [`Error::Event`]. On drop, CUDA: "An event may be destroyed before it is complete
-/// [...]. In this case, the call does not block on completion of the event, and any associated resources
-/// will automatically be released asynchronously at completion."
-pub struct CudaEvent {
-    device: Arc<DeviceShared>,
-    raw: sys::CUevent,
+/// event that was last recorded inside a capture sequence", `cuThreadExchangeStreamCaptureMode`), and
+/// HIP follows (`hipErrorCapturedEvent`); saggar refuses that with [`Error::Event`] before the driver
+/// sees it. On drop, CUDA: "An event may be destroyed before it is complete [...]. In this case, the
+/// call does not block on completion of the event, and any associated resources will automatically be
+/// released asynchronously at completion"; HIP does the same.
+pub struct Event<D: Driver> {
+    device: Arc<DeviceShared<D>>,
+    raw: D::Event,
     state: AtomicU8,
-    /// Created with timing enabled, so [`Event::elapsed_since`] can use it.
+    /// Created with timing enabled, so [`api::Event::elapsed_since`] can use it.
     timed: bool,
     /// Which record of which stream it last was, so a synchronized stream answers for it.
     last_record: LastRecord,
 }
 
-// SAFETY: a `CUevent` is an opaque handle the driver accepts from any thread; saggar's own state is an atomic.
-unsafe impl Send for CudaEvent {}
+// SAFETY: an event handle is opaque and the vendors accept it from any thread; saggar's own state is
+// atomic or behind a lock.
+unsafe impl<D: Driver> Send for Event<D> {}
 // SAFETY: as above.
-unsafe impl Sync for CudaEvent {}
+unsafe impl<D: Driver> Sync for Event<D> {}
 
-impl std::fmt::Debug for CudaEvent {
+impl<D: Driver> std::fmt::Debug for Event<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaEvent").field("device", &self.ordinal()).finish_non_exhaustive()
+        f.debug_struct("Event").field("device", &self.ordinal()).finish_non_exhaustive()
     }
 }
 
-impl CudaEvent {
-    /// A new event; the device's context is current (the caller entered it).
-    pub(crate) fn new(device: Arc<DeviceShared>, timed: bool) -> Result<CudaEvent> {
+impl<D: Driver> Event<D> {
+    /// A new event; the device is current (the caller entered it).
+    pub(crate) fn new(device: Arc<DeviceShared<D>>, timed: bool) -> Result<Event<D>> {
         let op = if timed { "device.create_event" } else { "device.create_untimed_event" };
-        let raw = result::event::create(op, timed)?;
-        Ok(CudaEvent { device, raw, state: AtomicU8::new(NEVER), timed, last_record: LastRecord::default() })
+        let raw = D::event_create(op, timed)?;
+        Ok(Event { device, raw, state: AtomicU8::new(NEVER), timed, last_record: LastRecord::default() })
     }
 
+    #[inline]
     pub(crate) fn ordinal(&self) -> usize {
         self.device.ordinal()
     }
 
     /// The raw driver handle, for interop and benchmarks. saggar keeps ownership: do not destroy it.
-    pub fn raw_handle(&self) -> sys::CUevent {
+    #[inline]
+    pub fn raw_handle(&self) -> D::Event {
         self.raw
     }
 
     /// Notes a record just enqueued on the stream of `progress`.
+    #[inline]
     pub(crate) fn mark_recorded(&self, during_capture: bool, progress: &Arc<StreamProgress>) {
         if during_capture {
             self.last_record.forget();
@@ -79,12 +82,18 @@ impl CudaEvent {
         self.state.store(if during_capture { CAPTURED } else { RECORDED }, Ordering::Release);
     }
 
+    #[inline]
     pub(crate) fn ever_recorded(&self) -> bool {
         self.state.load(Ordering::Acquire) != NEVER
     }
 
+    #[inline]
+    pub(crate) fn last_recorded_in_capture(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CAPTURED
+    }
+
     fn refuse_captured(&self, op: &'static str) -> Result<()> {
-        if self.state.load(Ordering::Acquire) == CAPTURED {
+        if self.last_recorded_in_capture() {
             return Err(Error::Event {
                 op,
                 reason: "the event was last recorded during a capture; it completes only when the graph runs",
@@ -92,13 +101,9 @@ impl CudaEvent {
         }
         Ok(())
     }
-
-    fn fault(&self, op: &'static str, error: Error) -> Error {
-        map_fault(op, error, None, 0)
-    }
 }
 
-impl Event for CudaEvent {
+impl<D: Driver> api::Event for Event<D> {
     fn synchronize(&self) -> Result<()> {
         let op = "event.synchronize";
         self.refuse_captured(op)?;
@@ -107,7 +112,7 @@ impl Event for CudaEvent {
         }
         self.device.touch(op)?;
         // SAFETY: `raw` is live while `self` is.
-        unsafe { result::event::synchronize(op, self.raw) }.map_err(|e| self.fault(op, e))
+        unsafe { D::event_synchronize(op, self.raw) }.map_err(|e| device::map_fault::<D>(op, e, None, 0))
     }
 
     fn is_complete(&self) -> Result<bool> {
@@ -118,10 +123,10 @@ impl Event for CudaEvent {
         }
         self.device.touch(op)?;
         // SAFETY: `raw` is live while `self` is.
-        unsafe { result::event::query(op, self.raw) }.map_err(|e| self.fault(op, e))
+        unsafe { D::event_query(op, self.raw) }.map_err(|e| device::map_fault::<D>(op, e, None, 0))
     }
 
-    fn elapsed_since(&self, start: &CudaEvent) -> Result<Duration> {
+    fn elapsed_since(&self, start: &Event<D>) -> Result<Duration> {
         let op = "event.elapsed_since";
         for event in [start, self] {
             if !event.timed {
@@ -133,27 +138,25 @@ impl Event for CudaEvent {
                 _ => {}
             }
         }
+        rules::check_same_device(op, self.ordinal(), start.ordinal())?;
         self.device.touch(op)?;
         // SAFETY: both handles are live while their owners are.
-        match unsafe { result::event::elapsed_ms(op, start.raw, self.raw) } {
+        match unsafe { D::event_elapsed_ms(op, start.raw, self.raw) } {
             Ok(ms) => Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0)),
-            Err(e) if has_code(&e, CUresult::CUDA_ERROR_NOT_READY) => {
+            Err(e) if D::classify(&e) == ErrorClass::NotReady => {
                 Err(Error::Event { op, reason: "the event has not completed yet; synchronize it first" })
             }
-            Err(e) => Err(self.fault(op, e)),
+            Err(e) => Err(device::map_fault::<D>(op, e, None, 0)),
         }
     }
 }
 
-impl Drop for CudaEvent {
+impl<D: Driver> Drop for Event<D> {
     fn drop(&mut self) {
-        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if !raw.is_null() {
-            let raw = SendHandle::new(raw);
-            device::release(&self.device, "event.drop", move || {
-                // SAFETY: `raw` was swapped out, so it is destroyed once.
-                unsafe { result::event::destroy("event.drop", raw.into_inner()) }
-            });
-        }
+        let raw = SendHandle::new(self.raw);
+        device::release(&self.device, "event.drop", move || {
+            // SAFETY: `drop` runs once, so `raw` is destroyed once.
+            unsafe { D::event_destroy("event.drop", raw.into_inner()) }
+        });
     }
 }

@@ -2,9 +2,8 @@
 //! rule CUDA and HIP share (`cuThreadExchangeStreamCaptureMode`): "If the local thread has an ongoing
 //! capture sequence that was not initiated with [relaxed mode], or if any other thread has a
 //! concurrent capture sequence initiated with [global mode], this thread is prohibited from
-//! potentially unsafe API calls." Each GPU backend keeps one [`CaptureRegistry`] of its own stream
-//! type; a refused call invalidates the captures that forbade it, as the driver would. The registry
-//! also gives driver errors their saggar meaning ([`CaptureRegistry::map_fault`]), once the backend has
+//! potentially unsafe API calls." Each GPU backend keeps one [`CaptureRegistry`] in its globals; a
+//! refused call invalidates the captures that forbade it, as the driver would. The registry also gives driver errors their saggar meaning ([`CaptureRegistry::map_fault`]), once the driver has
 //! read its own error codes into a [`DriverFault`].
 
 use std::cell::RefCell;
@@ -29,7 +28,7 @@ pub(crate) trait CapturingStream: Send + Sync + 'static {
 
 /// What a driver error means, read by the backend from its own error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DriverFault {
+pub enum DriverFault {
     /// A call stream capture does not allow.
     CaptureViolation,
     /// Work on a capture that was already invalidated.

@@ -1,0 +1,213 @@
+//! The checks every backend makes before work reaches a device, host backend included: allocation
+//! sizes, pinned ranges, copy lengths, and launches (arguments against the signature, the
+//! configuration against the common and the kernel's own limits). One copy, so the backends cannot
+//! drift apart; the conformance suite checks that they agree.
+
+use crate::error::{Error, Result};
+use crate::types::{KernelArg, KernelSignature, LaunchConfig};
+
+/// Rust allocations are limited to `isize::MAX` bytes; sizes past it cannot be addressed.
+pub const MAX_BYTES: u64 = isize::MAX as u64;
+
+/// What a device allows, read once at open so launches are checked without a driver call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Threads a block may have.
+    pub max_threads_per_block: u32,
+    /// Block extents.
+    pub max_block: [u32; 3],
+    /// Grid extents (in blocks).
+    pub max_grid: [u32; 3],
+    /// Dynamic shared memory a block may use, where the device reports it (else `u32::MAX`).
+    pub max_shared_bytes: u32,
+    /// Threads (grid times block) a launch may have in one dimension: AMD GPUs count work-items per
+    /// dimension in 32 bits; NVIDIA GPUs have no such limit (`u64::MAX`).
+    pub max_threads_per_dim: u64,
+}
+
+/// What one kernel may be launched with: the device's limits, narrowed by the kernel's own (register
+/// use lowers the threads a block may have; dynamic shared memory beyond a default needs an opt-in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelLimits {
+    /// Threads a block of this kernel may have.
+    pub max_threads_per_block: u32,
+    /// Dynamic shared memory a block of this kernel may use.
+    pub max_dynamic_shared_bytes: u32,
+    /// Block extents.
+    pub max_block: [u32; 3],
+    /// Grid extents.
+    pub max_grid: [u32; 3],
+    /// See [`DeviceLimits::max_threads_per_dim`].
+    pub max_threads_per_dim: u64,
+}
+
+impl KernelLimits {
+    /// A kernel's limits: the device's, with the threads per block and the dynamic shared memory the
+    /// kernel reports (where it reports them) taken if lower.
+    pub fn narrow(device: &DeviceLimits, threads_per_block: Option<u32>, dynamic_shared: Option<u32>) -> Self {
+        KernelLimits {
+            max_threads_per_block: threads_per_block
+                .map_or(device.max_threads_per_block, |v| v.min(device.max_threads_per_block)),
+            max_dynamic_shared_bytes: dynamic_shared
+                .map_or(device.max_shared_bytes, |v| v.min(device.max_shared_bytes)),
+            max_block: device.max_block,
+            max_grid: device.max_grid,
+            max_threads_per_dim: device.max_threads_per_dim,
+        }
+    }
+
+    /// Why `config` cannot be launched under these limits, if it cannot (after [`LaunchConfig::check`]).
+    pub fn violation(&self, config: &LaunchConfig) -> Option<String> {
+        let (b, g) = (config.block, config.grid);
+        let (bd, gd) = ([b.x, b.y, b.z], [g.x, g.y, g.z]);
+        if bd.iter().zip(&self.max_block).any(|(v, max)| v > max) {
+            return Some(format!(
+                "block ({}, {}, {}) exceeds the device's maximum block dimensions ({}, {}, {})",
+                b.x, b.y, b.z, self.max_block[0], self.max_block[1], self.max_block[2]
+            ));
+        }
+        if b.volume() > u64::from(self.max_threads_per_block) {
+            return Some(format!(
+                "{} threads per block exceeds this kernel's limit of {}",
+                b.volume(),
+                self.max_threads_per_block
+            ));
+        }
+        if gd.iter().zip(&self.max_grid).any(|(v, max)| v > max) {
+            return Some(format!(
+                "grid ({}, {}, {}) exceeds the device's maximum grid dimensions ({}, {}, {})",
+                g.x, g.y, g.z, self.max_grid[0], self.max_grid[1], self.max_grid[2]
+            ));
+        }
+        if gd.iter().zip(&bd).any(|(&g, &b)| u64::from(g) * u64::from(b) > self.max_threads_per_dim) {
+            return Some(format!(
+                "grid ({}, {}, {}) of blocks ({}, {}, {}) exceeds {} threads in a dimension, the device's limit",
+                g.x, g.y, g.z, b.x, b.y, b.z, self.max_threads_per_dim
+            ));
+        }
+        if config.shared_mem_bytes > self.max_dynamic_shared_bytes {
+            return Some(format!(
+                "{} bytes of dynamic shared memory exceed this kernel's limit of {}",
+                config.shared_mem_bytes, self.max_dynamic_shared_bytes
+            ));
+        }
+        None
+    }
+}
+
+#[cold]
+fn invalid_size(op: &'static str, bytes: usize, reason: &'static str) -> Error {
+    Error::InvalidSize { op, bytes: bytes as u128, reason }
+}
+
+/// A device allocation of `bytes` is possible at all: not zero, not past `max` (the address space).
+#[inline]
+pub fn check_alloc_size(op: &'static str, bytes: usize, max: u64) -> Result<()> {
+    if bytes == 0 {
+        return Err(invalid_size(op, bytes, "zero-sized allocations are not allowed"));
+    }
+    if bytes as u64 > max {
+        return Err(invalid_size(op, bytes, "larger than the device address space"));
+    }
+    Ok(())
+}
+
+/// A pinned allocation of `bytes` is possible: not zero, and not more than the device holds
+/// (`total_memory`): pinning that much host memory can stall the whole machine, so it is refused
+/// before any driver tries.
+#[inline]
+pub fn check_pinned_size(op: &'static str, bytes: usize, total_memory: u64) -> Result<()> {
+    check_alloc_size(op, bytes, MAX_BYTES)?;
+    if bytes as u64 > total_memory {
+        return Err(Error::OutOfMemory { op, requested: bytes as u64, available: total_memory });
+    }
+    Ok(())
+}
+
+/// `offset..offset + len` lies inside a pinned buffer of `capacity` bytes.
+#[inline]
+pub fn check_pinned_range(op: &'static str, capacity: usize, offset: usize, len: usize) -> Result<()> {
+    if offset.checked_add(len).is_some_and(|end| end <= capacity) {
+        Ok(())
+    } else {
+        Err(Error::OutOfBounds { op, offset: offset as u64, len: len as u64, capacity: capacity as u64 })
+    }
+}
+
+/// Source and destination of a copy have the same length.
+#[inline]
+pub fn check_same_len(op: &'static str, src: usize, dst: usize) -> Result<()> {
+    if src == dst { Ok(()) } else { Err(Error::LengthMismatch { op, src: src as u64, dst: dst as u64 }) }
+}
+
+/// Objects of two devices are not mixed in one call.
+#[inline]
+pub fn check_same_device(op: &'static str, ordinal: usize, other: usize) -> Result<()> {
+    if ordinal == other { Ok(()) } else { Err(Error::DeviceMismatch { op, ordinal, other }) }
+}
+
+/// A launch of a kernel of `signature` with `config` and `args`: the arguments match the signature in
+/// number and kind, and the configuration keeps the common limits ([`LaunchConfig::check`]) and, when
+/// the backend knows them, the kernel's own (`limits`).
+///
+/// This check stays on every eager launch even under a dispatcher that validated its request: the
+/// request's checks are about tensors, not about a kernel's parameter list, and a launch whose
+/// arguments do not match its kernel makes the driver read past the argument array (host memory
+/// unsafety), which no layer above can rule out for the kernel it is handed.
+#[inline]
+pub fn check_launch(
+    signature: &KernelSignature,
+    limits: Option<&KernelLimits>,
+    config: &LaunchConfig,
+    args: &[KernelArg],
+) -> Result<()> {
+    signature.check_args(args)?;
+    config.check(&signature.name)?;
+    match limits.and_then(|l| l.violation(config)) {
+        None => Ok(()),
+        Some(reason) => Err(Error::InvalidLaunchConfig { kernel: signature.name.clone(), reason }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Dim3;
+
+    #[test]
+    fn launch_limits_include_the_threads_per_dimension_limit() {
+        let limits = KernelLimits {
+            max_threads_per_block: 1024,
+            max_dynamic_shared_bytes: 65536,
+            max_block: [1024, 1024, 1024],
+            max_grid: [u32::MAX >> 1, 65536, 65536],
+            max_threads_per_dim: u64::from(u32::MAX),
+        };
+        let ok = LaunchConfig::for_elements(1 << 20, 256);
+        assert_eq!(limits.violation(&ok), None);
+        let huge = LaunchConfig { grid: Dim3::x(1 << 30), block: Dim3::x(1024), shared_mem_bytes: 0 };
+        assert!(limits.violation(&huge).unwrap().contains("4294967295 threads in a dimension"));
+        let nvidia = KernelLimits { max_threads_per_dim: u64::MAX, ..limits };
+        assert_eq!(nvidia.violation(&huge), None, "NVIDIA GPUs have no per-dimension thread limit");
+        let wide = LaunchConfig { grid: Dim3::x(1), block: Dim3 { x: 2048, y: 1, z: 1 }, shared_mem_bytes: 0 };
+        assert!(limits.violation(&wide).unwrap().contains("maximum block dimensions"));
+        let lds = LaunchConfig { shared_mem_bytes: 65537, ..ok };
+        assert!(limits.violation(&lds).unwrap().contains("shared memory"));
+        let narrow = KernelLimits { max_threads_per_block: 256, ..limits };
+        let block512 = LaunchConfig::for_elements(4096, 512);
+        assert!(narrow.violation(&block512).unwrap().contains("limit of 256"));
+    }
+
+    #[test]
+    fn sizes_ranges_and_lengths_are_checked_alike_everywhere() {
+        assert!(matches!(check_alloc_size("a", 0, MAX_BYTES), Err(Error::InvalidSize { bytes: 0, .. })));
+        assert!(matches!(check_alloc_size("a", usize::MAX, MAX_BYTES), Err(Error::InvalidSize { .. })));
+        assert!(check_alloc_size("a", 1, MAX_BYTES).is_ok());
+        assert!(matches!(check_pinned_size("p", 65, 64), Err(Error::OutOfMemory { available: 64, .. })));
+        assert!(check_pinned_range("r", 8, 4, 4).is_ok());
+        assert!(matches!(check_pinned_range("r", 8, 5, 4), Err(Error::OutOfBounds { capacity: 8, .. })));
+        assert!(check_pinned_range("r", 8, usize::MAX, 2).is_err(), "an overflowing range is refused");
+        assert!(matches!(check_same_len("c", 1, 2), Err(Error::LengthMismatch { src: 1, dst: 2, .. })));
+        assert!(matches!(check_same_device("d", 0, 1), Err(Error::DeviceMismatch { ordinal: 0, other: 1, .. })));
+    }
+}
