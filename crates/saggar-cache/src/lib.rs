@@ -88,6 +88,7 @@ mod layout;
 mod locks;
 mod maintenance;
 mod memory;
+mod model_hash;
 mod payload;
 mod publish;
 mod stats;
@@ -106,6 +107,7 @@ pub use maintenance::{
     CorruptEntry, EntryInfo, EntrySummary, GcReport, ImportOutcome, ImportReport, ImportStatus, VerifyReport,
 };
 pub use memory::Artifact;
+pub use model_hash::{MAX_MODEL_HASH_LEN, MIN_MODEL_HASH_LEN, ModelHash};
 pub use stats::StatsSnapshot;
 
 /// Version of the entry file format, written in every header and part of every key. Entries of

@@ -34,6 +34,7 @@
 //! (see `tests/seed_regressions.rs`).
 
 mod binding;
+mod builder;
 mod compiler;
 mod config;
 mod context;
@@ -45,11 +46,13 @@ mod stats;
 mod tensors;
 
 pub use binding::DeviceBinding;
+pub use builder::SessionBuilder;
 pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
 pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
 pub use error::{DispatchError, Result};
 pub use group::{Routing, SessionGroup};
 pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
+pub use saggar_cache::ModelHash;
 pub use session::{Pending, Session};
 pub use stats::{LatencyHistogram, StatsSnapshot};
 pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};

@@ -113,6 +113,7 @@ impl Stats {
 
 /// A log2 histogram of run latencies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LatencyHistogram {
     /// `buckets[i]`: runs that took `[2^i, 2^(i+1))` ns.
     pub buckets: [u64; LATENCY_BUCKETS],
@@ -141,6 +142,7 @@ impl LatencyHistogram {
 
 /// A session's counters at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// Requests received.
     pub requests: u64,

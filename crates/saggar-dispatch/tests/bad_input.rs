@@ -18,7 +18,7 @@ fn session(model: &Arc<SumModel>, splitting: Splitting) -> S {
         .max_concurrency(1)
         .build()
         .unwrap();
-    Session::new(host_device(), model.clone(), config, &no_progress).unwrap()
+    Session::builder(host_device(), model.clone()).config(config).build().unwrap()
 }
 
 /// A valid request on the host path and on both device paths, checked.
@@ -166,9 +166,9 @@ fn a_failed_compile_is_a_typed_error_and_the_next_creation_succeeds() {
     let m = Arc::new(SumModel::new(2, 4, false));
     m.fail_next_compile.store(true, std::sync::atomic::Ordering::SeqCst);
     let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).build().unwrap();
-    let err = Session::new(host_device(), m.clone(), config.clone(), &no_progress).unwrap_err();
+    let err = Session::builder(host_device(), m.clone()).config(config.clone()).build().unwrap_err();
     assert!(matches!(err, DispatchError::Compile { .. }), "{err:?}");
-    let s = Session::new(host_device(), m.clone(), config, &no_progress).unwrap();
+    let s = Session::builder(host_device(), m.clone()).config(config).build().unwrap();
     all_paths_still_work(&s, &m);
 }
 

@@ -403,7 +403,7 @@ impl ModelConfig {
 
     /// The model as the dispatcher sees it.
     pub fn model_spec(&self) -> ModelSpec {
-        ModelSpec { name: self.name().to_string(), inputs: self.input_specs(), outputs: self.output_specs() }
+        ModelSpec::new(self.name(), self.input_specs(), self.output_specs())
     }
 
     /// Bytes of one row (one batch element) of each input, in binding order.
