@@ -7,7 +7,7 @@
 //!   that has no Rust.
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
 //!
-//! The bundle also carries the PyTorch peers of issue 12: `bin/export_peer_data` (the example
+//! The bundle also carries the PyTorch peers: `bin/export_peer_data` (the example
 //! `crates/saggar-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
 //! verification set) and `peers/` (the scripts of `benches/peers/`). `run.sh` ends with a "peers" step that
 //! runs `saggar perf` and the PyTorch variants back to back on GPU 0 and writes `peers.md`

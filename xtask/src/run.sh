@@ -118,7 +118,7 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${SAG
   fi
 fi
 
-# PyTorch peers (issue 12; benches/peers/README.md): saggar perf and the PyTorch variants of the same models,
+# PyTorch peers (benches/peers/README.md): saggar perf and the PyTorch variants of the same models,
 # weights and traces, back to back on GPU 0, into REPORT_DIR/peers.md (one table, the targets) and
 # REPORT_DIR/peers/ (every JSON, the configs, the commands). About 5 minutes on an H200; request counts
 # and torch.compile's time bound can be lowered with SAGGAR_PEERS_REQUESTS_CONST (const:1, default 2000),

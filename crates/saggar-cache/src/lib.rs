@@ -96,6 +96,8 @@ mod stats;
 pub use cache::{CompileCache, Fetched, Origin};
 pub use config::{CacheConfig, CacheConfigBuilder, DirTrust, LockingMode};
 pub use error::{CacheError, Corruption};
+#[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use fault::{FaultInjector, FaultPoint};
 pub use key::{
     CacheKey, CacheKeyBuilder, ENTRY_ID_LEN, EntryId, KEY_TEXT_HEADER, KeyError, MAX_FIELD_LEN, MAX_KEY_TEXT_LEN,

@@ -27,19 +27,24 @@
 //! - `hip` (feature `hip`): AMD through hip-runtime-sys; links libamdhip64.
 //!
 //! # Conformance
-//! [`conformance`] holds one test suite, generic over the backend, that every backend runs
-//! ([`conformance_tests!`](crate::conformance_tests)).
+//! With the `conformance` feature, `conformance` holds one test suite, generic over the backend,
+//! that every backend runs (`conformance_tests!`). It is a test harness: enable it from
+//! dev-dependencies only.
 
 pub mod api;
 pub mod builtin;
 #[cfg(any(feature = "cuda", feature = "hip"))]
 mod capture_registry;
 pub mod code;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod error;
 #[cfg(feature = "hip")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hip")))]
 pub mod hip;
 pub mod host;
 mod pinning;

@@ -6,7 +6,7 @@
 //! - `recsys`, a recommender: dense inputs `dense_{i}` `[batch, w]` f32 and sparse inputs `sparse_{j}`
 //!   `[batch, k]` i32 indexing embedding tables; embedding-bag sums, concatenation, then an MLP to
 //!   `score` `[batch, 1]` (and optionally `features`, the last hidden layer). The default is the
-//!   190-input model of issue 12.
+//!   190-input recommender the benchmarks use.
 //! - `mlp`: `x` `[batch, in]` through hidden ReLU layers to `y` `[batch, out]`.
 //!
 //! Weights ([`Weights`]) come from a seed (SplitMix64, documented) or a safetensors file checked
