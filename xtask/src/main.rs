@@ -6,6 +6,8 @@
 //!   into a directory given to it (`bash DIR/run.sh REPORT_DIR`). DIR can be carried to a GPU machine
 //!   that has no Rust.
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
+//! - `cargo xtask publish-check`: packages and verifies every published crate as `cargo publish`
+//!   would, without publishing (see `publish.rs`).
 //!
 //! The bundle also carries the PyTorch peers: `bin/export_peer_data` (the example
 //! `crates/saggar-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
@@ -37,6 +39,8 @@
 //! in a step of their own, "HIP backend on CUDA via fixture", on GPU 0 with that directory first on the
 //! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
+mod publish;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         (Some("gpu-bundle"), Ok(machine)) => {
             flag(&args, "--out").ok_or_else(usage).and_then(|out| gpu_bundle(Path::new(&out), machine))
         }
+        (Some("publish-check"), _) => publish::publish_check(&workspace_root()),
         (Some("gpu"), Ok(machine)) => {
             let bundle = PathBuf::from("target/gpu-bundle");
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
@@ -69,8 +74,14 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]"
+    "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd] \
+     | cargo xtask publish-check"
         .into()
+}
+
+/// The workspace root (xtask's manifest directory is one below it).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The kind of GPU machine a bundle is for.
@@ -141,7 +152,7 @@ fn cargo_artifacts(args: &[&str], keep: impl Fn(&serde_json::Value) -> bool) -> 
     Ok(found)
 }
 
-fn env_cargo() -> String {
+pub(crate) fn env_cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
