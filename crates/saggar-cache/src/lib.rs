@@ -1,5 +1,8 @@
 //! Compile once, load everywhere: a locked, atomically published, integrity-checked compile
 //! cache over a directory.
+#![doc = include_str!("../README.md")]
+//!
+//! # Design
 //!
 //! When N GPUs (a process or a session each) start at once, a model must be compiled exactly
 //! once and loaded N-1 times. [`CompileCache::get_or_compile`] looks in memory, then on disk,
@@ -74,6 +77,7 @@
 //! assert_eq!(again.artifact.as_bytes(), b"code");
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(unix))]
 compile_error!("saggar-cache supports Unix-like systems only (it relies on flock, pread and Unix permissions)");

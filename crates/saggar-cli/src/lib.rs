@@ -1,4 +1,7 @@
 //! The `saggar` command line: run, warm and inspect saggar sessions from the shell.
+#![doc = include_str!("../README.md")]
+//!
+//! # Implementation
 //!
 //! This library is the implementation of the `saggar` binary and has no other public API than
 //! [`main`]; depend on the saggar crates themselves (`saggar-dispatch`, `saggar-cache`, ...) to use
@@ -22,6 +25,7 @@
 //! panic hook, with exit code 1 and no backtrace, whatever `RUST_BACKTRACE` says.
 //!
 //! The reference for users, with the JSON schemas, is `docs/cli.md`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,4 +1,5 @@
 //! saggar-device: one Rust API over HIP, CUDA and a host backend that reproduces GPU hazards.
+#![doc = include_str!("../README.md")]
 //!
 //! # Design
 //! The API is a trait with associated types ([`Backend`]), in the manner of wgpu-hal: each backend
@@ -30,6 +31,7 @@
 //! With the `conformance` feature, `conformance` holds one test suite, generic over the backend,
 //! that every backend runs (`conformance_tests!`). It is a test harness: enable it from
 //! dev-dependencies only.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod api;
 pub mod builtin;

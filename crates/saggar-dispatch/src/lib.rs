@@ -1,4 +1,7 @@
 //! saggar-dispatch: the execution dispatcher.
+#![doc = include_str!("../README.md")]
+//!
+//! # Design
 //!
 //! A [`Session`] serves one model on one device. At creation it detects the batch axis, chooses
 //! buckets (a saggar-shape policy), and precompiles every bucket through saggar-cache: cached artifacts
@@ -32,6 +35,8 @@
 //!
 //! The bugs the seeds fixed after the fact are impossible here by construction and pinned by tests
 //! (see `tests/seed_regressions.rs`).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod binding;
 mod builder;
