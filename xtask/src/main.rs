@@ -107,6 +107,8 @@ fn flag(args: &[String], name: &str) -> Option<String> {
 }
 
 /// Features of the ordinary GPU binaries: CUDA only (see the module docs for why `hip` is apart).
+/// The conformance suites need saggar-device's `conformance` feature; the test targets' own
+/// dev-dependencies turn it on, so every `cargo test --no-run` below builds them with it.
 const GPU_FEATURES: &str = "cuda";
 /// Features of the HIP-backend test binaries run through the fixture.
 const HIP_FEATURES: &str = "cuda,hip";
