@@ -81,11 +81,17 @@ fn crash_at(dir: &Path, point: &str, mode: &str) {
 
 const POINTS: [&str; 4] = ["before_write", "mid_write", "after_fsync", "after_rename"];
 
+/// Held by each parent test for its whole body. A child forked by one test inherits, until it
+/// execs, the lock-file descriptors the other test holds at that moment, so that test's lock
+/// would briefly look busy to itself and its `gc` would skip the temp file it must remove.
+static PARENTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn killed_cold_writer_leaves_no_entry_or_a_complete_one() {
     if child_role().is_some() {
         return;
     }
+    let _one_parent_at_a_time = PARENTS.lock().unwrap_or_else(|e| e.into_inner());
     for point in POINTS {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
@@ -120,6 +126,7 @@ fn killed_replacing_writer_leaves_the_old_entry_or_the_new_one() {
     if child_role().is_some() {
         return;
     }
+    let _one_parent_at_a_time = PARENTS.lock().unwrap_or_else(|e| e.into_inner());
     for point in POINTS {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
