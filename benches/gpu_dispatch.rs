@@ -90,14 +90,11 @@ impl BackendVisitor for Bench {
         assert_eq!(info.path, RunPath::UltraFast);
 
         // The bare baseline: the same program, captured once with the same pointers.
-        let artifact = <ReferenceCompiler as ProgramCompiler<B>>::compile(
-            &compiler,
-            &device,
-            &saggar::dispatch::CompileRequest { input_dims: &dims, bucket: Some(1) },
-        )
-        .map_err(|x| e(&x))?;
-        let program =
-            <ReferenceCompiler as ProgramCompiler<B>>::load(&compiler, &device, &artifact).map_err(|x| e(&x))?;
+        let request = saggar::dispatch::CompileRequest::new(&dims, Some(1));
+        let artifact =
+            <ReferenceCompiler as ProgramCompiler<B>>::compile(&compiler, &device, &request).map_err(|x| e(&x))?;
+        let program = <ReferenceCompiler as ProgramCompiler<B>>::load(&compiler, &device, &request, &artifact)
+            .map_err(|x| e(&x))?;
         let scratch = device.alloc(program.scratch_bytes().max(1)).map_err(|x| e(&x))?;
         let in_slices: Vec<_> = in_bufs.iter().map(|b| b.as_slice()).collect();
         let out_slices: Vec<_> = out_bufs.iter().map(|b| b.as_slice()).collect();

@@ -1,4 +1,7 @@
 //! saggar: a GPU inference execution runtime, as a family of reusable crates.
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
 //!
 //! This facade re-exports every saggar crate under one name, so an application can depend on `saggar` alone
 //! while a library that needs one piece (say, only the compile cache) depends on that crate directly.
@@ -12,7 +15,8 @@
 //! | [`dispatch`] | `saggar-dispatch` | sessions, run paths, graph capture and replay, pointer drift, groups |
 //! | [`models`] | `saggar-models` | the reference compiler and model family (recsys, MLP) |
 //!
-//! See `docs/ARCHITECTURE.md` for the bird's-eye view.
+//! [`prelude`] gathers the names most programs use.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use saggar_arena as arena;
 pub use saggar_cache as cache;
@@ -20,3 +24,5 @@ pub use saggar_device as device;
 pub use saggar_dispatch as dispatch;
 pub use saggar_models as models;
 pub use saggar_shape as shape;
+
+pub mod prelude;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use saggar_cache::{CacheConfig, CompileCache};
 use saggar_device::{Backend, Device, DeviceBuffer, Stream};
 use saggar_dispatch::{
-    BindingMode, BucketSpec, DeviceTensor, HostTensor, Routing, RunPath, Session, SessionConfig, SessionGroup,
+    BindingMode, BucketSpec, DeviceTensor, HostTensor, Routing, Session, SessionConfig, SessionGroup,
 };
 use saggar_models::{ModelConfig, ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
 
@@ -59,11 +59,7 @@ fn host_inputs<'a>(
 }
 
 /// Runs `case` through `session` from host memory and checks every output against the reference.
-pub fn run_host_case<B: Backend>(
-    session: &Session<B, ReferenceCompiler>,
-    compiler: &ReferenceCompiler,
-    case: &Case,
-) -> saggar_dispatch::RunInfo {
+pub fn run_host_case<B: Backend>(session: &Session<B, ReferenceCompiler>, compiler: &ReferenceCompiler, case: &Case) {
     let config = compiler.config();
     let dims = config.input_dims(case.batch as u64);
     let specs = session.signature().inputs();
@@ -72,14 +68,6 @@ pub fn run_host_case<B: Backend>(
     let got: Vec<&[u8]> = out.iter().map(|t| t.data.as_slice()).collect();
     let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
     assert!(cmp.all_match(), "batch {}: outputs differ from the reference: {cmp:?}", case.batch);
-    saggar_dispatch::RunInfo {
-        path: RunPath::Standard,
-        mode: BindingMode::PinnedCopy,
-        batch: Some(case.batch as u64),
-        bucket: None,
-        chunks: 1,
-        replayed: false,
-    }
 }
 
 pub fn session<B: Backend>(

@@ -8,8 +8,10 @@
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
 //! - `cargo xtask onnx-tests [--backend host|cuda|hip]`: fetches the pinned ONNX backend test suite into a
 //!   cache folder and runs it through saggar-onnx (see `onnx_tests.rs`).
+//! - `cargo xtask publish-check`: packages and verifies every published crate as `cargo publish`
+//!   would, without publishing (see `publish.rs`).
 //!
-//! The bundle also carries the PyTorch peers (`benches/peers/`): `bin/export_peer_data` (the example
+//! The bundle also carries the PyTorch peers: `bin/export_peer_data` (the example
 //! `crates/saggar-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
 //! verification set) and `peers/` (the scripts of `benches/peers/`). `run.sh` ends with a "peers" step that
 //! runs `saggar perf` and the PyTorch variants back to back on GPU 0 and writes `peers.md`
@@ -40,6 +42,7 @@
 //! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
 mod onnx_tests;
+mod publish;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         (Some("gpu-bundle"), Ok(machine)) => {
             flag(&args, "--out").ok_or_else(usage).and_then(|out| gpu_bundle(Path::new(&out), machine))
         }
+        (Some("publish-check"), _) => publish::publish_check(&workspace_root()),
         (Some("gpu"), Ok(machine)) => {
             let bundle = PathBuf::from("target/gpu-bundle");
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
@@ -76,8 +80,14 @@ fn main() -> ExitCode {
 
 fn usage() -> String {
     "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
-     cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--fetch-only]"
+     cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--fetch-only]\n       \
+     cargo xtask publish-check"
         .into()
+}
+
+/// The workspace root (xtask's manifest directory is one below it).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The kind of GPU machine a bundle is for.
@@ -103,6 +113,8 @@ fn flag(args: &[String], name: &str) -> Option<String> {
 }
 
 /// Features of the ordinary GPU binaries: CUDA only (see the module docs for why `hip` is apart).
+/// The conformance suites need saggar-device's `conformance` feature; the test targets' own
+/// dev-dependencies turn it on, so every `cargo test --no-run` below builds them with it.
 const GPU_FEATURES: &str = "cuda";
 /// Features of the HIP-backend test binaries run through the fixture.
 const HIP_FEATURES: &str = "cuda,hip";
@@ -148,7 +160,7 @@ fn cargo_artifacts(args: &[&str], keep: impl Fn(&serde_json::Value) -> bool) -> 
     Ok(found)
 }
 
-fn env_cargo() -> String {
+pub(crate) fn env_cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 

@@ -48,8 +48,8 @@ struct Row {
 fn gather_configs() -> Vec<(String, GatherOptions, Option<Duration>)> {
     let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
     let stores = |streaming| if streaming { StagingStores::Streaming } else { StagingStores::Plain };
-    let inline = |streaming| GatherOptions { stores: stores(streaming), ..GatherOptions::INLINE };
-    let helped = |helpers, streaming| GatherOptions { helpers, stores: stores(streaming), ..GatherOptions::auto() };
+    let inline = |streaming| GatherOptions::INLINE.with_stores(stores(streaming));
+    let helped = |helpers, streaming| GatherOptions::auto().with_helpers(helpers).with_stores(stores(streaming));
     let mut configs = vec![
         ("calling thread, plain".to_string(), inline(false), None),
         ("calling thread, streaming".to_string(), inline(true), None),
@@ -217,8 +217,7 @@ impl BackendVisitor for Bench {
             for (label, gather, pause) in gather_configs() {
                 // Requests 1 ms apart: parked helpers; fewer iterations (each waits the pause).
                 let iterations = if pause.is_some() { self.iterations / 4 } else { self.iterations };
-                let config =
-                    PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
+                let config = PoolConfig { arena: ArenaOptions::default().with_gather(gather), ..PoolConfig::default() };
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
                 let before = lease.gather_stats();
@@ -241,14 +240,7 @@ impl BackendVisitor for Bench {
                     std::hint::black_box(lease.gather_host(&sources).unwrap());
                 });
                 let after = lease.gather_stats();
-                let stats = GatherStats {
-                    split: after.split - before.split,
-                    parts: after.parts - before.parts,
-                    parts_on_helpers: after.parts_on_helpers - before.parts_on_helpers,
-                    found_parked: after.found_parked - before.found_parked,
-                    alone_busy: after.alone_busy - before.alone_busy,
-                    helper_wait_ns: after.helper_wait_ns - before.helper_wait_ns,
-                };
+                let stats = after.since(&before);
                 let mut stage_rows = Vec::new();
                 if label.starts_with("default (") {
                     // The CPU cost of staging alone (gather, enqueue, fence), the wait untimed.

@@ -15,15 +15,14 @@ fn main() {
     let stream = device.create_stream().unwrap();
     let specs: Vec<_> = (0..190).map(|i| SlotSpec::new(format!("in{i}"), 1024, 4)).collect();
     let layout = Arc::new(ArenaLayout::new(&specs, &[], 256).unwrap());
-    let config =
-        |gather| PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() };
+    let config = |gather| PoolConfig { arena: ArenaOptions::default().with_gather(gather), ..PoolConfig::default() };
     let inline = ArenaPool::<HostBackend>::new(
         device.clone(),
         layout.clone(),
-        config(GatherOptions { stores: StagingStores::Streaming, ..GatherOptions::INLINE }),
+        config(GatherOptions::INLINE.with_stores(StagingStores::Streaming)),
     )
     .unwrap();
-    let plain = GatherOptions { stores: StagingStores::Plain, ..GatherOptions::INLINE };
+    let plain = GatherOptions::INLINE.with_stores(StagingStores::Plain);
     let plain = ArenaPool::<HostBackend>::new(device.clone(), layout.clone(), config(plain)).unwrap();
     let helped = ArenaPool::<HostBackend>::new(device.clone(), layout, config(GatherOptions::auto())).unwrap();
     let host: Vec<Vec<f32>> = (0..190).map(|i| vec![i as f32; 256]).collect();

@@ -60,6 +60,7 @@ pub enum BindingKind {
 
 /// What [`Arena::stage_inputs`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StageReport {
     /// Inputs gathered from host memory.
     pub staged: usize,
@@ -86,11 +87,26 @@ pub struct OutputTarget<'a> {
 
 /// How arenas are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ArenaOptions {
     /// Allocate a pinned read-back buffer so outputs come back with one device-to-host copy.
     pub coalesce_outputs: bool,
     /// How the host side of a gather is spread over threads.
     pub gather: GatherOptions,
+}
+
+impl ArenaOptions {
+    /// These options with (or without) the pinned read-back buffer for one-copy outputs.
+    pub fn with_coalesce_outputs(mut self, coalesce: bool) -> ArenaOptions {
+        self.coalesce_outputs = coalesce;
+        self
+    }
+
+    /// These options with gathers spread and stored as `gather` says.
+    pub fn with_gather(mut self, gather: GatherOptions) -> ArenaOptions {
+        self.gather = gather;
+        self
+    }
 }
 
 impl Default for ArenaOptions {

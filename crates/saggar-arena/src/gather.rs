@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 /// How the host side of a gather is spread over threads, and how it stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GatherOptions {
     /// Helper threads (shared by every pool of the process with the same options) that each take a
     /// part of a large gather; 0 keeps every gather on the calling thread.
@@ -87,6 +88,36 @@ impl GatherOptions {
         }
     }
 
+    /// These options with `helpers` helper threads (0: every gather on the calling thread).
+    pub fn with_helpers(mut self, helpers: usize) -> GatherOptions {
+        self.helpers = helpers;
+        self
+    }
+
+    /// These options with layouts of at least `bytes` gathered in parts.
+    pub fn with_parallel_min_bytes(mut self, bytes: usize) -> GatherOptions {
+        self.parallel_min_bytes = bytes;
+        self
+    }
+
+    /// These options with layouts of at least `inputs` inputs gathered in parts.
+    pub fn with_parallel_min_inputs(mut self, inputs: usize) -> GatherOptions {
+        self.parallel_min_inputs = inputs;
+        self
+    }
+
+    /// These options with idle helpers spinning for `spin` before they park.
+    pub fn with_spin(mut self, spin: Duration) -> GatherOptions {
+        self.spin = spin;
+        self
+    }
+
+    /// These options with the staging buffer written by `stores`.
+    pub fn with_stores(mut self, stores: StagingStores) -> GatherOptions {
+        self.stores = stores;
+        self
+    }
+
     /// How many parts a layout of `inputs` inputs spanning `span` bytes is gathered in.
     pub(crate) fn parts_for(&self, inputs: usize, span: usize) -> usize {
         let helpers = self.helpers.min(Self::MAX_HELPERS);
@@ -112,6 +143,7 @@ impl Default for GatherOptions {
 /// come further apart than [`GatherOptions::spin`]; many `alone_busy` mean several threads gather at
 /// once (more pools or threads than one set of helpers serves).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GatherStats {
     /// Gathers whose parts were offered to the helpers.
     pub split: u64,
@@ -127,6 +159,21 @@ pub struct GatherStats {
     /// Time the calling threads of split gathers waited for helpers after the last part was
     /// claimed, summed, in nanoseconds.
     pub helper_wait_ns: u64,
+}
+
+impl GatherStats {
+    /// The counts of the gathers that ran after `earlier` (an earlier snapshot of the same
+    /// gatherer), saturating at zero.
+    pub fn since(&self, earlier: &GatherStats) -> GatherStats {
+        GatherStats {
+            split: self.split.saturating_sub(earlier.split),
+            parts: self.parts.saturating_sub(earlier.parts),
+            parts_on_helpers: self.parts_on_helpers.saturating_sub(earlier.parts_on_helpers),
+            found_parked: self.found_parked.saturating_sub(earlier.found_parked),
+            alone_busy: self.alone_busy.saturating_sub(earlier.alone_busy),
+            helper_wait_ns: self.helper_wait_ns.saturating_sub(earlier.helper_wait_ns),
+        }
+    }
 }
 
 /// The counters behind [`GatherStats`], written by calling threads only (helpers never touch

@@ -1,4 +1,7 @@
 //! saggar-arena: pinned staging and one-copy inputs.
+#![doc = include_str!("../README.md")]
+//!
+//! # Design
 //!
 //! A batch-1 recommender model with about 190 small inputs spends its time launching 190
 //! host-to-device copies (on an H200: 190 copies of 1 KiB take about 620 us, one copy of the same
@@ -16,6 +19,7 @@
 //! Pinned memory is never reused or freed while a copy that uses it may still be in flight: each
 //! arena records an event after its last such copy and waits for it before the host touches the
 //! pinned buffers again, and before freeing them.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod arena;
 mod error;

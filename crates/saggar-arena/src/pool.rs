@@ -63,6 +63,24 @@ struct PoolShared<T> {
 /// creates one while under the bound, or waits or fails at the bound. A lease returns its value on
 /// drop, errors included.
 ///
+/// It is a general utility, not tied to arenas: saggar-dispatch pools its per-request run contexts
+/// (stream, arena, scratch, graphs) with it.
+///
+/// ```
+/// use saggar_arena::{ArenaError, Pool, WhenExhausted};
+///
+/// let pool = Pool::new(2, WhenExhausted::Fail, || Ok(Vec::<u8>::with_capacity(1024)))?;
+/// let mut a = pool.lease()?;
+/// a.push(1);
+/// let b = pool.lease()?;
+/// assert!(matches!(pool.lease(), Err(ArenaError::PoolExhausted { .. })), "at the bound");
+/// drop(b);
+/// assert_eq!(pool.created(), 2);
+/// let again = pool.lease()?; // the value `b` held, reused
+/// assert!(again.capacity() >= 1024);
+/// # Ok::<(), ArenaError>(())
+/// ```
+///
 /// # Thread safety
 /// `Send + Sync` when `T: Send`; clone it to share.
 pub struct Pool<T> {

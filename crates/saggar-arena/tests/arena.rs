@@ -29,23 +29,19 @@ fn stores(streaming: bool) -> StagingStores {
 }
 
 fn parallel_gather(streaming: bool) -> PoolConfig {
-    let gather = GatherOptions {
-        helpers: 3,
-        parallel_min_bytes: 0,
-        parallel_min_inputs: 0,
-        spin: Duration::from_micros(20),
-        stores: stores(streaming),
-    };
-    PoolConfig { arena: ArenaOptions { gather, ..ArenaOptions::default() }, ..PoolConfig::default() }
+    let gather = GatherOptions::auto()
+        .with_helpers(3)
+        .with_parallel_min_bytes(0)
+        .with_parallel_min_inputs(0)
+        .with_spin(Duration::from_micros(20))
+        .with_stores(stores(streaming));
+    PoolConfig { arena: ArenaOptions::default().with_gather(gather), ..PoolConfig::default() }
 }
 
 /// The gather configurations every round trip is checked with.
 fn gather_config(index: usize) -> PoolConfig {
     let inline = |streaming| PoolConfig {
-        arena: ArenaOptions {
-            gather: GatherOptions { stores: stores(streaming), ..GatherOptions::INLINE },
-            ..ArenaOptions::default()
-        },
+        arena: ArenaOptions::default().with_gather(GatherOptions::INLINE.with_stores(stores(streaming))),
         ..PoolConfig::default()
     };
     match index {

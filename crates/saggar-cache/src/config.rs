@@ -166,6 +166,8 @@ impl CacheConfigBuilder {
     }
 
     /// Installs a failure injector (tests only; see [`FaultInjector`]).
+    #[cfg(feature = "failpoints")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
     pub fn fault_injector(mut self, injector: Arc<dyn FaultInjector>) -> Self {
         self.config.faults = Some(injector);
         self

@@ -1,8 +1,10 @@
 //! Failure injection: a hook that tests install in the configuration to make a step fail, stall
 //! or kill the process, so crash and disk-full behaviour is tested rather than hoped for.
 //!
-//! Production code pays one `Option` check per step: with no injector configured nothing else
-//! runs. There is no global state and no cargo feature; each cache carries its own injector.
+//! The hook is public only with the `failpoints` feature (tests enable it through a
+//! dev-dependency); without it no injector can be installed. Production code pays one `Option`
+//! check per step: with no injector configured nothing else runs. There is no global state; each
+//! cache carries its own injector.
 
 use std::fmt;
 use std::io;

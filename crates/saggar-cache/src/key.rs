@@ -10,6 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::FORMAT_VERSION;
+use crate::model_hash::ModelHash;
 
 /// The first line of every canonical key text. It names the encoding, so a future encoding can
 /// never produce the same bytes (and therefore the same id) as this one.
@@ -153,7 +154,7 @@ impl CacheKey {
 
     /// Hex BLAKE3 digest of a model's bytes, suitable for [`CacheKeyBuilder::model_hash`].
     pub fn hash_model_bytes(model: &[u8]) -> String {
-        blake3::hash(model).to_hex().to_string()
+        ModelHash::of_bytes(model).into()
     }
 
     /// Parses a canonical key text (for example the one stored in an entry header).
@@ -304,8 +305,9 @@ impl Default for CacheKeyBuilder {
 }
 
 impl CacheKeyBuilder {
-    /// Hex content hash of the model (16 to 128 hex digits; upper case is folded to lower case).
-    /// [`CacheKey::hash_model_bytes`] computes one.
+    /// Hex content hash of the model (16 to 128 hex digits; upper case is folded to lower case),
+    /// checked by [`CacheKeyBuilder::build`]. Pass a [`ModelHash`] (checked when it was made, see
+    /// [`ModelHash::parse`] and [`ModelHash::of_bytes`]) to fail where a bad value is given.
     pub fn model_hash(mut self, hex: impl Into<String>) -> Self {
         self.model_hash = Some(hex.into().to_ascii_lowercase());
         self
@@ -350,10 +352,7 @@ impl CacheKeyBuilder {
 
     /// Validates the fields and computes the canonical text and the id.
     pub fn build(self) -> Result<CacheKey, KeyError> {
-        let model_hash = required("model_hash", self.model_hash)?;
-        if !(16..=128).contains(&model_hash.len()) || !model_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(KeyError::InvalidModelHash { value: model_hash });
-        }
+        let model_hash = String::from(ModelHash::parse(required("model_hash", self.model_hash)?)?);
         let shape = required("shape", self.shape)?;
         let backend = required("backend", self.backend)?;
         let arch = required("arch", self.arch)?;

@@ -1,5 +1,8 @@
 //! Compile once, load everywhere: a locked, atomically published, integrity-checked compile
 //! cache over a directory.
+#![doc = include_str!("../README.md")]
+//!
+//! # Design
 //!
 //! When N GPUs (a process or a session each) start at once, a model must be compiled exactly
 //! once and loaded N-1 times. [`CompileCache::get_or_compile`] looks in memory, then on disk,
@@ -74,6 +77,7 @@
 //! assert_eq!(again.artifact.as_bytes(), b"code");
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(unix))]
 compile_error!("saggar-cache supports Unix-like systems only (it relies on flock, pread and Unix permissions)");
@@ -88,6 +92,7 @@ mod layout;
 mod locks;
 mod maintenance;
 mod memory;
+mod model_hash;
 mod payload;
 mod publish;
 mod stats;
@@ -95,6 +100,8 @@ mod stats;
 pub use cache::{CompileCache, Fetched, Origin};
 pub use config::{CacheConfig, CacheConfigBuilder, DirTrust, LockingMode};
 pub use error::{CacheError, Corruption};
+#[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use fault::{FaultInjector, FaultPoint};
 pub use key::{
     CacheKey, CacheKeyBuilder, ENTRY_ID_LEN, EntryId, KEY_TEXT_HEADER, KeyError, MAX_FIELD_LEN, MAX_KEY_TEXT_LEN,
@@ -106,6 +113,7 @@ pub use maintenance::{
     CorruptEntry, EntryInfo, EntrySummary, GcReport, ImportOutcome, ImportReport, ImportStatus, VerifyReport,
 };
 pub use memory::Artifact;
+pub use model_hash::{MAX_MODEL_HASH_LEN, MIN_MODEL_HASH_LEN, ModelHash};
 pub use stats::StatsSnapshot;
 
 /// Version of the entry file format, written in every header and part of every key. Entries of

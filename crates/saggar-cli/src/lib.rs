@@ -1,23 +1,31 @@
 //! The `saggar` command line: run, warm and inspect saggar sessions from the shell.
+#![doc = include_str!("../README.md")]
+//!
+//! # Implementation
+//!
+//! This library is the implementation of the `saggar` binary and has no other public API than
+//! [`main`]; depend on the saggar crates themselves (`saggar-dispatch`, `saggar-cache`, ...) to use
+//! saggar from Rust.
 //!
 //! | command | module | what it does |
 //! |---|---|---|
-//! | `saggar devices` | [`devices`] | every backend with its devices, or why it has none |
-//! | `saggar perf` | [`perf`] | a batch-size trace through one session: latency percentiles, throughput, run paths, padding, compiles and loads, graph counters, outputs checked against the eager reference |
-//! | `saggar warmup` | [`warmup`] | precompile buckets into a cache directory for one or more devices |
-//! | `saggar cache ls\|verify\|gc\|key` | [`cache`] | list, verify and clean a compile cache; print the key a model, bucket and device would use |
+//! | `saggar devices` | `devices` | every backend with its devices, or why it has none |
+//! | `saggar perf` | `perf` | a batch-size trace through one session: latency percentiles, throughput, run paths, padding, compiles and loads, graph counters, outputs checked against the eager reference |
+//! | `saggar warmup` | `warmup` | precompile buckets into a cache directory for one or more devices |
+//! | `saggar cache ls\|verify\|gc\|key` | `cache` | list, verify and clean a compile cache; print the key a model, bucket and device would use |
 //!
-//! The flags are declared in [`cli`]; traces in [`trace`], bucket policies in [`buckets`], the model
-//! in [`model`]; tables and JSON in [`report`]; errors in [`error`]. The process environment is
-//! read once, in [`environment`].
+//! The flags are declared in `cli`; traces in `trace`, bucket policies in `buckets`, the model in
+//! `model`; tables and JSON in `report`; errors in `error`. The process environment is read once,
+//! in `environment`.
 //!
 //! # Errors and exit codes
 //! Every failure ends as one `error: ...` line and one `hint: ...` line on stderr, with exit code 2
-//! for bad arguments and bad input files and 1 for failures ([`error::CliError`]). clap's own usage
+//! for bad arguments and bad input files and 1 for failures (`error::CliError`). clap's own usage
 //! errors are rewritten into the same two lines. A panic (a bug) is reported the same way by a
 //! panic hook, with exit code 1 and no backtrace, whatever `RUST_BACKTRACE` says.
 //!
 //! The reference for users, with the JSON schemas, is `docs/cli.md`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,18 +33,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Parser as _;
 use clap::error::ErrorKind;
 
-pub mod buckets;
-pub mod cache;
-pub mod cli;
-pub mod devices;
-pub mod environment;
-pub mod error;
-pub mod model;
-pub mod perf;
-pub mod progress;
-pub mod report;
-pub mod trace;
-pub mod warmup;
+mod buckets;
+mod cache;
+mod cli;
+mod devices;
+mod environment;
+mod error;
+mod model;
+mod perf;
+mod progress;
+mod report;
+mod trace;
+mod warmup;
 
 use crate::cli::{Cli, Command};
 use crate::environment::Environment;

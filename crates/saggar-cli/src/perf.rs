@@ -139,14 +139,10 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
     let graphs_enabled = args.graphs == Toggle::On;
     let session_config = SessionConfig::builder()
         .buckets(buckets.spec.clone())
-        .graphs(GraphConfig {
-            enabled: graphs_enabled,
-            capture: match args.capture {
-                CaptureArg::Lazy => CaptureWhen::Lazy,
-                CaptureArg::Eager => CaptureWhen::Eager,
-            },
-            ..GraphConfig::default()
-        })
+        .graphs(GraphConfig::default().with_enabled(graphs_enabled).with_capture(match args.capture {
+            CaptureArg::Lazy => CaptureWhen::Lazy,
+            CaptureArg::Eager => CaptureWhen::Eager,
+        }))
         .cache(cache.clone())
         .max_concurrency(concurrency)
         .prewarm_contexts(concurrency)
@@ -154,9 +150,10 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
 
     let bar = Bar::new(env.stderr_is_terminal, "warmup", buckets.list.len() as u64);
     let started = Instant::now();
-    let session = Session::<B, ReferenceCompiler>::new(device.clone(), model.compiler.clone(), session_config, &|p| {
-        bar.program_ready(None, p)
-    });
+    let session = Session::builder(device.clone(), model.compiler.clone())
+        .config(session_config)
+        .on_progress(|p| bar.program_ready(None, p))
+        .build();
     bar.finish();
     let session = session?;
     let warmup_s = started.elapsed().as_secs_f64();

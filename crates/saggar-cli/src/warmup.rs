@@ -71,7 +71,10 @@ fn execute<B: Backend>(plan: WarmupPlan<'_>) -> Result<WarmupReport> {
     let compiler = model.compiler.clone();
     let stats: Result<Vec<StatsSnapshot>> = if devices.len() == 1 {
         let device = devices.into_iter().next().expect("one device");
-        Session::<B, ReferenceCompiler>::new(device, compiler, config, &|p| bar.program_ready(None, p))
+        Session::builder(device, compiler)
+            .config(config)
+            .on_progress(|p| bar.program_ready(None, p))
+            .build()
             .map(|s| vec![s.stats()])
             .map_err(CliError::from)
     } else {

@@ -1,6 +1,6 @@
 //! The conformance suite: one set of tests, generic over [`Backend`], that every backend runs.
 //!
-//! Each test is a public generic function taking an opened device; [`conformance_tests!`] turns them
+//! Each test is a public generic function taking an opened device; [`conformance_tests!`](crate::conformance_tests) turns them
 //! into `#[test]`s for one backend. A backend with no device here (no GPU on a CI machine) reports
 //! every test as skipped, with the reason, on standard error: it never passes silently by doing
 //! nothing.
@@ -10,6 +10,9 @@
 //! ```
 //!
 //! Functions panic on failure, like any test body; the messages say what differed.
+//!
+//! Built with the `conformance` feature only: it is a test harness, not part of the runtime API.
+//! Test targets enable it through a dev-dependency (`features = ["conformance"]`).
 
 use crate::api::{Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Module, PinnedBuffer, Stream};
 use crate::builtin;

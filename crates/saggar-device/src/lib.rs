@@ -1,4 +1,5 @@
 //! saggar-device: one Rust API over HIP, CUDA and a host backend that reproduces GPU hazards.
+#![doc = include_str!("../README.md")]
 //!
 //! # Design
 //! The API is a trait with associated types ([`Backend`]), in the manner of wgpu-hal: each backend
@@ -27,19 +28,25 @@
 //! - `hip` (feature `hip`): AMD through hip-runtime-sys; links libamdhip64.
 //!
 //! # Conformance
-//! [`conformance`] holds one test suite, generic over the backend, that every backend runs
-//! ([`conformance_tests!`](crate::conformance_tests)).
+//! With the `conformance` feature, `conformance` holds one test suite, generic over the backend,
+//! that every backend runs (`conformance_tests!`). It is a test harness: enable it from
+//! dev-dependencies only.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod api;
 pub mod builtin;
 pub mod code;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod error;
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub mod gpu;
 #[cfg(feature = "hip")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hip")))]
 pub mod hip;
 pub mod host;
 mod pinning;

@@ -36,14 +36,9 @@ fn overhead(c: &mut Criterion) {
     assert_eq!(session.run_device(&ins, &outs).unwrap().path, RunPath::UltraFast);
 
     // A bare graph launch of the same program with the same pointers.
-    let program = model
-        .load(
-            &device,
-            &model
-                .compile(&device, &saggar_dispatch::CompileRequest { input_dims: &model.dims(4), bucket: Some(4) })
-                .unwrap(),
-        )
-        .unwrap();
+    let dims = model.dims(4);
+    let request = saggar_dispatch::CompileRequest::new(&dims, Some(4));
+    let program = model.load(&device, &request, &model.compile(&device, &request).unwrap()).unwrap();
     let stream = device.create_stream().unwrap();
     let scratch = device.alloc(program.scratch_bytes()).unwrap();
     let in_slices: Vec<_> = req.inputs.iter().map(|b| b.as_slice()).collect();

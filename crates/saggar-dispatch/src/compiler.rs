@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use saggar_cache::ModelHash;
 use saggar_device::{Backend, DeviceSlice};
 use saggar_shape::TensorSpec;
 
@@ -17,6 +18,7 @@ pub type CompilerError = Box<dyn std::error::Error + Send + Sync>;
 /// A model as the dispatcher sees it: named, typed inputs and outputs, each dimension fixed or
 /// symbolic. Inputs and outputs are in the program's binding order.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModelSpec {
     /// The model's name (for logs and cache listings).
     pub name: String,
@@ -26,26 +28,68 @@ pub struct ModelSpec {
     pub outputs: Vec<TensorSpec>,
 }
 
+impl ModelSpec {
+    /// A model named `name` with `inputs` and `outputs` in binding order.
+    pub fn new(name: impl Into<String>, inputs: Vec<TensorSpec>, outputs: Vec<TensorSpec>) -> ModelSpec {
+        ModelSpec { name: name.into(), inputs, outputs }
+    }
+}
+
 /// Everything besides shapes and the device that changes generated code; part of the cache key.
+///
+/// ```
+/// use saggar_dispatch::{CompilerIdentity, ModelHash};
+///
+/// let identity = CompilerIdentity::new("my-compiler", "1.0.0", ModelHash::of_bytes(b"model file"))
+///     .with_option("fp16", "true");
+/// assert_eq!(identity.options["fp16"], "true");
+/// // A bad hash fails where it is given, not when the first cache key is built.
+/// assert!(ModelHash::parse("not a hash").is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompilerIdentity {
     /// The compiler's name, e.g. `"saggar-models"` or `"migraphx"`.
     pub compiler: String,
     /// The compiler's version.
     pub version: String,
-    /// A content hash of the model (weights included if they are baked into the code), hex.
-    pub model_hash: String,
+    /// A content hash of the model (weights included if they are baked into the code).
+    pub model_hash: ModelHash,
     /// Options that change generated code.
     pub options: BTreeMap<String, String>,
 }
 
-/// What one compile is for.
+impl CompilerIdentity {
+    /// The identity of `compiler` at `version` compiling the model whose content hash is
+    /// `model_hash`, with no options.
+    pub fn new(compiler: impl Into<String>, version: impl Into<String>, model_hash: ModelHash) -> CompilerIdentity {
+        CompilerIdentity { compiler: compiler.into(), version: version.into(), model_hash, options: BTreeMap::new() }
+    }
+
+    /// Adds (or replaces) an option that changes generated code. Options that do not change the
+    /// code must stay out: they would only split the cache.
+    pub fn with_option(mut self, name: impl Into<String>, value: impl Into<String>) -> CompilerIdentity {
+        self.options.insert(name.into(), value.into());
+        self
+    }
+}
+
+/// What one compile is for. [`ProgramCompiler::load`] receives the same request as the compile
+/// that made the artifact, so an artifact needs no framing of its own to know its shapes.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct CompileRequest<'a> {
     /// Concrete input dimensions, in binding order.
     pub input_dims: &'a [Vec<u64>],
     /// The batch bucket this program serves, when the model is batch-bucketed.
     pub bucket: Option<u64>,
+}
+
+impl<'a> CompileRequest<'a> {
+    /// A request for `input_dims` (binding order), serving `bucket` if the model is batch-bucketed.
+    pub fn new(input_dims: &'a [Vec<u64>], bucket: Option<u64>) -> CompileRequest<'a> {
+        CompileRequest { input_dims, bucket }
+    }
 }
 
 /// Compiles a model and loads compiled artifacts on a device.
@@ -67,9 +111,18 @@ pub trait ProgramCompiler<B: Backend>: Send + Sync + 'static {
     /// Compiles the model for `request` on `device`'s architecture, returning artifact bytes.
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError>;
 
-    /// Loads artifact bytes made by [`ProgramCompiler::compile`] (possibly in another process, or on
-    /// another device of the same architecture) into a program on `device`.
-    fn load(&self, device: &B::Device, artifact: &[u8]) -> Result<Self::Program, CompilerError>;
+    /// Loads artifact bytes made by [`ProgramCompiler::compile`] for `request` (possibly in another
+    /// process, or on another device of the same architecture) into a program on `device`.
+    ///
+    /// The artifact comes from the cache, whose entries are integrity-checked but may have been
+    /// written by another version of this compiler only if [`ProgramCompiler::identity`] did not
+    /// change: treat its bytes as untrusted input and fail with an error, never a panic.
+    fn load(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+        artifact: &[u8],
+    ) -> Result<Self::Program, CompilerError>;
 }
 
 /// A loaded program for one concrete input shape (one bucket).

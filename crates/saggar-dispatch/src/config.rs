@@ -54,6 +54,7 @@ pub enum CaptureWhen {
 
 /// Graph capture and replay settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GraphConfig {
     /// Capture and replay graphs at all (off: every run launches eagerly).
     pub enabled: bool,
@@ -78,6 +79,38 @@ impl Default for GraphConfig {
             try_update: true,
             memory_budget_bytes: None,
         }
+    }
+}
+
+impl GraphConfig {
+    /// Turns graph capture and replay on or off (off: every run launches eagerly).
+    pub fn with_enabled(mut self, enabled: bool) -> GraphConfig {
+        self.enabled = enabled;
+        self
+    }
+
+    /// Lazy or eager capture.
+    pub fn with_capture(mut self, capture: CaptureWhen) -> GraphConfig {
+        self.capture = capture;
+        self
+    }
+
+    /// The number of CONSECUTIVE drifting direct-bind runs after which an entry launches eagerly.
+    pub fn with_max_consecutive_drift(mut self, runs: u32) -> GraphConfig {
+        self.max_consecutive_drift = runs;
+        self
+    }
+
+    /// Whether drift tries an in-place graph update before re-capturing.
+    pub fn with_try_update(mut self, try_update: bool) -> GraphConfig {
+        self.try_update = try_update;
+        self
+    }
+
+    /// The graph memory a session may hold (`None`: unbounded).
+    pub fn with_memory_budget_bytes(mut self, bytes: Option<u64>) -> GraphConfig {
+        self.memory_budget_bytes = bytes;
+        self
     }
 }
 

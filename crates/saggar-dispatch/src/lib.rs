@@ -1,4 +1,7 @@
 //! saggar-dispatch: the execution dispatcher.
+#![doc = include_str!("../README.md")]
+//!
+//! # Design
 //!
 //! A [`Session`] serves one model on one device. At creation it detects the batch axis, chooses
 //! buckets (a saggar-shape policy), and precompiles every bucket through saggar-cache: cached artifacts
@@ -33,7 +36,10 @@
 //! The bugs the seeds fixed after the fact are impossible here by construction and pinned by tests
 //! (see `tests/seed_regressions.rs`).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod binding;
+mod builder;
 mod compiler;
 mod config;
 mod context;
@@ -46,12 +52,14 @@ mod stats;
 mod tensors;
 
 pub use binding::DeviceBinding;
+pub use builder::SessionBuilder;
 pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
 pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
 pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
 pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
 pub use request::RequestLimits;
+pub use saggar_cache::ModelHash;
 pub use session::{Pending, Session};
 pub use stats::{FailureCounts, LatencyHistogram, StatsSnapshot};
 pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};

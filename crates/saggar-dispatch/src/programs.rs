@@ -51,7 +51,7 @@ pub fn cache_key(
     let shapes: Vec<saggar_shape::TensorShape<'_>> =
         specs.iter().zip(input_dims).map(|(s, d)| saggar_shape::TensorShape::new(s.name(), s.dtype(), d)).collect();
     let mut builder = CacheKey::builder()
-        .model_hash(identity.model_hash.clone())
+        .model_hash(identity.model_hash.as_str())
         .shape(saggar_shape::StableShapeKey::of(&shapes).to_hex())
         .backend(backend.name())
         .arch(arch)
@@ -88,8 +88,10 @@ pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
     stats: &Stats,
 ) -> Result<ProgramEntry<C::Program>> {
     let model = compiler.model();
-    let program =
-        compiler.load(device, artifact).map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
+    let request = CompileRequest::new(&spec.input_dims, spec.bucket);
+    let program = compiler
+        .load(device, &request, artifact)
+        .map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
     Stats::bump(&stats.program_loads);
     check_outputs(model, spec, &program)?;
     let output_dims = program.output_dims().to_vec();
@@ -178,7 +180,7 @@ fn compile_bytes<B: Backend, C: ProgramCompiler<B>>(
     device: &B::Device,
     spec: &ProgramSpec,
 ) -> Result<Vec<u8>> {
-    let request = CompileRequest { input_dims: &spec.input_dims, bucket: spec.bucket };
+    let request = CompileRequest::new(&spec.input_dims, spec.bucket);
     compiler.compile(device, &request).map_err(|source| DispatchError::Compile {
         model: compiler.model().name.clone(),
         shapes: format!("{:?}", spec.input_dims),
@@ -222,6 +224,7 @@ pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
 
 /// Progress of session creation, reported per program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Progress {
     /// Programs ready so far.
     pub done: usize,

@@ -153,6 +153,7 @@ impl Stats {
 
 /// A log2 histogram of run latencies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LatencyHistogram {
     /// `buckets[i]`: runs that took `[2^i, 2^(i+1))` ns.
     pub buckets: [u64; LATENCY_BUCKETS],
@@ -181,6 +182,7 @@ impl LatencyHistogram {
 
 /// A session's counters at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// Requests received. Once every request has returned (and every [`crate::Pending`] run was
     /// waited for or dropped), `ultra_fast + fast + standard + failed == requests`.

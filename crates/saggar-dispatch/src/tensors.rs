@@ -81,6 +81,7 @@ pub enum BindingMode {
 
 /// What one request did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RunInfo {
     /// The path that served it.
     pub path: RunPath,

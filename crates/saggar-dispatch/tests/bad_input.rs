@@ -9,8 +9,7 @@ use saggar_cache::{CacheConfig, CompileCache};
 use saggar_device::host::HostBackend;
 use saggar_device::{BackendKind, Device};
 use saggar_dispatch::{
-    BucketSpec, CompileRequest, DispatchError, FailureKind, GraphConfig, HostTensor, ProgramCompiler, Session,
-    SessionConfig, cache_key,
+    BucketSpec, DispatchError, FailureKind, GraphConfig, HostTensor, ProgramCompiler, Session, SessionConfig, cache_key,
 };
 use saggar_shape::{DType, ShapeError, Splitting};
 
@@ -23,7 +22,7 @@ fn session(model: &Arc<SumModel>, splitting: Splitting) -> S {
         .max_concurrency(1)
         .build()
         .unwrap();
-    Session::new(host_device(), model.clone(), config, &no_progress).unwrap()
+    Session::builder(host_device(), model.clone()).config(config).build().unwrap()
 }
 
 /// A valid request on the host path and on both device paths, checked.
@@ -171,9 +170,9 @@ fn a_failed_compile_is_a_typed_error_and_the_next_creation_succeeds() {
     let m = Arc::new(SumModel::new(2, 4, false));
     m.fail_next_compile.store(true, std::sync::atomic::Ordering::SeqCst);
     let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).build().unwrap();
-    let err = Session::new(host_device(), m.clone(), config.clone(), &no_progress).unwrap_err();
+    let err = Session::builder(host_device(), m.clone()).config(config.clone()).build().unwrap_err();
     assert!(matches!(err, DispatchError::Compile { .. }), "{err:?}");
-    let s = Session::new(host_device(), m.clone(), config, &no_progress).unwrap();
+    let s = Session::builder(host_device(), m.clone()).config(config).build().unwrap();
     all_paths_still_work(&s, &m);
 }
 
@@ -195,19 +194,22 @@ fn a_cached_program_whose_outputs_do_not_match_the_model_is_refused_and_evicted(
     let m = Arc::new(SumModel::new(2, 4, false));
     let config =
         SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 2 }).cache(cache.clone()).build().unwrap();
-    // The entry of bucket 1 holds the program of bucket 2: outputs of 2 rows for a 1-row request.
     let device = host_device();
     let key = cache_key(&m.identity(), &m.spec.inputs, &m.dims(1), BackendKind::Host, &device.info().arch).unwrap();
-    let wrong = m.compile(&device, &CompileRequest { input_dims: &m.dims(2), bucket: Some(2) }).unwrap();
-    cache.put(&key, wrong).unwrap();
+    drop(Session::new(device.clone(), m.clone(), config.clone(), &no_progress).unwrap());
+    assert!(cache.read_disk(&key).unwrap().is_some(), "the first session published bucket 1");
+    // The cached artifact now loads into a program whose second output is i32, not the model's f32
+    // (an artifact of another compiler version behind the same key, say).
+    m.wrong_output_dtype.store(true, std::sync::atomic::Ordering::SeqCst);
     let err = Session::new(device.clone(), m.clone(), config.clone(), &no_progress).unwrap_err();
     match &err {
         DispatchError::ProgramOutputMismatch { bucket: Some(1), output, expected, actual } => {
-            assert_eq!((output.as_str(), expected.as_str(), actual.as_str()), ("sum", "f32 [1, 4]", "f32 [2, 4]"));
+            assert_eq!((output.as_str(), expected.as_str(), actual.as_str()), ("rowsum", "f32 [1, 1]", "i32 [1, 1]"));
         }
         other => panic!("expected ProgramOutputMismatch, got {other:?}"),
     }
     assert!(cache.read_disk(&key).unwrap().is_none(), "the mismatching artifact was not evicted");
+    m.wrong_output_dtype.store(false, std::sync::atomic::Ordering::SeqCst);
     let s = Session::new(device, m.clone(), config, &no_progress).unwrap();
     all_paths_still_work(&s, &m);
 }
@@ -231,7 +233,7 @@ fn a_program_reporting_a_wrong_output_dtype_is_refused_at_load() {
 #[test]
 fn a_failing_synchronize_after_a_failed_run_is_reported_with_its_error() {
     let m = Arc::new(SumModel::new(2, 4, false));
-    let graphs = GraphConfig { enabled: false, ..GraphConfig::default() };
+    let graphs = GraphConfig::default().with_enabled(false);
     let config = SessionConfig::builder()
         .buckets(BucketSpec::PowersOfTwo { max: 4 })
         .graphs(graphs)

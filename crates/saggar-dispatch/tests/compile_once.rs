@@ -22,7 +22,7 @@ fn a_second_session_on_the_same_cache_directory_compiles_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let model = Arc::new(SumModel::new(2, 4, false));
     let config = |c| SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).cache(c).build().unwrap();
-    let first = Session::new(host_device(), model.clone(), config(cache(tmp.path())), &no_progress).unwrap();
+    let first = Session::builder(host_device(), model.clone()).config(config(cache(tmp.path()))).build().unwrap();
     assert_eq!(first.stats().compiles, 5);
     assert_eq!(model.compiles.load(Ordering::SeqCst), 5);
     drop(first);

@@ -14,7 +14,7 @@ fn sixteen_threads_times_a_thousand_mixed_runs_are_all_correct() {
     let model = Arc::new(SumModel::new(4, 6, true));
     let config =
         SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).max_concurrency(8).build().unwrap();
-    let session = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
+    let session = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
     let runs = 1000;
     std::thread::scope(|scope| {
         for t in 0..16u32 {

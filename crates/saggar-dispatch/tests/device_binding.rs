@@ -18,7 +18,7 @@ fn session(max: u64, splitting: bool) -> (HostSession, Arc<SumModel>) {
     if !splitting {
         builder = builder.splitting(saggar_shape::Splitting::Disabled);
     }
-    (Session::new(host_device(), model.clone(), builder.build().unwrap(), &no_progress).unwrap(), model)
+    (Session::builder(host_device(), model.clone()).config(builder.build().unwrap()).build().unwrap(), model)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use saggar_shape::DType;
 fn session(model: SumModel, max: u64) -> (Session<saggar_device::host::HostBackend, SumModel>, Arc<SumModel>) {
     let model = Arc::new(model);
     let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max }).build().unwrap();
-    (Session::new(host_device(), model.clone(), config, &no_progress).unwrap(), model)
+    (Session::builder(host_device(), model.clone()).config(config).build().unwrap(), model)
 }
 
 fn run(
@@ -94,9 +94,9 @@ fn batches_above_the_largest_bucket_are_split_and_every_row_returned() {
 #[test]
 fn graphs_off_runs_eagerly_with_the_same_results() {
     let model = Arc::new(SumModel::new(2, 4, true));
-    let graphs = saggar_dispatch::GraphConfig { enabled: false, ..Default::default() };
+    let graphs = saggar_dispatch::GraphConfig::default().with_enabled(false);
     let config = SessionConfig::builder().buckets(BucketSpec::List(vec![2, 6])).graphs(graphs).build().unwrap();
-    let s = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
+    let s = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
     for b in [1, 2, 5, 6, 2] {
         assert!(!run(&s, &model, b, b as u32).replayed);
     }
@@ -107,9 +107,9 @@ fn graphs_off_runs_eagerly_with_the_same_results() {
 #[test]
 fn eager_capture_captures_every_bucket_at_creation() {
     let model = Arc::new(SumModel::new(2, 4, false));
-    let graphs = saggar_dispatch::GraphConfig { capture: saggar_dispatch::CaptureWhen::Eager, ..Default::default() };
+    let graphs = saggar_dispatch::GraphConfig::default().with_capture(saggar_dispatch::CaptureWhen::Eager);
     let config = SessionConfig::builder().buckets(BucketSpec::Stepped { max: 16 }).graphs(graphs).build().unwrap();
-    let s = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
+    let s = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
     let buckets = s.buckets().len() as u64;
     assert_eq!(s.stats().captures, buckets);
     run(&s, &model, 7, 1);
@@ -119,10 +119,8 @@ fn eager_capture_captures_every_bucket_at_creation() {
 #[test]
 fn graph_memory_budget_evicts_least_recently_used_graphs() {
     let model = Arc::new(SumModel::new(2, 4, false));
-    let graphs = saggar_dispatch::GraphConfig {
-        memory_budget_bytes: Some(2 * saggar_dispatch::GRAPH_NODE_BYTES * 3),
-        ..Default::default()
-    };
+    let graphs = saggar_dispatch::GraphConfig::default()
+        .with_memory_budget_bytes(Some(2 * saggar_dispatch::GRAPH_NODE_BYTES * 3));
     let config = SessionConfig::builder()
         .buckets(BucketSpec::PowersOfTwo { max: 8 })
         .graphs(graphs)
@@ -130,7 +128,7 @@ fn graph_memory_budget_evicts_least_recently_used_graphs() {
         .prewarm_contexts(1)
         .build()
         .unwrap();
-    let s = Session::new(host_device(), model.clone(), config, &no_progress).unwrap();
+    let s = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
     for b in [1, 2, 4, 8, 1, 2] {
         run(&s, &model, b, 0);
     }
@@ -158,20 +156,23 @@ fn a_static_model_runs_one_program() {
         ) -> Result<Vec<u8>, CompilerError> {
             self.0.compile(d, r)
         }
-        fn load(&self, d: &saggar_device::host::HostDevice, a: &[u8]) -> Result<SumProgram, CompilerError> {
-            self.0.load(d, a)
+        fn load(
+            &self,
+            d: &saggar_device::host::HostDevice,
+            r: &CompileRequest<'_>,
+            a: &[u8],
+        ) -> Result<SumProgram, CompilerError> {
+            self.0.load(d, r, a)
         }
     }
     let mut inner = SumModel::new(2, 4, false);
     let fixed = |name: &str, dims: [u64; 2]| TensorSpec::new(name, DType::F32, dims.map(Dim::Fixed));
-    inner.spec = ModelSpec {
-        name: "static".into(),
-        inputs: vec![fixed("in0", [3, 4]), fixed("in1", [3, 4])],
-        outputs: vec![fixed("sum", [3, 4]), fixed("rowsum", [3, 1])],
-    };
-    let s =
-        Session::new(host_device(), Arc::new(Static(inner)), SessionConfig::builder().build().unwrap(), &no_progress)
-            .unwrap();
+    inner.spec = ModelSpec::new(
+        "static",
+        vec![fixed("in0", [3, 4]), fixed("in1", [3, 4])],
+        vec![fixed("sum", [3, 4]), fixed("rowsum", [3, 1])],
+    );
+    let s = Session::builder(host_device(), Arc::new(Static(inner))).build().unwrap();
     let m = SumModel::new(2, 4, false);
     let data = m.inputs(3, 4);
     let dims = [3u64, 4];

@@ -13,7 +13,7 @@ type S = Session<HostBackend, SumModel>;
 
 fn session(model: &Arc<SumModel>, max: u64) -> S {
     let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max }).max_concurrency(1).build().unwrap();
-    Session::new(host_device(), model.clone(), config, &no_progress).unwrap()
+    Session::builder(host_device(), model.clone()).config(config).build().unwrap()
 }
 
 fn host_run(s: &S, m: &SumModel, batch: usize, seed: u32) -> Vec<saggar_dispatch::OwnedTensor> {

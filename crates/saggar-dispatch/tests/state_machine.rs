@@ -46,7 +46,7 @@ fn check(ops: Vec<Op>, reuse: AddressReuse) {
     let device = HostDevice::with_config(0, HostConfig { address_reuse: reuse, ..HostConfig::default() }).unwrap();
     let config =
         SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 8 }).max_concurrency(1).build().unwrap();
-    let session = Session::new(device.clone(), model.clone(), config, &no_progress).unwrap();
+    let session = Session::builder(device.clone(), model.clone()).config(config).build().unwrap();
     let mut sets: Vec<DeviceRequest> =
         (0..3).map(|i| DeviceRequest::new(&device, &model, [4, 3, 8][i], i as u32)).collect();
     let mut entries: HashMap<usize, Entry> = HashMap::new();

@@ -24,7 +24,7 @@
 //!   libamdhip64, which this library replaces).
 //! - `errors`: HIP's error names, the CUDA → HIP error table (every pair has the same number and
 //!   meaning; a CUDA result HIP has no code for is `hipErrorUnknown`, reported on standard error), and
-//!   [`errors::not_supported`], where every unmappable call or argument ends.
+//!   `errors::not_supported`, where every unmappable call or argument ends.
 //! - `driver`: libcuda and libnvrtc loaded at run time through cudarc (`fallback-dynamic-loading`, as
 //!   saggar's CUDA backend), and HIP's per-thread current device over primary contexts.
 //! - `runtime` / `rtc`: the exported functions, one per HIP / hipRTC symbol.

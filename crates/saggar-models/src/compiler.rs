@@ -18,7 +18,6 @@
 //! entry; programs still holding the old buffer keep it alive.
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -27,7 +26,9 @@ use saggar_device::{
     Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
     LaunchConfig, Module as _, Stream as _,
 };
-use saggar_dispatch::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
+use saggar_dispatch::{
+    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+};
 
 use crate::artifact::{ARTIFACT_VERSION, ArtifactHeader};
 use crate::codegen;
@@ -51,7 +52,7 @@ pub struct ReferenceCompiler {
     config: ModelConfig,
     weights: Weights,
     spec: ModelSpec,
-    model_hash: String,
+    model_hash: ModelHash,
     config_hash: [u8; 32],
     gemm: GemmVariant,
     /// The weights as GPU kernels read them (row-major layers).
@@ -127,7 +128,7 @@ impl ReferenceCompiler {
         let row_major_weights = WeightLayout::new(&config, WeightPacking::RowMajor).pack(&config, &weights);
         Ok(ReferenceCompiler {
             spec: config.model_spec(),
-            model_hash: weights.model_hash(&config),
+            model_hash: ModelHash::from_digest(weights.model_digest(&config)),
             config_hash: config.config_hash(),
             gemm: GemmVariant::default(),
             row_major_weights,
@@ -167,7 +168,7 @@ impl ReferenceCompiler {
 
     /// BLAKE3 of the canonical config JSON and the weights, hex (see [`Weights::model_hash`]).
     pub fn model_hash(&self) -> &str {
-        &self.model_hash
+        self.model_hash.as_str()
     }
 
     /// Scratch bytes a program for `batch` rows on `backend` needs, or `None` for a batch outside
@@ -282,7 +283,12 @@ impl ReferenceCompiler {
         Ok(header.encode(&code))
     }
 
-    fn load_impl<B: Backend>(&self, device: &B::Device, artifact: &[u8]) -> Result<ModelProgram<B>, ModelError> {
+    fn load_impl<B: Backend>(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+        artifact: &[u8],
+    ) -> Result<ModelProgram<B>, ModelError> {
         let (header, code) = ArtifactHeader::parse(artifact)?;
         if header.backend != B::KIND {
             return Err(ArtifactError::WrongBackend { artifact: header.backend, device: B::KIND }.into());
@@ -300,6 +306,14 @@ impl ReferenceCompiler {
         if header.batch != batch as u64 {
             return Err(ArtifactError::Malformed {
                 reason: format!("batch {} differs from the input dimensions' batch {batch}", header.batch),
+            }
+            .into());
+        }
+        if header.input_dims != request.input_dims || header.bucket != request.bucket {
+            let describe = |dims: &[Vec<u64>], bucket: Option<u64>| format!("inputs {dims:?} (bucket {bucket:?})");
+            return Err(ArtifactError::RequestMismatch {
+                artifact: describe(&header.input_dims, header.bucket),
+                requested: describe(request.input_dims, request.bucket),
             }
             .into());
         }
@@ -345,23 +359,22 @@ impl<B: Backend> ProgramCompiler<B> for ReferenceCompiler {
     }
 
     fn identity(&self) -> CompilerIdentity {
-        CompilerIdentity {
-            compiler: COMPILER_NAME.to_string(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            model_hash: self.model_hash.clone(),
-            options: BTreeMap::from([
-                ("gemm".to_string(), self.gemm.name().to_string()),
-                ("artifact".to_string(), ARTIFACT_VERSION.to_string()),
-            ]),
-        }
+        CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), self.model_hash.clone())
+            .with_option("gemm", self.gemm.name())
+            .with_option("artifact", ARTIFACT_VERSION.to_string())
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
         Ok(self.compile_impl::<B>(device, request)?)
     }
 
-    fn load(&self, device: &B::Device, artifact: &[u8]) -> Result<ModelProgram<B>, CompilerError> {
-        Ok(self.load_impl::<B>(device, artifact)?)
+    fn load(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+        artifact: &[u8],
+    ) -> Result<ModelProgram<B>, CompilerError> {
+        Ok(self.load_impl::<B>(device, request, artifact)?)
     }
 }
 

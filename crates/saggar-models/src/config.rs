@@ -1,7 +1,7 @@
 //! Model configs: the recommender (`recsys`) and the plain MLP, read from and written to JSON.
 //!
 //! A config is a JSON object whose `"model"` field picks the family; every other field has a default,
-//! so `{"model": "recsys"}` is the default (benchmark) recommender. Unknown fields are errors, so a
+//! so `{"model": "recsys"}` is the default 190-input recommender. Unknown fields are errors, so a
 //! typo does not silently fall back to a default. `docs/models.md` documents every field with a full
 //! example.
 //!
@@ -128,7 +128,7 @@ pub struct RecsysConfig {
 }
 
 impl Default for RecsysConfig {
-    /// The benchmark recommender: 150 dense inputs `[batch, 8]`, 40 sparse inputs `[batch, 4]` into
+    /// The benchmarks' recommender: 150 dense inputs `[batch, 8]`, 40 sparse inputs `[batch, 4]` into
     /// tables of `1000 x 16`, hidden layers 512 and 256, one output. Its feature row is
     /// `150 * 8 + 40 * 16 = 1840` wide, so the MLP is 1840 -> 512 -> 256 -> 1.
     fn default() -> RecsysConfig {
@@ -403,7 +403,7 @@ impl ModelConfig {
 
     /// The model as the dispatcher sees it.
     pub fn model_spec(&self) -> ModelSpec {
-        ModelSpec { name: self.name().to_string(), inputs: self.input_specs(), outputs: self.output_specs() }
+        ModelSpec::new(self.name(), self.input_specs(), self.output_specs())
     }
 
     /// Bytes of one row (one batch element) of each input, in binding order.

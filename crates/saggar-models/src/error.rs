@@ -156,6 +156,14 @@ pub enum ArtifactError {
         /// This compiler's config hash (hex).
         compiler: String,
     },
+    /// Compiled for other input shapes or another bucket than the program being loaded.
+    #[error("compiled for {artifact}, but loaded for {requested}; the cache key must include every input shape")]
+    RequestMismatch {
+        /// The input dimensions and bucket the artifact was compiled for.
+        artifact: String,
+        /// The input dimensions and bucket of the load.
+        requested: String,
+    },
     /// The embedded code object does not parse or lacks a kernel.
     #[error("code object: {reason}")]
     CodeObject {

@@ -1,12 +1,13 @@
 //! saggar-models: saggar's reference compiler and model family, so the whole stack runs end to end on
 //! every backend.
+#![doc = include_str!("../README.md")]
 //!
 //! # Models
 //! Two families, configured in JSON ([`ModelConfig`], format in `docs/models.md`):
 //! - `recsys`, a recommender: dense inputs `dense_{i}` `[batch, w]` f32 and sparse inputs `sparse_{j}`
 //!   `[batch, k]` i32 indexing embedding tables; embedding-bag sums, concatenation, then an MLP to
 //!   `score` `[batch, 1]` (and optionally `features`, the last hidden layer). The default is the
-//!   190-input benchmark model.
+//!   190-input recommender the benchmarks use.
 //! - `mlp`: `x` `[batch, in]` through hidden ReLU layers to `y` `[batch, out]`.
 //!
 //! Weights ([`Weights`]) come from a seed (SplitMix64, documented) or a safetensors file checked
@@ -33,8 +34,9 @@
 //! let compiler = ReferenceCompiler::from_config(config.clone())?;
 //! let device = HostBackend::open(0)?;
 //! let dims = config.input_dims(3);
-//! let artifact = ProgramCompiler::<HostBackend>::compile(&compiler, &device, &CompileRequest { input_dims: &dims, bucket: Some(3) })?;
-//! let program = ProgramCompiler::<HostBackend>::load(&compiler, &device, &artifact)?;
+//! let request = CompileRequest::new(&dims, Some(3));
+//! let artifact = ProgramCompiler::<HostBackend>::compile(&compiler, &device, &request)?;
+//! let program = ProgramCompiler::<HostBackend>::load(&compiler, &device, &request, &artifact)?;
 //!
 //! let inputs = generate_inputs(&config, 3, 7);
 //! let x = device.alloc(inputs[0].len())?;
@@ -52,6 +54,7 @@
 //! assert!(compare_outputs(&expected, &[out], 1e-4)?.all_match());
 //! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod artifact;
 mod codegen;

@@ -3,7 +3,7 @@
 //! Every tensor (and every generated input) draws from its own stream, seeded with
 //! `seed ^ fnv1a64(name)`, so the values of one tensor do not depend on how many other tensors
 //! the model has or in which order they are generated. `docs/models.md` states the same recipe so
-//! that other tools (the PyTorch peers in `benches/peers/`) can reproduce it, although they normally load
+//! that other tools (the PyTorch peers in `benches/peers`) can reproduce it, although they normally load
 //! the exported safetensors file instead.
 
 /// SplitMix64 (Steele, Lea and Flood, 2014), the generator `java.util.SplittableRandom` uses.

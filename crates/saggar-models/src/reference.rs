@@ -143,6 +143,7 @@ pub(crate) fn relu(x: f32) -> f32 {
 
 /// How device outputs compare with the reference.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
 pub struct OutputComparison {
     /// Values compared.
     pub checked: usize,

@@ -18,6 +18,7 @@ use std::path::Path;
 
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
+use saggar_dispatch::ModelHash;
 
 use crate::config::{ModelConfig, WeightSource};
 use crate::error::ModelError;
@@ -276,6 +277,11 @@ impl Weights {
     /// BLAKE3 over the config's canonical JSON and every tensor (name, shape, little-endian bytes), hex.
     /// Equal hashes mean equal generated code and equal results.
     pub fn model_hash(&self, config: &ModelConfig) -> String {
+        ModelHash::from_digest(self.model_digest(config)).into()
+    }
+
+    /// The 256-bit digest behind [`Weights::model_hash`].
+    pub(crate) fn model_digest(&self, config: &ModelConfig) -> [u8; 32] {
         let mut hasher = blake3::Hasher::new();
         let canonical = config.canonical_json();
         hasher.update(&(canonical.len() as u64).to_le_bytes());
@@ -289,7 +295,7 @@ impl Weights {
             }
             hash_f32s(&mut hasher, &t.data);
         }
-        hasher.finalize().to_hex().to_string()
+        *hasher.finalize().as_bytes()
     }
 }
 

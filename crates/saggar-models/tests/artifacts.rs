@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use saggar_device::host::HostBackend;
 use saggar_device::{Backend, BackendKind};
-use saggar_dispatch::ProgramCompiler;
+use saggar_dispatch::{CompileRequest, ProgramCompiler};
 use saggar_models::artifact::{ARTIFACT_MAGIC, ARTIFACT_VERSION, ArtifactHeader};
 use saggar_models::{ArtifactError, MlpConfig, ModelConfig, ModelError, ReferenceCompiler};
 
@@ -15,7 +15,7 @@ fn artifact_error(
     device: &<HostBackend as Backend>::Device,
     bytes: &[u8],
 ) -> ArtifactError {
-    match ProgramCompiler::<HostBackend>::load(compiler, device, bytes) {
+    match try_load::<HostBackend>(compiler, device, bytes) {
         Ok(_) => panic!("corrupted artifact of {} bytes loaded", bytes.len()),
         Err(e) => match model_error(&e) {
             ModelError::Artifact(a) => a.clone(),
@@ -117,4 +117,25 @@ fn header_records_the_request() {
     assert_eq!(code.format, saggar_device::CodeFormat::HostPlan);
     // Compiling is deterministic: the same request gives the same bytes.
     assert_eq!(compile::<HostBackend>(&compiler, &device, 5), bytes);
+}
+
+#[test]
+fn an_artifact_loaded_for_another_request_is_refused() {
+    let compiler = ReferenceCompiler::from_config(small_recsys(false)).unwrap();
+    let device = HostBackend::open(0).unwrap();
+    let bytes = compile::<HostBackend>(&compiler, &device, 4);
+    let other_batch = compiler.config().input_dims(8);
+    for request in [CompileRequest::new(&other_batch, Some(8)), CompileRequest::new(&other_batch, Some(4))] {
+        match ProgramCompiler::<HostBackend>::load(&compiler, &device, &request, &bytes) {
+            Ok(_) => panic!("an artifact for batch 4 loaded for {request:?}"),
+            Err(e) => {
+                assert!(matches!(model_error(&e), ModelError::Artifact(ArtifactError::RequestMismatch { .. })), "{e}")
+            }
+        }
+    }
+    let four = compiler.config().input_dims(4);
+    let wrong_bucket = CompileRequest::new(&four, None);
+    assert!(ProgramCompiler::<HostBackend>::load(&compiler, &device, &wrong_bucket, &bytes).is_err());
+    // The matching request loads.
+    ProgramCompiler::<HostBackend>::load(&compiler, &device, &CompileRequest::new(&four, Some(4)), &bytes).unwrap();
 }

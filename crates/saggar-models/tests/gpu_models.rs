@@ -11,7 +11,6 @@ use common::*;
 use saggar_device::cuda::CudaBackend;
 use saggar_device::host::HostBackend;
 use saggar_device::{Backend, BackendKind, CodeFormat, Device};
-use saggar_dispatch::ProgramCompiler;
 use saggar_models::artifact::ArtifactHeader;
 use saggar_models::{ArtifactError, GemmVariant, ModelError, ModelKind, ReferenceCompiler, generate_inputs};
 
@@ -78,19 +77,19 @@ fn artifacts_hold_gpu_code_and_reject_corruption() {
     assert_matches_reference(&compiler, &inputs, 4, &run(&again, &program, compiler.config(), &inputs, 4));
 
     for n in [0, 10, 70, bytes.len() / 2, bytes.len() - 1] {
-        let e = ProgramCompiler::<CudaBackend>::load(&compiler, &device, &bytes[..n]).unwrap_err();
+        let e = try_load::<CudaBackend>(&compiler, &device, &bytes[..n]).unwrap_err();
         assert!(matches!(model_error(&e), ModelError::Artifact(ArtifactError::Truncated { .. })), "{n}: {e}");
     }
     let mut flipped = bytes.clone();
     let middle = bytes.len() / 2;
     flipped[middle] ^= 1;
-    let e = ProgramCompiler::<CudaBackend>::load(&compiler, &device, &flipped).unwrap_err();
+    let e = try_load::<CudaBackend>(&compiler, &device, &flipped).unwrap_err();
     assert!(matches!(model_error(&e), ModelError::Artifact(ArtifactError::Checksum)), "{e}");
 
     // A host artifact does not load on CUDA.
     let host = HostBackend::open(0).unwrap();
     let host_bytes = compile::<HostBackend>(&compiler, &host, 4);
-    let e = ProgramCompiler::<CudaBackend>::load(&compiler, &device, &host_bytes).unwrap_err();
+    let e = try_load::<CudaBackend>(&compiler, &device, &host_bytes).unwrap_err();
     assert!(
         matches!(
             model_error(&e),

@@ -1,4 +1,7 @@
 //! Tensor specs, shape hashing, batch-axis detection, bucket policies, and pad and slice plans.
+#![doc = include_str!("../README.md")]
+//!
+//! # Design
 //!
 //! saggar-shape is the part of saggar that reasons about shapes and nothing else.
 //! **Architecture invariant:** it never touches a device, a stream or a file; it computes
@@ -80,6 +83,7 @@
 //! assert!(!signature.pad_plan(1, &[1000, 64], chunk)?.is_batched());
 //! # Ok::<(), saggar_shape::ShapeError>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
 mod bindings;

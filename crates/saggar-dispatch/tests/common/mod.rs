@@ -14,7 +14,9 @@ use saggar_device::{
     Backend, CodeObject, Device, DeviceSlice, KernelArg, KernelSignature, KernelSource, LaunchConfig, Module,
     ParamKind, Stream,
 };
-use saggar_dispatch::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
+use saggar_dispatch::{
+    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+};
 use saggar_shape::{DType, Dim, TensorSpec};
 
 pub struct SumModel {
@@ -95,7 +97,7 @@ impl SumModel {
             n,
             width,
             bias,
-            spec: ModelSpec { name: format!("sum{n}"), inputs, outputs },
+            spec: ModelSpec::new(format!("sum{n}"), inputs, outputs),
             compiles: Arc::new(AtomicUsize::new(0)),
             fail_next_compile: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             sabotage_launch: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -200,18 +202,14 @@ impl ProgramCompiler<HostBackend> for SumModel {
     }
 
     fn identity(&self) -> CompilerIdentity {
-        CompilerIdentity {
-            compiler: "saggar-dispatch-tests".into(),
-            version: "1".into(),
-            model_hash: format!("{:064x}", self.n as u64 * 1000 + self.width + u64::from(self.bias) * 7),
-            options: Default::default(),
-        }
+        let hash = format!("{:064x}", self.n as u64 * 1000 + self.width + u64::from(self.bias) * 7);
+        CompilerIdentity::new("saggar-dispatch-tests", "1", ModelHash::parse(hash).expect("64 hex digits"))
     }
 
     fn compile(
         &self,
         device: &<HostBackend as Backend>::Device,
-        request: &CompileRequest<'_>,
+        _request: &CompileRequest<'_>,
     ) -> Result<Vec<u8>, CompilerError> {
         if self.fail_next_compile.swap(false, Ordering::SeqCst) {
             return Err("injected compile failure".into());
@@ -219,17 +217,20 @@ impl ProgramCompiler<HostBackend> for SumModel {
         self.compiles.fetch_add(1, Ordering::SeqCst);
         // A compile takes a moment, so races between compilers are real.
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let rows = request.input_dims[0][0];
         let code =
             device.compile(&KernelSource::new("sum", "", vec![signature(self.n, self.bias), fail_signature()]))?;
-        let mut bytes = rows.to_le_bytes().to_vec();
-        bytes.extend(code.to_bytes());
-        Ok(bytes)
+        Ok(code.to_bytes())
     }
 
-    fn load(&self, device: &<HostBackend as Backend>::Device, artifact: &[u8]) -> Result<SumProgram, CompilerError> {
-        let rows = u64::from_le_bytes(artifact.get(..8).ok_or("truncated artifact")?.try_into()?);
-        let code = CodeObject::from_bytes(&artifact[8..])?;
+    fn load(
+        &self,
+        device: &<HostBackend as Backend>::Device,
+        request: &CompileRequest<'_>,
+        artifact: &[u8],
+    ) -> Result<SumProgram, CompilerError> {
+        // The request says which shape the artifact was compiled for: no framing of its own.
+        let rows = request.input_dims[0][0];
+        let code = CodeObject::from_bytes(artifact)?;
         let module = device.load_module(&code)?;
         let kernel = module.kernel(&kernel_name(self.n, self.bias))?;
         let second = if self.wrong_output_dtype.load(Ordering::SeqCst) { DType::I32 } else { DType::F32 };

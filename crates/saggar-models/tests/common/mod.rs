@@ -37,13 +37,32 @@ pub fn model_error(e: &CompilerError) -> &ModelError {
 /// Compiles `compiler`'s model for `batch` rows (bucket = batch) on `device`.
 pub fn compile<B: Backend>(compiler: &ReferenceCompiler, device: &B::Device, batch: u64) -> Vec<u8> {
     let dims = compiler.config().input_dims(batch);
-    ProgramCompiler::<B>::compile(compiler, device, &CompileRequest { input_dims: &dims, bucket: Some(batch) })
+    ProgramCompiler::<B>::compile(compiler, device, &CompileRequest::new(&dims, Some(batch)))
         .unwrap_or_else(|e| panic!("compile batch {batch}: {e}"))
+}
+
+/// The request an artifact was compiled for, read from its header (batch 1 when the header does not
+/// parse: loading such bytes fails before the request is looked at).
+pub fn request_of(compiler: &ReferenceCompiler, artifact: &[u8]) -> (Vec<Vec<u64>>, Option<u64>) {
+    match saggar_models::artifact::ArtifactHeader::parse(artifact) {
+        Ok((header, _)) => (header.input_dims, header.bucket),
+        Err(_) => (compiler.config().input_dims(1), Some(1)),
+    }
+}
+
+/// Loads an artifact for the request it was compiled for.
+pub fn try_load<B: Backend>(
+    compiler: &ReferenceCompiler,
+    device: &B::Device,
+    artifact: &[u8],
+) -> Result<ModelProgram<B>, saggar_dispatch::CompilerError> {
+    let (dims, bucket) = request_of(compiler, artifact);
+    ProgramCompiler::<B>::load(compiler, device, &CompileRequest::new(&dims, bucket), artifact)
 }
 
 /// Loads an artifact.
 pub fn load<B: Backend>(compiler: &ReferenceCompiler, device: &B::Device, artifact: &[u8]) -> ModelProgram<B> {
-    ProgramCompiler::<B>::load(compiler, device, artifact).unwrap_or_else(|e| panic!("load: {e}"))
+    try_load::<B>(compiler, device, artifact).unwrap_or_else(|e| panic!("load: {e}"))
 }
 
 /// Device buffers bound to one program.
