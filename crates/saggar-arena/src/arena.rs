@@ -174,10 +174,12 @@ impl<B: Backend> std::fmt::Debug for Arena<B> {
     }
 }
 
-fn check_aligned(role: &'static str, name: &str, address: usize, align: usize) -> Result<()> {
+/// Checks a caller buffer's alignment. An empty buffer is never read or written, and Rust gives an
+/// empty slice a dangling address aligned only to its own element type, so it is not checked.
+fn check_aligned(role: &'static str, name: &str, address: usize, len: usize, align: usize) -> Result<()> {
     // `align` is a power of two (the layout checks it): a mask, not a division, on the per-input path.
     debug_assert!(align.is_power_of_two());
-    if address & (align - 1) == 0 {
+    if len == 0 || address & (align - 1) == 0 {
         Ok(())
     } else {
         Err(ArenaError::Misaligned { role, name: name.into(), address, align })
@@ -194,8 +196,10 @@ impl<B: Backend> Arena<B> {
         stream.memset(device_memory.as_slice(), 0)?;
         stream.synchronize()?;
         let staging = ctx.device.alloc_pinned(layout.input_span().max(1))?;
-        let readback = if ctx.options.coalesce_outputs && layout.output_span() > 0 {
-            Some(ctx.device.alloc_pinned(layout.output_span())?)
+        // Outputs of zero elements still get a (one-byte) read-back buffer, as inputs do a staging one:
+        // a model whose outputs are all empty is served like any other.
+        let readback = if ctx.options.coalesce_outputs {
+            Some(ctx.device.alloc_pinned(layout.output_span().max(1))?)
         } else {
             None
         };
@@ -375,7 +379,7 @@ impl<B: Backend> Arena<B> {
         let mut report = StageReport::default();
         for (index, (slot, source)) in slots.iter().zip(inputs).enumerate() {
             let InputSource::Device { data, plan, mode } = *source else { continue };
-            check_aligned("input", &slot.name, data.ptr().0 as usize, slot.element_bytes)?;
+            check_aligned("input", &slot.name, data.ptr().0 as usize, data.len(), slot.element_bytes)?;
             let src = data.sub(plan.src_range().start, plan.src_range().len())?;
             let padded = plan.padded_rows() > plan.rows();
             if mode == DeviceInputMode::DirectBind && !padded {
@@ -473,7 +477,7 @@ impl<B: Backend> Arena<B> {
         for (index, (slot, output)) in slots.iter().zip(outputs.iter_mut()).enumerate() {
             let data = output.as_mut();
             let plan = plan(index);
-            check_aligned("output", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
+            check_aligned("output", &slot.name, data.as_ptr() as usize, data.len(), slot.element_bytes)?;
             if plan.src_len() > slot.capacity {
                 return Err(ArenaError::Output {
                     output: slot.name.clone(),
@@ -537,7 +541,7 @@ fn gather_part<'a>(
         }
         for (k, slot) in layout.inputs()[first..end].iter().enumerate() {
             let InputSource::Host { data, plan } = source(first + k) else { continue };
-            check_aligned("input", &slot.name, data.as_ptr() as usize, slot.element_bytes)?;
+            check_aligned("input", &slot.name, data.as_ptr() as usize, data.len(), slot.element_bytes)?;
             check_fits(slot, &plan)?;
             let range = plan.src_range();
             let Some(real) = data.get(range.clone()) else {

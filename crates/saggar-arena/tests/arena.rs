@@ -134,6 +134,40 @@ fn one_copy_gathers_pads_and_round_trips() {
     assert_eq!(as_bytes(&dst, dst_bytes), &produced[..dst_bytes]);
 }
 
+/// Tensors of zero elements (an ONNX Split with a zero-size part, a Slice past the end) pass through
+/// the arena like any other: an empty input at a dangling, f32-unaligned address is not "misaligned",
+/// and a layout whose only output is empty still downloads and scatters.
+#[test]
+fn zero_element_inputs_and_outputs_round_trip() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let inputs = [SlotSpec::new("empty", 0, 8), SlotSpec::new("x", 16, 4)];
+    let outputs = [SlotSpec::new("nothing", 0, 4)];
+    let pool = pool(&d, &inputs, &outputs, PoolConfig::default());
+    let mut lease = pool.lease().unwrap();
+    let chunk = Chunk::whole(1, 1);
+    let x = aligned(&bytes_of(4, 16));
+    // An empty Vec<u8>'s pointer is 1: not 8-byte aligned, and never dereferenced.
+    let empty: Vec<u8> = Vec::new();
+    assert_eq!(empty.as_ptr() as usize % 8, 1);
+    lease
+        .stage_inputs(
+            &stream,
+            &[
+                InputSource::Host { data: &empty, plan: plan("empty", DType::I64, &[0], false, chunk) },
+                InputSource::Host { data: as_bytes(&x, 16), plan: plan("x", DType::F32, &[4], false, chunk) },
+            ],
+        )
+        .unwrap();
+    lease.download_outputs(&stream).unwrap();
+    let mut nothing: Vec<u8> = Vec::new();
+    let slice_plan = SlicePlan::new(TensorShape::new("nothing", DType::F32, &[0]), false, chunk).unwrap();
+    lease.scatter_outputs(&mut [OutputTarget { data: &mut nothing, plan: slice_plan }]).unwrap();
+    let mut got = vec![0u8; 16];
+    stream.download(lease.input_bindings()[1], &mut got).unwrap();
+    assert_eq!(got, as_bytes(&x, 16));
+}
+
 #[test]
 fn device_inputs_are_copied_padded_or_bound_directly_and_reported() {
     let d = device();
