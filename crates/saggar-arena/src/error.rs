@@ -91,7 +91,7 @@ pub enum ArenaError {
         reason: String,
     },
     /// An output download was not enqueued before scattering.
-    #[error("the arena has no read-back buffer: build it with coalesce_outputs and outputs in its layout")]
+    #[error("the arena has no read-back buffer: build it with ArenaOptions::coalesce_outputs on")]
     NotDownloaded,
 }
 
