@@ -170,7 +170,9 @@ fn zero_element_inputs_and_outputs_round_trip() {
     let config = PoolConfig { arena: ArenaOptions::default().with_coalesce_outputs(false), ..PoolConfig::default() };
     let uncoalesced = self::pool(&d, &inputs, &outputs, config);
     let mut lease = uncoalesced.lease().unwrap();
-    assert!(matches!(lease.scatter_outputs(&mut []).unwrap_err(), ArenaError::NotDownloaded));
+    let slice_plan = SlicePlan::new(TensorShape::new("nothing", DType::F32, &[0]), false, chunk).unwrap();
+    let err = lease.scatter_outputs(&mut [OutputTarget { data: &mut nothing, plan: slice_plan }]).unwrap_err();
+    assert!(matches!(err, ArenaError::NotDownloaded), "{err:?}");
 }
 
 #[test]
