@@ -11,6 +11,7 @@
 //! | [`arena`] | `saggar-arena` | pinned staging and one-copy inputs, leased per request |
 //! | [`dispatch`] | `saggar-dispatch` | sessions, run paths, graph capture and replay, pointer drift, groups |
 //! | [`models`] | `saggar-models` | the reference compiler and model family (recsys, MLP) |
+//! | [`onnx`] | `saggar-onnx` | ONNX import, shape inference, constant folding, host lowering |
 //!
 //! See `docs/ARCHITECTURE.md` for the bird's-eye view.
 
@@ -19,4 +20,5 @@ pub use saggar_cache as cache;
 pub use saggar_device as device;
 pub use saggar_dispatch as dispatch;
 pub use saggar_models as models;
+pub use saggar_onnx as onnx;
 pub use saggar_shape as shape;

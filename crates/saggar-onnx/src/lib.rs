@@ -1,0 +1,27 @@
+//! saggar-onnx: ONNX models imported, checked and run through saggar sessions.
+//!
+//! # Pipeline
+//! 1. [`OnnxModel::load`] reads a `.onnx` file (protobuf, [`proto`]) with its external data (side
+//!    files inside the model's folder only), checks sizes before allocating, and builds the [`ir`]
+//!    graph: values with element types and symbolic dimensions from `dim_param`, nodes with their
+//!    parsed [`ops::Op`]. An op outside the declared op set, an opset outside 9..=21 or an attribute
+//!    value no op implements is an [`OnnxError`] here, at import, naming the node.
+//! 2. [`passes`] infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
+//!    emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
+//! 3. [`OnnxCompiler`] implements saggar-dispatch's `ProgramCompiler`: per concrete input shape it
+//!    specialises the graph (every dimension known, every shape chain folded), plans activation memory
+//!    by liveness and lowers each node to a registered host kernel. Initializers are uploaded once per
+//!    device and shared by every program.
+//!
+//! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
+
+#[cfg(target_endian = "big")]
+compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
+
+pub mod error;
+pub mod ops;
+pub mod proto;
+pub mod tensor;
+
+pub use error::OnnxError;
+pub use tensor::{Tensor, TensorData};
