@@ -408,6 +408,21 @@ impl TensorMut<'_> {
     }
 }
 
+/// Runs `$body` with `$s` and `$d` bound to the typed source and destination slices when both
+/// have the same element type; otherwise evaluates to an [`OpError::Eval`].
+macro_rules! same_type {
+    ($src:expr, $dst:expr, |$s:ident, $d:ident| $body:expr) => {
+        match ($src, $dst) {
+            ($crate::tensor::DataRef::F32($s), $crate::tensor::DataMut::F32($d)) => $body,
+            ($crate::tensor::DataRef::I64($s), $crate::tensor::DataMut::I64($d)) => $body,
+            ($crate::tensor::DataRef::I32($s), $crate::tensor::DataMut::I32($d)) => $body,
+            ($crate::tensor::DataRef::Bool($s), $crate::tensor::DataMut::Bool($d)) => $body,
+            _ => Err($crate::ops::OpError::eval("output element type differs from the input's")),
+        }
+    };
+}
+pub(crate) use same_type;
+
 #[cfg(test)]
 mod tests {
     use super::*;

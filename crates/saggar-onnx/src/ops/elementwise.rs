@@ -4,7 +4,7 @@
 use saggar_shape::DType;
 
 use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
-use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
 use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
 
 /// The ops of this family.
@@ -318,31 +318,31 @@ impl Op for Binary {
         Ok(vec![ValueType::new(dtype, dims)])
     }
 
-    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<saggar_shape::Dim>> {
-        use saggar_shape::Dim;
-        // Shape arithmetic on known extents (`seq * heads`, `hidden / heads`), elementwise or with a
-        // scalar: the result stays known when every extent it touches is fixed.
+    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
+        // Shape arithmetic (`seq * heads`, `hidden / heads`), elementwise or with a scalar: known
+        // where both sides are known, the symbol itself where the other side is neutral.
         if !matches!(self.0, BinaryKind::Add | BinaryKind::Sub | BinaryKind::Mul | BinaryKind::Div) {
             return None;
         }
-        let (a, b) = (inputs.req(0).ok()?.as_dims()?, inputs.req(1).ok()?.as_dims()?);
+        let (a, b) = (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?);
         let n = a.len().max(b.len());
         if (a.len() != n && a.len() != 1) || (b.len() != n && b.len() != 1) {
             return None;
         }
+        let unknown = || SymInt::Sym(crate::ops::UNKNOWN_DIM.into());
         (0..n)
             .map(|i| {
                 let (x, y) = (&a[if a.len() == 1 { 0 } else { i }], &b[if b.len() == 1 { 0 } else { i }]);
-                match (x.as_fixed(), y.as_fixed(), self.0) {
-                    (Some(p), Some(q), BinaryKind::Add) => p.checked_add(q).map(Dim::Fixed),
-                    (Some(p), Some(q), BinaryKind::Sub) => p.checked_sub(q).map(Dim::Fixed),
-                    (Some(p), Some(q), BinaryKind::Mul) => p.checked_mul(q).map(Dim::Fixed),
-                    (Some(p), Some(q), BinaryKind::Div) => p.checked_div(q).map(Dim::Fixed),
-                    (None, Some(1), BinaryKind::Mul | BinaryKind::Div) => Some(x.clone()),
-                    (Some(1), None, BinaryKind::Mul) => Some(y.clone()),
-                    (None, Some(0), BinaryKind::Add | BinaryKind::Sub) => Some(x.clone()),
-                    _ => Some(crate::ops::unknown_dim()),
-                }
+                Some(match (x.as_int(), y.as_int(), self.0) {
+                    (Some(p), Some(q), BinaryKind::Add) => SymInt::Int(p.checked_add(q)?),
+                    (Some(p), Some(q), BinaryKind::Sub) => SymInt::Int(p.checked_sub(q)?),
+                    (Some(p), Some(q), BinaryKind::Mul) => SymInt::Int(p.checked_mul(q)?),
+                    (Some(p), Some(q), BinaryKind::Div) => SymInt::Int(p.checked_div(q)?),
+                    (None, Some(1), BinaryKind::Mul | BinaryKind::Div) => x.clone(),
+                    (Some(1), None, BinaryKind::Mul) => y.clone(),
+                    (None, Some(0), BinaryKind::Add | BinaryKind::Sub) => x.clone(),
+                    _ => unknown(),
+                })
             })
             .collect()
     }
@@ -655,7 +655,7 @@ impl Op for Cast {
         Ok(vec![ValueType::new(self.to, x.ty.dims.clone())])
     }
 
-    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<saggar_shape::Dim>> {
+    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
         if matches!(self.to, DType::I64 | DType::I32) {
             inputs.req(0).ok()?.dims_value.map(<[_]>::to_vec)
         } else {

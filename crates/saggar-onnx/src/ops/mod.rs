@@ -167,9 +167,45 @@ pub struct InferInput<'a> {
     pub ty: &'a ValueType,
     /// The value, when the input is a constant (initializer or folded).
     pub value: Option<&'a Tensor>,
-    /// For a 0-D or 1-D integer input that is not constant but whose elements are known as
-    /// dimensions (the output of `Shape`, sliced and concatenated), those elements.
-    pub dims_value: Option<&'a [Dim]>,
+    /// For a 0-D or 1-D integer input that is not constant but whose elements are known as integers
+    /// or symbolic extents (the output of `Shape`, sliced, concatenated), those elements.
+    pub dims_value: Option<&'a [SymInt]>,
+}
+
+/// One element of a shape vector at import: a known integer (possibly `-1` or `0`, as Reshape
+/// takes them) or a symbolic extent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SymInt {
+    /// A known value.
+    Int(i64),
+    /// A symbolic extent (never negative).
+    Sym(Box<str>),
+}
+
+impl SymInt {
+    /// As a dimension (`None` for a negative value).
+    pub fn to_dim(&self) -> Option<Dim> {
+        match self {
+            SymInt::Int(v) => u64::try_from(*v).ok().map(Dim::Fixed),
+            SymInt::Sym(s) => Some(Dim::Symbolic(s.clone())),
+        }
+    }
+
+    /// From a dimension.
+    pub fn from_dim(d: &Dim) -> SymInt {
+        match d {
+            Dim::Fixed(v) => i64::try_from(*v).map_or(SymInt::Sym(UNKNOWN_DIM.into()), SymInt::Int),
+            Dim::Symbolic(s) => SymInt::Sym(s.clone()),
+        }
+    }
+
+    /// The known value.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            SymInt::Int(v) => Some(*v),
+            SymInt::Sym(_) => None,
+        }
+    }
 }
 
 impl InferInput<'_> {
@@ -178,13 +214,18 @@ impl InferInput<'_> {
         self.value.and_then(Tensor::to_i64s)
     }
 
-    /// The elements as dimensions, when known: a constant integer tensor or a propagated shape.
-    pub fn as_dims(&self) -> Option<Vec<Dim>> {
-        if let Some(dims) = self.dims_value {
-            return Some(dims.to_vec());
+    /// The elements as integers or symbols, when known: a constant integer tensor or a propagated
+    /// shape vector.
+    pub fn sym_ints(&self) -> Option<Vec<SymInt>> {
+        if let Some(v) = self.const_i64s() {
+            return Some(v.into_iter().map(SymInt::Int).collect());
         }
-        let values = self.const_i64s()?;
-        values.into_iter().map(|v| u64::try_from(v).ok().map(Dim::Fixed)).collect()
+        self.dims_value.map(<[SymInt]>::to_vec)
+    }
+
+    /// The elements as dimensions, when known and none is negative.
+    pub fn as_dims(&self) -> Option<Vec<Dim>> {
+        self.sym_ints()?.iter().map(SymInt::to_dim).collect()
     }
 }
 
@@ -272,7 +313,7 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
 
     /// For ops on shape vectors (`Shape`, `Gather`, `Concat`, ...): the elements of output 0 as
     /// dimensions when the inputs' are known, so symbolic shapes flow into `Reshape` and `Expand`.
-    fn dims_value(&self, _inputs: &InferInputs<'_>) -> Option<Vec<Dim>> {
+    fn dims_value(&self, _inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
         None
     }
 
