@@ -37,10 +37,13 @@ fn wrap_index(i: i64, n: usize) -> Result<usize, OpError> {
     Ok(j as usize)
 }
 
+/// Slice's `starts`, `ends` and optional `axes` attributes (opset < 10).
+type SliceAttrs = (Vec<i64>, Vec<i64>, Option<Vec<i64>>);
+
 /// `Slice`: starts/ends/axes/steps from attributes (opset < 10) or inputs 1..=4.
 #[derive(Debug)]
 struct Slice {
-    attrs: Option<(Vec<i64>, Vec<i64>, Option<Vec<i64>>)>,
+    attrs: Option<SliceAttrs>,
 }
 
 fn build_slice_attrs(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {

@@ -181,7 +181,7 @@ fn cancel_symbols(whole: &[Dim], part: &[Dim]) -> Dim {
     }
     let fixed: u64 = remaining.iter().filter_map(Dim::as_fixed).product();
     let symbols: Vec<&Dim> = remaining.iter().filter(|d| d.as_fixed().is_none()).collect();
-    if divisor == 0 || fixed % divisor != 0 {
+    if divisor == 0 || !fixed.is_multiple_of(divisor) {
         return unknown_dim();
     }
     match (symbols.as_slice(), fixed / divisor) {
@@ -275,7 +275,9 @@ impl AxesOp {
             let rank = dims.len() + axes.len();
             let axes = normalize_axes(&axes, rank)?;
             let mut src = dims.iter();
-            Ok((0..rank).map(|i| if axes.contains(&i) { Dim::Fixed(1) } else { src.next().cloned().unwrap_or(Dim::Fixed(1)) }).collect())
+            Ok((0..rank)
+                .map(|i| if axes.contains(&i) { Dim::Fixed(1) } else { src.next().cloned().unwrap_or(Dim::Fixed(1)) })
+                .collect())
         } else {
             let axes = match axes {
                 Some(a) => normalize_axes(&a, dims.len())?,
@@ -619,12 +621,18 @@ impl Op for Dropout {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         if let Some(mode) = inputs.get(2) {
-            match mode.const_i64s().or_else(|| mode.value.and_then(|t| match t.data() {
-                TensorData::Bool(b) => Some(b.iter().map(|&v| i64::from(v)).collect()),
-                _ => None,
-            })) {
+            match mode.const_i64s().or_else(|| {
+                mode.value.and_then(|t| match t.data() {
+                    TensorData::Bool(b) => Some(b.iter().map(|&v| i64::from(v)).collect()),
+                    _ => None,
+                })
+            }) {
                 Some(v) if v.iter().all(|&m| m == 0) => {}
-                _ => return Err(OpError::infer("Dropout in training mode is not supported (training_mode must be a constant false)")),
+                _ => {
+                    return Err(OpError::infer(
+                        "Dropout in training mode is not supported (training_mode must be a constant false)",
+                    ));
+                }
             }
         }
         Ok(vec![x.ty.clone(), ValueType::new(DType::Bool, x.ty.dims.clone())])
@@ -669,10 +677,7 @@ mod tests {
             Some(InferInput { ty: &shape_ty, value: None, dims_value: Some(&target) }),
         ];
         let out = Reshape { allow_zero: false }.infer(&InferInputs::new(&inputs)).unwrap();
-        assert_eq!(
-            out[0].dims,
-            vec![Dim::symbolic("batch"), Dim::symbolic("seq"), Dim::Fixed(4), Dim::Fixed(16)]
-        );
+        assert_eq!(out[0].dims, vec![Dim::symbolic("batch"), Dim::symbolic("seq"), Dim::Fixed(4), Dim::Fixed(16)]);
     }
 
     #[test]
