@@ -48,6 +48,7 @@ mod attr;
 pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
+pub(crate) mod conv;
 pub(crate) mod linalg;
 pub mod shape_util;
 pub(crate) mod shapes;
@@ -354,7 +355,7 @@ pub const MIN_OPSET: u32 = 9;
 pub const MAX_OPSET: u32 = 21;
 
 /// Every op family's table.
-static FAMILIES: &[&[OpEntry]] = &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS];
+static FAMILIES: &[&[OpEntry]] = &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
 pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {
