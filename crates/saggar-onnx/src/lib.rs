@@ -18,10 +18,20 @@
 #[cfg(target_endian = "big")]
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 
+pub mod builder;
 pub mod error;
+mod external;
+mod import;
+pub mod ir;
+mod model;
 pub mod ops;
+pub mod passes;
 pub mod proto;
 pub mod tensor;
+pub mod tensor_pb;
 
 pub use error::OnnxError;
+pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
+pub use model::{ImportLimits, OnnxModel};
 pub use tensor::{Tensor, TensorData};
+pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

@@ -45,10 +45,10 @@
 //! allocations proportional to the data where you can (scratch per thread is fine).
 
 mod attr;
+pub(crate) mod conv;
 pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
-pub(crate) mod conv;
 pub(crate) mod linalg;
 pub(crate) mod pool;
 pub mod shape_util;
@@ -356,7 +356,8 @@ pub const MIN_OPSET: u32 = 9;
 pub const MAX_OPSET: u32 = 21;
 
 /// Every op family's table.
-static FAMILIES: &[&[OpEntry]] = &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS];
+static FAMILIES: &[&[OpEntry]] =
+    &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
 pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {

@@ -1,0 +1,41 @@
+//! Import: symbolic shapes, folding of exporter shape chains, and the eager reference run.
+
+use saggar_onnx::builder::ModelBuilder;
+use saggar_onnx::ops::Attribute;
+use saggar_onnx::{ImportLimits, OnnxModel, Tensor, TensorData};
+use saggar_shape::{DType, Dim};
+
+fn sym(s: &str) -> Dim {
+    Dim::symbolic(s)
+}
+
+/// `y = Reshape(x, Concat(Shape(x)[0], [-1]))` then `+ 1`: the chain exporters emit for flatten.
+fn flatten_chain() -> ModelBuilder {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &[sym("batch"), Dim::Fixed(2), Dim::Fixed(3)]);
+    b.initializer("zero", &Tensor::from_i64s(vec![0]).reshaped(vec![]).unwrap());
+    b.initializer("minus_one", &Tensor::from_i64s(vec![-1]));
+    b.initializer("one", &Tensor::new(vec![], TensorData::F32(vec![1.0])).unwrap());
+    b.initializer("axes0", &Tensor::from_i64s(vec![0]));
+    b.node("Shape", &["x"], &["s"], &[]);
+    b.node("Gather", &["s", "zero"], &["b"], &[("axis", Attribute::Int(0))]);
+    b.node("Unsqueeze", &["b", "axes0"], &["b1"], &[]);
+    b.node("Concat", &["b1", "minus_one"], &["target"], &[("axis", Attribute::Int(0))]);
+    b.node("Reshape", &["x", "target"], &["flat"], &[]);
+    b.node("Identity", &["flat"], &["flat2"], &[]);
+    b.node("Add", &["flat2", "one"], &["y"], &[]);
+    b.output("y", DType::F32, &[sym("batch"), Dim::Fixed(6)]);
+    b
+}
+
+#[test]
+fn symbolic_batch_flows_through_a_shape_chain() {
+    let model = OnnxModel::from_bytes(&flatten_chain().to_bytes(), "flatten", &ImportLimits::default()).unwrap();
+    assert_eq!(model.outputs()[0].dims(), &[sym("batch"), Dim::Fixed(6)]);
+    // Identity is gone; the shape chain stays (it depends on the batch) until shapes are concrete.
+    assert!(model.graph().nodes.iter().all(|n| n.op_type != "Identity"));
+    let x = Tensor::new(vec![3, 2, 3], TensorData::F32((0..18).map(|i| i as f32).collect())).unwrap();
+    let y = model.run_once(&[x]).unwrap();
+    assert_eq!(y[0].dims(), &[3, 6]);
+    assert_eq!(y[0].data(), &TensorData::F32((1..19).map(|i| i as f32).collect()));
+}
