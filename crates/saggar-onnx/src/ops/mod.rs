@@ -50,6 +50,7 @@ pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
 pub(crate) mod linalg;
+pub(crate) mod norm;
 pub(crate) mod pool;
 pub mod shape_util;
 pub(crate) mod shapes;
@@ -357,7 +358,7 @@ pub const MAX_OPSET: u32 = 21;
 
 /// Every op family's table.
 static FAMILIES: &[&[OpEntry]] =
-    &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS];
+    &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS, norm::OPS];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
 pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {
