@@ -137,6 +137,12 @@ pub enum OnnxError {
         /// What is wrong.
         reason: String,
     },
+    /// The backend has no lowering yet (only the host backend does).
+    #[error("saggar-onnx lowers models to the host backend only; {backend:?} lowering is not implemented yet")]
+    UnsupportedBackend {
+        /// The backend asked for.
+        backend: saggar_device::BackendKind,
+    },
     /// A device call failed.
     #[error(transparent)]
     Device(#[from] saggar_device::Error),

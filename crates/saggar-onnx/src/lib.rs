@@ -18,20 +18,27 @@
 #[cfg(target_endian = "big")]
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 
+mod artifact;
 pub mod builder;
+mod compiler;
 pub mod error;
 mod external;
+mod host_kernels;
 mod import;
 pub mod ir;
+mod lowering;
 mod model;
 pub mod ops;
 pub mod passes;
 pub mod proto;
+mod run;
 pub mod tensor;
 pub mod tensor_pb;
 
+pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
 pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use model::{ImportLimits, OnnxModel};
+pub use run::run_on_host;
 pub use tensor::{Tensor, TensorData};
 pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

@@ -39,3 +39,16 @@ fn symbolic_batch_flows_through_a_shape_chain() {
     assert_eq!(y[0].dims(), &[3, 6]);
     assert_eq!(y[0].data(), &TensorData::F32((1..19).map(|i| i as f32).collect()));
 }
+
+#[test]
+fn compiled_host_program_matches_the_eager_run() {
+    let model = OnnxModel::from_bytes(&flatten_chain().to_bytes(), "flatten", &ImportLimits::default()).unwrap();
+    let compiler = saggar_onnx::OnnxCompiler::new(model.clone(), saggar_onnx::OnnxOptions::default());
+    for batch in [1usize, 3, 17] {
+        let x =
+            Tensor::new(vec![batch, 2, 3], TensorData::F32((0..batch * 6).map(|i| i as f32 * 0.5).collect())).unwrap();
+        let eager = model.run_once(std::slice::from_ref(&x)).unwrap();
+        let compiled = saggar_onnx::run_on_host(&compiler, &[x]).unwrap();
+        assert_eq!(eager, compiled, "batch {batch}");
+    }
+}

@@ -52,6 +52,7 @@ pub mod evaluate;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;
+pub(crate) mod reduce;
 pub mod shape_util;
 pub(crate) mod shapes;
 pub mod testing;
@@ -358,7 +359,7 @@ pub const MAX_OPSET: u32 = 21;
 
 /// Every op family's table.
 static FAMILIES: &[&[OpEntry]] =
-    &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS, norm::OPS];
+    &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS, norm::OPS, reduce::OPS];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
 pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {
