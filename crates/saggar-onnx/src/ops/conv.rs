@@ -83,7 +83,7 @@ fn positive_ints(ctx: &NodeCtx<'_>, name: &str) -> Result<Vec<usize>, OpError> {
         .map(|&x| {
             usize::try_from(x)
                 .ok()
-                .filter(|&x| x >= 1 && x <= 1 << 20)
+                .filter(|x| (1..=1 << 20).contains(x))
                 .ok_or_else(|| OpError::attribute(name, format!("values must be in 1..=2^20, found {v:?}")))
         })
         .collect()

@@ -156,7 +156,7 @@ impl Op for LayerNorm {
         let norm_dims = &xv.dims[axis..];
         let row: usize = norm_dims.iter().product();
         let rows: usize = xv.dims[..axis].iter().product();
-        let param = |i: usize| -> Result<Option<(&[f32], Vec<usize>)>, OpError> {
+        let param = |i: usize| -> Result<Option<Affine<'_>>, OpError> {
             let Some(p) = inputs.get(i) else { return Ok(None) };
             check_len("LayerNormalization", p)?;
             if p.dims.len() > norm_dims.len() || broadcast_concrete(p.dims, norm_dims)? != norm_dims {
@@ -192,8 +192,11 @@ impl Op for LayerNorm {
     }
 }
 
+/// A scale or bias parameter with its strides broadcast onto the normalized axes.
+type Affine<'a> = (&'a [f32], Vec<usize>);
+
 /// Combines `row` (shaped `dims`) elementwise with a broadcast parameter.
-fn apply_affine(row: &mut [f32], dims: &[usize], param: Option<&(&[f32], Vec<usize>)>, f: impl Fn(&mut f32, f32)) {
+fn apply_affine(row: &mut [f32], dims: &[usize], param: Option<&Affine<'_>>, f: impl Fn(&mut f32, f32)) {
     let Some((p, strides)) = param else { return };
     if p.len() == row.len() {
         row.iter_mut().zip(*p).for_each(|(y, &s)| f(y, s));

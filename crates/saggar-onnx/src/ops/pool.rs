@@ -241,7 +241,7 @@ fn build_lrn(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     let size = ctx.int("size")?.ok_or_else(|| OpError::attribute("size", "is required"))?;
     let size = usize::try_from(size)
         .ok()
-        .filter(|&s| s >= 1 && s <= 1 << 20)
+        .filter(|s| (1..=1 << 20).contains(s))
         .ok_or_else(|| OpError::attribute("size", format!("must be in 1..=2^20, found {size}")))?;
     Ok(Box::new(Lrn {
         alpha: ctx.float_or("alpha", 1e-4)?,
