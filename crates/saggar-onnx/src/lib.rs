@@ -32,6 +32,7 @@ pub mod ops;
 pub mod passes;
 pub mod proto;
 mod run;
+pub mod synthetic;
 pub mod tensor;
 pub mod tensor_pb;
 
