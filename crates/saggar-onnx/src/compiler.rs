@@ -51,6 +51,14 @@ impl Default for OnnxOptions {
     }
 }
 
+impl OnnxOptions {
+    /// The same options with another [`OnnxOptions::max_program_bytes`].
+    pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
+        self.max_program_bytes = bytes;
+        self
+    }
+}
+
 /// Compiles one imported ONNX model for sessions. See the module docs.
 ///
 /// # Thread safety

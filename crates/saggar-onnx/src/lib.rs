@@ -39,7 +39,7 @@ pub mod tensor_pb;
 pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
 pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
-pub use model::{ImportLimits, OnnxModel};
+pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use run::run_on_host;
 pub use tensor::{Tensor, TensorData};
 pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

@@ -63,6 +63,9 @@ pub(crate) fn read_limited(path: &Path, limit: u64, op: &'static str) -> Result<
     Ok(bytes)
 }
 
+/// Most elements of one tensor [`OnnxModel::run_once`] computes (1 GiB of f32).
+pub const RUN_ONCE_MAX_ELEMENTS: usize = 1 << 28;
+
 /// An imported ONNX model: checked, shapes inferred, constants folded, ready to compile.
 ///
 /// # Thread safety
@@ -180,7 +183,8 @@ impl OnnxModel {
     }
 
     /// Evaluates the model once, eagerly on the host, op by op (no device, no memory plan): the
-    /// reference the compiled programs are checked against.
+    /// reference the compiled programs are checked against. A tensor of more than
+    /// [`RUN_ONCE_MAX_ELEMENTS`] elements is refused before it is allocated.
     pub fn run_once(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
         let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
         let graph = passes::specialise(&self.graph, &dims, &self.name)?;
@@ -198,7 +202,7 @@ impl OnnxModel {
         for node in &graph.nodes {
             let args: Vec<Option<&Tensor>> =
                 node.inputs.iter().map(|i| i.and_then(|i| values[i.0].as_deref())).collect();
-            let outs = evaluate(node.op.as_ref(), &args, usize::MAX).map_err(|source| OnnxError::Node {
+            let outs = evaluate(node.op.as_ref(), &args, RUN_ONCE_MAX_ELEMENTS).map_err(|source| OnnxError::Node {
                 node: node.name.clone(),
                 op: node.op_type.clone(),
                 opset: graph.opset,
