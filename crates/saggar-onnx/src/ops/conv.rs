@@ -260,7 +260,7 @@ impl Op for Conv {
         let fixed = |d: &Dim| d.as_fixed().and_then(|v| usize::try_from(v).ok());
         let g = self.group;
         if let (Some(c), Some(cg)) = (fixed(&x[1]), fixed(&w.dims[1]))
-            && c != cg * g
+            && cg.checked_mul(g) != Some(c)
         {
             return Err(OpError::infer(format!("Conv: {c} input channels, weights take {cg} x {g} groups")));
         }
