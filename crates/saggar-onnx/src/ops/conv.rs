@@ -659,6 +659,28 @@ mod tests {
     }
 
     #[test]
+    fn eval_refuses_outputs_and_weights_that_do_not_match() {
+        use crate::ops::{EvalInputs, NodeCtx, lookup};
+        let attrs = Attributes::default();
+        let conv = (lookup("Conv", 11).unwrap().build)(&mut NodeCtx::for_test(&attrs, 11, 2)).unwrap();
+        let x = f32s(&[1, 2, 3, 3], &[1.0; 18]);
+        let w = f32s(&[1, 2, 2, 2], &[1.0; 8]);
+        let mut small = Tensor::zeros(saggar_shape::DType::F32, vec![1, 1, 1, 1]).unwrap();
+        let ins = [Some(x.view()), Some(w.view())];
+        let res = conv.eval(&EvalInputs::new(&ins), &mut [small.view_mut()]);
+        assert!(matches!(res, Err(OpError::Eval(_))));
+        // Weights whose channels do not divide into the input's.
+        let w3 = f32s(&[1, 3, 2, 2], &[1.0; 12]);
+        let mut out = Tensor::zeros(saggar_shape::DType::F32, vec![1, 1, 2, 2]).unwrap();
+        let ins = [Some(x.view()), Some(w3.view())];
+        assert!(conv.eval(&EvalInputs::new(&ins), &mut [out.view_mut()]).is_err());
+        // An integer input where f32 is required.
+        let xi = Tensor::new(vec![1, 2, 3, 3], TensorData::I64(vec![1; 18])).unwrap();
+        let ins = [Some(xi.view()), Some(w.view())];
+        assert!(conv.eval(&EvalInputs::new(&ins), &mut [out.view_mut()]).is_err());
+    }
+
+    #[test]
     fn batch_norm_inference_and_training_refused() {
         let x = f32s(&[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
         let scale = f32s(&[2], &[1.0, 2.0]);
