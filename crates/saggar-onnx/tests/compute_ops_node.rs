@@ -18,7 +18,7 @@ use saggar_shape::DType;
 
 /// Why a node test of these families may fail for a reason outside them (the importer's opset and
 /// element-type range, ops of other families in `_expanded` tests, data-dependent shapes) or a
-/// refusal they declare (training mode, column-major MaxPool indices). Any other failure, a wrong
+/// refusal they declare (training mode). Any other failure, a wrong
 /// value above all, fails the test.
 const KNOWN_REASONS: &[&str] = &[
     "opset 22 of domain",
@@ -27,7 +27,6 @@ const KNOWN_REASONS: &[&str] = &[
     "is not in the declared op set",
     "attribute `to` = 11 is not supported",
     "attribute `training_mode` = 1 is not supported",
-    "attribute `storage_order` = 1 is not supported",
 ];
 
 /// Node-test name prefixes of the compute families.

@@ -1,4 +1,4 @@
-//! Pooling: MaxPool (with the optional row-major Indices output), AveragePool, GlobalAveragePool,
+//! Pooling: MaxPool (with the optional Indices output, row- or column-major), AveragePool, GlobalAveragePool,
 //! GlobalMaxPool, and LRN (local response normalization across channels).
 
 use saggar_shape::{DType, Dim};
@@ -31,6 +31,9 @@ enum Reduce {
 struct Pool {
     window: Window,
     reduce: Reduce,
+    /// MaxPool's `storage_order` 1: Indices count the spatial axes column-major (first axis
+    /// fastest) within each (image, channel) plane.
+    column_major: bool,
 }
 
 fn parse_window(ctx: &NodeCtx<'_>) -> Result<Window, OpError> {
@@ -44,11 +47,12 @@ fn parse_window(ctx: &NodeCtx<'_>) -> Result<Window, OpError> {
 fn build_max_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     let window = parse_window(ctx)?;
     let indices = ctx.num_outputs() > 1;
-    let storage_order = ctx.int_or("storage_order", 0)?;
-    if indices && storage_order != 0 {
-        return Err(ctx.unsupported("storage_order", storage_order, "0 (row-major indices)"));
-    }
-    Ok(Box::new(Pool { window, reduce: Reduce::Max { indices } }))
+    let column_major = match ctx.int_or("storage_order", 0)? {
+        0 => false,
+        1 => true,
+        other => return Err(ctx.unsupported("storage_order", other, "0 (row-major), 1 (column-major)")),
+    };
+    Ok(Box::new(Pool { window, reduce: Reduce::Max { indices }, column_major }))
 }
 
 fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -58,7 +62,7 @@ fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
         1 => true,
         other => return Err(OpError::attribute("count_include_pad", format!("must be 0 or 1, found {other}"))),
     };
-    Ok(Box::new(Pool { window, reduce: Reduce::Average { count_pad } }))
+    Ok(Box::new(Pool { window, reduce: Reduce::Average { count_pad }, column_major: false }))
 }
 
 impl Op for Pool {
@@ -139,13 +143,24 @@ impl Op for Pool {
                 if let Some(ix) = indices.as_deref_mut()
                     && let Some(slot) = ix.get_mut(p * plane + o)
                 {
-                    *slot = (p * d_in + best_at) as i64;
+                    let at = if self.column_major { column_major(best_at, &xd[2..], &in_strides) } else { best_at };
+                    *slot = (p * d_in + at) as i64;
                 }
                 advance(&mut pos, |a| axes[a].output);
             }
         }
         Ok(())
     }
+}
+
+/// A row-major offset within a plane of `dims` (row-major `strides`) as a column-major offset.
+fn column_major(row_major: usize, dims: &[usize], strides: &[usize]) -> usize {
+    let (mut offset, mut stride) = (0, 1);
+    for (&d, &s) in dims.iter().zip(strides) {
+        offset += (row_major / s) % d * stride;
+        stride *= d;
+    }
+    offset
 }
 
 /// Where one kernel tap of one output position reads.
@@ -342,8 +357,12 @@ mod tests {
         ]);
         let out = run_op("MaxPool", 12, &attrs, &[Some(&x2)]).unwrap();
         assert_eq!(values(&out[0]), &[3.0]);
-        let mut col_major = floor.clone();
+        // Column-major indices count rows fastest: (2, 2) -> 10, (2, 3) -> 14, (3, 2) -> 11, (3, 3) -> 15.
+        let mut col_major = ceil.clone();
         col_major.set("storage_order", Attribute::Int(1));
+        let out = run_op_outputs("MaxPool", 12, &col_major, &[Some(&x)], 2).unwrap();
+        assert_eq!(out[1].data(), &TensorData::I64(vec![10, 14, 11, 15]));
+        col_major.set("storage_order", Attribute::Int(2));
         assert!(matches!(run_op_outputs("MaxPool", 12, &col_major, &[Some(&x)], 2), Err(OpError::Unsupported { .. })));
         assert!(run_op("MaxPool", 12, &Attributes::default(), &[Some(&x)]).is_err());
     }
