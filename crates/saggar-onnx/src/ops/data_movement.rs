@@ -113,6 +113,46 @@ impl Slice {
     }
 }
 
+impl Slice {
+    /// Output extents when starts or ends are shape values rather than constants: `x[0:seq]` on
+    /// any axis is `seq` long (exporters slice position tables this way); other sliced axes are
+    /// unknown, and every axis is when the sliced axes themselves are not known.
+    fn infer_symbolic(&self, inputs: &InferInputs<'_>, dims: &mut [Dim]) -> Result<(), OpError> {
+        let rank = dims.len();
+        let sym = |i: usize| inputs.get(i).and_then(|x| x.sym_ints());
+        let (Some(starts), Some(ends)) = (sym(1), sym(2)) else {
+            dims.iter_mut().for_each(|d| *d = unknown_dim());
+            return Ok(());
+        };
+        let axes = match inputs.get(3) {
+            None => (0..starts.len() as i64).collect(),
+            Some(a) => match a.const_i64s() {
+                Some(a) => a,
+                None => {
+                    dims.iter_mut().for_each(|d| *d = unknown_dim());
+                    return Ok(());
+                }
+            },
+        };
+        let steps = inputs.get(4).map(|s| s.const_i64s());
+        if starts.len() != ends.len() || axes.len() != starts.len() {
+            return Err(OpError::infer("Slice starts, ends and axes differ in length"));
+        }
+        for (i, a) in normalize_axes(&axes, rank)?.into_iter().enumerate() {
+            let step_one = match &steps {
+                None => true,
+                Some(Some(s)) => s.get(i) == Some(&1),
+                Some(None) => false,
+            };
+            dims[a] = match (&starts[i], &ends[i], step_one) {
+                (SymInt::Int(0), SymInt::Sym(s), true) => Dim::Symbolic(s.clone()),
+                _ => unknown_dim(),
+            };
+        }
+        Ok(())
+    }
+}
+
 impl Op for Slice {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
@@ -129,10 +169,7 @@ impl Op for Slice {
                     };
                 }
             }
-            None => {
-                // Which axes are sliced is unknown: only the rank is.
-                dims.iter_mut().for_each(|d| *d = unknown_dim());
-            }
+            None => self.infer_symbolic(inputs, &mut dims)?,
         }
         Ok(vec![ValueType::new(x.ty.dtype, dims)])
     }

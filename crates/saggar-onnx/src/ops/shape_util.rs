@@ -30,6 +30,10 @@ pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, OpError> {
                 (None, None) if x == y => x.clone(),
                 (Some(_), None) => x.clone(),
                 (None, Some(_)) => y.clone(),
+                // An extent inference could not name meets a named one: they must be equal for the
+                // model to run (checked again once shapes are concrete), so the name is kept.
+                (None, None) if is_unnamed(x) => y.clone(),
+                (None, None) if is_unnamed(y) => x.clone(),
                 (None, None) => unknown_dim(),
             },
             (None, None) => unreachable!("i < rank means one side has the axis"),
@@ -37,6 +41,15 @@ pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, OpError> {
         out.push(d);
     }
     Ok(out)
+}
+
+/// Prefix of the symbols inference invents for extents it cannot name.
+pub const UNNAMED_PREFIX: &str = "unk__";
+
+/// Whether `d` is an extent inference could not name ([`crate::ops::UNKNOWN_DIM`] or an invented
+/// `unk__N` symbol).
+pub fn is_unnamed(d: &Dim) -> bool {
+    d.symbol().is_some_and(|s| s == crate::ops::UNKNOWN_DIM || s.starts_with(UNNAMED_PREFIX))
 }
 
 /// Broadcasts several symbolic shapes.

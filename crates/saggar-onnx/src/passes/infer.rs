@@ -13,6 +13,7 @@ use saggar_shape::{DType, Dim};
 use crate::error::OnnxError;
 use crate::ir::Graph;
 use crate::ops::evaluate::evaluate;
+use crate::ops::shape_util::UNNAMED_PREFIX;
 use crate::ops::{InferInput, InferInputs, OpError, SymInt, UNKNOWN_DIM, ValueType};
 use crate::tensor::{Tensor, TensorData, checked_numel};
 
@@ -74,7 +75,7 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
                     match mode {
                         Mode::Symbolic => {
                             fresh += 1;
-                            *d = Dim::symbolic(format!("unk__{fresh}"));
+                            *d = Dim::symbolic(format!("{UNNAMED_PREFIX}{fresh}"));
                         }
                         Mode::Concrete => {
                             return Err(node_err(OpError::infer(format!(
