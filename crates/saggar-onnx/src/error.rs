@@ -89,9 +89,9 @@ pub enum OnnxError {
         op: String,
         /// The opset.
         opset: u32,
-        /// The op's error.
+        /// The op's error (boxed to keep `OnnxError` small).
         #[source]
-        source: OpError,
+        source: Box<OpError>,
     },
     /// The graph is malformed: a cycle, a duplicate or undefined name, a missing initializer.
     #[error("invalid graph: {reason}")]

@@ -121,8 +121,12 @@ fn build_node(
     opset: u32,
     limits: &ImportLimits,
 ) -> Result<(Arc<dyn ops::Op>, Attributes), OnnxError> {
-    let node_err =
-        |source: ops::OpError| OnnxError::Node { node: name.to_string(), op: proto.op_type.clone(), opset, source };
+    let node_err = |source: ops::OpError| OnnxError::Node {
+        node: name.to_string(),
+        op: proto.op_type.clone(),
+        opset,
+        source: Box::new(source),
+    };
     if !(proto.domain.is_empty() || proto.domain == "ai.onnx") {
         return Err(OnnxError::UnsupportedOp {
             node: name.to_string(),

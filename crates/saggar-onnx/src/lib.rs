@@ -15,6 +15,8 @@
 //!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
 
+#![doc = include_str!("../README.md")]
+
 #[cfg(target_endian = "big")]
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 

@@ -206,7 +206,7 @@ impl OnnxModel {
                 node: node.name.clone(),
                 op: node.op_type.clone(),
                 opset: graph.opset,
-                source,
+                source: Box::new(source),
             })?;
             for (id, t) in node.outputs.iter().zip(outs) {
                 values[id.0] = Some(std::sync::Arc::new(t));

@@ -33,32 +33,32 @@ pub(crate) enum Mode {
 /// elements. Folded nodes are removed.
 pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -> Result<(), OnnxError> {
     let mut fresh = 0usize;
-    let mut folded = vec![false; graph.nodes.len()];
+    let mut folded = Vec::with_capacity(graph.nodes.len());
     for index in 0..graph.nodes.len() {
         let node = &graph.nodes[index];
         let node_err = |source: OpError| OnnxError::Node {
             node: node.name.clone(),
             op: node.op_type.clone(),
             opset: graph.opset,
-            source,
+            source: Box::new(source),
         };
-        let input_values: Vec<Option<(&ValueType, Option<&Tensor>, Option<&[SymInt]>)>> = node
+        let infer_inputs: Vec<Option<InferInput<'_>>> = node
             .inputs
             .iter()
             .map(|id| {
                 id.map(|id| {
                     let v = graph.value(id);
-                    v.ty.as_ref().map(|ty| (ty, v.constant.as_deref(), v.dims_value.as_deref()))
+                    v.ty.as_ref().map(|ty| InferInput {
+                        ty,
+                        value: v.constant.as_deref(),
+                        dims_value: v.dims_value.as_deref(),
+                    })
                 })
                 .map(|x| x.ok_or(()))
                 .transpose()
             })
             .collect::<Result<_, ()>>()
             .map_err(|()| OnnxError::Graph { reason: format!("node `{}` reads a value with no type", node.name) })?;
-        let infer_inputs: Vec<Option<InferInput<'_>>> = input_values
-            .iter()
-            .map(|x| x.map(|(ty, value, dims_value)| InferInput { ty, value, dims_value }))
-            .collect();
         let inputs = InferInputs::new(&infer_inputs);
         let mut types = node.op.infer(&inputs).map_err(node_err)?;
         if types.len() < node.outputs.len() {
@@ -97,18 +97,17 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
             } else {
                 None
             };
-        let all_constant = node.op.foldable() && input_values.iter().flatten().all(|(_, c, _)| c.is_some());
+        let all_constant = node.op.foldable() && infer_inputs.iter().flatten().all(|x| x.value.is_some());
         let small =
             types.iter().all(|t| t.fixed_dims().and_then(|d| checked_numel(&d)).is_some_and(|n| n <= fold_limit));
         let constants: Option<Vec<Tensor>> = if all_constant && small {
-            let tensors: Vec<Option<&Tensor>> = input_values.iter().map(|x| x.and_then(|(_, c, _)| c)).collect();
+            let tensors: Vec<Option<&Tensor>> = infer_inputs.iter().map(|x| x.and_then(|x| x.value)).collect();
             Some(evaluate(node.op.as_ref(), &tensors, fold_limit).map_err(node_err)?)
         } else {
             shape_constant(&types, dims_value.as_deref()).map(|t| vec![t])
         };
         let outputs = node.outputs.clone();
-        drop(input_values);
-        folded[index] = constants.is_some();
+        folded.push(constants.is_some());
         let mut constants = constants.map(|c| c.into_iter());
         for (id, ty) in outputs.iter().zip(types) {
             let value = graph.value_mut(*id);
