@@ -90,3 +90,45 @@ fn every_model_matches_through_a_session_at_batches_1_3_and_17() {
         }
     }
 }
+
+#[test]
+fn eight_threads_times_two_hundred_mixed_runs_stay_correct() {
+    let sessions: Vec<_> = MODELS
+        .iter()
+        .map(|name| {
+            let dir = model_dir(name);
+            let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+            let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default()));
+            let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).build().unwrap();
+            let session: Session<HostBackend, OnnxCompiler> =
+                Session::new(HostBackend::open(0).unwrap(), compiler, config, &|_| {}).unwrap();
+            // Batches 3 and 1 (data sets 0 and 1): padded and exact buckets.
+            let sets: Vec<_> = data_sets(&dir).into_iter().take(2).collect();
+            (name, model, session, sets)
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for t in 0..8usize {
+            let sessions = &sessions;
+            scope.spawn(move || {
+                for r in 0..200usize {
+                    let (name, model, session, sets) = &sessions[(t + r) % sessions.len()];
+                    let (inputs, expected) = &sets[(t * 7 + r) % sets.len()];
+                    let dims: Vec<Vec<u64>> = inputs.iter().map(|x| x.dims().iter().map(|&d| d as u64).collect()).collect();
+                    let bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+                    let host: Vec<HostTensor<'_>> = model
+                        .inputs()
+                        .iter()
+                        .enumerate()
+                        .map(|(k, s)| HostTensor { name: s.name(), dtype: s.dtype(), dims: &dims[k], data: &bytes[k] })
+                        .collect();
+                    let outputs = session.run(&host).unwrap_or_else(|e| panic!("{name} thread {t} run {r}: {e}"));
+                    for (k, (o, w)) in outputs.iter().zip(expected).enumerate() {
+                        let got = Tensor::from_le_bytes(o.dtype, o.dims.iter().map(|&d| d as usize).collect(), &o.data).unwrap();
+                        assert_close(&got, w, &format!("{name} thread {t} run {r} output {k}"));
+                    }
+                }
+            });
+        }
+    });
+}
