@@ -132,3 +132,24 @@ fn eight_threads_times_two_hundred_mixed_runs_stay_correct() {
         }
     });
 }
+
+#[test]
+fn constants_are_uploaded_once_per_device_and_shared_by_every_bucket() {
+    use saggar_dispatch::{CompileRequest, ProgramCompiler};
+    let model = OnnxModel::load(model_dir("bert").join("model.onnx")).unwrap();
+    let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+    let device = HostBackend::open(0).unwrap();
+    let mut programs = Vec::new();
+    let mut live = Vec::new();
+    for batch in [1u64, 2, 4, 8] {
+        let dims = vec![vec![batch, 16], vec![batch, 16]];
+        let request = CompileRequest { input_dims: &dims, bucket: Some(batch) };
+        let artifact = ProgramCompiler::<HostBackend>::compile(&compiler, &device, &request).unwrap();
+        programs.push(ProgramCompiler::<HostBackend>::load(&compiler, &device, &artifact).unwrap());
+        live.push(device.counters().live_device_bytes);
+    }
+    assert!(live[0] as usize >= compiler.weight_bytes(), "the first load uploads the constants");
+    // Later buckets add at most their own small per-shape constants, never another copy.
+    let added = live[3] - live[0];
+    assert!((added as usize) < compiler.weight_bytes() / 4, "{added} bytes added for three more buckets");
+}
