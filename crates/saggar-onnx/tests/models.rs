@@ -114,7 +114,8 @@ fn eight_threads_times_two_hundred_mixed_runs_stay_correct() {
                 for r in 0..200usize {
                     let (name, model, session, sets) = &sessions[(t + r) % sessions.len()];
                     let (inputs, expected) = &sets[(t * 7 + r) % sets.len()];
-                    let dims: Vec<Vec<u64>> = inputs.iter().map(|x| x.dims().iter().map(|&d| d as u64).collect()).collect();
+                    let dims: Vec<Vec<u64>> =
+                        inputs.iter().map(|x| x.dims().iter().map(|&d| d as u64).collect()).collect();
                     let bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
                     let host: Vec<HostTensor<'_>> = model
                         .inputs()
@@ -124,7 +125,8 @@ fn eight_threads_times_two_hundred_mixed_runs_stay_correct() {
                         .collect();
                     let outputs = session.run(&host).unwrap_or_else(|e| panic!("{name} thread {t} run {r}: {e}"));
                     for (k, (o, w)) in outputs.iter().zip(expected).enumerate() {
-                        let got = Tensor::from_le_bytes(o.dtype, o.dims.iter().map(|&d| d as usize).collect(), &o.data).unwrap();
+                        let got = Tensor::from_le_bytes(o.dtype, o.dims.iter().map(|&d| d as usize).collect(), &o.data)
+                            .unwrap();
                         assert_close(&got, w, &format!("{name} thread {t} run {r} output {k}"));
                     }
                 }
