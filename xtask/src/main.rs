@@ -6,6 +6,8 @@
 //!   into a directory given to it (`bash DIR/run.sh REPORT_DIR`). DIR can be carried to a GPU machine
 //!   that has no Rust.
 //! - `cargo xtask gpu [--report DIR]`: both steps, on a machine with Rust and a GPU.
+//! - `cargo xtask onnx-tests [--backend host|cuda|hip]`: fetches the pinned ONNX backend test suite into a
+//!   cache folder and runs it through saggar-onnx (see `onnx_tests.rs`).
 //!
 //! The bundle also carries the PyTorch peers of issue 12: `bin/export_peer_data` (the example
 //! `crates/saggar-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
@@ -37,6 +39,8 @@
 //! in a step of their own, "HIP backend on CUDA via fixture", on GPU 0 with that directory first on the
 //! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
+mod onnx_tests;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -57,6 +61,8 @@ fn main() -> ExitCode {
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
             gpu_bundle(&bundle, machine).and_then(|()| run_bundle(&bundle, Path::new(&report)))
         }
+        (Some("onnx-tests"), Ok(_)) => onnx_tests::OnnxTestOptions::from_args(&args, |name| flag(&args, name))
+            .and_then(|options| onnx_tests::run(&options, &env_cargo())),
         _ => Err(usage()),
     };
     match result {
@@ -69,7 +75,8 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]"
+    "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
+     cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--fetch-only]"
         .into()
 }
 
