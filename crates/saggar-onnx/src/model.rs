@@ -182,6 +182,13 @@ impl OnnxModel {
         &self.outputs
     }
 
+    /// The batch axis as a session sees it: saggar-shape's detection (the symbolic axis 0 the
+    /// inputs share) over [`OnnxModel::inputs`] and [`OnnxModel::outputs`]. A model whose only
+    /// symbolic dimension is that batch is served from buckets; others take the per-shape path.
+    pub fn batch_layout(&self) -> saggar_shape::BatchLayout {
+        saggar_shape::BatchLayout::detect(&self.inputs, &self.outputs)
+    }
+
     /// Evaluates the model once, eagerly on the host, op by op (no device, no memory plan): the
     /// reference the compiled programs are checked against. A tensor of more than
     /// [`RUN_ONCE_MAX_ELEMENTS`] elements is refused before it is allocated.

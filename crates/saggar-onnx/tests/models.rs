@@ -64,6 +64,18 @@ fn every_model_matches_its_expected_outputs_in_one_host_run() {
 }
 
 #[test]
+fn batch_layouts_are_detected_from_the_imported_specs() {
+    for name in MODELS {
+        let model = OnnxModel::load(model_dir(name).join("model.onnx")).unwrap();
+        let layout = model.batch_layout();
+        assert!(layout.inputs().iter().all(|a| *a == saggar_shape::BatchAxis::Leading), "{name}: {layout:?}");
+        assert!(layout.outputs().iter().all(|a| *a == saggar_shape::BatchAxis::Leading), "{name}: {layout:?}");
+        // BERT's sequence axis is symbolic too, so it is served per shape; the others are bucketed.
+        assert_eq!(layout.batch_is_only_dynamic_dim(), name != "bert", "{name}");
+    }
+}
+
+#[test]
 fn every_model_matches_through_a_session_at_batches_1_3_and_17() {
     for name in MODELS {
         let dir = model_dir(name);
