@@ -29,7 +29,7 @@
 //!    e.g. ReduceSum's `axes` attribute up to 12, input from 13), then declare the module below
 //!    (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the only
 //!    edits a family makes outside its own file. Families: `elementwise`, `shapes`,
-//!    `data_movement` (import side) and `linalg`, `conv`, `pool`, `norm`, `reduce` (compute side).
+//!    `convert`, `shapes`, `constants`, `data_movement`, `gather` (import side) and `linalg`, `conv`, `pool`, `norm`, `reduce` (compute side).
 //! 4. Test in the family file (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`],
 //!    run `infer` and `eval` through [`testing::run_op`], and compare with hand-computed values. The
 //!    ONNX backend test suite exercises the same ops end to end.
@@ -45,10 +45,13 @@
 //! allocations proportional to the data where you can (scratch per thread is fine).
 
 mod attr;
+pub(crate) mod constants;
 pub(crate) mod conv;
+pub(crate) mod convert;
 pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
+pub(crate) mod gather;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;
@@ -358,8 +361,19 @@ pub const MIN_OPSET: u32 = 9;
 pub const MAX_OPSET: u32 = 21;
 
 /// Every op family's table.
-static FAMILIES: &[&[OpEntry]] =
-    &[elementwise::OPS, shapes::OPS, data_movement::OPS, linalg::OPS, conv::OPS, pool::OPS, norm::OPS, reduce::OPS];
+static FAMILIES: &[&[OpEntry]] = &[
+    elementwise::OPS,
+    convert::OPS,
+    shapes::OPS,
+    constants::OPS,
+    data_movement::OPS,
+    gather::OPS,
+    linalg::OPS,
+    conv::OPS,
+    pool::OPS,
+    norm::OPS,
+    reduce::OPS,
+];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
 pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {
