@@ -276,7 +276,8 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
         .map(|o| {
             let value =
                 *by_name.get(&o.name).ok_or_else(|| graph_err(format!("output `{}` is never defined", o.name)))?;
-            Ok(GraphOutput { name: o.name.clone(), value })
+            let declared = value_type(o, false).ok().filter(|t| t.rank() > 0);
+            Ok(GraphOutput { name: o.name.clone(), value, declared })
         })
         .collect::<Result<Vec<_>, OnnxError>>()?;
     if outputs.is_empty() {

@@ -53,6 +53,8 @@ pub struct GraphOutput {
     pub name: String,
     /// The value.
     pub value: ValueId,
+    /// The type the model declares for the output, when it declares a tensor type with a shape.
+    pub declared: Option<ValueType>,
 }
 
 /// An imported model graph.

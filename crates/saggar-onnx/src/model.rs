@@ -11,6 +11,7 @@ use crate::error::OnnxError;
 use crate::import;
 use crate::ir::Graph;
 use crate::ops::evaluate::evaluate;
+use crate::ops::shape_util::is_unnamed;
 use crate::passes;
 use crate::tensor::Tensor;
 
@@ -61,6 +62,31 @@ pub(crate) fn read_limited(path: &Path, limit: u64, op: &'static str) -> Result<
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(limit).read_to_end(&mut bytes).map_err(io)?;
     Ok(bytes)
+}
+
+/// The spec of a graph output: the inferred type, where an extent inference could not name is
+/// taken from the model's declared output type when that is fixed or a symbol the inputs bind (so a
+/// session can size the output before running).
+fn output_spec(graph: &Graph, out: &crate::ir::GraphOutput, inputs: &[TensorSpec]) -> TensorSpec {
+    let Some(ty) = graph.ty(out.value) else {
+        return TensorSpec::new(out.name.as_str(), saggar_shape::DType::F32, Vec::new());
+    };
+    let bound = |s: &str| inputs.iter().flat_map(TensorSpec::dims).any(|d| d.symbol() == Some(s));
+    let dims = ty
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(axis, d)| {
+            let declared = out.declared.as_ref().filter(|t| t.rank() == ty.rank()).map(|t| &t.dims[axis]);
+            match declared {
+                Some(decl) if is_unnamed(d) && (decl.as_fixed().is_some() || decl.symbol().is_some_and(bound)) => {
+                    decl.clone()
+                }
+                _ => d.clone(),
+            }
+        })
+        .collect::<Vec<_>>();
+    TensorSpec::new(out.name.as_str(), ty.dtype, dims)
 }
 
 /// Most elements of one tensor [`OnnxModel::run_once`] computes (1 GiB of f32).
@@ -140,8 +166,8 @@ impl OnnxModel {
                 .unwrap_or_else(|| crate::ops::ValueType::new(saggar_shape::DType::F32, Vec::new()));
             TensorSpec::new(name, ty.dtype, ty.dims)
         };
-        let inputs = graph.inputs.iter().map(|&id| spec(id, &graph.value(id).name)).collect();
-        let outputs = graph.outputs.iter().map(|o| spec(o.value, &o.name)).collect();
+        let inputs: Vec<TensorSpec> = graph.inputs.iter().map(|&id| spec(id, &graph.value(id).name)).collect();
+        let outputs = graph.outputs.iter().map(|o| output_spec(&graph, o, &inputs)).collect();
         Ok(OnnxModel {
             name: name.to_string(),
             path: None,
