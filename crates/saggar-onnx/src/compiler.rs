@@ -151,6 +151,11 @@ impl OnnxCompiler {
         &self.model
     }
 
+    /// The options.
+    pub fn options(&self) -> &OnnxOptions {
+        &self.options
+    }
+
     /// Bytes of constants uploaded once per device.
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes.len()

@@ -93,6 +93,22 @@ pub enum OnnxError {
         #[source]
         source: Box<OpError>,
     },
+    /// An output extent depends on the values of inputs, not only on their shapes (a Slice bound, a
+    /// Reshape target or Split sizes given as model inputs). Programs are compiled per input shape;
+    /// bind such inputs as constants with [`crate::OnnxModel::with_constant_inputs`].
+    #[error(
+        "node `{node}` ({op}): axis {axis} of output {output} depends on input values, not only input shapes; bind those inputs as constants (OnnxModel::with_constant_inputs)"
+    )]
+    ShapeDependsOnData {
+        /// The node.
+        node: String,
+        /// The op type.
+        op: String,
+        /// The output.
+        output: usize,
+        /// The axis.
+        axis: usize,
+    },
     /// The graph is malformed: a cycle, a duplicate or undefined name, a missing initializer.
     #[error("invalid graph: {reason}")]
     Graph {

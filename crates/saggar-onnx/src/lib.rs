@@ -42,6 +42,6 @@ pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, O
 pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
-pub use run::run_on_host;
+pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use tensor::{Tensor, TensorData};
 pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

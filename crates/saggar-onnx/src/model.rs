@@ -152,7 +152,12 @@ impl OnnxModel {
         passes::optimise(&mut graph, limits.max_fold_elements)?;
         let mut hasher = blake3::Hasher::new();
         hasher.update(bytes);
-        // External data is part of the model: hash every constant the graph still reads.
+        Ok(OnnxModel::from_graph(name, graph, hasher))
+    }
+
+    /// The model of an optimised `graph`; `hasher` has seen the file and sees the constants here
+    /// (external data is part of the model).
+    fn from_graph(name: &str, graph: Graph, mut hasher: blake3::Hasher) -> OnnxModel {
         for v in &graph.values {
             if let Some(t) = &v.constant {
                 hasher.update(v.name.as_bytes());
@@ -168,14 +173,57 @@ impl OnnxModel {
         };
         let inputs: Vec<TensorSpec> = graph.inputs.iter().map(|&id| spec(id, &graph.value(id).name)).collect();
         let outputs = graph.outputs.iter().map(|o| output_spec(&graph, o, &inputs)).collect();
-        Ok(OnnxModel {
+        OnnxModel {
             name: name.to_string(),
             path: None,
             model_hash: hasher.finalize().to_hex().to_string(),
             graph,
             inputs,
             outputs,
-        })
+        }
+    }
+
+    /// A copy of the model with the inputs at `values`' indices replaced by those constant values,
+    /// folded through the graph. For inputs that decide shapes (Slice bounds, Reshape targets,
+    /// Split sizes given as model inputs): a program is compiled per shape, so such values must be
+    /// known when it is compiled.
+    pub fn with_constant_inputs(&self, values: &[(usize, Tensor)]) -> Result<OnnxModel, OnnxError> {
+        let mut graph = self.graph.clone();
+        let mut bound = Vec::with_capacity(values.len());
+        for (index, tensor) in values {
+            let id = *graph.inputs.get(*index).ok_or_else(|| OnnxError::Request {
+                model: self.name.clone(),
+                reason: format!("input {index} does not exist ({} inputs)", graph.inputs.len()),
+            })?;
+            let value = graph.value_mut(id);
+            let fits = value.ty.as_ref().is_some_and(|t| {
+                t.dtype == tensor.dtype()
+                    && t.rank() == tensor.dims().len()
+                    && t.dims.iter().zip(tensor.dims()).all(|(d, &n)| d.as_fixed().is_none_or(|f| f == n as u64))
+            });
+            if !fits {
+                return Err(OnnxError::Request {
+                    model: self.name.clone(),
+                    reason: format!(
+                        "input `{}` is {}, the value given is {} {:?}",
+                        value.name,
+                        value.ty.as_ref().map_or_else(|| "untyped".to_string(), ToString::to_string),
+                        tensor.dtype(),
+                        tensor.dims()
+                    ),
+                });
+            }
+            value.ty = Some(crate::ops::ValueType::fixed(tensor.dtype(), tensor.dims()));
+            value.constant = Some(std::sync::Arc::new(tensor.clone()));
+            bound.push(id);
+        }
+        graph.inputs.retain(|id| !bound.contains(id));
+        passes::optimise(&mut graph, ImportLimits::default().max_fold_elements)?;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(self.model_hash.as_bytes());
+        let mut model = OnnxModel::from_graph(&self.name, graph, hasher);
+        model.path = self.path.clone();
+        Ok(model)
     }
 
     /// The model's name (the file stem).

@@ -10,9 +10,34 @@ use crate::compiler::OnnxCompiler;
 use crate::error::OnnxError;
 use crate::tensor::Tensor;
 
+/// Most elements of an integer input [`run_on_host`] binds as a constant when the model's shapes
+/// depend on input values.
+pub const MAX_BOUND_INPUT_ELEMENTS: usize = 4096;
+
 /// Compiles `compiler`'s model for the shapes of `inputs` (binding order), runs it once on a fresh
 /// host device and returns the outputs in binding order.
+///
+/// When an output shape depends on input values ([`OnnxError::ShapeDependsOnData`]: Slice bounds
+/// or Reshape targets given as model inputs, as in the ONNX backend tests), the integer inputs of at
+/// most [`MAX_BOUND_INPUT_ELEMENTS`] elements and the scalar inputs are bound as constants
+/// ([`crate::OnnxModel::with_constant_inputs`]) and the run is compiled again for those values.
 pub fn run_on_host(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
+    match run_compiled(compiler, inputs) {
+        Err(OnnxError::ShapeDependsOnData { .. }) => {
+            let (bound, rest): (Vec<_>, Vec<_>) = inputs.iter().cloned().enumerate().partition(|(_, t)| {
+                t.len() == 1
+                    || (matches!(t.dtype(), saggar_shape::DType::I64 | saggar_shape::DType::I32)
+                        && t.len() <= MAX_BOUND_INPUT_ELEMENTS)
+            });
+            let model = compiler.onnx_model().with_constant_inputs(&bound)?;
+            let rest: Vec<Tensor> = rest.into_iter().map(|(_, t)| t).collect();
+            run_compiled(&OnnxCompiler::new(model, compiler.options().clone()), &rest)
+        }
+        other => other,
+    }
+}
+
+fn run_compiled(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
     let model = compiler.onnx_model();
     let request_err = |reason: String| OnnxError::Request { model: model.name().to_string(), reason };
     if inputs.len() != model.inputs().len() {

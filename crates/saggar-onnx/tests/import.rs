@@ -98,3 +98,33 @@ fn outputs_reading_an_input_a_constant_or_one_value_twice_are_copied() {
     assert_eq!(outs[2].data(), &TensorData::F32(vec![0.0, 2.0]));
     assert_eq!(outs[3], outs[2]);
 }
+
+/// `y = x[starts:ends]` with the bounds as model inputs, as the ONNX backend tests write it.
+fn slice_with_input_bounds() -> OnnxModel {
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &[Dim::Fixed(6)]);
+    b.input("starts", DType::I64, &[Dim::Fixed(1)]);
+    b.input("ends", DType::I64, &[Dim::Fixed(1)]);
+    b.node("Slice", &["x", "starts", "ends"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    OnnxModel::from_bytes(&b.to_bytes(), "slice", &ImportLimits::default()).unwrap()
+}
+
+#[test]
+fn shapes_that_depend_on_input_values_are_typed_errors_or_bound_as_constants() {
+    let model = slice_with_input_bounds();
+    let compiler = saggar_onnx::OnnxCompiler::new(model.clone(), saggar_onnx::OnnxOptions::default());
+    let err = compiler.plan_summary(&[vec![6], vec![1], vec![1]]).unwrap_err();
+    assert!(matches!(err, saggar_onnx::OnnxError::ShapeDependsOnData { ref op, .. } if op == "Slice"), "{err}");
+
+    let x = Tensor::new(vec![6], TensorData::F32((0..6).map(|i| i as f32).collect())).unwrap();
+    let (s, e) = (Tensor::from_i64s(vec![1]), Tensor::from_i64s(vec![4]));
+    let y = saggar_onnx::run_on_host(&compiler, &[x.clone(), s.clone(), e.clone()]).unwrap();
+    assert_eq!(y[0].data(), &TensorData::F32(vec![1.0, 2.0, 3.0]));
+
+    let bound = model.with_constant_inputs(&[(1, s), (2, e)]).unwrap();
+    assert_eq!(bound.inputs().len(), 1);
+    assert_eq!(bound.outputs()[0].dims(), &[Dim::Fixed(3)]);
+    assert!(model.with_constant_inputs(&[(1, Tensor::from_i64s(vec![1, 2]))]).is_err(), "wrong shape");
+    assert_eq!(bound.run_once(&[x]).unwrap(), y);
+}

@@ -116,14 +116,10 @@ impl Op for Clip {
         match (x.data, &mut outputs[0].data) {
             (DataRef::F32(x), DataMut::F32(o)) => {
                 let (lo, hi) = (lo.map_or(f32::NEG_INFINITY, |v| v as f32), hi.map_or(f32::INFINITY, |v| v as f32));
+                // min(max(x, lo), hi): with lo > hi every element is hi, as ONNX says; NaN stays NaN.
                 o.iter_mut().zip(x).for_each(|(o, &v)| {
-                    *o = if v < lo {
-                        lo
-                    } else if v > hi {
-                        hi
-                    } else {
-                        v
-                    }
+                    let t = if v < lo { lo } else { v };
+                    *o = if t > hi { hi } else { t };
                 });
             }
             (DataRef::I64(x), DataMut::I64(o)) => {

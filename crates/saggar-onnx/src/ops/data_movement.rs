@@ -296,8 +296,14 @@ impl Op for Split {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let axis = normalize_axis(self.axis, x.ty.rank())?;
-        let split_input = match inputs.get(1) {
-            Some(s) => Some(s.const_i64s().ok_or_else(|| OpError::infer("split must be a constant"))?),
+        let split_input = match inputs.get(1).map(|s| s.const_i64s()) {
+            // Sizes known only at run time: the split axis is unknown until shapes are concrete.
+            Some(None) => {
+                let mut dims = x.ty.dims.clone();
+                dims[axis] = unknown_dim();
+                return Ok(vec![ValueType::new(x.ty.dtype, dims); self.outputs]);
+            }
+            Some(Some(v)) => Some(v),
             None => None,
         };
         let sizes = self.sizes(x.ty.dims[axis].as_fixed(), split_input)?;

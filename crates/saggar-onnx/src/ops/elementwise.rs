@@ -296,7 +296,7 @@ impl Op for Binary {
             require_dtype(&name, a.ty.dtype, &[DType::Bool])?;
             require_dtype(&name, b.ty.dtype, &[DType::Bool])?;
         } else if kind == BinaryKind::Pow {
-            require_dtype(&name, a.ty.dtype, &[DType::F32])?;
+            require_dtype(&name, a.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
             require_dtype(&name, b.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
         } else {
             let allowed: &[DType] = if kind == BinaryKind::Equal {
@@ -365,6 +365,20 @@ impl Op for Binary {
             }
             (DataRef::I64(x), DataRef::I64(y), DataMut::I64(o)) => {
                 broadcast2(x, ad, y, bd, o, od, |x, y| int_arith!(kind, x, y))
+            }
+            // Pow with an integer base and an exponent of another type, computed as numpy does
+            // (in double precision, then converted back to the base's type).
+            (DataRef::I64(x), DataRef::I32(y), DataMut::I64(o)) => {
+                broadcast2(x, ad, y, bd, o, od, |x, y| (x as f64).powf(f64::from(y)) as i64)
+            }
+            (DataRef::I64(x), DataRef::F32(y), DataMut::I64(o)) => {
+                broadcast2(x, ad, y, bd, o, od, |x, y| (x as f64).powf(f64::from(y)) as i64)
+            }
+            (DataRef::I32(x), DataRef::I64(y), DataMut::I32(o)) => {
+                broadcast2(x, ad, y, bd, o, od, |x, y| f64::from(x).powf(y as f64) as i32)
+            }
+            (DataRef::I32(x), DataRef::F32(y), DataMut::I32(o)) => {
+                broadcast2(x, ad, y, bd, o, od, |x, y| f64::from(x).powf(f64::from(y)) as i32)
             }
             (DataRef::I32(x), DataRef::I32(y), DataMut::I32(o)) => {
                 broadcast2(x, ad, y, bd, o, od, |x, y| int_arith!(kind, x, y))
@@ -567,5 +581,22 @@ mod tests {
         assert!((g[0] - 0.841_344_7).abs() < 1e-6);
         let nan = run_op("IsNaN", 13, &Attributes::default(), &[Some(&f32s(&[2], &[f32::NAN, 1.0]))]).unwrap();
         assert_eq!(nan[0].data(), &TensorData::Bool(vec![1, 0]));
+    }
+
+    #[test]
+    fn clip_with_min_above_max_gives_max_and_integer_bases_pow() {
+        let v = f32s(&[3], &[-1.0, f32::NAN, 9.0]);
+        let (lo, hi) = (f32s(&[], &[2.0]), f32s(&[], &[1.0]));
+        let clip = run_op("Clip", 13, &Attributes::default(), &[Some(&v), Some(&lo), Some(&hi)]).unwrap();
+        let TensorData::F32(c) = clip[0].data() else { panic!("f32") };
+        assert_eq!((c[0], c[2]), (1.0, 1.0));
+        assert!(c[1].is_nan());
+        let base = Tensor::from_i64s(vec![2, 3, -2]);
+        let exp = Tensor::new(vec![3], TensorData::I32(vec![3, 2, 3])).unwrap();
+        let p = run_op("Pow", 15, &Attributes::default(), &[Some(&base), Some(&exp)]).unwrap();
+        assert_eq!(p[0].data(), &TensorData::I64(vec![8, 9, -8]));
+        let fexp = f32s(&[1], &[2.0]);
+        let p = run_op("Pow", 15, &Attributes::default(), &[Some(&base), Some(&fexp)]).unwrap();
+        assert_eq!(p[0].data(), &TensorData::I64(vec![4, 9, 4]));
     }
 }

@@ -294,6 +294,15 @@ impl AxesOp {
 impl Op for AxesOp {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
+        if self.unsqueeze
+            && self.axes.is_none()
+            && let Some(axes) = inputs.get(1).filter(|a| a.const_i64s().is_none())
+        {
+            // Axes known only at run time: the rank is known, the extents are not.
+            let n = axes.ty.dims.first().and_then(Dim::as_fixed).filter(|&n| n as usize <= MAX_RANK);
+            let n = n.ok_or_else(|| OpError::infer("Unsqueeze's axes count is not known"))? as usize;
+            return Ok(vec![ValueType::new(x.ty.dtype, vec![unknown_dim(); x.ty.rank() + n])]);
+        }
         Ok(vec![ValueType::new(x.ty.dtype, self.out_dims(&x.ty.dims, self.axes(inputs)?)?)])
     }
 

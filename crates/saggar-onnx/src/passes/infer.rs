@@ -78,9 +78,12 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
                             *d = Dim::symbolic(format!("{UNNAMED_PREFIX}{fresh}"));
                         }
                         Mode::Concrete => {
-                            return Err(node_err(OpError::infer(format!(
-                                "axis {axis} of output {k} is not known for these input shapes (it depends on run-time data)"
-                            ))));
+                            return Err(OnnxError::ShapeDependsOnData {
+                                node: node.name.clone(),
+                                op: node.op_type.clone(),
+                                output: k,
+                                axis,
+                            });
                         }
                     }
                 }
