@@ -97,7 +97,7 @@ pub enum OnnxError {
     /// Reshape target or Split sizes given as model inputs). Programs are compiled per input shape;
     /// bind such inputs as constants with [`crate::OnnxModel::with_constant_inputs`].
     #[error(
-        "node `{node}` ({op}): axis {axis} of output {output} depends on input values, not only input shapes; bind those inputs as constants (OnnxModel::with_constant_inputs)"
+        "node `{node}` ({op}): axis {axis} of output {output} depends on run-time data (input values, not only input shapes); bind those inputs as constants (OnnxModel::with_constant_inputs)"
     )]
     ShapeDependsOnData {
         /// The node.
