@@ -1,4 +1,4 @@
-//! Byte-mutation fuzzing of small models with a fixed case budget: whatever the bytes, import,
+//! Byte-mutation fuzzing of small models and the shipped models with a fixed case budget: whatever the bytes, import,
 //! compile and one host run return values or typed errors, never panic, and never allocate what the
 //! bytes claim (programs are capped at 64 MiB).
 
@@ -8,6 +8,9 @@ use saggar_onnx::ops::Attribute;
 use saggar_onnx::synthetic::{EncoderConfig, bert_like_encoder};
 use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, run_on_host};
 use saggar_shape::{DType, Dim};
+
+/// The seed models, read once.
+static SEEDS: std::sync::LazyLock<Vec<Vec<u8>>> = std::sync::LazyLock::new(seeds);
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut mlp = ModelBuilder::new(13);
@@ -24,7 +27,13 @@ fn seeds() -> Vec<Vec<u8>> {
     mlp.output("t", DType::F32, &[]);
     let tiny =
         EncoderConfig { layers: 1, hidden: 8, heads: 2, intermediate: 8, vocab: 10, max_positions: 8, seq: None };
-    vec![mlp.to_bytes(), bert_like_encoder(tiny).to_bytes()]
+    let mut seeds = vec![mlp.to_bytes(), bert_like_encoder(tiny).to_bytes()];
+    // The shipped models too: flips land in weights as often as in structure, and both must be safe.
+    for name in ["bert", "dlrm", "mlp", "cnn"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name).join("model.onnx");
+        seeds.push(std::fs::read(path).expect("shipped model"));
+    }
+    seeds
 }
 
 /// Imports, compiles and runs `bytes`; any error is fine, a panic fails the test.
@@ -50,11 +59,11 @@ proptest! {
 
     #[test]
     fn mutated_models_never_panic(
-        seed in 0usize..2,
+        seed in 0usize..6,
         flips in prop::collection::vec((any::<prop::sample::Index>(), 0u8..8, any::<bool>()), 1..6),
         cut in prop::option::weighted(0.15, any::<prop::sample::Index>()),
     ) {
-        let mut bytes = seeds().swap_remove(seed);
+        let mut bytes = SEEDS[seed].clone();
         // Single-bit flips keep most of the protobuf framing valid, so mutated models get past the
         // decoder into import, inference and lowering; some bytes are replaced outright.
         for (at, bit, replace) in flips {
@@ -70,8 +79,8 @@ proptest! {
 
 #[test]
 fn the_unmutated_seeds_run() {
-    for bytes in seeds() {
-        let model = OnnxModel::from_bytes(&bytes, "seed", &ImportLimits::default()).unwrap();
+    for bytes in SEEDS.iter() {
+        let model = OnnxModel::from_bytes(bytes, "seed", &ImportLimits::default()).unwrap();
         let inputs: Vec<Tensor> = model
             .inputs()
             .iter()
