@@ -245,7 +245,7 @@ impl Report {
              NaN, same shapes and element types). A compiled program's shapes cannot depend on run-time data, so \
              a test whose output shapes depend on the values of some inputs (a `shape`, `starts` or `axes` fed as a \
              graph input, where exporters emit constants) is run a second time with each data set's integer and \
-             scalar inputs bound as initializers; the table counts those separately. Expected failures are listed with their reasons in \
+             scalar inputs bound as constants; the table counts those separately. Expected failures are listed with their reasons in \
              `crates/saggar-onnx/tests/backend_expectations.txt`.\n",
             self.backend
         );

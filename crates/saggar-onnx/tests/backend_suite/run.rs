@@ -1,17 +1,12 @@
 //! Runs one backend test through a real `Session` (import, compile, run-context arenas, the standard
 //! run path) and compares every output with the ONNX runner's rule.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use prost::Message as _;
-
 use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, HostTensor, Session, SessionConfig};
-use saggar_onnx::proto::ModelProto;
-use saggar_onnx::tensor_pb::tensor_to_proto;
-use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb};
+use saggar_onnx::{OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb};
 use saggar_shape::DType;
 
 use crate::applicable::data_set_dirs;
@@ -40,74 +35,53 @@ pub enum Mode {
     Direct,
     /// The model's shapes depend on the values of some inputs (a Reshape `shape`, Slice `starts`, a
     /// reduction's `axes` fed as graph inputs): a compiled program's shapes cannot depend on run-time
-    /// data, so each data set's integer and scalar inputs were bound as initializers and the rest fed.
+    /// data, so each data set's integer and scalar inputs were bound as constants and the rest fed.
     ShapeInputsBound,
 }
 
-/// Whether `error` is the refusal of a shape that depends on run-time data.
-fn is_data_dependent(error: &str) -> bool {
-    error.contains("depends on run-time data") || error.contains("must be a constant")
-}
+/// Most elements of an integer input bound as a constant (the rule of `saggar_onnx::run_on_host`).
+const MAX_BOUND_INPUT_ELEMENTS: usize = 4096;
 
-/// Imports the test's model, opens a session on a device from `open` and runs every data set; when
-/// the model's shapes depend on input values, runs each data set again with those inputs bound.
+/// Imports the test's model, opens a session on a device from `open` and runs every data set. A data
+/// set whose output shapes depend on input values ([`OnnxError::ShapeDependsOnData`]) is run through
+/// its own session with its integer and scalar inputs bound as constants.
 pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, String>) -> Result<Mode, String> {
-    let sets = data_set_dirs(dir)?;
-    let direct = (|| -> Result<Mode, String> {
-        let model = OnnxModel::load(dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
-        let session = open_session::<B>(&model, open()?)?;
-        for set in &sets {
-            run_set(&session, &model, set, read_all(set, "input")?)?;
+    let model = OnnxModel::load(dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
+    let options = OnnxOptions::default().with_max_program_bytes(MAX_PROGRAM_BYTES);
+    let compiler = Arc::new(OnnxCompiler::new(model.clone(), options.clone()));
+    let mut session = None;
+    let mut mode = Mode::Direct;
+    for set in data_set_dirs(dir)? {
+        let inputs = read_all(&set, "input")?;
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        if let Err(OnnxError::ShapeDependsOnData { .. }) = compiler.plan_summary(&dims) {
+            mode = Mode::ShapeInputsBound;
+            let (bound, fed): (Vec<_>, Vec<_>) = inputs.into_iter().enumerate().partition(|(_, t)| {
+                t.len() == 1 || (matches!(t.dtype(), DType::I64 | DType::I32) && t.len() <= MAX_BOUND_INPUT_ELEMENTS)
+            });
+            let bound_model = model.with_constant_inputs(&bound).map_err(|e| format!("binding inputs: {e}"))?;
+            let bound_compiler = Arc::new(OnnxCompiler::new(bound_model.clone(), options.clone()));
+            let bound_session = open_session::<B>(bound_compiler, open()?)?;
+            run_set(&bound_session, &bound_model, &set, fed.into_iter().map(|(_, t)| t).collect())?;
+            continue;
         }
-        Ok(Mode::Direct)
-    })();
-    match direct {
-        Err(e) if is_data_dependent(&e) => {
-            let bytes = std::fs::read(dir.join("model.onnx")).map_err(|e| format!("model.onnx: {e}"))?;
-            for set in &sets {
-                let (model, fed) = bind_shape_inputs(&bytes, read_all(set, "input")?)?;
-                let session = open_session::<B>(&model, open()?)?;
-                run_set(&session, &model, set, fed)?;
-            }
-            Ok(Mode::ShapeInputsBound)
+        if session.is_none() {
+            session = Some(open_session::<B>(compiler.clone(), open()?)?);
         }
-        other => other,
+        run_set(session.as_ref().expect("opened above"), &model, &set, inputs)?;
     }
+    Ok(mode)
 }
 
-fn open_session<B: Backend>(model: &OnnxModel, device: B::Device) -> Result<Session<B, OnnxCompiler>, String> {
-    let options = OnnxOptions::default().with_max_program_bytes(MAX_PROGRAM_BYTES);
-    let compiler = Arc::new(OnnxCompiler::new(model.clone(), options));
+fn open_session<B: Backend>(
+    compiler: Arc<OnnxCompiler>,
+    device: B::Device,
+) -> Result<Session<B, OnnxCompiler>, String> {
     let config = SessionConfig::builder()
         .buckets(BucketSpec::PowersOfTwo { max: 4 })
         .build()
         .map_err(|e| format!("session config: {e}"))?;
     Session::new(device, compiler, config, &|_| {}).map_err(|e| format!("session: {e}"))
-}
-
-/// The model with every i64 or 0-D input of this data set made an initializer, and the inputs still
-/// fed.
-fn bind_shape_inputs(bytes: &[u8], inputs: Vec<Tensor>) -> Result<(OnnxModel, Vec<Tensor>), String> {
-    let mut proto = ModelProto::decode(bytes).map_err(|e| format!("model.onnx: {e}"))?;
-    let graph = proto.graph.as_mut().ok_or("model.onnx has no graph")?;
-    let initialised: HashSet<String> = graph.initializer.iter().map(|t| t.name.clone()).collect();
-    let declared: Vec<_> =
-        std::mem::take(&mut graph.input).into_iter().filter(|i| !initialised.contains(&i.name)).collect();
-    if declared.len() != inputs.len() {
-        return Err(format!("{} inputs given, the model declares {}", inputs.len(), declared.len()));
-    }
-    let mut fed = Vec::new();
-    for (info, t) in declared.into_iter().zip(inputs) {
-        if t.dtype() == DType::I64 || t.dims().is_empty() {
-            graph.initializer.push(tensor_to_proto(&info.name, &t));
-        } else {
-            graph.input.push(info);
-            fed.push(t);
-        }
-    }
-    let model = OnnxModel::from_bytes(&proto.encode_to_vec(), "model", &ImportLimits::default())
-        .map_err(|e| format!("import (shape inputs bound): {e}"))?;
-    Ok((model, fed))
 }
 
 /// Runs one data set through `session` and compares the outputs.
