@@ -128,3 +128,26 @@ fn shapes_that_depend_on_input_values_are_typed_errors_or_bound_as_constants() {
     assert!(model.with_constant_inputs(&[(1, Tensor::from_i64s(vec![1, 2]))]).is_err(), "wrong shape");
     assert_eq!(bound.run_once(&[x]).unwrap(), y);
 }
+
+#[test]
+fn torchscript_style_expand_targets_keep_their_symbols() {
+    // Expand(x, Where(Equal(shape, -1), ones, shape)) with shape = Concat(Shape(x)[0], 4).
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &[sym("batch"), Dim::Fixed(1)]);
+    b.initializer("four", &Tensor::from_i64s(vec![4]));
+    b.initializer("zero", &Tensor::from_i64s(vec![0]));
+    b.initializer("one", &Tensor::from_i64s(vec![1]));
+    b.initializer("neg", &Tensor::from_i64s(vec![-1]));
+    b.node("Shape", &["x"], &["s"], &[]);
+    b.node("Slice", &["s", "zero", "one"], &["b"], &[]);
+    b.node("Concat", &["b", "four"], &["shape"], &[("axis", Attribute::Int(0))]);
+    b.node("Equal", &["shape", "neg"], &["is_neg"], &[]);
+    b.node("ConstantOfShape", &["two"], &["ones"], &[("value", Attribute::Tensor(Tensor::from_i64s(vec![1])))]);
+    b.initializer("two", &Tensor::from_i64s(vec![2]));
+    b.node("Where", &["is_neg", "ones", "shape"], &["target"], &[]);
+    b.node("Expand", &["x", "target"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "ts", &ImportLimits::default()).unwrap();
+    assert_eq!(model.outputs()[0].dims(), &[sym("batch"), Dim::Fixed(4)]);
+    assert!(model.batch_layout().batch_is_only_dynamic_dim());
+}

@@ -38,6 +38,22 @@ fn where_typed<T: Copy>(
 }
 
 impl Op for Where {
+    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
+        // Selecting between shape vectors (`Where(Equal(shape, -1), ones, shape)`, as exporters
+        // write Expand targets): known where the condition is.
+        let (c, x, y) =
+            (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?, inputs.req(2).ok()?.sym_ints()?);
+        let n = c.len().max(x.len()).max(y.len());
+        let at = |v: &[SymInt], i: usize| if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() };
+        (0..n)
+            .map(|i| match at(&c, i)? {
+                SymInt::Int(0) => at(&y, i),
+                SymInt::Int(_) => at(&x, i),
+                SymInt::Sym(_) => Some(SymInt::Sym(crate::ops::UNKNOWN_DIM.into())),
+            })
+            .collect()
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (c, x, y) = (inputs.req(0)?, inputs.req(1)?, inputs.req(2)?);
         require_dtype("Where condition", c.ty.dtype, &[DType::Bool])?;

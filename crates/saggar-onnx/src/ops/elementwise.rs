@@ -185,6 +185,11 @@ impl Op for Not {
     }
 }
 
+/// Whether a shape-vector element is a symbol inference invented (never equal to anything known).
+fn is_unnamed_sym(v: &SymInt) -> bool {
+    matches!(v, SymInt::Sym(s) if crate::ops::shape_util::is_unnamed(&saggar_shape::Dim::Symbolic(s.clone())))
+}
+
 /// Applies `f` over the broadcast of `a` and `b` into `out` (shaped as the broadcast).
 fn broadcast2<A: Copy, B: Copy, O>(
     a: &[A],
@@ -317,7 +322,8 @@ impl Op for Binary {
     fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
         // Shape arithmetic (`seq * heads`, `hidden / heads`), elementwise or with a scalar: known
         // where both sides are known, the symbol itself where the other side is neutral.
-        if !matches!(self.0, BinaryKind::Add | BinaryKind::Sub | BinaryKind::Mul | BinaryKind::Div) {
+        if !matches!(self.0, BinaryKind::Add | BinaryKind::Sub | BinaryKind::Mul | BinaryKind::Div | BinaryKind::Equal)
+        {
             return None;
         }
         let (a, b) = (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?);
@@ -337,6 +343,11 @@ impl Op for Binary {
                     (None, Some(1), BinaryKind::Mul | BinaryKind::Div) => x.clone(),
                     (Some(1), None, BinaryKind::Mul) => y.clone(),
                     (None, Some(0), BinaryKind::Add | BinaryKind::Sub) => x.clone(),
+                    // Comparisons of shape vectors (exporters test for -1): decided where extents are
+                    // known, where a symbol meets a negative value, or where one symbol meets itself.
+                    (Some(p), Some(q), BinaryKind::Equal) => SymInt::Int(i64::from(p == q)),
+                    (None, Some(q), BinaryKind::Equal) | (Some(q), None, BinaryKind::Equal) if q < 0 => SymInt::Int(0),
+                    (None, None, BinaryKind::Equal) if x == y && !is_unnamed_sym(x) => SymInt::Int(1),
                     _ => unknown(),
                 })
             })

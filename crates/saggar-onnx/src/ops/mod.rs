@@ -175,8 +175,9 @@ pub struct InferInput<'a> {
     pub ty: &'a ValueType,
     /// The value, when the input is a constant (initializer or folded).
     pub value: Option<&'a Tensor>,
-    /// For a 0-D or 1-D integer input that is not constant but whose elements are known as integers
-    /// or symbolic extents (the output of `Shape`, sliced, concatenated), those elements.
+    /// For a 0-D or 1-D integer (or bool, as 0 and 1) input that is not constant but whose elements
+    /// are known as integers or symbolic extents (the output of `Shape`, sliced, concatenated,
+    /// compared), those elements.
     pub dims_value: Option<&'a [SymInt]>,
 }
 
@@ -227,6 +228,10 @@ impl InferInput<'_> {
     pub fn sym_ints(&self) -> Option<Vec<SymInt>> {
         if let Some(v) = self.const_i64s() {
             return Some(v.into_iter().map(SymInt::Int).collect());
+        }
+        // Bool vectors (comparisons of shape vectors) carry 0 and 1.
+        if let Some(crate::tensor::TensorData::Bool(b)) = self.value.map(Tensor::data) {
+            return Some(b.iter().map(|&v| SymInt::Int(i64::from(v))).collect());
         }
         self.dims_value.map(<[SymInt]>::to_vec)
     }

@@ -94,12 +94,14 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
                 ))));
             }
         }
-        let dims_value =
-            if types.len() == 1 && types[0].rank() <= 1 && matches!(types[0].dtype, DType::I64 | DType::I32) {
-                node.op.dims_value(&inputs).filter(|v| v.len() <= MAX_SHAPE_VECTOR)
-            } else {
-                None
-            };
+        let dims_value = if types.len() == 1
+            && types[0].rank() <= 1
+            && matches!(types[0].dtype, DType::I64 | DType::I32 | DType::Bool)
+        {
+            node.op.dims_value(&inputs).filter(|v| v.len() <= MAX_SHAPE_VECTOR)
+        } else {
+            None
+        };
         let all_constant = node.op.foldable() && infer_inputs.iter().flatten().all(|x| x.value.is_some());
         let small =
             types.iter().all(|t| t.fixed_dims().and_then(|d| checked_numel(&d)).is_some_and(|n| n <= fold_limit));
@@ -140,6 +142,7 @@ fn shape_constant(types: &[ValueType], dims_value: Option<&[SymInt]>) -> Option<
     let data = match types[0].dtype {
         DType::I64 => TensorData::I64(values),
         DType::I32 => TensorData::I32(values.into_iter().map(|v| i32::try_from(v).ok()).collect::<Option<_>>()?),
+        DType::Bool => TensorData::Bool(values.into_iter().map(|v| u8::from(v != 0)).collect()),
         _ => return None,
     };
     Tensor::new(dims, data).ok()
