@@ -6,7 +6,7 @@
 //!    graph: values with element types and symbolic dimensions from `dim_param`, nodes with their
 //!    parsed [`ops::Op`]. An op outside the declared op set, an opset outside 9..=21 or an attribute
 //!    value no op implements is an [`OnnxError`] here, at import, naming the node.
-//! 2. [`passes`] infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
+//! 2. The passes infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
 //!    emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
 //! 3. [`OnnxCompiler`] implements saggar-dispatch's `ProgramCompiler`: per concrete input shape it
 //!    specialises the graph (every dimension known, every shape chain folded), plans activation memory
@@ -31,7 +31,7 @@ pub mod ir;
 mod lowering;
 mod model;
 pub mod ops;
-pub mod passes;
+mod passes;
 pub mod proto;
 mod run;
 pub mod synthetic;

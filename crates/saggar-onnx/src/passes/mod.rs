@@ -1,9 +1,9 @@
 //! Graph passes: inference with constant folding, clean-up, canonicalisation, and specialisation
 //! to concrete input shapes.
 //!
-//! At import ([`optimise`]): infer symbolically and fold (initializer-only subgraphs included, up
+//! At import (`optimise`): infer symbolically and fold (initializer-only subgraphs included, up
 //! to [`crate::ImportLimits::max_fold_elements`] per tensor), remove Identity/Dropout, fold
-//! BatchNormalization into Conv, normalise Gemm, remove dead nodes. Per compile ([`specialise`]):
+//! BatchNormalization into Conv, normalise Gemm, remove dead nodes. Per compile (`specialise`):
 //! bind the request's input shapes, infer again with every extent known, fold what became constant
 //! (the shape chains) and remove dead nodes again.
 
