@@ -176,7 +176,8 @@ fn run_with(
             let n = checked_numel(&out.dims).unwrap_or(0);
             outs.push(output_view(out, buf, n).ok_or_else(|| ctx.fault("unsupported output type"))?);
         }
-        kernel.op.eval(&EvalInputs::new(&views), &mut outs).map_err(|e| ctx.fault(e.to_string()))?;
+        crate::ops::evaluate::guarded(|| kernel.op.eval(&EvalInputs::new(&views), &mut outs))
+            .map_err(|e| ctx.fault(e.to_string()))?;
     }
     for (k, (buf, out)) in buffers.iter().zip(&kernel.outputs).enumerate() {
         let ptr = args[n_inputs + k].as_ptr().ok_or_else(|| ctx.fault("argument is not a pointer"))?;

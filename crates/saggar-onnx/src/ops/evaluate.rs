@@ -34,6 +34,13 @@ pub fn evaluate(op: &dyn Op, inputs: &[Option<&Tensor>], max_elements: usize) ->
     }
     let views: Vec<Option<TensorView<'_>>> = inputs.iter().map(|t| t.map(Tensor::view)).collect();
     let mut outs: Vec<TensorMut<'_>> = outputs.iter_mut().map(Tensor::view_mut).collect();
-    op.eval(&EvalInputs::new(&views), &mut outs)?;
+    guarded(|| op.eval(&EvalInputs::new(&views), &mut outs))?;
     Ok(outputs)
+}
+
+/// Runs an op's evaluation, turning a panic (an op bug on inputs it should have refused) into an
+/// evaluation error, so a hostile model is a typed error even then.
+pub fn guarded(eval: impl FnOnce() -> Result<(), OpError>) -> Result<(), OpError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(eval))
+        .unwrap_or_else(|_| Err(OpError::eval("the op's evaluation panicked (a bug in saggar-onnx; please report it)")))
 }
