@@ -24,6 +24,16 @@ pub(crate) fn index_values(t: &TensorView<'_>) -> Result<Vec<i64>, OpError> {
     t.to_i64s().ok_or_else(|| OpError::eval("indices must be int64 or int32"))
 }
 
+/// Element `k` of an int64 or int32 index tensor, read in place (no copy of the indices).
+pub(crate) fn index_at(t: &TensorView<'_>, k: usize) -> Result<i64, OpError> {
+    match t.data {
+        DataRef::I64(v) => v.get(k).copied(),
+        DataRef::I32(v) => v.get(k).map(|&i| i64::from(i)),
+        _ => None,
+    }
+    .ok_or_else(|| OpError::eval("indices must be int64 or int32 and cover the output"))
+}
+
 /// An index in `-n..n` made non-negative.
 pub(crate) fn wrap_index(i: i64, n: usize) -> Result<usize, OpError> {
     let m = n as i64;

@@ -5,7 +5,7 @@
 
 use saggar_shape::DType;
 
-use crate::ops::data_movement::{index_values, wrap_index};
+use crate::ops::data_movement::{index_at, wrap_index};
 use crate::ops::shape_util::{normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
 use crate::tensor::{DataRef, TensorMut, same_type};
@@ -63,17 +63,16 @@ impl Op for Gather {
         let inner: usize = data.dims[axis + 1..].iter().product();
         let out = &mut outputs[0];
         let count = idx.len();
-        let rows: Vec<usize> = match idx.data {
-            DataRef::I64(v) => v.iter().map(|&i| wrap_index(i, n)).collect::<Result<_, _>>()?,
-            DataRef::I32(v) => v.iter().map(|&i| wrap_index(i64::from(i), n)).collect::<Result<_, _>>()?,
-            _ => return Err(OpError::eval("indices must be int64 or int32")),
-        };
+        if !matches!(idx.data, DataRef::I64(_) | DataRef::I32(_)) {
+            return Err(OpError::eval("indices must be int64 or int32"));
+        }
         same_type!(data.data, &mut out.data, |s, d| {
             if d.len() != outer * count * inner {
                 return Err(OpError::eval("Gather output size differs from inference"));
             }
             for o in 0..outer {
-                for (k, &r) in rows.iter().enumerate() {
+                for k in 0..count {
+                    let r = wrap_index(index_at(idx, k)?, n)?;
                     let src = (o * n + r) * inner;
                     let dst = (o * count + k) * inner;
                     d[dst..dst + inner].copy_from_slice(&s[src..src + inner]);
@@ -113,7 +112,6 @@ impl Op for GatherElements {
         {
             return Err(OpError::eval("GatherElements indices do not fit the data"));
         }
-        let indices = index_values(idx)?;
         let ds = strides(data.dims);
         let mut index = vec![0usize; rank];
         let out = &mut outputs[0];
@@ -121,7 +119,7 @@ impl Op for GatherElements {
             for (k, dst) in d.iter_mut().enumerate() {
                 let mut offset = 0;
                 for a in 0..rank {
-                    let i = if a == axis { wrap_index(indices[k], data.dims[axis])? } else { index[a] };
+                    let i = if a == axis { wrap_index(index_at(idx, k)?, data.dims[axis])? } else { index[a] };
                     offset += i * ds[a];
                 }
                 *dst = s[offset];
