@@ -5,8 +5,10 @@
 //! that appear only for one shape (folded shape vectors) live in the program's own small buffer;
 //! every other value gets an offset in the run's scratch memory. Scratch offsets are reused by
 //! liveness: a value's block is free again after the last step that reads it, and blocks are placed
-//! first-fit. A graph output produced by a node is computed straight into the output binding; an
-//! output that reads an input, a constant or another output's value gets a copy at the end.
+//! first-fit. A view (Reshape, Flatten, Squeeze, Unsqueeze: [`crate::ops::Op::is_view`]) launches
+//! nothing: its output shares its input's location, and a shared block is freed when the last value
+//! using it dies. A graph output produced by a node is computed straight into the output binding;
+//! an output that reads an input, a constant or another output's value gets a copy at the end.
 
 use std::collections::HashMap;
 
@@ -139,6 +141,26 @@ impl Arena {
     }
 }
 
+/// Frees the scratch blocks of the values in `dying` whose last user they were.
+fn release(
+    dying: &mut Vec<ValueId>,
+    location: &HashMap<ValueId, ArgSource>,
+    block_users: &mut HashMap<usize, usize>,
+    arena: &mut Arena,
+) {
+    for id in dying.drain(..) {
+        if let Some(ArgSource::Scratch(off)) = location.get(&id)
+            && let Some(users) = block_users.get_mut(off)
+        {
+            *users -= 1;
+            if *users == 0 {
+                block_users.remove(off);
+                arena.free(*off);
+            }
+        }
+    }
+}
+
 /// Lowers `graph` (specialised: every shape fixed) against the device weights `weights`,
 /// registering its kernels. Refuses programs whose scratch or any tensor exceeds `limit` bytes.
 pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result<Lowered, OnnxError> {
@@ -195,7 +217,25 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
     let mut arena = Arena::default();
     let mut steps = Vec::with_capacity(end + copies.len());
     let mut kernels: Vec<KernelSignature> = Vec::new();
+    // Values sharing a scratch block (a view and what it views) free it when the last one dies.
+    let mut block_users: HashMap<usize, usize> = HashMap::new();
     for (step, node) in graph.nodes.iter().enumerate() {
+        let dies_at = |o: ValueId| last_use.get(&o).copied().unwrap_or(step).max(step);
+        // A view (Reshape, Flatten, Squeeze, Unsqueeze) reads the same bytes under another shape:
+        // its output takes its input's location and no kernel runs. Nothing writes a value after
+        // the step that produced it, so sharing is safe; graph outputs still get their own binding.
+        if let (true, [o], Some(Some(input))) = (node.op.is_view(), node.outputs.as_slice(), node.inputs.first())
+            && !location.contains_key(o)
+            && let Some(&src) = location.get(input)
+        {
+            location.insert(*o, src);
+            if let ArgSource::Scratch(off) = src {
+                *block_users.entry(off).or_insert(0) += 1;
+                frees[dies_at(*o)].push(*o);
+            }
+            release(&mut frees[step], &location, &mut block_users, &mut arena);
+            continue;
+        }
         for &o in &node.outputs {
             if location.contains_key(&o) {
                 continue;
@@ -210,8 +250,9 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
                 });
             }
             location.insert(o, ArgSource::Scratch(offset));
+            block_users.insert(offset, 1);
             // A value nobody reads is freed right after the step that writes it.
-            frees[last_use.get(&o).copied().unwrap_or(step).max(step)].push(o);
+            frees[dies_at(o)].push(o);
         }
         let kernel = NodeKernel {
             op_type: node.op_type.clone(),
@@ -226,11 +267,7 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
         if !kernels.iter().any(|k| k.name == signature.name) {
             kernels.push(signature);
         }
-        for id in std::mem::take(&mut frees[step]) {
-            if let Some(ArgSource::Scratch(off)) = location.get(&id) {
-                arena.free(*off);
-            }
-        }
+        release(&mut frees[step], &location, &mut block_users, &mut arena);
     }
     if !copies.is_empty() {
         host_kernels::ensure_copy_registered()?;

@@ -112,3 +112,31 @@ fn gemm_is_normalised_to_a_pre_transposed_scaled_b() {
     let compiled = run_on_host(&OnnxCompiler::new(m, OnnxOptions::default()), &[x]).unwrap();
     assert!(max_diff(&compiled[0], &Tensor::new(vec![2, 3], TensorData::F32(want)).unwrap()) < 1e-5);
 }
+
+#[test]
+fn views_share_memory_launch_nothing_and_keep_their_source_alive() {
+    // a = Relu(x); b = Reshape(a); c = Neg(b); d = Reshape(c); e = a + d: `a` is read after its
+    // view, so the shared block must outlive both, and `c` must not be placed over it.
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &[Dim::symbolic("batch"), Dim::Fixed(6)]);
+    b.initializer("s34", &Tensor::from_i64s(vec![-1, 3]));
+    b.initializer("s26", &Tensor::from_i64s(vec![-1, 6]));
+    b.node("Relu", &["x"], &["a"], &[]);
+    b.node("Reshape", &["a", "s34"], &["b"], &[]);
+    b.node("Neg", &["b"], &["c"], &[]);
+    b.node("Reshape", &["c", "s26"], &["d"], &[]);
+    b.node("Add", &["a", "d"], &["e"], &[]);
+    b.node("Unsqueeze", &["e", "axes"], &["f"], &[]);
+    b.initializer("axes", &Tensor::from_i64s(vec![0]));
+    b.output("f", DType::F32, &[]);
+    let m = import(&b);
+    let compiler = OnnxCompiler::new(m.clone(), OnnxOptions::default());
+    let (launches, _) = compiler.plan_summary(&[vec![2, 6]]).unwrap();
+    assert_eq!(launches, 4, "Relu, Neg, Add, and the Unsqueeze that writes the graph output");
+    let x = f32s(&[2, 6], 4);
+    let eager = m.run_once(std::slice::from_ref(&x)).unwrap();
+    let compiled = run_on_host(&compiler, &[x]).unwrap();
+    assert_eq!(eager, compiled);
+    let TensorData::F32(v) = compiled[0].data() else { panic!("f32") };
+    assert!(v.iter().all(|&y| y == 0.0), "relu(x) - relu(x) is zero everywhere");
+}

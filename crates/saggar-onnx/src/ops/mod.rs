@@ -330,6 +330,13 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// Whether output 0 is input 0's elements unchanged under another shape (Reshape, Flatten,
+    /// Squeeze, Unsqueeze). The lowering then gives the output the input's memory and launches
+    /// nothing; `eval` must still copy, for folding and the eager run.
+    fn is_view(&self) -> bool {
+        false
+    }
+
     /// Whether evaluating on constant inputs at import is allowed (false for ops whose result is not
     /// a function of their inputs).
     fn foldable(&self) -> bool {

@@ -183,6 +183,10 @@ fn cancel_symbols(whole: &[Dim], part: &[Dim]) -> Dim {
 }
 
 impl Op for Reshape {
+    fn is_view(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (data, shape) = (inputs.req(0)?, inputs.req(1)?);
         if !matches!(shape.ty.dtype, DType::I64) || shape.ty.rank() != 1 {
@@ -221,6 +225,10 @@ fn build_flatten(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Flatten {
+    fn is_view(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let rank = x.ty.rank();
@@ -292,6 +300,10 @@ impl AxesOp {
 }
 
 impl Op for AxesOp {
+    fn is_view(&self) -> bool {
+        true
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         if self.unsqueeze
