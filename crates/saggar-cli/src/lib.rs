@@ -32,6 +32,7 @@ pub mod devices;
 pub mod environment;
 pub mod error;
 pub mod model;
+pub mod onnx;
 pub mod perf;
 pub mod progress;
 pub mod report;

@@ -34,6 +34,9 @@ pub const VERIFY_TOLERANCE: f64 = 1e-3;
 
 /// Runs `saggar perf`.
 pub fn run(args: &PerfArgs, env: &Environment) -> Result<()> {
+    if let Some(path) = &args.model.onnx {
+        return crate::onnx::perf(args, env, path);
+    }
     let model = model::load(&args.model)?;
     let trace = args.trace.trace.generate(args.trace.requests, args.trace.seed)?;
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace)?;
@@ -311,6 +314,7 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
             evicted: stats.evicted_graphs,
         },
         verify,
+        check: None,
     })
 }
 

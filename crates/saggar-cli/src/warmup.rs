@@ -21,6 +21,9 @@ use crate::report::{self, WarmupDevice, WarmupReport};
 
 /// Runs `saggar warmup`.
 pub fn run(args: &WarmupArgs, env: &Environment) -> Result<()> {
+    if let Some(path) = &args.model.onnx {
+        return crate::onnx::warmup(args, env, path);
+    }
     let model = model::load(&args.model)?;
     // Only an adaptive policy needs the trace; do not read a trace file otherwise.
     let trace = match args.buckets.buckets {
