@@ -1,7 +1,7 @@
 //! The checked-in models through every run path of a host `Session` (standard, fast, ultra-fast on
 //! host memory; `run_device` and a `DeviceBinding` on device memory) at batches 1, 3 and 17 with
 //! buckets up to 16 (padding, and splitting for 17), each output equal to its expected output and to
-//! the unpadded exact-shape run; and a Loop (how PyTorch exports `nn.EmbeddingBag`) is refused at
+//! the unpadded exact-shape run, also with 8 threads mixing models, batches and paths; and a Loop (how PyTorch exports `nn.EmbeddingBag`) is refused at
 //! import as an op outside the declared set.
 
 mod support;
@@ -178,6 +178,96 @@ fn device_runs_and_device_bindings_give_the_expected_outputs() {
             binding.run().unwrap();
             check("device binding");
         }
+    }
+}
+
+/// Runs `inputs` with `run_device` on fresh device buffers and returns the outputs.
+fn run_on_device(session: &HostSession, model: &OnnxModel, inputs: &[Tensor]) -> Vec<Tensor> {
+    let names = input_names(model);
+    let request = Request::new(&names, inputs);
+    let out_dims = session.output_dims(&request.host()).unwrap();
+    let outs: Vec<Tensor> = model
+        .outputs()
+        .iter()
+        .zip(&out_dims)
+        .map(|(s, d)| Tensor::zeros(s.dtype(), d.iter().map(|&x| x as usize).collect()).unwrap())
+        .collect();
+    let (in_buffers, out_buffers) = (upload(session, inputs), upload(session, &outs));
+    let in_dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+    let device_inputs: Vec<DeviceTensor<'_>> = (0..inputs.len())
+        .map(|k| DeviceTensor {
+            name: names[k],
+            dtype: inputs[k].dtype(),
+            dims: &in_dims[k],
+            data: in_buffers[k].as_slice(),
+        })
+        .collect();
+    let device_outputs: Vec<DeviceTensor<'_>> = model
+        .outputs()
+        .iter()
+        .enumerate()
+        .map(|(k, s)| DeviceTensor {
+            name: s.name(),
+            dtype: s.dtype(),
+            dims: &out_dims[k],
+            data: out_buffers[k].as_slice(),
+        })
+        .collect();
+    session.run_device(&device_inputs, &device_outputs).unwrap();
+    let stream = session.device().create_stream().unwrap();
+    outs.iter()
+        .zip(&out_buffers)
+        .map(|(t, b)| {
+            let mut bytes = t.to_le_bytes();
+            stream.download(b.slice(0, bytes.len()).unwrap(), &mut bytes).unwrap();
+            stream.synchronize().unwrap();
+            Tensor::from_le_bytes(t.dtype(), t.dims().to_vec(), &bytes).unwrap()
+        })
+        .collect()
+}
+
+/// Runs per thread: 200, or 50 in debug builds, where BERT's per-shape batch-17 runs are slow.
+const RUNS_PER_THREAD: usize = if cfg!(debug_assertions) { 50 } else { 200 };
+
+#[test]
+fn eight_threads_mixing_models_batches_and_run_paths_stay_correct() {
+    let fixtures: Vec<_> = MODELS
+        .iter()
+        .map(|&name| {
+            let model = OnnxModel::load(model_dir(name).join("model.onnx")).unwrap();
+            let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default()));
+            let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).build().unwrap();
+            let session: HostSession = Session::new(HostBackend::open(0).unwrap(), compiler, config, &|_| {}).unwrap();
+            (name, model, session, data_sets(&model_dir(name)))
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for t in 0..8usize {
+            let fixtures = &fixtures;
+            scope.spawn(move || {
+                for r in 0..RUNS_PER_THREAD {
+                    let (name, model, session, sets) = &fixtures[(t + r) % fixtures.len()];
+                    let (inputs, expected) = &sets[(t * 7 + r) % sets.len()];
+                    let names = input_names(model);
+                    let request = Request::new(&names, inputs);
+                    let (how, outputs) = match (t + 2 * r) % 3 {
+                        0 => ("run", session.run(&request.host()).unwrap().iter().map(owned_to_tensor).collect()),
+                        1 => ("run_into", run_into(session, &request.host()).0),
+                        _ => ("run_device", run_on_device(session, model, inputs)),
+                    };
+                    for (k, (got, want)) in outputs.iter().zip(expected).enumerate() {
+                        assert_close(got, want, &format!("{name} thread {t} run {r} ({how}) output {k}"));
+                    }
+                }
+            });
+        }
+    });
+    // Every request was counted on exactly one run path of its model's session.
+    for (i, (name, _, session, _)) in fixtures.iter().enumerate() {
+        let requests =
+            (0..8).flat_map(|t| (0..RUNS_PER_THREAD).map(move |r| (t + r) % MODELS.len())).filter(|&m| m == i);
+        let stats = session.stats();
+        assert_eq!(stats.fast + stats.ultra_fast + stats.standard, requests.count() as u64, "{name}: {stats:?}");
     }
 }
 
