@@ -1,8 +1,8 @@
 //! The checked-in models through every run path of a host `Session` (standard, fast, ultra-fast on
 //! host memory; `run_device` and a `DeviceBinding` on device memory) at batches 1, 3 and 17 with
 //! buckets up to 16 (padding, and splitting for 17), each output equal to its expected output and to
-//! the unpadded exact-shape run, also with 8 threads mixing models, batches and paths; and a Loop (how PyTorch exports `nn.EmbeddingBag`) is refused at
-//! import as an op outside the declared set.
+//! the unpadded exact-shape run, also with 8 threads mixing models, batches and paths; and a Loop
+//! (how PyTorch exports `nn.EmbeddingBag`) is refused at import as an op outside the declared set.
 
 mod support;
 
