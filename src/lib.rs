@@ -14,6 +14,7 @@
 //! | [`arena`] | `saggar-arena` | pinned staging and one-copy inputs, leased per request |
 //! | [`dispatch`] | `saggar-dispatch` | sessions, run paths, graph capture and replay, pointer drift, groups |
 //! | [`models`] | `saggar-models` | the reference compiler and model family (recsys, MLP) |
+//! | [`onnx`] | `saggar-onnx` | ONNX import, shape inference, constant folding, host lowering |
 //!
 //! [`prelude`] gathers the names most programs use.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -23,6 +24,7 @@ pub use saggar_cache as cache;
 pub use saggar_device as device;
 pub use saggar_dispatch as dispatch;
 pub use saggar_models as models;
+pub use saggar_onnx as onnx;
 pub use saggar_shape as shape;
 
 pub mod prelude;

@@ -80,7 +80,7 @@ fn main() -> ExitCode {
 
 fn usage() -> String {
     "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
-     cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--fetch-only]\n       \
+     cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--report FILE] [--fetch-only]\n       \
      cargo xtask publish-check"
         .into()
 }

@@ -30,8 +30,11 @@ pub struct OnnxTestOptions {
     pub backend: String,
     /// Only fetch and extract; do not run.
     pub fetch_only: bool,
-    /// Extra arguments for the test binary (a name filter, `--verbose`).
+    /// Only tests whose name contains this.
     pub filter: Option<String>,
+    /// Where the markdown report is written (`--report FILE`); on host without a filter it defaults
+    /// to `docs/onnx-backend-tests.md`, the report kept in the repository.
+    pub report: Option<PathBuf>,
 }
 
 impl OnnxTestOptions {
@@ -45,7 +48,11 @@ impl OnnxTestOptions {
         if !["host", "cuda", "hip"].contains(&backend.as_str()) {
             return Err(format!("--backend {backend}: expected host, cuda or hip"));
         }
-        Ok(Self { cache, backend, fetch_only: args.iter().any(|a| a == "--fetch-only"), filter: flag("--filter") })
+        let filter = flag("--filter");
+        let report = flag("--report")
+            .map(PathBuf::from)
+            .or_else(|| (backend == "host" && filter.is_none()).then(|| PathBuf::from("docs/onnx-backend-tests.md")));
+        Ok(Self { cache, backend, fetch_only: args.iter().any(|a| a == "--fetch-only"), filter, report })
     }
 }
 
@@ -144,6 +151,11 @@ pub fn run(options: &OnnxTestOptions, cargo: &str) -> Result<(), String> {
     cmd.arg("--").env("SAGGAR_ONNX_BACKEND_TESTS", &data).env("SAGGAR_ONNX_BACKEND", &options.backend);
     if let Some(filter) = &options.filter {
         cmd.env("SAGGAR_ONNX_TEST_FILTER", filter);
+    }
+    if let Some(report) = &options.report {
+        // The test binary runs in the crate's folder: hand it an absolute path.
+        let report = std::env::current_dir().map(|d| d.join(report)).unwrap_or_else(|_| report.clone());
+        cmd.env("SAGGAR_ONNX_REPORT", report);
     }
     eprintln!("xtask: running the ONNX backend tests in {} on {}", data.display(), options.backend);
     let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;

@@ -318,7 +318,14 @@ struct KeyOutput {
 }
 
 fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
-    let model = model::load(&args.model)?;
+    // `--onnx FILE`: an ONNX model's key parts; otherwise a built-in family's model.
+    let onnx = args
+        .model
+        .onnx
+        .as_deref()
+        .map(|path| crate::onnx::key_parts(path, args.bucket, args.load_inputs.as_deref()))
+        .transpose()?;
+    let model = if onnx.is_none() { Some(model::load(&args.model)?) } else { None };
     let (backend, arch, device) = match &args.arch {
         Some(arch) => {
             let backend = match args.backend {
@@ -347,10 +354,17 @@ fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
     // The key needs the compiler's identity as the session's backend reports it. Where that backend
     // is not built in (computing a HIP key in a CUDA-only build), the host's is used: saggar-models
     // has one generic ProgramCompiler impl whose identity does not depend on the backend.
-    let identity = saggar_device::visit_backend(backend, IdentityOn(&model.compiler))
-        .unwrap_or_else(|_| ProgramCompiler::<HostBackend>::identity(&*model.compiler));
-    let specs = model.config.input_specs();
-    let dims = model.config.input_dims(args.bucket);
+    let (model_name, identity, specs, dims) = match (onnx, &model) {
+        (Some(parts), _) => parts,
+        (None, Some(model)) => (
+            model.name().to_string(),
+            saggar_device::visit_backend(backend, IdentityOn(&model.compiler))
+                .unwrap_or_else(|_| ProgramCompiler::<HostBackend>::identity(&*model.compiler)),
+            model.config.input_specs(),
+            model.config.input_dims(args.bucket),
+        ),
+        (None, None) => unreachable!("a model is loaded when --onnx is absent"),
+    };
     let key = saggar_dispatch::cache_key(&identity, &specs, &dims, backend, &arch).map_err(|e| {
         CliError::usage(
             format!("cannot build a cache key for --arch `{arch}`: {e}"),
@@ -361,7 +375,7 @@ fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
     let file_name = format!("{}.{ENTRY_EXTENSION}", key.id());
     let path = dir.join(&file_name);
     let output = KeyOutput {
-        model: model.name().to_string(),
+        model: model_name,
         bucket: args.bucket,
         backend: backend.name().to_string(),
         arch,

@@ -36,13 +36,16 @@ Examples:
   saggar perf --backend host --trace const:8 --requests 2000 --json out.json
   saggar perf --backend cuda --trace uniform:1..64 --graphs on --binding direct
   saggar perf --model mlp --trace zipf:1.1:64 --buckets adaptive:6 --concurrency 4
-  saggar perf --model-config my-recsys.json --trace file:batches.txt --json -";
+  saggar perf --model-config my-recsys.json --trace file:batches.txt --json -
+  saggar perf --backend host --onnx model.onnx --trace uniform:1..32 --requests 500
+  saggar perf --backend host --onnx model.onnx --load-inputs test_data_set_0 --check-outputs test_data_set_0 --json -";
 
 const WARMUP_EXAMPLES: &str = "\
 Examples:
   saggar warmup --cache-dir /var/cache/saggar --json warmup.json
   saggar warmup --cache-dir /var/cache/saggar --backend cuda --devices 0,1,2,3 --buckets stepped --max-batch 128
-  saggar warmup --cache-dir /var/cache/saggar --buckets adaptive:6 --trace zipf:1.1:64";
+  saggar warmup --cache-dir /var/cache/saggar --buckets adaptive:6 --trace zipf:1.1:64
+  saggar warmup --backend host --onnx model.onnx --max-batch 16";
 
 const CACHE_EXAMPLES: &str = "\
 Examples:
@@ -71,7 +74,9 @@ const CACHE_KEY_EXAMPLES: &str = "\
 Examples:
   saggar cache key --bucket 8
   saggar cache key --model mlp --bucket 64 --backend host --device 0
-  saggar cache key --model-config my-recsys.json --bucket 16 --backend cuda --arch sm_90";
+  saggar cache key --model-config my-recsys.json --bucket 16 --backend cuda --arch sm_90
+  saggar cache key --onnx model.onnx --bucket 8 --backend host
+  saggar cache key --onnx bert.onnx --bucket 3 --load-inputs test_data_set_0 --backend host";
 
 /// `saggar`: run, warm and inspect saggar sessions from the shell.
 #[derive(Debug, Parser)]
@@ -176,6 +181,9 @@ pub struct ModelArgs {
     /// A model config JSON file (instead of --model).
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
     pub model_config: Option<PathBuf>,
+    /// An ONNX model file (instead of --model), imported with saggar-onnx.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["model", "model_config"])]
+    pub onnx: Option<PathBuf>,
 }
 
 /// The bucket flags.
@@ -248,9 +256,31 @@ pub struct PerfArgs {
     /// Requests checked against the eager CPU reference, spread over the trace (rel. tolerance 1e-3).
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub verify: u64,
+    /// With --onnx: run every request on the inputs in DIR (ONNX TensorProto files input_0.pb, ... or
+    /// NAME.pb) instead of generated ones.
+    #[arg(long, value_name = "DIR", requires = "onnx")]
+    pub load_inputs: Option<PathBuf>,
+    /// With --onnx and --load-inputs: compare the first request's outputs with output_0.pb, ... in DIR
+    /// (JSON field `check`; exit 1 on a mismatch).
+    #[arg(long, value_name = "DIR", requires = "load_inputs")]
+    pub check_outputs: Option<PathBuf>,
+    /// Relative tolerance of --check-outputs: |actual - expected| <= atol + rtol * |expected|.
+    #[arg(long, value_name = "R", default_value_t = 1e-3, value_parser = parse_tolerance, requires = "check_outputs")]
+    pub rtol: f64,
+    /// Absolute tolerance of --check-outputs.
+    #[arg(long, value_name = "A", default_value_t = 1e-5, value_parser = parse_tolerance, requires = "check_outputs")]
+    pub atol: f64,
     /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `--rtol`, `--atol`: a finite, non-negative number.
+fn parse_tolerance(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a tolerance; expected a non-negative number such as 1e-3")),
+    }
 }
 
 /// `--devices`: some ordinals, or all of the backend's devices.
@@ -384,6 +414,10 @@ pub struct CacheKeyArgs {
     /// Architecture to use without opening a device (sm_90, gfx942, host-v1, ...).
     #[arg(long, value_name = "ARCH")]
     pub arch: Option<String>,
+    /// With --onnx: take every symbolic dimension besides the batch from the inputs in DIR
+    /// (input_0.pb, ... or NAME.pb), as a session compiling per shape keys that program.
+    #[arg(long, value_name = "DIR", requires = "onnx")]
+    pub load_inputs: Option<PathBuf>,
     /// Compile cache directory the entry path is shown for [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,

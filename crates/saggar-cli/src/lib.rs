@@ -40,6 +40,7 @@ mod devices;
 mod environment;
 mod error;
 mod model;
+mod onnx;
 mod perf;
 mod progress;
 mod report;

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor, Device as _, DeviceBuffer as _, Stream as _};
-use saggar_dispatch::{CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig};
+use saggar_dispatch::{CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig, StatsSnapshot};
 use saggar_models::{ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
 
 use crate::buckets::Buckets;
@@ -34,6 +34,9 @@ pub const VERIFY_TOLERANCE: f64 = 1e-3;
 
 /// Runs `saggar perf`.
 pub fn run(args: &PerfArgs, env: &Environment) -> Result<()> {
+    if let Some(path) = &args.model.onnx {
+        return crate::onnx::perf(args, env, path);
+    }
     let model = model::load(&args.model)?;
     let trace = args.trace.trace.generate(args.trace.requests, args.trace.seed)?;
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace)?;
@@ -136,17 +139,7 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
     let device = B::open(args.device)?;
     let info = device.info().clone();
     let concurrency = args.concurrency as usize;
-    let graphs_enabled = args.graphs == Toggle::On;
-    let session_config = SessionConfig::builder()
-        .buckets(buckets.spec.clone())
-        .graphs(GraphConfig::default().with_enabled(graphs_enabled).with_capture(match args.capture {
-            CaptureArg::Lazy => CaptureWhen::Lazy,
-            CaptureArg::Eager => CaptureWhen::Eager,
-        }))
-        .cache(cache.clone())
-        .max_concurrency(concurrency)
-        .prewarm_contexts(concurrency)
-        .build()?;
+    let session_config = session_config(args, buckets, cache.clone())?;
 
     let bar = Bar::new(env.stderr_is_terminal, "warmup", buckets.list.len() as u64);
     let started = Instant::now();
@@ -258,8 +251,8 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
     let verify = check_outputs(model, &generated, trace, &kept, &output_rows)?;
     let latency_us = Latency::from_nanos(&mut latencies);
 
-    let stats = session.stats();
-    let cache_stats = cache.stats();
+    let Counters { paths, split_requests, failures, padding, cache, graphs } =
+        Counters::read(&session.stats(), &cache, args.graphs == Toggle::On);
     let requests = trace.len() as u64;
     let rows: u64 = trace.iter().sum();
     Ok(PerfReport {
@@ -282,35 +275,76 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
         throughput_rps: requests as f64 / wall_s.max(1e-9),
         rows_per_s: rows as f64 / wall_s.max(1e-9),
         latency_us,
-        paths: Paths { ultra_fast: stats.ultra_fast, fast: stats.fast, standard: stats.standard },
-        split_requests: stats.split_requests,
-        failures: Failures::from(&stats),
-        padding: Padding {
-            useful_rows: stats.useful_rows,
-            padded_rows: stats.padded_rows,
-            waste_ratio: stats.padding_waste_ratio(),
-        },
-        cache: CacheCounters {
-            memory_hits: stats.memory_hits,
-            disk_loads: stats.disk_loads,
-            compiles: stats.compiles,
-            corrupt_evicted: cache_stats.corrupt_evicted,
-            publish_failures: cache_stats.publish_failures,
-            dir_sync_failures: cache_stats.dir_sync_failures,
-            dir: cache.dir().display().to_string(),
-        },
-        graphs: Graphs {
-            enabled: graphs_enabled,
-            captures: stats.captures,
-            replays: stats.replays,
-            updates: stats.updates,
-            recaptures: stats.recaptures,
-            eager_fallbacks: stats.eager_fallbacks,
-            eager_runs: stats.eager_runs,
-            evicted: stats.evicted_graphs,
-        },
+        paths,
+        split_requests,
+        failures,
+        padding,
+        cache,
+        graphs,
         verify,
+        check: None,
     })
+}
+
+/// The session configuration of `saggar perf` (every model source): buckets, graphs, the cache, and
+/// one prewarmed run context per worker thread.
+pub(crate) fn session_config(args: &PerfArgs, buckets: &Buckets, cache: Arc<CompileCache>) -> Result<SessionConfig> {
+    let concurrency = args.concurrency as usize;
+    Ok(SessionConfig::builder()
+        .buckets(buckets.spec.clone())
+        .graphs(GraphConfig::default().with_enabled(args.graphs == Toggle::On).with_capture(match args.capture {
+            CaptureArg::Lazy => CaptureWhen::Lazy,
+            CaptureArg::Eager => CaptureWhen::Eager,
+        }))
+        .cache(cache)
+        .max_concurrency(concurrency)
+        .prewarm_contexts(concurrency)
+        .build()?)
+}
+
+/// The counters every perf report carries, read once after the run from the session and its cache.
+pub(crate) struct Counters {
+    pub(crate) paths: Paths,
+    pub(crate) split_requests: u64,
+    pub(crate) failures: Failures,
+    pub(crate) padding: Padding,
+    pub(crate) cache: CacheCounters,
+    pub(crate) graphs: Graphs,
+}
+
+impl Counters {
+    pub(crate) fn read(stats: &StatsSnapshot, cache: &CompileCache, graphs_enabled: bool) -> Counters {
+        let cache_stats = cache.stats();
+        Counters {
+            paths: Paths { ultra_fast: stats.ultra_fast, fast: stats.fast, standard: stats.standard },
+            split_requests: stats.split_requests,
+            failures: Failures::from(stats),
+            padding: Padding {
+                useful_rows: stats.useful_rows,
+                padded_rows: stats.padded_rows,
+                waste_ratio: stats.padding_waste_ratio(),
+            },
+            cache: CacheCounters {
+                memory_hits: stats.memory_hits,
+                disk_loads: stats.disk_loads,
+                compiles: stats.compiles,
+                corrupt_evicted: cache_stats.corrupt_evicted,
+                publish_failures: cache_stats.publish_failures,
+                dir_sync_failures: cache_stats.dir_sync_failures,
+                dir: cache.dir().display().to_string(),
+            },
+            graphs: Graphs {
+                enabled: graphs_enabled,
+                captures: stats.captures,
+                replays: stats.replays,
+                updates: stats.updates,
+                recaptures: stats.recaptures,
+                eager_fallbacks: stats.eager_fallbacks,
+                eager_runs: stats.eager_runs,
+                evicted: stats.evicted_graphs,
+            },
+        }
+    }
 }
 
 /// Which requests to verify: `n` of `requests`, evenly spread, the first and the last included.

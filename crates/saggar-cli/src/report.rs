@@ -317,6 +317,9 @@ pub struct PerfReport {
     pub graphs: Graphs,
     /// The check against the reference.
     pub verify: Verify,
+    /// `--check-outputs` (ONNX models): the outputs compared with the expected ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<crate::onnx::Check>,
 }
 
 fn percent(part: u64, whole: u64) -> f64 {
@@ -397,6 +400,21 @@ impl PerfReport {
                 v.checked, v.mismatches, v.tolerance, v.max_rel_error
             ),
         );
+        if let Some(c) = &self.check {
+            row(
+                "check",
+                format!(
+                    "{} outputs against {}: {} (max abs error {:.2e}, max rel error {:.2e}, rtol {:e}, atol {:e})",
+                    c.outputs.len(),
+                    c.dir,
+                    if c.passed { "passed" } else { "FAILED" },
+                    c.max_abs_error,
+                    c.max_rel_error,
+                    c.rtol,
+                    c.atol
+                ),
+            );
+        }
         t.render()
     }
 }

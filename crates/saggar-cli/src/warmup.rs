@@ -8,20 +8,30 @@ use std::time::Instant;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor, Device as _};
-use saggar_dispatch::{Routing, Session, SessionConfig, SessionGroup, StatsSnapshot};
+use saggar_dispatch::{ProgramCompiler, Routing, Session, SessionConfig, SessionGroup, StatsSnapshot};
 use saggar_models::ReferenceCompiler;
+use saggar_onnx::OnnxCompiler;
 
 use crate::buckets::{BucketArg, Buckets};
 use crate::cli::{DeviceList, WarmupArgs};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
-use crate::model::{self, LoadedModel};
+use crate::model;
 use crate::progress::Bar;
 use crate::report::{self, WarmupDevice, WarmupReport};
 
 /// Runs `saggar warmup`.
 pub fn run(args: &WarmupArgs, env: &Environment) -> Result<()> {
-    let model = model::load(&args.model)?;
+    let (name, compiler) = match &args.model.onnx {
+        Some(path) => {
+            let loaded = crate::onnx::load(path)?;
+            (loaded.model().name().to_string(), Compiler::Onnx(loaded.compiler))
+        }
+        None => {
+            let model = model::load(&args.model)?;
+            (model.name().to_string(), Compiler::Reference(model.compiler))
+        }
+    };
     // Only an adaptive policy needs the trace; do not read a trace file otherwise.
     let trace = match args.buckets.buckets {
         BucketArg::Adaptive(_) => args.trace.trace.generate(args.trace.requests, args.trace.seed)?,
@@ -31,15 +41,22 @@ pub fn run(args: &WarmupArgs, env: &Environment) -> Result<()> {
     let cache_dir = env.cache_dir(args.cache_dir.as_deref())?;
     let cache = crate::cache::open_cache(&cache_dir)?;
     let backend = saggar_device::resolve(args.backend.choice())?;
-    let plan = WarmupPlan { args, env, model: &model, buckets: &buckets, cache };
+    let plan = WarmupPlan { args, env, name: &name, compiler, buckets: &buckets, cache };
     let report = saggar_device::visit_backend(backend, plan)??;
     report::emit(args.json.as_deref(), &report, || report.table())
+}
+
+/// The model's compiler: the reference models or an ONNX file.
+enum Compiler {
+    Reference(Arc<ReferenceCompiler>),
+    Onnx(Arc<OnnxCompiler>),
 }
 
 struct WarmupPlan<'a> {
     args: &'a WarmupArgs,
     env: &'a Environment,
-    model: &'a LoadedModel,
+    name: &'a str,
+    compiler: Compiler,
     buckets: &'a Buckets,
     cache: Arc<CompileCache>,
 }
@@ -48,12 +65,15 @@ impl BackendVisitor for WarmupPlan<'_> {
     type Output = Result<WarmupReport>;
 
     fn visit<B: Backend>(self) -> Result<WarmupReport> {
-        execute::<B>(self)
+        match &self.compiler {
+            Compiler::Reference(c) => execute::<B, _>(&self, c.clone()),
+            Compiler::Onnx(c) => execute::<B, _>(&self, c.clone()),
+        }
     }
 }
 
-fn execute<B: Backend>(plan: WarmupPlan<'_>) -> Result<WarmupReport> {
-    let WarmupPlan { args, env, model, buckets, cache } = plan;
+fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: Arc<C>) -> Result<WarmupReport> {
+    let WarmupPlan { args, env, name, buckets, cache, .. } = plan;
     let ordinals: Vec<usize> = match &args.devices {
         DeviceList::All => (0..B::enumerate()?.len()).collect(),
         DeviceList::Some(list) => list.clone(),
@@ -68,7 +88,6 @@ fn execute<B: Backend>(plan: WarmupPlan<'_>) -> Result<WarmupReport> {
         SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
     let bar = Bar::new(env.stderr_is_terminal, "warmup", (buckets.list.len() * devices.len()) as u64);
     let started = Instant::now();
-    let compiler = model.compiler.clone();
     let stats: Result<Vec<StatsSnapshot>> = if devices.len() == 1 {
         let device = devices.into_iter().next().expect("one device");
         Session::builder(device, compiler)
@@ -78,7 +97,7 @@ fn execute<B: Backend>(plan: WarmupPlan<'_>) -> Result<WarmupReport> {
             .map(|s| vec![s.stats()])
             .map_err(CliError::from)
     } else {
-        SessionGroup::<B, ReferenceCompiler>::new(devices, compiler, config, Routing::default(), &|i, p| {
+        SessionGroup::<B, C>::new(devices, compiler, config, Routing::default(), &|i, p| {
             bar.program_ready(Some(ordinals[i]), p)
         })
         .map(|g| g.stats())
@@ -101,7 +120,7 @@ fn execute<B: Backend>(plan: WarmupPlan<'_>) -> Result<WarmupReport> {
         .collect();
     Ok(WarmupReport {
         backend: B::KIND.name().to_string(),
-        model: model.name().to_string(),
+        model: name.to_string(),
         cache_dir: cache.dir().display().to_string(),
         buckets: buckets.list.clone(),
         compiles: devices.iter().map(|d| d.compiles).sum(),

@@ -1,0 +1,437 @@
+//! [`OnnxCompiler`]: saggar-dispatch's [`ProgramCompiler`] for ONNX models.
+//!
+//! `compile` specialises the imported graph to the request's input shapes, lowers it to host kernels
+//! ([`crate::lowering`]) and "compiles" the kernel list into a host plan; the artifact records the
+//! shapes ([`crate::artifact`]). `load` lowers again from the recorded shapes, checks the code object
+//! and resolves the kernels. The model's constants are uploaded once per device, with a residency
+//! marker read back on reuse (host-backend devices with one ordinal may be distinct simulated
+//! devices), and shared by every program of that device; constants that exist for one shape only
+//! (folded shape vectors) are uploaded with their program.
+//!
+//! CUDA and HIP lowering is not implemented yet: compiling for them is an
+//! [`OnnxError::UnsupportedBackend`].
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use saggar_device::{
+    Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
+    LaunchConfig, Module as _, Stream as _,
+};
+use saggar_dispatch::{
+    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+};
+
+use crate::artifact::Header;
+use crate::error::OnnxError;
+use crate::lowering::{self, ArgSource, Lowered, WeightLayout};
+use crate::model::OnnxModel;
+use crate::passes;
+
+/// The compiler's name in its identity.
+pub const COMPILER_NAME: &str = "saggar-onnx";
+/// The artifact format version, part of the identity.
+pub const ARTIFACT_VERSION: u32 = 1;
+/// Bytes before the first constant in a device's weight buffer: the residency marker.
+const MARKER_LEN: usize = lowering::ALIGN;
+
+/// Options of an [`OnnxCompiler`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnnxOptions {
+    /// Largest scratch memory, and largest single tensor, a program may need; requests above it are
+    /// refused at compile before anything is allocated.
+    pub max_program_bytes: u64,
+}
+
+impl Default for OnnxOptions {
+    fn default() -> OnnxOptions {
+        OnnxOptions { max_program_bytes: 8 << 30 }
+    }
+}
+
+impl OnnxOptions {
+    /// The same options with another [`OnnxOptions::max_program_bytes`].
+    pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
+        self.max_program_bytes = bytes;
+        self
+    }
+}
+
+/// Compiles one imported ONNX model for sessions. See the module docs.
+///
+/// # Thread safety
+/// `Send + Sync`; loads on one device share one constant upload (under a lock).
+pub struct OnnxCompiler {
+    model: Arc<OnnxModel>,
+    options: OnnxOptions,
+    spec: ModelSpec,
+    weights: WeightLayout,
+    model_hash: [u8; 32],
+    resident: Mutex<Vec<Resident>>,
+}
+
+impl std::fmt::Debug for OnnxCompiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnnxCompiler")
+            .field("model", &self.model.name())
+            .field("options", &self.options)
+            .field("weight_bytes", &self.weights.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A weight buffer on one device, type-erased so one compiler serves every backend.
+struct Resident {
+    backend: BackendKind,
+    ordinal: usize,
+    weights: Arc<dyn Any + Send + Sync>,
+}
+
+#[derive(Debug)]
+struct DeviceWeights<B: Backend> {
+    buffer: B::DeviceBuffer,
+    marker: [u8; MARKER_LEN],
+}
+
+fn fresh_marker() -> [u8; MARKER_LEN] {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hasher.update(&std::process::id().to_le_bytes());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    hasher.update(&now.as_nanos().to_le_bytes());
+    let mut marker = [0u8; MARKER_LEN];
+    hasher.finalize_xof().fill(&mut marker);
+    marker
+}
+
+impl<B: Backend> DeviceWeights<B> {
+    fn upload(device: &B::Device, constants: &[u8]) -> Result<DeviceWeights<B>, OnnxError> {
+        let buffer = device.alloc(MARKER_LEN + constants.len())?;
+        let stream = device.create_stream()?;
+        let marker = fresh_marker();
+        stream.upload(&marker, buffer.slice(0, MARKER_LEN)?)?;
+        if !constants.is_empty() {
+            stream.upload(constants, buffer.slice(MARKER_LEN, constants.len())?)?;
+        }
+        stream.synchronize()?;
+        Ok(DeviceWeights { buffer, marker })
+    }
+
+    fn is_resident_on(&self, device: &B::Device) -> bool {
+        let mut seen = [0u8; MARKER_LEN];
+        let read = device.create_stream().and_then(|s| {
+            s.download(self.buffer.slice(0, MARKER_LEN)?, &mut seen)?;
+            s.synchronize()
+        });
+        read.is_ok() && seen == self.marker
+    }
+}
+
+impl OnnxCompiler {
+    /// A compiler for `model`.
+    pub fn new(model: OnnxModel, options: OnnxOptions) -> OnnxCompiler {
+        let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec());
+        let weights = lowering::weight_layout(model.graph());
+        let mut model_hash = [0u8; 32];
+        if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
+            model_hash = *h.as_bytes();
+        }
+        OnnxCompiler { model: Arc::new(model), options, spec, weights, model_hash, resident: Mutex::new(Vec::new()) }
+    }
+
+    /// The model.
+    pub fn onnx_model(&self) -> &OnnxModel {
+        &self.model
+    }
+
+    /// The options.
+    pub fn options(&self) -> &OnnxOptions {
+        &self.options
+    }
+
+    /// Bytes of constants uploaded once per device.
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes.len()
+    }
+
+    fn lower(&self, input_dims: &[Vec<u64>]) -> Result<Lowered, OnnxError> {
+        let graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
+        lowering::lower(&graph, &self.weights, self.options.max_program_bytes)
+    }
+
+    /// Lowers the model for `input_dims` and returns the number of launches and the scratch bytes
+    /// one run needs (for reports and benches).
+    pub fn plan_summary(&self, input_dims: &[Vec<u64>]) -> Result<(usize, usize), OnnxError> {
+        let lowered = self.lower(input_dims)?;
+        Ok((lowered.steps.len(), lowered.scratch_bytes))
+    }
+
+    fn compile_impl<B: Backend>(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, OnnxError> {
+        if B::KIND != BackendKind::Host {
+            return Err(OnnxError::UnsupportedBackend { backend: B::KIND });
+        }
+        let lowered = self.lower(request.input_dims)?;
+        let source = KernelSource::new(
+            format!("saggar_onnx_{}.plan", self.model.name()),
+            format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
+            lowered.kernels,
+        );
+        let code = device.compile(&source)?;
+        let header = Header {
+            backend: B::KIND,
+            model_hash: self.model_hash,
+            bucket: request.bucket,
+            input_dims: request.input_dims.to_vec(),
+        };
+        Ok(header.encode(&code))
+    }
+
+    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<DeviceWeights<B>>, OnnxError> {
+        let ordinal = device.info().ordinal;
+        let mut resident = self.resident.lock();
+        if let Some(pos) = resident.iter().position(|r| r.backend == B::KIND && r.ordinal == ordinal) {
+            if let Ok(w) = resident[pos].weights.clone().downcast::<DeviceWeights<B>>()
+                && w.is_resident_on(device)
+            {
+                return Ok(w);
+            }
+            resident.swap_remove(pos);
+        }
+        let weights = Arc::new(DeviceWeights::<B>::upload(device, &self.weights.bytes)?);
+        resident.push(Resident { backend: B::KIND, ordinal, weights: weights.clone() });
+        Ok(weights)
+    }
+
+    fn load_impl<B: Backend>(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+        artifact: &[u8],
+    ) -> Result<OnnxProgram<B>, OnnxError> {
+        let (header, code) = Header::parse(artifact)?;
+        if header.input_dims != request.input_dims {
+            return Err(OnnxError::Artifact {
+                reason: format!("made for input shapes {:?}, loaded for {:?}", header.input_dims, request.input_dims),
+            });
+        }
+        if header.backend != B::KIND {
+            return Err(OnnxError::Artifact {
+                reason: format!("made for {:?}, loaded on {:?}", header.backend, B::KIND),
+            });
+        }
+        if header.model_hash != self.model_hash {
+            return Err(OnnxError::Artifact { reason: "made for another model".into() });
+        }
+        let lowered = self.lower(&header.input_dims)?;
+        for signature in &lowered.kernels {
+            if code.signature(&signature.name) != Some(signature) {
+                return Err(OnnxError::Artifact {
+                    reason: format!("kernel `{}` is missing or has another signature", signature.name),
+                });
+            }
+        }
+        let module = device.load_module(&code)?;
+        let steps = lowered
+            .steps
+            .iter()
+            .map(|s| Ok(LoadedStep { kernel: module.kernel(&s.kernel)?, args: s.args.clone() }))
+            .collect::<Result<Vec<_>, saggar_device::Error>>()?;
+        let weights = self.resident_weights::<B>(device)?;
+        let local = if lowered.local_constants.is_empty() {
+            None
+        } else {
+            let buffer = device.alloc(lowered.local_constants.len())?;
+            let stream = device.create_stream()?;
+            stream.upload(&lowered.local_constants, buffer.as_slice())?;
+            stream.synchronize()?;
+            Some(buffer)
+        };
+        Ok(OnnxProgram {
+            model: self.model.name().to_string(),
+            output_dims: lowered.output_dims,
+            input_bytes: lowered.input_bytes,
+            output_bytes: lowered.output_bytes,
+            scratch_bytes: lowered.scratch_bytes,
+            steps,
+            weights,
+            local,
+            _module: module,
+        })
+    }
+}
+
+impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
+    type Program = OnnxProgram<B>;
+
+    fn model(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    fn identity(&self) -> CompilerIdentity {
+        CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
+            .with_option("artifact", ARTIFACT_VERSION.to_string())
+    }
+
+    fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
+        Ok(self.compile_impl::<B>(device, request)?)
+    }
+
+    fn load(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+        artifact: &[u8],
+    ) -> Result<OnnxProgram<B>, CompilerError> {
+        Ok(self.load_impl::<B>(device, request, artifact)?)
+    }
+}
+
+#[derive(Debug)]
+struct LoadedStep<B: Backend> {
+    kernel: B::Kernel,
+    args: Vec<ArgSource>,
+}
+
+/// A loaded program: one model at one input shape on one device.
+///
+/// It holds the device's constant buffer (shared with the device's other programs); drop a program
+/// only after the work it enqueued has run.
+///
+/// # Thread safety
+/// `Send + Sync` and stateless between runs: concurrent launches with their own bindings and
+/// scratch do not interfere.
+#[derive(Debug)]
+pub struct OnnxProgram<B: Backend> {
+    model: String,
+    output_dims: Vec<Vec<u64>>,
+    input_bytes: Vec<usize>,
+    output_bytes: Vec<usize>,
+    scratch_bytes: usize,
+    steps: Vec<LoadedStep<B>>,
+    weights: Arc<DeviceWeights<B>>,
+    local: Option<B::DeviceBuffer>,
+    _module: B::Module,
+}
+
+thread_local! {
+    /// Kernel arguments of the launch being enqueued on this thread, reused so launches do not allocate.
+    static LAUNCH_ARGS: std::cell::RefCell<Vec<KernelArg>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<B: Backend> OnnxProgram<B> {
+    /// Kernel launches per run.
+    pub fn launches(&self) -> usize {
+        self.steps.len()
+    }
+
+    fn check_bindings(
+        &self,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> saggar_device::Result<()> {
+        let fail = |reason: String| saggar_device::Error::InvalidLaunchConfig {
+            kernel: format!("saggar-onnx program `{}`", self.model),
+            reason,
+        };
+        for (what, slices, needed) in [("input", inputs, &self.input_bytes), ("output", outputs, &self.output_bytes)] {
+            if slices.len() != needed.len() {
+                return Err(fail(format!("{} {what}s bound, the model has {}", slices.len(), needed.len())));
+            }
+            for (i, (s, need)) in slices.iter().zip(needed.iter()).enumerate() {
+                if s.len() < *need {
+                    return Err(fail(format!("{what} {i} holds {} bytes, {need} needed", s.len())));
+                }
+            }
+        }
+        if scratch.len() < self.scratch_bytes {
+            return Err(fail(format!("scratch holds {} bytes, {} needed", scratch.len(), self.scratch_bytes)));
+        }
+        Ok(())
+    }
+
+    fn resolve(
+        &self,
+        arg: ArgSource,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> KernelArg {
+        let at = |base: DevicePtr, bytes: usize| KernelArg::Ptr(DevicePtr(base.0 + bytes as u64));
+        match arg {
+            ArgSource::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
+            ArgSource::Output(i) => KernelArg::Ptr(outputs[i].ptr()),
+            ArgSource::Scratch(off) => at(scratch.ptr(), off),
+            ArgSource::Weights(off) => at(self.weights.buffer.ptr(), MARKER_LEN + off),
+            ArgSource::Local(off) => at(self.local.as_ref().map_or(DevicePtr::NULL, |b| b.ptr()), off),
+            ArgSource::Bytes(n) => KernelArg::U64(n),
+        }
+    }
+
+    /// # Safety
+    /// As [`Program::launch`]; the bindings have been checked.
+    unsafe fn enqueue(
+        &self,
+        stream: &B::Stream,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+        args: &mut Vec<KernelArg>,
+    ) -> saggar_device::Result<()> {
+        let config = LaunchConfig::for_elements(1, 1);
+        for step in &self.steps {
+            args.clear();
+            args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
+            // SAFETY: the caller promised (Program::launch's contract) that every input, output and
+            // scratch slice names live device memory of at least its length until the stream has
+            // passed this work; `check_bindings` verified each holds what the plan reads and writes
+            // (the plan placed every tensor inside those lengths). The weight and local constant
+            // buffers are kept alive by `self` and were sized by the same layout.
+            unsafe { stream.launch(&step.kernel, &config, args)? };
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Program<B> for OnnxProgram<B> {
+    fn output_dims(&self) -> &[Vec<u64>] {
+        &self.output_dims
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        self.scratch_bytes
+    }
+
+    unsafe fn launch(
+        &self,
+        stream: &B::Stream,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> Result<(), saggar_device::Error> {
+        self.check_bindings(inputs, outputs, scratch)?;
+        LAUNCH_ARGS.with(|cell| match cell.try_borrow_mut() {
+            // SAFETY: forwarded from this function's own contract.
+            Ok(mut args) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut args) },
+            // Only reachable if a launch re-enters itself on this thread; use a fresh buffer then.
+            // SAFETY: as above.
+            Err(_) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut Vec::new()) },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiler_and_program_are_send_sync_static() {
+        fn check<T: Send + Sync + 'static>() {}
+        check::<OnnxCompiler>();
+        check::<OnnxProgram<saggar_device::host::HostBackend>>();
+    }
+}

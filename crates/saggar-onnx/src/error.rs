@@ -1,0 +1,165 @@
+//! The errors of saggar-onnx.
+//!
+//! [`OnnxError`] covers reading, importing, checking and compiling a model. Each variant names what
+//! the caller can act on: the file, the node with its op and opset, the tensor, the limit.
+
+use std::path::PathBuf;
+
+use crate::ops::OpError;
+
+/// What went wrong importing or compiling an ONNX model.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum OnnxError {
+    /// A file could not be read or written.
+    #[error("{op} `{path}`: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a valid protobuf message of the expected type (truncated, not protobuf).
+    #[error("`{what}` is not a valid ONNX {message}: {reason}")]
+    Decode {
+        /// The file or buffer.
+        what: String,
+        /// The message type expected (`ModelProto`, `TensorProto`).
+        message: &'static str,
+        /// prost's description.
+        reason: String,
+    },
+    /// A size above a limit of [`crate::ImportLimits`] (checked before allocating).
+    #[error("{what} is {size}, above the limit of {limit}; raise ImportLimits::{field} if the model is trusted")]
+    TooLarge {
+        /// What is too large.
+        what: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+        /// The limit's field.
+        field: &'static str,
+    },
+    /// The file's IR version is outside what saggar reads.
+    #[error("IR version {found} is not supported (supported: {min} to {max}); re-export with an older onnx")]
+    IrVersion {
+        /// The file's IR version.
+        found: i64,
+        /// Oldest supported.
+        min: i64,
+        /// Newest supported.
+        max: i64,
+    },
+    /// An imported operator set is not supported.
+    #[error("opset {version} of domain `{domain}` is not supported ({supported})")]
+    Opset {
+        /// The domain (`""` is the default domain).
+        domain: String,
+        /// The version.
+        version: i64,
+        /// What is supported.
+        supported: String,
+    },
+    /// A node whose op is outside the declared op set at the model's opset.
+    #[error(
+        "node `{node}`: op `{op}` (domain `{domain}`) at opset {opset} is not in the declared op set ({supported})"
+    )]
+    UnsupportedOp {
+        /// The node.
+        node: String,
+        /// The op type.
+        op: String,
+        /// The op's domain.
+        domain: String,
+        /// The opset the model imports.
+        opset: u32,
+        /// The opsets this op is implemented for, or the declared op set.
+        supported: String,
+    },
+    /// A node's op rejected its attributes, inputs or shapes.
+    #[error("node `{node}` ({op}, opset {opset}): {source}")]
+    Node {
+        /// The node.
+        node: String,
+        /// The op type.
+        op: String,
+        /// The opset.
+        opset: u32,
+        /// The op's error (boxed to keep `OnnxError` small).
+        #[source]
+        source: Box<OpError>,
+    },
+    /// An output extent depends on the values of inputs, not only on their shapes (a Slice bound, a
+    /// Reshape target or Split sizes given as model inputs). Programs are compiled per input shape;
+    /// bind such inputs as constants with [`crate::OnnxModel::with_constant_inputs`].
+    #[error(
+        "node `{node}` ({op}): axis {axis} of output {output} depends on run-time data (input values, not only input shapes); bind those inputs as constants (OnnxModel::with_constant_inputs)"
+    )]
+    ShapeDependsOnData {
+        /// The node.
+        node: String,
+        /// The op type.
+        op: String,
+        /// The output.
+        output: usize,
+        /// The axis.
+        axis: usize,
+    },
+    /// The graph is malformed: a cycle, a duplicate or undefined name, a missing initializer.
+    #[error("invalid graph: {reason}")]
+    Graph {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor (initializer, attribute, test data) is malformed.
+    #[error("tensor `{name}`: {reason}")]
+    Tensor {
+        /// The tensor's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor's external data is missing, malformed or outside the model's folder.
+    #[error("external data of tensor `{name}`: {reason}")]
+    ExternalData {
+        /// The tensor's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A graph input or output with a type saggar does not support.
+    #[error("value `{name}`: {reason}")]
+    ValueType {
+        /// The value.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A compile or run request does not fit the model (input count, rank, fixed extents).
+    #[error("request for model `{model}`: {reason}")]
+    Request {
+        /// The model.
+        model: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Artifact bytes that do not load (wrong model, backend, or corrupt).
+    #[error("artifact: {reason}")]
+    Artifact {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The backend has no lowering yet (only the host backend does).
+    #[error("saggar-onnx lowers models to the host backend only; {backend:?} lowering is not implemented yet")]
+    UnsupportedBackend {
+        /// The backend asked for.
+        backend: saggar_device::BackendKind,
+    },
+    /// A device call failed.
+    #[error(transparent)]
+    Device(#[from] saggar_device::Error),
+}

@@ -1,0 +1,47 @@
+//! saggar-onnx: ONNX models imported, checked and run through saggar sessions.
+//!
+//! # Pipeline
+//! 1. [`OnnxModel::load`] reads a `.onnx` file (protobuf, [`proto`]) with its external data (side
+//!    files inside the model's folder only), checks sizes before allocating, and builds the [`ir`]
+//!    graph: values with element types and symbolic dimensions from `dim_param`, nodes with their
+//!    parsed [`ops::Op`]. An op outside the declared op set, an opset outside 9..=21 or an attribute
+//!    value no op implements is an [`OnnxError`] here, at import, naming the node.
+//! 2. The passes infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
+//!    emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
+//! 3. [`OnnxCompiler`] implements saggar-dispatch's `ProgramCompiler`: per concrete input shape it
+//!    specialises the graph (every dimension known, every shape chain folded), plans activation memory
+//!    by liveness and lowers each node to a registered host kernel. Initializers are uploaded once per
+//!    device and shared by every program.
+//!
+//! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
+
+#![doc = include_str!("../README.md")]
+
+#[cfg(target_endian = "big")]
+compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
+
+mod artifact;
+pub mod builder;
+mod compiler;
+pub mod error;
+mod external;
+mod host_kernels;
+mod import;
+pub mod ir;
+mod lowering;
+mod model;
+pub mod ops;
+mod passes;
+pub mod proto;
+mod run;
+pub mod synthetic;
+pub mod tensor;
+pub mod tensor_pb;
+
+pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
+pub use error::OnnxError;
+pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
+pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
+pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
+pub use tensor::{Tensor, TensorData};
+pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

@@ -1,0 +1,413 @@
+//! The declared op set: one file per op family, each op with its attribute parsing, shape and type
+//! inference and host evaluation side by side.
+//!
+//! # How an op family is added
+//! 1. Make `src/ops/<family>.rs` starting with a `//!` line. For each op write a struct holding its
+//!    parsed attributes and implement [`Op`] for it:
+//!    - [`Op::infer`] gets one [`InferInput`] per input slot ([`InferInputs::get`] is `None` for an
+//!      absent optional input) with its [`ValueType`] (element type and [`Dim`]s, which may be
+//!      symbolic) and, when the input is a constant, its value. It returns one [`ValueType`] per
+//!      output. Compare dimensions only where both are [`Dim::Fixed`]; where an output extent cannot
+//!      be known (symbolic inputs), return [`unknown_dim()`]. Reject what is certainly wrong with
+//!      [`OpError::infer`]. An input whose value the output shape depends on (Reshape's `shape`,
+//!      ReduceSum's `axes`) is read with [`InferInput::const_i64s`]; when it is not constant at import
+//!      return [`unknown_dim()`]s: the per-shape compile sees every such input folded to a constant.
+//!    - [`Op::eval`] computes outputs from concrete inputs. Outputs are pre-shaped by `infer` and
+//!      their contents are unspecified (buffers are reused): write every element. The same function
+//!      folds constants at import and is the host kernel at run time, so it must not allocate per
+//!      element and must return [`OpError::eval`] rather than panic on any input (indices out of
+//!      range, a type `infer` did not promise).
+//! 2. Write a builder `fn build_x(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError>` that reads
+//!    attributes through [`NodeCtx`] (`ctx.int_or("axis", 0)?`, `ctx.ints("perm")?`, ...). Every
+//!    attribute a node carries must be read by the builder (or passed to [`NodeCtx::ignore`]):
+//!    an attribute nobody read is reported as unsupported, so a new attribute is never silently
+//!    dropped. An attribute value the op does not implement is
+//!    `Err(ctx.unsupported("auto_pad", value, "NOTSET"))`. The importer adds the node name, op type
+//!    and opset to every error.
+//! 3. List the ops in `pub(crate) static OPS: &[OpEntry]` in the family file, with the opset range
+//!    (inclusive) each builder implements (one entry per range where the op's signature changed,
+//!    e.g. ReduceSum's `axes` attribute up to 12, input from 13), then declare the module below
+//!    (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the only
+//!    edits a family makes outside its own file. Families: `elementwise`, `shapes`,
+//!    `convert`, `shapes`, `constants`, `data_movement`, `gather` (import side) and `linalg`, `conv`, `pool`, `norm`, `reduce` (compute side).
+//! 4. Test in the family file (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`],
+//!    run `infer` and `eval` through [`testing::run_op`], and compare with hand-computed values. The
+//!    ONNX backend test suite exercises the same ops end to end.
+//!
+//! Broadcasting and axis helpers shared by families live in [`shape_util`]; GEMM goes through the
+//! `matrixmultiply` crate (`matrixmultiply::sgemm`, strided, so transposes cost nothing). Graph
+//! rewrites that look inside ops (BatchNormalization folded into Conv, Gemm normalised) work on the
+//! node's raw [`Attributes`] in `passes/`, so an op struct stays private to its family file.
+//!
+//! Evaluation is reached three ways, all through [`Op::eval`]: [`evaluate::evaluate`] (constant
+//! folding, tests), and the host kernel `lowering` registers per node (inputs read in place from
+//! device memory, outputs written through a per-thread buffer). Keep `eval` free of per-call
+//! allocations proportional to the data where you can (scratch per thread is fine).
+
+mod attr;
+pub(crate) mod constants;
+pub(crate) mod conv;
+pub(crate) mod convert;
+pub(crate) mod data_movement;
+pub(crate) mod elementwise;
+pub mod evaluate;
+pub(crate) mod gather;
+pub(crate) mod linalg;
+pub(crate) mod norm;
+pub(crate) mod pool;
+pub(crate) mod reduce;
+pub mod shape_util;
+pub(crate) mod shapes;
+pub mod testing;
+
+use std::fmt;
+
+use saggar_shape::{DType, Dim};
+
+pub use attr::{Attribute, Attributes, NodeCtx};
+
+use crate::tensor::{Tensor, TensorMut, TensorView};
+
+/// The name of an extent that shape inference cannot know before concrete input shapes are given.
+/// The importer renames each occurrence to a fresh symbol.
+pub const UNKNOWN_DIM: &str = "?";
+
+/// A dimension whose extent is not known at import ([`UNKNOWN_DIM`]).
+pub fn unknown_dim() -> Dim {
+    Dim::symbolic(UNKNOWN_DIM)
+}
+
+/// An error of one op, without the node's context (the importer adds it).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    /// An attribute is missing, has the wrong type or an invalid value.
+    #[error("attribute `{name}`: {reason}")]
+    Attribute {
+        /// The attribute.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An attribute value (or attribute) the declared op set does not implement.
+    #[error("attribute `{name}` = {value} is not supported (supported: {supported})")]
+    Unsupported {
+        /// The attribute.
+        name: String,
+        /// The value found.
+        value: String,
+        /// What is supported.
+        supported: String,
+    },
+    /// Inputs the op cannot take (wrong count, type or shape).
+    #[error("{0}")]
+    Infer(String),
+    /// Evaluation failed (an index out of range, a size that overflows).
+    #[error("{0}")]
+    Eval(String),
+}
+
+impl OpError {
+    /// An inference error.
+    pub fn infer(reason: impl Into<String>) -> OpError {
+        OpError::Infer(reason.into())
+    }
+
+    /// An evaluation error.
+    pub fn eval(reason: impl Into<String>) -> OpError {
+        OpError::Eval(reason.into())
+    }
+
+    /// An attribute error.
+    pub fn attribute(name: &str, reason: impl Into<String>) -> OpError {
+        OpError::Attribute { name: name.to_string(), reason: reason.into() }
+    }
+}
+
+/// The element type and dimensions of a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ValueType {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions, fixed or symbolic.
+    pub dims: Vec<Dim>,
+}
+
+impl ValueType {
+    /// A value type.
+    pub fn new(dtype: DType, dims: Vec<Dim>) -> ValueType {
+        ValueType { dtype, dims }
+    }
+
+    /// A value type with fixed dimensions.
+    pub fn fixed(dtype: DType, dims: &[usize]) -> ValueType {
+        ValueType { dtype, dims: dims.iter().map(|&d| Dim::Fixed(d as u64)).collect() }
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// The dimensions when all are fixed.
+    pub fn fixed_dims(&self) -> Option<Vec<usize>> {
+        self.dims.iter().map(|d| d.as_fixed().and_then(|v| usize::try_from(v).ok())).collect()
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[", self.dtype)?;
+        for (i, d) in self.dims.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// What inference knows about one input.
+#[derive(Clone, Copy, Debug)]
+pub struct InferInput<'a> {
+    /// Element type and dimensions.
+    pub ty: &'a ValueType,
+    /// The value, when the input is a constant (initializer or folded).
+    pub value: Option<&'a Tensor>,
+    /// For a 0-D or 1-D integer (or bool, as 0 and 1) input that is not constant but whose elements
+    /// are known as integers or symbolic extents (the output of `Shape`, sliced, concatenated,
+    /// compared), those elements.
+    pub dims_value: Option<&'a [SymInt]>,
+}
+
+/// One element of a shape vector at import: a known integer (possibly `-1` or `0`, as Reshape
+/// takes them) or a symbolic extent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SymInt {
+    /// A known value.
+    Int(i64),
+    /// A symbolic extent (never negative).
+    Sym(Box<str>),
+}
+
+impl SymInt {
+    /// As a dimension (`None` for a negative value).
+    pub fn to_dim(&self) -> Option<Dim> {
+        match self {
+            SymInt::Int(v) => u64::try_from(*v).ok().map(Dim::Fixed),
+            SymInt::Sym(s) => Some(Dim::Symbolic(s.clone())),
+        }
+    }
+
+    /// From a dimension.
+    pub fn from_dim(d: &Dim) -> SymInt {
+        match d {
+            Dim::Fixed(v) => i64::try_from(*v).map_or(SymInt::Sym(UNKNOWN_DIM.into()), SymInt::Int),
+            Dim::Symbolic(s) => SymInt::Sym(s.clone()),
+        }
+    }
+
+    /// The known value.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            SymInt::Int(v) => Some(*v),
+            SymInt::Sym(_) => None,
+        }
+    }
+}
+
+impl InferInput<'_> {
+    /// The constant integer elements of this input, if it is a constant.
+    pub fn const_i64s(&self) -> Option<Vec<i64>> {
+        self.value.and_then(Tensor::to_i64s)
+    }
+
+    /// The elements as integers or symbols, when known: a constant integer tensor or a propagated
+    /// shape vector.
+    pub fn sym_ints(&self) -> Option<Vec<SymInt>> {
+        if let Some(v) = self.const_i64s() {
+            return Some(v.into_iter().map(SymInt::Int).collect());
+        }
+        // Bool vectors (comparisons of shape vectors) carry 0 and 1.
+        if let Some(crate::tensor::TensorData::Bool(b)) = self.value.map(Tensor::data) {
+            return Some(b.iter().map(|&v| SymInt::Int(i64::from(v))).collect());
+        }
+        self.dims_value.map(<[SymInt]>::to_vec)
+    }
+
+    /// The elements as dimensions, when known and none is negative.
+    pub fn as_dims(&self) -> Option<Vec<Dim>> {
+        self.sym_ints()?.iter().map(SymInt::to_dim).collect()
+    }
+}
+
+/// The inputs of one node for inference; absent optional inputs are `None`.
+#[derive(Clone, Copy, Debug)]
+pub struct InferInputs<'a> {
+    inputs: &'a [Option<InferInput<'a>>],
+}
+
+impl<'a> InferInputs<'a> {
+    /// Wraps the inputs.
+    pub fn new(inputs: &'a [Option<InferInput<'a>>]) -> InferInputs<'a> {
+        InferInputs { inputs }
+    }
+
+    /// Number of input slots (present or not).
+    pub fn len(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Whether there are no input slots.
+    pub fn is_empty(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    /// Input `i`, if present.
+    pub fn get(&self, i: usize) -> Option<&InferInput<'a>> {
+        self.inputs.get(i).and_then(Option::as_ref)
+    }
+
+    /// Input `i`, which must be present.
+    pub fn req(&self, i: usize) -> Result<&InferInput<'a>, OpError> {
+        self.get(i).ok_or_else(|| OpError::infer(format!("input {i} is required")))
+    }
+
+    /// The present inputs in order.
+    pub fn present(&self) -> impl Iterator<Item = &InferInput<'a>> {
+        self.inputs.iter().flatten()
+    }
+}
+
+/// The inputs of one node for evaluation; absent optional inputs are `None`.
+#[derive(Clone, Copy, Debug)]
+pub struct EvalInputs<'a> {
+    inputs: &'a [Option<TensorView<'a>>],
+}
+
+impl<'a> EvalInputs<'a> {
+    /// Wraps the inputs.
+    pub fn new(inputs: &'a [Option<TensorView<'a>>]) -> EvalInputs<'a> {
+        EvalInputs { inputs }
+    }
+
+    /// Number of input slots.
+    pub fn len(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Whether there are no input slots.
+    pub fn is_empty(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    /// Input `i`, if present.
+    pub fn get(&self, i: usize) -> Option<&TensorView<'a>> {
+        self.inputs.get(i).and_then(Option::as_ref)
+    }
+
+    /// Input `i`, which must be present.
+    pub fn req(&self, i: usize) -> Result<&TensorView<'a>, OpError> {
+        self.get(i).ok_or_else(|| OpError::eval(format!("input {i} is required")))
+    }
+}
+
+/// One node's op with its parsed attributes. See the module docs for how to write one.
+///
+/// # Thread safety
+/// `Send + Sync` and stateless: one op serves concurrent kernel launches.
+pub trait Op: fmt::Debug + Send + Sync + 'static {
+    /// Output element types and dimensions from the inputs'.
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError>;
+
+    /// Computes the outputs (shaped as [`Op::infer`] said) from concrete inputs.
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError>;
+
+    /// For ops on shape vectors (`Shape`, `Gather`, `Concat`, ...): the elements of output 0 as
+    /// dimensions when the inputs' are known, so symbolic shapes flow into `Reshape` and `Expand`.
+    fn dims_value(&self, _inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
+        None
+    }
+
+    /// Whether output 0 is input 0's elements unchanged under another shape (Reshape, Flatten,
+    /// Squeeze, Unsqueeze). The lowering then gives the output the input's memory and launches
+    /// nothing; `eval` must still copy, for folding and the eager run.
+    fn is_view(&self) -> bool {
+        false
+    }
+
+    /// Whether evaluating on constant inputs at import is allowed (false for ops whose result is not
+    /// a function of their inputs).
+    fn foldable(&self) -> bool {
+        true
+    }
+
+    /// A stable description of the op and its attributes, part of host kernel names and cache keys.
+    /// The default, the `Debug` form, suits structs of plain attributes.
+    fn key(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// Builds an [`Op`] from a node's attributes.
+pub type BuildFn = fn(&mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError>;
+
+/// One registered op: its ONNX type, the default-domain opsets it implements (inclusive) and its
+/// builder.
+#[derive(Debug, Clone, Copy)]
+pub struct OpEntry {
+    /// The ONNX `op_type`.
+    pub op_type: &'static str,
+    /// The first opset this builder implements.
+    pub since: u32,
+    /// The last opset this builder implements.
+    pub until: u32,
+    /// The builder.
+    pub build: BuildFn,
+}
+
+/// The oldest default-domain opset imported.
+pub const MIN_OPSET: u32 = 9;
+/// The newest default-domain opset imported.
+pub const MAX_OPSET: u32 = 21;
+
+/// Every op family's table.
+static FAMILIES: &[&[OpEntry]] = &[
+    elementwise::OPS,
+    convert::OPS,
+    shapes::OPS,
+    constants::OPS,
+    data_movement::OPS,
+    gather::OPS,
+    linalg::OPS,
+    conv::OPS,
+    pool::OPS,
+    norm::OPS,
+    reduce::OPS,
+];
+
+/// The entry implementing `op_type` at `opset`, if the declared op set has one.
+pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {
+    FAMILIES.iter().flat_map(|f| f.iter()).find(|e| e.op_type == op_type && (e.since..=e.until).contains(&opset))
+}
+
+/// The opset ranges the declared op set implements for `op_type`, for error messages
+/// (`"13-21"`, or `"none"`).
+pub fn supported_opsets(op_type: &str) -> String {
+    let ranges: Vec<String> = FAMILIES
+        .iter()
+        .flat_map(|f| f.iter())
+        .filter(|e| e.op_type == op_type)
+        .map(|e| format!("{}-{}", e.since, e.until))
+        .collect();
+    if ranges.is_empty() { "none".to_string() } else { ranges.join(", ") }
+}
+
+/// Every op type of the declared op set, sorted.
+pub fn declared_ops() -> Vec<&'static str> {
+    let mut ops: Vec<&'static str> = FAMILIES.iter().flat_map(|f| f.iter()).map(|e| e.op_type).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    ops
+}

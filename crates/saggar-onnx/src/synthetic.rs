@@ -1,0 +1,179 @@
+//! Synthetic models written with [`ModelBuilder`], shaped like exporter output, for tests and
+//! benches that must not depend on files: a BERT-style encoder with the Shape/Gather/Concat/Reshape
+//! chains the PyTorch exporters emit.
+
+use saggar_shape::{DType, Dim};
+
+use crate::builder::ModelBuilder;
+use crate::ops::Attribute;
+use crate::tensor::{Tensor, TensorData};
+
+/// Sizes of a [`bert_like_encoder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncoderConfig {
+    /// Encoder layers.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Attention heads (dividing `hidden`).
+    pub heads: usize,
+    /// Feed-forward width.
+    pub intermediate: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Longest sequence (position table rows).
+    pub max_positions: usize,
+    /// A fixed sequence length, or `None` for a symbolic `seq` axis.
+    pub seq: Option<usize>,
+}
+
+impl Default for EncoderConfig {
+    fn default() -> EncoderConfig {
+        EncoderConfig { layers: 2, hidden: 64, heads: 4, intermediate: 128, vocab: 100, max_positions: 64, seq: None }
+    }
+}
+
+/// Deterministic weights: a SplitMix64 stream scaled to `[-scale, scale)`.
+fn weights(seed: &mut u64, dims: &[usize], scale: f32) -> Tensor {
+    let n = dims.iter().product();
+    let values = (0..n)
+        .map(|_| {
+            *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = *seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect();
+    Tensor::new(dims.to_vec(), TensorData::F32(values)).unwrap_or_else(|_| unreachable!("dims match the count"))
+}
+
+fn scalar_f32(v: f32) -> Tensor {
+    Tensor::new(Vec::new(), TensorData::F32(vec![v])).unwrap_or_else(|_| unreachable!("one element"))
+}
+
+fn ints(v: &[i64]) -> Tensor {
+    Tensor::from_i64s(v.to_vec())
+}
+
+/// A BERT-style encoder, opset 17: inputs `input_ids` and `attention_mask` (`[batch, seq]` int64),
+/// output `last_hidden_state` (`[batch, seq, hidden]` f32). Attention reshapes go through
+/// `Shape -> Gather -> Unsqueeze -> Concat -> Reshape` as exporters write them, the mask through
+/// `Cast -> Sub -> Mul -> Unsqueeze`, GELU as `Div -> Erf -> Add -> Mul -> Mul`.
+pub fn bert_like_encoder(cfg: EncoderConfig) -> ModelBuilder {
+    let (h, heads) = (cfg.hidden, cfg.heads);
+    let hd = h / heads.max(1);
+    let mut seed = 0x5eed_u64;
+    let mut b = ModelBuilder::new(17);
+    let seq = cfg.seq.map_or_else(|| Dim::symbolic("seq"), |n| Dim::Fixed(n as u64));
+    let dims = [Dim::symbolic("batch"), seq.clone()];
+    b.input("input_ids", DType::I64, &dims);
+    b.input("attention_mask", DType::I64, &dims);
+    b.initializer("word_emb", &weights(&mut seed, &[cfg.vocab, h], 0.5));
+    b.initializer("pos_emb", &weights(&mut seed, &[cfg.max_positions, h], 0.1));
+    for (name, t) in [
+        ("c_zero", ints(&[0]).reshaped(vec![]).unwrap_or_else(|_| unreachable!())),
+        ("c_one", ints(&[1]).reshaped(vec![]).unwrap_or_else(|_| unreachable!())),
+        ("c_ax0", ints(&[0])),
+        ("c_ax1", ints(&[1])),
+        ("c_ax12", ints(&[1, 2])),
+        ("c_heads", ints(&[heads as i64])),
+        ("c_hd", ints(&[hd as i64])),
+        ("c_hidden", ints(&[h as i64])),
+    ] {
+        b.initializer(name, &t);
+    }
+    b.initializer("f_one", &scalar_f32(1.0));
+    b.initializer("f_neg", &scalar_f32(-10000.0));
+    b.initializer("f_scale", &scalar_f32((hd as f32).sqrt()));
+    b.initializer("f_sqrt2", &scalar_f32(std::f32::consts::SQRT_2));
+    b.initializer("f_half", &scalar_f32(0.5));
+
+    // Embeddings: word + position (positions = Range(0, seq)).
+    b.node("Gather", &["word_emb", "input_ids"], &["we"], &[]);
+    b.node("Shape", &["input_ids"], &["ids_shape"], &[]);
+    b.node("Gather", &["ids_shape", "c_one"], &["seq_len"], &[("axis", Attribute::Int(0))]);
+    b.node("Range", &["c_zero", "seq_len", "c_one"], &["positions"], &[]);
+    b.node("Gather", &["pos_emb", "positions"], &["pe"], &[]);
+    b.node("Add", &["we", "pe"], &["emb"], &[]);
+    let mut x = layer_norm(&mut b, &mut seed, "emb", "emb_ln", h);
+
+    // Additive mask [batch, 1, 1, seq].
+    b.node("Cast", &["attention_mask"], &["mask_f"], &[("to", Attribute::Int(1))]);
+    b.node("Sub", &["f_one", "mask_f"], &["mask_inv"], &[]);
+    b.node("Mul", &["mask_inv", "f_neg"], &["mask_add"], &[]);
+    b.node("Unsqueeze", &["mask_add", "c_ax12"], &["mask4"], &[]);
+
+    // Shape pieces of the hidden states, as exporters compute them.
+    b.node("Shape", &[&x], &["x_shape"], &[]);
+    b.node("Gather", &["x_shape", "c_zero"], &["dim_b"], &[("axis", Attribute::Int(0))]);
+    b.node("Gather", &["x_shape", "c_one"], &["dim_s"], &[("axis", Attribute::Int(0))]);
+    b.node("Unsqueeze", &["dim_b", "c_ax0"], &["dim_b1"], &[]);
+    b.node("Unsqueeze", &["dim_s", "c_ax0"], &["dim_s1"], &[]);
+    b.node("Concat", &["dim_b1", "dim_s1", "c_heads", "c_hd"], &["split_shape"], &[("axis", Attribute::Int(0))]);
+    b.node("Concat", &["dim_b1", "dim_s1", "c_hidden"], &["merge_shape"], &[("axis", Attribute::Int(0))]);
+
+    for l in 0..cfg.layers {
+        let p = |s: &str| format!("l{l}_{s}");
+        let proj = |b: &mut ModelBuilder, seed: &mut u64, input: &str, name: &str, n_in: usize, n_out: usize| {
+            b.initializer(&p(&format!("{name}_w")), &weights(seed, &[n_in, n_out], 0.2));
+            b.initializer(&p(&format!("{name}_b")), &weights(seed, &[n_out], 0.05));
+            b.node("MatMul", &[input, &p(&format!("{name}_w"))], &[&p(&format!("{name}_mm"))], &[]);
+            b.node("Add", &[&p(&format!("{name}_mm")), &p(&format!("{name}_b"))], &[&p(name)], &[]);
+            p(name)
+        };
+        let heads_of = |b: &mut ModelBuilder, t: String, perm: &[i64]| {
+            b.node("Reshape", &[&t, "split_shape"], &[&format!("{t}_r")], &[]);
+            b.node(
+                "Transpose",
+                &[&format!("{t}_r")],
+                &[&format!("{t}_t")],
+                &[("perm", Attribute::Ints(perm.to_vec()))],
+            );
+            format!("{t}_t")
+        };
+        let q = proj(&mut b, &mut seed, &x, "q", h, h);
+        let k = proj(&mut b, &mut seed, &x, "k", h, h);
+        let v = proj(&mut b, &mut seed, &x, "v", h, h);
+        let (q, k, v) = (
+            heads_of(&mut b, q, &[0, 2, 1, 3]),
+            heads_of(&mut b, k, &[0, 2, 3, 1]),
+            heads_of(&mut b, v, &[0, 2, 1, 3]),
+        );
+        b.node("MatMul", &[&q, &k], &[&p("scores")], &[]);
+        b.node("Div", &[&p("scores"), "f_scale"], &[&p("scaled")], &[]);
+        b.node("Add", &[&p("scaled"), "mask4"], &[&p("masked")], &[]);
+        b.node("Softmax", &[&p("masked")], &[&p("probs")], &[("axis", Attribute::Int(-1))]);
+        b.node("MatMul", &[&p("probs"), &v], &[&p("ctx")], &[]);
+        b.node("Transpose", &[&p("ctx")], &[&p("ctx_t")], &[("perm", Attribute::Ints(vec![0, 2, 1, 3]))]);
+        b.node("Reshape", &[&p("ctx_t"), "merge_shape"], &[&p("ctx_m")], &[]);
+        let attn = proj(&mut b, &mut seed, &p("ctx_m"), "o", h, h);
+        b.node("Add", &[&attn, &x], &[&p("res1")], &[]);
+        let y = layer_norm(&mut b, &mut seed, &p("res1"), &p("ln1"), h);
+        let f = proj(&mut b, &mut seed, &y, "ff1", h, cfg.intermediate);
+        b.node("Div", &[&f, "f_sqrt2"], &[&p("g_div")], &[]);
+        b.node("Erf", &[&p("g_div")], &[&p("g_erf")], &[]);
+        b.node("Add", &[&p("g_erf"), "f_one"], &[&p("g_add")], &[]);
+        b.node("Mul", &[&f, &p("g_add")], &[&p("g_mul")], &[]);
+        b.node("Mul", &[&p("g_mul"), "f_half"], &[&p("gelu")], &[]);
+        let f2 = proj(&mut b, &mut seed, &p("gelu"), "ff2", cfg.intermediate, h);
+        b.node("Add", &[&f2, &y], &[&p("res2")], &[]);
+        x = layer_norm(&mut b, &mut seed, &p("res2"), &p("ln2"), h);
+    }
+    b.node("Identity", &[&x], &["last_hidden_state"], &[]);
+    b.output("last_hidden_state", DType::F32, &[Dim::symbolic("batch"), seq, Dim::Fixed(h as u64)]);
+    b
+}
+
+fn layer_norm(b: &mut ModelBuilder, seed: &mut u64, input: &str, name: &str, h: usize) -> String {
+    b.initializer(&format!("{name}_g"), &weights(seed, &[h], 0.1));
+    b.initializer(&format!("{name}_beta"), &weights(seed, &[h], 0.1));
+    b.node(
+        "LayerNormalization",
+        &[input, &format!("{name}_g"), &format!("{name}_beta")],
+        &[name],
+        &[("axis", Attribute::Int(-1)), ("epsilon", Attribute::Float(1e-12))],
+    );
+    name.to_string()
+}

@@ -1,0 +1,449 @@
+//! Host tensors: owned [`Tensor`]s (initializers, folded constants, test data) and the borrowed
+//! [`TensorView`] / [`TensorMut`] that op evaluation reads and writes.
+//!
+//! The element types are those of the declared op set: f32, i64, i32 and bool. Bools are stored as
+//! one byte each (0 or 1), as ONNX raw data and device memory hold them; reading any other byte value
+//! as `bool` would be undefined behaviour, so they stay `u8`.
+
+use saggar_shape::DType;
+
+use crate::ops::OpError;
+
+/// The element types the declared op set computes with.
+pub const SUPPORTED_DTYPES: [DType; 4] = [DType::F32, DType::I64, DType::I32, DType::Bool];
+
+/// Whether `dtype` is one the declared op set computes with.
+pub fn is_supported_dtype(dtype: DType) -> bool {
+    SUPPORTED_DTYPES.contains(&dtype)
+}
+
+/// Bytes of one element of a supported type (bool is one byte).
+pub fn element_bytes(dtype: DType) -> usize {
+    dtype.size_bytes()
+}
+
+/// The elements of an owned tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    /// 32-bit floats.
+    F32(Vec<f32>),
+    /// 64-bit signed integers.
+    I64(Vec<i64>),
+    /// 32-bit signed integers.
+    I32(Vec<i32>),
+    /// Booleans, one byte each, 0 or 1.
+    Bool(Vec<u8>),
+}
+
+/// An owned host tensor in row-major order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    dims: Vec<usize>,
+    data: TensorData,
+}
+
+/// Elements of `dims`, or `None` if the product overflows.
+pub fn checked_numel(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+impl Tensor {
+    /// A tensor of `dims` holding `data`; fails if the element count differs.
+    pub fn new(dims: Vec<usize>, data: TensorData) -> Result<Tensor, OpError> {
+        let expected = checked_numel(&dims).ok_or_else(|| OpError::eval(format!("shape {dims:?} overflows")))?;
+        if expected != data.len() {
+            return Err(OpError::eval(format!(
+                "shape {dims:?} needs {expected} elements, the data has {}",
+                data.len()
+            )));
+        }
+        Ok(Tensor { dims, data })
+    }
+
+    /// A tensor of `dims` and `dtype` filled with zeros (false for bool).
+    pub fn zeros(dtype: DType, dims: Vec<usize>) -> Result<Tensor, OpError> {
+        let n = checked_numel(&dims).ok_or_else(|| OpError::eval(format!("shape {dims:?} overflows")))?;
+        let data = match dtype {
+            DType::F32 => TensorData::F32(vec![0.0; n]),
+            DType::I64 => TensorData::I64(vec![0; n]),
+            DType::I32 => TensorData::I32(vec![0; n]),
+            DType::Bool => TensorData::Bool(vec![0; n]),
+            other => return Err(OpError::eval(format!("element type {other} is not supported"))),
+        };
+        Ok(Tensor { dims, data })
+    }
+
+    /// A 1-D i64 tensor.
+    pub fn from_i64s(values: Vec<i64>) -> Tensor {
+        Tensor { dims: vec![values.len()], data: TensorData::I64(values) }
+    }
+
+    /// A 0-D (scalar) tensor.
+    pub fn scalar(data: TensorData) -> Result<Tensor, OpError> {
+        Tensor::new(Vec::new(), data)
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// The elements.
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    /// The elements, mutably.
+    pub fn data_mut(&mut self) -> &mut TensorData {
+        &mut self.data
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.len() == 0
+    }
+
+    /// The same elements with other dimensions of the same element count.
+    pub fn reshaped(mut self, dims: Vec<usize>) -> Result<Tensor, OpError> {
+        if checked_numel(&dims) != Some(self.len()) {
+            return Err(OpError::eval(format!("cannot view {:?} as {dims:?}", self.dims)));
+        }
+        self.dims = dims;
+        Ok(self)
+    }
+
+    /// A borrowed view.
+    pub fn view(&self) -> TensorView<'_> {
+        TensorView { dims: &self.dims, data: self.data.as_ref() }
+    }
+
+    /// A mutable borrowed view.
+    pub fn view_mut(&mut self) -> TensorMut<'_> {
+        TensorMut { dims: &self.dims, data: self.data.as_mut() }
+    }
+
+    /// The elements as i64 when the tensor is integer (i64 or i32): shapes, axes, indices.
+    pub fn to_i64s(&self) -> Option<Vec<i64>> {
+        self.view().to_i64s()
+    }
+
+    /// The little-endian bytes of the elements.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        self.view().data.to_le_bytes()
+    }
+
+    /// A tensor of `dtype` and `dims` from little-endian bytes (ONNX `raw_data`, device memory).
+    pub fn from_le_bytes(dtype: DType, dims: Vec<usize>, bytes: &[u8]) -> Result<Tensor, OpError> {
+        let n = checked_numel(&dims).ok_or_else(|| OpError::eval(format!("shape {dims:?} overflows")))?;
+        let need = n.checked_mul(element_bytes(dtype)).ok_or_else(|| OpError::eval("byte size overflows"))?;
+        if bytes.len() != need {
+            return Err(OpError::eval(format!(
+                "{dtype} tensor of shape {dims:?} needs {need} bytes, {} given",
+                bytes.len()
+            )));
+        }
+        let data = match dtype {
+            DType::F32 => TensorData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(arr(c))).collect()),
+            DType::I64 => TensorData::I64(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(arr(c))).collect()),
+            DType::I32 => TensorData::I32(bytes.chunks_exact(4).map(|c| i32::from_le_bytes(arr(c))).collect()),
+            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| u8::from(b != 0)).collect()),
+            other => return Err(OpError::eval(format!("element type {other} is not supported"))),
+        };
+        Ok(Tensor { dims, data })
+    }
+}
+
+fn arr<const N: usize>(chunk: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(chunk);
+    out
+}
+
+impl TensorData {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::I64(_) => DType::I64,
+            TensorData::I32(_) => DType::I32,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A borrowed view of the elements.
+    pub fn as_ref(&self) -> DataRef<'_> {
+        match self {
+            TensorData::F32(v) => DataRef::F32(v),
+            TensorData::I64(v) => DataRef::I64(v),
+            TensorData::I32(v) => DataRef::I32(v),
+            TensorData::Bool(v) => DataRef::Bool(v),
+        }
+    }
+
+    /// A mutable borrowed view of the elements.
+    pub fn as_mut(&mut self) -> DataMut<'_> {
+        match self {
+            TensorData::F32(v) => DataMut::F32(v),
+            TensorData::I64(v) => DataMut::I64(v),
+            TensorData::I32(v) => DataMut::I32(v),
+            TensorData::Bool(v) => DataMut::Bool(v),
+        }
+    }
+}
+
+/// Borrowed elements of one of the supported types.
+#[derive(Clone, Copy, Debug)]
+pub enum DataRef<'a> {
+    /// 32-bit floats.
+    F32(&'a [f32]),
+    /// 64-bit signed integers.
+    I64(&'a [i64]),
+    /// 32-bit signed integers.
+    I32(&'a [i32]),
+    /// Booleans, one byte each.
+    Bool(&'a [u8]),
+}
+
+impl DataRef<'_> {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            DataRef::F32(_) => DType::F32,
+            DataRef::I64(_) => DType::I64,
+            DataRef::I32(_) => DType::I32,
+            DataRef::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            DataRef::F32(v) => v.len(),
+            DataRef::I64(v) => v.len(),
+            DataRef::I32(v) => v.len(),
+            DataRef::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The little-endian bytes of the elements.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            DataRef::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DataRef::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DataRef::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DataRef::Bool(v) => v.to_vec(),
+        }
+    }
+}
+
+/// Mutably borrowed elements of one of the supported types.
+#[derive(Debug)]
+pub enum DataMut<'a> {
+    /// 32-bit floats.
+    F32(&'a mut [f32]),
+    /// 64-bit signed integers.
+    I64(&'a mut [i64]),
+    /// 32-bit signed integers.
+    I32(&'a mut [i32]),
+    /// Booleans, one byte each (write only 0 or 1).
+    Bool(&'a mut [u8]),
+}
+
+impl DataMut<'_> {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            DataMut::F32(_) => DType::F32,
+            DataMut::I64(_) => DType::I64,
+            DataMut::I32(_) => DType::I32,
+            DataMut::Bool(_) => DType::Bool,
+        }
+    }
+}
+
+/// A borrowed tensor: what an op's evaluation reads.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    /// Dimensions (row-major).
+    pub dims: &'a [usize],
+    /// Elements.
+    pub data: DataRef<'a>,
+}
+
+macro_rules! typed_access {
+    ($name:ident, $variant:ident, $ty:ty) => {
+        /// The elements, or an evaluation error naming the actual type.
+        pub fn $name(&self) -> Result<&'a [$ty], OpError> {
+            match self.data {
+                DataRef::$variant(v) => Ok(v),
+                other => {
+                    Err(OpError::eval(format!("expected {} elements, found {}", stringify!($variant), other.dtype())))
+                }
+            }
+        }
+    };
+}
+
+macro_rules! typed_access_mut {
+    ($name:ident, $variant:ident, $ty:ty) => {
+        /// The elements, or an evaluation error naming the actual type.
+        pub fn $name(&mut self) -> Result<&mut [$ty], OpError> {
+            match &mut self.data {
+                DataMut::$variant(v) => Ok(v),
+                other => Err(OpError::eval(format!(
+                    "expected {} output elements, found {}",
+                    stringify!($variant),
+                    other.dtype()
+                ))),
+            }
+        }
+    };
+}
+
+impl<'a> TensorView<'a> {
+    typed_access!(f32s, F32, f32);
+    typed_access!(i64s, I64, i64);
+    typed_access!(i32s, I32, i32);
+    typed_access!(bools, Bool, u8);
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The elements as i64 when the tensor is integer (i64 or i32).
+    pub fn to_i64s(&self) -> Option<Vec<i64>> {
+        match self.data {
+            DataRef::I64(v) => Some(v.to_vec()),
+            DataRef::I32(v) => Some(v.iter().map(|&x| i64::from(x)).collect()),
+            _ => None,
+        }
+    }
+
+    /// An owned copy.
+    pub fn to_tensor(&self) -> Tensor {
+        let data = match self.data {
+            DataRef::F32(v) => TensorData::F32(v.to_vec()),
+            DataRef::I64(v) => TensorData::I64(v.to_vec()),
+            DataRef::I32(v) => TensorData::I32(v.to_vec()),
+            DataRef::Bool(v) => TensorData::Bool(v.to_vec()),
+        };
+        Tensor { dims: self.dims.to_vec(), data }
+    }
+}
+
+/// A mutably borrowed tensor: where an op's evaluation writes one output. Its dimensions are the
+/// ones shape inference gave; the elements arrive with unspecified contents (a reused buffer).
+#[derive(Debug)]
+pub struct TensorMut<'a> {
+    /// Dimensions (row-major).
+    pub dims: &'a [usize],
+    /// Elements.
+    pub data: DataMut<'a>,
+}
+
+impl TensorMut<'_> {
+    typed_access_mut!(f32s, F32, f32);
+    typed_access_mut!(i64s, I64, i64);
+    typed_access_mut!(i32s, I32, i32);
+    typed_access_mut!(bools, Bool, u8);
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// Copies `src` (same type and element count) into this output.
+    pub fn copy_from(&mut self, src: &TensorView<'_>) -> Result<(), OpError> {
+        match (&mut self.data, src.data) {
+            (DataMut::F32(d), DataRef::F32(s)) if d.len() == s.len() => d.copy_from_slice(s),
+            (DataMut::I64(d), DataRef::I64(s)) if d.len() == s.len() => d.copy_from_slice(s),
+            (DataMut::I32(d), DataRef::I32(s)) if d.len() == s.len() => d.copy_from_slice(s),
+            (DataMut::Bool(d), DataRef::Bool(s)) if d.len() == s.len() => d.copy_from_slice(s),
+            (d, s) => {
+                return Err(OpError::eval(format!("cannot copy {} x{} into {} output", s.dtype(), s.len(), d.dtype())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `$body` with `$s` and `$d` bound to the typed source and destination slices when both
+/// have the same element type; otherwise evaluates to an [`OpError::Eval`].
+macro_rules! same_type {
+    ($src:expr, $dst:expr, |$s:ident, $d:ident| $body:expr) => {
+        match ($src, $dst) {
+            ($crate::tensor::DataRef::F32($s), $crate::tensor::DataMut::F32($d)) => $body,
+            ($crate::tensor::DataRef::I64($s), $crate::tensor::DataMut::I64($d)) => $body,
+            ($crate::tensor::DataRef::I32($s), $crate::tensor::DataMut::I32($d)) => $body,
+            ($crate::tensor::DataRef::Bool($s), $crate::tensor::DataMut::Bool($d)) => $body,
+            _ => Err($crate::ops::OpError::eval("output element type differs from the input's")),
+        }
+    };
+}
+pub(crate) use same_type;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_every_type() {
+        for t in [
+            Tensor::new(vec![2], TensorData::F32(vec![1.5, -2.0])).unwrap(),
+            Tensor::new(vec![1, 2], TensorData::I64(vec![i64::MIN, 7])).unwrap(),
+            Tensor::new(vec![2], TensorData::I32(vec![-1, 3])).unwrap(),
+            Tensor::new(vec![3], TensorData::Bool(vec![1, 0, 1])).unwrap(),
+        ] {
+            let back = Tensor::from_le_bytes(t.dtype(), t.dims().to_vec(), &t.to_le_bytes()).unwrap();
+            assert_eq!(back, t);
+        }
+    }
+
+    #[test]
+    fn wrong_element_count_is_an_error() {
+        assert!(Tensor::new(vec![2, 2], TensorData::F32(vec![1.0])).is_err());
+        assert!(Tensor::from_le_bytes(DType::F32, vec![2], &[0; 7]).is_err());
+        assert!(Tensor::zeros(DType::F32, vec![usize::MAX, 2]).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! Runs one backend test through a real `Session` (import, compile, run-context arenas, the standard
+//! run path) and compares every output with the ONNX runner's rule.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use saggar_device::Backend;
+use saggar_dispatch::{BucketSpec, HostTensor, Session, SessionConfig};
+use saggar_onnx::{OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb};
+use saggar_shape::DType;
+
+use crate::applicable::data_set_dirs;
+
+/// The ONNX backend runner's tolerances (`onnx.backend.test.runner`: rtol 1e-3, atol 1e-7).
+pub const RTOL: f64 = 1e-3;
+/// See [`RTOL`].
+pub const ATOL: f64 = 1e-7;
+
+/// Largest program (scratch or one tensor) a test may compile: the size guard at run time.
+const MAX_PROGRAM_BYTES: u64 = 256 << 20;
+
+/// Reads `prefix_0.pb`, `prefix_1.pb`, ... of a data set.
+fn read_all(set: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
+    (0..)
+        .map(|k| set.join(format!("{prefix}_{k}.pb")))
+        .take_while(|p| p.exists())
+        .map(|p| read_tensor_pb(&p).map(|t| t.tensor).map_err(|e| format!("reading {}: {e}", p.display())))
+        .collect()
+}
+
+/// How a passing test was run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The model as shipped, every input fed at run time.
+    Direct,
+    /// The model's shapes depend on the values of some inputs (a Reshape `shape`, Slice `starts`, a
+    /// reduction's `axes` fed as graph inputs): a compiled program's shapes cannot depend on run-time
+    /// data, so each data set's integer and scalar inputs were bound as constants and the rest fed.
+    ShapeInputsBound,
+}
+
+/// Most elements of an integer input bound as a constant (the rule of `saggar_onnx::run_on_host`).
+const MAX_BOUND_INPUT_ELEMENTS: usize = 4096;
+
+/// Imports the test's model, opens a session on a device from `open` and runs every data set. A data
+/// set whose output shapes depend on input values ([`OnnxError::ShapeDependsOnData`]) is run through
+/// its own session with its integer and scalar inputs bound as constants.
+pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, String>) -> Result<Mode, String> {
+    let model = OnnxModel::load(dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
+    let options = OnnxOptions::default().with_max_program_bytes(MAX_PROGRAM_BYTES);
+    let compiler = Arc::new(OnnxCompiler::new(model.clone(), options.clone()));
+    let mut session = None;
+    let mut mode = Mode::Direct;
+    for set in data_set_dirs(dir)? {
+        let inputs = read_all(&set, "input")?;
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        if let Err(OnnxError::ShapeDependsOnData { .. }) = compiler.plan_summary(&dims) {
+            mode = Mode::ShapeInputsBound;
+            let (bound, fed): (Vec<_>, Vec<_>) = inputs.into_iter().enumerate().partition(|(_, t)| {
+                t.len() == 1 || (matches!(t.dtype(), DType::I64 | DType::I32) && t.len() <= MAX_BOUND_INPUT_ELEMENTS)
+            });
+            let bound_model = model.with_constant_inputs(&bound).map_err(|e| format!("binding inputs: {e}"))?;
+            let bound_compiler = Arc::new(OnnxCompiler::new(bound_model.clone(), options.clone()));
+            let bound_session = open_session::<B>(bound_compiler, open()?)?;
+            run_set(&bound_session, &bound_model, &set, fed.into_iter().map(|(_, t)| t).collect())?;
+            continue;
+        }
+        if session.is_none() {
+            session = Some(open_session::<B>(compiler.clone(), open()?)?);
+        }
+        run_set(session.as_ref().expect("opened above"), &model, &set, inputs)?;
+    }
+    Ok(mode)
+}
+
+fn open_session<B: Backend>(
+    compiler: Arc<OnnxCompiler>,
+    device: B::Device,
+) -> Result<Session<B, OnnxCompiler>, String> {
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 4 })
+        .build()
+        .map_err(|e| format!("session config: {e}"))?;
+    Session::new(device, compiler, config, &|_| {}).map_err(|e| format!("session: {e}"))
+}
+
+/// Runs one data set through `session` and compares the outputs.
+fn run_set<B: Backend>(
+    session: &Session<B, OnnxCompiler>,
+    model: &OnnxModel,
+    set: &Path,
+    inputs: Vec<Tensor>,
+) -> Result<(), String> {
+    let set_name = set.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let expected = read_all(set, "output")?;
+    if inputs.len() != model.inputs().len() {
+        return Err(format!("{set_name}: {} inputs, the model takes {}", inputs.len(), model.inputs().len()));
+    }
+    let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+    // Element-aligned host memory (8-byte words), also for empty tensors: sessions check alignment.
+    let words: Vec<(Vec<u64>, usize)> = inputs
+        .iter()
+        .map(|t| {
+            let bytes = t.to_le_bytes();
+            let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)];
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+            (words, bytes.len())
+        })
+        .collect();
+    let host: Vec<HostTensor<'_>> = model
+        .inputs()
+        .iter()
+        .zip(&inputs)
+        .zip(&words)
+        .enumerate()
+        .map(|(k, ((spec, t), (w, n)))| HostTensor {
+            name: spec.name(),
+            dtype: t.dtype(),
+            dims: &dims[k],
+            data: &bytemuck::cast_slice::<u64, u8>(w)[..*n],
+        })
+        .collect();
+    let outputs = session.run(&host).map_err(|e| format!("{set_name}: run: {e}"))?;
+    if outputs.len() != expected.len() {
+        return Err(format!("{set_name}: {} outputs, {} expected", outputs.len(), expected.len()));
+    }
+    for (k, (got, want)) in outputs.iter().zip(&expected).enumerate() {
+        let dims = got.dims.iter().map(|&d| d as usize).collect();
+        let got =
+            Tensor::from_le_bytes(got.dtype, dims, &got.data).map_err(|e| format!("{set_name}: output {k}: {e}"))?;
+        compare(&got, want).map_err(|e| format!("{set_name}: output {k} (`{}`): {e}", model.outputs()[k].name()))?;
+    }
+    Ok(())
+}
+
+/// `Ok` when `got` equals `want` under the ONNX runner's rule: same element type and shape; floats
+/// within `ATOL + RTOL * |want|` (NaN equals NaN, infinities equal themselves); others exactly.
+pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if got.dtype() != want.dtype() {
+        return Err(format!("element type {}, expected {}", got.dtype(), want.dtype()));
+    }
+    if got.dims() != want.dims() {
+        return Err(format!("shape {:?}, expected {:?}", got.dims(), want.dims()));
+    }
+    let mismatches = |at: Option<usize>, n: usize, show: &dyn Fn(usize) -> String| match at {
+        None => Ok(()),
+        Some(i) => Err(format!("{n} of {} elements differ; first at {i}: {}", want.len(), show(i))),
+    };
+    match (got.data(), want.data()) {
+        (TensorData::F32(g), TensorData::F32(w)) => {
+            let close = |a: f32, b: f32| {
+                let (a, b) = (f64::from(a), f64::from(b));
+                (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
+            };
+            let bad: Vec<usize> = (0..w.len()).filter(|&i| !close(g[i], w[i])).collect();
+            mismatches(bad.first().copied(), bad.len(), &|i| format!("{} vs {}", g[i], w[i]))
+        }
+        (TensorData::I64(g), TensorData::I64(w)) => exact(g, w, &mismatches),
+        (TensorData::I32(g), TensorData::I32(w)) => exact(g, w, &mismatches),
+        (TensorData::Bool(g), TensorData::Bool(w)) => exact(g, w, &mismatches),
+        (g, w) => Err(format!("element types {:?} and {:?}", g.dtype(), w.dtype())),
+    }
+}
+
+type Mismatches<'a> = dyn Fn(Option<usize>, usize, &dyn Fn(usize) -> String) -> Result<(), String> + 'a;
+
+fn exact<T: PartialEq + std::fmt::Debug>(g: &[T], w: &[T], mismatches: &Mismatches<'_>) -> Result<(), String> {
+    let bad: Vec<usize> = (0..w.len()).filter(|&i| g[i] != w[i]).collect();
+    mismatches(bad.first().copied(), bad.len(), &|i| format!("{:?} vs {:?}", g[i], w[i]))
+}
