@@ -35,7 +35,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     /// Checks a device request (inputs in any order) and its buffers, recording them in `io`:
-    /// returns the checked request and its route when it needs no split.
+    /// returns the checked request and its route when it needs no split. Every `run_device` call
+    /// brings new shapes and buffers, so each is checked; a [`crate::DeviceBinding`] keeps the
+    /// result and its runs skip this.
     pub(crate) fn check_device_request<'r>(
         &'r self,
         inputs: &'r [DeviceTensor<'r>],
