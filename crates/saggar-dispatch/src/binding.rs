@@ -18,41 +18,6 @@ use crate::request::{checked_device_buffer, request_bytes};
 use crate::session::{Inner, Pending, Session};
 use crate::tensors::{BindingMode, DeviceTensor, RunInfo};
 
-impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
-    /// Validates a device request once (names in any order, dtypes, shapes, buffer sizes and
-    /// alignment) and keeps it as a [`DeviceBinding`]: runs of the binding skip that validation, so
-    /// a repeated request costs a pointer comparison and a graph launch. Change its buffers with
-    /// [`DeviceBinding::set_input`] / [`DeviceBinding::set_output`] (each checked as it is set).
-    pub fn bind_device(
-        &self,
-        inputs: &[DeviceTensor<'_>],
-        outputs: &[DeviceTensor<'_>],
-    ) -> Result<DeviceBinding<B, C>> {
-        let inner = &*self.inner;
-        let mut io = DeviceIo::default();
-        let (request, route) = inner.check_device_request(inputs, outputs, &mut io)?;
-        if route.is_none() {
-            // A batch no bucket can serve (splitting off) is refused here, not on every run.
-            inner.chunks(&request.bindings)?;
-        }
-        let batch = request.bindings.batch();
-        let input_dims = request.ordered.iter().map(|t| t.dims.to_vec()).collect();
-        let output_dims = outputs.iter().map(|t| t.dims.to_vec()).collect();
-        Ok(DeviceBinding::new(self.clone(), BoundRequest { route, batch, input_dims, output_dims, io }))
-    }
-}
-
-impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
-    /// Runs a [`DeviceBinding`]'s request: its shapes and buffers were checked when they were set.
-    fn run_bound(&self, ctx: &mut RunContext<B>, request: &BoundRequest) -> Result<RunInfo> {
-        // Split requests and per-shape models plan with the shapes' bindings, which borrow the
-        // signature and so are made again here from the kept shapes (validated when the binding
-        // was made: this finds their symbol values, it does not stand in for that validation).
-        let bindings = || Ok(self.signature.check(&request.input_dims)?);
-        self.run_device_checked(ctx, request.route, &request.input_dims, bindings, &request.io)
-    }
-}
-
 /// A request kept by a [`DeviceBinding`]: its route, shapes and checked buffers, in binding order.
 struct BoundRequest {
     /// `None` for requests that are split or run by a per-shape program.
@@ -143,6 +108,41 @@ impl<B: Backend, C: ProgramCompiler<B>> DeviceBinding<B, C> {
     /// dropped). The bound device memory must stay valid until then.
     pub fn enqueue(&self) -> Result<Pending<B>> {
         self.session.enqueue_with(|inner, ctx| inner.run_bound(ctx, &self.request))
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
+    /// Validates a device request once (names in any order, dtypes, shapes, buffer sizes and
+    /// alignment) and keeps it as a [`DeviceBinding`]: runs of the binding skip that validation, so
+    /// a repeated request costs a pointer comparison and a graph launch. Change its buffers with
+    /// [`DeviceBinding::set_input`] / [`DeviceBinding::set_output`] (each checked as it is set).
+    pub fn bind_device(
+        &self,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<DeviceBinding<B, C>> {
+        let inner = &*self.inner;
+        let mut io = DeviceIo::default();
+        let (request, route) = inner.check_device_request(inputs, outputs, &mut io)?;
+        if route.is_none() {
+            // A batch no bucket can serve (splitting off) is refused here, not on every run.
+            inner.chunks(&request.bindings)?;
+        }
+        let batch = request.bindings.batch();
+        let input_dims = request.ordered.iter().map(|t| t.dims.to_vec()).collect();
+        let output_dims = outputs.iter().map(|t| t.dims.to_vec()).collect();
+        Ok(DeviceBinding::new(self.clone(), BoundRequest { route, batch, input_dims, output_dims, io }))
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// Runs a [`DeviceBinding`]'s request: its shapes and buffers were checked when they were set.
+    fn run_bound(&self, ctx: &mut RunContext<B>, request: &BoundRequest) -> Result<RunInfo> {
+        // Split requests and per-shape models plan with the shapes' bindings, which borrow the
+        // signature and so are made again here from the kept shapes (validated when the binding
+        // was made: this finds their symbol values, it does not stand in for that validation).
+        let bindings = || Ok(self.signature.check(&request.input_dims)?);
+        self.run_device_checked(ctx, request.route, &request.input_dims, bindings, &request.io)
     }
 }
 

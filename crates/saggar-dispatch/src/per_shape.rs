@@ -9,12 +9,12 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use saggar_arena::{ArenaLayout, ArenaPool, InputSource, PoolConfig, SlotSpec, WhenExhausted};
 use saggar_device::{Backend, Device, DevicePtr, DeviceSlice, Stream};
-use saggar_shape::{Chunk, SlicePlan, StableShapeKey, TensorSpec};
+use saggar_shape::{Chunk, SlicePlan, StableShapeKey};
 
 use crate::compiler::{Program, ProgramCompiler};
 use crate::context::DeviceIo;
 use crate::error::Result;
-use crate::programs::{self, ProgramEntry, ProgramSpec};
+use crate::programs::{self, ProgramEntry, ProgramSpec, slot};
 use crate::session::Inner;
 use crate::stats::Stats;
 use crate::tensors::HostTensor;
@@ -28,11 +28,6 @@ pub(crate) struct ShapeProgram<B: Backend, P> {
 
 /// Per-shape programs by the stable key of their input shapes.
 pub(crate) type ShapePrograms<B, P> = RwLock<HashMap<StableShapeKey, Arc<ShapeProgram<B, P>>>>;
-
-/// The arena slot of a tensor of `spec` taking `bytes`, aligned for its element type.
-pub(crate) fn slot(spec: &TensorSpec, bytes: usize) -> SlotSpec {
-    SlotSpec::new(spec.name(), bytes, spec.dtype().size_bytes().max(1))
-}
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     /// The program for a per-shape model's concrete shape (`key` of `dims`, binding order): from
