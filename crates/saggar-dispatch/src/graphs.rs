@@ -138,17 +138,18 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     ) -> Result<bool> {
         let entry = &self.main[k];
         let key = (entry.id, BindingMode::DirectBind);
-        let scratch = slots.scratch_slice(entry.scratch_bytes);
-        let GraphCache { entries, bytes, tick, .. } = &mut slots.graphs;
+        let tick = slots.graphs.tick;
         // The steady state: a live graph whose baked pointers are this request's.
-        if let Some(graph) = entries.get_mut(&key)
+        if let Some(graph) = slots.graphs.entries.get_mut(&key)
             && let Some(exec) = &graph.exec
             && graph.baked == io.pointers
         {
             graph.drift = 0;
-            graph.last_used = *tick;
+            graph.last_used = tick;
             return self.replay(stream, exec);
         }
+        let scratch = slots.scratch_slice(entry.scratch_bytes);
+        let GraphCache { entries, bytes, .. } = &mut slots.graphs;
         let launch = || {
             // SAFETY: the caller's device memory stays valid until the run is waited for (the contract
             // of `run_device` and `Pending`), each buffer holds what the program reads or writes (the
@@ -168,7 +169,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             let exec = slots.graphs.insert(key, exec, io.pointers.clone(), size, &self.stats);
             return self.replay(stream, exec);
         };
-        graph_entry.last_used = *tick;
+        graph_entry.last_used = tick;
         if graph_entry.exec.is_some() {
             graph_entry.drift += 1;
             if graph_entry.drift > self.config.graphs.max_consecutive_drift {
