@@ -15,7 +15,7 @@ use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
 use crate::error::Result;
 use crate::plan::Model;
-use crate::programs::{self, ProgramSpec, Progress, slot};
+use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
 use crate::request::RequestGuard;
 use crate::stats::Stats;
 use crate::tensors::BindingMode;
@@ -30,6 +30,16 @@ fn concrete_dims(spec: &TensorSpec, batch_symbol: Option<&str>, batch: u64) -> V
             _ => unreachable!("only bucketed and static models are precompiled"),
         })
         .collect()
+}
+
+/// One arena slot per tensor of `specs`, each as large as the most any main program binds to it
+/// (`bytes` of a program and a tensor index).
+fn largest_slots<P>(
+    specs: &[TensorSpec],
+    main: &[Arc<ProgramEntry<P>>],
+    bytes: impl Fn(&ProgramEntry<P>, usize) -> usize,
+) -> Vec<SlotSpec> {
+    specs.iter().enumerate().map(|(i, s)| slot(s, main.iter().map(|e| bytes(e, i)).max().unwrap_or(0))).collect()
 }
 
 /// How a session serves a model of `signature`: from buckets when the batch is its only dynamic
@@ -77,18 +87,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
 
         // One arena layout serves every main program: each slot sized for the largest bucket.
-        let input_slots: Vec<SlotSpec> = model_spec
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| slot(s, main.iter().map(|e| e.input_bytes[i]).max().unwrap_or(0)))
-            .collect();
-        let output_slots: Vec<SlotSpec> = model_spec
-            .outputs
-            .iter()
-            .enumerate()
-            .map(|(o, s)| slot(s, main.iter().map(|e| e.output_bytes[o]).max().unwrap_or(0)))
-            .collect();
+        let input_slots = largest_slots(&model_spec.inputs, &main, |e, i| e.input_bytes[i]);
+        let output_slots = largest_slots(&model_spec.outputs, &main, |e, o| e.output_bytes[o]);
         let arena_layout = Arc::new(ArenaLayout::new(&input_slots, &output_slots, config.arena_alignment)?);
         let span = |slots: &[saggar_arena::Slot], bytes: &[usize]| {
             slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
