@@ -8,22 +8,25 @@
 //! padding and slicing, stats.
 
 use saggar_device::{Backend, DeviceSlice};
+use saggar_shape::TensorSpec;
 
 use crate::compiler::ProgramCompiler;
-use crate::context::DeviceIo;
+use crate::context::{DeviceIo, RunContext};
 use crate::error::{DispatchError, Result};
-use crate::session::{DeviceRoute, Pending, Session, checked_device_buffer, request_bytes};
-use crate::tensors::{BindingMode, RunInfo};
+use crate::plan::DeviceRoute;
+use crate::request::{checked_device_buffer, request_bytes};
+use crate::session::{Inner, Pending, Session};
+use crate::tensors::{BindingMode, DeviceTensor, RunInfo};
 
 /// A request kept by a [`DeviceBinding`]: its route, shapes and checked buffers, in binding order.
-pub(crate) struct BoundRequest {
+struct BoundRequest {
     /// `None` for requests that are split or run by a per-shape program.
-    pub(crate) route: Option<DeviceRoute>,
+    route: Option<DeviceRoute>,
     /// The request's batch (also for split requests).
-    pub(crate) batch: Option<u64>,
-    pub(crate) input_dims: Vec<Vec<u64>>,
-    pub(crate) output_dims: Vec<Vec<u64>>,
-    pub(crate) io: DeviceIo,
+    batch: Option<u64>,
+    input_dims: Vec<Vec<u64>>,
+    output_dims: Vec<Vec<u64>>,
+    io: DeviceIo,
 }
 
 /// A device request validated once, made by [`Session::bind_device`]. Its shapes are fixed; its
@@ -50,7 +53,7 @@ impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for DeviceBinding<B, C> 
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> DeviceBinding<B, C> {
-    pub(crate) fn new(session: Session<B, C>, request: BoundRequest) -> Self {
+    fn new(session: Session<B, C>, request: BoundRequest) -> Self {
         DeviceBinding { session, request }
     }
 
@@ -83,20 +86,15 @@ impl<B: Backend, C: ProgramCompiler<B>> DeviceBinding<B, C> {
     /// Replaces input `index`'s buffer (binding order; see [`Session::signature`]). It must hold the
     /// input's bytes and be aligned for its element type; on error the binding is unchanged.
     pub fn set_input(&mut self, index: usize, data: DeviceSlice) -> Result<()> {
-        let specs = self.session.signature().inputs();
-        let spec = specs.get(index).ok_or(DispatchError::NoSuchTensor { role: "input", index, count: specs.len() })?;
-        let needed = request_bytes(spec, &self.request.input_dims[index])?;
-        let slice = checked_device_buffer("input", spec, needed, data)?;
+        let slice = checked_buffer("input", self.session.signature().inputs(), &self.request.input_dims, index, data)?;
         self.request.io.set(index, slice);
         Ok(())
     }
 
     /// Replaces output `index`'s buffer, checked as [`DeviceBinding::set_input`].
     pub fn set_output(&mut self, index: usize, data: DeviceSlice) -> Result<()> {
-        let specs = self.session.signature().outputs();
-        let spec = specs.get(index).ok_or(DispatchError::NoSuchTensor { role: "output", index, count: specs.len() })?;
-        let needed = request_bytes(spec, &self.request.output_dims[index])?;
-        let slice = checked_device_buffer("output", spec, needed, data)?;
+        let slice =
+            checked_buffer("output", self.session.signature().outputs(), &self.request.output_dims, index, data)?;
         self.request.io.set(self.request.io.inputs + index, slice);
         Ok(())
     }
@@ -111,4 +109,51 @@ impl<B: Backend, C: ProgramCompiler<B>> DeviceBinding<B, C> {
     pub fn enqueue(&self) -> Result<Pending<B>> {
         self.session.enqueue_with(|inner, ctx| inner.run_bound(ctx, &self.request))
     }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
+    /// Validates a device request once (names in any order, dtypes, shapes, buffer sizes and
+    /// alignment) and keeps it as a [`DeviceBinding`]: runs of the binding skip that validation, so
+    /// a repeated request costs a pointer comparison and a graph launch. Change its buffers with
+    /// [`DeviceBinding::set_input`] / [`DeviceBinding::set_output`] (each checked as it is set).
+    pub fn bind_device(
+        &self,
+        inputs: &[DeviceTensor<'_>],
+        outputs: &[DeviceTensor<'_>],
+    ) -> Result<DeviceBinding<B, C>> {
+        let inner = &*self.inner;
+        let mut io = DeviceIo::default();
+        let (request, route) = inner.check_device_request(inputs, outputs, &mut io)?;
+        if route.is_none() {
+            // A batch no bucket can serve (splitting off) is refused here, not on every run.
+            inner.chunks(&request.bindings)?;
+        }
+        let batch = request.bindings.batch();
+        let input_dims = request.ordered.iter().map(|t| t.dims.to_vec()).collect();
+        let output_dims = outputs.iter().map(|t| t.dims.to_vec()).collect();
+        Ok(DeviceBinding::new(self.clone(), BoundRequest { route, batch, input_dims, output_dims, io }))
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// Runs a [`DeviceBinding`]'s request: its shapes and buffers were checked when they were set.
+    fn run_bound(&self, ctx: &mut RunContext<B>, request: &BoundRequest) -> Result<RunInfo> {
+        // Split requests and per-shape models plan with the shapes' bindings, which borrow the
+        // signature and so are made again here from the kept shapes (validated when the binding
+        // was made: this finds their symbol values, it does not stand in for that validation).
+        let bindings = || Ok(self.signature.check(&request.input_dims)?);
+        self.run_device_checked(ctx, request.route, &request.input_dims, bindings, &request.io)
+    }
+}
+
+/// `data` checked as the new buffer of tensor `index` of `specs` (with the binding's `dims`).
+fn checked_buffer(
+    role: &'static str,
+    specs: &[TensorSpec],
+    dims: &[Vec<u64>],
+    index: usize,
+    data: DeviceSlice,
+) -> Result<DeviceSlice> {
+    let spec = specs.get(index).ok_or(DispatchError::NoSuchTensor { role, index, count: specs.len() })?;
+    checked_device_buffer(role, spec, request_bytes(spec, &dims[index])?, data)
 }

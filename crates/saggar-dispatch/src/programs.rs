@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use saggar_arena::SlotSpec;
 use saggar_cache::{CacheKey, CompileCache, Origin};
 use saggar_device::{Backend, BackendKind, Device};
 use saggar_shape::{Dim, TensorSpec};
@@ -35,6 +36,11 @@ pub(crate) struct ProgramEntry<P> {
 fn bytes_of(spec: &TensorSpec, dims: &[u64]) -> Result<usize> {
     Ok(saggar_shape::byte_size(dims, spec.dtype())
         .map_err(|source| saggar_shape::ShapeError::Overflow { input: spec.name().into(), source })? as usize)
+}
+
+/// The arena slot of a tensor of `spec` taking `bytes`, aligned for its element type.
+pub(crate) fn slot(spec: &TensorSpec, bytes: usize) -> SlotSpec {
+    SlotSpec::new(spec.name(), bytes, spec.dtype().size_bytes().max(1))
 }
 
 /// The cache key of the program for `input_dims` (binding order) of a model with input `specs`,

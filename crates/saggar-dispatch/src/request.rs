@@ -1,5 +1,7 @@
-//! Checks of a request's untrusted sizes, made before anything is allocated, compiled or planned
-//! for it, and the constant-memory walk over the chunks of a split request.
+//! Checks of a request, made once per call path before anything is allocated, compiled or planned
+//! for it: names, dtypes and shapes against the model's signature (in any order), the session's
+//! [`RequestLimits`], and the caller's host and device buffers against the bytes the request's
+//! shapes imply. [`crate::DeviceBinding`]s keep what these checks found, so their runs skip them.
 //!
 //! A request's shapes come from whoever sent it. Its rows and bytes are computed with checked
 //! arithmetic and compared with the session's [`RequestLimits`]; host buffers are compared with
@@ -8,10 +10,15 @@
 //! [`DispatchError::LimitExceeded`] (or a [`DispatchError::BufferTooSmall`] under a raised
 //! limit), never an allocation failure that aborts the process.
 
-use saggar_shape::{Bindings, Chunk, Dim, Signature, SplitPlan, TensorSpec};
+use std::borrow::Cow;
 
+use saggar_device::DeviceSlice;
+use saggar_shape::{Bindings, Dim, Signature, TensorShape, TensorSpec};
+
+use crate::context::DeviceIo;
 use crate::error::{DispatchError, Result};
-use crate::session::request_bytes;
+use crate::programs::ProgramEntry;
+use crate::tensors::{DeviceTensor, HostTensor};
 
 /// The most one request may ask for. A request above either limit fails with
 /// [`DispatchError::LimitExceeded`] before anything is allocated or run for it.
@@ -116,8 +123,105 @@ fn total_bytes<S: AsRef<[u64]>>(bindings: &Bindings<'_>, inputs: &[S]) -> u64 {
     ins.chain(outs).fold(0u64, u64::saturating_add)
 }
 
+/// A request tensor (host or device) as the signature checks see it.
+pub(crate) trait RequestTensor: Copy + AsRef<[u64]> {
+    fn shape(&self) -> TensorShape<'_>;
+}
+
+impl RequestTensor for HostTensor<'_> {
+    #[inline]
+    fn shape(&self) -> TensorShape<'_> {
+        TensorShape::new(self.name, self.dtype, self.dims)
+    }
+}
+
+impl RequestTensor for DeviceTensor<'_> {
+    #[inline]
+    fn shape(&self) -> TensorShape<'_> {
+        TensorShape::new(self.name, self.dtype, self.dims)
+    }
+}
+
+/// A request checked against the signature and the limits: its inputs in binding order (borrowed
+/// when they came that way), their bindings, and whether they came in binding order (only such
+/// requests take the ultra-fast and fast paths).
+pub(crate) struct Checked<'r, 's, T: Clone> {
+    pub(crate) ordered: Cow<'r, [T]>,
+    pub(crate) bindings: Bindings<'s>,
+    pub(crate) in_order: bool,
+}
+
+/// Checks a request's inputs, in any order, against `signature` and `guard`: names (missing,
+/// unknown, duplicate), dtypes, ranks and extents, then rows and bytes. A request in binding order
+/// costs a name comparison per input and [`Signature::check`]; any other takes [`Signature::bind`]
+/// and one reordering.
+pub(crate) fn check<'r, 's, T: RequestTensor>(
+    signature: &'s Signature,
+    guard: &RequestGuard,
+    request: &'r [T],
+) -> Result<Checked<'r, 's, T>> {
+    let checked = if in_binding_order(signature, request) {
+        Checked { bindings: signature.check(request)?, ordered: Cow::Borrowed(request), in_order: true }
+    } else {
+        let (ordered, bindings) = reorder(signature, request)?;
+        Checked { ordered: Cow::Owned(ordered), bindings, in_order: false }
+    };
+    guard.check(&checked.bindings, &checked.ordered)?;
+    Ok(checked)
+}
+
+/// Whether the request lists the model's inputs in binding order with the right dtypes.
+#[inline]
+fn in_binding_order<T: RequestTensor>(signature: &Signature, request: &[T]) -> bool {
+    let specs = signature.inputs();
+    request.len() == specs.len()
+        && request.iter().zip(specs).all(|(t, s)| {
+            let shape = t.shape();
+            shape.dtype == s.dtype() && same_name(shape.name, s.name())
+        })
+}
+
+/// The request's tensors in binding order, validated by name (missing, unknown, duplicate names,
+/// wrong dtypes and ranks are typed errors), and their bindings.
+fn reorder<'s, T: RequestTensor>(signature: &'s Signature, request: &[T]) -> Result<(Vec<T>, Bindings<'s>)> {
+    let shapes: Vec<TensorShape<'_>> = request.iter().map(T::shape).collect();
+    let bindings = signature.bind(&shapes)?;
+    let mut ordered: Vec<Option<T>> = vec![None; request.len()];
+    for t in request {
+        let index = signature.input_index(t.shape().name).expect("bind checked every name");
+        ordered[index] = Some(*t);
+    }
+    let ordered = ordered.into_iter().map(|t| t.expect("bind checked that every input is present")).collect();
+    Ok((ordered, bindings))
+}
+
+/// Checks that the caller passed one buffer per output.
+#[inline]
+pub(crate) fn check_output_count(signature: &Signature, outputs: usize) -> Result<()> {
+    let expected = signature.outputs().len();
+    if outputs != expected {
+        return Err(DispatchError::OutputCount { expected, actual: outputs });
+    }
+    Ok(())
+}
+
+/// Names are compared by address first: callers that reuse the model's own name strings skip the
+/// string comparison.
+#[inline]
+fn same_name(given: &str, model: &str) -> bool {
+    std::ptr::eq(given, model) || given == model
+}
+
+/// The bytes a tensor of `spec`'s element type with extents `dims` occupies.
+pub(crate) fn request_bytes(spec: &TensorSpec, dims: &[u64]) -> Result<usize> {
+    let bytes = saggar_shape::byte_size(dims, spec.dtype())
+        .map_err(|source| saggar_shape::ShapeError::Overflow { input: spec.name().into(), source })?;
+    // More than the address space holds: no buffer is large enough, which the buffer check reports.
+    Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
+}
+
 /// Checks that every host input (binding order) holds the bytes its shape implies.
-pub(crate) fn check_host_inputs(signature: &Signature, inputs: &[crate::HostTensor<'_>]) -> Result<()> {
+pub(crate) fn check_host_inputs(signature: &Signature, inputs: &[HostTensor<'_>]) -> Result<()> {
     for (spec, t) in signature.inputs().iter().zip(inputs) {
         let needed = request_bytes(spec, t.dims)?;
         if t.data.len() < needed {
@@ -152,39 +256,74 @@ pub(crate) fn check_host_outputs<T: AsMut<[u8]>>(bindings: &Bindings<'_>, output
     Ok(())
 }
 
-/// The chunks a request runs as, walked without collecting them: a split plan stores a count of
-/// full chunks and a short tail, so even an absurd batch takes constant memory.
-pub(crate) enum Chunks {
-    /// A bucketed model's plan.
-    Planned(SplitPlan),
-    /// A static or per-shape program: one launch.
-    Whole,
-}
-
-impl Chunks {
-    /// How many chunks (program launches).
-    pub(crate) fn count(&self) -> u64 {
-        match self {
-            Chunks::Planned(plan) => plan.chunk_count(),
-            Chunks::Whole => 1,
-        }
-    }
-
-    /// Whether the request is split into several launches.
-    pub(crate) fn is_split(&self) -> bool {
-        self.count() > 1
-    }
-
-    /// The chunks in row order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Chunk> + '_ {
-        let (plan, whole) = match self {
-            Chunks::Planned(plan) => (Some(plan), None),
-            Chunks::Whole => (None, Some(Chunk::whole(1, 1))),
+/// Checks the caller's device buffers against a checked request (each large enough and aligned
+/// for its element type; each output of the shape the request implies) and records them, in
+/// binding order and trimmed to the bytes the request needs, in `io`. With `exact`, the request
+/// has exactly that program's shapes (a direct-bind route), whose sizes are known.
+pub(crate) fn check_device_io<P>(
+    bindings: &Bindings<'_>,
+    inputs: &[DeviceTensor<'_>],
+    outputs: &[DeviceTensor<'_>],
+    exact: Option<&ProgramEntry<P>>,
+    io: &mut DeviceIo,
+) -> Result<()> {
+    let signature = bindings.signature();
+    io.clear(inputs.len());
+    for (i, (spec, t)) in signature.inputs().iter().zip(inputs).enumerate() {
+        let needed = match exact {
+            Some(entry) => entry.input_bytes[i],
+            None => request_bytes(spec, t.dims)?,
         };
-        plan.into_iter().flat_map(SplitPlan::chunks).chain(whole)
+        io.push(checked_device_buffer("input", spec, needed, t.data)?);
     }
+    for (o, (spec, t)) in signature.outputs().iter().zip(outputs).enumerate() {
+        let computed;
+        let (expected, needed) = match exact {
+            Some(entry) => (&entry.output_dims[o][..], entry.output_bytes[o]),
+            None => {
+                computed = bindings.output_shape(o)?;
+                (&computed[..], request_bytes(spec, &computed)?)
+            }
+        };
+        if t.dims != expected || t.dtype != spec.dtype() || !same_name(t.name, spec.name()) {
+            return Err(DispatchError::OutputShape {
+                output: spec.name().to_string(),
+                expected: expected.to_vec(),
+                actual: (t.name.to_string(), t.dtype, t.dims.to_vec()),
+            });
+        }
+        io.push(checked_device_buffer("output", spec, needed, t.data)?);
+    }
+    Ok(())
 }
 
+/// `data` trimmed to `needed` bytes, after checking that it holds them and is aligned for the
+/// element type (a misaligned pointer would fault the kernel).
+#[inline]
+pub(crate) fn checked_device_buffer(
+    role: &'static str,
+    spec: &TensorSpec,
+    needed: usize,
+    data: DeviceSlice,
+) -> Result<DeviceSlice> {
+    let align = spec.dtype().size_bytes().max(1) as u64;
+    if data.len() < needed || !data.ptr().0.is_multiple_of(align) {
+        return Err(bad_device_buffer(role, spec, needed, data));
+    }
+    Ok(DeviceSlice::from_raw(data.ptr(), needed))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_device_buffer(role: &'static str, spec: &TensorSpec, needed: usize, data: DeviceSlice) -> DispatchError {
+    let name = spec.name().to_string();
+    if data.len() < needed {
+        DispatchError::BufferTooSmall { role, name, needed, actual: data.len() }
+    } else {
+        let align = spec.dtype().size_bytes().max(1) as u64;
+        DispatchError::Misaligned { role, name, address: data.ptr().0, align }
+    }
+}
 #[cfg(test)]
 mod tests {
     use saggar_shape::{DType, Dim, Signature, TensorSpec};
@@ -234,16 +373,5 @@ mod tests {
             check(roomy, 1 << 59),
             Err(DispatchError::LimitExceeded { what: "bytes", requested, .. }) if requested == 20 * (1 << 59) + 16
         ));
-    }
-
-    #[test]
-    fn chunks_of_an_absurd_batch_are_walked_lazily() {
-        let policy = saggar_shape::BucketPolicy::powers_of_two(4).unwrap();
-        let chunks = Chunks::Planned(policy.plan(1 << 40, saggar_shape::Splitting::Allowed).unwrap());
-        assert_eq!(chunks.count(), 1 << 38);
-        assert!(chunks.is_split());
-        let first: Vec<Chunk> = chunks.iter().take(2).collect();
-        assert_eq!(first, vec![Chunk { offset: 0, rows: 4, bucket: 4 }, Chunk { offset: 4, rows: 4, bucket: 4 }]);
-        assert_eq!(Chunks::Whole.iter().collect::<Vec<_>>(), vec![Chunk::whole(1, 1)]);
     }
 }

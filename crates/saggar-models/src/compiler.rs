@@ -520,6 +520,10 @@ impl<B: Backend> Program<B> for ModelProgram<B> {
         outputs: &[DeviceSlice],
         scratch: DeviceSlice,
     ) -> Result<(), saggar_device::Error> {
+        // This repeats the sizes a dispatcher has already checked, and stays: a `ModelProgram` is
+        // also launched on its own (tests, benches, downstream code), where this check is all that
+        // turns a short buffer into a typed error instead of kernels writing past it. It costs one
+        // length comparison per binding, against the kernel launches that follow.
         self.check_bindings(inputs, outputs, scratch)?;
         LAUNCH_ARGS.with(|cell| match cell.try_borrow_mut() {
             // SAFETY: forwarded from this function's own contract.

@@ -1,0 +1,210 @@
+//! The host path: requests whose inputs and outputs are host memory ([`Session::run`],
+//! [`Session::run_into`]). A request in binding order that one main program serves is ultra-fast
+//! (the context's last run had the same program, mode and batch: its plans are reused) or fast (the
+//! plans are made); any other is standard (split into chunks, or run by a per-shape program). Each
+//! chunk is gathered into pinned staging, run in pinned-copy mode, and scattered back.
+
+use saggar_arena::InputSource;
+use saggar_device::Backend;
+
+use crate::compiler::ProgramCompiler;
+use crate::context::{LastRun, RunContext, Slots};
+use crate::error::Result;
+use crate::plan::Single;
+use crate::request::{self, Checked};
+use crate::session::{Inner, Session};
+use crate::tensors::{BindingMode, HostTensor, OwnedTensor, RunInfo, RunPath};
+
+/// Whether a host request's buffers were checked before its run (outputs allocated at the request's
+/// sizes after its inputs were checked) or are the caller's, still to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HostBuffers {
+    Checked,
+    Unchecked,
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
+    /// Runs one request from host memory and returns every output, sliced to the request's batch.
+    /// The request's limits and input buffers are checked before its outputs are allocated.
+    pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
+        let (result, _lease) = self.inner.instrumented(|inner, ctx| {
+            let request = request::check(&inner.signature, &inner.guard, inputs)?;
+            request::check_host_inputs(&inner.signature, &request.ordered)?;
+            let dims = (0..inner.signature.outputs().len())
+                .map(|o| Ok(request.bindings.output_shape(o)?.to_vec()))
+                .collect::<Result<Vec<_>>>()?;
+            let specs = inner.signature.outputs();
+            let mut buffers: Vec<AlignedBuffer> = specs
+                .iter()
+                .zip(&dims)
+                .map(|(spec, d)| Ok(AlignedBuffer::new(request::request_bytes(spec, d)?)))
+                .collect::<Result<_>>()?;
+            let info = inner.run_host_checked(ctx, &request, &mut buffers, HostBuffers::Checked)?;
+            let outputs = specs
+                .iter()
+                .zip(dims)
+                .zip(buffers)
+                .map(|((spec, dims), buf)| OwnedTensor {
+                    name: spec.name().to_string(),
+                    dtype: spec.dtype(),
+                    dims,
+                    data: buf.into_vec(),
+                })
+                .collect();
+            Ok((outputs, info))
+        });
+        let (outputs, info) = result?;
+        self.inner.stats.record_path(info.path);
+        Ok(outputs)
+    }
+
+    /// Runs one request from host memory into the caller's output buffers (binding order, each sized
+    /// for the request's real batch). Allocates nothing on the ultra-fast and fast paths.
+    pub fn run_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
+        let (result, _lease) = self.inner.instrumented(|inner, ctx| {
+            request::check_output_count(&inner.signature, outputs.len())?;
+            let request = request::check(&inner.signature, &inner.guard, inputs)?;
+            inner.run_host_checked(ctx, &request, outputs, HostBuffers::Unchecked)
+        });
+        let info = result?;
+        self.inner.stats.record_path(info.path);
+        Ok(info)
+    }
+}
+
+/// A host buffer of `len` bytes aligned to 8, so outputs of any element type can be scattered into it.
+struct AlignedBuffer {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBuffer {
+    fn new(len: usize) -> AlignedBuffer {
+        AlignedBuffer { words: vec![0; len.div_ceil(8)], len }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.to_le_bytes()).take(self.len).collect()
+    }
+}
+
+impl AsMut<[u8]> for AlignedBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `words` holds at least `len` initialised bytes, u8 has no alignment requirement, and
+        // the returned slice borrows `self` mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// Runs a checked host request: ultra-fast or fast when it came in binding order and one main
+    /// program serves it, standard otherwise.
+    fn run_host_checked<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        request: &Checked<'_, '_, HostTensor<'_>>,
+        outputs: &mut [T],
+        buffers: HostBuffers,
+    ) -> Result<RunInfo> {
+        let bindings = &request.bindings;
+        if request.in_order
+            && let Some(Single { k, chunk }) = self.single(bindings)
+            && let RunContext { slots: Some(slots), last, stream, .. } = ctx
+        {
+            // The arena's gather and scatter check each buffer against its plan as they copy.
+            let batch = bindings.batch();
+            let this = LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[k].id };
+            let path = if *last == Some(this) { RunPath::UltraFast } else { RunPath::Fast };
+            if path == RunPath::Fast {
+                self.plan_chunk(slots, &request.ordered, k, chunk)?;
+            }
+            *last = None;
+            let replayed = self.pinned_chunk(stream, slots, k, &request.ordered, outputs)?;
+            *last = Some(this);
+            self.count_chunk(chunk);
+            return Ok(RunInfo {
+                path,
+                mode: BindingMode::PinnedCopy,
+                batch,
+                bucket: self.main[k].bucket,
+                chunks: 1,
+                replayed,
+            });
+        }
+        ctx.last = None;
+        if buffers == HostBuffers::Unchecked {
+            // Every buffer is checked before the first chunk runs (or a per-shape program compiles),
+            // so a short one fails the request before any work or output write.
+            request::check_host_inputs(&self.signature, &request.ordered)?;
+            request::check_host_outputs(bindings, outputs)?;
+        }
+        self.run_host_standard(ctx, request, outputs)
+    }
+
+    /// Runs each chunk of a checked host request whose buffers were checked; per-shape models run
+    /// their program for the request's shapes.
+    fn run_host_standard<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        request: &Checked<'_, '_, HostTensor<'_>>,
+        outputs: &mut [T],
+    ) -> Result<RunInfo> {
+        let (ordered, bindings) = (&request.ordered[..], &request.bindings);
+        let batch = bindings.batch();
+        let RunContext { slots: Some(slots), last, stream, .. } = ctx else {
+            // Only per-shape models have contexts without slots.
+            self.run_shape_program_host(bindings.stable_key(), ordered, outputs)?;
+            return Ok(RunInfo {
+                path: RunPath::Standard,
+                mode: BindingMode::PinnedCopy,
+                batch,
+                bucket: None,
+                chunks: 1,
+                replayed: false,
+            });
+        };
+        let (chunks, mut first, mut replayed) = (self.chunks(bindings)?, None, true);
+        for chunk in chunks.iter() {
+            let k = self.program_for(chunk)?;
+            first = first.or(self.main[k].bucket);
+            self.plan_chunk(slots, ordered, k, chunk)?;
+            replayed &= self.pinned_chunk(stream, slots, k, ordered, outputs)?;
+            self.count_chunk(chunk);
+        }
+        if !chunks.is_split()
+            && let Some(only) = chunks.iter().next()
+        {
+            *last =
+                Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[self.program_for(only)?].id });
+        }
+        self.count_split(&chunks);
+        Ok(RunInfo {
+            path: RunPath::Standard,
+            mode: BindingMode::PinnedCopy,
+            batch,
+            bucket: first,
+            chunks: u32::try_from(chunks.count()).unwrap_or(u32::MAX),
+            replayed,
+        })
+    }
+
+    /// One chunk of a host request on main program `k`, with the plans already in the slots.
+    fn pinned_chunk<T: AsMut<[u8]>>(
+        &self,
+        stream: &B::Stream,
+        slots: &mut Slots<B>,
+        k: usize,
+        inputs: &[HostTensor<'_>],
+        outputs: &mut [T],
+    ) -> Result<bool> {
+        {
+            let Slots { arena, pad_plans, .. } = &mut *slots;
+            arena.gather_host_with(|i| InputSource::Host { data: inputs[i].data, plan: pad_plans[i] })?;
+        }
+        let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
+        let Slots { arena, slice_plans, .. } = slots;
+        arena.fence(stream)?;
+        arena.scatter_outputs_with(outputs, |o| slice_plans[o])?;
+        Ok(replayed)
+    }
+}

@@ -1,0 +1,199 @@
+//! The session: one model on one device, serving requests of any batch size from precompiled
+//! buckets. This module holds the session's state and what every run path shares (leasing a run
+//! context, counting, [`Pending`] work); `build.rs` creates a session, and the paths themselves are
+//! in `path_host.rs`, `path_device.rs` and `binding.rs`.
+
+mod build;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use saggar_arena::{Lease, Pool};
+use saggar_device::{Backend, Device, Stream};
+use saggar_shape::{Signature, TensorShape};
+
+use crate::compiler::ProgramCompiler;
+use crate::context::RunContext;
+use crate::error::{DispatchError, Result};
+use crate::per_shape::ShapePrograms;
+use crate::plan::Model;
+use crate::programs::ProgramEntry;
+use crate::request::RequestGuard;
+use crate::stats::{Stats, StatsSnapshot};
+use crate::tensors::{HostTensor, RunInfo};
+
+pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
+    pub(crate) device: B::Device,
+    pub(crate) compiler: Arc<C>,
+    pub(crate) config: crate::config::SessionConfig,
+    pub(crate) signature: Signature,
+    pub(crate) model: Model,
+    /// Bucket programs in the policy's order, or the one static program; empty for per-shape models.
+    pub(crate) main: Vec<Arc<ProgramEntry<C::Program>>>,
+    /// Per main program: bytes of the staging span and of the output span it uses.
+    pub(crate) upload_span: Vec<usize>,
+    pub(crate) download_span: Vec<usize>,
+    /// A per-shape model's programs; empty for other models.
+    pub(crate) shape_programs: ShapePrograms<B, C::Program>,
+    pub(crate) contexts: Pool<RunContext<B>>,
+    /// The request limits, checked before anything is allocated or planned for a request.
+    pub(crate) guard: RequestGuard,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// One model on one device. Created with every bucket precompiled; serves `run` calls from any
+/// number of threads at once (each leases its own run context; there is no global run lock).
+///
+/// # Thread safety
+/// `Send + Sync`; clone it (cheap) or share it by reference.
+pub struct Session<B: Backend, C: ProgramCompiler<B>> {
+    pub(crate) inner: Arc<Inner<B, C>>,
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Clone for Session<B, C> {
+    fn clone(&self) -> Self {
+        Session { inner: self.inner.clone() }
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for Session<B, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("device", &self.inner.device.info().name)
+            .field("model", &self.inner.compiler.model().name)
+            .field("buckets", &self.buckets())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
+    /// The device.
+    pub fn device(&self) -> &B::Device {
+        &self.inner.device
+    }
+
+    /// The buckets precompiled (empty for models served per shape).
+    pub fn buckets(&self) -> Vec<u64> {
+        self.inner.main.iter().filter_map(|e| e.bucket).collect()
+    }
+
+    /// The model's signature (inputs and outputs in binding order).
+    pub fn signature(&self) -> &Signature {
+        &self.inner.signature
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.stats.snapshot()
+    }
+
+    /// Output dimensions for a request with these input shapes (any order).
+    pub fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
+        let inner = &*self.inner;
+        let shapes: Vec<TensorShape<'_>> = inputs.iter().map(|t| TensorShape::new(t.name, t.dtype, t.dims)).collect();
+        let bindings = inner.signature.bind(&shapes)?;
+        (0..inner.signature.outputs().len()).map(|o| Ok(bindings.output_shape(o)?.to_vec())).collect()
+    }
+
+    /// Runs `f` with a leased run context and returns the work it enqueued as [`Pending`].
+    pub(crate) fn enqueue_with(
+        &self,
+        f: impl FnOnce(&Inner<B, C>, &mut RunContext<B>) -> Result<RunInfo>,
+    ) -> Result<Pending<B>> {
+        let (result, lease) = self.inner.instrumented(f);
+        let info = result?;
+        Ok(Pending { lease: lease.expect("a successful run holds its context"), info, finished: false })
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// Runs `f` with a leased, pinned run context; counts the request, its latency and its failure
+    /// (the caller counts its path once it is known to have succeeded). Returns the lease too when
+    /// the run succeeded (for work left pending on its stream).
+    pub(crate) fn instrumented<R>(
+        &self,
+        f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
+    ) -> (Result<R>, Option<Lease<RunContext<B>>>) {
+        let started = Instant::now();
+        Stats::bump(&self.stats.requests);
+        let run = || -> Result<(R, Lease<RunContext<B>>)> {
+            let _pin = self.device.pin()?;
+            let mut ctx = self.contexts.lease()?;
+            if let Some(slots) = &mut ctx.slots {
+                slots.graphs.tick += 1;
+            }
+            match f(self, &mut ctx) {
+                Ok(r) => Ok((r, ctx)),
+                Err(e) => {
+                    // Leave nothing half-done on the stream for the next request, and never take the
+                    // ultra-fast path from a failed run. A failing synchronize is reported with the
+                    // run's error, not dropped.
+                    ctx.last = None;
+                    match ctx.stream.synchronize() {
+                        Ok(()) => Err(e),
+                        Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
+                    }
+                }
+            }
+        };
+        let result = run();
+        if let Err(e) = &result {
+            self.stats.record_failure(e);
+        }
+        self.stats.record_latency(started.elapsed());
+        match result {
+            Ok((r, lease)) => (Ok(r), Some(lease)),
+            Err(e) => (Err(e), None),
+        }
+    }
+}
+
+/// Work enqueued by [`Session::enqueue_device`]. Holds the request's run context until waited for.
+/// The request is counted as served (or as failed) once its work is known to be done: when it is
+/// waited for, or dropped.
+pub struct Pending<B: Backend> {
+    lease: Lease<RunContext<B>>,
+    info: RunInfo,
+    finished: bool,
+}
+
+impl<B: Backend> std::fmt::Debug for Pending<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("info", &self.info).finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Pending<B> {
+    /// Waits until the outputs are ready.
+    pub fn wait(mut self) -> Result<RunInfo> {
+        self.finish()?;
+        Ok(self.info)
+    }
+
+    /// Synchronizes the request's stream and counts the request as served or failed.
+    fn finish(&mut self) -> Result<()> {
+        self.finished = true;
+        match self.lease.stream.synchronize() {
+            Ok(()) => {
+                self.lease.stats.record_path(self.info.path);
+                Ok(())
+            }
+            Err(e) => {
+                self.lease.last = None;
+                let e = DispatchError::from(e);
+                self.lease.stats.record_failure(&e);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<B: Backend> Drop for Pending<B> {
+    fn drop(&mut self) {
+        if !self.finished
+            && let Err(e) = self.finish()
+        {
+            tracing::error!(error = %e, "saggar-dispatch: a dropped pending run failed");
+        }
+    }
+}
