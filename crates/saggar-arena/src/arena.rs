@@ -152,13 +152,13 @@ impl<B: Backend> ArenaContext<B> {
 /// # Thread safety
 /// `Send + Sync`. Mutation needs `&mut`; a pool hands each request its own arena.
 pub struct Arena<B: Backend> {
-    ctx: Arc<ArenaContext<B>>,
+    pub(crate) ctx: Arc<ArenaContext<B>>,
     device_memory: B::DeviceBuffer,
-    staging: B::PinnedBuffer,
-    readback: Option<B::PinnedBuffer>,
+    pub(crate) staging: B::PinnedBuffer,
+    pub(crate) readback: Option<B::PinnedBuffer>,
     /// Recorded after the last enqueued operation that touches pinned memory.
     in_flight: B::Event,
-    pending: bool,
+    pub(crate) pending: bool,
     /// Each input's whole slot, at its stable address.
     slots: Vec<DeviceSlice>,
     bindings: Vec<DeviceSlice>,
@@ -602,7 +602,7 @@ fn balanced_parts(slots: &[Slot], parts: usize) -> Vec<usize> {
     starts
 }
 
-fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {
+pub(crate) fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {
     if plan.dst_len() > slot.capacity {
         return Err(ArenaError::InputTooLarge {
             input: slot.name.clone(),

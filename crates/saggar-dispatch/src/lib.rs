@@ -53,6 +53,7 @@ mod plan;
 mod programs;
 mod request;
 mod session;
+mod staged;
 mod stats;
 mod tensors;
 
@@ -66,5 +67,6 @@ pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
 pub use request::RequestLimits;
 pub use saggar_cache::ModelHash;
 pub use session::{Pending, Session};
+pub use staged::{Request, TensorRef};
 pub use stats::{FailureCounts, LatencyHistogram, StatsSnapshot};
 pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};

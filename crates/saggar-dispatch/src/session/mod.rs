@@ -114,36 +114,53 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         &self,
         f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
     ) -> (Result<R>, Option<Lease<RunContext<B>>>) {
+        let mut lease = None;
+        let result = self.counted(|| {
+            let _pin = self.device.pin()?;
+            let ctx = lease.insert(self.contexts.lease()?);
+            self.run_on(ctx, f)
+        });
+        match result {
+            Ok(r) => (Ok(r), lease),
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    /// Runs `attempt` as one request: counts it, its latency and its failure (the caller counts
+    /// its path once it is known to have succeeded).
+    pub(crate) fn counted<R>(&self, attempt: impl FnOnce() -> Result<R>) -> Result<R> {
         let started = Instant::now();
         Stats::bump(&self.stats.requests);
-        let run = || -> Result<(R, Lease<RunContext<B>>)> {
-            let _pin = self.device.pin()?;
-            let mut ctx = self.contexts.lease()?;
-            if let Some(slots) = &mut ctx.slots {
-                slots.graphs.tick += 1;
-            }
-            match f(self, &mut ctx) {
-                Ok(r) => Ok((r, ctx)),
-                Err(e) => {
-                    // Leave nothing half-done on the stream for the next request, and never take the
-                    // ultra-fast path from a failed run. A failing synchronize is reported with the
-                    // run's error, not dropped.
-                    ctx.last = None;
-                    match ctx.stream.synchronize() {
-                        Ok(()) => Err(e),
-                        Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
-                    }
-                }
-            }
-        };
-        let result = run();
+        let result = attempt();
         if let Err(e) = &result {
             self.stats.record_failure(e);
         }
         self.stats.record_latency(started.elapsed());
-        match result {
-            Ok((r, lease)) => (Ok(r), Some(lease)),
-            Err(e) => (Err(e), None),
+        result
+    }
+
+    /// Runs `f` on a leased run context (the device pinned by the caller). A failed run leaves
+    /// nothing half-done on the context's stream.
+    pub(crate) fn run_on<R>(
+        &self,
+        ctx: &mut RunContext<B>,
+        f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(slots) = &mut ctx.slots {
+            slots.graphs.tick += 1;
+        }
+        match f(self, ctx) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                // Leave nothing half-done on the stream for the next request, and never take the
+                // ultra-fast path from a failed run. A failing synchronize is reported with the
+                // run's error, not dropped.
+                ctx.last = None;
+                match ctx.stream.synchronize() {
+                    Ok(()) => Err(e),
+                    Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
+                }
+            }
         }
     }
 }
