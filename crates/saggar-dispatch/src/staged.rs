@@ -297,7 +297,12 @@ fn slots<B: Backend>(ctx: &mut RunContext<B>) -> Result<&mut Slots<B>> {
 fn check_element<T>(role: &'static str, spec: &TensorSpec) -> Result<()> {
     let element_bytes = std::mem::size_of::<T>();
     if element_bytes != spec.dtype().size_bytes() {
-        return Err(DispatchError::ElementType { role, name: spec.name().to_string(), dtype: spec.dtype(), element_bytes });
+        return Err(DispatchError::ElementType {
+            role,
+            name: spec.name().to_string(),
+            dtype: spec.dtype(),
+            element_bytes,
+        });
     }
     Ok(())
 }
