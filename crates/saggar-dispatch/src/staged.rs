@@ -216,6 +216,14 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         cast::<T, _>("input", &specs[index], bytemuck::try_cast_slice_mut(bytes))
     }
 
+    /// [`Request::input_mut`] as bytes, whatever the input's element type (for callers that hold
+    /// their inputs as bytes).
+    pub fn input_bytes_mut(&mut self, input: impl TensorRef) -> Result<&mut [u8]> {
+        let index = input.index_in("input", self.session.inner.signature.inputs())?;
+        let Slots { arena, pad_plans, .. } = slots(&mut self.lease)?;
+        Ok(arena.staged_input_mut(index, &pad_plans[index])?)
+    }
+
     /// Runs the request: pads every input in place to the bucket (repeating its last real row),
     /// enqueues ONE host-to-device copy, replays the bucket's graph (or launches eagerly when graphs
     /// are off), enqueues one download of the outputs, and waits for it.
@@ -240,12 +248,18 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         let specs = self.session.inner.signature.outputs();
         let index = output.index_in("output", specs)?;
         check_element::<T>("output", &specs[index])?;
+        let bytes = self.output_bytes(index)?;
+        cast::<T, _>("output", &specs[index], bytemuck::try_cast_slice(bytes))
+    }
+
+    /// [`Request::output`] as bytes, whatever the output's element type.
+    pub fn output_bytes(&self, output: impl TensorRef) -> Result<&[u8]> {
+        let index = output.index_in("output", self.session.inner.signature.outputs())?;
         if !self.ran {
             return Err(DispatchError::RequestNotRun);
         }
         let slots = self.lease.slots.as_ref().ok_or(DispatchError::RequestNeedsBuckets)?;
-        let bytes = slots.arena.downloaded_output(index, &slots.slice_plans[index])?;
-        cast::<T, _>("output", &specs[index], bytemuck::try_cast_slice(bytes))
+        Ok(slots.arena.downloaded_output(index, &slots.slice_plans[index])?)
     }
 }
 
