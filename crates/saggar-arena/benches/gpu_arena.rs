@@ -360,7 +360,7 @@ fn main() {
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
     println!(
-        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy), mean wait for helpers",
+        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy), mean wait for helpers; alone (parked), woke helpers; helper spin per gather",
         "case", "gather", "arena us", "gather-only", "per-input us", "single us", "per-input/arena", "arena/single"
     );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
@@ -369,13 +369,17 @@ fn main() {
         let stats = r.stats.map_or(String::new(), |s| {
             let per = |ns: u64, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
             let on_helpers = 100.0 * s.parts_on_helpers as f64 / s.parts.max(1) as f64;
+            let gathers = s.split + s.alone_parked + s.alone_busy;
             format!(
-                "  {on_helpers:.0}% of {} parts, {} of {}, {}, {:.2} us",
+                "  {on_helpers:.0}% of {} parts, {} of {}, {}, {:.2} us; {}, {}; {:.1} us",
                 s.parts,
                 s.found_parked,
                 s.split,
                 s.alone_busy,
                 per(s.helper_wait_ns, s.split),
+                s.alone_parked,
+                s.woke_helpers,
+                per(s.helper_spin_ns, gathers),
             )
         });
         println!(
@@ -395,7 +399,7 @@ fn main() {
         out.push_str(&format!(
             "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3},\"gather_stats\":{}}}",
             r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us,
-            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns))
+            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{},\"alone_parked\":{},\"woke_helpers\":{},\"helper_spin_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns, s.alone_parked, s.woke_helpers, s.helper_spin_ns))
         ));
     }
     out.push_str("]}\n");
