@@ -137,6 +137,10 @@ impl<B: Backend> ArenaContext<B> {
         Ok(ArenaContext { device, layout, options, gatherer, part_starts, pad_kernel: OnceLock::new() })
     }
 
+    pub(crate) fn gather_stats(&self) -> GatherStats {
+        self.gatherer.stats()
+    }
+
     fn pad_kernel(&self) -> Result<&B::Kernel> {
         let compiled = self.pad_kernel.get_or_init(|| {
             let code = self.device.compile(&builtin::source())?;
@@ -242,7 +246,7 @@ impl<B: Backend> Arena<B> {
     /// How the split gathers of this arena's gatherer ran so far (shared by every pool of the process
     /// with the same [`GatherOptions`]).
     pub fn gather_stats(&self) -> GatherStats {
-        self.ctx.gatherer.stats()
+        self.ctx.gather_stats()
     }
 
     /// How each input was bound by the last [`Arena::stage_inputs`].

@@ -8,7 +8,7 @@ mod build;
 use std::sync::Arc;
 use std::time::Instant;
 
-use saggar_arena::{Lease, Pool};
+use saggar_arena::{ArenaPool, GatherStats, Lease, Pool};
 use saggar_device::{Backend, Device, Stream};
 use saggar_shape::{Signature, TensorShape};
 
@@ -36,6 +36,8 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     /// A per-shape model's programs; empty for other models.
     pub(crate) shape_programs: ShapePrograms<B, C::Program>,
     pub(crate) contexts: Pool<RunContext<B>>,
+    /// The pool the contexts' arenas come from, for its gather counters.
+    pub(crate) gather: ArenaPool<B>,
     /// The request limits, checked before anything is allocated or planned for a request.
     pub(crate) guard: RequestGuard,
     pub(crate) stats: Arc<Stats>,
@@ -85,6 +87,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// The counters.
     pub fn stats(&self) -> StatsSnapshot {
         self.inner.stats.snapshot()
+    }
+
+    /// How the host side of this session's gathers ran ([`Session::run`], [`Session::run_into`]):
+    /// split across helpers, alone because the helpers were busy or parked, and the CPU time the
+    /// helpers spent spinning. The helpers and these counters are shared by every session of the
+    /// process with the same gather options.
+    pub fn gather_stats(&self) -> GatherStats {
+        self.inner.gather.gather_stats()
     }
 
     /// Output dimensions for a request with these input shapes (any order).
