@@ -8,6 +8,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::time::Duration;
 
 use common::*;
+use saggar_device::Backend;
 use saggar_device::host::HostBackend;
 use saggar_dispatch::{BucketSpec, DispatchError, GraphConfig, HostTensor, RunPath, Session, SessionConfig};
 use saggar_shape::DType;
@@ -212,4 +213,40 @@ fn a_failed_run_is_counted_hides_stale_outputs_and_the_request_runs_again() {
     let st = s.stats();
     assert_eq!((st.requests, st.failed), (3, 1));
     assert_eq!(st.ultra_fast + st.fast + st.standard + st.failed, st.requests);
+}
+
+#[test]
+fn a_group_request_counts_in_flight_on_its_device_until_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = Arc::new(SumModel::new(2, 4, false));
+    let cache =
+        saggar_cache::CompileCache::open(saggar_cache::CacheConfig::builder(tmp.path().join("cache")).build()).unwrap();
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).cache(Arc::new(cache)).build().unwrap();
+    let devices = vec![HostBackend::open(0).unwrap(), HostBackend::open(1).unwrap()];
+    let group = saggar_dispatch::SessionGroup::new(
+        devices,
+        model.clone(),
+        config,
+        saggar_dispatch::Routing::LeastLoaded,
+        &|_, _| {},
+    )
+    .unwrap();
+    let names = names(&model);
+    let (first, mut a) = group.request(3).unwrap();
+    // The first request is in flight on its device while it lives, so the next goes to the other.
+    let (second, mut b) = group.request(3).unwrap();
+    assert_ne!(first, second);
+    for (request, seed) in [(&mut a, 1), (&mut b, 2)] {
+        let data = model.inputs(3, seed);
+        fill(request, &names, &data);
+        request.run().unwrap();
+        assert_eq!(request.output::<f32>(0).unwrap(), &model.reference(&data, 3).0[..]);
+    }
+    drop(a);
+    // Device `first` is free again; `second` still holds a request.
+    let (third, _c) = group.request(1).unwrap();
+    assert_eq!(third, first);
+    let stats = group.stats();
+    assert_eq!((stats[first].requests, stats[second].requests), (1, 1));
 }
