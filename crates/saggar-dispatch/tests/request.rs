@@ -250,3 +250,24 @@ fn a_group_request_counts_in_flight_on_its_device_until_dropped() {
     let stats = group.stats();
     assert_eq!((stats[first].requests, stats[second].requests), (1, 1));
 }
+
+#[test]
+fn a_request_moves_to_another_thread() {
+    let (s, m) = session(SumModel::new(2, 4, false), 2, 1, true);
+    let names = names(&m);
+    let mut request = s.request(2).unwrap();
+    let data = m.inputs(2, 9);
+    // Send: run on another thread, read back on this one.
+    fill(&mut request, &names, &data);
+    let request = std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                let mut request = request;
+                request.run().unwrap();
+                request
+            })
+            .join()
+            .unwrap()
+    });
+    assert_eq!(request.output::<f32>(0).unwrap(), &m.reference(&data, 2).0[..]);
+}
