@@ -1,15 +1,17 @@
 //! The dispatcher on the best backend present (CUDA on the GPU machine): the CPU cost of an
 //! ultra-fast direct-bind run (`run_device`, validating every tensor per run, and a `DeviceBinding`,
 //! validated once) against a bare launch of the same captured graph, and end-to-end latency of the
-//! pinned-copy path, for the default 190-input recommender at batch 1, all in one run, interleaved.
+//! pinned-copy path and of a `Request` (inputs written in place into pinned staging: one copy, the
+//! replay, one download) against one prefilled copy of the same bytes + the bare graph + one
+//! download, for the default 190-input recommender at batch 1, all in one run, interleaved.
 //! `--json PATH` writes the figures.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use saggar::device::{
-    Backend, BackendChoice, BackendKind, BackendVisitor, CaptureMode, Device, DeviceBuffer, Stream, resolve,
-    visit_backend,
+    Backend, BackendChoice, BackendKind, BackendVisitor, CaptureMode, Device, DeviceBuffer, PinnedBuffer, Stream,
+    resolve, visit_backend,
 };
 use saggar::dispatch::{
     BucketSpec, DeviceTensor, HostTensor, Program, ProgramCompiler, RunPath, Session, SessionConfig,
@@ -34,6 +36,9 @@ struct Figures {
     run_device_e2e_us: f64,
     bare_e2e_us: f64,
     pinned_e2e_us: f64,
+    request_e2e_us: f64,
+    request_run_us: f64,
+    prefilled_replay_us: f64,
 }
 
 impl BackendVisitor for Bench {
@@ -155,6 +160,41 @@ impl BackendVisitor for Bench {
             session.run_into(&host, &mut views).unwrap();
             pinned.push(t.elapsed());
         }
+        // A Request (the session's only run context, returned when it is dropped), against one
+        // prefilled copy of the same bytes + the bare graph + one download, interleaved.
+        let input_bytes: usize = inputs.iter().map(Vec::len).sum();
+        let mut prefilled = device.alloc_pinned(input_bytes).map_err(|x| e(&x))?;
+        let mut offset = 0;
+        for d in &inputs {
+            prefilled.as_mut_slice()[offset..offset + d.len()].copy_from_slice(d);
+            offset += d.len();
+        }
+        let staged_target = device.alloc(input_bytes).map_err(|x| e(&x))?;
+        let readback = device.alloc_pinned(out_bufs[0].len()).map_err(|x| e(&x))?;
+        let mut request = session.request(batch).map_err(|x| e(&x))?;
+        let (mut request_e2e, mut request_run, mut prefilled_replay) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let t = Instant::now();
+            for (i, d) in inputs.iter().enumerate() {
+                request.input_bytes_mut(i).unwrap().copy_from_slice(d);
+            }
+            request.run().unwrap();
+            request_e2e.push(t.elapsed());
+            let t = Instant::now();
+            request.run().unwrap();
+            request_run.push(t.elapsed());
+            let t = Instant::now();
+            // SAFETY: the pinned buffers and device buffers outlive the synchronize below.
+            unsafe {
+                stream.copy_h2d_async(&prefilled, 0, staged_target.as_slice()).unwrap();
+                stream.launch_graph(&exec).unwrap();
+                stream.copy_d2h_async(out_bufs[0].as_slice(), &readback, 0).unwrap();
+            }
+            stream.synchronize().unwrap();
+            prefilled_replay.push(t.elapsed());
+        }
+        drop(request);
         Ok(Figures {
             device: format!("{} ({})", device.info().name, B::KIND),
             run_enqueue_us: median(run_enqueue),
@@ -164,6 +204,9 @@ impl BackendVisitor for Bench {
             run_device_e2e_us: median(run_e2e),
             bare_e2e_us: median(bare_e2e),
             pinned_e2e_us: median(pinned),
+            request_e2e_us: median(request_e2e),
+            request_run_us: median(request_run),
+            prefilled_replay_us: median(prefilled_replay),
         })
     }
 }
@@ -185,17 +228,22 @@ fn main() {
         }
     };
     println!("gpu_dispatch on {}, recsys (190 inputs) batch 1, median of {iterations}", f.device);
+    let (bare, prefilled) = (Some((f.bare_launch_us, "bare")), Some((f.prefilled_replay_us, "prefilled")));
+    let bare_e2e = Some((f.bare_e2e_us, "bare"));
     let rows = [
-        ("ultra-fast run_device, CPU cost to enqueue", f.run_enqueue_us, Some(f.bare_launch_us)),
-        ("ultra-fast DeviceBinding, CPU cost to enqueue", f.bound_enqueue_us, Some(f.bare_launch_us)),
+        ("ultra-fast run_device, CPU cost to enqueue", f.run_enqueue_us, bare),
+        ("ultra-fast DeviceBinding, CPU cost to enqueue", f.bound_enqueue_us, bare),
         ("bare graph launch, CPU cost to enqueue", f.bare_launch_us, None),
-        ("ultra-fast run_device, enqueue + wait", f.run_device_e2e_us, Some(f.bare_e2e_us)),
-        ("ultra-fast DeviceBinding, enqueue + wait", f.bound_e2e_us, Some(f.bare_e2e_us)),
+        ("ultra-fast run_device, enqueue + wait", f.run_device_e2e_us, bare_e2e),
+        ("ultra-fast DeviceBinding, enqueue + wait", f.bound_e2e_us, bare_e2e),
         ("bare graph launch, enqueue + wait", f.bare_e2e_us, None),
-        ("pinned-copy run_into (host in, host out)", f.pinned_e2e_us, None),
+        ("pinned-copy run_into (host in, host out)", f.pinned_e2e_us, prefilled),
+        ("Request: write inputs in place + run", f.request_e2e_us, prefilled),
+        ("Request: run (inputs already in place)", f.request_run_us, prefilled),
+        ("prefilled copy + bare graph + download", f.prefilled_replay_us, None),
     ];
-    for (label, us, bare) in rows {
-        let ratio = bare.map(|b| format!("   ({:.2}x bare)", us / b)).unwrap_or_default();
+    for (label, us, base) in rows {
+        let ratio = base.map(|(b, name)| format!("   ({:.2}x {name})", us / b)).unwrap_or_default();
         println!("  {label:<46} {us:>9.2} us{ratio}");
     }
     if let Some(path) = json {
@@ -211,6 +259,11 @@ fn main() {
             ("e2e_ratio", f.run_device_e2e_us / f.bare_e2e_us),
             ("bound_enqueue_ratio", f.bound_enqueue_us / f.bare_launch_us),
             ("bound_e2e_ratio", f.bound_e2e_us / f.bare_e2e_us),
+            ("request_e2e_us", f.request_e2e_us),
+            ("request_run_us", f.request_run_us),
+            ("prefilled_replay_us", f.prefilled_replay_us),
+            ("request_ratio", f.request_e2e_us / f.prefilled_replay_us),
+            ("request_run_ratio", f.request_run_us / f.prefilled_replay_us),
         ];
         let numbers: Vec<String> = fields.iter().map(|(k, v)| format!("{k:?}:{v:.3}")).collect();
         let text = format!(

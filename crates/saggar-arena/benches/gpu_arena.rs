@@ -9,6 +9,8 @@
 //!   machine has the cores, and the default), and with requests 1 ms apart (parked helpers);
 //! - `gather only`: the host side of the same gather, without the copy (where the time goes);
 //! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
+//! - `request`: the inputs written in place into the staging slots (what a dispatcher `Request`
+//!   does: no gather), padded in place, ONE copy, fenced and waited for;
 //! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor);
 //!   for each gather configuration measured in alternation with its `arena` iterations, so the ratio
 //!   compares the two under the same machine state; for the diagnostic rows, measured once per case.
@@ -214,6 +216,48 @@ impl BackendVisitor for Bench {
                     InputSource::Host { data: bytes, plan: *p }
                 })
                 .collect();
+            // Inputs written in place (what a dispatcher `Request` does on the host): the caller's
+            // writes into the staging slots, the in-place padding pass, ONE copy, the fence, the
+            // wait; measured in alternation with the prefilled copy.
+            {
+                let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
+                    .map_err(|e| e.to_string())?;
+                let mut lease = pool.lease().map_err(|e| e.to_string())?;
+                let [in_place_us, prefilled_alongside_us] = time_each(
+                    self.iterations,
+                    None,
+                    [
+                        &mut || {
+                            for (index, (h, plan)) in host.iter().zip(&plans).enumerate() {
+                                let view = lease.staged_input_mut(index, plan).unwrap();
+                                // SAFETY: f32 -> u8 view of initialised memory.
+                                view.copy_from_slice(unsafe {
+                                    std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes)
+                                });
+                            }
+                            let span = lease.pad_staged(|i| plans[i]).unwrap();
+                            // SAFETY: fenced right below, and waited for before the next write.
+                            unsafe { lease.enqueue_upload(&stream, span).unwrap() };
+                            lease.fence(&stream).unwrap();
+                            lease.wait_idle().unwrap();
+                        },
+                        &mut || {
+                            // SAFETY: as above.
+                            unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                            stream.synchronize().unwrap();
+                        },
+                    ],
+                );
+                rows.push(Row {
+                    case: case_name.clone(),
+                    gather: "request: written in place, no gather".to_string(),
+                    arena_us: in_place_us,
+                    gather_only_us: f64::NAN,
+                    per_input_us,
+                    single_prefilled_us: prefilled_alongside_us,
+                    stats: None,
+                });
+            }
             for (label, gather, pause) in gather_configs() {
                 // Requests 1 ms apart: parked helpers; fewer iterations (each waits the pause).
                 let iterations = if pause.is_some() { self.iterations / 4 } else { self.iterations };
@@ -316,7 +360,7 @@ fn main() {
     };
     println!("gpu_arena on {device}, median of {iterations} iterations (each ends with a stream synchronize)");
     println!(
-        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy), mean wait for helpers",
+        "{:<20} {:<36} {:>9} {:>12} {:>12} {:>12} {:>16} {:>13}  split gathers: parts on helpers, found parked, alone (busy), mean wait for helpers; alone (parked), woke helpers; helper spin per gather",
         "case", "gather", "arena us", "gather-only", "per-input us", "single us", "per-input/arena", "arena/single"
     );
     let mut out = String::from("{\"bench\":\"gpu_arena\",\"device\":");
@@ -325,13 +369,17 @@ fn main() {
         let stats = r.stats.map_or(String::new(), |s| {
             let per = |ns: u64, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
             let on_helpers = 100.0 * s.parts_on_helpers as f64 / s.parts.max(1) as f64;
+            let gathers = s.split + s.alone_parked + s.alone_busy;
             format!(
-                "  {on_helpers:.0}% of {} parts, {} of {}, {}, {:.2} us",
+                "  {on_helpers:.0}% of {} parts, {} of {}, {}, {:.2} us; {}, {}; {:.1} us",
                 s.parts,
                 s.found_parked,
                 s.split,
                 s.alone_busy,
                 per(s.helper_wait_ns, s.split),
+                s.alone_parked,
+                s.woke_helpers,
+                per(s.helper_spin_ns, gathers),
             )
         });
         println!(
@@ -351,7 +399,7 @@ fn main() {
         out.push_str(&format!(
             "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3},\"gather_stats\":{}}}",
             r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us,
-            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns))
+            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{},\"alone_parked\":{},\"woke_helpers\":{},\"helper_spin_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns, s.alone_parked, s.woke_helpers, s.helper_spin_ns))
         ));
     }
     out.push_str("]}\n");

@@ -137,6 +137,10 @@ impl<B: Backend> ArenaContext<B> {
         Ok(ArenaContext { device, layout, options, gatherer, part_starts, pad_kernel: OnceLock::new() })
     }
 
+    pub(crate) fn gather_stats(&self) -> GatherStats {
+        self.gatherer.stats()
+    }
+
     fn pad_kernel(&self) -> Result<&B::Kernel> {
         let compiled = self.pad_kernel.get_or_init(|| {
             let code = self.device.compile(&builtin::source())?;
@@ -152,13 +156,13 @@ impl<B: Backend> ArenaContext<B> {
 /// # Thread safety
 /// `Send + Sync`. Mutation needs `&mut`; a pool hands each request its own arena.
 pub struct Arena<B: Backend> {
-    ctx: Arc<ArenaContext<B>>,
+    pub(crate) ctx: Arc<ArenaContext<B>>,
     device_memory: B::DeviceBuffer,
-    staging: B::PinnedBuffer,
-    readback: Option<B::PinnedBuffer>,
+    pub(crate) staging: B::PinnedBuffer,
+    pub(crate) readback: Option<B::PinnedBuffer>,
     /// Recorded after the last enqueued operation that touches pinned memory.
     in_flight: B::Event,
-    pending: bool,
+    pub(crate) pending: bool,
     /// Each input's whole slot, at its stable address.
     slots: Vec<DeviceSlice>,
     bindings: Vec<DeviceSlice>,
@@ -242,7 +246,7 @@ impl<B: Backend> Arena<B> {
     /// How the split gathers of this arena's gatherer ran so far (shared by every pool of the process
     /// with the same [`GatherOptions`]).
     pub fn gather_stats(&self) -> GatherStats {
-        self.ctx.gatherer.stats()
+        self.ctx.gather_stats()
     }
 
     /// How each input was bound by the last [`Arena::stage_inputs`].
@@ -602,7 +606,7 @@ fn balanced_parts(slots: &[Slot], parts: usize) -> Vec<usize> {
     starts
 }
 
-fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {
+pub(crate) fn check_fits(slot: &Slot, plan: &PadPlan) -> Result<()> {
     if plan.dst_len() > slot.capacity {
         return Err(ArenaError::InputTooLarge {
             input: slot.name.clone(),

@@ -93,6 +93,9 @@ pub enum ArenaError {
     /// An output download was not enqueued before scattering.
     #[error("the arena has no read-back buffer: build it with ArenaOptions::coalesce_outputs on")]
     NotDownloaded,
+    /// The host read pinned memory that an enqueued copy may still be writing.
+    #[error("the arena's copies are still in flight; call Arena::wait_idle before reading the read-back buffer")]
+    InFlight,
 }
 
 /// Result with [`ArenaError`].

@@ -27,7 +27,10 @@ pub struct GatherOptions {
     pub parallel_min_bytes: usize,
     /// A layout with at least this many inputs is gathered in parts (the per-input checks add up).
     pub parallel_min_inputs: usize,
-    /// How long an idle helper spins for the next gather before it parks.
+    /// How long an idle helper spins for the next gather before it parks. Also what tells sparse
+    /// traffic from sustained load: a gather that finds every helper parked runs on the calling
+    /// thread, and wakes the helpers for the next one only if it came within `spin` of the
+    /// previous gather.
     pub spin: Duration,
     /// How the staging buffer is written.
     pub stores: StagingStores,
@@ -74,9 +77,12 @@ impl GatherOptions {
     /// One helper per two hardware threads beyond the first two, at most seven (none on a machine
     /// with fewer than four: the driver's and the application's threads need those cores); layouts
     /// of 64 KiB or 64 inputs and more gathered in parts; helpers spinning 250 us after each gather
-    /// (longer than a request that gathers alone takes, so a burst keeps them awake; under sparse
-    /// traffic that is up to 250 us of CPU per helper and request: lower it, or set `helpers` to 0,
-    /// where CPU matters more than latency); stores chosen by the backend ([`StagingStores::Auto`]).
+    /// (longer than a request that gathers alone takes, so a burst keeps them awake; requests
+    /// further apart than that find them parked and gather alone, without waking them, so sparse
+    /// traffic costs no spinning and no wake-ups; under sustained load that is up to 250 us of CPU
+    /// per helper and request, counted in [`GatherStats::helper_spin_ns`]: lower it, or set
+    /// `helpers` to 0, where CPU matters more than latency); stores chosen by the backend
+    /// ([`StagingStores::Auto`]).
     pub fn auto() -> GatherOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         GatherOptions {
@@ -139,9 +145,11 @@ impl Default for GatherOptions {
 /// [`GatherOptions`] share a gatherer, so these are the counts of all of them. Layouts gathered in
 /// one part (below [`GatherOptions::parallel_min_bytes`] and `parallel_min_inputs`) are not counted.
 ///
-/// Tells whether the helpers help: few `parts_on_helpers` with many `found_parked` mean requests
-/// come further apart than [`GatherOptions::spin`]; many `alone_busy` mean several threads gather at
-/// once (more pools or threads than one set of helpers serves).
+/// Tells whether the helpers help: many `alone_parked` mean requests come further apart than
+/// [`GatherOptions::spin`] (the helpers sleep and cost nothing; those gathers ran as fast as with
+/// no helpers); many `alone_busy` mean several threads gather at once (more pools or threads than
+/// one set of helpers serves); `helper_spin_ns` is the CPU time the helpers spent waiting for
+/// gathers, what keeping them awake costs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GatherStats {
@@ -159,6 +167,14 @@ pub struct GatherStats {
     /// Time the calling threads of split gathers waited for helpers after the last part was
     /// claimed, summed, in nanoseconds.
     pub helper_wait_ns: u64,
+    /// Gathers that ran every part on the calling thread because every helper was parked (waking
+    /// one costs more than its part saves).
+    pub alone_parked: u64,
+    /// Gathers among `alone_parked` that came within [`GatherOptions::spin`] of the previous
+    /// gather and so woke the helpers (after the copy was enqueued) for the next one.
+    pub woke_helpers: u64,
+    /// CPU time the helpers spent spinning for the next gather, summed, in nanoseconds.
+    pub helper_spin_ns: u64,
 }
 
 impl GatherStats {
@@ -172,12 +188,16 @@ impl GatherStats {
             found_parked: self.found_parked.saturating_sub(earlier.found_parked),
             alone_busy: self.alone_busy.saturating_sub(earlier.alone_busy),
             helper_wait_ns: self.helper_wait_ns.saturating_sub(earlier.helper_wait_ns),
+            alone_parked: self.alone_parked.saturating_sub(earlier.alone_parked),
+            woke_helpers: self.woke_helpers.saturating_sub(earlier.woke_helpers),
+            helper_spin_ns: self.helper_spin_ns.saturating_sub(earlier.helper_spin_ns),
         }
     }
 }
 
 /// The counters behind [`GatherStats`], written by calling threads only (helpers never touch
-/// them, so counting adds no contention to a gather).
+/// them, so counting adds no contention to a gather; each helper counts its spinning on its own
+/// line, [`Shared::spin_ns`]).
 #[derive(Default)]
 struct Counters {
     split: AtomicU64,
@@ -186,6 +206,10 @@ struct Counters {
     found_parked: AtomicU64,
     alone_busy: AtomicU64,
     helper_wait_ns: AtomicU64,
+    alone_parked: AtomicU64,
+    woke_helpers: AtomicU64,
+    /// When the latest gather started, in nanoseconds since `Shared::started` (0: none yet).
+    last_gather_ns: AtomicU64,
 }
 
 /// The publication word of a gather: its epoch in the high bits, its part count in the low
@@ -255,6 +279,10 @@ struct Shared {
     /// A gather found helpers parked; [`Gatherer::wake_parked`] wakes them.
     wake_requested: AtomicBool,
     counters: CachePadded<Counters>,
+    /// Per helper: nanoseconds spent spinning for a gather, written by that helper only.
+    spin_ns: Box<[CachePadded<AtomicU64>]>,
+    /// The gatherer's start, the origin of `Counters::last_gather_ns`.
+    started: Instant,
 }
 
 // SAFETY: `publication.task` is written only by the thread holding the gatherer's `busy` lock,
@@ -307,6 +335,8 @@ impl Gatherer {
             spin: options.spin,
             wake_requested: AtomicBool::new(false),
             counters: CachePadded::default(),
+            spin_ns: (0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            started: Instant::now(),
         });
         let mut gatherer = Gatherer { shared: shared.clone(), helpers: Vec::with_capacity(n), busy: Mutex::new(()) };
         for index in 0..n {
@@ -322,9 +352,9 @@ impl Gatherer {
 
     /// Runs `task(p)` once for every part `p` in `0..parts` (at most helpers + 1), on the calling
     /// thread and the awake helpers at once, or every part on the calling thread, in order, when the
-    /// helpers are busy with another gather. Returns when every part is done; fails only if a part
-    /// panicked on a helper (a part that panics on the calling thread unwinds from here, once the
-    /// helpers' parts are done).
+    /// helpers are busy with another gather or all parked. Returns when every part is done; fails
+    /// only if a part panicked on a helper (a part that panics on the calling thread unwinds from
+    /// here, once the helpers' parts are done).
     pub(crate) fn run_parts(&self, parts: usize, task: &(dyn Fn(usize) + Sync + '_)) -> Result<(), String> {
         let shared = &*self.shared;
         let splittable = parts > 1 && !self.helpers.is_empty() && parts <= shared.parts.len();
@@ -341,6 +371,10 @@ impl Gatherer {
         // alone. This gather pays the system calls; the next finds the helpers awake.
         if shared.wake_requested.load(Ordering::Relaxed) {
             self.wake_parked();
+        }
+        if self.alone_when_parked() {
+            (0..parts).for_each(task);
+            return Ok(());
         }
         let epoch = unpack_publication(shared.publication.word.load(Ordering::Relaxed)).0 + 1;
         // SAFETY: this thread holds `busy`, and no helper reads the cell: the previous gather left no
@@ -384,6 +418,29 @@ impl Gatherer {
             return Err("a gather helper thread panicked".into());
         }
         Ok(())
+    }
+
+    /// Whether every helper is parked, so this gather runs alone: a parked helper takes a system
+    /// call to wake and tens of microseconds to run, longer than its part of a gather takes the
+    /// calling thread. Then, if this gather came within the spin time of the previous one (the
+    /// load is sustained), asks for the helpers to be woken once the copy is enqueued
+    /// ([`Gatherer::wake_parked`]), so the next gather finds them spinning; under sparse traffic
+    /// they stay parked and cost nothing.
+    fn alone_when_parked(&self) -> bool {
+        let shared = &*self.shared;
+        let c = &shared.counters;
+        let now = u64::try_from(shared.started.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+        let previous = c.last_gather_ns.swap(now, Ordering::Relaxed);
+        if !shared.parked.iter().all(|p| p.load(Ordering::SeqCst)) {
+            return false;
+        }
+        c.alone_parked.fetch_add(1, Ordering::Relaxed);
+        let spin = u64::try_from(shared.spin.as_nanos()).unwrap_or(u64::MAX);
+        if previous != 0 && now - previous.min(now) <= spin {
+            c.woke_helpers.fetch_add(1, Ordering::Relaxed);
+            shared.wake_requested.store(true, Ordering::Relaxed);
+        }
+        true
     }
 
     /// [`Gatherer::run_parts`] over `parts`: `task` gets each part, mutably, exactly once, on
@@ -439,6 +496,9 @@ impl Gatherer {
             found_parked: c.found_parked.load(Ordering::Relaxed),
             alone_busy: c.alone_busy.load(Ordering::Relaxed),
             helper_wait_ns: c.helper_wait_ns.load(Ordering::Relaxed),
+            alone_parked: c.alone_parked.load(Ordering::Relaxed),
+            woke_helpers: c.woke_helpers.load(Ordering::Relaxed),
+            helper_spin_ns: self.shared.spin_ns.iter().map(|n| n.load(Ordering::Relaxed)).sum(),
         }
     }
 
@@ -536,14 +596,20 @@ fn helper(shared: &Shared, index: usize) {
 }
 
 /// Waits until the publication word moves past `seen`; `None` on shutdown. Spins for
-/// `shared.spin`, then parks.
+/// `shared.spin`, then parks; counts the time spun in `shared.spin_ns`.
 fn wait_for_gather(shared: &Shared, index: usize, seen: u64) -> Option<u64> {
     let word = &shared.publication.word;
-    let mut spin_until = Instant::now() + shared.spin;
+    let mut spin_started = Instant::now();
+    let mut spin_until = spin_started + shared.spin;
+    let spun = |since: Instant| {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        shared.spin_ns[index].fetch_add(ns, Ordering::Relaxed);
+    };
     let mut polls = 0u32;
     loop {
         let current = word.load(Ordering::Acquire);
         if current != seen {
+            spun(spin_started);
             return Some(current);
         }
         if shared.shutdown.load(Ordering::Acquire) {
@@ -554,13 +620,15 @@ fn wait_for_gather(shared: &Shared, index: usize, seen: u64) -> Option<u64> {
             std::hint::spin_loop();
             continue;
         }
+        spun(spin_started);
         shared.parked[index].store(true, Ordering::SeqCst);
         if word.load(Ordering::SeqCst) == seen && !shared.shutdown.load(Ordering::SeqCst) {
             // `unpark` before `park` makes `park` return at once, so no wake-up is lost.
             std::thread::park();
         }
         shared.parked[index].store(false, Ordering::SeqCst);
-        spin_until = Instant::now() + shared.spin;
+        spin_started = Instant::now();
+        spin_until = spin_started + shared.spin;
     }
 }
 
@@ -654,8 +722,9 @@ mod tests {
 
     use super::*;
 
+    /// Helpers that stay awake through each test (a gather that finds them all parked runs alone).
     fn options(helpers: usize) -> GatherOptions {
-        GatherOptions { helpers, spin: Duration::from_micros(10), ..GatherOptions::auto() }
+        GatherOptions { helpers, spin: Duration::from_millis(200), ..GatherOptions::auto() }
     }
 
     /// Runs a gather of `parts` parts that only counts them; returns the count.
@@ -692,13 +761,15 @@ mod tests {
 
     #[test]
     fn late_helpers_never_run_a_part_twice_or_a_part_of_a_finished_gather() {
-        // No spin: helpers park after every gather and are woken between gathers, so they keep
-        // arriving late, while the next gather is already running or after it finished.
+        // No spin: helpers park after every gather and are woken between gathers (as a sustained
+        // load would), so they keep arriving late, while the next gather is already running or after
+        // it finished.
         let gatherer =
             Gatherer::new(GatherOptions { helpers: 3, spin: Duration::ZERO, ..GatherOptions::auto() }).unwrap();
         for round in 0..2000 {
             assert_each_part_runs_once(&gatherer, 2 + round % 3, round);
             if round % 2 == 0 {
+                gatherer.shared.wake_requested.store(true, Ordering::Relaxed);
                 gatherer.wake_parked();
             }
         }
@@ -833,30 +904,59 @@ mod tests {
         seen.into_inner().into_iter().map(|t| t.expect("every part ran")).collect()
     }
 
+    /// Waits until every helper of `gatherer` is parked (`parked`) or awake.
+    fn wait_until_parked(gatherer: &Gatherer, parked: bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gatherer.shared.parked.iter().any(|p| p.load(Ordering::SeqCst) != parked) {
+            assert!(Instant::now() < deadline, "the helpers never became {}", if parked { "parked" } else { "awake" });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
-    fn a_gather_that_finds_helpers_parked_runs_without_them_and_wakes_them_for_the_next() {
+    fn under_sparse_load_gathers_run_alone_and_parked_helpers_stay_asleep() {
+        let spin = Duration::from_millis(40);
+        let gatherer = Gatherer::new(GatherOptions { helpers: 2, spin, ..GatherOptions::auto() }).unwrap();
+        let me = std::thread::current().id();
+        // Started helpers spin for `spin`, then park; the spinning is counted.
+        wait_until_parked(&gatherer, true);
+        assert!(gatherer.stats().helper_spin_ns >= 2 * 30_000_000, "{:?}", gatherer.stats());
+        let spun = gatherer.stats().helper_spin_ns;
+        for round in 0..3 {
+            // Requests further apart than the spin.
+            std::thread::sleep(spin + Duration::from_millis(60));
+            assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not used");
+            // What a fence does after the copy: nothing to wake under sparse load.
+            gatherer.wake_parked();
+            std::thread::sleep(Duration::from_millis(10));
+            assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)), "round {round}: woken");
+        }
+        let stats = gatherer.stats();
+        assert_eq!((stats.split, stats.alone_parked, stats.woke_helpers), (0, 3, 0), "{stats:?}");
+        assert_eq!(stats.helper_spin_ns, spun, "parked helpers spin no more");
+    }
+
+    #[test]
+    fn under_sustained_load_parked_helpers_are_woken_and_awake_helpers_take_parts() {
         let spin = Duration::from_millis(300);
         let gatherer = Gatherer::new(GatherOptions { helpers: 2, spin, ..GatherOptions::auto() }).unwrap();
         let me = std::thread::current().id();
-        for round in 0..3 {
-            // Longer than the spin: both helpers park.
-            std::thread::sleep(spin + Duration::from_millis(200));
-            assert!(gatherer.shared.parked.iter().all(|p| p.load(Ordering::SeqCst)), "round {round}");
-            assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not waited for");
+        for round in 0..2 {
+            wait_until_parked(&gatherer, true);
+            // The first gather after a pause runs alone and wakes nobody.
+            assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not used");
+            // The next, within the spin of it, runs alone too, and asks for the helpers for the next.
+            assert_eq!(part_threads(&gatherer, 3), vec![me; 3], "round {round}: parked helpers are not used");
             // Woken after the copy is enqueued, all at once.
             gatherer.wake_parked();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while gatherer.shared.parked.iter().any(|p| p.load(Ordering::SeqCst)) {
-                assert!(Instant::now() < deadline, "round {round}: the helpers were not woken");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_until_parked(&gatherer, false);
             let threads = part_threads(&gatherer, 3);
             assert!(threads.iter().any(|t| *t != me), "round {round}: awake helpers took no part: {threads:?}");
         }
         let stats = gatherer.stats();
-        assert_eq!((stats.split, stats.found_parked), (6, 3), "{stats:?}");
-        assert!(stats.parts_on_helpers >= 3, "{stats:?}");
-        drop(gatherer);
+        assert_eq!((stats.split, stats.alone_parked, stats.woke_helpers), (2, 4, 2), "{stats:?}");
+        assert!(stats.parts_on_helpers >= 2, "{stats:?}");
+        assert!(stats.helper_spin_ns > 0, "{stats:?}");
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod error;
 mod gather;
 mod layout;
 mod pool;
+mod staged;
 
 pub use arena::{Arena, ArenaOptions, BindingKind, DeviceInputMode, InputSource, OutputTarget, StageReport};
 pub use error::{ArenaError, Result};

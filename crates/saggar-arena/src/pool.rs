@@ -269,11 +269,12 @@ pub type ArenaLease<B> = Lease<Arena<B>>;
 pub struct ArenaPool<B: Backend> {
     pool: Pool<Arena<B>>,
     layout: Arc<ArenaLayout>,
+    ctx: Arc<ArenaContext<B>>,
 }
 
 impl<B: Backend> Clone for ArenaPool<B> {
     fn clone(&self) -> Self {
-        ArenaPool { pool: self.pool.clone(), layout: self.layout.clone() }
+        ArenaPool { pool: self.pool.clone(), layout: self.layout.clone(), ctx: self.ctx.clone() }
     }
 }
 
@@ -288,8 +289,9 @@ impl<B: Backend> ArenaPool<B> {
     /// [`ArenaPool::prewarm`]ed.
     pub fn new(device: B::Device, layout: Arc<ArenaLayout>, config: PoolConfig) -> Result<ArenaPool<B>> {
         let ctx = Arc::new(ArenaContext::new(device, layout.clone(), config.arena)?);
-        let pool = Pool::new(config.max_arenas, config.when_exhausted, move || Arena::new(ctx.clone()))?;
-        Ok(ArenaPool { pool, layout })
+        let factory_ctx = ctx.clone();
+        let pool = Pool::new(config.max_arenas, config.when_exhausted, move || Arena::new(factory_ctx.clone()))?;
+        Ok(ArenaPool { pool, layout, ctx })
     }
 
     /// Creates arenas until `count` exist.
@@ -305,6 +307,12 @@ impl<B: Backend> ArenaPool<B> {
     /// Arenas idle in the pool.
     pub fn idle(&self) -> usize {
         self.pool.idle()
+    }
+
+    /// How the split gathers of this pool's gatherer ran so far (shared by every pool of the
+    /// process with the same [`crate::GatherOptions`]), as [`Arena::gather_stats`].
+    pub fn gather_stats(&self) -> crate::GatherStats {
+        self.ctx.gather_stats()
     }
 
     /// The layout of every arena.

@@ -602,3 +602,50 @@ proptest! {
         }
     }
 }
+
+/// Inputs written in place into staging are padded in place (the last real row repeated into the
+/// bucket's rows) and reach the device with the one copy; the read-back view is refused while the
+/// download may still be in flight and gives the real rows after.
+#[test]
+fn inputs_written_in_place_are_padded_in_place_and_sent_with_one_copy() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let (rows, bucket, width) = (3u64, 8u64, 5u64);
+    let inputs = [SlotSpec::new("dense", (bucket * width * 4) as usize, 4), SlotSpec::new("table", 64, 4)];
+    let outputs = [SlotSpec::new("out", (bucket * 16) as usize, 4)];
+    let pool = pool(&d, &inputs, &outputs, PoolConfig::default());
+    let mut lease = pool.lease().unwrap();
+    let chunk = Chunk::whole(rows, bucket);
+    let plans =
+        [plan("dense", DType::F32, &[rows, width], true, chunk), plan("table", DType::F32, &[16], false, chunk)];
+    let dense = bytes_of(1, (rows * width * 4) as usize);
+    let table = bytes_of(2, 64);
+    lease.staged_input_mut(0, &plans[0]).unwrap().copy_from_slice(&dense);
+    lease.staged_input_mut(1, &plans[1]).unwrap().copy_from_slice(&table);
+    assert_eq!(lease.staged_input_mut(0, &plans[0]).unwrap().len(), dense.len(), "the view holds the real rows");
+    let span = lease.pad_staged(|i| plans[i]).unwrap();
+    let before = d.counters().copies_h2d;
+    // SAFETY: fenced right below.
+    unsafe { lease.enqueue_upload(&stream, span).unwrap() };
+    lease.fence(&stream).unwrap();
+    lease.wait_idle().unwrap();
+    assert_eq!(d.counters().copies_h2d - before, 1, "exactly one host-to-device copy");
+    let mut got = vec![0u8; (bucket * width * 4) as usize];
+    stream.download(lease.input_slot(0).sub(0, got.len()).unwrap(), &mut got).unwrap();
+    let row = (width * 4) as usize;
+    assert_eq!(&got[..dense.len()], &dense[..]);
+    for r in rows as usize..bucket as usize {
+        assert_eq!(&got[r * row..(r + 1) * row], &dense[dense.len() - row..], "padded row {r} on the device");
+    }
+    let mut got_table = vec![0u8; 64];
+    stream.download(lease.input_slot(1).sub(0, 64).unwrap(), &mut got_table).unwrap();
+    assert_eq!(got_table, table);
+    // Outputs: the view is refused while the download may be in flight, then gives the real rows.
+    let produced = bytes_of(3, lease.output_slot(0).len());
+    stream.upload(&produced, lease.output_slot(0)).unwrap();
+    lease.download_outputs(&stream).unwrap();
+    let slice_plan = SlicePlan::new(TensorShape::new("out", DType::F32, &[bucket, 4]), true, chunk).unwrap();
+    assert!(matches!(lease.downloaded_output(0, &slice_plan), Err(ArenaError::InFlight)));
+    lease.wait_idle().unwrap();
+    assert_eq!(lease.downloaded_output(0, &slice_plan).unwrap(), &produced[..(rows * 16) as usize]);
+}

@@ -170,6 +170,9 @@ pub enum BindingArg {
     Direct,
     /// Host tensors through pinned staging (`run_into`).
     Pinned,
+    /// Inputs written in place into pinned staging through a `Session::request` per batch size
+    /// (no gather), outputs read in place.
+    Request,
 }
 
 /// The model flags.

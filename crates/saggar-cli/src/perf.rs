@@ -5,7 +5,8 @@
 //! 2. create the session (precompile: cache loads and compiles, with a progress bar): `warmup_s`;
 //! 3. generate inputs once for the trace's largest batch (smaller batches use its first rows, which
 //!    [`generate_inputs`] makes identical to a smaller generation) and, for `--binding direct`,
-//!    upload one device copy per distinct batch;
+//!    upload one device copy per distinct batch (`--binding request` writes them into each
+//!    request's pinned staging as part of the timed request);
 //! 4. run the trace on `--concurrency` threads sharing the session, each request timed with
 //!    [`Instant`] around the session call alone; the outputs of the `--verify` sampled requests
 //!    are kept: `wall_s`;
@@ -178,6 +179,7 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
     let signature = session.signature();
     let binding = match args.binding {
         BindingArg::Direct => "direct",
+        BindingArg::Request => "request",
         BindingArg::Pinned | BindingArg::Auto => "pinned",
     };
     let (results, wall) = match args.binding {
@@ -200,6 +202,10 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
                 })
                 .collect();
             run_workers(concurrency, || pinned_worker(&session, &sets, &schedule, &output_rows, max_batch))
+        }
+        BindingArg::Request => {
+            let inputs = RequestInputs { generated: &generated, input_rows: &input_rows, output_rows: &output_rows };
+            run_workers(concurrency, || request_worker(&session, &inputs, &schedule))
         }
         BindingArg::Direct => {
             let _pin = device.pin()?;
@@ -408,6 +414,54 @@ fn pinned_worker<B: Backend>(
         result.latencies_ns.push(elapsed.as_nanos() as u64);
         if schedule.keep[i] {
             result.kept.push((i, views.iter().map(|v| v.to_vec()).collect()));
+        }
+        schedule.done();
+    }
+    Ok(result)
+}
+
+/// The generated inputs of `--binding request` (batch b is the first b rows of each) and the
+/// bytes per row of every input and output.
+struct RequestInputs<'a> {
+    generated: &'a [Words],
+    input_rows: &'a [usize],
+    output_rows: &'a [usize],
+}
+
+/// Inputs written in place: one `Session::request` at a time per worker, leased again when the batch
+/// changes (the previous one returned first, so workers never hold more run contexts than there
+/// are). Each request's time covers the lease when there is one, writing its inputs, and the run.
+fn request_worker<B: Backend>(
+    session: &Session<B, ReferenceCompiler>,
+    inputs: &RequestInputs<'_>,
+    schedule: &Schedule<'_>,
+) -> Result<WorkerResult> {
+    let mut result = WorkerResult { latencies_ns: Vec::with_capacity(schedule.set_of.len()), kept: Vec::new() };
+    let mut current: Option<(u64, saggar_dispatch::Request<'_, B, ReferenceCompiler>)> = None;
+    while let Some(i) = schedule.next() {
+        let batch = schedule.distinct[schedule.set_of[i]];
+        let started = Instant::now();
+        let run = (|| {
+            if current.as_ref().is_none_or(|(b, _)| *b != batch) {
+                current = None;
+                current = Some((batch, session.request(batch)?));
+            }
+            let (_, request) = current.as_mut().expect("leased above");
+            for (index, (data, row)) in inputs.generated.iter().zip(inputs.input_rows).enumerate() {
+                request.input_bytes_mut(index)?.copy_from_slice(&data.bytes()[..row * batch as usize]);
+            }
+            request.run()
+        })();
+        let elapsed = started.elapsed();
+        run.map_err(|e| schedule.fail(i, e))?;
+        result.latencies_ns.push(elapsed.as_nanos() as u64);
+        if schedule.keep[i] {
+            let (_, request) = current.as_ref().expect("ran above");
+            let kept = (0..inputs.output_rows.len())
+                .map(|o| request.output_bytes(o).map(<[u8]>::to_vec))
+                .collect::<saggar_dispatch::Result<Vec<_>>>()
+                .map_err(|e| schedule.fail(i, e))?;
+            result.kept.push((i, kept));
         }
         schedule.done();
     }

@@ -162,6 +162,64 @@ fn uniform_trace_with_direct_binding_pads_and_verifies() {
 }
 
 #[test]
+fn request_binding_writes_inputs_in_place_and_verifies() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_recsys();
+    let cache = sandbox.cache_dir("cache");
+    let report = perf(
+        &sandbox,
+        "request.json",
+        &[
+            "--backend",
+            "host",
+            "--model-config",
+            &config,
+            "--cache-dir",
+            &cache,
+            "--trace",
+            "uniform:1..16",
+            "--requests",
+            "300",
+            "--concurrency",
+            "2",
+            "--binding",
+            "request",
+            "--verify",
+            "30",
+            "--max-batch",
+            "16",
+        ],
+    );
+    assert_eq!(report["binding"], "request");
+    assert_eq!(u64_at(&report, "/requests"), 300);
+    assert_paths_sum_to_requests(&report);
+    assert_verified(&report, 30);
+    assert_eq!(u64_at(&report, "/split_requests"), 0, "a request is never split");
+    assert!(u64_at(&report, "/padding/padded_rows") > 0, "{report:#}");
+    assert!(u64_at(&report, "/graphs/replays") > 0, "{report:#}");
+    // Requests above the largest bucket are refused, as the API says.
+    let out = sandbox.run(&[
+        "perf",
+        "--backend",
+        "host",
+        "--model-config",
+        &config,
+        "--cache-dir",
+        &cache,
+        "--trace",
+        "const:20",
+        "--requests",
+        "2",
+        "--binding",
+        "request",
+        "--max-batch",
+        "16",
+    ]);
+    assert!(!out.status.success());
+    assert!(common::stderr(&out).contains("largest bucket"), "{}", common::stderr(&out));
+}
+
+#[test]
 fn concurrent_zipf_trace_with_adaptive_buckets() {
     let sandbox = Sandbox::new();
     let config = sandbox.small_mlp();

@@ -97,6 +97,50 @@ pub enum DispatchError {
         /// How many there are.
         count: usize,
     },
+    /// A name that is not one of the model's inputs or outputs.
+    #[error("the model has no {role} named `{name}`; see Session::signature for its names")]
+    NoSuchName {
+        /// `"input"` or `"output"`.
+        role: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// A typed view of a tensor whose element type has another size (or a stricter alignment).
+    #[error(
+        "{role} `{name}` holds {dtype:?} elements; a view of {element_bytes}-byte elements does not fit them: \
+         use a type of the tensor's element size"
+    )]
+    ElementType {
+        /// `"input"` or `"output"`.
+        role: &'static str,
+        /// The tensor.
+        name: String,
+        /// Its element type.
+        dtype: saggar_shape::DType,
+        /// The size of the element type asked for.
+        element_bytes: usize,
+    },
+    /// A [`crate::Request`] for a batch no single bucket serves (requests are not split).
+    #[error(
+        "a Request serves batches 1 to {largest} (the largest bucket), not {batch}: split the batch into \
+         several requests or use Session::run, which splits"
+    )]
+    RequestBatch {
+        /// The batch asked for.
+        batch: u64,
+        /// The largest bucket (1 for a model without a batch axis).
+        largest: u64,
+    },
+    /// A [`crate::Request`] on a model served per shape, which has no precompiled program to
+    /// write into.
+    #[error(
+        "requests written in place need precompiled programs; this model has symbolic dimensions besides its \
+         batch and is compiled per shape: use Session::run"
+    )]
+    RequestNeedsBuckets,
+    /// A [`crate::Request`]'s outputs were read before a run of it succeeded.
+    #[error("the request has no outputs: its last run failed or it has not run yet; call Request::run first")]
+    RequestNotRun,
     /// An invalid configuration.
     #[error("invalid session configuration: {0}")]
     Config(String),
@@ -180,7 +224,11 @@ impl DispatchError {
             | DispatchError::BufferTooSmall { .. }
             | DispatchError::OutputShape { .. }
             | DispatchError::Misaligned { .. }
-            | DispatchError::NoSuchTensor { .. } => FailureKind::Request,
+            | DispatchError::NoSuchTensor { .. }
+            | DispatchError::NoSuchName { .. }
+            | DispatchError::ElementType { .. }
+            | DispatchError::RequestBatch { .. }
+            | DispatchError::RequestNotRun => FailureKind::Request,
             DispatchError::LimitExceeded { .. } => FailureKind::Limit,
             DispatchError::Device(_) => FailureKind::Device,
             DispatchError::Arena(e) => match e {
@@ -199,7 +247,7 @@ impl DispatchError {
             | DispatchError::ProgramMismatch { .. }
             | DispatchError::ProgramOutputMismatch { .. } => FailureKind::Compile,
             DispatchError::AfterFailedRun { error, .. } => error.failure_kind(),
-            DispatchError::Config(_) => FailureKind::Other,
+            DispatchError::Config(_) | DispatchError::RequestNeedsBuckets => FailureKind::Other,
         }
     }
 }

@@ -46,7 +46,8 @@ impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for SessionGroup<B, C> {
     }
 }
 
-struct InFlight<'a>(&'a AtomicUsize);
+/// One request in flight on a device, counted while it lives.
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -120,6 +121,15 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
         self.in_flight[i].fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&self.in_flight[i]);
         Ok((i, self.sessions[i].run_into(inputs, outputs)?))
+    }
+
+    /// Leases a [`crate::Request`] of `batch` rows on the device the router picks; returns the
+    /// device index too. The request counts as in flight on its device until it is dropped.
+    pub fn request(&self, batch: u64) -> Result<(usize, crate::Request<'_, B, C>)> {
+        let i = self.pick();
+        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
+        let guard = InFlight(&self.in_flight[i]);
+        Ok((i, crate::Request::new(&self.sessions[i], batch, Some(guard))?))
     }
 
     /// Each session's counters, in device order.

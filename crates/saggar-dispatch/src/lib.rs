@@ -29,6 +29,12 @@
 //!   persistent slots before replay and back after (XLA's address stabilization). Outputs that need
 //!   slicing are never direct-bound.
 //!
+//! A [`Request`] ([`Session::request`]) serves callers that can write their inputs straight into
+//! pinned staging: it keeps a leased run context for one batch size, hands out views of the inputs'
+//! real rows in staging and of the outputs' in read-back, and each run pads in place, sends one
+//! copy, replays the pinned-copy graph and brings the outputs back with one copy: no gather, no
+//! scatter. The views borrow the request, so none outlives it or a later run.
+//!
 //! Concurrency: a session is `Send + Sync`; each run leases its own context (stream, arena, scratch,
 //! graphs), so there is no global run lock and results never mix. A [`SessionGroup`] runs one
 //! session per device and compiles once for all of them.
@@ -53,6 +59,7 @@ mod plan;
 mod programs;
 mod request;
 mod session;
+mod staged;
 mod stats;
 mod tensors;
 
@@ -64,7 +71,9 @@ pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
 pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
 pub use request::RequestLimits;
+pub use saggar_arena::GatherStats;
 pub use saggar_cache::ModelHash;
 pub use session::{Pending, Session};
+pub use staged::{Request, TensorRef};
 pub use stats::{FailureCounts, LatencyHistogram, StatsSnapshot};
 pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};

@@ -105,7 +105,7 @@ pub use bucket::{BucketPolicy, LOOKUP_TABLE_LIMIT, MAX_BUCKETS, PolicyKind};
 pub use dtype::DType;
 pub use error::{ShapeError, TensorRole};
 pub use hash::{STABLE_KEY_CONTEXT, StableShapeKey, TensorShape, fast_hash};
-pub use pad::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
+pub use pad::{PadPlan, SlicePlan, pad_rows_in_place, pad_rows_into, slice_rows};
 pub use request::RequestShapes;
 pub use shape::{Dim, INLINE_RANK, Shape, SizeOverflow, TensorSpec, byte_size, element_count};
 pub use signature::Signature;

@@ -196,16 +196,29 @@ pub fn pad_rows_into(src: &[u8], dst: &mut [u8], plan: &PadPlan) -> Result<(), S
     if dst.len() < plan.dst_len {
         return Err(ShapeError::BufferTooShort { buffer: "destination", needed: plan.dst_len, actual: dst.len() });
     }
-    let filled_real = real.len();
-    dst[..filled_real].copy_from_slice(real);
+    dst[..real.len()].copy_from_slice(real);
+    pad_rows_in_place(dst, plan)
+}
+
+/// Pads one input whose real rows are already at the front of `buf`: repeats the last of them to
+/// fill the plan's padded rows. What [`pad_rows_into`] does after its copy, for callers that write
+/// their rows straight into the padded buffer.
+///
+/// `buf` may be longer than [`PadPlan::dst_len`]; bytes past it are left alone. Fails, writing
+/// nothing, when `buf` is shorter.
+pub fn pad_rows_in_place(buf: &mut [u8], plan: &PadPlan) -> Result<(), ShapeError> {
+    if buf.len() < plan.dst_len {
+        return Err(ShapeError::BufferTooShort { buffer: "destination", needed: plan.dst_len, actual: buf.len() });
+    }
+    let filled_real = plan.src_len;
     if plan.dst_len > filled_real && plan.row_bytes > 0 {
         // Repeat the last real row, doubling the repeated region each step: O(log) copies.
         let last_row = filled_real - plan.row_bytes..filled_real;
-        dst.copy_within(last_row, filled_real);
+        buf.copy_within(last_row, filled_real);
         let mut filled = filled_real + plan.row_bytes;
         while filled < plan.dst_len {
             let count = (filled - filled_real).min(plan.dst_len - filled);
-            dst.copy_within(filled_real..filled_real + count, filled);
+            buf.copy_within(filled_real..filled_real + count, filled);
             filled += count;
         }
     }

@@ -24,9 +24,10 @@ use crate::report::{self, Latency, PerfReport, Verify};
 /// `saggar perf --onnx FILE`.
 pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
     let loaded = load(path)?;
-    if args.binding == BindingArg::Direct {
+    if matches!(args.binding, BindingArg::Direct | BindingArg::Request) {
+        let flag = if args.binding == BindingArg::Direct { "direct" } else { "request" };
         return Err(CliError::usage(
-            "--binding direct is not available with --onnx",
+            format!("--binding {flag} is not available with --onnx"),
             "drop --binding (ONNX models run with pinned host tensors)",
         ));
     }

@@ -106,6 +106,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         // Main programs run on every context's slots; a per-shape model has none, so its contexts
         // have no slots.
         let has_main = !main.is_empty();
+        let gather = arenas.clone();
         let graph_budget = config.graphs.memory_budget_bytes.map(|b| b / config.max_concurrency as u64);
         let ctx_device = device.clone();
         let ctx_stats = stats.clone();
@@ -135,6 +136,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 download_span,
                 shape_programs: RwLock::new(HashMap::new()),
                 contexts,
+                gather,
                 guard,
                 stats,
             }),

@@ -8,7 +8,7 @@ mod build;
 use std::sync::Arc;
 use std::time::Instant;
 
-use saggar_arena::{Lease, Pool};
+use saggar_arena::{ArenaPool, GatherStats, Lease, Pool};
 use saggar_device::{Backend, Device, Stream};
 use saggar_shape::{Signature, TensorShape};
 
@@ -36,6 +36,8 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     /// A per-shape model's programs; empty for other models.
     pub(crate) shape_programs: ShapePrograms<B, C::Program>,
     pub(crate) contexts: Pool<RunContext<B>>,
+    /// The pool the contexts' arenas come from, for its gather counters.
+    pub(crate) gather: ArenaPool<B>,
     /// The request limits, checked before anything is allocated or planned for a request.
     pub(crate) guard: RequestGuard,
     pub(crate) stats: Arc<Stats>,
@@ -87,6 +89,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         self.inner.stats.snapshot()
     }
 
+    /// How the host side of this session's gathers ran ([`Session::run`], [`Session::run_into`]):
+    /// split across helpers, alone because the helpers were busy or parked, and the CPU time the
+    /// helpers spent spinning. The helpers and these counters are shared by every session of the
+    /// process with the same gather options.
+    pub fn gather_stats(&self) -> GatherStats {
+        self.inner.gather.gather_stats()
+    }
+
     /// Output dimensions for a request with these input shapes (any order).
     pub fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
         let inner = &*self.inner;
@@ -114,36 +124,53 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         &self,
         f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
     ) -> (Result<R>, Option<Lease<RunContext<B>>>) {
+        let mut lease = None;
+        let result = self.counted(|| {
+            let _pin = self.device.pin()?;
+            let ctx = lease.insert(self.contexts.lease()?);
+            self.run_on(ctx, f)
+        });
+        match result {
+            Ok(r) => (Ok(r), lease),
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    /// Runs `attempt` as one request: counts it, its latency and its failure (the caller counts
+    /// its path once it is known to have succeeded).
+    pub(crate) fn counted<R>(&self, attempt: impl FnOnce() -> Result<R>) -> Result<R> {
         let started = Instant::now();
         Stats::bump(&self.stats.requests);
-        let run = || -> Result<(R, Lease<RunContext<B>>)> {
-            let _pin = self.device.pin()?;
-            let mut ctx = self.contexts.lease()?;
-            if let Some(slots) = &mut ctx.slots {
-                slots.graphs.tick += 1;
-            }
-            match f(self, &mut ctx) {
-                Ok(r) => Ok((r, ctx)),
-                Err(e) => {
-                    // Leave nothing half-done on the stream for the next request, and never take the
-                    // ultra-fast path from a failed run. A failing synchronize is reported with the
-                    // run's error, not dropped.
-                    ctx.last = None;
-                    match ctx.stream.synchronize() {
-                        Ok(()) => Err(e),
-                        Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
-                    }
-                }
-            }
-        };
-        let result = run();
+        let result = attempt();
         if let Err(e) = &result {
             self.stats.record_failure(e);
         }
         self.stats.record_latency(started.elapsed());
-        match result {
-            Ok((r, lease)) => (Ok(r), Some(lease)),
-            Err(e) => (Err(e), None),
+        result
+    }
+
+    /// Runs `f` on a leased run context (the device pinned by the caller). A failed run leaves
+    /// nothing half-done on the context's stream.
+    pub(crate) fn run_on<R>(
+        &self,
+        ctx: &mut RunContext<B>,
+        f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(slots) = &mut ctx.slots {
+            slots.graphs.tick += 1;
+        }
+        match f(self, ctx) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                // Leave nothing half-done on the stream for the next request, and never take the
+                // ultra-fast path from a failed run. A failing synchronize is reported with the
+                // run's error, not dropped.
+                ctx.last = None;
+                match ctx.stream.synchronize() {
+                    Ok(()) => Err(e),
+                    Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
+                }
+            }
         }
     }
 }
