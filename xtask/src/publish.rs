@@ -21,6 +21,7 @@ const PUBLISHED: &[&str] = &[
     "saggar-arena",
     "saggar-dispatch",
     "saggar-models",
+    "saggar-onnx",
     "saggar-cli",
     "saggar",
 ];
