@@ -161,6 +161,32 @@ impl Slice {
 }
 
 impl Op for Slice {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch};
+        Some((|| {
+            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
+            let (starts, ends, axes, steps) =
+                self.params(ctx.infer)?.ok_or_else(|| OpError::eval("Slice bounds are not constant"))?;
+            let own = contiguous(&x.dims);
+            let (mut base, mut st) = (0i64, own.clone());
+            for i in 0..starts.len() {
+                let a = usize::try_from(axes[i]).map_err(|_| OpError::eval("negative axis"))?;
+                let s = resolve_slice(starts[i], ends[i], steps[i], x.dims[a])?;
+                if s.len > 0 {
+                    base += s.start * own[a];
+                }
+                st[a] = s.step * own[a];
+            }
+            let launch = copy_launch(
+                x.dtype.size_bytes(),
+                &out.dims,
+                (Slot::In(0), base, &st),
+                (Slot::Out(0), 0, &contiguous(&out.dims)),
+            );
+            Ok(GpuNode::Launches(vec![launch]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let mut dims = x.ty.dims.clone();
@@ -371,6 +397,23 @@ impl Transpose {
 }
 
 impl Op for Transpose {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch};
+        Some((|| {
+            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
+            let perm = self.perm(x.dims.len())?;
+            let own = contiguous(&x.dims);
+            let st: Vec<i64> = perm.iter().map(|&p| own[p]).collect();
+            let launch = copy_launch(
+                x.dtype.size_bytes(),
+                &out.dims,
+                (Slot::In(0), 0, &st),
+                (Slot::Out(0), 0, &contiguous(&out.dims)),
+            );
+            Ok(GpuNode::Launches(vec![launch]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let perm = self.perm(x.ty.rank())?;

@@ -52,6 +52,8 @@ pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
 pub(crate) mod gather;
+#[doc(hidden)]
+pub mod gpu;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;
@@ -347,6 +349,14 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
     /// The default, the `Debug` form, suits structs of plain attributes.
     fn key(&self) -> String {
         format!("{self:?}")
+    }
+
+    /// What the node is on CUDA and HIP ([`gpu`]): `None` when the op has no GPU lowering (the
+    /// compiler then refuses the model for GPU backends, naming the op), `Some(Err(..))` when these
+    /// operands are not supported there.
+    #[doc(hidden)]
+    fn gpu(&self, _ctx: &gpu::GpuCtx<'_>) -> Option<Result<gpu::GpuNode, OpError>> {
+        None
     }
 }
 

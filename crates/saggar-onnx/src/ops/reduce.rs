@@ -121,6 +121,41 @@ impl Reduce {
 }
 
 impl Op for Reduce {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{ReduceOp, contiguous_copy, reduce_launch};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dtype != DType::F32 {
+                return Err(OpError::eval(format!(
+                    "{:?} of {} is not supported on GPU (f32 only)",
+                    self.kind, x.dtype
+                )));
+            }
+            let axes = match (&self.attr_axes, ctx.infer.get(1)) {
+                (Some(a), _) => a.clone(),
+                (None, Some(a)) if self.axes_input => {
+                    a.const_i64s().ok_or_else(|| OpError::eval("reduction axes must be constant"))?
+                }
+                _ => Vec::new(),
+            };
+            let axes = normalize_axes(&axes, x.dims.len())?;
+            let Some(reduced) = self.resolve(axes, x.dims.len()) else { return contiguous_copy(ctx) };
+            let op = match self.kind {
+                Kind::Sum => ReduceOp::Sum,
+                Kind::Mean => ReduceOp::Mean,
+                Kind::Max => ReduceOp::Max,
+                Kind::Min => ReduceOp::Min,
+                Kind::Prod => ReduceOp::Prod,
+                Kind::L1 => ReduceOp::L1,
+                Kind::L2 => ReduceOp::L2,
+                Kind::SumSquare => ReduceOp::SumSquare,
+                Kind::LogSum => ReduceOp::LogSum,
+                Kind::LogSumExp => ReduceOp::LogSumExp,
+            };
+            Ok(reduce_launch(op, &x.dims, &reduced))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if !self.kind.dtypes().contains(&x.dtype) {
