@@ -78,6 +78,10 @@ fn kind_prefix(kind: &GpuKind) -> &'static str {
         GpuKind::Reduce { .. } => "reduce",
         GpuKind::Conv { .. } => "conv",
         GpuKind::Pool { .. } => "pool",
+        GpuKind::Arg { .. } => "arg",
+        GpuKind::Pad { .. } => "pad",
+        GpuKind::ChannelNorm { lrn: false, .. } => "batch_norm",
+        GpuKind::ChannelNorm { lrn: true, .. } => "lrn",
     }
 }
 
@@ -183,12 +187,21 @@ fn kind_body(kind: &GpuKind) -> String {
 "#
             )
         }
-        GpuKind::LayerNorm { epsilon_bits, bias } => {
+        GpuKind::LayerNorm { epsilon_bits, bias, stats, channels } => {
+            let p = if channels { "row % meta[2]" } else { "j" };
             let (bias_param, bias_add) =
-                if bias { (", const float* __restrict__ bias", " + bias[j]") } else { ("", "") };
+                if bias { (", const float* __restrict__ bias", format!(" + bias[{p}]")) } else { ("", String::new()) };
+            let (stat_params, stat_stores) = match stats {
+                0 => ("", ""),
+                1 => (", float* __restrict__ mean_out", "\n    if (threadIdx.x == 0) mean_out[row] = mean;"),
+                _ => (
+                    ", float* __restrict__ mean_out, float* __restrict__ inv_out",
+                    "\n    if (threadIdx.x == 0) { mean_out[row] = mean; inv_out[row] = inv; }",
+                ),
+            };
             let eps = float_literal(epsilon_bits);
             format!(
-                r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y) {{
+                r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
   __shared__ float sh[{BLOCK}];
   const onnx_i64 cols = meta[1];
   ONNX_ROWS(row, meta[0]) {{
@@ -200,8 +213,8 @@ fn kind_body(kind: &GpuKind) -> String {
     float v = 0.0f;
     for (onnx_i64 j = threadIdx.x; j < cols; j += blockDim.x) {{ const float d = xr[j] - mean; v += d * d; }}
     ONNX_BLOCK_REDUCE(v, sh, a, b, a + b);
-    const float inv = 1.0f / sqrtf(v / (float)cols + {eps});
-    for (onnx_i64 j = threadIdx.x; j < cols; j += blockDim.x) y[row * cols + j] = (xr[j] - mean) * inv * scale[j]{bias_add};
+    const float inv = 1.0f / sqrtf(v / (float)cols + {eps});{stat_stores}
+    for (onnx_i64 j = threadIdx.x; j < cols; j += blockDim.x) y[row * cols + j] = (xr[j] - mean) * inv * scale[{p}]{bias_add};
   }}
 }}
 "#
@@ -210,6 +223,88 @@ fn kind_body(kind: &GpuKind) -> String {
         GpuKind::Reduce { op } => reduce_body(op),
         GpuKind::Conv { bias } => conv_body(bias),
         GpuKind::Pool { max } => pool_body(max),
+        GpuKind::Pad { mode, elem_bytes, from_input, fill_bits } => {
+            let t = bits_type(elem_bytes);
+            let (value_param, fill) = if from_input {
+                (format!(", const {t}* __restrict__ value"), "value[0]".to_string())
+            } else {
+                (String::new(), format!("({t}){fill_bits}u"))
+            };
+            let outside = match mode {
+                0 => "inside = false;",
+                1 => {
+                    "if (n == 1) s = 0; else { const onnx_i64 period = 2 * (n - 1); onnx_i64 m = s % period; if (m < 0) m += period; s = m < n ? m : period - m; }"
+                }
+                _ => "s = s < 0 ? 0 : n - 1;",
+            };
+            format!(
+                r#"(const onnx_i64* meta, const {t}* __restrict__ x{value_param}, {t}* __restrict__ y) {{
+  const int rank = (int)meta[0];
+  const onnx_i64* od = meta + 2; const onnx_i64* id = od + rank; const onnx_i64* before = id + rank; const onnx_i64* is = before + rank;
+  ONNX_LOOP(i, meta[1]) {{
+    onnx_i64 rem = i, off = 0;
+    bool inside = true;
+    for (int d = rank - 1; d >= 0; --d) {{
+      const onnx_i64 n = id[d];
+      onnx_i64 s = rem % od[d] - before[d]; rem /= od[d];
+      if (s < 0 || s >= n) {{ {outside} }}
+      off += s * is[d];
+    }}
+    y[i] = inside ? x[off] : {fill};
+  }}
+}}
+"#
+            )
+        }
+        GpuKind::ChannelNorm { lrn: false, a_bits, .. } => format!(
+            r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale, const float* __restrict__ bias, const float* __restrict__ mean, const float* __restrict__ var, float* __restrict__ y) {{
+  const onnx_i64 C = meta[1], plane = meta[2];
+  ONNX_LOOP(i, meta[0] * C * plane) {{
+    const onnx_i64 c = (i / plane) % C;
+    const float s = scale[c] / sqrtf(var[c] + {eps});
+    y[i] = x[i] * s + (bias[c] - mean[c] * s);
+  }}
+}}
+"#,
+            eps = float_literal(a_bits)
+        ),
+        GpuKind::ChannelNorm { lrn: true, a_bits, b_bits, c_bits } => format!(
+            r#"(const onnx_i64* meta, const float* __restrict__ x, float* __restrict__ y) {{
+  const onnx_i64 C = meta[1], plane = meta[2], before = meta[3], after = meta[4];
+  ONNX_LOOP(i, meta[0] * C * plane) {{
+    const onnx_i64 s = i % plane, c = (i / plane) % C, image = i / plane / C;
+    const onnx_i64 lo = c > before ? c - before : 0, hi = c + after < C - 1 ? c + after : C - 1;
+    float sq = 0.0f;
+    for (onnx_i64 k = lo; k <= hi; ++k) {{ const float v = x[(image * C + k) * plane + s]; sq += v * v; }}
+    y[i] = x[i] / powf({bias} + {scale} * sq, {beta});
+  }}
+}}
+"#,
+            scale = float_literal(a_bits),
+            beta = float_literal(b_bits),
+            bias = float_literal(c_bits)
+        ),
+        GpuKind::Arg { max, last, dtype } => {
+            let t = ctype(dtype).unwrap_or("float");
+            let op = match (max, last) {
+                (true, false) => ">",
+                (true, true) => ">=",
+                (false, false) => "<",
+                (false, true) => "<=",
+            };
+            format!(
+                r#"(const onnx_i64* meta, const {t}* __restrict__ x, long long* __restrict__ y) {{
+  const onnx_i64 len = meta[1], inner = meta[2];
+  ONNX_LOOP(o, meta[0] * inner) {{
+    const onnx_i64 base = (o / inner) * len * inner + o % inner;
+    onnx_i64 at = 0;
+    for (onnx_i64 j = 1; j < len; ++j) if (x[base + j * inner] {op} x[base + at * inner]) at = j;
+    y[o] = at;
+  }}
+}}
+"#
+            )
+        }
     }
 }
 

@@ -501,6 +501,21 @@ fn build_batch_norm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for BatchNorm {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dims.len() < 2 || (1..5).any(|i| ctx.input(i).map(|p| numel(&p.dims)).ok() != Some(x.dims[1] as u64)) {
+                return Err(OpError::eval("BatchNormalization takes (N, C, ...) and four parameters of C values"));
+            }
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::ChannelNorm { lrn: false, a_bits: self.epsilon.to_bits(), b_bits: 0, c_bits: 0 },
+                meta: vec![ext(x.dims[0]), ext(x.dims[1]), numel(&x.dims[2..]) as i64, 0, 0],
+                work: Work::Elements(numel(&x.dims)),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::In(2), Slot::In(3), Slot::In(4), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if x.dtype != DType::F32 || x.rank() < 2 {

@@ -329,6 +329,27 @@ impl Split {
 }
 
 impl Op for Split {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch, ext};
+        Some((|| {
+            let x = ctx.input(0)?;
+            let axis = normalize_axis(self.axis, x.dims.len())?;
+            let in_strides = contiguous(&x.dims);
+            let mut at = 0i64;
+            let mut launches = Vec::new();
+            for (k, out) in ctx.outputs.iter().enumerate() {
+                launches.push(copy_launch(
+                    x.dtype.size_bytes(),
+                    &out.dims,
+                    (Slot::In(0), at * in_strides[axis], &in_strides),
+                    (Slot::Out(k), 0, &contiguous(&out.dims)),
+                ));
+                at += ext(out.dims.get(axis).copied().unwrap_or(0));
+            }
+            Ok(GpuNode::Launches(launches))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let axis = normalize_axis(self.axis, x.ty.rank())?;
@@ -503,6 +524,37 @@ impl Pad {
 }
 
 impl Op for Pad {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, contiguous, ext, numel};
+        Some((|| {
+            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
+            let pads = self.infer_pads(ctx.infer)?.ok_or_else(|| OpError::eval("Pad pads are not constant"))?;
+            let from_input = self.attrs.is_none() && ctx.inputs.get(2).and_then(Option::as_ref).is_some();
+            let fill_bits = self.attrs.as_ref().map_or(0, |(_, v)| v.to_bits());
+            let rank = x.dims.len();
+            let mut meta = vec![ext(rank), numel(&out.dims) as i64];
+            meta.extend(out.dims.iter().map(|&d| ext(d)));
+            meta.extend(x.dims.iter().map(|&d| ext(d)));
+            meta.extend(pads.iter().map(|p| p.0));
+            meta.extend(contiguous(&x.dims));
+            let mut slots = vec![Slot::In(0)];
+            if from_input {
+                slots.push(Slot::In(2));
+            }
+            slots.push(Slot::Out(0));
+            let mode = match self.mode {
+                PadMode::Constant => 0,
+                PadMode::Reflect => 1,
+                PadMode::Edge => 2,
+            };
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Pad { mode, elem_bytes: x.dtype.size_bytes() as u8, from_input, fill_bits },
+                meta,
+                work: Work::Elements(numel(&out.dims)),
+                slots,
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let dims = match self.infer_pads(inputs)? {

@@ -53,11 +53,24 @@ pub enum GpuKind {
     /// Softmax / LogSoftmax over the middle axis of `[outer, len, inner]`, one block per row.
     /// Meta: `outer, len, inner`.
     Softmax { log: bool },
-    /// LayerNormalization over the trailing `cols`, one block per row. Meta: `rows, cols`.
-    LayerNorm { epsilon_bits: u32, bias: bool },
+    /// LayerNormalization over the trailing `cols`, one block per row, with `stats` of the Mean and
+    /// InvStdDev outputs (0, 1 or 2); with `channels` (InstanceNormalization) scale and bias are
+    /// indexed by the row's channel `row % C` instead of the column. Meta: `rows, cols, C`.
+    LayerNorm { epsilon_bits: u32, bias: bool, stats: u8, channels: bool },
+    /// Pad (`mode` 0 constant, 1 reflect, 2 edge), one thread per output element; the fill value is
+    /// the `value` input's first element, else `fill_bits` (an f32 attribute). Meta: `rank, n,
+    /// out_dims[rank], in_dims[rank], before[rank], in_strides[rank]`.
+    Pad { mode: u8, elem_bytes: u8, from_input: bool, fill_bits: u32 },
     /// A reduction, one block per output element. Meta: `nk, nr, n_out, n_red, kdims[nk],
     /// kstrides[nk], rdims[nr], rstrides[nr]`.
     Reduce { op: ReduceOp },
+    /// ArgMax / ArgMin over the middle axis of `[outer, len, inner]`, one thread per output, in
+    /// index order (the first extreme, or the last with `last`). Meta: `outer, len, inner`.
+    Arg { max: bool, last: bool, dtype: DType },
+    /// Per-channel normalisation of `(N, C, plane)`, one thread per element: BatchNormalization
+    /// (inference; `a` epsilon; inputs x, scale, bias, mean, var) or LRN (`a` alpha / size, `b` beta,
+    /// `c` bias; the window `before`, `after` channels). Meta: `N, C, plane, before, after`.
+    ChannelNorm { lrn: bool, a_bits: u32, b_bits: u32, c_bits: u32 },
     /// Direct convolution, one thread per output element. Meta: `s, N, C, M, group, in[s], out[s],
     /// kernel[s], stride[s], pad_begin[s], dilation[s]`.
     Conv { bias: bool },

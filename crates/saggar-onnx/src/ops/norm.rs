@@ -142,9 +142,6 @@ impl Op for LayerNorm {
         use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
             let x = ctx.input(0)?;
-            if ctx.outputs.len() > 1 {
-                return Err(OpError::eval("the Mean and InvStdDev outputs are not computed on GPU"));
-            }
             let axis = normalize_axis(self.axis, x.dims.len())?;
             let (rows, cols) = (numel(&x.dims[..axis]), numel(&x.dims[axis..]));
             let full = |i: usize| ctx.inputs.get(i).and_then(Option::as_ref).map(|p| numel(&p.dims) == cols);
@@ -156,10 +153,15 @@ impl Op for LayerNorm {
             if bias {
                 slots.push(Slot::In(2));
             }
-            slots.push(Slot::Out(0));
+            slots.extend((0..ctx.outputs.len().min(3)).map(Slot::Out));
             Ok(GpuNode::Launches(vec![GpuLaunch {
-                kind: GpuKind::LayerNorm { epsilon_bits: self.epsilon.to_bits(), bias },
-                meta: vec![rows as i64, ext(cols as usize)],
+                kind: GpuKind::LayerNorm {
+                    epsilon_bits: self.epsilon.to_bits(),
+                    bias,
+                    stats: ctx.outputs.len().clamp(1, 3) as u8 - 1,
+                    channels: false,
+                },
+                meta: vec![rows as i64, ext(cols as usize), 1],
                 work: Work::Rows(rows),
                 slots,
             }]))
@@ -260,6 +262,23 @@ fn build_instance_norm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for InstanceNorm {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            let c = *x.dims.get(1).ok_or_else(|| OpError::eval("InstanceNormalization takes (N, C, ...)"))?;
+            if (1..3).any(|i| ctx.input(i).map(|p| numel(&p.dims)).ok() != Some(c as u64)) {
+                return Err(OpError::eval("InstanceNormalization scale and bias must hold C values"));
+            }
+            let rows = numel(&x.dims[..2]);
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::LayerNorm { epsilon_bits: self.epsilon.to_bits(), bias: true, stats: 0, channels: true },
+                meta: vec![rows as i64, numel(&x.dims[2..]) as i64, ext(c)],
+                work: Work::Rows(rows),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::In(2), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         require_f32("InstanceNormalization", x)?;

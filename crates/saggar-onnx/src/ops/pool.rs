@@ -311,6 +311,27 @@ fn build_lrn(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Lrn {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dims.len() < 2 {
+                return Err(OpError::eval("LRN takes an (N, C, ...) input"));
+            }
+            let (before, after) = ((self.size - 1) / 2, (self.size - 1).div_ceil(2));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::ChannelNorm {
+                    lrn: true,
+                    a_bits: (self.alpha / self.size as f32).to_bits(),
+                    b_bits: self.beta.to_bits(),
+                    c_bits: self.bias.to_bits(),
+                },
+                meta: vec![ext(x.dims[0]), ext(x.dims[1]), numel(&x.dims[2..]) as i64, ext(before), ext(after)],
+                work: Work::Elements(numel(&x.dims)),
+                slots: vec![Slot::In(0), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if x.dtype != DType::F32 || x.rank() < 2 {

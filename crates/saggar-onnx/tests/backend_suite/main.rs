@@ -7,7 +7,9 @@
 //! itself skipped and succeeds (a plain `cargo test` fetches nothing).
 //!
 //! Every test whose model is inside the declared op set ([`applicable`]) is imported and run through a
-//! `Session` ([`run`]). `backend_expectations.txt` (next to this folder) names each applicable test
+//! `Session` ([`run`]). On CUDA and HIP, a test whose model the backend refuses with the typed
+//! `UnsupportedOnBackend` error (an op without a GPU lowering) counts as not applicable there, its
+//! reason (`not lowered on Cuda: LRN`) counted in the report; every other failure is a failure. `backend_expectations.txt` (next to this folder) names each applicable test
 //! that does not pass, with its reason. The run fails on a failure the file does not name and on a
 //! named test that passes (or is no longer applicable): the file never goes stale.
 
@@ -103,7 +105,11 @@ fn run_one(dir: &Path, backend: &str) -> Outcome {
     };
     match result {
         Ok(mode) => Outcome::Passed(mode),
-        Err(e) => Outcome::Failed(e),
+        // A GPU backend's typed refusal of an op the host runs: outside that backend's op set.
+        Err(e) => match e.strip_prefix(run::REFUSED) {
+            Some(reason) => Outcome::NotApplicable(reason.to_string()),
+            None => Outcome::Failed(e),
+        },
     }
 }
 

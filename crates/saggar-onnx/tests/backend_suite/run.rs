@@ -75,6 +75,22 @@ pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, Str
     Ok(mode)
 }
 
+/// Marks an error that is the GPU backend's typed refusal of an op ([`OnnxError::UnsupportedOnBackend`]).
+pub const REFUSED: &str = "refused: ";
+
+/// `REFUSED` and `not lowered on <backend>: <op>` when `e` (or an error it wraps) is the typed
+/// refusal of an op by the backend; otherwise `what: e`.
+fn describe(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(OnnxError::UnsupportedOnBackend { backend, op, .. }) = c.downcast_ref::<OnnxError>() {
+            return format!("{REFUSED}not lowered on {backend:?}: {op}");
+        }
+        cause = c.source();
+    }
+    format!("{what}: {e}")
+}
+
 fn open_session<B: Backend>(
     compiler: Arc<OnnxCompiler>,
     device: B::Device,
@@ -83,7 +99,7 @@ fn open_session<B: Backend>(
         .buckets(BucketSpec::PowersOfTwo { max: 4 })
         .build()
         .map_err(|e| format!("session config: {e}"))?;
-    Session::new(device, compiler, config, &|_| {}).map_err(|e| format!("session: {e}"))
+    Session::new(device, compiler, config, &|_| {}).map_err(|e| describe("session", &e))
 }
 
 /// Runs one data set through `session` and compares the outputs.
@@ -122,7 +138,7 @@ fn run_set<B: Backend>(
             data: &bytemuck::cast_slice::<u64, u8>(w)[..*n],
         })
         .collect();
-    let outputs = session.run(&host).map_err(|e| format!("{set_name}: run: {e}"))?;
+    let outputs = session.run(&host).map_err(|e| describe(&format!("{set_name}: run"), &e))?;
     if outputs.len() != expected.len() {
         return Err(format!("{set_name}: {} outputs, {} expected", outputs.len(), expected.len()));
     }
