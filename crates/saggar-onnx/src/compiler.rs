@@ -168,12 +168,17 @@ impl OnnxCompiler {
         &self.options
     }
 
+    /// The constants uploaded once per device (after the residency marker).
+    pub(crate) fn weight_layout(&self) -> &WeightLayout {
+        &self.weights
+    }
+
     /// Bytes of constants uploaded once per device.
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes.len()
     }
 
-    fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
+    pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
         let graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
         let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
         lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target)
@@ -191,7 +196,7 @@ impl OnnxCompiler {
         Ok(self.source(&self.lower(input_dims, BackendKind::Cuda)?).code)
     }
 
-    fn source(&self, lowered: &Lowered) -> KernelSource {
+    pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
         if lowered.definitions.iter().all(String::is_empty) {
             return KernelSource::new(
                 format!("saggar_onnx_{}.plan", self.model.name()),

@@ -27,6 +27,8 @@ pub mod error;
 mod external;
 mod fusion;
 mod gpu_codegen;
+#[cfg(test)]
+mod gpu_emulation;
 mod host_kernels;
 mod import;
 pub mod ir;

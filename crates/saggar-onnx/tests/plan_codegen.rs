@@ -93,22 +93,23 @@ fn every_model_has_one_gpu_source_for_all_batches_that_compiles_and_fusion_cuts_
 }
 
 #[test]
-fn an_op_without_a_gpu_form_is_refused_naming_it() {
+fn an_op_the_gpu_does_not_lower_is_refused_naming_it() {
+    // ReduceMax of bool runs on the host; the GPU reduction kernels take f32 only.
     let mut b = ModelBuilder::new(13);
-    b.input("x", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
-    b.node("LRN", &["x4"], &["y"], &[("size", Attribute::Int(3))]);
-    b.node("Unsqueeze", &["x", "axes"], &["x4"], &[]);
-    b.initializer("axes", &saggar_onnx::Tensor::from_i64s(vec![2, 3]));
-    b.output("y", DType::F32, &[]);
-    let model = OnnxModel::from_bytes(&b.to_bytes(), "lrn", &ImportLimits::default()).unwrap();
+    b.input("x", DType::Bool, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+    b.node("ReduceMax", &["x"], &["y"], &[("axes", Attribute::Ints(vec![1]))]);
+    b.output("y", DType::Bool, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "reduce_bool", &ImportLimits::default()).unwrap();
     let c = OnnxCompiler::new(model, OnnxOptions::default());
-    c.plan_summary(&[vec![2, 4]], BackendKind::Host).expect("the host runs LRN");
-    match c.plan_summary(&[vec![2, 4]], BackendKind::Cuda) {
-        Err(OnnxError::UnsupportedOnBackend { op, backend, .. }) => {
-            assert_eq!(op, "LRN");
-            assert_eq!(backend, BackendKind::Cuda);
+    c.plan_summary(&[vec![2, 4]], BackendKind::Host).expect("the host reduces bools");
+    for backend in [BackendKind::Cuda, BackendKind::Hip] {
+        match c.plan_summary(&[vec![2, 4]], backend) {
+            Err(OnnxError::UnsupportedOnBackend { op, backend: b, node, reason }) => {
+                assert_eq!((op.as_str(), b), ("ReduceMax", backend));
+                assert!(!node.is_empty() && reason.contains("bool"), "{node}: {reason}");
+            }
+            other => panic!("expected UnsupportedOnBackend, got {other:?}"),
         }
-        other => panic!("expected UnsupportedOnBackend, got {other:?}"),
     }
 }
 
