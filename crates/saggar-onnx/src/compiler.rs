@@ -169,6 +169,7 @@ impl OnnxCompiler {
     }
 
     /// The constants uploaded once per device (after the residency marker).
+    #[cfg(test)]
     pub(crate) fn weight_layout(&self) -> &WeightLayout {
         &self.weights
     }
