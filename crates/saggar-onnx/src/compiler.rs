@@ -76,8 +76,17 @@ pub struct OnnxCompiler {
     weights: WeightLayout,
     model_hash: [u8; 32],
     resident: Mutex<Vec<Resident>>,
-    /// Code objects compiled from generated sources: `(backend, ordinal, source hash, code)`.
-    compiled: Mutex<Vec<(BackendKind, usize, [u8; 32], CodeObject)>>,
+    /// Code objects compiled from generated sources.
+    compiled: Mutex<Vec<Compiled>>,
+}
+
+/// A code object compiled from a generated source on one device.
+#[derive(Debug)]
+struct Compiled {
+    backend: BackendKind,
+    ordinal: usize,
+    source_hash: [u8; 32],
+    code: CodeObject,
 }
 
 impl std::fmt::Debug for OnnxCompiler {
@@ -226,13 +235,17 @@ impl OnnxCompiler {
     fn compile_source<B: Backend>(&self, device: &B::Device, source: &KernelSource) -> Result<CodeObject, OnnxError> {
         let hash = *blake3::hash(source.code.as_bytes()).as_bytes();
         let ordinal = device.info().ordinal;
-        let found =
-            self.compiled.lock().iter().find(|c| c.0 == B::KIND && c.1 == ordinal && c.2 == hash).map(|c| c.3.clone());
+        let found = self
+            .compiled
+            .lock()
+            .iter()
+            .find(|c| c.backend == B::KIND && c.ordinal == ordinal && c.source_hash == hash)
+            .map(|c| c.code.clone());
         if let Some(code) = found {
             return Ok(code);
         }
         let code = device.compile(source)?;
-        self.compiled.lock().push((B::KIND, ordinal, hash, code.clone()));
+        self.compiled.lock().push(Compiled { backend: B::KIND, ordinal, source_hash: hash, code: code.clone() });
         Ok(code)
     }
 

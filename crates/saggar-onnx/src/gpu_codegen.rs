@@ -498,12 +498,15 @@ pub(crate) struct FusedGroup {
     pub(crate) nodes: Vec<FusedNode>,
 }
 
+/// Per input slot of a fused node: `None` absent, `Some(Ok(k))` external input `k`, `Some(Err(j))`
+/// the value of the group's node `j`.
+pub(crate) type Wiring = Vec<Option<Result<usize, usize>>>;
+
 /// One node of a [`FusedGroup`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FusedNode {
     pub(crate) expr: String,
-    /// Per input slot: `None` absent, `Some(Ok(k))` external input `k`, `Some(Err(j))` node `j`'s value.
-    pub(crate) operands: Vec<Option<Result<usize, usize>>>,
+    pub(crate) operands: Wiring,
     pub(crate) out: DType,
 }
 

@@ -60,7 +60,7 @@ impl NodeKernel {
 /// node's output.
 #[derive(Debug, Clone)]
 pub(crate) struct FusedHostKernel {
-    pub(crate) nodes: Vec<(NodeKernel, Vec<Option<Result<usize, usize>>>)>,
+    pub(crate) nodes: Vec<(NodeKernel, crate::gpu_codegen::Wiring)>,
     pub(crate) externals: usize,
 }
 

@@ -9,9 +9,11 @@
 //! 2. The passes infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
 //!    emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
 //! 3. [`OnnxCompiler`] implements saggar-dispatch's `ProgramCompiler`: per concrete input shape it
-//!    specialises the graph (every dimension known, every shape chain folded), plans activation memory
-//!    by liveness and lowers each node to a registered host kernel. Initializers are uploaded once per
-//!    device and shared by every program.
+//!    specialises the graph (every dimension known, every shape chain folded), groups elementwise
+//!    chains (`fusion`), plans activation memory by liveness and lowers each group: to a registered
+//!    host kernel on the host backend, to generated CUDA/HIP kernels (`gpu_codegen`, one source per
+//!    model, compiled once) on GPUs. Initializers are uploaded once per device and shared by every
+//!    program.
 //!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
 

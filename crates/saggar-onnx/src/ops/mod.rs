@@ -17,6 +17,10 @@
 //!      folds constants at import and is the host kernel at run time, so it must not allocate per
 //!      element and must return [`OpError::eval`] rather than panic on any input (indices out of
 //!      range, a type `infer` did not promise).
+//!    - [`Op::gpu`] says what the node is on CUDA and HIP ([`gpu`]): an elementwise C++ expression
+//!      of `$0`, `$1`, ... (fused with its neighbours), or launches of a [`gpu::GpuKind`] with their
+//!      `meta` tables built from the concrete operands. Without it the op runs on the host only and
+//!      GPU backends refuse the model naming the op.
 //! 2. Write a builder `fn build_x(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError>` that reads
 //!    attributes through [`NodeCtx`] (`ctx.int_or("axis", 0)?`, `ctx.ints("perm")?`, ...). Every
 //!    attribute a node carries must be read by the builder (or passed to [`NodeCtx::ignore`]):
