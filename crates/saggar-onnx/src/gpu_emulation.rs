@@ -172,3 +172,180 @@ fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
         }
     }
 }
+
+/// One model holding a node of every GPU kernel kind with non-trivial attributes (negative slice
+/// steps, every Pad mode, transposed Gemm with a broadcast bias, broadcast batched MatMul, grouped
+/// dilated Conv, ceil-mode pooling, every reduction, ArgMax with select_last_index, ...), each a graph
+/// output.
+fn every_kind_model() -> OnnxModel {
+    use crate::builder::ModelBuilder;
+    use crate::ops::Attribute::{Float, Int, Ints, String as Str};
+    use saggar_shape::{DType, Dim};
+    let f32s = |dims: &[usize], seed: usize| {
+        let n: usize = dims.iter().product();
+        let v = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 211) as f32 / 105.0 - 1.0).collect();
+        Tensor::new(dims.to_vec(), TensorData::F32(v)).unwrap()
+    };
+    let i64s = |dims: &[usize], v: Vec<i64>| Tensor::new(dims.to_vec(), TensorData::I64(v)).unwrap();
+    let mut b = ModelBuilder::new(18);
+    let fixed = |d: &[u64]| d.iter().map(|&v| Dim::Fixed(v)).collect::<Vec<_>>();
+    b.input("x", DType::F32, &fixed(&[2, 3, 4, 5]));
+    let mut outputs: Vec<(&str, DType)> = Vec::new();
+    let init = |b: &mut ModelBuilder, name: &str, t: Tensor| {
+        b.initializer(name, &t);
+    };
+    init(&mut b, "starts", Tensor::from_i64s(vec![0, 3, 1]));
+    init(&mut b, "ends", Tensor::from_i64s(vec![2, -100, 5]));
+    init(&mut b, "axes_s", Tensor::from_i64s(vec![1, 2, 3]));
+    init(&mut b, "steps", Tensor::from_i64s(vec![1, -1, 2]));
+    init(&mut b, "split", Tensor::from_i64s(vec![2, 3]));
+    init(&mut b, "eb", f32s(&[3, 1, 1], 1));
+    init(&mut b, "eshape", Tensor::from_i64s(vec![2, 3, 4, 5]));
+    init(&mut b, "pads", Tensor::from_i64s(vec![0, 1, 2, -1, 0, 0, 1, 2]));
+    init(&mut b, "pv", Tensor::new(vec![], TensorData::F32(vec![1.5])).unwrap());
+    init(&mut b, "gi", Tensor::from_i64s(vec![-1, 1, 0]));
+    init(&mut b, "gei", i64s(&[2, 3, 4, 2], (0..48).map(|i| (i * 3 % 5) as i64 - 2).collect()));
+    init(&mut b, "gndi", i64s(&[2, 2], vec![1, -1, 0, 2]));
+    init(&mut b, "ga", f32s(&[3, 4], 2));
+    init(&mut b, "gb", f32s(&[5, 3], 3));
+    init(&mut b, "gc", f32s(&[1, 5], 4));
+    init(&mut b, "mw", f32s(&[5, 6], 5));
+    init(&mut b, "ma", f32s(&[3, 4, 5], 6));
+    init(&mut b, "mb", f32s(&[2, 1, 5, 4], 7));
+    init(&mut b, "ls", f32s(&[5], 8));
+    init(&mut b, "lb", f32s(&[5], 9));
+    init(&mut b, "c3a", f32s(&[3], 10));
+    init(&mut b, "c3b", f32s(&[3], 11));
+    init(&mut b, "c3v", Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
+    init(&mut b, "raxes", Tensor::from_i64s(vec![1, 3]));
+    init(&mut b, "cw", f32s(&[4, 3, 3, 3], 12));
+    init(&mut b, "cbias", f32s(&[4], 13));
+    init(&mut b, "gw", f32s(&[3, 1, 2, 2], 14));
+    init(&mut b, "two", Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
+    init(&mut b, "zero", Tensor::new(vec![], TensorData::F32(vec![0.0])).unwrap());
+    init(&mut b, "three", Tensor::from_i64s(vec![3]));
+    let mut node = |b: &mut ModelBuilder,
+                    op: &str,
+                    ins: &[&str],
+                    outs: &[&'static str],
+                    attrs: &[(&str, crate::ops::Attribute)],
+                    dtype: DType| {
+        b.node(op, ins, outs, attrs);
+        outputs.extend(outs.iter().map(|o| (*o, dtype)));
+    };
+    let f = DType::F32;
+    node(&mut b, "Transpose", &["x"], &["t"], &[("perm", Ints(vec![0, 2, 3, 1]))], f);
+    node(&mut b, "Slice", &["x", "starts", "ends", "axes_s", "steps"], &["sl"], &[], f);
+    node(&mut b, "Concat", &["x", "x"], &["cat"], &[("axis", Int(1))], f);
+    node(&mut b, "Split", &["x", "split"], &["sp0", "sp1"], &[("axis", Int(3))], f);
+    node(&mut b, "Expand", &["eb", "eshape"], &["ex"], &[], f);
+    node(&mut b, "Pad", &["x", "pads", "pv"], &["pc"], &[], f);
+    node(&mut b, "Pad", &["x", "pads"], &["pr"], &[("mode", Str(b"reflect".to_vec()))], f);
+    node(&mut b, "Pad", &["x", "pads"], &["pe"], &[("mode", Str(b"edge".to_vec()))], f);
+    node(&mut b, "Gather", &["x", "gi"], &["ga_"], &[("axis", Int(2))], f);
+    node(&mut b, "GatherElements", &["x", "gei"], &["gel"], &[("axis", Int(3))], f);
+    node(&mut b, "GatherND", &["x", "gndi"], &["gnd"], &[], f);
+    node(
+        &mut b,
+        "Gemm",
+        &["ga", "gb", "gc"],
+        &["gm"],
+        &[("transA", Int(1)), ("transB", Int(1)), ("alpha", Float(0.5)), ("beta", Float(2.0))],
+        f,
+    );
+    node(&mut b, "MatMul", &["x", "mw"], &["mm"], &[], f);
+    node(&mut b, "MatMul", &["ma", "mb"], &["mmb"], &[], f);
+    node(&mut b, "Softmax", &["x"], &["sm"], &[("axis", Int(1))], f);
+    node(&mut b, "LogSoftmax", &["x"], &["lsm"], &[], f);
+    node(&mut b, "LayerNormalization", &["x", "ls", "lb"], &["ln", "lnm", "lni"], &[], f);
+    node(&mut b, "InstanceNormalization", &["x", "c3a", "c3b"], &["inn"], &[], f);
+    node(&mut b, "BatchNormalization", &["x", "c3a", "c3b", "c3b", "c3v"], &["bn"], &[], f);
+    node(&mut b, "LRN", &["x"], &["lrn"], &[("size", Int(3)), ("alpha", Float(0.2))], f);
+    for (op, out) in [
+        ("ReduceSum", "rs"),
+        ("ReduceMean", "rme"),
+        ("ReduceMax", "rma"),
+        ("ReduceMin", "rmi"),
+        ("ReduceProd", "rp"),
+        ("ReduceL1", "rl1"),
+        ("ReduceL2", "rl2"),
+        ("ReduceSumSquare", "rss"),
+        ("ReduceLogSumExp", "rlse"),
+    ] {
+        node(&mut b, op, &["x", "raxes"], &[out], &[("keepdims", Int(i64::from(out.len() % 2 == 0)))], f);
+    }
+    node(&mut b, "Abs", &["x"], &["ax"], &[], f);
+    node(&mut b, "ReduceLogSum", &["ax", "raxes"], &["rls"], &[], f);
+    node(&mut b, "ArgMax", &["x"], &["amax"], &[("axis", Int(2)), ("select_last_index", Int(1))], DType::I64);
+    node(&mut b, "ArgMin", &["x"], &["amin"], &[("axis", Int(1)), ("keepdims", Int(0))], DType::I64);
+    node(
+        &mut b,
+        "Conv",
+        &["x", "cw", "cbias"],
+        &["cv"],
+        &[("pads", Ints(vec![1, 1, 1, 1])), ("strides", Ints(vec![1, 2]))],
+        f,
+    );
+    node(&mut b, "Conv", &["x", "gw"], &["gcv"], &[("group", Int(3)), ("dilations", Ints(vec![2, 2]))], f);
+    node(
+        &mut b,
+        "MaxPool",
+        &["x"],
+        &["mp"],
+        &[("kernel_shape", Ints(vec![2, 2])), ("strides", Ints(vec![2, 2])), ("ceil_mode", Int(1))],
+        f,
+    );
+    node(
+        &mut b,
+        "AveragePool",
+        &["x"],
+        &["ap"],
+        &[("kernel_shape", Ints(vec![3, 3])), ("pads", Ints(vec![1, 1, 1, 1])), ("count_include_pad", Int(1))],
+        f,
+    );
+    node(
+        &mut b,
+        "AveragePool",
+        &["x"],
+        &["ap0"],
+        &[("kernel_shape", Ints(vec![2, 3])), ("pads", Ints(vec![1, 0, 1, 1]))],
+        f,
+    );
+    node(&mut b, "GlobalAveragePool", &["x"], &["gap"], &[], f);
+    node(&mut b, "GlobalMaxPool", &["x"], &["gmp"], &[], f);
+    // Elementwise chains (fused), mixed types.
+    b.node("Greater", &["x", "zero"], &["pos"], &[]);
+    b.node("Neg", &["x"], &["nx"], &[]);
+    node(&mut b, "Where", &["pos", "x", "nx"], &["wh"], &[], f);
+    b.node("Mul", &["x", "two"], &["x2"], &[]);
+    b.node("Cast", &["x2"], &["xi"], &[("to", Int(7))]);
+    node(&mut b, "Div", &["xi", "three"], &["di"], &[], DType::I64);
+    b.node("Pow", &["x", "two"], &["pw"], &[]);
+    b.node("Clip", &["pw", "zero", "two"], &["cl"], &[]);
+    b.node("Erf", &["cl"], &["er"], &[]);
+    node(&mut b, "Sigmoid", &["er"], &["sg"], &[], f);
+    b.node("IsNaN", &["x"], &["nan"], &[]);
+    b.node("Not", &["nan"], &["nn"], &[]);
+    node(&mut b, "And", &["nn", "pos"], &["an"], &[], DType::Bool);
+    for (name, dtype) in &outputs {
+        b.output(name, *dtype, &[]);
+    }
+    OnnxModel::from_bytes(&b.to_bytes(), "every_kind", &crate::ImportLimits::default()).unwrap()
+}
+
+#[test]
+fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
+    let model = every_kind_model();
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    let x =
+        Tensor::new(vec![2, 3, 4, 5], TensorData::F32((0..120).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect()))
+            .unwrap();
+    let want = run_on_host(&compiler, std::slice::from_ref(&x)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(got) = run_emulated(&compiler, &[x], dir.path()) else { return };
+    assert_eq!((got.len(), want.len()), (model.outputs().len(), model.outputs().len()));
+    assert!(got.len() >= 45, "{} outputs", got.len());
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(g, w, &format!("output {k} `{}`", model.outputs()[k].name()));
+    }
+}
