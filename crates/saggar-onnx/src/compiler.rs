@@ -6,7 +6,8 @@
 //! hipRTC through the device. Generated kernels take every extent from their `meta` tables, so the
 //! source is the same for every input shape of the model: the compiler keeps the code object of each
 //! source it compiled (per backend and device ordinal) and every later bucket reuses it without
-//! compiling; each bucket's artifact carries that same code object and its source hash. The artifact
+//! compiling; each bucket's artifact carries that same code object and its source hash, and loads on
+//! one GPU device share one loaded module (found by that hash). The artifact
 //! records the shapes ([`crate::artifact`]); `load` lowers again from the recorded shapes (computing
 //! launch shapes and `meta` tables), checks the code object and resolves the kernels.
 //!
@@ -78,7 +79,20 @@ pub struct OnnxCompiler {
     resident: Mutex<Vec<Resident>>,
     /// Code objects compiled from generated sources.
     compiled: Mutex<Vec<Compiled>>,
+    /// Modules loaded from generated sources, shared by every bucket on a GPU device.
+    modules: Mutex<Vec<LoadedModule>>,
 }
+
+/// A module loaded on one GPU device, type-erased like [`Resident`].
+struct LoadedModule {
+    backend: BackendKind,
+    ordinal: usize,
+    source_hash: [u8; 32],
+    module: Arc<dyn Any + Send + Sync>,
+}
+
+/// The typed module inside a [`LoadedModule`].
+struct SharedModule<B: Backend>(Arc<B::Module>);
 
 /// A code object compiled from a generated source on one device.
 #[derive(Debug)]
@@ -164,6 +178,7 @@ impl OnnxCompiler {
             model_hash,
             resident: Mutex::new(Vec::new()),
             compiled: Mutex::new(Vec::new()),
+            modules: Mutex::new(Vec::new()),
         }
     }
 
@@ -235,9 +250,9 @@ impl OnnxCompiler {
     fn compile_source<B: Backend>(&self, device: &B::Device, source: &KernelSource) -> Result<CodeObject, OnnxError> {
         let hash = *blake3::hash(source.code.as_bytes()).as_bytes();
         let ordinal = device.info().ordinal;
-        let found = self
-            .compiled
-            .lock()
+        // Held while compiling: buckets compiled concurrently wait for the first compile of a source.
+        let mut compiled = self.compiled.lock();
+        let found = compiled
             .iter()
             .find(|c| c.backend == B::KIND && c.ordinal == ordinal && c.source_hash == hash)
             .map(|c| c.code.clone());
@@ -245,7 +260,7 @@ impl OnnxCompiler {
             return Ok(code);
         }
         let code = device.compile(source)?;
-        self.compiled.lock().push(Compiled { backend: B::KIND, ordinal, source_hash: hash, code: code.clone() });
+        compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, code: code.clone() });
         Ok(code)
     }
 
@@ -265,6 +280,32 @@ impl OnnxCompiler {
             source_hash: *blake3::hash(source.code.as_bytes()).as_bytes(),
         };
         Ok(header.encode(&code))
+    }
+
+    /// Loads `code` on `device`, or on a GPU returns the module an earlier bucket loaded from the same
+    /// source on the same backend and ordinal (the driver would otherwise JIT the same code per bucket).
+    fn module<B: Backend>(
+        &self,
+        device: &B::Device,
+        source_hash: &[u8; 32],
+        code: &CodeObject,
+    ) -> Result<Arc<B::Module>, OnnxError> {
+        if B::KIND == BackendKind::Host {
+            return Ok(Arc::new(device.load_module(code)?));
+        }
+        let ordinal = device.info().ordinal;
+        let mut modules = self.modules.lock();
+        let found = modules
+            .iter()
+            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash)
+            .find_map(|m| m.module.clone().downcast::<SharedModule<B>>().ok());
+        if let Some(shared) = found {
+            return Ok(shared.0.clone());
+        }
+        let module = Arc::new(device.load_module(code)?);
+        let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedModule::<B>(module.clone()));
+        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, module: shared });
+        Ok(module)
     }
 
     fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<DeviceWeights<B>>, OnnxError> {
@@ -311,7 +352,7 @@ impl OnnxCompiler {
                 });
             }
         }
-        let module = device.load_module(&code)?;
+        let module = self.module::<B>(device, &header.source_hash, &code)?;
         let steps = lowered
             .steps
             .iter()
@@ -392,7 +433,7 @@ pub struct OnnxProgram<B: Backend> {
     steps: Vec<LoadedStep<B>>,
     weights: Arc<DeviceWeights<B>>,
     local: Option<B::DeviceBuffer>,
-    _module: B::Module,
+    _module: Arc<B::Module>,
 }
 
 thread_local! {
