@@ -5,6 +5,9 @@
 
 use saggar_shape::Dim;
 
+#[path = "data_movement_gpu.rs"]
+mod gpu_forms;
+
 use crate::ops::shape_util::{normalize_axes, normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType, unknown_dim};
 use crate::tensor::{DataRef, TensorMut, TensorView, same_type};
@@ -162,29 +165,7 @@ impl Slice {
 
 impl Op for Slice {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch};
-        Some((|| {
-            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
-            let (starts, ends, axes, steps) =
-                self.params(ctx.infer)?.ok_or_else(|| OpError::eval("Slice bounds are not constant"))?;
-            let own = contiguous(&x.dims);
-            let (mut base, mut st) = (0i64, own.clone());
-            for i in 0..starts.len() {
-                let a = usize::try_from(axes[i]).map_err(|_| OpError::eval("negative axis"))?;
-                let s = resolve_slice(starts[i], ends[i], steps[i], x.dims[a])?;
-                if s.len > 0 {
-                    base += s.start * own[a];
-                }
-                st[a] = s.step * own[a];
-            }
-            let launch = copy_launch(
-                x.dtype.size_bytes(),
-                &out.dims,
-                (Slot::In(0), base, &st),
-                (Slot::Out(0), 0, &contiguous(&out.dims)),
-            );
-            Ok(GpuNode::Launches(vec![launch]))
-        })())
+        Some(gpu_forms::slice(self, ctx))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
@@ -330,24 +311,7 @@ impl Split {
 
 impl Op for Split {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch, ext};
-        Some((|| {
-            let x = ctx.input(0)?;
-            let axis = normalize_axis(self.axis, x.dims.len())?;
-            let in_strides = contiguous(&x.dims);
-            let mut at = 0i64;
-            let mut launches = Vec::new();
-            for (k, out) in ctx.outputs.iter().enumerate() {
-                launches.push(copy_launch(
-                    x.dtype.size_bytes(),
-                    &out.dims,
-                    (Slot::In(0), at * in_strides[axis], &in_strides),
-                    (Slot::Out(k), 0, &contiguous(&out.dims)),
-                ));
-                at += ext(out.dims.get(axis).copied().unwrap_or(0));
-            }
-            Ok(GpuNode::Launches(launches))
-        })())
+        Some(gpu_forms::split(self, ctx))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
@@ -419,20 +383,7 @@ impl Transpose {
 
 impl Op for Transpose {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch};
-        Some((|| {
-            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
-            let perm = self.perm(x.dims.len())?;
-            let own = contiguous(&x.dims);
-            let st: Vec<i64> = perm.iter().map(|&p| own[p]).collect();
-            let launch = copy_launch(
-                x.dtype.size_bytes(),
-                &out.dims,
-                (Slot::In(0), 0, &st),
-                (Slot::Out(0), 0, &contiguous(&out.dims)),
-            );
-            Ok(GpuNode::Launches(vec![launch]))
-        })())
+        Some(gpu_forms::transpose(self, ctx))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
@@ -525,35 +476,7 @@ impl Pad {
 
 impl Op for Pad {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, contiguous, ext, numel};
-        Some((|| {
-            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
-            let pads = self.infer_pads(ctx.infer)?.ok_or_else(|| OpError::eval("Pad pads are not constant"))?;
-            let from_input = self.attrs.is_none() && ctx.inputs.get(2).and_then(Option::as_ref).is_some();
-            let fill_bits = self.attrs.as_ref().map_or(0, |(_, v)| v.to_bits());
-            let rank = x.dims.len();
-            let mut meta = vec![ext(rank), numel(&out.dims) as i64];
-            meta.extend(out.dims.iter().map(|&d| ext(d)));
-            meta.extend(x.dims.iter().map(|&d| ext(d)));
-            meta.extend(pads.iter().map(|p| p.0));
-            meta.extend(contiguous(&x.dims));
-            let mut slots = vec![Slot::In(0)];
-            if from_input {
-                slots.push(Slot::In(2));
-            }
-            slots.push(Slot::Out(0));
-            let mode = match self.mode {
-                PadMode::Constant => 0,
-                PadMode::Reflect => 1,
-                PadMode::Edge => 2,
-            };
-            Ok(GpuNode::Launches(vec![GpuLaunch {
-                kind: GpuKind::Pad { mode, elem_bytes: x.dtype.size_bytes() as u8, from_input, fill_bits },
-                meta,
-                work: Work::Elements(numel(&out.dims)),
-                slots,
-            }]))
-        })())
+        Some(gpu_forms::pad(self, ctx))
     }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
