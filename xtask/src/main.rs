@@ -17,6 +17,10 @@
 //! runs `saggar perf` and the PyTorch variants back to back on GPU 0 and writes `peers.md`
 //! (`benches/peers/README.md`); it is skipped with `SAGGAR_SKIP_PEERS=1`, without a GPU, or without torch.
 //!
+//! It also carries the ONNX backend suite (`onnx-suite/`: the `backend_suite` binary, its expectations
+//! and the applicable tests' data; see `onnx_bundle.rs`), which `run.sh` runs on CUDA and, through the
+//! fixture, on the HIP backend (`SAGGAR_SKIP_ONNX=1` skips it).
+//!
 //! Both take `--for nvidia` (the default) or `--for amd`: the kind of GPU machine the bundle is for.
 //!
 //! Which binaries are "GPU" binaries is decided by name: test targets whose name contains `cuda`,
@@ -41,6 +45,7 @@
 //! in a step of their own, "HIP backend on CUDA via fixture", on GPU 0 with that directory first on the
 //! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
+mod onnx_bundle;
 mod onnx_tests;
 mod publish;
 
@@ -239,6 +244,9 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     } else {
         "no HIP-backend tests (set HIP_PATH, e.g. HIP_PATH=/usr, to run them on CUDA via saggar-hip-fixture)".into()
     };
+    let hip_suite = (machine == Machine::Nvidia && hip_enabled()).then_some(HIP_FEATURES);
+    let onnx_suite = onnx_bundle::bundle(out, features, hip_suite)?;
+    eprintln!("xtask: {onnx_suite}");
     strip_binaries(out)?;
     std::fs::write(out.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     std::fs::write(out.join("report.py"), REPORT_PY).map_err(|e| e.to_string())?;

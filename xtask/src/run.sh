@@ -3,7 +3,8 @@
 # Usage: bash run.sh REPORT_DIR
 # Runs every GPU test binary once per visible GPU (CUDA_VISIBLE_DEVICES=i), then once with all GPUs
 # visible (multi-GPU tests); then, if the bundle has hip-fixture/, the HIP backend's test binaries on
-# CUDA via saggar-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; then (after the
+# CUDA via saggar-hip-fixture (a TEST FIXTURE, not ROCm) on GPU 0; then every GPU bench; then the ONNX
+# backend suite (onnx-suite/) on CUDA and on the HIP backend via the fixture; then (after the
 # sanitizer pass) the PyTorch peers, saggar vs PyTorch on GPU 0 into REPORT_DIR/peers.md (SAGGAR_SKIP_PEERS=1
 # skips it); and writes REPORT_DIR/report.json and report.txt.
 set -u
@@ -38,7 +39,7 @@ run_tests() { # label, env assignment, binary
 }
 
 : > "$report/tests.index"
-# SAGGAR_SKIP_TESTS=1, SAGGAR_SKIP_HIP=1, SAGGAR_SKIP_BENCHES=1, SAGGAR_SKIP_SANITIZER=1 and SAGGAR_SKIP_PEERS=1
+# SAGGAR_SKIP_TESTS=1, SAGGAR_SKIP_HIP=1, SAGGAR_SKIP_BENCHES=1, SAGGAR_SKIP_ONNX=1, SAGGAR_SKIP_SANITIZER=1 and SAGGAR_SKIP_PEERS=1
 # skip a step, so one bundle can be run in several shorter calls.
 for bin in "$here"/tests/*; do
   [ -x "$bin" ] && [ "${SAGGAR_SKIP_TESTS:-0}" != 1 ] || continue
@@ -81,10 +82,33 @@ for bin in "$here"/benches/*; do
   [ $rc -eq 0 ] || status=1
 done
 
+# ONNX backend suite (onnx-suite/, see xtask/src/onnx_bundle.rs): the applicable tests of the pinned
+# suite through saggar-onnx on CUDA, then on the HIP backend via the fixture (hip-fixture/onnx/, not an
+# AMD result), on GPU 0, against the carried expectations file. Reports: REPORT_DIR/onnx-backend-tests-*.md.
+: > "$report/onnx-suite.index"
+if [ "${SAGGAR_SKIP_ONNX:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/onnx-suite/backend_suite" ]; then
+  for backend in cuda hip; do
+    bin="$here/onnx-suite/backend_suite"; envset="CUDA_VISIBLE_DEVICES=0"
+    if [ "$backend" = hip ]; then
+      bin="$here/hip-fixture/onnx/backend_suite"
+      [ -x "$bin" ] || continue
+      envset="$envset LD_LIBRARY_PATH=$here/hip-fixture${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    echo "== ONNX backend suite on $backend"
+    env $envset SAGGAR_ONNX_BACKEND=$backend SAGGAR_ONNX_BACKEND_TESTS="$here/onnx-suite/data" \
+      SAGGAR_ONNX_EXPECTATIONS="$here/onnx-suite/backend_expectations.txt" \
+      SAGGAR_ONNX_REPORT="$report/onnx-backend-tests-$backend.md" "$bin" > "$report/logs/onnx-suite-$backend.log" 2>&1
+    rc=$?
+    echo "$backend backend_suite $rc" >> "$report/onnx-suite.index"
+    head -8 "$report/logs/onnx-suite-$backend.log" | sed 's/^/   /'
+    [ $rc -eq 0 ] || status=1
+  done
+fi
+
 # compute-sanitizer pass: memcheck, racecheck, synccheck and initcheck over the chosen tests, with
 # --error-exitcode so a finding fails the run; then a self-test that must be caught.
 : > "$report/sanitizer.index"
-sanitize_bins="conformance_cuda arena_cuda gpu_dispatch"
+sanitize_bins="conformance_cuda arena_cuda gpu_dispatch gpu_onnx"
 if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${SAGGAR_SKIP_SANITIZER:-0}" != 1 ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     for name in $sanitize_bins; do

@@ -37,7 +37,7 @@ fn import_and_lower(c: &mut Criterion) {
         b.iter(|| {
             let model = OnnxModel::from_bytes(black_box(&bytes), "bert", &limits).expect("imports");
             let compiler = OnnxCompiler::new(model, OnnxOptions::default());
-            black_box(compiler.plan_summary(&dims).expect("lowers"))
+            black_box(compiler.plan_summary(&dims, saggar_device::BackendKind::Host).expect("lowers"))
         })
     });
     group.finish();

@@ -4,12 +4,13 @@
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 0 | 8 | magic `SAGONNX1` |
+//! | 0 | 8 | magic `SAGONNX2` |
 //! | 8 | 1 | backend: 1 CUDA, 2 HIP, 3 host |
 //! | 9 | 32 | model hash (BLAKE3, raw bytes) |
 //! | 41 | 8 | bucket (0 when the request named none) |
 //! | 49 | 4 | input count `n` |
 //! | 53 | ... | per input: rank (u32), then `rank` extents (u64 each) |
+//! | ... | 32 | BLAKE3 of the kernel source (the same for every bucket of a model on GPU) |
 //! | ... | 8 | code object length `L` |
 //! | ... | L | `CodeObject::to_bytes()` |
 //! | ... | 32 | BLAKE3 of every byte before it |
@@ -22,7 +23,7 @@ use saggar_device::{BackendKind, CodeObject};
 
 use crate::error::OnnxError;
 
-const MAGIC: [u8; 8] = *b"SAGONNX1";
+const MAGIC: [u8; 8] = *b"SAGONNX2";
 const CHECKSUM_LEN: usize = 32;
 /// Largest rank and input count accepted when parsing (bounds allocations on corrupt bytes).
 const MAX_COUNT: u32 = 4096;
@@ -34,6 +35,7 @@ pub(crate) struct Header {
     pub(crate) model_hash: [u8; 32],
     pub(crate) bucket: Option<u64>,
     pub(crate) input_dims: Vec<Vec<u64>>,
+    pub(crate) source_hash: [u8; 32],
 }
 
 fn backend_code(b: BackendKind) -> u8 {
@@ -62,6 +64,7 @@ impl Header {
                 out.extend_from_slice(&d.to_le_bytes());
             }
         }
+        out.extend_from_slice(&self.source_hash);
         let code = code.to_bytes();
         out.extend_from_slice(&(code.len() as u64).to_le_bytes());
         out.extend_from_slice(&code);
@@ -103,12 +106,14 @@ impl Header {
             }
             input_dims.push((0..rank).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?);
         }
+        let mut source_hash = [0u8; 32];
+        source_hash.copy_from_slice(r.take(32)?);
         let len = usize::try_from(r.u64()?).map_err(|_| malformed("code length overflows"))?;
         let code = CodeObject::from_bytes(r.take(len)?).map_err(|e| malformed(e.to_string()))?;
         if r.at != body.len() {
             return Err(malformed("trailing bytes after the code object"));
         }
-        Ok((Header { backend, model_hash, bucket, input_dims }, code))
+        Ok((Header { backend, model_hash, bucket, input_dims, source_hash }, code))
     }
 }
 
@@ -146,8 +151,13 @@ mod tests {
     #[test]
     fn round_trip_and_corruption() {
         let code = CodeObject { format: CodeFormat::HostPlan, image: b"plan".to_vec(), kernels: Vec::new() };
-        let header =
-            Header { backend: BackendKind::Host, model_hash: [7; 32], bucket: Some(4), input_dims: vec![vec![4, 8]] };
+        let header = Header {
+            backend: BackendKind::Host,
+            model_hash: [7; 32],
+            bucket: Some(4),
+            input_dims: vec![vec![4, 8]],
+            source_hash: [3; 32],
+        };
         let bytes = header.encode(&code);
         assert_eq!(Header::parse(&bytes).unwrap(), (header, code));
         for cut in [0, 9, bytes.len() - 1] {

@@ -1,15 +1,21 @@
 //! [`OnnxCompiler`]: saggar-dispatch's [`ProgramCompiler`] for ONNX models.
 //!
-//! `compile` specialises the imported graph to the request's input shapes, lowers it to host kernels
-//! ([`crate::lowering`]) and "compiles" the kernel list into a host plan; the artifact records the
-//! shapes ([`crate::artifact`]). `load` lowers again from the recorded shapes, checks the code object
-//! and resolves the kernels. The model's constants are uploaded once per device, with a residency
-//! marker read back on reuse (host-backend devices with one ordinal may be distinct simulated
-//! devices), and shared by every program of that device; constants that exist for one shape only
-//! (folded shape vectors) are uploaded with their program.
+//! `compile` specialises the imported graph to the request's input shapes and lowers it
+//! ([`crate::lowering`]): on the host backend to host kernels ("compiled" into a host plan), on CUDA
+//! and HIP to one generated C++ source for the model ([`crate::gpu_codegen`]) compiled by NVRTC or
+//! hipRTC through the device. Generated kernels take every extent from their `meta` tables, so the
+//! source is the same for every input shape of the model: the compiler keeps the code object of each
+//! source it compiled (per backend and device ordinal) and every later bucket reuses it without
+//! compiling; each bucket's artifact carries that same code object and its source hash, and loads on
+//! one GPU device share one loaded module (found by that hash). The artifact
+//! records the shapes ([`crate::artifact`]); `load` lowers again from the recorded shapes (computing
+//! launch shapes and `meta` tables), checks the code object and resolves the kernels.
 //!
-//! CUDA and HIP lowering is not implemented yet: compiling for them is an
-//! [`OnnxError::UnsupportedBackend`].
+//! The model's constants are uploaded once per device, with a residency marker read back on reuse
+//! (host-backend devices with one ordinal may be distinct simulated devices), and shared by every
+//! program of that device; constants that exist for one shape only (folded shape vectors) and the
+//! `meta` tables are uploaded with their program. A node with no GPU lowering is an
+//! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -17,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use saggar_device::{
-    Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
+    Backend, BackendKind, CodeObject, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
     LaunchConfig, Module as _, Stream as _,
 };
 use saggar_dispatch::{
@@ -26,14 +32,14 @@ use saggar_dispatch::{
 
 use crate::artifact::Header;
 use crate::error::OnnxError;
-use crate::lowering::{self, ArgSource, Lowered, WeightLayout};
+use crate::lowering::{self, ArgSource, Lowered, PlanSummary, Target, WeightLayout};
 use crate::model::OnnxModel;
 use crate::passes;
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
 /// The artifact format version, part of the identity.
-pub const ARTIFACT_VERSION: u32 = 1;
+pub const ARTIFACT_VERSION: u32 = 2;
 /// Bytes before the first constant in a device's weight buffer: the residency marker.
 const MARKER_LEN: usize = lowering::ALIGN;
 
@@ -71,6 +77,30 @@ pub struct OnnxCompiler {
     weights: WeightLayout,
     model_hash: [u8; 32],
     resident: Mutex<Vec<Resident>>,
+    /// Code objects compiled from generated sources.
+    compiled: Mutex<Vec<Compiled>>,
+    /// Modules loaded from generated sources, shared by every bucket on a GPU device.
+    modules: Mutex<Vec<LoadedModule>>,
+}
+
+/// A module loaded on one GPU device, type-erased like [`Resident`].
+struct LoadedModule {
+    backend: BackendKind,
+    ordinal: usize,
+    source_hash: [u8; 32],
+    module: Arc<dyn Any + Send + Sync>,
+}
+
+/// The typed module inside a [`LoadedModule`].
+struct SharedModule<B: Backend>(Arc<B::Module>);
+
+/// A code object compiled from a generated source on one device.
+#[derive(Debug)]
+struct Compiled {
+    backend: BackendKind,
+    ordinal: usize,
+    source_hash: [u8; 32],
+    code: CodeObject,
 }
 
 impl std::fmt::Debug for OnnxCompiler {
@@ -140,7 +170,16 @@ impl OnnxCompiler {
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
             model_hash = *h.as_bytes();
         }
-        OnnxCompiler { model: Arc::new(model), options, spec, weights, model_hash, resident: Mutex::new(Vec::new()) }
+        OnnxCompiler {
+            model: Arc::new(model),
+            options,
+            spec,
+            weights,
+            model_hash,
+            resident: Mutex::new(Vec::new()),
+            compiled: Mutex::new(Vec::new()),
+            modules: Mutex::new(Vec::new()),
+        }
     }
 
     /// The model.
@@ -153,41 +192,120 @@ impl OnnxCompiler {
         &self.options
     }
 
+    /// The constants uploaded once per device (after the residency marker).
+    #[cfg(test)]
+    pub(crate) fn weight_layout(&self) -> &WeightLayout {
+        &self.weights
+    }
+
     /// Bytes of constants uploaded once per device.
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes.len()
     }
 
-    fn lower(&self, input_dims: &[Vec<u64>]) -> Result<Lowered, OnnxError> {
+    pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
         let graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
-        lowering::lower(&graph, &self.weights, self.options.max_program_bytes)
+        let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
+        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target)
     }
 
-    /// Lowers the model for `input_dims` and returns the number of launches and the scratch bytes
-    /// one run needs (for reports and benches).
-    pub fn plan_summary(&self, input_dims: &[Vec<u64>]) -> Result<(usize, usize), OnnxError> {
-        let lowered = self.lower(input_dims)?;
-        Ok((lowered.steps.len(), lowered.scratch_bytes))
+    /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
+    /// after fusion) and scratch bytes, for reports and benches. Compiles nothing.
+    pub fn plan_summary(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<PlanSummary, OnnxError> {
+        Ok(self.lower(input_dims, backend)?.summary)
+    }
+
+    /// The CUDA/HIP C++ source generated for `input_dims` (the same text for every input shape of
+    /// a model whose specialised graphs have the same structure). Compiles nothing.
+    pub fn gpu_source(&self, input_dims: &[Vec<u64>]) -> Result<String, OnnxError> {
+        Ok(self.source(&self.lower(input_dims, BackendKind::Cuda)?).code)
+    }
+
+    pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
+        if lowered.definitions.iter().all(String::is_empty) {
+            return KernelSource::new(
+                format!("saggar_onnx_{}.plan", self.model.name()),
+                format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
+                lowered.kernels.clone(),
+            );
+        }
+        let mut code = format!(
+            "// saggar-onnx {}: model `{}`, {} kernels\n",
+            env!("CARGO_PKG_VERSION"),
+            self.model.name(),
+            lowered.kernels.len()
+        );
+        code.push_str(saggar_device::builtin::PRELUDE);
+        code.push_str(crate::gpu_codegen::ONNX_PRELUDE);
+        code.push_str(crate::gpu_codegen::HELPERS);
+        for definition in &lowered.definitions {
+            code.push('\n');
+            code.push_str(definition);
+        }
+        KernelSource::new(format!("saggar_onnx_{}.cu", self.model.name()), code, lowered.kernels.clone())
+    }
+
+    /// Compiles `source` on `device`, or returns the code object an earlier bucket compiled from
+    /// the same text on the same backend and ordinal.
+    fn compile_source<B: Backend>(&self, device: &B::Device, source: &KernelSource) -> Result<CodeObject, OnnxError> {
+        let hash = *blake3::hash(source.code.as_bytes()).as_bytes();
+        let ordinal = device.info().ordinal;
+        // Held while compiling: buckets compiled concurrently wait for the first compile of a source.
+        let mut compiled = self.compiled.lock();
+        let found = compiled
+            .iter()
+            .find(|c| c.backend == B::KIND && c.ordinal == ordinal && c.source_hash == hash)
+            .map(|c| c.code.clone());
+        if let Some(code) = found {
+            return Ok(code);
+        }
+        let code = device.compile(source)?;
+        compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, code: code.clone() });
+        Ok(code)
     }
 
     fn compile_impl<B: Backend>(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, OnnxError> {
-        if B::KIND != BackendKind::Host {
-            return Err(OnnxError::UnsupportedBackend { backend: B::KIND });
-        }
-        let lowered = self.lower(request.input_dims)?;
-        let source = KernelSource::new(
-            format!("saggar_onnx_{}.plan", self.model.name()),
-            format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
-            lowered.kernels,
-        );
-        let code = device.compile(&source)?;
+        let lowered = self.lower(request.input_dims, B::KIND)?;
+        let source = self.source(&lowered);
+        let code = if B::KIND == BackendKind::Host {
+            device.compile(&source)?
+        } else {
+            self.compile_source::<B>(device, &source)?
+        };
         let header = Header {
             backend: B::KIND,
             model_hash: self.model_hash,
             bucket: request.bucket,
             input_dims: request.input_dims.to_vec(),
+            source_hash: *blake3::hash(source.code.as_bytes()).as_bytes(),
         };
         Ok(header.encode(&code))
+    }
+
+    /// Loads `code` on `device`, or on a GPU returns the module an earlier bucket loaded from the same
+    /// source on the same backend and ordinal (the driver would otherwise JIT the same code per bucket).
+    fn module<B: Backend>(
+        &self,
+        device: &B::Device,
+        source_hash: &[u8; 32],
+        code: &CodeObject,
+    ) -> Result<Arc<B::Module>, OnnxError> {
+        if B::KIND == BackendKind::Host {
+            return Ok(Arc::new(device.load_module(code)?));
+        }
+        let ordinal = device.info().ordinal;
+        let mut modules = self.modules.lock();
+        let found = modules
+            .iter()
+            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash)
+            .find_map(|m| m.module.clone().downcast::<SharedModule<B>>().ok());
+        if let Some(shared) = found {
+            return Ok(shared.0.clone());
+        }
+        let module = Arc::new(device.load_module(code)?);
+        let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedModule::<B>(module.clone()));
+        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, module: shared });
+        Ok(module)
     }
 
     fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<DeviceWeights<B>>, OnnxError> {
@@ -226,7 +344,7 @@ impl OnnxCompiler {
         if header.model_hash != self.model_hash {
             return Err(OnnxError::Artifact { reason: "made for another model".into() });
         }
-        let lowered = self.lower(&header.input_dims)?;
+        let lowered = self.lower(&header.input_dims, B::KIND)?;
         for signature in &lowered.kernels {
             if code.signature(&signature.name) != Some(signature) {
                 return Err(OnnxError::Artifact {
@@ -234,11 +352,11 @@ impl OnnxCompiler {
                 });
             }
         }
-        let module = device.load_module(&code)?;
+        let module = self.module::<B>(device, &header.source_hash, &code)?;
         let steps = lowered
             .steps
             .iter()
-            .map(|s| Ok(LoadedStep { kernel: module.kernel(&s.kernel)?, args: s.args.clone() }))
+            .map(|s| Ok(LoadedStep { kernel: module.kernel(&s.kernel)?, args: s.args.clone(), config: s.config }))
             .collect::<Result<Vec<_>, saggar_device::Error>>()?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {
@@ -294,6 +412,7 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
 struct LoadedStep<B: Backend> {
     kernel: B::Kernel,
     args: Vec<ArgSource>,
+    config: LaunchConfig,
 }
 
 /// A loaded program: one model at one input shape on one device.
@@ -314,7 +433,7 @@ pub struct OnnxProgram<B: Backend> {
     steps: Vec<LoadedStep<B>>,
     weights: Arc<DeviceWeights<B>>,
     local: Option<B::DeviceBuffer>,
-    _module: B::Module,
+    _module: Arc<B::Module>,
 }
 
 thread_local! {
@@ -382,7 +501,6 @@ impl<B: Backend> OnnxProgram<B> {
         scratch: DeviceSlice,
         args: &mut Vec<KernelArg>,
     ) -> saggar_device::Result<()> {
-        let config = LaunchConfig::for_elements(1, 1);
         for step in &self.steps {
             args.clear();
             args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
@@ -391,7 +509,7 @@ impl<B: Backend> OnnxProgram<B> {
             // passed this work; `check_bindings` verified each holds what the plan reads and writes
             // (the plan placed every tensor inside those lengths). The weight and local constant
             // buffers are kept alive by `self` and were sized by the same layout.
-            unsafe { stream.launch(&step.kernel, &config, args)? };
+            unsafe { stream.launch(&step.kernel, &step.config, args)? };
         }
         Ok(())
     }

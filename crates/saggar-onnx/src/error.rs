@@ -153,11 +153,19 @@ pub enum OnnxError {
         /// What is wrong.
         reason: String,
     },
-    /// The backend has no lowering yet (only the host backend does).
-    #[error("saggar-onnx lowers models to the host backend only; {backend:?} lowering is not implemented yet")]
-    UnsupportedBackend {
+    /// A node the host backend runs has no lowering on the chosen GPU backend (refused when the
+    /// first program is compiled, before any kernel is built). Serve the model on the host backend,
+    /// or re-export it without the op.
+    #[error("op `{op}` (node `{node}`) is not supported on the {backend:?} backend: {reason}")]
+    UnsupportedOnBackend {
         /// The backend asked for.
         backend: saggar_device::BackendKind,
+        /// The ONNX op type.
+        op: String,
+        /// The node's name.
+        node: String,
+        /// Why.
+        reason: String,
     },
     /// A device call failed.
     #[error(transparent)]

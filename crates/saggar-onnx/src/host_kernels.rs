@@ -26,18 +26,7 @@ use crate::tensor::{DataMut, DataRef, TensorMut, TensorView, checked_numel};
 /// The copy kernel: `(ptr dst, ptr src, u64 bytes)`.
 pub(crate) const COPY: &str = "saggar_onnx_copy";
 
-/// Element type and concrete dimensions of one kernel operand.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Operand {
-    pub(crate) dtype: DType,
-    pub(crate) dims: Vec<usize>,
-}
-
-impl Operand {
-    pub(crate) fn bytes(&self) -> Option<usize> {
-        checked_numel(&self.dims)?.checked_mul(self.dtype.size_bytes())
-    }
-}
+pub(crate) use crate::ops::gpu::Operand;
 
 /// What one node kernel computes.
 #[derive(Debug, Clone)]
@@ -64,6 +53,49 @@ impl NodeKernel {
         let n = self.inputs.iter().flatten().count() + self.outputs.len();
         KernelSignature { name: self.name(), params: vec![ParamKind::Ptr; n] }
     }
+}
+
+/// A fused group on the host: its nodes in order, each input slot an external input (`Ok(k)`: kernel
+/// parameter `k`) or an earlier node's output (`Err(j)`). Parameters: the externals, then the last
+/// node's output.
+#[derive(Debug, Clone)]
+pub(crate) struct FusedHostKernel {
+    pub(crate) nodes: Vec<(NodeKernel, crate::gpu_codegen::Wiring)>,
+    pub(crate) externals: usize,
+}
+
+impl FusedHostKernel {
+    /// `saggar_onnx_fused_<hash>` over the member kernels and their wiring.
+    pub(crate) fn signature(&self) -> KernelSignature {
+        let mut h = blake3::Hasher::new();
+        for (kernel, operands) in &self.nodes {
+            h.update(kernel.name().as_bytes());
+            h.update(format!("{operands:?}").as_bytes());
+        }
+        let hex = h.finalize().to_hex();
+        KernelSignature {
+            name: format!("saggar_onnx_fused_{}", &hex[..16]),
+            params: vec![ParamKind::Ptr; self.externals + 1],
+        }
+    }
+}
+
+/// Registers `kernel` unless this process already did.
+pub(crate) fn ensure_fused_registered(kernel: &FusedHostKernel) -> Result<(), saggar_device::Error> {
+    let mut done = registered().lock();
+    let signature = kernel.signature();
+    if !done.contains(&signature.name) {
+        let body = kernel.clone();
+        let name = signature.name.clone();
+        register_kernel(signature, move |ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]| {
+            let mut buffers = OUTPUTS.with(RefCell::take);
+            let result = run_fused(&body, ctx, args, &mut buffers);
+            OUTPUTS.with(|c| c.replace(buffers));
+            result
+        })?;
+        done.insert(name);
+    }
+    Ok(())
 }
 
 fn registered() -> &'static Mutex<HashSet<String>> {
@@ -134,6 +166,60 @@ fn output_view<'a>(op: &'a Operand, words: &'a mut [u64], n: usize) -> Option<Te
         _ => return None,
     };
     Some(TensorMut { dims: &op.dims, data })
+}
+
+/// Evaluates a fused group: each node into its own per-thread buffer, the last copied to the output.
+fn run_fused(
+    kernel: &FusedHostKernel,
+    ctx: &mut KernelContext<'_>,
+    args: &[KernelArg],
+    buffers: &mut Vec<Vec<u64>>,
+) -> saggar_device::Result<()> {
+    let n = kernel.nodes.len();
+    if buffers.len() < n {
+        buffers.resize_with(n, Vec::new);
+    }
+    for (j, (node, operands)) in kernel.nodes.iter().enumerate() {
+        let out = node.outputs.first().ok_or_else(|| ctx.fault("a fused node has no output"))?;
+        let bytes = out.bytes().ok_or_else(|| ctx.fault("output size overflows"))?;
+        let (done, rest) = buffers.split_at_mut(j);
+        let buf = &mut rest[0];
+        buf.resize(bytes.div_ceil(8), 0);
+        let mut views: SmallVec<[Option<TensorView<'_>>; 8]> = SmallVec::new();
+        for (input, operand) in node.inputs.iter().zip(operands) {
+            let (Some(op), Some(src)) = (input, operand) else {
+                views.push(None);
+                continue;
+            };
+            let len = op.bytes().ok_or_else(|| ctx.fault("input size overflows"))?;
+            let bytes: &[u8] = match *src {
+                Ok(k) => {
+                    let ptr = args
+                        .get(k)
+                        .and_then(KernelArg::as_ptr)
+                        .ok_or_else(|| ctx.fault("argument is not a pointer"))?;
+                    ctx.bytes(ptr, len)?
+                }
+                Err(m) => {
+                    bytemuck::cast_slice(done.get(m).ok_or_else(|| ctx.fault("a fused operand is not computed yet"))?)
+                        .get(..len)
+                        .ok_or_else(|| ctx.fault("a fused operand is short"))?
+                }
+            };
+            views.push(Some(view(op, bytes).ok_or_else(|| ctx.fault("input is misaligned for its element type"))?));
+        }
+        let count = checked_numel(&out.dims).unwrap_or(0);
+        let mut outs = [output_view(out, buf, count).ok_or_else(|| ctx.fault("unsupported output type"))?];
+        crate::ops::evaluate::guarded(|| node.op.eval(&EvalInputs::new(&views), &mut outs))
+            .map_err(|e| ctx.fault(format!("{}: {e}", node.op_type)))?;
+    }
+    let out = kernel.nodes[n - 1].0.outputs.first().ok_or_else(|| ctx.fault("a fused node has no output"))?;
+    let len = out.bytes().ok_or_else(|| ctx.fault("output size overflows"))?;
+    let ptr =
+        args.get(kernel.externals).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
+    let bytes: &[u8] = bytemuck::cast_slice(&buffers[n - 1]);
+    ctx.bytes_mut(ptr, len)?.copy_from_slice(&bytes[..len]);
+    Ok(())
 }
 
 fn run(kernel: &NodeKernel, ctx: &mut KernelContext<'_>, args: &[KernelArg]) -> saggar_device::Result<()> {

@@ -9,9 +9,11 @@
 //! 2. The passes infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
 //!    emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
 //! 3. [`OnnxCompiler`] implements saggar-dispatch's `ProgramCompiler`: per concrete input shape it
-//!    specialises the graph (every dimension known, every shape chain folded), plans activation memory
-//!    by liveness and lowers each node to a registered host kernel. Initializers are uploaded once per
-//!    device and shared by every program.
+//!    specialises the graph (every dimension known, every shape chain folded), groups elementwise
+//!    chains (`fusion`), plans activation memory by liveness and lowers each group: to a registered
+//!    host kernel on the host backend, to generated CUDA/HIP kernels (`gpu_codegen`, one source per
+//!    model, compiled once) on GPUs. Initializers are uploaded once per device and shared by every
+//!    program.
 //!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
 
@@ -25,6 +27,10 @@ pub mod builder;
 mod compiler;
 pub mod error;
 mod external;
+mod fusion;
+mod gpu_codegen;
+#[cfg(test)]
+mod gpu_emulation;
 mod host_kernels;
 mod import;
 pub mod ir;
@@ -41,6 +47,7 @@ pub mod tensor_pb;
 pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
 pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
+pub use lowering::PlanSummary;
 pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use tensor::{Tensor, TensorData};

@@ -1,4 +1,11 @@
-//! Lowering a specialised graph to a plan of host kernel launches with a memory plan.
+//! Lowering a specialised graph to a plan of kernel launches with a memory plan, for the host
+//! backend or for CUDA/HIP.
+//!
+//! Nodes are first grouped ([`crate::fusion`]): a group is one step of the plan, with one memory
+//! plan for every target. On the host a step is one host kernel (a lone node's op, or a fused group
+//! evaluating its nodes in order); on CUDA and HIP a step is one generated kernel per fused group,
+//! or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
+//! program's own constants.
 //!
 //! Locations: model inputs and outputs are the caller's bindings; the constants of the imported
 //! model live in one weight buffer per device ([`WeightLayout`], shared by every program); constants
@@ -12,11 +19,14 @@
 
 use std::collections::HashMap;
 
-use saggar_device::KernelSignature;
+use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
 
 use crate::error::OnnxError;
-use crate::host_kernels::{self, NodeKernel, Operand};
+use crate::fusion::{self, NodeInfo, operand};
+use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
+use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
+use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, copy_launch, ext, numel};
 
 /// Alignment of every placed tensor, in bytes.
 pub(crate) const ALIGN: usize = 64;
@@ -47,6 +57,16 @@ pub(crate) enum ArgSource {
 pub(crate) struct Step {
     pub(crate) kernel: String,
     pub(crate) args: Vec<ArgSource>,
+    pub(crate) config: LaunchConfig,
+}
+
+/// What the plan is lowered for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Host kernels.
+    Host,
+    /// Generated CUDA/HIP C++ (the backend only names errors).
+    Gpu(BackendKind),
 }
 
 /// The constants of an imported model, packed for upload.
@@ -73,27 +93,6 @@ fn pack(buffer: &mut Vec<u8>, offsets: &mut HashMap<ValueId, usize>, id: ValueId
     buffer.extend_from_slice(bytes);
     buffer.resize(align(buffer.len().max(offset + 1)).unwrap_or(buffer.len()), 0);
     offsets.insert(id, offset);
-}
-
-/// A lowered program for one concrete input shape.
-#[derive(Debug, Clone)]
-pub(crate) struct Lowered {
-    pub(crate) steps: Vec<Step>,
-    pub(crate) kernels: Vec<KernelSignature>,
-    pub(crate) scratch_bytes: usize,
-    pub(crate) local_constants: Vec<u8>,
-    pub(crate) input_bytes: Vec<usize>,
-    pub(crate) output_bytes: Vec<usize>,
-    pub(crate) output_dims: Vec<Vec<u64>>,
-}
-
-fn operand(graph: &Graph, id: ValueId) -> Result<Operand, OnnxError> {
-    let v = graph.value(id);
-    let ty = v.ty.as_ref().ok_or_else(|| OnnxError::Graph { reason: format!("value `{}` has no type", v.name) })?;
-    let dims = ty
-        .fixed_dims()
-        .ok_or_else(|| OnnxError::Graph { reason: format!("value `{}` has shape {ty}, not fixed", v.name) })?;
-    Ok(Operand { dtype: ty.dtype, dims })
 }
 
 fn bytes_of(graph: &Graph, id: ValueId, limit: u64) -> Result<usize, OnnxError> {
@@ -161,12 +160,117 @@ fn release(
     }
 }
 
-/// Lowers `graph` (specialised: every shape fixed) against the device weights `weights`,
-/// registering its kernels. Refuses programs whose scratch or any tensor exceeds `limit` bytes.
-pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result<Lowered, OnnxError> {
+/// Kernel counts of one lowered program.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSummary {
+    /// Nodes that compute (views and folded nodes excluded).
+    pub nodes: usize,
+    /// Launches without fusion: one per computing node, or as many as its GPU form has.
+    pub launches_unfused: usize,
+    /// Launches of the plan as lowered (fused groups one each).
+    pub launches: usize,
+    /// Fused groups of two or more nodes.
+    pub fused_groups: usize,
+    /// Scratch bytes one run needs.
+    pub scratch_bytes: usize,
+}
+
+/// A lowered program for one concrete input shape.
+#[derive(Debug, Clone)]
+pub(crate) struct Lowered {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) kernels: Vec<KernelSignature>,
+    /// GPU targets: the C++ definition of each kernel in `kernels`, in the same order.
+    pub(crate) definitions: Vec<String>,
+    pub(crate) scratch_bytes: usize,
+    pub(crate) local_constants: Vec<u8>,
+    pub(crate) input_bytes: Vec<usize>,
+    pub(crate) output_bytes: Vec<usize>,
+    pub(crate) output_dims: Vec<Vec<u64>>,
+    pub(crate) summary: PlanSummary,
+}
+
+/// The launch shape of `work`.
+pub(crate) fn launch_config(work: Work) -> LaunchConfig {
+    const MAX_BLOCKS: u64 = 65_535;
+    let blocks = |n: u64| n.clamp(1, MAX_BLOCKS) as u32;
+    match work {
+        Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, MAX_BLOCKS * BLOCK as u64), BLOCK),
+        Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
+        Work::Tiles { m, n, batch } => {
+            let t = TILE as u64;
+            LaunchConfig {
+                grid: Dim3 { x: blocks(n.div_ceil(t)), y: blocks(m.div_ceil(t)), z: blocks(batch) },
+                block: Dim3 { x: TILE, y: TILE, z: 1 },
+                shared_mem_bytes: 0,
+            }
+        }
+    }
+}
+
+/// Kernels and launches being collected.
+#[derive(Default)]
+struct Emitter {
+    steps: Vec<Step>,
+    kernels: Vec<KernelSignature>,
+    definitions: Vec<String>,
+    local_constants: Vec<u8>,
+}
+
+impl Emitter {
+    fn kernel(&mut self, signature: KernelSignature, definition: Option<String>) -> String {
+        let name = signature.name.clone();
+        if !self.kernels.iter().any(|k| k.name == name) {
+            self.kernels.push(signature);
+            self.definitions.push(definition.unwrap_or_default());
+        }
+        name
+    }
+
+    /// Places a meta table in the program's constants.
+    fn meta(&mut self, meta: &[i64]) -> ArgSource {
+        let offset = self.local_constants.len();
+        self.local_constants.extend(meta.iter().flat_map(|v| v.to_le_bytes()));
+        self.local_constants.resize(align(self.local_constants.len().max(offset + 1)).unwrap_or(offset), 0);
+        ArgSource::Local(offset)
+    }
+
+    fn gpu_launch(&mut self, kind: &GpuKind, meta: &[i64], work: Work, pointers: Vec<ArgSource>) {
+        let (name, text) = gpu_codegen::kind_kernel(kind);
+        let name = self.kernel(gpu_codegen::signature(&name, pointers.len()), Some(text));
+        let mut args = vec![self.meta(meta)];
+        args.extend(pointers);
+        self.steps.push(Step { kernel: name, args, config: launch_config(work) });
+    }
+}
+
+fn unsupported(target: Target, graph: &Graph, node: usize, reason: String) -> OnnxError {
+    let n = &graph.nodes[node];
+    let backend = match target {
+        Target::Gpu(b) => b,
+        Target::Host => BackendKind::Host,
+    };
+    OnnxError::UnsupportedOnBackend { backend, op: n.op_type.clone(), node: n.name.clone(), reason }
+}
+
+fn gpu_form<'a>(graph: &Graph, info: &'a NodeInfo, node: usize, target: Target) -> Result<&'a GpuNode, OnnxError> {
+    match &info.gpu {
+        Some(Ok(form)) => Ok(form),
+        Some(Err(e)) => Err(unsupported(target, graph, node, e.to_string())),
+        None => Err(unsupported(target, graph, node, "the op has no GPU lowering".into())),
+    }
+}
+
+/// Lowers `graph` (specialised: every shape fixed) against the device weights `weights` for
+/// `target`, registering host kernels for the host. Refuses programs whose scratch or any tensor
+/// exceeds `limit` bytes.
+pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: Target) -> Result<Lowered, OnnxError> {
+    let info = fusion::describe(graph)?;
+    let root = fusion::groups(graph, &info);
     let mut location: HashMap<ValueId, ArgSource> = HashMap::new();
     let mut local_offsets = HashMap::new();
-    let mut local_constants = Vec::new();
+    let mut emit = Emitter::default();
     let mut input_bytes = Vec::new();
     for (i, &id) in graph.inputs.iter().enumerate() {
         input_bytes.push(bytes_of(graph, id, limit)?);
@@ -179,7 +283,7 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
             let src = match weights.offsets.get(&id) {
                 Some(&off) => ArgSource::Weights(off),
                 None => {
-                    pack(&mut local_constants, &mut local_offsets, id, &t.to_le_bytes());
+                    pack(&mut emit.local_constants, &mut local_offsets, id, &t.to_le_bytes());
                     ArgSource::Local(local_offsets[&id])
                 }
             };
@@ -202,12 +306,14 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
             copies.push((i, out.value));
         }
     }
-    // Liveness: the last step reading each value (copies at the end read theirs last of all).
+    // Liveness: the last step (a group runs at its root) reading each value; the copies at the end
+    // read theirs last of all.
     let end = graph.nodes.len();
     let mut last_use: HashMap<ValueId, usize> = HashMap::new();
     for (step, node) in graph.nodes.iter().enumerate() {
         for id in node.inputs.iter().flatten() {
-            last_use.insert(*id, step);
+            let at = last_use.entry(*id).or_insert(0);
+            *at = (*at).max(root[step]);
         }
     }
     for &(_, id) in &copies {
@@ -215,11 +321,13 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
     }
     let mut frees: Vec<Vec<ValueId>> = vec![Vec::new(); end + 1];
     let mut arena = Arena::default();
-    let mut steps = Vec::with_capacity(end + copies.len());
-    let mut kernels: Vec<KernelSignature> = Vec::new();
     // Values sharing a scratch block (a view and what it views) free it when the last one dies.
     let mut block_users: HashMap<usize, usize> = HashMap::new();
+    let mut summary = PlanSummary { nodes: 0, launches_unfused: 0, launches: 0, fused_groups: 0, scratch_bytes: 0 };
     for (step, node) in graph.nodes.iter().enumerate() {
+        if root[step] != step {
+            continue;
+        }
         let dies_at = |o: ValueId| last_use.get(&o).copied().unwrap_or(step).max(step);
         // A view (Reshape, Flatten, Squeeze, Unsqueeze) reads the same bytes under another shape:
         // its output takes its input's location and no kernel runs. Nothing writes a value after
@@ -254,43 +362,167 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64) -> Result
             // A value nobody reads is freed right after the step that writes it.
             frees[dies_at(o)].push(o);
         }
-        let kernel = NodeKernel {
-            op_type: node.op_type.clone(),
-            op: node.op.clone(),
-            inputs: node.inputs.iter().map(|i| i.map(|id| operand(graph, id)).transpose()).collect::<Result<_, _>>()?,
-            outputs: node.outputs.iter().map(|&id| operand(graph, id)).collect::<Result<_, _>>()?,
-        };
-        host_kernels::ensure_registered(&kernel)?;
-        let signature = kernel.signature();
-        let args = node.inputs.iter().flatten().chain(&node.outputs).map(|id| location[id]).collect();
-        steps.push(Step { kernel: signature.name.clone(), args });
-        if !kernels.iter().any(|k| k.name == signature.name) {
-            kernels.push(signature);
+        let members: Vec<usize> = (0..=step).filter(|&j| root[j] == step).collect();
+        for &j in &members {
+            summary.nodes += 1;
+            summary.launches_unfused += match &info[j].gpu {
+                Some(Ok(GpuNode::Launches(l))) => l.len(),
+                _ => 1,
+            };
         }
+        if members.len() > 1 {
+            summary.fused_groups += 1;
+        }
+        emit_group(graph, &info, &members, &location, target, &mut emit)?;
         release(&mut frees[step], &location, &mut block_users, &mut arena);
-    }
-    if !copies.is_empty() {
-        host_kernels::ensure_copy_registered()?;
-        kernels.push(host_kernels::copy_signature());
     }
     for (i, id) in copies {
         let src = *location
             .get(&id)
             .ok_or_else(|| OnnxError::Graph { reason: format!("output {i} reads a value never computed") })?;
-        steps.push(Step {
-            kernel: host_kernels::COPY.to_string(),
-            args: vec![ArgSource::Output(i), src, ArgSource::Bytes(output_bytes[i] as u64)],
-        });
+        summary.nodes += 1;
+        summary.launches_unfused += 1;
+        match target {
+            Target::Host => {
+                host_kernels::ensure_copy_registered()?;
+                let name = emit.kernel(host_kernels::copy_signature(), None);
+                let args = vec![ArgSource::Output(i), src, ArgSource::Bytes(output_bytes[i] as u64)];
+                emit.steps.push(Step { kernel: name, args, config: host_config() });
+            }
+            Target::Gpu(_) => {
+                let l = copy_launch(1, &[output_bytes[i]], (Slot::In(0), 0, &[1]), (Slot::Out(0), 0, &[1]));
+                emit.gpu_launch(&l.kind, &l.meta, l.work, vec![src, ArgSource::Output(i)]);
+            }
+        }
     }
+    summary.launches = emit.steps.len();
+    summary.scratch_bytes = arena.high_water;
     Ok(Lowered {
-        steps,
-        kernels,
+        steps: emit.steps,
+        kernels: emit.kernels,
+        definitions: emit.definitions,
         scratch_bytes: arena.high_water,
-        local_constants,
+        local_constants: emit.local_constants,
         input_bytes,
         output_bytes,
         output_dims,
+        summary,
     })
+}
+
+fn host_config() -> LaunchConfig {
+    LaunchConfig::for_elements(1, 1)
+}
+
+/// Emits the launches of one group (`members` in graph order, the root last).
+fn emit_group(
+    graph: &Graph,
+    info: &[NodeInfo],
+    members: &[usize],
+    location: &HashMap<ValueId, ArgSource>,
+    target: Target,
+    emit: &mut Emitter,
+) -> Result<(), OnnxError> {
+    let root = *members.last().expect("a group has its root");
+    let at = |id: &ValueId| location[id];
+    let kernel_of = |j: usize| {
+        let n = &graph.nodes[j];
+        NodeKernel {
+            op_type: n.op_type.clone(),
+            op: n.op.clone(),
+            inputs: info[j].inputs.clone(),
+            outputs: info[j].outputs.clone(),
+        }
+    };
+    // Group inputs in order of first read; each member input is an external input or a member's value.
+    let mut externals: Vec<ValueId> = Vec::new();
+    let mut nodes = Vec::with_capacity(members.len());
+    for &j in members {
+        let mut operands = Vec::new();
+        for input in &graph.nodes[j].inputs {
+            operands.push(input.map(
+                |id| match members.iter().position(|&m| graph.nodes[m].outputs.first() == Some(&id)) {
+                    Some(k) if members.len() > 1 => Err(k),
+                    _ => {
+                        externals.push(id);
+                        Ok(externals.len() - 1)
+                    }
+                },
+            ));
+        }
+        nodes.push(operands);
+    }
+    let root_node = &graph.nodes[root];
+    match target {
+        Target::Host => {
+            let mut args: Vec<ArgSource> = externals.iter().map(at).collect();
+            args.extend(root_node.outputs.iter().map(at));
+            let signature = if members.len() == 1 {
+                let kernel = kernel_of(root);
+                host_kernels::ensure_registered(&kernel)?;
+                kernel.signature()
+            } else {
+                let fused = FusedHostKernel {
+                    nodes: members.iter().zip(nodes).map(|(&j, operands)| (kernel_of(j), operands)).collect(),
+                    externals: externals.len(),
+                };
+                host_kernels::ensure_fused_registered(&fused)?;
+                fused.signature()
+            };
+            let name = emit.kernel(signature, None);
+            emit.steps.push(Step { kernel: name, args, config: host_config() });
+        }
+        Target::Gpu(_) => {
+            if info[root].elementwise().is_some() {
+                let out = &info[root].outputs[0];
+                let group = FusedGroup {
+                    inputs: externals
+                        .iter()
+                        .map(|id| graph.value(*id).ty.as_ref().map(|t| t.dtype))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| OnnxError::Graph { reason: "an untyped fused input".into() })?,
+                    nodes: members
+                        .iter()
+                        .zip(nodes)
+                        .map(|(&j, operands)| FusedNode {
+                            expr: info[j].elementwise().unwrap_or_default().to_string(),
+                            operands,
+                            out: info[j].outputs[0].dtype,
+                        })
+                        .collect(),
+                };
+                let (name, text) = gpu_codegen::fused_kernel(&group)
+                    .ok_or_else(|| unsupported(target, graph, root, "an element type has no device form".into()))?;
+                let name = emit.kernel(gpu_codegen::signature(&name, externals.len() + 1), Some(text));
+                let mut meta = vec![ext(out.dims.len()), numel(&out.dims) as i64];
+                meta.extend(out.dims.iter().map(|&d| ext(d)));
+                for id in &externals {
+                    meta.extend(broadcast(&operand(graph, *id)?.dims, &out.dims));
+                }
+                let mut args = vec![emit.meta(&meta)];
+                args.extend(externals.iter().map(at));
+                args.push(at(&root_node.outputs[0]));
+                emit.steps.push(Step { kernel: name, args, config: launch_config(Work::Elements(numel(&out.dims))) });
+            } else {
+                let GpuNode::Launches(launches) = gpu_form(graph, &info[root], root, target)? else {
+                    return Err(unsupported(target, graph, root, "an elementwise node outside a group".into()));
+                };
+                for l in launches {
+                    let pointers = l
+                        .slots
+                        .iter()
+                        .map(|s| match *s {
+                            Slot::In(i) => root_node.inputs.get(i).copied().flatten().map(|id| at(&id)),
+                            Slot::Out(i) => root_node.outputs.get(i).map(at),
+                        })
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| unsupported(target, graph, root, "a launch names a missing operand".into()))?;
+                    emit.gpu_launch(&l.kind, &l.meta, l.work, pointers);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -150,7 +150,7 @@ fn a_declared_tensor_of_two_to_the_forty_elements_is_refused_before_allocating()
     b.output("y", DType::F32, &[]);
     let model = import(&b).unwrap();
     let compiler = OnnxCompiler::new(model, OnnxOptions::default());
-    let err = compiler.plan_summary(&[vec![1]]).unwrap_err();
+    let err = compiler.plan_summary(&[vec![1]], saggar_device::BackendKind::Host).unwrap_err();
     assert!(matches!(err, OnnxError::TooLarge { field: "max_program_bytes", .. }), "{err}");
 }
 

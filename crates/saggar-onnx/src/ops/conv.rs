@@ -251,6 +251,45 @@ fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Conv {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let (x, w) = (ctx.input(0)?, ctx.input(1)?);
+            let (xd, wd) = (&x.dims, &w.dims);
+            if xd.len() < 3 || wd.len() != xd.len() {
+                return Err(OpError::eval("Conv: input and weight ranks differ"));
+            }
+            let (n, c, m, g) = (xd[0], xd[1], wd[0], self.group);
+            if wd[1].checked_mul(g) != Some(c) || m % g != 0 {
+                return Err(OpError::eval("Conv: channels and groups disagree"));
+            }
+            let axes = self.window.resolve(&xd[2..], &wd[2..])?;
+            let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
+            let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(g)];
+            for field in [
+                (|a: &Axis| a.input) as fn(&Axis) -> usize,
+                |a| a.output,
+                |a| a.kernel,
+                |a| a.stride,
+                |a| a.pad_begin,
+                |a| a.dilation,
+            ] {
+                meta.extend(axes.iter().map(|a| ext(field(a))));
+            }
+            let mut slots = vec![Slot::In(0), Slot::In(1)];
+            if bias {
+                slots.push(Slot::In(2));
+            }
+            slots.push(Slot::Out(0));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Conv { bias },
+                meta,
+                work: Work::Elements(numel(&ctx.output(0)?.dims)),
+                slots,
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = image_dims("Conv", inputs.req(0)?.ty)?;
         let w = inputs.req(1)?.ty;
@@ -462,6 +501,21 @@ fn build_batch_norm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for BatchNorm {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dims.len() < 2 || (1..5).any(|i| ctx.input(i).map(|p| numel(&p.dims)).ok() != Some(x.dims[1] as u64)) {
+                return Err(OpError::eval("BatchNormalization takes (N, C, ...) and four parameters of C values"));
+            }
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::ChannelNorm { lrn: false, a_bits: self.epsilon.to_bits(), b_bits: 0, c_bits: 0 },
+                meta: vec![ext(x.dims[0]), ext(x.dims[1]), numel(&x.dims[2..]) as i64, 0, 0],
+                work: Work::Elements(numel(&x.dims)),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::In(2), Slot::In(3), Slot::In(4), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if x.dtype != DType::F32 || x.rank() < 2 {

@@ -38,6 +38,10 @@ fn where_typed<T: Copy>(
 }
 
 impl Op for Where {
+    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise("($0 ? $1 : $2)".into())))
+    }
+
     fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
         // Selecting between shape vectors (`Where(Equal(shape, -1), ones, shape)`, as exporters
         // write Expand targets): known where the condition is.
@@ -112,6 +116,24 @@ fn scalar_bound(input: Option<&TensorView<'_>>) -> Result<Option<f64>, OpError> 
 }
 
 impl Op for Clip {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        let Ok(x) = ctx.input(0) else { return Some(Err(OpError::eval("Clip needs an input"))) };
+        let f = x.dtype == DType::F32;
+        let bound = |slot: usize, attr: Option<f32>| match (ctx.inputs.get(slot).and_then(Option::as_ref), attr) {
+            (Some(_), _) => Some(format!("${slot}")),
+            (None, Some(v)) if v.is_finite() => Some(format!("{v:?}f")),
+            _ => None,
+        };
+        let mut expr = "$0".to_string();
+        if let Some(lo) = bound(1, self.min) {
+            expr = if f { format!("fmaxf({expr}, {lo})") } else { format!("gpu_max({expr}, {lo})") };
+        }
+        if let Some(hi) = bound(2, self.max) {
+            expr = if f { format!("fminf({expr}, {hi})") } else { format!("gpu_min({expr}, {hi})") };
+        }
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise(expr)))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         require_dtype("Clip", x.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
@@ -180,6 +202,14 @@ macro_rules! cast_from {
 }
 
 impl Op for Cast {
+    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(match (self.to, crate::ops::gpu::ctype(self.to)) {
+            (DType::Bool, _) => Ok(crate::ops::gpu::GpuNode::Elementwise("(unsigned char)($0 != 0)".into())),
+            (_, Some(t)) => Ok(crate::ops::gpu::GpuNode::Elementwise(format!("({t})$0"))),
+            (to, None) => Err(OpError::eval(format!("Cast to {to} is not supported on GPU"))),
+        })
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         require_dtype("Cast", x.ty.dtype, &crate::tensor::SUPPORTED_DTYPES)?;

@@ -5,6 +5,9 @@
 
 use saggar_shape::Dim;
 
+#[path = "data_movement_gpu.rs"]
+mod gpu_forms;
+
 use crate::ops::shape_util::{normalize_axes, normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType, unknown_dim};
 use crate::tensor::{DataRef, TensorMut, TensorView, same_type};
@@ -161,6 +164,10 @@ impl Slice {
 }
 
 impl Op for Slice {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(gpu_forms::slice(self, ctx))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let mut dims = x.ty.dims.clone();
@@ -303,6 +310,10 @@ impl Split {
 }
 
 impl Op for Split {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(gpu_forms::split(self, ctx))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let axis = normalize_axis(self.axis, x.ty.rank())?;
@@ -371,6 +382,10 @@ impl Transpose {
 }
 
 impl Op for Transpose {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(gpu_forms::transpose(self, ctx))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let perm = self.perm(x.ty.rank())?;
@@ -460,6 +475,9 @@ impl Pad {
 }
 
 impl Op for Pad {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(gpu_forms::pad(self, ctx))
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let dims = match self.infer_pads(inputs)? {

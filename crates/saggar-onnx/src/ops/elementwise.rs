@@ -107,6 +107,33 @@ impl Unary {
         }
     }
 
+    /// The C++ expression of `$0` of element type `dtype` (see [`crate::ops::gpu::GpuNode`]).
+    fn c_expr(self, dtype: DType) -> String {
+        if dtype != DType::F32 {
+            return match self {
+                Unary::Relu => "($0 > 0 ? $0 : ($0 - $0))",
+                Unary::Neg => "(-$0)",
+                _ => "($0 < 0 ? -$0 : $0)",
+            }
+            .into();
+        }
+        match self {
+            Unary::Sqrt => "sqrtf($0)",
+            Unary::Erf => "erff($0)",
+            Unary::Tanh => "tanhf($0)",
+            Unary::Relu => "fmaxf($0, 0.0f)",
+            Unary::Sigmoid => "(1.0f / (1.0f + expf(-$0)))",
+            Unary::Neg => "(-$0)",
+            Unary::Abs => "fabsf($0)",
+            Unary::Exp => "expf($0)",
+            Unary::Log => "logf($0)",
+            Unary::Reciprocal => "(1.0f / $0)",
+            Unary::Gelu => "(0.5f * $0 * (1.0f + erff($0 * 0.7071067811865476f)))",
+            Unary::GeluTanh => "(0.5f * $0 * (1.0f + tanhf(0.7978845608028654f * ($0 + 0.044715f * $0 * $0 * $0))))",
+        }
+        .into()
+    }
+
     fn takes_integers(self) -> bool {
         matches!(self, Unary::Relu | Unary::Neg | Unary::Abs)
     }
@@ -123,6 +150,10 @@ macro_rules! int_unary {
 }
 
 impl Op for UnaryOp {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(ctx.input(0).map(|x| crate::ops::gpu::GpuNode::Elementwise(self.0.c_expr(x.dtype))))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         let allowed: &[DType] =
@@ -153,6 +184,10 @@ impl Op for UnaryOp {
 struct IsNan;
 
 impl Op for IsNan {
+    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise("(unsigned char)($0 != $0)".into())))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         require_dtype("IsNaN", x.ty.dtype, &[DType::F32])?;
@@ -172,6 +207,10 @@ impl Op for IsNan {
 struct Not;
 
 impl Op for Not {
+    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise("(unsigned char)($0 == 0)".into())))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
         require_dtype("Not", x.ty.dtype, &[DType::Bool])?;
@@ -259,6 +298,31 @@ impl BinaryKind {
     fn is_logic(self) -> bool {
         matches!(self, Self::And | Self::Or | Self::Xor)
     }
+
+    /// The C++ expression of `$0 op $1` for operands of these element types, as `eval` computes it.
+    fn c_expr(self, a: DType, b: DType) -> Result<String, OpError> {
+        let t = crate::ops::gpu::ctype(a).ok_or_else(|| OpError::eval(format!("{a} is not supported on GPU")))?;
+        let cmp = |op: &str| format!("(unsigned char)($0 {op} $1)");
+        Ok(match (self, a, b) {
+            (Self::Equal, DType::Bool, _) => "(unsigned char)(($0 != 0) == ($1 != 0))".into(),
+            (Self::Equal, ..) => cmp("=="),
+            (Self::Greater, ..) => cmp(">"),
+            (Self::Less, ..) => cmp("<"),
+            (Self::GreaterEq, ..) => cmp(">="),
+            (Self::LessEq, ..) => cmp("<="),
+            (Self::And, ..) => "(unsigned char)(($0 != 0) && ($1 != 0))".into(),
+            (Self::Or, ..) => "(unsigned char)(($0 != 0) || ($1 != 0))".into(),
+            (Self::Xor, ..) => "(unsigned char)(($0 != 0) != ($1 != 0))".into(),
+            (Self::Pow, DType::F32, _) => "powf($0, (float)$1)".into(),
+            (Self::Pow, _, _) if a == b => format!("($1 < 0 ? ({t})0 : ({t})pow((double)$0, (double)$1))"),
+            (Self::Pow, _, _) => format!("({t})pow((double)$0, (double)$1)"),
+            (Self::Add, ..) => "($0 + $1)".into(),
+            (Self::Sub, ..) => "($0 - $1)".into(),
+            (Self::Mul, ..) => "($0 * $1)".into(),
+            (Self::Div, DType::F32, _) => "($0 / $1)".into(),
+            (Self::Div, ..) => format!("($1 == 0 ? ({t})0 : ({t})($0 / $1))"),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -293,6 +357,10 @@ macro_rules! compare {
 }
 
 impl Op for Binary {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some((|| Ok(crate::ops::gpu::GpuNode::Elementwise(self.0.c_expr(ctx.input(0)?.dtype, ctx.input(1)?.dtype)?)))())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?, inputs.req(1)?);
         let kind = self.0;
@@ -451,6 +519,25 @@ macro_rules! fold_into {
 }
 
 impl Op for Variadic {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        let n = ctx.inputs.iter().flatten().count();
+        if n == 0 || ctx.inputs.iter().any(Option::is_none) {
+            return Some(Err(OpError::eval("every input must be present")));
+        }
+        let mut expr = "$0".to_string();
+        for i in 1..n {
+            expr = match self.0 {
+                VariadicKind::Sum | VariadicKind::Mean => format!("({expr} + ${i})"),
+                VariadicKind::Max => format!("gpu_max({expr}, ${i})"),
+                VariadicKind::Min => format!("gpu_min({expr}, ${i})"),
+            };
+        }
+        if self.0 == VariadicKind::Mean {
+            expr = format!("({expr} / {n}.0f)");
+        }
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise(expr)))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let first = inputs.req(0)?;
         let allowed: &[DType] = match self.0 {

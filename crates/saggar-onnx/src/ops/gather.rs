@@ -36,6 +36,23 @@ fn require_indices(dtype: DType) -> Result<(), OpError> {
 }
 
 impl Op for Gather {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let (data, idx, out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0)?);
+            let axis = normalize_axis(self.axis, data.dims.len())?;
+            let outer = numel(&data.dims[..axis]) as i64;
+            let inner = numel(&data.dims[axis + 1..]) as i64;
+            let n_idx = numel(&idx.dims) as i64;
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Gather { elem_bytes: data.dtype.size_bytes() as u8, index: idx.dtype },
+                meta: vec![outer, ext(data.dims[axis]), inner, n_idx],
+                work: Work::Elements(numel(&out.dims)),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::Out(0)],
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (data, idx) = (inputs.req(0)?, inputs.req(1)?);
         require_indices(idx.ty.dtype)?;
@@ -94,6 +111,24 @@ fn build_gather_elements(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> 
 }
 
 impl Op for GatherElements {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, contiguous, ext, numel};
+        Some((|| {
+            let (data, idx, out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0)?);
+            let rank = data.dims.len();
+            let axis = normalize_axis(self.axis, rank)?;
+            let mut meta = vec![ext(rank), numel(&out.dims) as i64, ext(axis), ext(data.dims[axis])];
+            meta.extend(out.dims.iter().map(|&d| ext(d)));
+            meta.extend(contiguous(&data.dims));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::GatherElements { elem_bytes: data.dtype.size_bytes() as u8, index: idx.dtype },
+                meta,
+                work: Work::Elements(numel(&out.dims)),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::Out(0)],
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (data, idx) = (inputs.req(0)?, inputs.req(1)?);
         require_indices(idx.ty.dtype)?;
@@ -149,6 +184,32 @@ fn build_gather_nd(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for GatherNd {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, contiguous, ext, numel};
+        Some((|| {
+            let (data, idx, out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0)?);
+            let (b, q) = (self.batch_dims, idx.dims.len());
+            let k = *idx.dims.last().ok_or_else(|| OpError::eval("GatherND indices are 0-D"))?;
+            if b + k > data.dims.len() || b >= q {
+                return Err(OpError::eval("GatherND ranks do not fit batch_dims"));
+            }
+            let batch = numel(&data.dims[..b]) as i64;
+            let m = numel(&idx.dims[b..q - 1]) as i64;
+            let slice = numel(&data.dims[b + k..]) as i64;
+            let strides = contiguous(&data.dims);
+            let batch_stride = numel(&data.dims[b..]) as i64;
+            let mut meta = vec![batch, m, ext(k), slice, batch_stride];
+            meta.extend(data.dims[b..b + k].iter().map(|&d| ext(d)));
+            meta.extend_from_slice(&strides[b..b + k]);
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::GatherNd { elem_bytes: data.dtype.size_bytes() as u8, index: idx.dtype },
+                meta,
+                work: Work::Elements(numel(&out.dims)),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::Out(0)],
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (data, idx) = (inputs.req(0)?, inputs.req(1)?);
         if idx.ty.dtype != DType::I64 {

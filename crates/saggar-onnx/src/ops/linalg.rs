@@ -109,6 +109,32 @@ fn check_inner(op: &str, a: &Dim, b: &Dim) -> Result<(), OpError> {
 struct MatMul;
 
 impl Op for MatMul {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, broadcast, ext, numel};
+        Some((|| {
+            let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+            let (ad, bd) = (&a.dims, &b.dims);
+            if ad.is_empty() || bd.is_empty() {
+                return Err(OpError::eval("MatMul does not take 0-D operands"));
+            }
+            let (a_batch, m, k) = if ad.len() == 1 { (&ad[..0], 1, ad[0]) } else { split2(ad) };
+            let (b_batch, _, n) = if bd.len() == 1 { (&bd[..0], bd[0], 1) } else { split2(bd) };
+            let batch = broadcast_concrete(a_batch, b_batch)?;
+            let (sa, sb) = (broadcast(a_batch, &batch), broadcast(b_batch, &batch));
+            let (mk, kn) = (ext(m * k), ext(k * n));
+            let mut meta = vec![ext(m), ext(n), ext(k), ext(batch.len()), ext(k), 1, ext(n), 1, 0, 0];
+            meta.extend(batch.iter().map(|&d| ext(d)));
+            meta.extend(sa.iter().map(|s| s * mk));
+            meta.extend(sb.iter().map(|s| s * kn));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Gemm { alpha_bits: 1f32.to_bits(), beta_bits: 0f32.to_bits(), bias: false },
+                meta,
+                work: Work::Tiles { m: m as u64, n: n as u64, batch: numel(&batch) },
+                slots: vec![Slot::In(0), Slot::In(1), Slot::Out(0)],
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?.ty, inputs.req(1)?.ty);
         require_f32("MatMul", a.dtype)?;
@@ -208,6 +234,43 @@ impl GemmOp {
 }
 
 impl Op for GemmOp {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, broadcast, ext};
+        Some((|| {
+            let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+            if a.dims.len() != 2 || b.dims.len() != 2 {
+                return Err(OpError::eval("Gemm takes 2-D A and B"));
+            }
+            let ((m, k), (_, n)) = self.mkn(&a.dims, &b.dims);
+            // Row and column strides of op(A) and op(B) in their stored layouts.
+            let (a_rs, a_cs) = if self.trans_a { (1, ext(m)) } else { (ext(k), 1) };
+            let (b_rs, b_cs) = if self.trans_b { (1, ext(k)) } else { (ext(n), 1) };
+            let bias = ctx.inputs.get(2).and_then(Option::as_ref);
+            let (c_rs, c_cs) = match bias {
+                Some(c) => {
+                    let s = broadcast(&c.dims, &[m, n]);
+                    (s[0], s[1])
+                }
+                None => (0, 0),
+            };
+            let mut slots = vec![Slot::In(0), Slot::In(1)];
+            if bias.is_some() {
+                slots.push(Slot::In(2));
+            }
+            slots.push(Slot::Out(0));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Gemm {
+                    alpha_bits: self.alpha.to_bits(),
+                    beta_bits: self.beta.to_bits(),
+                    bias: bias.is_some(),
+                },
+                meta: vec![ext(m), ext(n), ext(k), 0, a_rs, a_cs, b_rs, b_cs, c_rs, c_cs],
+                work: Work::Tiles { m: m as u64, n: n as u64, batch: 1 },
+                slots,
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?.ty, inputs.req(1)?.ty);
         require_f32("Gemm", a.dtype)?;

@@ -17,6 +17,10 @@
 //!      folds constants at import and is the host kernel at run time, so it must not allocate per
 //!      element and must return [`OpError::eval`] rather than panic on any input (indices out of
 //!      range, a type `infer` did not promise).
+//!    - [`Op::gpu`] says what the node is on CUDA and HIP ([`gpu`]): an elementwise C++ expression
+//!      of `$0`, `$1`, ... (fused with its neighbours), or launches of a [`gpu::GpuKind`] with their
+//!      `meta` tables built from the concrete operands. Without it the op runs on the host only and
+//!      GPU backends refuse the model naming the op.
 //! 2. Write a builder `fn build_x(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError>` that reads
 //!    attributes through [`NodeCtx`] (`ctx.int_or("axis", 0)?`, `ctx.ints("perm")?`, ...). Every
 //!    attribute a node carries must be read by the builder (or passed to [`NodeCtx::ignore`]):
@@ -52,6 +56,8 @@ pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
 pub(crate) mod gather;
+#[doc(hidden)]
+pub mod gpu;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;
@@ -347,6 +353,14 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
     /// The default, the `Debug` form, suits structs of plain attributes.
     fn key(&self) -> String {
         format!("{self:?}")
+    }
+
+    /// What the node is on CUDA and HIP ([`gpu`]): `None` when the op has no GPU lowering (the
+    /// compiler then refuses the model for GPU backends, naming the op), `Some(Err(..))` when these
+    /// operands are not supported there.
+    #[doc(hidden)]
+    fn gpu(&self, _ctx: &gpu::GpuCtx<'_>) -> Option<Result<gpu::GpuNode, OpError>> {
+        None
     }
 }
 

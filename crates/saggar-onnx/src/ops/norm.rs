@@ -63,6 +63,19 @@ impl Softmax {
 }
 
 impl Op for Softmax {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext};
+        Some((|| {
+            let (outer, len, inner) = self.layout(&ctx.input(0)?.dims)?;
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Softmax { log: self.log },
+                meta: vec![ext(outer), ext(len), ext(inner)],
+                work: Work::Rows((outer * inner) as u64),
+                slots: vec![Slot::In(0), Slot::Out(0)],
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         require_f32(self.name(), x)?;
@@ -125,6 +138,36 @@ fn build_layer_norm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for LayerNorm {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            let axis = normalize_axis(self.axis, x.dims.len())?;
+            let (rows, cols) = (numel(&x.dims[..axis]), numel(&x.dims[axis..]));
+            let full = |i: usize| ctx.inputs.get(i).and_then(Option::as_ref).map(|p| numel(&p.dims) == cols);
+            if full(1) != Some(true) || full(2) == Some(false) {
+                return Err(OpError::eval("scale and bias must cover the normalized axes (no broadcasting)"));
+            }
+            let bias = full(2).is_some();
+            let mut slots = vec![Slot::In(0), Slot::In(1)];
+            if bias {
+                slots.push(Slot::In(2));
+            }
+            slots.extend((0..ctx.outputs.len().min(3)).map(Slot::Out));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::LayerNorm {
+                    epsilon_bits: self.epsilon.to_bits(),
+                    bias,
+                    stats: ctx.outputs.len().clamp(1, 3) as u8 - 1,
+                    channels: false,
+                },
+                meta: vec![rows as i64, ext(cols as usize), 1],
+                work: Work::Rows(rows),
+                slots,
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         require_f32("LayerNormalization", x)?;
@@ -219,6 +262,23 @@ fn build_instance_norm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for InstanceNorm {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            let c = *x.dims.get(1).ok_or_else(|| OpError::eval("InstanceNormalization takes (N, C, ...)"))?;
+            if (1..3).any(|i| ctx.input(i).map(|p| numel(&p.dims)).ok() != Some(c as u64)) {
+                return Err(OpError::eval("InstanceNormalization scale and bias must hold C values"));
+            }
+            let rows = numel(&x.dims[..2]);
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::LayerNorm { epsilon_bits: self.epsilon.to_bits(), bias: true, stats: 0, channels: true },
+                meta: vec![rows as i64, numel(&x.dims[2..]) as i64, ext(c)],
+                work: Work::Rows(rows),
+                slots: vec![Slot::In(0), Slot::In(1), Slot::In(2), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         require_f32("InstanceNormalization", x)?;

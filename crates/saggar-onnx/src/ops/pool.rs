@@ -66,6 +66,42 @@ fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Pool {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            let (max, count_pad) = match self.reduce {
+                Reduce::Max { indices: true } => {
+                    return Err(OpError::eval("MaxPool's Indices output is not computed on GPU"));
+                }
+                Reduce::Max { .. } => (true, false),
+                Reduce::Average { count_pad } => (false, count_pad),
+            };
+            if x.dims.len() < 3 || self.window.kernel.len() != x.dims.len() - 2 {
+                return Err(OpError::eval("pooling takes an (N, C, spatial...) input"));
+            }
+            let axes = self.window.resolve(&x.dims[2..], &self.window.kernel)?;
+            let mut meta = vec![ext(axes.len()), numel(&x.dims[..2]) as i64, i64::from(count_pad)];
+            for field in [
+                (|a: &super::conv::Axis| a.input) as fn(&super::conv::Axis) -> usize,
+                |a| a.output,
+                |a| a.kernel,
+                |a| a.stride,
+                |a| a.pad_begin,
+                |a| a.pad_end,
+                |a| a.dilation,
+            ] {
+                meta.extend(axes.iter().map(|a| ext(field(a))));
+            }
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Pool { max },
+                meta,
+                work: Work::Elements(numel(&ctx.output(0)?.dims)),
+                slots: vec![Slot::In(0), Slot::Out(0)],
+            }]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = image_dims("pooling", inputs.req(0)?.ty)?;
         let kernel: Vec<Option<usize>> = self.window.kernel.iter().map(|&k| Some(k)).collect();
@@ -208,6 +244,14 @@ struct GlobalPool {
 }
 
 impl Op for GlobalPool {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{ReduceOp, reduce_launch};
+        Some(ctx.input(0).map(|x| {
+            let spatial: Vec<usize> = (2..x.dims.len()).collect();
+            reduce_launch(if self.max { ReduceOp::Max } else { ReduceOp::Mean }, &x.dims, &spatial)
+        }))
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = image_dims("global pooling", inputs.req(0)?.ty)?;
         let mut dims = x[..2].to_vec();
@@ -267,6 +311,27 @@ fn build_lrn(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Lrn {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dims.len() < 2 {
+                return Err(OpError::eval("LRN takes an (N, C, ...) input"));
+            }
+            let (before, after) = ((self.size - 1) / 2, (self.size - 1).div_ceil(2));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::ChannelNorm {
+                    lrn: true,
+                    a_bits: (self.alpha / self.size as f32).to_bits(),
+                    b_bits: self.beta.to_bits(),
+                    c_bits: self.bias.to_bits(),
+                },
+                meta: vec![ext(x.dims[0]), ext(x.dims[1]), numel(&x.dims[2..]) as i64, ext(before), ext(after)],
+                work: Work::Elements(numel(&x.dims)),
+                slots: vec![Slot::In(0), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if x.dtype != DType::F32 || x.rank() < 2 {

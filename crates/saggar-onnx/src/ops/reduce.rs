@@ -121,6 +121,41 @@ impl Reduce {
 }
 
 impl Op for Reduce {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{ReduceOp, contiguous_copy, reduce_launch};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dtype != DType::F32 {
+                return Err(OpError::eval(format!(
+                    "{:?} of {} is not supported on GPU (f32 only)",
+                    self.kind, x.dtype
+                )));
+            }
+            let axes = match (&self.attr_axes, ctx.infer.get(1)) {
+                (Some(a), _) => a.clone(),
+                (None, Some(a)) if self.axes_input => {
+                    a.const_i64s().ok_or_else(|| OpError::eval("reduction axes must be constant"))?
+                }
+                _ => Vec::new(),
+            };
+            let axes = normalize_axes(&axes, x.dims.len())?;
+            let Some(reduced) = self.resolve(axes, x.dims.len()) else { return contiguous_copy(ctx) };
+            let op = match self.kind {
+                Kind::Sum => ReduceOp::Sum,
+                Kind::Mean => ReduceOp::Mean,
+                Kind::Max => ReduceOp::Max,
+                Kind::Min => ReduceOp::Min,
+                Kind::Prod => ReduceOp::Prod,
+                Kind::L1 => ReduceOp::L1,
+                Kind::L2 => ReduceOp::L2,
+                Kind::SumSquare => ReduceOp::SumSquare,
+                Kind::LogSum => ReduceOp::LogSum,
+                Kind::LogSumExp => ReduceOp::LogSumExp,
+            };
+            Ok(reduce_launch(op, &x.dims, &reduced))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if !self.kind.dtypes().contains(&x.dtype) {
@@ -307,6 +342,26 @@ fn build_arg(ctx: &mut NodeCtx<'_>, max: bool) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Arg {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if !matches!(x.dtype, DType::F32 | DType::I64 | DType::I32) {
+                return Err(OpError::eval(format!("ArgMax/ArgMin of {} is not supported on GPU", x.dtype)));
+            }
+            let axis = normalize_axis(self.axis, x.dims.len())?;
+            if x.dims[axis] == 0 {
+                return Err(OpError::eval("ArgMax/ArgMin over an empty axis has no answer"));
+            }
+            let (outer, inner) = (numel(&x.dims[..axis]), numel(&x.dims[axis + 1..]));
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Arg { max: self.max, last: self.last, dtype: x.dtype },
+                meta: vec![outer as i64, ext(x.dims[axis]), inner as i64],
+                work: Work::Elements(outer * inner),
+                slots: vec![Slot::In(0), Slot::Out(0)],
+            }]))
+        })())
+    }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         if ![DType::F32, DType::I64, DType::I32].contains(&x.dtype) {

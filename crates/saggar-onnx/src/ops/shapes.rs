@@ -183,6 +183,10 @@ fn cancel_symbols(whole: &[Dim], part: &[Dim]) -> Dim {
 }
 
 impl Op for Reshape {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(crate::ops::gpu::contiguous_copy(ctx))
+    }
+
     fn is_view(&self) -> bool {
         true
     }
@@ -225,6 +229,10 @@ fn build_flatten(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Flatten {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(crate::ops::gpu::contiguous_copy(ctx))
+    }
+
     fn is_view(&self) -> bool {
         true
     }
@@ -300,6 +308,10 @@ impl AxesOp {
 }
 
 impl Op for AxesOp {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(crate::ops::gpu::contiguous_copy(ctx))
+    }
+
     fn is_view(&self) -> bool {
         true
     }
@@ -332,6 +344,20 @@ impl Op for AxesOp {
 struct Expand;
 
 impl Op for Expand {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuNode, Slot, broadcast, contiguous, copy_launch};
+        Some((|| {
+            let (x, out) = (ctx.input(0)?, ctx.output(0)?);
+            let launch = copy_launch(
+                x.dtype.size_bytes(),
+                &out.dims,
+                (Slot::In(0), 0, &broadcast(&x.dims, &out.dims)),
+                (Slot::Out(0), 0, &contiguous(&out.dims)),
+            );
+            Ok(GpuNode::Launches(vec![launch]))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (x, shape) = (inputs.req(0)?, inputs.req(1)?);
         let target = match shape.as_dims() {
@@ -370,6 +396,28 @@ fn build_concat(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Concat {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch, ext};
+        Some((|| {
+            let out = ctx.output(0)?;
+            let axis = normalize_axis(self.axis, out.dims.len())?;
+            let out_strides = contiguous(&out.dims);
+            let mut at = 0i64;
+            let mut launches = Vec::new();
+            for (i, x) in ctx.inputs.iter().enumerate() {
+                let Some(x) = x else { continue };
+                launches.push(copy_launch(
+                    x.dtype.size_bytes(),
+                    &x.dims,
+                    (Slot::In(i), 0, &contiguous(&x.dims)),
+                    (Slot::Out(0), at * out_strides[axis], &out_strides),
+                ));
+                at += ext(x.dims[axis]);
+            }
+            Ok(GpuNode::Launches(launches))
+        })())
+    }
+
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let first = inputs.req(0)?;
         let rank = first.ty.rank();

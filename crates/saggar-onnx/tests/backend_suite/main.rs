@@ -4,10 +4,15 @@
 //! `SAGGAR_ONNX_BACKEND_TESTS=<dir holding node/, pytorch-converted/, pytorch-operator/, simple/>`,
 //! `SAGGAR_ONNX_BACKEND=host|cuda|hip`, optionally `SAGGAR_ONNX_TEST_FILTER=<substring of test names>`
 //! and `SAGGAR_ONNX_REPORT=<markdown file to write>`. Without `SAGGAR_ONNX_BACKEND_TESTS` it reports
-//! itself skipped and succeeds (a plain `cargo test` fetches nothing).
+//! itself skipped and succeeds (a plain `cargo test` fetches nothing). `SAGGAR_ONNX_EXPECTATIONS=<file>`
+//! replaces the expectations file next to this folder (a GPU bundle carries its own copy), and
+//! `SAGGAR_ONNX_LIST_APPLICABLE=<file>` only writes the applicable tests (`suite/name` per line) there
+//! and exits: the GPU bundle carries only those tests' folders.
 //!
 //! Every test whose model is inside the declared op set ([`applicable`]) is imported and run through a
-//! `Session` ([`run`]). `backend_expectations.txt` (next to this folder) names each applicable test
+//! `Session` ([`run`]). On CUDA and HIP, a test whose model the backend refuses with the typed
+//! `UnsupportedOnBackend` error (an op without a GPU lowering) counts as not applicable there, its
+//! reason (`not lowered on Cuda: LRN`) counted in the report; every other failure is a failure. `backend_expectations.txt` (next to this folder) names each applicable test
 //! that does not pass, with its reason. The run fails on a failure the file does not name and on a
 //! named test that passes (or is no longer applicable): the file never goes stale.
 
@@ -103,12 +108,38 @@ fn run_one(dir: &Path, backend: &str) -> Outcome {
     };
     match result {
         Ok(mode) => Outcome::Passed(mode),
-        Err(e) => Outcome::Failed(e),
+        // A GPU backend's typed refusal of an op the host runs: outside that backend's op set.
+        Err(e) => match e.strip_prefix(run::REFUSED) {
+            Some(reason) => Outcome::NotApplicable(reason.to_string()),
+            None => Outcome::Failed(e),
+        },
     }
 }
 
 fn open_and_run<B: saggar_device::Backend>(dir: &Path) -> Result<run::Mode, String> {
     run::run_test::<B>(dir, &|| B::open(0).map_err(|e| format!("opening device 0: {e}")))
+}
+
+/// Writes `suite/name` of every applicable test under `root` to `list`.
+fn list_applicable(root: &Path, list: &Path) -> ExitCode {
+    let mut lines = String::new();
+    for (suite, name, dir) in discover(root, None) {
+        match applicable::not_applicable(&dir) {
+            Ok(None) => lines.push_str(&format!("{suite}/{name}\n")),
+            Ok(Some(_)) => {}
+            Err(e) => {
+                eprintln!("backend_suite: {suite}/{name}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    match std::fs::write(list, lines) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("backend_suite: cannot write {}: {e}", list.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -118,7 +149,12 @@ fn main() -> ExitCode {
     };
     let backend = std::env::var("SAGGAR_ONNX_BACKEND").unwrap_or_else(|_| "host".into());
     let filter = std::env::var("SAGGAR_ONNX_TEST_FILTER").ok().filter(|f| !f.is_empty());
-    let expectations_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backend_expectations.txt");
+    if let Some(list) = std::env::var_os("SAGGAR_ONNX_LIST_APPLICABLE").map(PathBuf::from) {
+        return list_applicable(&root, &list);
+    }
+    let expectations_path = std::env::var_os("SAGGAR_ONNX_EXPECTATIONS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backend_expectations.txt"));
     let expectations = match read_expectations(&expectations_path) {
         Ok(e) => e,
         Err(e) => {

@@ -54,7 +54,9 @@ pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, Str
     for set in data_set_dirs(dir)? {
         let inputs = read_all(&set, "input")?;
         let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-        if let Err(OnnxError::ShapeDependsOnData { .. }) = compiler.plan_summary(&dims) {
+        if let Err(OnnxError::ShapeDependsOnData { .. }) =
+            compiler.plan_summary(&dims, saggar_device::BackendKind::Host)
+        {
             mode = Mode::ShapeInputsBound;
             let (bound, fed): (Vec<_>, Vec<_>) = inputs.into_iter().enumerate().partition(|(_, t)| {
                 t.len() == 1 || (matches!(t.dtype(), DType::I64 | DType::I32) && t.len() <= MAX_BOUND_INPUT_ELEMENTS)
@@ -73,6 +75,22 @@ pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, Str
     Ok(mode)
 }
 
+/// Marks an error that is the GPU backend's typed refusal of an op ([`OnnxError::UnsupportedOnBackend`]).
+pub const REFUSED: &str = "refused: ";
+
+/// `REFUSED` and `not lowered on <backend>: <op>` when `e` (or an error it wraps) is the typed
+/// refusal of an op by the backend; otherwise `what: e`.
+fn describe(what: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(OnnxError::UnsupportedOnBackend { backend, op, .. }) = c.downcast_ref::<OnnxError>() {
+            return format!("{REFUSED}not lowered on {backend:?}: {op}");
+        }
+        cause = c.source();
+    }
+    format!("{what}: {e}")
+}
+
 fn open_session<B: Backend>(
     compiler: Arc<OnnxCompiler>,
     device: B::Device,
@@ -81,7 +99,7 @@ fn open_session<B: Backend>(
         .buckets(BucketSpec::PowersOfTwo { max: 4 })
         .build()
         .map_err(|e| format!("session config: {e}"))?;
-    Session::new(device, compiler, config, &|_| {}).map_err(|e| format!("session: {e}"))
+    Session::new(device, compiler, config, &|_| {}).map_err(|e| describe("session", &e))
 }
 
 /// Runs one data set through `session` and compares the outputs.
@@ -120,7 +138,7 @@ fn run_set<B: Backend>(
             data: &bytemuck::cast_slice::<u64, u8>(w)[..*n],
         })
         .collect();
-    let outputs = session.run(&host).map_err(|e| format!("{set_name}: run: {e}"))?;
+    let outputs = session.run(&host).map_err(|e| describe(&format!("{set_name}: run"), &e))?;
     if outputs.len() != expected.len() {
         return Err(format!("{set_name}: {} outputs, {} expected", outputs.len(), expected.len()));
     }

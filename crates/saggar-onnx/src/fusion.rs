@@ -1,0 +1,141 @@
+//! Fusion of elementwise chains: which nodes run as one kernel.
+//!
+//! Rule: a node whose GPU form is an elementwise expression ([`GpuNode::Elementwise`]) and whose
+//! single output is read by exactly one node, that node also elementwise, and is not a graph output,
+//! joins its reader's group. Groups are therefore trees of elementwise nodes with one result (the
+//! root, the last node in graph order); they run at the root's position. Intermediates are never
+//! stored: every group input is read at the broadcast position of the root's output (broadcasting
+//! composes, so an intermediate of a smaller shape is recomputed per output element instead).
+//!
+//! The decision depends only on the graph and the ops, not on the backend, so the host backend runs
+//! the same grouping (each group one host kernel evaluating its nodes in order) as CUDA and HIP.
+
+use std::collections::HashSet;
+
+use crate::error::OnnxError;
+use crate::host_kernels::Operand;
+use crate::ir::{Graph, ValueId};
+use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use crate::ops::{InferInput, InferInputs, OpError};
+
+/// Per node: its operands and what it is on the GPU.
+#[derive(Debug)]
+pub(crate) struct NodeInfo {
+    pub(crate) inputs: Vec<Option<Operand>>,
+    pub(crate) outputs: Vec<Operand>,
+    /// `None`: no GPU lowering for the op; `Some(Err)`: not for these operands.
+    pub(crate) gpu: Option<Result<GpuNode, OpError>>,
+}
+
+impl NodeInfo {
+    /// The expression when the node is elementwise on the GPU with device element types throughout.
+    pub(crate) fn elementwise(&self) -> Option<&str> {
+        match &self.gpu {
+            Some(Ok(GpuNode::Elementwise(e)))
+                if self.outputs.len() == 1
+                    && self.outputs.iter().chain(self.inputs.iter().flatten()).all(|o| ctype(o.dtype).is_some()) =>
+            {
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Element type and fixed dimensions of a value.
+pub(crate) fn operand(graph: &Graph, id: ValueId) -> Result<Operand, OnnxError> {
+    let v = graph.value(id);
+    let ty = v.ty.as_ref().ok_or_else(|| OnnxError::Graph { reason: format!("value `{}` has no type", v.name) })?;
+    let dims = ty
+        .fixed_dims()
+        .ok_or_else(|| OnnxError::Graph { reason: format!("value `{}` has shape {ty}, not fixed", v.name) })?;
+    Ok(Operand { dtype: ty.dtype, dims })
+}
+
+/// Operands and GPU forms of every node of a specialised graph.
+pub(crate) fn describe(graph: &Graph) -> Result<Vec<NodeInfo>, OnnxError> {
+    graph
+        .nodes
+        .iter()
+        .map(|node| {
+            let inputs: Vec<Option<Operand>> =
+                node.inputs.iter().map(|i| i.map(|id| operand(graph, id)).transpose()).collect::<Result<_, _>>()?;
+            let outputs: Vec<Operand> = node.outputs.iter().map(|&id| operand(graph, id)).collect::<Result<_, _>>()?;
+            let slots: Vec<Option<InferInput<'_>>> = node
+                .inputs
+                .iter()
+                .map(|i| {
+                    i.and_then(|id| {
+                        let v = graph.value(id);
+                        v.ty.as_ref().map(|ty| InferInput { ty, value: v.constant.as_deref(), dims_value: None })
+                    })
+                })
+                .collect();
+            let infer = InferInputs::new(&slots);
+            let gpu = node.op.gpu(&GpuCtx { inputs: &inputs, outputs: &outputs, infer: &infer });
+            Ok(NodeInfo { inputs, outputs, gpu })
+        })
+        .collect()
+}
+
+/// `root[i]`: the node whose group node `i` belongs to (`root[i] == i` for a group's root).
+pub(crate) fn groups(graph: &Graph, info: &[NodeInfo]) -> Vec<usize> {
+    let uses = graph.use_counts();
+    let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+    let mut reader = vec![usize::MAX; graph.values.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for id in node.inputs.iter().flatten() {
+            reader[id.0] = i;
+        }
+    }
+    let mut root: Vec<usize> = (0..graph.nodes.len()).collect();
+    for i in (0..graph.nodes.len()).rev() {
+        let node = &graph.nodes[i];
+        let [out] = node.outputs.as_slice() else { continue };
+        if info[i].elementwise().is_none() || uses[out.0] != 1 || graph_outputs.contains(out) {
+            continue;
+        }
+        let r = reader[out.0];
+        if r != usize::MAX && r > i && info[r].elementwise().is_some() {
+            root[i] = root[r];
+        }
+    }
+    root
+}
+
+#[cfg(test)]
+mod tests {
+    use saggar_shape::{DType, Dim};
+
+    use super::*;
+    use crate::builder::ModelBuilder;
+
+    fn specialised(b: &ModelBuilder, dims: &[Vec<u64>]) -> Graph {
+        let model = crate::OnnxModel::from_bytes(&b.to_bytes(), "m", &crate::ImportLimits::default()).unwrap();
+        crate::passes::specialise(model.graph(), dims, "m").unwrap()
+    }
+
+    #[test]
+    fn a_chain_of_single_use_elementwise_nodes_is_one_group_and_a_shared_value_splits_it() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+        b.input("bias", DType::F32, &[Dim::Fixed(4)]);
+        b.node("MatMul", &["x", "w"], &["mm"], &[]);
+        b.initializer("w", &crate::Tensor::new(vec![4, 4], crate::TensorData::F32(vec![0.5; 16])).unwrap());
+        b.node("Add", &["mm", "bias"], &["a"], &[]);
+        b.node("Erf", &["a"], &["e"], &[]);
+        b.node("Mul", &["e", "a"], &["m"], &[]);
+        b.node("Relu", &["m"], &["r"], &[]);
+        b.output("r", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+        let g = specialised(&b, &[vec![3, 4], vec![4]]);
+        let info = describe(&g).unwrap();
+        let root = groups(&g, &info);
+        let at = |op: &str| g.nodes.iter().position(|n| n.op_type == op).unwrap();
+        assert_eq!(root[at("MatMul")], at("MatMul"), "GEMMs are not fused");
+        // `a` has two readers (Erf and Mul): Add stays its own group; Erf, Mul and Relu fuse.
+        assert_eq!(root[at("Add")], at("Add"));
+        assert_eq!(root[at("Erf")], at("Relu"));
+        assert_eq!(root[at("Mul")], at("Relu"));
+        assert_eq!(root[at("Relu")], at("Relu"));
+    }
+}

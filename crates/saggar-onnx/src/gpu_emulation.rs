@@ -1,0 +1,351 @@
+//! Tests that run the CUDA/HIP plan of the checked-in models on the CPU: the generated source is
+//! compiled by g++ with a shim (a block's threads are OS threads meeting at a barrier for
+//! `__syncthreads`; they run the blocks one after another, so `__shared__` statics are per block), driven by
+//! a generated `main` that makes every launch of the plan with its launch shape, `meta` tables and
+//! memory plan; the outputs must match the host backend's. Skipped with a message when g++ is absent.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use saggar_device::BackendKind;
+
+use crate::lowering::ArgSource;
+use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
+
+const SHIM: &str = r#"
+#include <barrier>
+#include <math.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+#define __global__
+#define __device__
+#define __shared__ static
+#define __restrict__ __restrict
+struct saggar_dim3 { unsigned x, y, z; };
+static thread_local saggar_dim3 blockIdx, threadIdx;
+static saggar_dim3 blockDim, gridDim;
+static std::barrier<>* saggar_bar;
+inline void __syncthreads() { saggar_bar->arrive_and_wait(); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+"#;
+
+const DRIVER: &str = r#"
+template <typename... P, size_t... I>
+static void saggar_call(void (*f)(P...), void** a, std::index_sequence<I...>) { f((P)a[I]...); }
+template <typename... P>
+static void launch(void (*f)(P...), unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, std::vector<void*> a) {
+  gridDim = {gx, gy, gz}; blockDim = {bx, by, 1};
+  std::barrier<> bar(bx * by); saggar_bar = &bar;
+  std::vector<std::thread> ts;
+  for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx)
+    ts.emplace_back([&, tx, ty] {
+      threadIdx = {tx, ty, 0};
+      for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
+        blockIdx = {x, y, z};
+        saggar_call(f, a.data(), std::index_sequence_for<P...>{});
+        bar.arrive_and_wait();  // the block is done before the next one reuses __shared__
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+static unsigned char* load(const char* path, size_t size) {
+  unsigned char* p = (unsigned char*)std::aligned_alloc(64, (size + 64) / 64 * 64);
+  std::memset(p, 0, (size + 64) / 64 * 64);
+  if (path) { FILE* f = std::fopen(path, "rb"); if (!f || std::fread(p, 1, size, f) != size) std::abort(); std::fclose(f); }
+  return p;
+}
+static void store(const char* path, const unsigned char* p, size_t size) {
+  FILE* f = std::fopen(path, "wb"); if (!f || std::fwrite(p, 1, size, f) != size) std::abort(); std::fclose(f);
+}
+"#;
+
+/// Runs `compiler` on `inputs` through its CUDA plan compiled for the CPU in `dir`; `None` without g++.
+fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Vec<u8>>> {
+    let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+    let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+    let source = compiler.source(&lowered).code;
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    std::fs::write(file("weights.bin"), &compiler.weight_layout().bytes).unwrap();
+    std::fs::write(file("local.bin"), &lowered.local_constants).unwrap();
+    let mut main = String::from("int main() {\n");
+    for (i, t) in inputs.iter().enumerate() {
+        std::fs::write(file(&format!("in{i}.bin")), t.to_le_bytes()).unwrap();
+        let _ = writeln!(
+            main,
+            "  unsigned char* in{i} = load(\"{}\", {});",
+            file(&format!("in{i}.bin")),
+            lowered.input_bytes[i]
+        );
+    }
+    for (i, n) in lowered.output_bytes.iter().enumerate() {
+        let _ = writeln!(main, "  unsigned char* out{i} = load(nullptr, {n});");
+    }
+    let _ = writeln!(
+        main,
+        "  unsigned char* weights = load(\"{}\", {});",
+        file("weights.bin"),
+        compiler.weight_layout().bytes.len()
+    );
+    let _ =
+        writeln!(main, "  unsigned char* local = load(\"{}\", {});", file("local.bin"), lowered.local_constants.len());
+    let _ = writeln!(main, "  unsigned char* scratch = load(nullptr, {});", lowered.scratch_bytes);
+    for step in &lowered.steps {
+        let args: Vec<String> = step
+            .args
+            .iter()
+            .map(|a| match *a {
+                ArgSource::Input(i) => format!("(void*)in{i}"),
+                ArgSource::Output(i) => format!("(void*)out{i}"),
+                ArgSource::Scratch(o) => format!("(void*)(scratch + {o})"),
+                ArgSource::Weights(o) => format!("(void*)(weights + {o})"),
+                ArgSource::Local(o) => format!("(void*)(local + {o})"),
+                ArgSource::Bytes(n) => panic!("a GPU plan passes no byte counts ({n})"),
+            })
+            .collect();
+        let c = &step.config;
+        let _ = writeln!(
+            main,
+            "  launch({}, {}, {}, {}, {}, {}, {{{}}});",
+            step.kernel,
+            c.grid.x,
+            c.grid.y,
+            c.grid.z,
+            c.block.x,
+            c.block.y,
+            args.join(", ")
+        );
+    }
+    for (i, n) in lowered.output_bytes.iter().enumerate() {
+        let _ = writeln!(main, "  store(\"{}\", out{i}, {n});", file(&format!("out{i}.bin")));
+    }
+    main.push_str("  return 0;\n}\n");
+    std::fs::write(file("plan.cpp"), format!("{SHIM}\n{source}\n{DRIVER}\n{main}")).unwrap();
+    let built = Command::new("g++")
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o", &file("plan"), &file("plan.cpp")])
+        .output();
+    let Ok(built) = built else {
+        println!("g++ not found: the CPU run of the GPU plan is skipped");
+        return None;
+    };
+    assert!(built.status.success(), "g++: {}", String::from_utf8_lossy(&built.stderr));
+    let ran = Command::new(file("plan")).output().unwrap();
+    assert!(ran.status.success(), "the emulated plan failed: {}", String::from_utf8_lossy(&ran.stderr));
+    Some((0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap()).collect())
+}
+
+fn assert_close(got: &[u8], want: &Tensor, what: &str) {
+    assert_eq!(got.len(), want.to_le_bytes().len(), "{what}: byte length");
+    let got = Tensor::from_le_bytes(want.dtype(), want.dims().to_vec(), got).unwrap();
+    match (got.data(), want.data()) {
+        (TensorData::F32(g), TensorData::F32(w)) => {
+            for (k, (a, b)) in g.iter().zip(w).enumerate() {
+                assert!((a - b).abs() <= 1e-4 + 1e-3 * b.abs(), "{what}: element {k}: {a} vs {b}");
+            }
+        }
+        (g, w) => assert_eq!(g, w, "{what}"),
+    }
+}
+
+#[test]
+fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    // Data set 1 is batch 1, data set 0 batch 3.
+    for (name, set) in [("mlp", 1), ("cnn", 1), ("dlrm", 1), ("bert", 1), ("bert", 0)] {
+        let model = OnnxModel::load(root.join(name).join("model.onnx")).unwrap();
+        let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+        let set = root.join(name).join(format!("test_data_set_{set}"));
+        let inputs: Vec<Tensor> = (0..)
+            .map(|k| set.join(format!("input_{k}.pb")))
+            .take_while(|p| p.exists())
+            .map(|p| read_tensor_pb(&p).unwrap().tensor)
+            .collect();
+        let want = run_on_host(&compiler, &inputs).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, w, &format!("{name} {} output {k}", set.display()));
+        }
+    }
+}
+
+/// One model holding a node of every GPU kernel kind with non-trivial attributes (negative slice
+/// steps, every Pad mode, transposed Gemm with a broadcast bias, broadcast batched MatMul, grouped
+/// dilated Conv, ceil-mode pooling, every reduction, ArgMax with select_last_index, ...), each a graph
+/// output.
+fn every_kind_model() -> OnnxModel {
+    use crate::builder::ModelBuilder;
+    use crate::ops::Attribute::{Float, Int, Ints, String as Str};
+    use saggar_shape::{DType, Dim};
+    let f32s = |dims: &[usize], seed: usize| {
+        let n: usize = dims.iter().product();
+        let v = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 211) as f32 / 105.0 - 1.0).collect();
+        Tensor::new(dims.to_vec(), TensorData::F32(v)).unwrap()
+    };
+    let i64s = |dims: &[usize], v: Vec<i64>| Tensor::new(dims.to_vec(), TensorData::I64(v)).unwrap();
+    let mut b = ModelBuilder::new(18);
+    let fixed = |d: &[u64]| d.iter().map(|&v| Dim::Fixed(v)).collect::<Vec<_>>();
+    b.input("x", DType::F32, &fixed(&[2, 3, 4, 5]));
+    let mut outputs: Vec<(&str, DType)> = Vec::new();
+    let init = |b: &mut ModelBuilder, name: &str, t: Tensor| {
+        b.initializer(name, &t);
+    };
+    init(&mut b, "starts", Tensor::from_i64s(vec![0, 3, 1]));
+    init(&mut b, "ends", Tensor::from_i64s(vec![2, -100, 5]));
+    init(&mut b, "axes_s", Tensor::from_i64s(vec![1, 2, 3]));
+    init(&mut b, "steps", Tensor::from_i64s(vec![1, -1, 2]));
+    init(&mut b, "split", Tensor::from_i64s(vec![2, 3]));
+    init(&mut b, "eb", f32s(&[3, 1, 1], 1));
+    init(&mut b, "eshape", Tensor::from_i64s(vec![2, 3, 4, 5]));
+    init(&mut b, "pads", Tensor::from_i64s(vec![0, 1, 2, -1, 0, 0, 1, 2]));
+    init(&mut b, "pv", Tensor::new(vec![], TensorData::F32(vec![1.5])).unwrap());
+    init(&mut b, "gi", Tensor::from_i64s(vec![-1, 1, 0]));
+    init(&mut b, "gei", i64s(&[2, 3, 4, 2], (0..48).map(|i| (i * 3 % 5) as i64 - 2).collect()));
+    init(&mut b, "gndi", i64s(&[2, 2], vec![1, -1, 0, 2]));
+    init(&mut b, "ga", f32s(&[3, 4], 2));
+    init(&mut b, "gb", f32s(&[5, 3], 3));
+    init(&mut b, "gc", f32s(&[1, 5], 4));
+    init(&mut b, "mw", f32s(&[5, 6], 5));
+    init(&mut b, "ma", f32s(&[3, 4, 5], 6));
+    init(&mut b, "mb", f32s(&[2, 1, 5, 4], 7));
+    init(&mut b, "ls", f32s(&[5], 8));
+    init(&mut b, "lb", f32s(&[5], 9));
+    init(&mut b, "c3a", f32s(&[3], 10));
+    init(&mut b, "c3b", f32s(&[3], 11));
+    init(&mut b, "c3v", Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
+    init(&mut b, "raxes", Tensor::from_i64s(vec![1, 3]));
+    init(&mut b, "cw", f32s(&[4, 3, 3, 3], 12));
+    init(&mut b, "cbias", f32s(&[4], 13));
+    init(&mut b, "gw", f32s(&[3, 1, 2, 2], 14));
+    init(&mut b, "two", Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
+    init(&mut b, "zero", Tensor::new(vec![], TensorData::F32(vec![0.0])).unwrap());
+    init(&mut b, "three", Tensor::from_i64s(vec![3]));
+    let mut node = |b: &mut ModelBuilder,
+                    op: &str,
+                    ins: &[&str],
+                    outs: &[&'static str],
+                    attrs: &[(&str, crate::ops::Attribute)],
+                    dtype: DType| {
+        b.node(op, ins, outs, attrs);
+        outputs.extend(outs.iter().map(|o| (*o, dtype)));
+    };
+    let f = DType::F32;
+    node(&mut b, "Transpose", &["x"], &["t"], &[("perm", Ints(vec![0, 2, 3, 1]))], f);
+    node(&mut b, "Slice", &["x", "starts", "ends", "axes_s", "steps"], &["sl"], &[], f);
+    node(&mut b, "Concat", &["x", "x"], &["cat"], &[("axis", Int(1))], f);
+    node(&mut b, "Split", &["x", "split"], &["sp0", "sp1"], &[("axis", Int(3))], f);
+    node(&mut b, "Expand", &["eb", "eshape"], &["ex"], &[], f);
+    node(&mut b, "Pad", &["x", "pads", "pv"], &["pc"], &[], f);
+    node(&mut b, "Pad", &["x", "pads"], &["pr"], &[("mode", Str(b"reflect".to_vec()))], f);
+    node(&mut b, "Pad", &["x", "pads"], &["pe"], &[("mode", Str(b"edge".to_vec()))], f);
+    node(&mut b, "Gather", &["x", "gi"], &["ga_"], &[("axis", Int(2))], f);
+    node(&mut b, "GatherElements", &["x", "gei"], &["gel"], &[("axis", Int(3))], f);
+    node(&mut b, "GatherND", &["x", "gndi"], &["gnd"], &[], f);
+    node(
+        &mut b,
+        "Gemm",
+        &["ga", "gb", "gc"],
+        &["gm"],
+        &[("transA", Int(1)), ("transB", Int(1)), ("alpha", Float(0.5)), ("beta", Float(2.0))],
+        f,
+    );
+    node(&mut b, "MatMul", &["x", "mw"], &["mm"], &[], f);
+    node(&mut b, "MatMul", &["ma", "mb"], &["mmb"], &[], f);
+    node(&mut b, "Softmax", &["x"], &["sm"], &[("axis", Int(1))], f);
+    node(&mut b, "LogSoftmax", &["x"], &["lsm"], &[], f);
+    node(&mut b, "LayerNormalization", &["x", "ls", "lb"], &["ln", "lnm", "lni"], &[], f);
+    node(&mut b, "InstanceNormalization", &["x", "c3a", "c3b"], &["inn"], &[], f);
+    node(&mut b, "BatchNormalization", &["x", "c3a", "c3b", "c3b", "c3v"], &["bn"], &[], f);
+    node(&mut b, "LRN", &["x"], &["lrn"], &[("size", Int(3)), ("alpha", Float(0.2))], f);
+    for (op, out) in [
+        ("ReduceSum", "rs"),
+        ("ReduceMean", "rme"),
+        ("ReduceMax", "rma"),
+        ("ReduceMin", "rmi"),
+        ("ReduceProd", "rp"),
+        ("ReduceL1", "rl1"),
+        ("ReduceL2", "rl2"),
+        ("ReduceSumSquare", "rss"),
+        ("ReduceLogSumExp", "rlse"),
+    ] {
+        node(&mut b, op, &["x", "raxes"], &[out], &[("keepdims", Int(i64::from(out.len() % 2 == 0)))], f);
+    }
+    node(&mut b, "Abs", &["x"], &["ax"], &[], f);
+    node(&mut b, "ReduceLogSum", &["ax", "raxes"], &["rls"], &[], f);
+    node(&mut b, "ArgMax", &["x"], &["amax"], &[("axis", Int(2)), ("select_last_index", Int(1))], DType::I64);
+    node(&mut b, "ArgMin", &["x"], &["amin"], &[("axis", Int(1)), ("keepdims", Int(0))], DType::I64);
+    node(
+        &mut b,
+        "Conv",
+        &["x", "cw", "cbias"],
+        &["cv"],
+        &[("pads", Ints(vec![1, 1, 1, 1])), ("strides", Ints(vec![1, 2]))],
+        f,
+    );
+    node(&mut b, "Conv", &["x", "gw"], &["gcv"], &[("group", Int(3)), ("dilations", Ints(vec![2, 2]))], f);
+    node(
+        &mut b,
+        "MaxPool",
+        &["x"],
+        &["mp"],
+        &[("kernel_shape", Ints(vec![2, 2])), ("strides", Ints(vec![2, 2])), ("ceil_mode", Int(1))],
+        f,
+    );
+    node(
+        &mut b,
+        "AveragePool",
+        &["x"],
+        &["ap"],
+        &[("kernel_shape", Ints(vec![3, 3])), ("pads", Ints(vec![1, 1, 1, 1])), ("count_include_pad", Int(1))],
+        f,
+    );
+    node(
+        &mut b,
+        "AveragePool",
+        &["x"],
+        &["ap0"],
+        &[("kernel_shape", Ints(vec![2, 3])), ("pads", Ints(vec![1, 0, 1, 1]))],
+        f,
+    );
+    node(&mut b, "GlobalAveragePool", &["x"], &["gap"], &[], f);
+    node(&mut b, "GlobalMaxPool", &["x"], &["gmp"], &[], f);
+    // Elementwise chains (fused), mixed types.
+    b.node("Greater", &["x", "zero"], &["pos"], &[]);
+    b.node("Neg", &["x"], &["nx"], &[]);
+    node(&mut b, "Where", &["pos", "x", "nx"], &["wh"], &[], f);
+    b.node("Mul", &["x", "two"], &["x2"], &[]);
+    b.node("Cast", &["x2"], &["xi"], &[("to", Int(7))]);
+    node(&mut b, "Div", &["xi", "three"], &["di"], &[], DType::I64);
+    b.node("Pow", &["x", "two"], &["pw"], &[]);
+    b.node("Clip", &["pw", "zero", "two"], &["cl"], &[]);
+    b.node("Erf", &["cl"], &["er"], &[]);
+    node(&mut b, "Sigmoid", &["er"], &["sg"], &[], f);
+    b.node("IsNaN", &["x"], &["nan"], &[]);
+    b.node("Not", &["nan"], &["nn"], &[]);
+    node(&mut b, "And", &["nn", "pos"], &["an"], &[], DType::Bool);
+    for (name, dtype) in &outputs {
+        b.output(name, *dtype, &[]);
+    }
+    OnnxModel::from_bytes(&b.to_bytes(), "every_kind", &crate::ImportLimits::default()).unwrap()
+}
+
+#[test]
+fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
+    let model = every_kind_model();
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    let x =
+        Tensor::new(vec![2, 3, 4, 5], TensorData::F32((0..120).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect()))
+            .unwrap();
+    let want = run_on_host(&compiler, std::slice::from_ref(&x)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(got) = run_emulated(&compiler, &[x], dir.path()) else { return };
+    assert_eq!((got.len(), want.len()), (model.outputs().len(), model.outputs().len()));
+    assert!(got.len() >= 45, "{} outputs", got.len());
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(g, w, &format!("output {k} `{}`", model.outputs()[k].name()));
+    }
+}

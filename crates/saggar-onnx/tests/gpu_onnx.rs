@@ -1,0 +1,17 @@
+//! The checked-in ONNX models on CUDA through sessions with graphs on, at batches 1, 3, 17 and 64,
+//! against their expected outputs and the host backend. Without a CUDA device the test prints
+//! `SKIPPED cuda::<test>: <reason>` and returns.
+
+#![cfg(feature = "cuda")]
+
+mod gpu_common;
+
+use saggar_device::cuda::CudaBackend;
+
+#[test]
+fn checked_in_models_match_on_cuda_with_graphs() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("checked_in_models_match_on_cuda_with_graphs") else {
+        return;
+    };
+    gpu_common::check_models::<CudaBackend>(device);
+}

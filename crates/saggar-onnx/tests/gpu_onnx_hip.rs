@@ -1,0 +1,18 @@
+//! The checked-in ONNX models on the HIP backend through sessions with graphs on, at batches 1, 3,
+//! 17 and 64, against their expected outputs and the host backend (on NVIDIA machines through
+//! saggar-hip-fixture). Without a HIP device the test prints `SKIPPED hip::<test>: <reason>` and
+//! returns.
+
+#![cfg(feature = "hip")]
+
+mod gpu_common;
+
+use saggar_device::hip::HipBackend;
+
+#[test]
+fn checked_in_models_match_on_hip_with_graphs() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("checked_in_models_match_on_hip_with_graphs") else {
+        return;
+    };
+    gpu_common::check_models::<HipBackend>(device);
+}

@@ -1,0 +1,12 @@
+//! The GPU tests' model check (`gpu_common`) on the host backend: the same sessions with graphs on at
+//! batches 1, 3, 17 and 64, so the check itself (row tiling, comparisons) runs in every CI.
+
+mod gpu_common;
+
+use saggar_device::host::HostBackend;
+
+#[test]
+fn checked_in_models_match_on_host_with_graphs_at_batches_1_3_17_64() {
+    let device = gpu_common::open_or_skip::<HostBackend>("host").expect("the host backend always opens");
+    gpu_common::check_models::<HostBackend>(device);
+}

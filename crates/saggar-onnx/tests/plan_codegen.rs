@@ -1,0 +1,125 @@
+//! The GPU lowering checked without a GPU: the checked-in models lower for CUDA to one source per
+//! model (the same text at every batch, so one code object serves every bucket), fusion reduces
+//! their kernel counts, the source passes a C++ syntax check (g++ with a shim for the CUDA keywords),
+//! and an op without a GPU form is refused naming the op.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use saggar_device::BackendKind;
+use saggar_onnx::builder::ModelBuilder;
+use saggar_onnx::ops::Attribute;
+use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions};
+use saggar_shape::{DType, Dim};
+
+const MODELS: [&str; 4] = ["bert", "dlrm", "mlp", "cnn"];
+
+fn compiler(name: &str) -> OnnxCompiler {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name).join("model.onnx");
+    OnnxCompiler::new(OnnxModel::load(path).unwrap(), OnnxOptions::default())
+}
+
+/// Input shapes of `name` at `batch` (BERT at sequence 16).
+fn dims(c: &OnnxCompiler, batch: u64) -> Vec<Vec<u64>> {
+    c.onnx_model()
+        .inputs()
+        .iter()
+        .map(|spec| {
+            spec.dims()
+                .iter()
+                .enumerate()
+                .map(|(i, d)| d.as_fixed().unwrap_or(if i == 0 { batch } else { 16 }))
+                .collect()
+        })
+        .collect()
+}
+
+/// Definitions that let the generated CUDA/HIP C++ pass a host C++ syntax check.
+const SHIM: &str = r#"
+#include <math.h>
+#include <string.h>
+#define __global__
+#define __device__
+#define __shared__ static
+#define __restrict__ __restrict
+struct saggar_dim3 { unsigned x, y, z; };
+static saggar_dim3 blockIdx, threadIdx, blockDim, gridDim;
+inline void __syncthreads() {}
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+"#;
+
+fn syntax_check(source: &str, what: &str) {
+    let Ok(mut child) = Command::new("g++")
+        .args(["-std=c++17", "-fsyntax-only", "-Werror=return-type", "-x", "c++", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        println!("{what}: g++ not found, syntax check skipped");
+        return;
+    };
+    child.stdin.take().unwrap().write_all(format!("{SHIM}\n{source}").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: generated source does not compile:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn every_model_has_one_gpu_source_for_all_batches_that_compiles_and_fusion_cuts_launches() {
+    for name in MODELS {
+        let c = compiler(name);
+        let source = c.gpu_source(&dims(&c, 1)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for batch in [3, 17, 64] {
+            assert_eq!(c.gpu_source(&dims(&c, batch)).unwrap(), source, "{name}: the source differs at batch {batch}");
+        }
+        let gpu = c.plan_summary(&dims(&c, 3), BackendKind::Cuda).unwrap();
+        let host = c.plan_summary(&dims(&c, 3), BackendKind::Host).unwrap();
+        println!(
+            "{name}: {} computing nodes; GPU launches {} unfused, {} fused ({} fused groups); host launches {}",
+            gpu.nodes, gpu.launches_unfused, gpu.launches, gpu.fused_groups, host.launches
+        );
+        assert_eq!(gpu.nodes, host.nodes, "{name}: host and GPU plans group the same nodes");
+        assert_eq!(gpu.scratch_bytes, host.scratch_bytes, "{name}: one memory plan for both");
+        assert!(gpu.launches <= gpu.launches_unfused, "{name}");
+        if name == "bert" || name == "mlp" {
+            assert!(gpu.fused_groups > 0 && gpu.launches < gpu.launches_unfused, "{name}: something fuses");
+        }
+        syntax_check(&source, name);
+    }
+}
+
+#[test]
+fn an_op_the_gpu_does_not_lower_is_refused_naming_it() {
+    // ReduceMax of bool runs on the host; the GPU reduction kernels take f32 only.
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::Bool, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+    b.node("ReduceMax", &["x"], &["y"], &[("axes", Attribute::Ints(vec![1]))]);
+    b.output("y", DType::Bool, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "reduce_bool", &ImportLimits::default()).unwrap();
+    let c = OnnxCompiler::new(model, OnnxOptions::default());
+    c.plan_summary(&[vec![2, 4]], BackendKind::Host).expect("the host reduces bools");
+    for backend in [BackendKind::Cuda, BackendKind::Hip] {
+        match c.plan_summary(&[vec![2, 4]], backend) {
+            Err(OnnxError::UnsupportedOnBackend { op, backend: b, node, reason }) => {
+                assert_eq!((op.as_str(), b), ("ReduceMax", backend));
+                assert!(!node.is_empty() && reason.contains("bool"), "{node}: {reason}");
+            }
+            other => panic!("expected UnsupportedOnBackend, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+#[ignore = "writes the generated source of every model to target/onnx-gpu-sources for inspection"]
+fn dump_sources() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/onnx-gpu-sources");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in MODELS {
+        let c = compiler(name);
+        std::fs::write(dir.join(format!("{name}.cu")), c.gpu_source(&dims(&c, 3)).unwrap()).unwrap();
+    }
+}
