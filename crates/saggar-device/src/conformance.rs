@@ -5,6 +5,10 @@
 //! every test as skipped, with the reason, on standard error: it never passes silently by doing
 //! nothing.
 //!
+//! It is one file of a little over 600 lines of code on purpose: the tests are the suite's
+//! specification of a backend, read side by side, and the macro that instantiates them must list
+//! every one of them.
+//!
 //! ```text
 //! saggar_device::conformance_tests!(saggar_device::host::HostBackend);
 //! ```
