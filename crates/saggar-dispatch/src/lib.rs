@@ -58,6 +58,7 @@ mod per_shape;
 mod plan;
 mod programs;
 mod request;
+pub mod resident;
 mod session;
 mod staged;
 mod stats;

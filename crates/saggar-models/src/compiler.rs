@@ -11,21 +11,18 @@
 //! programs (buckets) of that device.
 //!
 //! # Which device holds the weights
-//! The compiler keeps one weight buffer per `(backend, ordinal)`. Two handles with the same ordinal
-//! are not always the same device (each host-backend `open` makes an independent simulated device), so
-//! each upload writes a fresh 16-byte marker at the start of the buffer, and a later load reuses the
-//! buffer only if that device reads the same marker back. Otherwise it uploads again and replaces the
-//! entry; programs still holding the old buffer keep it alive.
+//! The compiler keeps one weight buffer per device in a [`PerDevice`] (saggar-dispatch): two handles
+//! with the same ordinal are not always the same device (each host-backend `open` makes an
+//! independent simulated device), so each upload carries a residency marker read back on reuse;
+//! programs still holding a replaced buffer keep it alive.
 
-use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
 use saggar_device::{
     Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
     LaunchConfig, Module as _, Stream as _,
 };
+use saggar_dispatch::resident::{PerDevice, ResidentBuffer};
 use saggar_dispatch::{
     CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
 };
@@ -40,8 +37,6 @@ use crate::weights::Weights;
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-models";
-/// Bytes of the residency marker at the start of a device's weight buffer.
-const MARKER_LEN: usize = 16;
 
 /// Compiles one model (config + weights) for any backend. See the module docs.
 ///
@@ -59,7 +54,7 @@ pub struct ReferenceCompiler {
     row_major_weights: Vec<u8>,
     /// The weights as host kernels read them (panel-packed layers), made on first use.
     panel_weights: OnceLock<Vec<u8>>,
-    resident: Mutex<Vec<ResidentWeights>>,
+    resident: PerDevice,
 }
 
 impl std::fmt::Debug for ReferenceCompiler {
@@ -72,52 +67,6 @@ impl std::fmt::Debug for ReferenceCompiler {
             .field("weight_bytes", &self.row_major_weights.len())
             .finish_non_exhaustive()
     }
-}
-
-/// A weight buffer on one device, type-erased so one compiler serves every backend.
-struct ResidentWeights {
-    backend: BackendKind,
-    ordinal: usize,
-    weights: Arc<dyn Any + Send + Sync>,
-}
-
-/// The weights of one model on one device.
-#[derive(Debug)]
-struct DeviceWeights<B: Backend> {
-    buffer: B::DeviceBuffer,
-    marker: [u8; MARKER_LEN],
-}
-
-impl<B: Backend> DeviceWeights<B> {
-    fn upload(device: &B::Device, packed: &[u8]) -> Result<DeviceWeights<B>, ModelError> {
-        let buffer = device.alloc(packed.len())?;
-        let stream = device.create_stream()?;
-        let marker = fresh_marker();
-        stream.upload(packed, buffer.as_slice())?;
-        stream.upload(&marker, buffer.slice(0, MARKER_LEN)?)?;
-        Ok(DeviceWeights { buffer, marker })
-    }
-
-    /// Whether `device` is the device this buffer lives on (it reads the marker back).
-    fn is_resident_on(&self, device: &B::Device) -> bool {
-        let mut seen = [0u8; MARKER_LEN];
-        let read =
-            device.create_stream().and_then(|stream| stream.download(self.buffer.slice(0, MARKER_LEN)?, &mut seen));
-        read.is_ok() && seen == self.marker
-    }
-}
-
-/// 16 bytes no other upload in this process (or, practically, any other) uses.
-fn fresh_marker() -> [u8; MARKER_LEN] {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    hasher.update(&std::process::id().to_le_bytes());
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    hasher.update(&now.as_nanos().to_le_bytes());
-    let mut marker = [0u8; MARKER_LEN];
-    marker.copy_from_slice(&hasher.finalize().as_bytes()[..MARKER_LEN]);
-    marker
 }
 
 impl ReferenceCompiler {
@@ -133,7 +82,7 @@ impl ReferenceCompiler {
             gemm: GemmVariant::default(),
             row_major_weights,
             panel_weights: OnceLock::new(),
-            resident: Mutex::new(Vec::new()),
+            resident: PerDevice::new(),
             config,
             weights,
         })
@@ -224,26 +173,15 @@ impl ReferenceCompiler {
     }
 
     /// This device's weights, uploading them if the device does not hold them yet.
-    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<DeviceWeights<B>>, ModelError> {
-        let ordinal = device.info().ordinal;
-        let mut resident = self.resident.lock();
-        if let Some(pos) = resident.iter().position(|r| r.backend == B::KIND && r.ordinal == ordinal) {
-            if let Ok(weights) = resident[pos].weights.clone().downcast::<DeviceWeights<B>>()
-                && weights.is_resident_on(device)
-            {
-                return Ok(weights);
+    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<ResidentBuffer<B>>, ModelError> {
+        Ok(self.resident.get_or_upload::<B>(device, 0, || {
+            match WeightPacking::for_target(self.target(B::KIND, self.gemm)) {
+                WeightPacking::RowMajor => &self.row_major_weights,
+                WeightPacking::Panels => self.panel_weights.get_or_init(|| {
+                    WeightLayout::new(&self.config, WeightPacking::Panels).pack(&self.config, &self.weights)
+                }),
             }
-            resident.swap_remove(pos);
-        }
-        let packed = match WeightPacking::for_target(self.target(B::KIND, self.gemm)) {
-            WeightPacking::RowMajor => &self.row_major_weights,
-            WeightPacking::Panels => self.panel_weights.get_or_init(|| {
-                WeightLayout::new(&self.config, WeightPacking::Panels).pack(&self.config, &self.weights)
-            }),
-        };
-        let weights = Arc::new(DeviceWeights::<B>::upload(device, packed)?);
-        resident.push(ResidentWeights { backend: B::KIND, ordinal, weights: weights.clone() });
-        Ok(weights)
+        })?)
     }
 
     fn compile_impl<B: Backend>(
@@ -403,7 +341,7 @@ pub struct ModelProgram<B: Backend> {
     output_bytes: Vec<usize>,
     scratch_bytes: usize,
     steps: Vec<LoadedStep<B>>,
-    weights: Arc<DeviceWeights<B>>,
+    weights: Arc<ResidentBuffer<B>>,
     _module: B::Module,
 }
 
@@ -473,7 +411,7 @@ impl<B: Backend> ModelProgram<B> {
             ArgSource::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
             ArgSource::Output(i) => KernelArg::Ptr(outputs[i].ptr()),
             ArgSource::Scratch(bytes) => offset(scratch.ptr(), bytes),
-            ArgSource::Weights(bytes) => offset(self.weights.buffer.ptr(), bytes),
+            ArgSource::Weights(bytes) => offset(self.weights.buffer().ptr(), bytes),
             ArgSource::U32(v) => KernelArg::U32(v),
         }
     }

@@ -11,21 +11,22 @@
 //! records the shapes ([`crate::artifact`]); `load` lowers again from the recorded shapes (computing
 //! launch shapes and `meta` tables), checks the code object and resolves the kernels.
 //!
-//! The model's constants are uploaded once per device, with a residency marker read back on reuse
-//! (host-backend devices with one ordinal may be distinct simulated devices), and shared by every
+//! The model's constants are uploaded once per device through saggar-dispatch's `PerDevice` (a
+//! residency marker read back on reuse: host-backend devices with one ordinal may be distinct
+//! simulated devices), and shared by every
 //! program of that device; constants that exist for one shape only (folded shape vectors) and the
 //! `meta` tables are uploaded with their program. A node with no GPU lowering is an
 //! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
 use std::any::Any;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use saggar_device::{
     Backend, BackendKind, CodeObject, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
     LaunchConfig, Module as _, Stream as _,
 };
+use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
 use saggar_dispatch::{
     CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
 };
@@ -40,8 +41,10 @@ use crate::passes;
 pub const COMPILER_NAME: &str = "saggar-onnx";
 /// The artifact format version, part of the identity.
 pub const ARTIFACT_VERSION: u32 = 2;
-/// Bytes before the first constant in a device's weight buffer: the residency marker.
-const MARKER_LEN: usize = lowering::ALIGN;
+/// Bytes before the first constant in a device's weight buffer: the residency marker, padded to the
+/// constants' alignment.
+const CONSTANTS_OFFSET: usize = lowering::ALIGN;
+const _: () = assert!(CONSTANTS_OFFSET >= MARKER_LEN);
 
 /// Options of an [`OnnxCompiler`].
 #[non_exhaustive]
@@ -76,7 +79,7 @@ pub struct OnnxCompiler {
     spec: ModelSpec,
     weights: WeightLayout,
     model_hash: [u8; 32],
-    resident: Mutex<Vec<Resident>>,
+    resident: PerDevice,
     /// Code objects compiled from generated sources.
     compiled: Mutex<Vec<Compiled>>,
     /// Modules loaded from generated sources, shared by every bucket on a GPU device.
@@ -113,54 +116,6 @@ impl std::fmt::Debug for OnnxCompiler {
     }
 }
 
-/// A weight buffer on one device, type-erased so one compiler serves every backend.
-struct Resident {
-    backend: BackendKind,
-    ordinal: usize,
-    weights: Arc<dyn Any + Send + Sync>,
-}
-
-#[derive(Debug)]
-struct DeviceWeights<B: Backend> {
-    buffer: B::DeviceBuffer,
-    marker: [u8; MARKER_LEN],
-}
-
-fn fresh_marker() -> [u8; MARKER_LEN] {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    hasher.update(&std::process::id().to_le_bytes());
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    hasher.update(&now.as_nanos().to_le_bytes());
-    let mut marker = [0u8; MARKER_LEN];
-    hasher.finalize_xof().fill(&mut marker);
-    marker
-}
-
-impl<B: Backend> DeviceWeights<B> {
-    fn upload(device: &B::Device, constants: &[u8]) -> Result<DeviceWeights<B>, OnnxError> {
-        let buffer = device.alloc(MARKER_LEN + constants.len())?;
-        let stream = device.create_stream()?;
-        let marker = fresh_marker();
-        stream.upload(&marker, buffer.slice(0, MARKER_LEN)?)?;
-        if !constants.is_empty() {
-            stream.upload(constants, buffer.slice(MARKER_LEN, constants.len())?)?;
-        }
-        stream.synchronize()?;
-        Ok(DeviceWeights { buffer, marker })
-    }
-
-    fn is_resident_on(&self, device: &B::Device) -> bool {
-        let mut seen = [0u8; MARKER_LEN];
-        let read = device.create_stream().and_then(|s| {
-            s.download(self.buffer.slice(0, MARKER_LEN)?, &mut seen)?;
-            s.synchronize()
-        });
-        read.is_ok() && seen == self.marker
-    }
-}
-
 impl OnnxCompiler {
     /// A compiler for `model`.
     pub fn new(model: OnnxModel, options: OnnxOptions) -> OnnxCompiler {
@@ -176,7 +131,7 @@ impl OnnxCompiler {
             spec,
             weights,
             model_hash,
-            resident: Mutex::new(Vec::new()),
+            resident: PerDevice::new(),
             compiled: Mutex::new(Vec::new()),
             modules: Mutex::new(Vec::new()),
         }
@@ -308,20 +263,8 @@ impl OnnxCompiler {
         Ok(module)
     }
 
-    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<DeviceWeights<B>>, OnnxError> {
-        let ordinal = device.info().ordinal;
-        let mut resident = self.resident.lock();
-        if let Some(pos) = resident.iter().position(|r| r.backend == B::KIND && r.ordinal == ordinal) {
-            if let Ok(w) = resident[pos].weights.clone().downcast::<DeviceWeights<B>>()
-                && w.is_resident_on(device)
-            {
-                return Ok(w);
-            }
-            resident.swap_remove(pos);
-        }
-        let weights = Arc::new(DeviceWeights::<B>::upload(device, &self.weights.bytes)?);
-        resident.push(Resident { backend: B::KIND, ordinal, weights: weights.clone() });
-        Ok(weights)
+    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<ResidentBuffer<B>>, OnnxError> {
+        Ok(self.resident.get_or_upload::<B>(device, CONSTANTS_OFFSET, || &self.weights.bytes)?)
     }
 
     fn load_impl<B: Backend>(
@@ -431,7 +374,7 @@ pub struct OnnxProgram<B: Backend> {
     output_bytes: Vec<usize>,
     scratch_bytes: usize,
     steps: Vec<LoadedStep<B>>,
-    weights: Arc<DeviceWeights<B>>,
+    weights: Arc<ResidentBuffer<B>>,
     local: Option<B::DeviceBuffer>,
     _module: Arc<B::Module>,
 }
@@ -485,7 +428,7 @@ impl<B: Backend> OnnxProgram<B> {
             ArgSource::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
             ArgSource::Output(i) => KernelArg::Ptr(outputs[i].ptr()),
             ArgSource::Scratch(off) => at(scratch.ptr(), off),
-            ArgSource::Weights(off) => at(self.weights.buffer.ptr(), MARKER_LEN + off),
+            ArgSource::Weights(off) => at(self.weights.buffer().ptr(), CONSTANTS_OFFSET + off),
             ArgSource::Local(off) => at(self.local.as_ref().map_or(DevicePtr::NULL, |b| b.ptr()), off),
             ArgSource::Bytes(n) => KernelArg::U64(n),
         }
