@@ -62,6 +62,7 @@ pub mod resident;
 mod session;
 mod staged;
 mod stats;
+pub mod steps;
 mod tensors;
 
 pub use binding::DeviceBinding;

@@ -20,9 +20,10 @@ use std::sync::{Arc, OnceLock};
 
 use saggar_device::{
     Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
-    LaunchConfig, Module as _, Stream as _,
+    LaunchConfig, Module as _,
 };
 use saggar_dispatch::resident::{PerDevice, ResidentBuffer};
+use saggar_dispatch::steps;
 use saggar_dispatch::{
     CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
 };
@@ -345,11 +346,6 @@ pub struct ModelProgram<B: Backend> {
     _module: B::Module,
 }
 
-thread_local! {
-    /// Kernel arguments of the launch being enqueued on this thread, reused so launches do not allocate.
-    static LAUNCH_ARGS: std::cell::RefCell<Vec<KernelArg>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 impl<B: Backend> ModelProgram<B> {
     /// Rows this program computes.
     pub fn batch(&self) -> usize {
@@ -371,32 +367,8 @@ impl<B: Backend> ModelProgram<B> {
         outputs: &[DeviceSlice],
         scratch: DeviceSlice,
     ) -> saggar_device::Result<()> {
-        for (what, slices, needed) in [("input", inputs, &self.input_bytes), ("output", outputs, &self.output_bytes)] {
-            if slices.len() != needed.len() {
-                return Err(self.binding_error(format!(
-                    "{} {what}s bound, the model has {}",
-                    slices.len(),
-                    needed.len()
-                )));
-            }
-            for (i, (slice, need)) in slices.iter().zip(needed).enumerate() {
-                if slice.len() < *need {
-                    return Err(self.binding_error(format!(
-                        "{what} {i} holds {} bytes, batch {} needs {need}",
-                        slice.len(),
-                        self.batch
-                    )));
-                }
-            }
-        }
-        if scratch.len() < self.scratch_bytes {
-            return Err(self.binding_error(format!(
-                "scratch holds {} bytes, {} needed",
-                scratch.len(),
-                self.scratch_bytes
-            )));
-        }
-        Ok(())
+        steps::check_bindings(inputs, outputs, scratch, &self.input_bytes, &self.output_bytes, self.scratch_bytes)
+            .map_err(|reason| self.binding_error(format!("batch {}: {reason}", self.batch)))
     }
 
     fn resolve(
@@ -414,31 +386,6 @@ impl<B: Backend> ModelProgram<B> {
             ArgSource::Weights(bytes) => offset(self.weights.buffer().ptr(), bytes),
             ArgSource::U32(v) => KernelArg::U32(v),
         }
-    }
-
-    /// Enqueues every step with `args` as the argument buffer.
-    ///
-    /// # Safety
-    /// As [`Program::launch`]; the bindings have been checked.
-    unsafe fn enqueue(
-        &self,
-        stream: &B::Stream,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-        args: &mut Vec<KernelArg>,
-    ) -> saggar_device::Result<()> {
-        for step in &self.steps {
-            args.clear();
-            args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
-            // SAFETY: the caller promised (Program::launch's contract) that every input, output and
-            // scratch slice names live device memory of at least its length until the stream has passed
-            // this work; `check_bindings` verified each holds what the plan's kernels touch for this
-            // batch, and the kernels were generated (or parameterised) for exactly these sizes. The
-            // weight buffer is kept alive by `self.weights` and was sized by the same weight layout.
-            unsafe { stream.launch(&step.kernel, &step.config, args)? };
-        }
-        Ok(())
     }
 }
 
@@ -463,13 +410,15 @@ impl<B: Backend> Program<B> for ModelProgram<B> {
         // turns a short buffer into a typed error instead of kernels writing past it. It costs one
         // length comparison per binding, against the kernel launches that follow.
         self.check_bindings(inputs, outputs, scratch)?;
-        LAUNCH_ARGS.with(|cell| match cell.try_borrow_mut() {
-            // SAFETY: forwarded from this function's own contract.
-            Ok(mut args) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut args) },
-            // Only reachable if a launch re-enters itself on this thread; use a fresh buffer then.
-            // SAFETY: as above.
-            Err(_) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut Vec::new()) },
-        })
+        // SAFETY: forwarded from this function's contract; `check_bindings` verified each binding
+        // holds what the plan's kernels touch for this batch, the kernels were generated (or
+        // parameterised) for exactly these sizes, and `self.weights` keeps the weight buffer alive.
+        unsafe {
+            steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| {
+                args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
+                (&step.kernel, &step.config)
+            })
+        }
     }
 }
 

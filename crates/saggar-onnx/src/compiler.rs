@@ -27,6 +27,7 @@ use saggar_device::{
     LaunchConfig, Module as _, Stream as _,
 };
 use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
+use saggar_dispatch::steps;
 use saggar_dispatch::{
     CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
 };
@@ -379,11 +380,6 @@ pub struct OnnxProgram<B: Backend> {
     _module: Arc<B::Module>,
 }
 
-thread_local! {
-    /// Kernel arguments of the launch being enqueued on this thread, reused so launches do not allocate.
-    static LAUNCH_ARGS: std::cell::RefCell<Vec<KernelArg>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 impl<B: Backend> OnnxProgram<B> {
     /// Kernel launches per run.
     pub fn launches(&self) -> usize {
@@ -396,24 +392,11 @@ impl<B: Backend> OnnxProgram<B> {
         outputs: &[DeviceSlice],
         scratch: DeviceSlice,
     ) -> saggar_device::Result<()> {
-        let fail = |reason: String| saggar_device::Error::InvalidLaunchConfig {
-            kernel: format!("saggar-onnx program `{}`", self.model),
-            reason,
-        };
-        for (what, slices, needed) in [("input", inputs, &self.input_bytes), ("output", outputs, &self.output_bytes)] {
-            if slices.len() != needed.len() {
-                return Err(fail(format!("{} {what}s bound, the model has {}", slices.len(), needed.len())));
-            }
-            for (i, (s, need)) in slices.iter().zip(needed.iter()).enumerate() {
-                if s.len() < *need {
-                    return Err(fail(format!("{what} {i} holds {} bytes, {need} needed", s.len())));
-                }
-            }
-        }
-        if scratch.len() < self.scratch_bytes {
-            return Err(fail(format!("scratch holds {} bytes, {} needed", scratch.len(), self.scratch_bytes)));
-        }
-        Ok(())
+        steps::check_bindings(inputs, outputs, scratch, &self.input_bytes, &self.output_bytes, self.scratch_bytes)
+            .map_err(|reason| saggar_device::Error::InvalidLaunchConfig {
+                kernel: format!("saggar-onnx program `{}`", self.model),
+                reason,
+            })
     }
 
     fn resolve(
@@ -432,29 +415,6 @@ impl<B: Backend> OnnxProgram<B> {
             ArgSource::Local(off) => at(self.local.as_ref().map_or(DevicePtr::NULL, |b| b.ptr()), off),
             ArgSource::Bytes(n) => KernelArg::U64(n),
         }
-    }
-
-    /// # Safety
-    /// As [`Program::launch`]; the bindings have been checked.
-    unsafe fn enqueue(
-        &self,
-        stream: &B::Stream,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-        args: &mut Vec<KernelArg>,
-    ) -> saggar_device::Result<()> {
-        for step in &self.steps {
-            args.clear();
-            args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
-            // SAFETY: the caller promised (Program::launch's contract) that every input, output and
-            // scratch slice names live device memory of at least its length until the stream has
-            // passed this work; `check_bindings` verified each holds what the plan reads and writes
-            // (the plan placed every tensor inside those lengths). The weight and local constant
-            // buffers are kept alive by `self` and were sized by the same layout.
-            unsafe { stream.launch(&step.kernel, &step.config, args)? };
-        }
-        Ok(())
     }
 }
 
@@ -475,13 +435,15 @@ impl<B: Backend> Program<B> for OnnxProgram<B> {
         scratch: DeviceSlice,
     ) -> Result<(), saggar_device::Error> {
         self.check_bindings(inputs, outputs, scratch)?;
-        LAUNCH_ARGS.with(|cell| match cell.try_borrow_mut() {
-            // SAFETY: forwarded from this function's own contract.
-            Ok(mut args) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut args) },
-            // Only reachable if a launch re-enters itself on this thread; use a fresh buffer then.
-            // SAFETY: as above.
-            Err(_) => unsafe { self.enqueue(stream, inputs, outputs, scratch, &mut Vec::new()) },
-        })
+        // SAFETY: forwarded from this function's contract; `check_bindings` verified each binding
+        // holds what the plan reads and writes (the plan placed every tensor inside those lengths),
+        // and the weight and local constant buffers are kept alive by `self`, sized by the same layout.
+        unsafe {
+            steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| {
+                args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
+                (&step.kernel, &step.config)
+            })
+        }
     }
 }
 
