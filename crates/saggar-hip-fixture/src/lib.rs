@@ -43,6 +43,8 @@ mod abi;
 mod driver;
 mod envelope;
 mod errors;
+mod graph;
+mod launch;
 mod rtc;
 mod runtime;
 mod table;

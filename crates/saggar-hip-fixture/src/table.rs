@@ -134,7 +134,7 @@ mod tests {
 
     use super::*;
     use crate::abi::{HipKernelNodeParams, HipStatus, code};
-    use crate::{rtc, runtime};
+    use crate::{graph, launch, rtc, runtime};
 
     /// The hip* functions declared in saggar's HIP backend (`sys.rs`: its `extern "C"` block) and the
     /// hipRTC functions it resolves by name (`sys.rs` and `rtc.rs`), parsed from the source.
@@ -177,9 +177,9 @@ mod tests {
             vec![
                 (
                     "hipExtStreamCreateWithCUMask",
-                    runtime::hipExtStreamCreateWithCUMask(std::ptr::null_mut(), 0, std::ptr::null()),
+                    graph::hipExtStreamCreateWithCUMask(std::ptr::null_mut(), 0, std::ptr::null()),
                 ),
-                ("hipExtMallocWithFlags", runtime::hipExtMallocWithFlags(std::ptr::null_mut(), 0, 0)),
+                ("hipExtMallocWithFlags", graph::hipExtMallocWithFlags(std::ptr::null_mut(), 0, 0)),
             ]
         }
     }
@@ -242,11 +242,11 @@ mod tests {
                 ("hipStreamWaitEvent(flags=1)", runtime::hipStreamWaitEvent(stream, event, 1)),
                 (
                     "hipGraphInstantiateWithFlags(Upload)",
-                    runtime::hipGraphInstantiateWithFlags(&mut exec, std::ptr::null_mut(), 2),
+                    graph::hipGraphInstantiateWithFlags(&mut exec, std::ptr::null_mut(), 2),
                 ),
                 (
                     "hipModuleLaunchKernel(extra)",
-                    runtime::hipModuleLaunchKernel(
+                    launch::hipModuleLaunchKernel(
                         std::ptr::null_mut(),
                         1,
                         1,
@@ -262,7 +262,7 @@ mod tests {
                 ),
                 (
                     "hipGraphExecKernelNodeSetParams(extra)",
-                    runtime::hipGraphExecKernelNodeSetParams(exec, std::ptr::null_mut(), &params),
+                    graph::hipGraphExecKernelNodeSetParams(exec, std::ptr::null_mut(), &params),
                 ),
             ]
         };
@@ -335,13 +335,13 @@ mod tests {
                 ("hipEventQuery", runtime::hipEventQuery(event)),
                 ("hipEventSynchronize", runtime::hipEventSynchronize(event)),
                 ("hipEventElapsedTime", runtime::hipEventElapsedTime(&mut ms, event, event)),
-                ("hipModuleLoadData", runtime::hipModuleLoadData(&mut module, image.as_ptr().cast())),
-                ("hipModuleUnload", runtime::hipModuleUnload(module)),
-                ("hipModuleGetFunction", runtime::hipModuleGetFunction(&mut function, module, c"k".as_ptr())),
-                ("hipFuncGetAttribute", runtime::hipFuncGetAttribute(&mut int, 0, function)),
+                ("hipModuleLoadData", launch::hipModuleLoadData(&mut module, image.as_ptr().cast())),
+                ("hipModuleUnload", launch::hipModuleUnload(module)),
+                ("hipModuleGetFunction", launch::hipModuleGetFunction(&mut function, module, c"k".as_ptr())),
+                ("hipFuncGetAttribute", launch::hipFuncGetAttribute(&mut int, 0, function)),
                 (
                     "hipModuleLaunchKernel",
-                    runtime::hipModuleLaunchKernel(
+                    launch::hipModuleLaunchKernel(
                         function,
                         1,
                         1,
@@ -355,14 +355,14 @@ mod tests {
                         std::ptr::null_mut(),
                     ),
                 ),
-                ("hipGraphGetNodes", runtime::hipGraphGetNodes(graph, std::ptr::null_mut(), &mut size)),
-                ("hipGraphNodeGetType", runtime::hipGraphNodeGetType(node, &mut int)),
-                ("hipGraphInstantiateWithFlags", runtime::hipGraphInstantiateWithFlags(&mut exec, graph, 0)),
-                ("hipGraphLaunch", runtime::hipGraphLaunch(exec, stream)),
-                ("hipGraphExecUpdate", runtime::hipGraphExecUpdate(exec, graph, &mut node, &mut int)),
-                ("hipGraphExecKernelNodeSetParams", runtime::hipGraphExecKernelNodeSetParams(exec, node, &params)),
-                ("hipGraphExecDestroy", runtime::hipGraphExecDestroy(exec)),
-                ("hipGraphDestroy", runtime::hipGraphDestroy(graph)),
+                ("hipGraphGetNodes", graph::hipGraphGetNodes(graph, std::ptr::null_mut(), &mut size)),
+                ("hipGraphNodeGetType", graph::hipGraphNodeGetType(node, &mut int)),
+                ("hipGraphInstantiateWithFlags", graph::hipGraphInstantiateWithFlags(&mut exec, graph, 0)),
+                ("hipGraphLaunch", graph::hipGraphLaunch(exec, stream)),
+                ("hipGraphExecUpdate", graph::hipGraphExecUpdate(exec, graph, &mut node, &mut int)),
+                ("hipGraphExecKernelNodeSetParams", graph::hipGraphExecKernelNodeSetParams(exec, node, &params)),
+                ("hipGraphExecDestroy", graph::hipGraphExecDestroy(exec)),
+                ("hipGraphDestroy", graph::hipGraphDestroy(graph)),
             ]
         };
         let needs_driver: BTreeSet<&str> = EXPORTS
