@@ -206,8 +206,9 @@ pub struct TraceArgs {
     /// Batch sizes: const:B, uniform:A..B (inclusive), zipf:S:MAX, or file:PATH (one size per line).
     #[arg(long, value_name = "SPEC", default_value = "const:8")]
     pub trace: TraceSpec,
-    /// Number of requests [default: 2000; a file trace: its length].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
+    /// Number of requests (`saggar perf`: timed requests, at least this many with --duration)
+    /// [default: 2000; a file trace: its length].
+    #[arg(long, visible_alias = "iterations", value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS))]
     pub requests: Option<u64>,
     /// Seed of the trace and of the generated inputs.
     #[arg(long, value_name = "SEED", default_value_t = 1)]
@@ -276,6 +277,81 @@ pub struct PerfArgs {
     /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// With --onnx: the shape of an input, NAME:DIMS such as input_ids:1x128 (repeatable); fixes its
+    /// symbolic dimensions other than the batch, whose extent comes from the trace.
+    #[arg(long, value_name = "NAME:DIMS", requires = "onnx", conflicts_with = "load_inputs")]
+    pub shapes: Vec<ShapeArg>,
+    /// Untimed runs after startup and before the timed ones (each distinct batch in turn), so lazy
+    /// graph captures and caches are warm [default: 2 per distinct batch and thread].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=MAX_REQUESTS))]
+    pub warmup_runs: Option<u64>,
+    /// Untimed seconds of warmup runs (at least; with --warmup-runs, both minimums hold).
+    #[arg(long, value_name = "S", default_value = "0.2", value_parser = parse_seconds)]
+    pub warmup_time: f64,
+    /// Timed seconds (at least): the trace is replayed from its start until both this and
+    /// --iterations are reached.
+    #[arg(long, value_name = "S", value_parser = parse_positive_seconds)]
+    pub duration: Option<f64>,
+    /// Time the stages of every K-th request (gather, enqueue, device span, sync, scatter, queue wait;
+    /// pinned binding only); 0: none. Costs two event records per timed request.
+    #[arg(long, value_name = "K", default_value_t = 8)]
+    pub stage_every: u64,
+    /// Write one JSON line per timed request to FILE (request, batch, thread, start, latency, path,
+    /// bucket, stages).
+    #[arg(long, value_name = "FILE")]
+    pub export_times: Option<PathBuf>,
+    /// Write the outputs of the first request of each distinct batch to DIR/batch_B/output_K.pb
+    /// (ONNX TensorProto files); for --onnx models also its inputs as input_K.pb.
+    #[arg(long, value_name = "DIR")]
+    pub export_outputs: Option<PathBuf>,
+    /// No progress on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// `--shapes NAME:DIMS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapeArg {
+    /// The input.
+    pub name: String,
+    /// Its extents.
+    pub dims: Vec<u64>,
+}
+
+impl FromStr for ShapeArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<ShapeArg, String> {
+        let form = "expected NAME:DIMS such as input_ids:1x128";
+        let (name, dims) = text.rsplit_once(':').ok_or_else(|| format!("`{text}` has no `:`; {form}"))?;
+        if name.is_empty() {
+            return Err(format!("`{text}` names no input; {form}"));
+        }
+        let dims = dims
+            .split('x')
+            .map(|d| match d.parse::<u64>() {
+                Ok(v) if (1..=1 << 24).contains(&v) => Ok(v),
+                _ => Err(format!("`{d}` in `{text}` is not an extent from 1 to 16777216; {form}")),
+            })
+            .collect::<Result<Vec<u64>, String>>()?;
+        Ok(ShapeArg { name: name.to_string(), dims })
+    }
+}
+
+/// `--warmup-time`: finite, non-negative seconds, at most a day.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{text}` is not a number of seconds from 0 to 86400")),
+    }
+}
+
+/// `--duration`: positive seconds, at most a day.
+fn parse_positive_seconds(text: &str) -> Result<f64, String> {
+    match parse_seconds(text) {
+        Ok(v) if v > 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a number of seconds above 0 and at most 86400")),
+    }
 }
 
 /// `--rtol`, `--atol`: a finite, non-negative number.

@@ -33,17 +33,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Parser as _;
 use clap::error::ErrorKind;
 
+mod bench;
 mod buckets;
 mod cache;
 mod cli;
 mod devices;
 mod environment;
 mod error;
+mod measure;
 mod model;
 mod onnx;
 mod perf;
 mod progress;
 mod report;
+mod stages;
 mod trace;
 mod warmup;
 

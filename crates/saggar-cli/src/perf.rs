@@ -1,33 +1,36 @@
 //! `saggar perf`: runs a batch-size trace through one session and reports what the runtime did.
 //!
 //! Order of work, so only the requests themselves are timed:
-//! 1. load the model, generate the trace, resolve buckets, open the cache and the device;
-//! 2. create the session (precompile: cache loads and compiles, with a progress bar): `warmup_s`;
+//! 1. load the model (`startup.import_s`), generate the trace, resolve buckets, open the cache and
+//!    the device;
+//! 2. create the session (precompile: cache loads and compiles, with progress): `startup.session_s`;
 //! 3. generate inputs once for the trace's largest batch (smaller batches use its first rows, which
 //!    [`generate_inputs`] makes identical to a smaller generation) and, for `--binding direct`,
 //!    upload one device copy per distinct batch (`--binding request` writes them into each
 //!    request's pinned staging as part of the timed request);
-//! 4. run the trace on `--concurrency` threads sharing the session, each request timed with
-//!    [`Instant`] around the session call alone; the outputs of the `--verify` sampled requests
-//!    are kept: `wall_s`;
-//! 5. compare the kept outputs with [`reference_forward`] and read the session's counters.
+//! 4. run the untimed warmup and then the timed requests through [`crate::bench`], the one request
+//!    loop every model source shares; the outputs of the `--verify` sampled requests are kept;
+//! 5. time each used bucket's copies on their own, compare the kept outputs with
+//!    [`reference_forward`], and read the counters of the timed requests.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor, Device as _, DeviceBuffer as _, Stream as _};
-use saggar_dispatch::{CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig, StatsSnapshot};
+use saggar_dispatch::{
+    CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig, StageTimer, StatsSnapshot,
+};
 use saggar_models::{ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
 
+use crate::bench::{self, Ask, Ran, Runner};
 use crate::buckets::Buckets;
 use crate::cli::{BindingArg, CaptureArg, PerfArgs, Toggle};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
+use crate::measure::{self, Described, Snapshots};
 use crate::model::{self, LoadedModel};
-use crate::progress::Bar;
-use crate::report::{self, CacheCounters, Failures, Graphs, Latency, Padding, Paths, PerfReport, Verify};
+use crate::report::{self, CacheCounters, Failures, Graphs, Padding, Paths, PerfReport, Verify};
 
 /// The relative tolerance of `--verify`: a value matches when
 /// `|actual - expected| <= VERIFY_TOLERANCE * max(1, |expected|)`.
@@ -38,15 +41,26 @@ pub fn run(args: &PerfArgs, env: &Environment) -> Result<()> {
     if let Some(path) = &args.model.onnx {
         return crate::onnx::perf(args, env, path);
     }
+    if !args.shapes.is_empty() {
+        return Err(CliError::usage(
+            "--shapes needs --onnx",
+            "the built-in models have no symbolic dimensions besides the batch",
+        ));
+    }
+    let imported = Instant::now();
     let model = model::load(&args.model)?;
+    let import_s = imported.elapsed().as_secs_f64();
     let trace = args.trace.trace.generate(args.trace.requests, args.trace.seed)?;
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace)?;
     let cache_dir = env.cache_dir(args.cache_dir.as_deref())?;
     let cache = crate::cache::open_cache(&cache_dir)?;
     let backend = saggar_device::resolve(args.backend.choice())?;
-    let plan = PerfPlan { args, env, model: &model, trace: &trace, buckets: &buckets, cache };
-    let report = saggar_device::visit_backend(backend, plan)??;
+    let plan = PerfPlan { args, env, model: &model, trace: &trace, buckets: &buckets, cache, import_s };
+    let (report, records) = saggar_device::visit_backend(backend, plan)??;
     report::emit(args.json.as_deref(), &report, || report.table())?;
+    if let Some(path) = &args.export_times {
+        bench::export_times(path, &records)?;
+    }
     if report.verify.mismatches > 0 {
         return Err(CliError::failure(
             format!(
@@ -67,12 +81,13 @@ struct PerfPlan<'a> {
     trace: &'a [u64],
     buckets: &'a Buckets,
     cache: Arc<CompileCache>,
+    import_s: f64,
 }
 
 impl BackendVisitor for PerfPlan<'_> {
-    type Output = Result<PerfReport>;
+    type Output = Result<(PerfReport, Vec<bench::Record>)>;
 
-    fn visit<B: Backend>(self) -> Result<PerfReport> {
+    fn visit<B: Backend>(self) -> Self::Output {
         execute::<B>(self)
     }
 }
@@ -91,66 +106,18 @@ impl Words {
     }
 }
 
-/// What one worker thread measured.
-struct WorkerResult {
-    latencies_ns: Vec<u64>,
-    /// Outputs of sampled requests: (request index, bytes per output).
-    kept: Vec<(usize, Vec<Vec<u8>>)>,
-}
+/// Outputs of one kept request, one byte vector per output.
+type Kept = Vec<Vec<u8>>;
 
-/// The request schedule shared by the workers.
-struct Schedule<'a> {
-    /// Distinct batch sizes, ascending.
-    distinct: &'a [u64],
-    /// For each request, the index of its batch in `distinct`.
-    set_of: &'a [usize],
-    /// For each request, whether its outputs are kept for verification.
-    keep: &'a [bool],
-    next: AtomicUsize,
-    stop: AtomicBool,
-    bar: &'a Bar,
-}
-
-impl Schedule<'_> {
-    /// The next request to run, or `None` when the trace is done or a worker failed.
-    fn next(&self) -> Option<usize> {
-        if self.stop.load(Ordering::Relaxed) {
-            return None;
-        }
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        (i < self.set_of.len()).then_some(i)
-    }
-
-    fn done(&self) {
-        if self.bar.is_visible() {
-            self.bar.inc(1);
-        }
-    }
-
-    fn fail(&self, request: usize, error: impl Into<CliError>) -> CliError {
-        self.stop.store(true, Ordering::Relaxed);
-        let batch = self.distinct[self.set_of[request]];
-        error.into().context(format_args!("request {request} (batch {batch})"))
-    }
-}
-
-fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
-    let PerfPlan { args, env, model, trace, buckets, cache } = plan;
+fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<bench::Record>)> {
+    let PerfPlan { args, env, model, trace, buckets, cache, import_s } = plan;
     let config = &model.config;
     let device = B::open(args.device)?;
-    let info = device.info().clone();
-    let concurrency = args.concurrency as usize;
-    let session_config = session_config(args, buckets, cache.clone())?;
-
-    let bar = Bar::new(env.stderr_is_terminal, "warmup", buckets.list.len() as u64);
-    let started = Instant::now();
-    let session = Session::builder(device.clone(), model.compiler.clone())
-        .config(session_config)
-        .on_progress(|p| bar.program_ready(None, p))
-        .build();
-    bar.finish();
-    let session = session?;
-    let warmup_s = started.elapsed().as_secs_f64();
+    let mode = measure::progress_mode(args, env.stderr_is_terminal);
+    let built =
+        measure::build_session::<B, _>(args, mode, device.clone(), model.compiler.clone(), buckets, cache.clone())?;
+    let session = &built.session;
+    let after_build = session.stats();
 
     // Inputs, generated once for the largest batch; batch b uses the first b rows of each.
     let max_batch = trace.iter().copied().max().unwrap_or(1);
@@ -165,24 +132,17 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
         trace.iter().map(|b| distinct.binary_search(b).expect("every batch is in the distinct list")).collect();
     let input_dims: Vec<Vec<Vec<u64>>> = distinct.iter().map(|&b| config.input_dims(b)).collect();
     let output_dims: Vec<Vec<Vec<u64>>> = distinct.iter().map(|&b| config.output_dims(b)).collect();
-    let keep = verify_mask(trace.len(), args.verify);
-
-    let bar = Bar::new(env.stderr_is_terminal, "run", trace.len() as u64);
-    let schedule = Schedule {
-        distinct: &distinct,
-        set_of: &set_of,
-        keep: &keep,
-        next: AtomicUsize::new(0),
-        stop: AtomicBool::new(false),
-        bar: &bar,
-    };
+    let keep = keep_mask(trace, &set_of, args);
     let signature = session.signature();
-    let binding = match args.binding {
-        BindingArg::Direct => "direct",
-        BindingArg::Request => "request",
-        BindingArg::Pinned | BindingArg::Auto => "pinned",
+    let (binding, stage_every, unavailable) = match args.binding {
+        BindingArg::Direct => ("direct", 0, Some("stages are timed with --binding pinned only".to_string())),
+        BindingArg::Request => ("request", 0, Some("stages are timed with --binding pinned only".to_string())),
+        BindingArg::Pinned | BindingArg::Auto => ("pinned", args.stage_every, None),
     };
-    let (results, wall) = match args.binding {
+    let loop_plan = measure::loop_plan(args, mode, &distinct, &set_of, &keep, stage_every);
+    let warm = std::cell::Cell::new(after_build);
+    let snapshot = || warm.set(session.stats());
+    let measured = match args.binding {
         BindingArg::Pinned | BindingArg::Auto => {
             let sets: Vec<Vec<HostTensor<'_>>> = distinct
                 .iter()
@@ -201,11 +161,18 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
                         .collect()
                 })
                 .collect();
-            run_workers(concurrency, || pinned_worker(&session, &sets, &schedule, &output_rows, max_batch))
+            let runner = Pinned { session, sets: &sets, distinct: &distinct, output_rows: &output_rows, max_batch };
+            bench::run(&runner, &loop_plan, snapshot)?
         }
         BindingArg::Request => {
-            let inputs = RequestInputs { generated: &generated, input_rows: &input_rows, output_rows: &output_rows };
-            run_workers(concurrency, || request_worker(&session, &inputs, &schedule))
+            let runner = Staged {
+                session,
+                distinct: &distinct,
+                generated: &generated,
+                input_rows: &input_rows,
+                output_rows: &output_rows,
+            };
+            bench::run(&runner, &loop_plan, snapshot)?
         }
         BindingArg::Direct => {
             let _pin = device.pin()?;
@@ -244,52 +211,69 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
                         .collect()
                 })
                 .collect();
-            let direct = DirectInputs { sets: &sets, output_dims: &output_dims, output_rows: &output_rows };
-            run_workers(concurrency, || direct_worker(&session, &direct, &schedule))
+            let runner = Direct {
+                session,
+                sets: &sets,
+                distinct: &distinct,
+                output_dims: &output_dims,
+                output_rows: &output_rows,
+            };
+            bench::run(&runner, &loop_plan, snapshot)?
         }
     };
-    bar.finish();
-    let results = results?;
-    let wall_s = wall.as_secs_f64();
-
-    let mut latencies: Vec<u64> = results.iter().flat_map(|r| r.latencies_ns.iter().copied()).collect();
-    let kept: Vec<(usize, Vec<Vec<u8>>)> = results.into_iter().flat_map(|r| r.kept).collect();
-    let verify = check_outputs(model, &generated, trace, &kept, &output_rows)?;
-    let latency_us = Latency::from_nanos(&mut latencies);
-
-    let Counters { paths, split_requests, failures, padding, cache, graphs } =
-        Counters::read(&session.stats(), &cache, args.graphs == Toggle::On);
-    let requests = trace.len() as u64;
-    let rows: u64 = trace.iter().sum();
-    Ok(PerfReport {
-        backend: B::KIND.name().to_string(),
-        device: info.name,
-        device_ordinal: info.ordinal,
-        arch: info.arch,
+    let snapshots = Snapshots { built: after_build, warm: warm.get(), done: session.stats() };
+    let copies = measure::bucket_copies(session, &measured)?;
+    let verify = check_outputs(model, &generated, trace, &measured.kept, &output_rows)?;
+    if let Some(dir) = &args.export_outputs {
+        let names: Vec<&str> = signature.outputs().iter().map(|s| s.name()).collect();
+        let dtypes: Vec<_> = signature.outputs().iter().map(|s| s.dtype()).collect();
+        for (i, outputs) in first_of_each_batch(trace, &measured.kept) {
+            let d = set_of[i];
+            let tensors = outputs
+                .iter()
+                .zip(&dtypes)
+                .zip(&output_dims[d])
+                .map(|((bytes, &dtype), dims)| {
+                    saggar_onnx::Tensor::from_le_bytes(dtype, dims.iter().map(|&x| x as usize).collect(), bytes)
+                        .map_err(|e| CliError::failure(format!("--export-outputs: {e}"), "this is a bug in saggar"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            measure::write_outputs(dir, distinct[d], &names, &tensors)?;
+        }
+    }
+    let described = Described {
         model: model.name().to_string(),
         model_source: model.source.clone(),
         model_inputs: model.input_count(),
-        requests,
-        concurrency: args.concurrency,
         trace: args.trace.trace.to_string(),
-        seed: args.trace.seed,
         binding: binding.to_string(),
-        bucket_policy: args.buckets.buckets.to_string(),
-        buckets: session.buckets(),
-        warmup_s,
-        wall_s,
-        throughput_rps: requests as f64 / wall_s.max(1e-9),
-        rows_per_s: rows as f64 / wall_s.max(1e-9),
-        latency_us,
-        paths,
-        split_requests,
-        failures,
-        padding,
-        cache,
-        graphs,
-        verify,
-        check: None,
-    })
+        stages_unavailable: unavailable,
+    };
+    let report =
+        measure::report(args, &built, &cache, import_s, described, &measured, &distinct, &snapshots, copies, verify);
+    Ok((report, measured.records))
+}
+
+/// Which trace positions keep their outputs: `--verify` spread over the trace and, with
+/// `--export-outputs`, the first request of each distinct batch.
+pub(crate) fn keep_mask(trace: &[u64], set_of: &[usize], args: &PerfArgs) -> Vec<bool> {
+    let mut keep = verify_mask(trace.len(), args.verify);
+    if args.export_outputs.is_some() {
+        let mut seen = vec![false; set_of.iter().copied().max().map_or(0, |m| m + 1)];
+        for (i, &d) in set_of.iter().enumerate() {
+            if !seen[d] {
+                seen[d] = true;
+                keep[i] = true;
+            }
+        }
+    }
+    keep
+}
+
+/// The kept outputs of the first request of each distinct batch, with their trace positions.
+pub(crate) fn first_of_each_batch<'k, K>(trace: &[u64], kept: &'k [(usize, K)]) -> Vec<(usize, &'k K)> {
+    let mut seen = std::collections::HashSet::new();
+    kept.iter().filter(|(i, _)| seen.insert(trace[*i % trace.len()])).map(|(i, k)| (*i, k)).collect()
 }
 
 /// The session configuration of `saggar perf` (every model source): buckets, graphs, the cache, and
@@ -319,21 +303,38 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    pub(crate) fn read(stats: &StatsSnapshot, cache: &CompileCache, graphs_enabled: bool) -> Counters {
+    /// The counters of the work between `before` and `after` (the timed requests), with the cache's
+    /// counters for the whole session.
+    pub(crate) fn timed(
+        after: &StatsSnapshot,
+        before: &StatsSnapshot,
+        cache: &CompileCache,
+        graphs_enabled: bool,
+    ) -> Counters {
         let cache_stats = cache.stats();
+        let d = |f: fn(&StatsSnapshot) -> u64| f(after).saturating_sub(f(before));
+        let (useful_rows, padded_rows) = (d(|s| s.useful_rows), d(|s| s.padded_rows));
+        let total_rows = useful_rows + padded_rows;
         Counters {
-            paths: Paths { ultra_fast: stats.ultra_fast, fast: stats.fast, standard: stats.standard },
-            split_requests: stats.split_requests,
-            failures: Failures::from(stats),
+            paths: Paths { ultra_fast: d(|s| s.ultra_fast), fast: d(|s| s.fast), standard: d(|s| s.standard) },
+            split_requests: d(|s| s.split_requests),
+            failures: Failures {
+                failed: d(|s| s.failed),
+                request: d(|s| s.failures.request),
+                limit: d(|s| s.failures.limit),
+                device: d(|s| s.failures.device),
+                compile: d(|s| s.failures.compile),
+                other: d(|s| s.failures.other),
+            },
             padding: Padding {
-                useful_rows: stats.useful_rows,
-                padded_rows: stats.padded_rows,
-                waste_ratio: stats.padding_waste_ratio(),
+                useful_rows,
+                padded_rows,
+                waste_ratio: if total_rows == 0 { 0.0 } else { padded_rows as f64 / total_rows as f64 },
             },
             cache: CacheCounters {
-                memory_hits: stats.memory_hits,
-                disk_loads: stats.disk_loads,
-                compiles: stats.compiles,
+                memory_hits: after.memory_hits,
+                disk_loads: after.disk_loads,
+                compiles: after.compiles,
                 corrupt_evicted: cache_stats.corrupt_evicted,
                 publish_failures: cache_stats.publish_failures,
                 dir_sync_failures: cache_stats.dir_sync_failures,
@@ -341,13 +342,13 @@ impl Counters {
             },
             graphs: Graphs {
                 enabled: graphs_enabled,
-                captures: stats.captures,
-                replays: stats.replays,
-                updates: stats.updates,
-                recaptures: stats.recaptures,
-                eager_fallbacks: stats.eager_fallbacks,
-                eager_runs: stats.eager_runs,
-                evicted: stats.evicted_graphs,
+                captures: d(|s| s.captures),
+                replays: d(|s| s.replays),
+                updates: d(|s| s.updates),
+                recaptures: d(|s| s.recaptures),
+                eager_fallbacks: d(|s| s.eager_fallbacks),
+                eager_runs: d(|s| s.eager_runs),
+                evicted: d(|s| s.evicted_graphs),
             },
         }
     }
@@ -369,165 +370,170 @@ pub fn verify_mask(requests: usize, n: u64) -> Vec<bool> {
     keep
 }
 
-/// Runs `worker` on `threads` scoped threads; returns their results (or the first error) and the
-/// wall time from start to the last thread's end.
-fn run_workers<F>(threads: usize, worker: F) -> (Result<Vec<WorkerResult>>, std::time::Duration)
-where
-    F: Fn() -> Result<WorkerResult> + Sync,
-{
-    let started = Instant::now();
-    let results: Vec<Result<WorkerResult>> = if threads == 1 {
-        vec![worker()]
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads).map(|_| scope.spawn(&worker)).collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-        })
-    };
-    let wall = started.elapsed();
-    (results.into_iter().collect(), wall)
+/// Host tensors through pinned staging: `Session::run_into` into each worker's output buffers, or
+/// `Session::run_into_timed` for requests whose stages are timed.
+struct Pinned<'a, B: Backend> {
+    session: &'a Session<B, ReferenceCompiler>,
+    sets: &'a [Vec<HostTensor<'a>>],
+    distinct: &'a [u64],
+    output_rows: &'a [usize],
+    max_batch: u64,
 }
 
-/// Host tensors through pinned staging: `Session::run_into` into this worker's output buffers.
-fn pinned_worker<B: Backend>(
-    session: &Session<B, ReferenceCompiler>,
-    sets: &[Vec<HostTensor<'_>>],
-    schedule: &Schedule<'_>,
-    output_rows: &[usize],
-    max_batch: u64,
-) -> Result<WorkerResult> {
-    // Output buffers for the largest batch, in u32 words for alignment; each request uses a prefix.
-    let mut outputs: Vec<Vec<u32>> = output_rows.iter().map(|r| vec![0u32; r * max_batch as usize / 4]).collect();
-    let mut result = WorkerResult { latencies_ns: Vec::with_capacity(schedule.set_of.len()), kept: Vec::new() };
-    while let Some(i) = schedule.next() {
-        let d = schedule.set_of[i];
-        let batch = schedule.distinct[d] as usize;
-        let mut views: Vec<&mut [u8]> = outputs
+/// A pinned worker's output buffers (u32 words for alignment, sized for the largest batch; each
+/// request uses a prefix) and its stage timer.
+struct PinnedWorker<B: Backend> {
+    outputs: Vec<Vec<u32>>,
+    timer: StageTimer<B>,
+}
+
+impl<B: Backend> Runner for Pinned<'_, B> {
+    type Worker<'w>
+        = PinnedWorker<B>
+    where
+        Self: 'w;
+    type Kept = Kept;
+
+    fn worker(&self) -> Result<PinnedWorker<B>> {
+        let outputs = self.output_rows.iter().map(|r| vec![0u32; r * self.max_batch as usize / 4]).collect();
+        Ok(PinnedWorker { outputs, timer: self.session.stage_timer()? })
+    }
+
+    fn run<'w>(&'w self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Ran<Kept>> {
+        let batch = self.distinct[ask.set] as usize;
+        let mut views: Vec<&mut [u8]> = worker
+            .outputs
             .iter_mut()
-            .zip(output_rows)
+            .zip(self.output_rows)
             .map(|(o, row)| &mut bytemuck::cast_slice_mut::<u32, u8>(o)[..row * batch])
             .collect();
-        let started = Instant::now();
-        let run = session.run_into(&sets[d], &mut views);
-        let elapsed = started.elapsed();
-        run.map_err(|e| schedule.fail(i, e))?;
-        result.latencies_ns.push(elapsed.as_nanos() as u64);
-        if schedule.keep[i] {
-            result.kept.push((i, views.iter().map(|v| v.to_vec()).collect()));
-        }
-        schedule.done();
+        let (info, stages) = if ask.stages {
+            let (info, stages) = self.session.run_into_timed(&worker.timer, &self.sets[ask.set], &mut views)?;
+            (info, Some(stages))
+        } else {
+            (self.session.run_into(&self.sets[ask.set], &mut views)?, None)
+        };
+        let kept = ask.keep.then(|| views.iter().map(|v| v.to_vec()).collect());
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages, kept })
     }
-    Ok(result)
-}
-
-/// The generated inputs of `--binding request` (batch b is the first b rows of each) and the
-/// bytes per row of every input and output.
-struct RequestInputs<'a> {
-    generated: &'a [Words],
-    input_rows: &'a [usize],
-    output_rows: &'a [usize],
 }
 
 /// Inputs written in place: one `Session::request` at a time per worker, leased again when the batch
 /// changes (the previous one returned first, so workers never hold more run contexts than there
 /// are). Each request's time covers the lease when there is one, writing its inputs, and the run.
-fn request_worker<B: Backend>(
-    session: &Session<B, ReferenceCompiler>,
-    inputs: &RequestInputs<'_>,
-    schedule: &Schedule<'_>,
-) -> Result<WorkerResult> {
-    let mut result = WorkerResult { latencies_ns: Vec::with_capacity(schedule.set_of.len()), kept: Vec::new() };
-    let mut current: Option<(u64, saggar_dispatch::Request<'_, B, ReferenceCompiler>)> = None;
-    while let Some(i) = schedule.next() {
-        let batch = schedule.distinct[schedule.set_of[i]];
-        let started = Instant::now();
-        let run = (|| {
-            if current.as_ref().is_none_or(|(b, _)| *b != batch) {
-                current = None;
-                current = Some((batch, session.request(batch)?));
-            }
-            let (_, request) = current.as_mut().expect("leased above");
-            for (index, (data, row)) in inputs.generated.iter().zip(inputs.input_rows).enumerate() {
-                request.input_bytes_mut(index)?.copy_from_slice(&data.bytes()[..row * batch as usize]);
-            }
-            request.run()
-        })();
-        let elapsed = started.elapsed();
-        run.map_err(|e| schedule.fail(i, e))?;
-        result.latencies_ns.push(elapsed.as_nanos() as u64);
-        if schedule.keep[i] {
-            let (_, request) = current.as_ref().expect("ran above");
-            let kept = (0..inputs.output_rows.len())
-                .map(|o| request.output_bytes(o).map(<[u8]>::to_vec))
-                .collect::<saggar_dispatch::Result<Vec<_>>>()
-                .map_err(|e| schedule.fail(i, e))?;
-            result.kept.push((i, kept));
-        }
-        schedule.done();
-    }
-    Ok(result)
+struct Staged<'a, B: Backend> {
+    session: &'a Session<B, ReferenceCompiler>,
+    distinct: &'a [u64],
+    generated: &'a [Words],
+    input_rows: &'a [usize],
+    output_rows: &'a [usize],
 }
 
-/// The device-resident inputs of `--binding direct`, per distinct batch.
-struct DirectInputs<'a> {
+impl<B: Backend> Runner for Staged<'_, B> {
+    type Worker<'w>
+        = Option<(u64, saggar_dispatch::Request<'w, B, ReferenceCompiler>)>
+    where
+        Self: 'w;
+    type Kept = Kept;
+
+    fn worker(&self) -> Result<Self::Worker<'_>> {
+        Ok(None)
+    }
+
+    fn run<'w>(&'w self, current: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran<Kept>> {
+        let batch = self.distinct[ask.set];
+        if current.as_ref().is_none_or(|(b, _)| *b != batch) {
+            *current = None;
+            *current = Some((batch, self.session.request(batch)?));
+        }
+        let Some((_, request)) = current.as_mut() else { unreachable!("leased above") };
+        for (index, (data, row)) in self.generated.iter().zip(self.input_rows).enumerate() {
+            request.input_bytes_mut(index)?.copy_from_slice(&data.bytes()[..row * batch as usize]);
+        }
+        let info = request.run()?;
+        let kept = if ask.keep {
+            Some(
+                (0..self.output_rows.len())
+                    .map(|o| request.output_bytes(o).map(<[u8]>::to_vec))
+                    .collect::<saggar_dispatch::Result<Vec<_>>>()?,
+            )
+        } else {
+            None
+        };
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
+    }
+}
+
+/// Device tensors: `Session::run_device` with each worker's output buffers, one set per distinct
+/// batch, so exact-bucket requests are direct-bound with stable pointers.
+struct Direct<'a, B: Backend> {
+    session: &'a Session<B, ReferenceCompiler>,
     sets: &'a [Vec<DeviceTensor<'a>>],
+    distinct: &'a [u64],
     output_dims: &'a [Vec<Vec<u64>>],
     output_rows: &'a [usize],
 }
 
-/// Device tensors: `Session::run_device` with this worker's output buffers, one set per distinct
-/// batch, so exact-bucket requests are direct-bound with stable pointers.
-fn direct_worker<B: Backend>(
-    session: &Session<B, ReferenceCompiler>,
-    inputs: &DirectInputs<'_>,
-    schedule: &Schedule<'_>,
-) -> Result<WorkerResult> {
-    let device = session.device();
-    let _pin = device.pin()?;
-    let stream = device.create_stream()?;
-    let specs = session.signature().outputs();
-    let buffers: Vec<Vec<B::DeviceBuffer>> = schedule
-        .distinct
-        .iter()
-        .map(|&b| inputs.output_rows.iter().map(|row| device.alloc(row * b as usize)).collect())
-        .collect::<saggar_device::Result<_>>()?;
-    let outputs: Vec<Vec<DeviceTensor<'_>>> = buffers
-        .iter()
-        .enumerate()
-        .map(|(d, set)| {
-            specs
-                .iter()
-                .zip(set)
-                .enumerate()
-                .map(|(o, (spec, buffer))| DeviceTensor {
-                    name: spec.name(),
-                    dtype: spec.dtype(),
-                    dims: &inputs.output_dims[d][o],
-                    data: buffer.as_slice(),
-                })
-                .collect()
-        })
-        .collect();
-    let mut result = WorkerResult { latencies_ns: Vec::with_capacity(schedule.set_of.len()), kept: Vec::new() };
-    while let Some(i) = schedule.next() {
-        let d = schedule.set_of[i];
-        let started = Instant::now();
-        let run = session.run_device(&inputs.sets[d], &outputs[d]);
-        let elapsed = started.elapsed();
-        run.map_err(|e| schedule.fail(i, e))?;
-        result.latencies_ns.push(elapsed.as_nanos() as u64);
-        if schedule.keep[i] {
-            let mut kept = Vec::with_capacity(buffers[d].len());
-            for buffer in &buffers[d] {
+/// A direct worker's stream (for reading kept outputs back), output buffers and their tensors.
+struct DirectWorker<'a, B: Backend> {
+    stream: B::Stream,
+    buffers: Vec<Vec<B::DeviceBuffer>>,
+    outputs: Vec<Vec<DeviceTensor<'a>>>,
+}
+
+impl<'a, B: Backend> Runner for Direct<'a, B> {
+    type Worker<'w>
+        = DirectWorker<'a, B>
+    where
+        Self: 'w;
+    type Kept = Kept;
+
+    fn worker(&self) -> Result<DirectWorker<'a, B>> {
+        let device = self.session.device();
+        let _pin = device.pin()?;
+        let stream = device.create_stream()?;
+        let specs = self.session.signature().outputs();
+        let buffers: Vec<Vec<B::DeviceBuffer>> = self
+            .distinct
+            .iter()
+            .map(|&b| self.output_rows.iter().map(|row| device.alloc(row * b as usize)).collect())
+            .collect::<saggar_device::Result<_>>()?;
+        let output_dims = self.output_dims;
+        let outputs = buffers
+            .iter()
+            .enumerate()
+            .map(|(d, set)| {
+                specs
+                    .iter()
+                    .zip(set)
+                    .enumerate()
+                    .map(|(o, (spec, buffer))| DeviceTensor {
+                        name: spec.name(),
+                        dtype: spec.dtype(),
+                        dims: &output_dims[d][o],
+                        data: buffer.as_slice(),
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(DirectWorker { stream, buffers, outputs })
+    }
+
+    fn run<'w>(&'w self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Ran<Kept>> {
+        let info = self.session.run_device(&self.sets[ask.set], &worker.outputs[ask.set])?;
+        let kept = if ask.keep {
+            let mut kept = Vec::with_capacity(worker.buffers[ask.set].len());
+            for buffer in &worker.buffers[ask.set] {
                 let mut bytes = vec![0u8; buffer.len()];
-                stream.download(buffer.as_slice(), &mut bytes).map_err(|e| schedule.fail(i, e))?;
+                worker.stream.download(buffer.as_slice(), &mut bytes)?;
                 kept.push(bytes);
             }
-            result.kept.push((i, kept));
-        }
-        schedule.done();
+            Some(kept)
+        } else {
+            None
+        };
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
     }
-    Ok(result)
 }
 
 /// Compares the kept outputs with the eager reference, run once for the largest kept batch (the

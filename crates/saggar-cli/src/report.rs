@@ -112,21 +112,27 @@ pub fn format_age(age: Duration) -> String {
     }
 }
 
-/// Latency percentiles of `saggar perf`, in microseconds.
+/// Latency statistics of `saggar perf`, in microseconds.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Latency {
     /// Median.
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
     /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
+    pub p99_9: f64,
     /// Slowest request.
     pub max: f64,
     /// Fastest request.
     pub min: f64,
     /// Mean.
     pub mean: f64,
+    /// Standard deviation (population).
+    pub stddev: f64,
 }
 
 impl Latency {
@@ -135,18 +141,33 @@ impl Latency {
         latencies.sort_unstable();
         let n = latencies.len();
         if n == 0 {
-            return Latency { p50: 0.0, p90: 0.0, p99: 0.0, max: 0.0, min: 0.0, mean: 0.0 };
+            return Latency {
+                p50: 0.0,
+                p90: 0.0,
+                p95: 0.0,
+                p99: 0.0,
+                p99_9: 0.0,
+                max: 0.0,
+                min: 0.0,
+                mean: 0.0,
+                stddev: 0.0,
+            };
         }
         let us = |ns: u64| ns as f64 / 1000.0;
         let rank = |q: f64| latencies[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
         let sum: u128 = latencies.iter().map(|&l| u128::from(l)).sum();
+        let mean_ns = sum as f64 / n as f64;
+        let variance = latencies.iter().map(|&l| (l as f64 - mean_ns).powi(2)).sum::<f64>() / n as f64;
         Latency {
             p50: us(rank(0.50)),
             p90: us(rank(0.90)),
+            p95: us(rank(0.95)),
             p99: us(rank(0.99)),
+            p99_9: us(rank(0.999)),
             max: us(latencies[n - 1]),
             min: us(latencies[0]),
-            mean: sum as f64 / n as f64 / 1000.0,
+            mean: mean_ns / 1000.0,
+            stddev: variance.sqrt() / 1000.0,
         }
     }
 }
@@ -293,8 +314,15 @@ pub struct PerfReport {
     pub bucket_policy: String,
     /// The buckets precompiled.
     pub buckets: Vec<u64>,
-    /// Session creation (precompile) time in seconds.
+    /// Session creation (precompile) time in seconds; the same as `startup.session_s` (the untimed
+    /// warmup runs are `startup.warmup_s`).
     pub warmup_s: f64,
+    /// `--duration` in seconds, when given.
+    pub duration_s: Option<f64>,
+    /// Startup: import, session creation per program, warmup runs and first runs per batch.
+    pub startup: crate::stages::Startup,
+    /// Per-stage times of the sampled requests.
+    pub stages: crate::stages::Stages,
     /// Time from the first request to the last response, in seconds.
     pub wall_s: f64,
     /// Requests per second of wall time.
@@ -346,14 +374,18 @@ impl PerfReport {
             ),
         );
         row("buckets", format!("{} ({})", buckets.join(","), self.bucket_policy));
-        row("warmup", format!("{:.3} s", self.warmup_s));
+        row("startup", self.startup.line());
         row("wall", format!("{:.3} s", self.wall_s));
         row("throughput", format!("{:.1} req/s ({:.0} rows/s)", self.throughput_rps, self.rows_per_s));
         let l = &self.latency_us;
         row(
             "latency",
-            format!("p50 {:.1} us, p99 {:.1} us, max {:.1} us (mean {:.1} us)", l.p50, l.p99, l.max, l.mean),
+            format!(
+                "p50 {:.1}, p90 {:.1}, p95 {:.1}, p99 {:.1}, p99.9 {:.1}, min {:.1}, max {:.1}, mean {:.1}, stddev {:.1} us",
+                l.p50, l.p90, l.p95, l.p99, l.p99_9, l.min, l.max, l.mean, l.stddev
+            ),
         );
+        row("stages", self.stages.line());
         let p = &self.paths;
         row(
             "paths",
@@ -499,8 +531,10 @@ mod tests {
         let l = Latency::from_nanos(&mut ns);
         assert_eq!((l.p50, l.p90, l.p99, l.max, l.min), (50.0, 90.0, 99.0, 100.0, 1.0));
         assert!((l.mean - 50.5).abs() < 1e-9);
+        assert_eq!((l.p95, l.p99_9), (95.0, 100.0));
+        assert!((l.stddev - 28.866).abs() < 1e-3, "{}", l.stddev);
         let one = Latency::from_nanos(&mut [7000]);
-        assert_eq!((one.p50, one.p99, one.max), (7.0, 7.0, 7.0));
+        assert_eq!((one.p50, one.p99, one.max, one.stddev), (7.0, 7.0, 7.0, 0.0));
     }
 
     #[test]

@@ -86,7 +86,11 @@ fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: A
     // Warmup only precompiles: one run context per device is enough.
     let config =
         SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
-    let bar = Bar::new(env.stderr_is_terminal, "warmup", (buckets.list.len() * devices.len()) as u64);
+    let bar = Bar::new(
+        crate::progress::ProgressMode::new(env.stderr_is_terminal, false),
+        "warmup",
+        (buckets.list.len() * devices.len()) as u64,
+    );
     let started = Instant::now();
     let stats: Result<Vec<StatsSnapshot>> = if devices.len() == 1 {
         let device = devices.into_iter().next().expect("one device");

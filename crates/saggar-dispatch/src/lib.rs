@@ -64,6 +64,7 @@ mod staged;
 mod stats;
 pub mod steps;
 mod tensors;
+mod timing;
 
 pub use binding::DeviceBinding;
 pub use builder::SessionBuilder;
@@ -79,3 +80,4 @@ pub use session::{Pending, Session};
 pub use staged::{Request, TensorRef};
 pub use stats::{FailureCounts, LatencyHistogram, StatsSnapshot};
 pub use tensors::{BindingMode, DeviceTensor, HostTensor, OwnedTensor, RunInfo, RunPath};
+pub use timing::{CopyTimes, StageTimer, StageTimes};

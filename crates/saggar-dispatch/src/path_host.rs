@@ -18,7 +18,7 @@ use crate::tensors::{BindingMode, HostTensor, OwnedTensor, RunInfo, RunPath};
 /// Whether a host request's buffers were checked before its run (outputs allocated at the request's
 /// sizes after its inputs were checked) or are the caller's, still to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HostBuffers {
+pub(crate) enum HostBuffers {
     Checked,
     Unchecked,
 }
@@ -99,7 +99,7 @@ impl AsMut<[u8]> for AlignedBuffer {
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     /// Runs a checked host request: ultra-fast or fast when it came in binding order and one main
     /// program serves it, standard otherwise.
-    fn run_host_checked<T: AsMut<[u8]>>(
+    pub(crate) fn run_host_checked<T: AsMut<[u8]>>(
         &self,
         ctx: &mut RunContext<B>,
         request: &Checked<'_, '_, HostTensor<'_>>,

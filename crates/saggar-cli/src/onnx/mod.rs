@@ -21,6 +21,7 @@ use saggar_shape::{DType, TensorSpec};
 pub use check::Check;
 pub use perf::perf;
 
+use crate::cli::ShapeArg;
 use crate::error::{CliError, Result};
 
 /// An imported model with its compiler.
@@ -125,7 +126,16 @@ pub(super) fn batch_of(model: &OnnxModel, inputs: &[Tensor]) -> u64 {
 
 /// Generated inputs for `batch` rows (see the module docs), or a usage error for a symbolic
 /// dimension other than the batch.
-pub(super) fn generate(model: &OnnxModel, batch: u64, seed: u64) -> Result<Vec<Tensor>> {
+pub(super) fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[ShapeArg]) -> Result<Vec<Tensor>> {
+    for shape in shapes {
+        if !model.inputs().iter().any(|spec| spec.name() == shape.name) {
+            let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
+            return Err(CliError::usage(
+                format!("--shapes {}: the model has no input `{}`", shape.name, shape.name),
+                format!("the model's inputs are {}", names.join(", ")),
+            ));
+        }
+    }
     let layout = model.batch_layout();
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
@@ -138,19 +148,30 @@ pub(super) fn generate(model: &OnnxModel, batch: u64, seed: u64) -> Result<Vec<T
         .inputs()
         .iter()
         .map(|spec| {
+            let given = shapes.iter().find(|s| s.name == spec.name());
+            if let Some(given) = given
+                && given.dims.len() != spec.dims().len()
+            {
+                return Err(CliError::usage(
+                    format!("--shapes {}: {} dimensions, the input has {}", given.name, given.dims.len(), spec.dims().len()),
+                    "give one extent per dimension, such as input_ids:1x128",
+                ));
+            }
             let dims: Vec<usize> = spec
                 .dims()
                 .iter()
-                .map(|d| match (d.as_fixed(), d.symbol()) {
+                .enumerate()
+                .map(|(axis, d)| match (d.as_fixed(), d.symbol()) {
                     (Some(v), _) => Ok(v as usize),
                     (None, s) if s.is_some() && s == layout.symbol() => Ok(batch as usize),
+                    (None, _) if given.is_some() => Ok(given.map_or(1, |g| g.dims[axis]) as usize),
                     (None, s) => Err(CliError::usage(
                         format!(
                             "input `{}` has the symbolic dimension `{}` besides the batch",
                             spec.name(),
                             s.unwrap_or("?")
                         ),
-                        "give the inputs with --load-inputs DIR (input_0.pb, ...)",
+                        "give its shape with --shapes NAME:DIMS (such as input_ids:1x128) or the inputs with --load-inputs DIR",
                     )),
                 })
                 .collect::<Result<_>>()?;

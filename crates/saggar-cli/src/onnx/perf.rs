@@ -1,29 +1,34 @@
 //! `saggar perf --onnx FILE`: a trace of requests through a `Session` of the model, on loaded or
-//! generated inputs, checked against the model's eager evaluation and, with `--check-outputs`,
-//! against expected outputs.
+//! generated inputs (`--shapes` fixing symbolic dimensions besides the batch), run by the same
+//! request loop as the built-in models ([`crate::bench`]), checked against the model's eager
+//! evaluation and, with `--check-outputs`, against expected outputs.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use saggar_device::{Backend, BackendVisitor, Device as _};
-use saggar_dispatch::{HostTensor, Session};
-use saggar_onnx::{OnnxModel, Tensor};
+use saggar_device::{Backend, BackendVisitor};
+use saggar_dispatch::{HostTensor, Session, StageTimer};
+use saggar_onnx::{OnnxCompiler, OnnxModel, Tensor};
 use saggar_shape::TensorSpec;
 
 use super::check::{Check, compare, compare_with};
 use super::{LoadedOnnx, batch_of, generate, load, read_tensors};
+use crate::bench::{self, Ask, Ran, Runner};
 use crate::buckets::Buckets;
-use crate::cli::{BindingArg, PerfArgs, Toggle};
+use crate::cli::{BindingArg, PerfArgs};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
-use crate::perf::{Counters, VERIFY_TOLERANCE, session_config, verify_mask};
-use crate::progress::Bar;
-use crate::report::{self, Latency, PerfReport, Verify};
+use crate::measure::{self, Described, Snapshots};
+use crate::perf::{VERIFY_TOLERANCE, first_of_each_batch, keep_mask};
+use crate::report::{self, PerfReport, Verify};
 
 /// `saggar perf --onnx FILE`.
 pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
+    let imported = Instant::now();
     let loaded = load(path)?;
+    let import_s = imported.elapsed().as_secs_f64();
     if matches!(args.binding, BindingArg::Direct | BindingArg::Request) {
         let flag = if args.binding == BindingArg::Direct { "direct" } else { "request" };
         return Err(CliError::usage(
@@ -48,8 +53,17 @@ pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace)?;
     let cache = crate::cache::open_cache(&env.cache_dir(args.cache_dir.as_deref())?)?;
     let backend = saggar_device::resolve(args.backend.choice())?;
-    let plan = PerfPlan { args, env, loaded: &loaded, trace: &trace, inputs: loaded_inputs, buckets: &buckets, cache };
-    let (mut perf, outputs) = saggar_device::visit_backend(backend, plan)??;
+    let plan = PerfPlan {
+        args,
+        env,
+        loaded: &loaded,
+        trace: &trace,
+        inputs: loaded_inputs,
+        buckets: &buckets,
+        cache,
+        import_s,
+    };
+    let (mut perf, outputs, records) = saggar_device::visit_backend(backend, plan)??;
     let check = expected.map(|(dir, want)| {
         let names: Vec<&str> = model.outputs().iter().map(|s| s.name()).collect();
         let outputs = compare(&names, &outputs, &want, args.rtol, args.atol);
@@ -65,6 +79,9 @@ pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
     });
     perf.check = check.clone();
     report::emit(args.json.as_deref(), &perf, || perf.table())?;
+    if let Some(path) = &args.export_times {
+        bench::export_times(path, &records)?;
+    }
     if let Some(check) = check.filter(|c| !c.passed) {
         let bad: Vec<String> = check
             .outputs
@@ -108,11 +125,12 @@ struct PerfPlan<'a> {
     inputs: Option<Vec<Tensor>>,
     buckets: &'a Buckets,
     cache: Arc<saggar_cache::CompileCache>,
+    import_s: f64,
 }
 
 impl BackendVisitor for PerfPlan<'_> {
-    /// The report (without `check`) and the outputs of the first request.
-    type Output = Result<(PerfReport, Vec<Tensor>)>;
+    /// The report (without `check`), the outputs of the first request, and every timed request.
+    type Output = Result<(PerfReport, Vec<Tensor>, Vec<bench::Record>)>;
 
     fn visit<B: Backend>(self) -> Self::Output {
         execute_perf::<B>(self)
@@ -156,113 +174,173 @@ impl Request {
     }
 }
 
-fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tensor>)> {
-    let PerfPlan { args, env, loaded, trace, inputs, buckets, cache } = plan;
+fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tensor>, Vec<bench::Record>)> {
+    let PerfPlan { args, env, loaded, trace, inputs, buckets, cache, import_s } = plan;
     let model = loaded.model();
     let device = B::open(args.device)?;
-    let info = device.info().clone();
-    let bar = Bar::new(env.stderr_is_terminal, "warmup", buckets.list.len() as u64);
-    let started = Instant::now();
-    let session = Session::builder(device, loaded.compiler.clone())
-        .config(session_config(args, buckets, cache.clone())?)
-        .on_progress(|p| bar.program_ready(None, p))
-        .build();
-    bar.finish();
-    let session = session?;
-    let warmup_s = started.elapsed().as_secs_f64();
+    let mode = measure::progress_mode(args, env.stderr_is_terminal);
+    let built = measure::build_session::<B, _>(args, mode, device, loaded.compiler.clone(), buckets, cache.clone())?;
+    let session = &built.session;
+    let after_build = session.stats();
 
     let mut distinct = trace.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
     let requests: Vec<Request> = match inputs {
         Some(tensors) => vec![Request::new(tensors)],
-        None => {
-            distinct.iter().map(|&b| generate(model, b, args.trace.seed).map(Request::new)).collect::<Result<_>>()?
-        }
+        None => distinct
+            .iter()
+            .map(|&b| generate(model, b, args.trace.seed, &args.shapes).map(Request::new))
+            .collect::<Result<_>>()?,
     };
     let set_of: Vec<usize> =
         trace.iter().map(|b| distinct.binary_search(b).unwrap_or(0).min(requests.len() - 1)).collect();
-    let keep = verify_mask(trace.len(), args.verify);
+    let keep = keep_mask(trace, &set_of, args);
     let specs = model.inputs();
     let hosts: Vec<Vec<HostTensor<'_>>> = requests.iter().map(|r| r.host(specs)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let bar = Bar::new(env.stderr_is_terminal, "run", trace.len() as u64);
-    let wall = Instant::now();
-    type Kept = Vec<(usize, Vec<Tensor>)>;
-    let worker = || -> Result<(Vec<u64>, Kept)> {
-        let (mut latencies, mut kept) = (Vec::new(), Vec::new());
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(&set) = set_of.get(i) else { break };
-            let started = Instant::now();
-            let outputs =
-                session.run(&hosts[set]).map_err(|e| CliError::from(e).context(format_args!("request {i}")))?;
-            latencies.push(started.elapsed().as_nanos() as u64);
-            if keep[i] || i == 0 {
-                let tensors = outputs
-                    .iter()
-                    .map(|o| Tensor::from_le_bytes(o.dtype, o.dims.iter().map(|&d| d as usize).collect(), &o.data))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| CliError::failure(format!("request {i}: {e}"), "this is a bug in saggar"))?;
-                kept.push((i, tensors));
-            }
-            if bar.is_visible() {
-                bar.inc(1);
-            }
+    // Each set's output shapes, from the inputs' symbolic dimensions; one untimed run where the
+    // model's declared output shapes do not say.
+    let output_dims: Vec<Vec<Vec<u64>>> = requests
+        .iter()
+        .zip(&hosts)
+        .map(|(request, host)| match declared_output_dims(model, request) {
+            Some(dims) => Ok(dims),
+            None => Ok(session.run(host)?.into_iter().map(|o| o.dims).collect()),
+        })
+        .collect::<Result<_>>()?;
+    let output_bytes: Vec<Vec<usize>> = output_dims
+        .iter()
+        .map(|set| {
+            set.iter()
+                .zip(model.outputs())
+                .map(|(dims, spec)| dims.iter().product::<u64>() as usize * spec.dtype().size_bytes())
+                .collect()
+        })
+        .collect();
+    let set_distinct: Vec<u64> =
+        if requests.len() == 1 && distinct.len() > 1 { vec![distinct[0]] } else { distinct.clone() };
+    let loop_plan = measure::loop_plan(args, mode, &set_distinct, &set_of, &keep, args.stage_every);
+    let runner = Onnx { session, hosts: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
+    let warm = std::cell::Cell::new(after_build);
+    let measured = bench::run(&runner, &loop_plan, || warm.set(session.stats()))?;
+    let snapshots = Snapshots { built: after_build, warm: warm.get(), done: session.stats() };
+    let copies = measure::bucket_copies(session, &measured)?;
+    let first = measured.kept.first().map(|(_, t)| t.clone()).unwrap_or_default();
+    let verify = verify_eager(model, &requests, &set_of, &keep, &measured.kept)?;
+    if let Some(dir) = &args.export_outputs {
+        let names: Vec<&str> = model.outputs().iter().map(|s| s.name()).collect();
+        let input_names: Vec<&str> = specs.iter().map(|s| s.name()).collect();
+        for (i, tensors) in first_of_each_batch(trace, &measured.kept) {
+            let set = set_of[i % set_of.len()];
+            let batch = set_distinct[set];
+            measure::write_outputs(dir, batch, &names, tensors)?;
+            measure::write_inputs(dir, batch, &input_names, &requests[set].tensors)?;
         }
-        Ok((latencies, kept))
-    };
-    let results: Vec<Result<(Vec<u64>, Kept)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..args.concurrency).map(|_| scope.spawn(worker)).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    let wall_s = wall.elapsed().as_secs_f64();
-    bar.finish();
-    let (mut latencies, mut kept) = (Vec::new(), Vec::new());
-    for r in results {
-        let (l, k) = r?;
-        latencies.extend(l);
-        kept.extend(k);
     }
-    kept.sort_by_key(|(i, _)| *i);
-    let first = kept.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let verify = verify_eager(model, &requests, &set_of, &keep, &kept)?;
-    let Counters { paths, split_requests, failures, padding, cache, graphs } =
-        Counters::read(&session.stats(), &cache, args.graphs == Toggle::On);
-    let n = trace.len() as u64;
-    let report = PerfReport {
-        backend: B::KIND.name().to_string(),
-        device: info.name,
-        device_ordinal: info.ordinal,
-        arch: info.arch,
+    let described = Described {
         model: model.name().to_string(),
         model_source: loaded.source.clone(),
         model_inputs: specs.len(),
-        requests: n,
-        concurrency: args.concurrency,
         trace: match &args.load_inputs {
             Some(dir) => format!("inputs:{}", dir.display()),
             None => args.trace.trace.to_string(),
         },
-        seed: args.trace.seed,
         binding: "pinned".to_string(),
-        bucket_policy: args.buckets.buckets.to_string(),
-        buckets: session.buckets(),
-        warmup_s,
-        wall_s,
-        throughput_rps: n as f64 / wall_s.max(1e-9),
-        rows_per_s: trace.iter().sum::<u64>() as f64 / wall_s.max(1e-9),
-        latency_us: Latency::from_nanos(&mut latencies),
-        paths,
-        split_requests,
-        failures,
-        padding,
-        cache,
-        graphs,
-        verify,
-        check: None,
+        stages_unavailable: None,
     };
-    Ok((report, first))
+    let report = measure::report(
+        args,
+        &built,
+        &cache,
+        import_s,
+        described,
+        &measured,
+        &set_distinct,
+        &snapshots,
+        copies,
+        verify,
+    );
+    Ok((report, first, measured.records))
+}
+
+/// The output shapes of `request` from the model's declared output dimensions, each symbol taken
+/// from the inputs; `None` when an output has a symbol no input carries.
+fn declared_output_dims(model: &OnnxModel, request: &Request) -> Option<Vec<Vec<u64>>> {
+    let mut symbols: HashMap<&str, u64> = HashMap::new();
+    for (spec, dims) in model.inputs().iter().zip(&request.dims) {
+        for (d, &extent) in spec.dims().iter().zip(dims) {
+            if let Some(symbol) = d.symbol() {
+                symbols.insert(symbol, extent);
+            }
+        }
+    }
+    model
+        .outputs()
+        .iter()
+        .map(|spec| spec.dims().iter().map(|d| d.as_fixed().or_else(|| symbols.get(d.symbol()?).copied())).collect())
+        .collect()
+}
+
+/// ONNX requests from pinned host tensors: `Session::run_into` into each worker's output buffers
+/// (per distinct input set, u64 words so every element type is aligned), or
+/// `Session::run_into_timed` for requests whose stages are timed.
+struct Onnx<'a, B: Backend> {
+    session: &'a Session<B, OnnxCompiler>,
+    hosts: &'a [Vec<HostTensor<'a>>],
+    output_dims: &'a [Vec<Vec<u64>>],
+    output_bytes: &'a [Vec<usize>],
+}
+
+/// An ONNX worker's output buffers per input set, and its stage timer.
+struct OnnxWorker<B: Backend> {
+    outputs: Vec<Vec<Vec<u64>>>,
+    timer: StageTimer<B>,
+}
+
+impl<B: Backend> Runner for Onnx<'_, B> {
+    type Worker<'w>
+        = OnnxWorker<B>
+    where
+        Self: 'w;
+    type Kept = Vec<Tensor>;
+
+    fn worker(&self) -> Result<OnnxWorker<B>> {
+        let outputs =
+            self.output_bytes.iter().map(|set| set.iter().map(|&n| vec![0u64; n.div_ceil(8)]).collect()).collect();
+        Ok(OnnxWorker { outputs, timer: self.session.stage_timer()? })
+    }
+
+    fn run<'w>(&'w self, worker: &mut OnnxWorker<B>, ask: Ask) -> Result<Ran<Vec<Tensor>>> {
+        let bytes = &self.output_bytes[ask.set];
+        let mut views: Vec<&mut [u8]> = worker.outputs[ask.set]
+            .iter_mut()
+            .zip(bytes)
+            .map(|(words, &n)| &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n])
+            .collect();
+        let (info, stages) = if ask.stages {
+            let (info, stages) = self.session.run_into_timed(&worker.timer, &self.hosts[ask.set], &mut views)?;
+            (info, Some(stages))
+        } else {
+            (self.session.run_into(&self.hosts[ask.set], &mut views)?, None)
+        };
+        let kept = if ask.keep {
+            let specs = self.session.signature().outputs();
+            Some(
+                views
+                    .iter()
+                    .zip(specs)
+                    .zip(&self.output_dims[ask.set])
+                    .map(|((v, spec), dims)| {
+                        Tensor::from_le_bytes(spec.dtype(), dims.iter().map(|&d| d as usize).collect(), v)
+                            .map_err(|e| CliError::failure(format!("an output: {e}"), "this is a bug in saggar"))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        } else {
+            None
+        };
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages, kept })
+    }
 }
 
 /// Compares the `--verify` sampled requests with the model's eager evaluation, by the same rule as
