@@ -87,11 +87,12 @@ pub fn assert_success(output: &Output) {
 }
 
 /// Asserts the error contract: exit code `code`, and stderr exactly `error: ...` and `hint: ...`
-/// (no panic message, no backtrace). Returns the error line.
+/// besides progress lines (`saggar: ...`, printed when stderr is not a terminal) before them (no
+/// panic message, no backtrace). Returns the error line.
 pub fn assert_error(output: &Output, code: i32) -> String {
     let err = stderr(output);
     assert_eq!(output.status.code(), Some(code), "stderr:\n{err}\nstdout:\n{}", stdout(output));
-    let lines: Vec<&str> = err.lines().collect();
+    let lines: Vec<&str> = err.lines().skip_while(|l| l.starts_with("saggar: ")).collect();
     assert_eq!(lines.len(), 2, "expected one error line and one hint line, got:\n{err}");
     assert!(lines[0].starts_with("error: ") && lines[0].len() > "error: ".len(), "{err}");
     assert!(lines[1].starts_with("hint: ") && lines[1].len() > "hint: ".len(), "{err}");

@@ -1,0 +1,272 @@
+//! The contract of `saggar perf`'s benchmark flags on the host backend: warmup runs, iterations and
+//! duration, stage times, exported per-request times and outputs, `--shapes`, `--quiet`, progress
+//! lines when piped, the consistency of the JSON report, and bad values exiting with 2.
+
+mod common;
+
+use common::{Sandbox, assert_error, assert_success, f64_at, stderr, u64_at};
+
+const MLP_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/mlp/model.onnx");
+const BERT_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/bert/model.onnx");
+
+fn json(sandbox: &Sandbox, args: &[&str]) -> (serde_json::Value, String) {
+    let out = sandbox.path("out.json");
+    let output = sandbox.saggar().arg("perf").args(args).arg("--json").arg(&out).output().expect("saggar runs");
+    assert_success(&output);
+    (common::read_json(&out), stderr(&output))
+}
+
+/// Percentiles ordered, stage means within the latency, paths summing to the timed requests.
+fn assert_consistent(report: &serde_json::Value) {
+    let l = |k: &str| f64_at(report, &format!("/latency_us/{k}"));
+    let order = [l("min"), l("p50"), l("p90"), l("p95"), l("p99"), l("p99_9"), l("max")];
+    assert!(order.windows(2).all(|w| w[0] <= w[1]), "percentiles out of order: {order:?}");
+    assert!(l("min") <= l("mean") && l("mean") <= l("max") && l("stddev") >= 0.0, "{report:#}");
+    let requests = u64_at(report, "/requests");
+    let paths: u64 = ["ultra_fast", "fast", "standard"].iter().map(|p| u64_at(report, &format!("/paths/{p}"))).sum();
+    assert_eq!(paths + u64_at(report, "/failures/failed"), requests, "{report:#}");
+    if let Some(mean) = report["stages"]["mean"].as_object() {
+        let host: f64 = ["queue_wait_us", "check_us", "gather_us", "enqueue_us", "sync_us", "scatter_us"]
+            .iter()
+            .map(|k| mean[*k].as_f64().unwrap())
+            .sum();
+        let latency = f64_at(report, "/stages/latency_mean_us");
+        assert!(host <= latency, "host stages {host} us exceed the mean latency {latency} us of the same requests");
+        let device = mean["device_us"].as_f64().unwrap();
+        let split = &report["stages"]["device_split"];
+        let parts: f64 = ["h2d_us", "compute_us", "d2h_us"].iter().map(|k| split[*k].as_f64().unwrap()).sum();
+        assert!(parts >= device - 1e-6, "the split {parts} covers the device span {device}");
+    }
+}
+
+#[test]
+fn warmup_iterations_and_stages_are_reported_consistently() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_mlp();
+    let cache = sandbox.cache_dir("cache");
+    let (report, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--model-config",
+            &config,
+            "--cache-dir",
+            &cache,
+            "--trace",
+            "uniform:1..8",
+            "--iterations",
+            "60",
+            "--warmup-runs",
+            "16",
+            "--warmup-time",
+            "0",
+            "--stage-every",
+            "3",
+            "--quiet",
+        ],
+    );
+    assert_eq!(u64_at(&report, "/requests"), 60);
+    assert_eq!(u64_at(&report, "/startup/warmup_runs"), 16);
+    // Every bucket the trace touches was captured in the warmup, none in a timed request.
+    assert_eq!(u64_at(&report, "/startup/timed_captures"), 0, "{report:#}");
+    assert_eq!(u64_at(&report, "/graphs/captures"), 0);
+    assert_eq!(report["startup"]["first_runs"].as_array().unwrap().len(), 8, "one first run per distinct batch");
+    assert_eq!(report["startup"]["programs"].as_array().unwrap().len(), 7, "every pow2 bucket up to 64");
+    assert!(f64_at(&report, "/startup/session_s") > 0.0);
+    assert_eq!(u64_at(&report, "/stages/sampled"), 20, "requests 0, 3, ..., 57");
+    assert!(!report["stages"]["copies"].as_array().unwrap().is_empty(), "{report:#}");
+    assert_consistent(&report);
+}
+
+#[test]
+fn duration_runs_at_least_that_long_and_warmup_zero_captures_in_timed_requests() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_mlp();
+    let (report, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--model-config",
+            &config,
+            "--trace",
+            "const:4",
+            "--requests",
+            "3",
+            "--duration",
+            "0.3",
+            "--warmup-runs",
+            "0",
+            "--warmup-time",
+            "0",
+            "--quiet",
+        ],
+    );
+    assert!(f64_at(&report, "/wall_s") >= 0.3, "{report:#}");
+    assert!(u64_at(&report, "/requests") >= 3);
+    assert_eq!(report["duration_s"], 0.3);
+    assert_eq!(u64_at(&report, "/startup/warmup_runs"), 0);
+    // Without a warmup the lazy capture falls inside a timed request, and the report says so.
+    assert_eq!(u64_at(&report, "/startup/timed_captures"), 1, "{report:#}");
+    assert_consistent(&report);
+}
+
+#[test]
+fn export_times_writes_one_json_line_per_timed_request() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_mlp();
+    let times = sandbox.path("times.jsonl");
+    let (report, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--model-config",
+            &config,
+            "--trace",
+            "uniform:1..4",
+            "--requests",
+            "25",
+            "--concurrency",
+            "2",
+            "--stage-every",
+            "1",
+            "--quiet",
+            "--export-times",
+            times.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(&times).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len() as u64, u64_at(&report, "/requests"));
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["request"], i as u64);
+        let latency = line["latency_us"].as_f64().unwrap();
+        let b = line["batch"].as_u64().unwrap();
+        assert!((1..=4).contains(&b) && latency > 0.0, "{line}");
+        let stages = line["stages"].as_object().expect("every request timed with --stage-every 1");
+        let host: f64 = ["queue_wait_us", "check_us", "gather_us", "enqueue_us", "sync_us", "scatter_us"]
+            .iter()
+            .map(|k| stages[*k].as_f64().unwrap())
+            .sum();
+        assert!(host <= latency, "stages {host} us within the request's {latency} us: {line}");
+        assert!(line["thread"].as_u64().unwrap() < 2);
+    }
+    assert_consistent(&report);
+}
+
+#[test]
+fn onnx_export_outputs_match_load_inputs_and_shapes_fix_symbolic_dims() {
+    let sandbox = Sandbox::new();
+    let outs = sandbox.path("outs");
+    let (report, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--onnx",
+            MLP_ONNX,
+            "--trace",
+            "uniform:1..3",
+            "--requests",
+            "12",
+            "--quiet",
+            "--export-outputs",
+            outs.to_str().unwrap(),
+        ],
+    );
+    assert_consistent(&report);
+    for b in 1..=3 {
+        let dir = outs.join(format!("batch_{b}"));
+        assert!(dir.join("input_0.pb").is_file() && dir.join("output_0.pb").is_file(), "{}", dir.display());
+    }
+    // The exported pair is a data set: run it back with --check-outputs.
+    let dir = outs.join("batch_2");
+    let output = sandbox.run(&[
+        "perf",
+        "--backend",
+        "host",
+        "--onnx",
+        MLP_ONNX,
+        "--requests",
+        "3",
+        "--quiet",
+        "--load-inputs",
+        dir.to_str().unwrap(),
+        "--check-outputs",
+        dir.to_str().unwrap(),
+    ]);
+    assert_success(&output);
+
+    // BERT's sequence axis is symbolic: --shapes gives it, the trace gives the batch.
+    let (bert, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--onnx",
+            BERT_ONNX,
+            "--trace",
+            "const:2",
+            "--requests",
+            "4",
+            "--quiet",
+            "--shapes",
+            "input_ids:1x8",
+            "--shapes",
+            "attention_mask:1x8",
+            "--max-batch",
+            "4",
+        ],
+    );
+    assert_eq!(u64_at(&bert, "/requests"), 4);
+    assert_eq!(u64_at(&bert, "/verify/mismatches"), 0);
+}
+
+#[test]
+fn progress_lines_when_piped_and_quiet_silences_them() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_mlp();
+    let base = ["perf", "--backend", "host", "--model-config", &config, "--requests", "10"];
+    let output = sandbox.run(&base);
+    assert_success(&output);
+    let err = stderr(&output);
+    for phase in ["compile", "warmup", "run"] {
+        assert!(err.contains(&format!("saggar: {phase} started")), "{err}");
+        assert!(err.contains(&format!("saggar: {phase} done")), "{err}");
+    }
+    let mut quiet = base.to_vec();
+    quiet.push("--quiet");
+    let output = sandbox.run(&quiet);
+    assert_success(&output);
+    assert!(output.stderr.is_empty(), "{}", stderr(&output));
+}
+
+#[test]
+fn bad_flag_values_exit_2_with_one_line() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_mlp();
+    for (flag, value) in [
+        ("--duration", "0"),
+        ("--duration", "-1"),
+        ("--duration", "soon"),
+        ("--warmup-time", "nan"),
+        ("--warmup-runs", "-3"),
+        ("--iterations", "0"),
+        ("--stage-every", "x"),
+    ] {
+        let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, flag, value]);
+        let error = assert_error(&output, 2);
+        assert!(error.contains(value) || error.contains(flag), "{flag} {value}: {error}");
+    }
+    for shape in ["input_ids", "input_ids:1x", ":1x8", "input_ids:0x8"] {
+        let output = sandbox.run(&["perf", "--backend", "host", "--onnx", BERT_ONNX, "--shapes", shape]);
+        assert_error(&output, 2);
+    }
+    let output = sandbox.run(&["perf", "--backend", "host", "--onnx", MLP_ONNX, "--shapes", "nope:1x128", "--quiet"]);
+    assert!(assert_error(&output, 2).contains("no input `nope`"));
+    let output =
+        sandbox.run(&["perf", "--backend", "host", "--onnx", BERT_ONNX, "--shapes", "input_ids:1x8x3", "--quiet"]);
+    assert!(assert_error(&output, 2).contains("dimensions"));
+}
