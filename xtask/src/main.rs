@@ -230,6 +230,7 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     copy_into(&out.join("bin"), &bins)?;
     copy_into(&out.join("bin"), &peer_export)?;
     let peer_scripts = copy_peer_scripts(&out.join("peers"))?;
+    copy_onnx_models(&out.join("onnx-models"))?;
     eprintln!("xtask: PyTorch peers: bin/{PEER_EXPORT} and peers/{}", peer_scripts.join(" peers/"));
     let hip = if machine == Machine::Amd {
         "the HIP backend on the machine's ROCm, in the ordinary loop".to_string()
@@ -279,6 +280,17 @@ fn copy_peer_scripts(dir: &Path) -> Result<Vec<String>, String> {
         return Err(format!("no peer scripts (*.py) in {}", source.display()));
     }
     copy_into(dir, &files)
+}
+
+/// Copies saggar-onnx's exported models (`crates/saggar-onnx/models/*/model.onnx`) and `export.py`, which
+/// builds the PyTorch module each was exported from, into `dir` for the ONNX peers.
+fn copy_onnx_models(dir: &Path) -> Result<(), String> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/saggar-onnx/models");
+    copy_into(dir, &[("export.py".to_string(), source.join("export.py"))])?;
+    for model in ["bert", "dlrm", "mlp", "cnn"] {
+        copy_into(&dir.join(model), &[("model.onnx".to_string(), source.join(model).join("model.onnx"))])?;
+    }
+    Ok(())
 }
 
 /// The test targets whose name contains `hip`, except the fixture's own, as `--test NAME` arguments.

@@ -213,5 +213,61 @@ else
   rm -rf "$peers_data"
 fi
 
+# ONNX peers (benches/peers/README.md, "ONNX models"): `saggar perf --onnx` on the repository's four models and a
+# BERT-base-sized encoder (exported here by onnx-models/export.py, not stored), then onnx_peers.py on the same
+# module, weights, inputs and batch sequence (saggar's --export-outputs and --export-times), then one table:
+# REPORT_DIR/peers-onnx.md. SAGGAR_SKIP_ONNX_PEERS=1 skips it; SAGGAR_ONNX_PEERS_VARIANTS narrows the variants
+# (default eager,graphs,compile-max,compile-ro,ort); SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT bounds each torch.compile
+# (seconds, default 120); SAGGAR_SKIP_BERT_BASE=1 leaves BERT-base out.
+if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] && [ -f "$here/peers/onnx_peers.py" ] \
+  && [ -d "$here/onnx-models" ] && CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch, onnx; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  onnx_started=$(date +%s)
+  runs="$report/peers-onnx"; mkdir -p "$runs"; : > "$runs/commands.txt"
+  work=$(mktemp -d "${TMPDIR:-/tmp}/saggar-onnx-peers.XXXXXX")
+  models="$here/onnx-models"
+  onnx_run() { # model, onnx file, trace, concurrency, variants, extra saggar flags...
+    local model=$1 file=$2 trace=$3 conc=$4 variants=$5 tag
+    shift 5
+    tag="$model-${trace//[:.]/_}-c$conc"
+    echo "CUDA_VISIBLE_DEVICES=0 $here/bin/saggar perf --backend cuda --onnx $file --trace $trace --concurrency $conc $* --json $runs/saggar-$tag.json" >> "$runs/commands.txt"
+    echo "== onnx peers: saggar $tag"
+    CUDA_VISIBLE_DEVICES=0 "$here/bin/saggar" perf --backend cuda --onnx "$file" --trace "$trace" --concurrency "$conc" \
+      --cache-dir "$work/cache-$model" --export-times "$work/times-$tag.jsonl" --export-outputs "$work/out-$tag" \
+      --json "$runs/saggar-$tag.json" "$@" > "$report/logs/onnx-peers-saggar-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-saggar-$tag.log"; return; }
+    grep -E '^(latency|stages|startup)' "$report/logs/onnx-peers-saggar-$tag.log" | sed 's/^/   /'
+    CUDA_VISIBLE_DEVICES=0 python3 "$here/peers/onnx_peers.py" --models "$models" --model "$model" --onnx "$file" \
+      --saggar-outputs "$work/out-$tag" --saggar-times "$work/times-$tag.jsonl" --concurrency "$conc" --label "$trace" \
+      --variants "$variants" --compile-timeout "${SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT:-120}" --json "$runs/torch-$tag.json" \
+      > "$report/logs/onnx-peers-torch-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-torch-$tag.log"; }
+    rm -rf "$work/out-$tag"
+  }
+  all=${SAGGAR_ONNX_PEERS_VARIANTS:-eager,graphs,compile-max,compile-ro,ort}
+  fast=$(echo "$all" | sed 's/compile-max,\{0,1\}//; s/compile-ro,\{0,1\}//')
+  bert_shapes="--shapes input_ids:1x128 --shapes attention_mask:1x128"
+  onnx_run bert "$models/bert/model.onnx" const:1 1 "$all" --requests 2000 $bert_shapes
+  onnx_run bert "$models/bert/model.onnx" const:64 1 "$fast" --requests 300 $bert_shapes
+  onnx_run dlrm "$models/dlrm/model.onnx" const:1 1 "$all" --requests 2000
+  onnx_run dlrm "$models/dlrm/model.onnx" uniform:1..64 8 "$fast" --requests 2000
+  onnx_run mlp "$models/mlp/model.onnx" const:1 1 "$all" --requests 2000
+  onnx_run cnn "$models/cnn/model.onnx" const:1 1 "$all" --requests 2000
+  if [ "${SAGGAR_SKIP_BERT_BASE:-0}" != 1 ]; then
+    echo "== onnx peers: exporting BERT-base"
+    if python3 "$models/export.py" --out "$work/models" --only bert-base --allow-other-versions > "$report/logs/onnx-peers-export-bert-base.log" 2>&1; then
+      base_variants=$(echo "$all" | sed 's/compile-max/compile-default/; s/compile-ro,\{0,1\}//')
+      onnx_run bert-base "$work/models/bert-base/model.onnx" const:1 1 "$base_variants" --requests 500 $bert_shapes
+      onnx_run bert-base "$work/models/bert-base/model.onnx" const:64 1 "$fast" --requests 100 $bert_shapes
+    else
+      status=1; tail -3 "$report/logs/onnx-peers-export-bert-base.log"
+    fi
+  fi
+  python3 "$here/peers/onnx_compare.py" --runs "$runs" --out "$report/peers-onnx.md" --json "$runs/summary.json" \
+    > "$report/logs/onnx-peers-compare.log" 2>&1 || status=1
+  sed 's/^/   /' "$report/logs/onnx-peers-compare.log"
+  echo "   onnx peers step: $(( $(date +%s) - onnx_started )) s; table in $report/peers-onnx.md"
+  rm -rf "$work"
+else
+  echo "== onnx peers: skipped (SAGGAR_SKIP_ONNX_PEERS=1, no GPU, no bin/saggar or onnx-models/, or no torch+CUDA+onnx)"
+fi
+
 python3 "$here/report.py" "$report" || status=1
 exit $status

@@ -157,6 +157,9 @@ pub struct Measured<K> {
     pub first_run_us: Vec<Option<f64>>,
 }
 
+/// What one thread of the timed phase measured: its records and kept outputs.
+type Timed<K> = (Vec<Record>, Vec<(usize, K)>);
+
 /// The shared counters of one phase.
 struct Phase<'a> {
     next: AtomicUsize,
@@ -229,7 +232,7 @@ pub fn run<R: Runner>(runner: &R, plan: &LoopPlan<'_>, warm: impl FnOnce()) -> R
         i as u64 >= plan.iterations && plan.duration.is_none_or(|d| elapsed >= d)
             || i as u64 >= crate::trace::MAX_REQUESTS
     };
-    let results = threads(plan.concurrency, |thread| -> Result<(Vec<Record>, Vec<(usize, R::Kept)>)> {
+    let results = threads(plan.concurrency, |thread| -> Result<Timed<R::Kept>> {
         let mut worker = runner.worker()?;
         let (mut records, mut kept) = (Vec::new(), Vec::new());
         while let Some(i) = phase.next(&enough) {

@@ -399,7 +399,7 @@ impl<B: Backend> Runner for Pinned<'_, B> {
         Ok(PinnedWorker { outputs, timer: self.session.stage_timer()? })
     }
 
-    fn run<'w>(&'w self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Ran<Kept>> {
+    fn run(&self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Ran<Kept>> {
         let batch = self.distinct[ask.set] as usize;
         let mut views: Vec<&mut [u8]> = worker
             .outputs
@@ -519,7 +519,7 @@ impl<'a, B: Backend> Runner for Direct<'a, B> {
         Ok(DirectWorker { stream, buffers, outputs })
     }
 
-    fn run<'w>(&'w self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Ran<Kept>> {
+    fn run(&self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Ran<Kept>> {
         let info = self.session.run_device(&self.sets[ask.set], &worker.outputs[ask.set])?;
         let kept = if ask.keep {
             let mut kept = Vec::with_capacity(worker.buffers[ask.set].len());

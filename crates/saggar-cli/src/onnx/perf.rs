@@ -310,7 +310,7 @@ impl<B: Backend> Runner for Onnx<'_, B> {
         Ok(OnnxWorker { outputs, timer: self.session.stage_timer()? })
     }
 
-    fn run<'w>(&'w self, worker: &mut OnnxWorker<B>, ask: Ask) -> Result<Ran<Vec<Tensor>>> {
+    fn run(&self, worker: &mut OnnxWorker<B>, ask: Ask) -> Result<Ran<Vec<Tensor>>> {
         let bytes = &self.output_bytes[ask.set];
         let mut views: Vec<&mut [u8]> = worker.outputs[ask.set]
             .iter_mut()
