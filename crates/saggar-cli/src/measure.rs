@@ -185,9 +185,9 @@ pub fn report<B: Backend, C: ProgramCompiler<B>, K>(
         programs: built.programs.clone(),
         warmup_runs: measured.warmup_runs,
         warmup_s: measured.warmup_wall.as_secs_f64(),
-        warmup_captures: snapshots.warm.captures - snapshots.built.captures,
+        warmup_captures: snapshots.warm.captures.saturating_sub(snapshots.built.captures),
         first_runs: first_runs(measured, distinct),
-        timed_captures: snapshots.done.captures - snapshots.warm.captures,
+        timed_captures: snapshots.done.captures.saturating_sub(snapshots.warm.captures),
     };
     let stages = Stages::summarize(args.stage_every, &measured.records, copies, described.stages_unavailable);
     PerfReport {

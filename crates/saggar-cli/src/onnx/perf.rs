@@ -217,9 +217,7 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
                 .collect()
         })
         .collect();
-    let set_distinct: Vec<u64> =
-        if requests.len() == 1 && distinct.len() > 1 { vec![distinct[0]] } else { distinct.clone() };
-    let loop_plan = measure::loop_plan(args, mode, &set_distinct, &set_of, &keep, args.stage_every);
+    let loop_plan = measure::loop_plan(args, mode, &distinct, &set_of, &keep, args.stage_every);
     let runner = Onnx { session, hosts: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
     let warm = std::cell::Cell::new(after_build);
     let measured = bench::run(&runner, &loop_plan, || warm.set(session.stats()))?;
@@ -232,7 +230,7 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
         let input_names: Vec<&str> = specs.iter().map(|s| s.name()).collect();
         for (i, tensors) in first_of_each_batch(trace, &measured.kept) {
             let set = set_of[i % set_of.len()];
-            let batch = set_distinct[set];
+            let batch = distinct[set];
             measure::write_outputs(dir, batch, &names, tensors)?;
             measure::write_inputs(dir, batch, &input_names, &requests[set].tensors)?;
         }
@@ -255,7 +253,7 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
         import_s,
         described,
         &measured,
-        &set_distinct,
+        &distinct,
         &snapshots,
         copies,
         verify,
