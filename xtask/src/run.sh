@@ -218,7 +218,8 @@ fi
 # module, weights, inputs and batch sequence (saggar's --export-outputs and --export-times), then one table:
 # REPORT_DIR/peers-onnx.md. SAGGAR_SKIP_ONNX_PEERS=1 skips it; SAGGAR_ONNX_PEERS_VARIANTS narrows the variants
 # (default eager,graphs,compile-max,compile-ro,ort); SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT bounds each torch.compile
-# (seconds, default 120); SAGGAR_SKIP_BERT_BASE=1 leaves BERT-base out.
+# (seconds, default 90); SAGGAR_ONNX_PEERS_BUDGET (seconds, default 420) leaves torch.compile out of the runs
+# that start after it; SAGGAR_SKIP_BERT_BASE=1 leaves BERT-base out. About 8 minutes on an H100.
 if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] && [ -f "$here/peers/onnx_peers.py" ] \
   && [ -d "$here/onnx-models" ] && CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch, onnx; assert torch.cuda.is_available()' >/dev/null 2>&1; then
   onnx_started=$(date +%s)
@@ -229,6 +230,11 @@ if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/b
     local model=$1 file=$2 trace=$3 conc=$4 variants=$5 tag
     shift 5
     tag="$model-${trace//[:.]/_}-c$conc"
+    # Past the time budget, torch.compile (the slow part) is left out and the report says so.
+    if [ $(( $(date +%s) - onnx_started )) -gt "${SAGGAR_ONNX_PEERS_BUDGET:-420}" ]; then
+      variants=$(echo "$variants" | sed 's/compile-[a-z]*,\{0,1\}//g; s/,$//')
+      echo "   (over SAGGAR_ONNX_PEERS_BUDGET: torch.compile variants left out of $tag)"
+    fi
     echo "CUDA_VISIBLE_DEVICES=0 $here/bin/saggar perf --backend cuda --onnx $file --trace $trace --concurrency $conc $* --json $runs/saggar-$tag.json" >> "$runs/commands.txt"
     echo "== onnx peers: saggar $tag"
     CUDA_VISIBLE_DEVICES=0 "$here/bin/saggar" perf --backend cuda --onnx "$file" --trace "$trace" --concurrency "$conc" \
@@ -237,7 +243,7 @@ if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/b
     grep -E '^(latency|stages|startup)' "$report/logs/onnx-peers-saggar-$tag.log" | sed 's/^/   /'
     CUDA_VISIBLE_DEVICES=0 python3 "$here/peers/onnx_peers.py" --models "$models" --model "$model" --onnx "$file" \
       --saggar-outputs "$work/out-$tag" --saggar-times "$work/times-$tag.jsonl" --concurrency "$conc" --label "$trace" \
-      --variants "$variants" --compile-timeout "${SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT:-120}" --json "$runs/torch-$tag.json" \
+      --variants "$variants" --compile-timeout "${SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT:-90}" --json "$runs/torch-$tag.json" \
       > "$report/logs/onnx-peers-torch-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-torch-$tag.log"; }
     rm -rf "$work/out-$tag"
   }
