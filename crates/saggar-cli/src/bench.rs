@@ -185,7 +185,8 @@ pub fn run<R: Runner>(runner: &R, plan: &LoopPlan<'_>, warm: impl FnOnce()) -> R
     let distinct = plan.distinct.len().max(1);
     let warmup_first = Mutex::new(vec![None; plan.distinct.len()]);
     let (warmup_runs, warmup_wall) = if plan.warmup_runs > 0 || !plan.warmup_time.is_zero() {
-        let bar = Bar::new(plan.progress, "warmup", plan.warmup_runs);
+        // A warmup bounded by time has no known length.
+        let bar = Bar::new(plan.progress, "warmup", if plan.warmup_time.is_zero() { plan.warmup_runs } else { 0 });
         let phase =
             Phase { next: AtomicUsize::new(0), stop: AtomicBool::new(false), started: Instant::now(), bar: &bar };
         let enough = |i: usize, elapsed: Duration| i as u64 >= plan.warmup_runs && elapsed >= plan.warmup_time;

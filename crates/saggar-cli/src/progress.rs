@@ -2,7 +2,7 @@
 //! terminal; when it is not (a pipe, a log file), plain lines: one when a phase starts, one every
 //! few seconds while it runs, one when it ends; nothing at all with `--quiet`.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -33,11 +33,12 @@ impl ProgressMode {
     }
 }
 
-/// The plain-line state: when the phase started and when the last line was printed.
+/// The plain-line state: when the phase started and when the last line was printed (nanoseconds
+/// after the start; an atomic, so per-request updates take no lock).
 #[derive(Debug)]
 struct Lines {
     started: Instant,
-    last: Mutex<Instant>,
+    last_ns: AtomicU64,
 }
 
 /// A progress bar, a plain-line printer, or nothing.
@@ -64,10 +65,8 @@ impl Bar {
             .map(|s| s.progress_chars("=> "))
             .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
-        let lines = (mode == ProgressMode::Lines).then(|| {
-            let now = Instant::now();
-            Lines { started: now, last: Mutex::new(now) }
-        });
+        let lines =
+            (mode == ProgressMode::Lines).then(|| Lines { started: Instant::now(), last_ns: AtomicU64::new(0) });
         let this = Bar { bar, prefix, lines };
         this.line("started");
         this
@@ -82,16 +81,13 @@ impl Bar {
     pub fn inc(&self, n: u64) {
         self.bar.inc(n);
         if let Some(lines) = &self.lines {
-            let now = Instant::now();
-            let due = {
-                let mut last = lines.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let due = now.duration_since(*last) >= PLAIN_INTERVAL;
-                if due {
-                    *last = now;
-                }
-                due
-            };
-            if due {
+            let now = u64::try_from(lines.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let last = lines.last_ns.load(Ordering::Relaxed);
+            let interval = u64::try_from(PLAIN_INTERVAL.as_nanos()).unwrap_or(u64::MAX);
+            // One thread wins the exchange and prints; the others see the new time.
+            if now.saturating_sub(last) >= interval
+                && lines.last_ns.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
                 self.line("running");
             }
         }

@@ -207,3 +207,63 @@ pub fn first_runs<K>(measured: &Measured<K>, distinct: &[u64]) -> Vec<FirstRun> 
 pub fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(latency_us: f64, bucket: Option<u64>, stages: Option<StageRecord>) -> Record {
+        Record {
+            request: 0,
+            batch: 1,
+            thread: 0,
+            start_us: 0.0,
+            latency_us,
+            latency_ns: (latency_us * 1000.0) as u64,
+            path: Some("fast"),
+            bucket,
+            stages,
+        }
+    }
+
+    fn stages(device_us: Option<f64>) -> StageRecord {
+        StageRecord {
+            queue_wait_us: 1.0,
+            check_us: 2.0,
+            gather_us: 3.0,
+            enqueue_us: 4.0,
+            sync_us: 5.0,
+            scatter_us: 6.0,
+            device_us,
+        }
+    }
+
+    #[test]
+    fn the_split_uses_each_requests_bucket_and_never_goes_negative() {
+        let records = [
+            record(30.0, Some(1), Some(stages(Some(10.0)))),
+            record(50.0, Some(8), Some(stages(Some(2.0)))),
+            record(99.0, Some(1), None),
+        ];
+        let copies = vec![
+            BucketCopies { bucket: 1, upload_bytes: 4, download_bytes: 4, h2d_us: 1.0, d2h_us: 2.0 },
+            BucketCopies { bucket: 8, upload_bytes: 32, download_bytes: 32, h2d_us: 3.0, d2h_us: 4.0 },
+        ];
+        let s = Stages::summarize(2, &records, copies, None);
+        assert_eq!(s.sampled, 2, "the untimed request is left out");
+        assert_eq!(s.latency_mean_us, 40.0);
+        let mean = s.mean.unwrap();
+        assert_eq!((mean.gather_us, mean.device_us), (3.0, Some(6.0)));
+        let split = s.device_split.unwrap();
+        // Bucket 1: 10 - 1 - 2 = 7 of compute; bucket 8: 2 - 3 - 4 < 0, so 0.
+        assert_eq!((split.h2d_us, split.compute_us, split.d2h_us), (2.0, 3.5, 3.0));
+        assert!(s.line().contains("device 6.0 (h2d 2.0 compute 3.5 d2h 3.0)"), "{}", s.line());
+    }
+
+    #[test]
+    fn no_timed_request_says_why() {
+        let s = Stages::summarize(0, &[record(5.0, None, None)], Vec::new(), Some("not timed".into()));
+        assert_eq!((s.sampled, s.mean, s.device_split), (0, None, None));
+        assert_eq!(s.line(), "not timed");
+    }
+}

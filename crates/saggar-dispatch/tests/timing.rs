@@ -33,7 +33,9 @@ fn timed_runs_compute_and_count_what_untimed_runs_do() {
     let timer = s.stage_timer().unwrap();
     // Batch 3 pads into bucket 4 (fast, then ultra-fast); batch 11 is split over two buckets
     // (standard: not one main program, so no stage split).
-    for (batch, expected) in [(3usize, RunPath::Fast), (3, RunPath::UltraFast), (8, RunPath::Fast), (11, RunPath::Standard)] {
+    for (batch, expected) in
+        [(3usize, RunPath::Fast), (3, RunPath::UltraFast), (8, RunPath::Fast), (11, RunPath::Standard)]
+    {
         let data = model.inputs(batch, 5);
         let dims = model.dims(batch as u64);
         let inputs = host(&s, &data, &dims);

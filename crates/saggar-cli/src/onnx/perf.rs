@@ -246,18 +246,8 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
         binding: "pinned".to_string(),
         stages_unavailable: None,
     };
-    let report = measure::report(
-        args,
-        &built,
-        &cache,
-        import_s,
-        described,
-        &measured,
-        &distinct,
-        &snapshots,
-        copies,
-        verify,
-    );
+    let report =
+        measure::report(args, &built, &cache, import_s, described, &measured, &distinct, &snapshots, copies, verify);
     Ok((report, first, measured.records))
 }
 
