@@ -37,7 +37,8 @@ def main(argv=None):
         saggar = json.load(open(path))
         peer_path = os.path.join(a.runs, f"torch-{tag}.json")
         peer = json.load(open(peer_path)) if os.path.isfile(peer_path) else {"variants": {}}
-        model = peer.get("model") or tag.split("-c")[0]
+        suffix = "-{}-c{}".format(saggar["trace"].replace(":", "_").replace(".", "_"), saggar["concurrency"])
+        model = peer.get("model") or (tag[: -len(suffix)] if tag.endswith(suffix) else tag)
         key = (model, saggar["trace"], saggar["concurrency"])
         index[key] = (saggar, peer)
         rows.append((key, saggar, peer))

@@ -29,7 +29,9 @@ Examples:
 const PERF_EXAMPLES: &str = "\
 Outputs are checked against the eager CPU reference (saggar_models::reference_forward) for --verify
 requests spread over the trace; a value matches when |actual - expected| <= 1e-3 * max(1, |expected|).
-Latency is measured per request around the session call; throughput is requests over wall time.
+Latency is measured per request around the session call, after untimed warmup runs (--warmup-runs,
+--warmup-time); throughput is timed requests over wall time. Every --stage-every K-th request is split
+into stages (queue wait, check, gather, enqueue, device span, sync, scatter).
 
 Examples:
   saggar perf
@@ -38,7 +40,10 @@ Examples:
   saggar perf --model mlp --trace zipf:1.1:64 --buckets adaptive:6 --concurrency 4
   saggar perf --model-config my-recsys.json --trace file:batches.txt --json -
   saggar perf --backend host --onnx model.onnx --trace uniform:1..32 --requests 500
-  saggar perf --backend host --onnx model.onnx --load-inputs test_data_set_0 --check-outputs test_data_set_0 --json -";
+  saggar perf --backend host --onnx model.onnx --load-inputs test_data_set_0 --check-outputs test_data_set_0 --json -
+  saggar perf --backend cuda --onnx bert.onnx --shapes input_ids:1x128 --shapes attention_mask:1x128 --trace const:1
+  saggar perf --backend cuda --model mlp --warmup-runs 100 --duration 10 --stage-every 1 --export-times times.jsonl
+  saggar perf --backend cuda --onnx model.onnx --trace uniform:1..8 --export-outputs outs --quiet --json out.json";
 
 const WARMUP_EXAMPLES: &str = "\
 Examples:
