@@ -46,6 +46,7 @@ mod onnx;
 mod perf;
 mod progress;
 mod report;
+mod runners;
 mod stages;
 mod trace;
 mod warmup;

@@ -17,20 +17,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use saggar_cache::CompileCache;
-use saggar_device::{Backend, BackendVisitor, Device as _, DeviceBuffer as _, Stream as _};
-use saggar_dispatch::{
-    CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig, StageTimer, StatsSnapshot,
-};
-use saggar_models::{ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
+use saggar_device::{Backend, BackendVisitor};
+use saggar_dispatch::{CaptureWhen, GraphConfig, HostTensor, SessionConfig, StatsSnapshot};
+use saggar_models::{compare_outputs, generate_inputs, reference_forward};
 
-use crate::bench::{self, Ask, Ran, Runner};
+use crate::bench;
 use crate::buckets::Buckets;
-use crate::cli::{BindingArg, CaptureArg, PerfArgs, Toggle};
+use crate::cli::{CaptureArg, PerfArgs, Toggle};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::measure::{self, Described, Snapshots};
 use crate::model::{self, LoadedModel};
 use crate::report::{self, CacheCounters, Failures, Graphs, Padding, Paths, PerfReport, Verify};
+use crate::runners::{self, Sets};
 
 /// The relative tolerance of `--verify`: a value matches when
 /// `|actual - expected| <= VERIFY_TOLERANCE * max(1, |expected|)`.
@@ -106,9 +105,6 @@ impl Words {
     }
 }
 
-/// Outputs of one kept request, one byte vector per output.
-type Kept = Vec<Vec<u8>>;
-
 fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<bench::Record>)> {
     let PerfPlan { args, env, model, trace, buckets, cache, import_s } = plan;
     let config = &model.config;
@@ -134,93 +130,30 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<bench::Rec
     let output_dims: Vec<Vec<Vec<u64>>> = distinct.iter().map(|&b| config.output_dims(b)).collect();
     let keep = keep_mask(trace, &set_of, args);
     let signature = session.signature();
-    let (binding, stage_every, unavailable) = match args.binding {
-        BindingArg::Direct => ("direct", 0, Some("stages are timed with --binding pinned only".to_string())),
-        BindingArg::Request => ("request", 0, Some("stages are timed with --binding pinned only".to_string())),
-        BindingArg::Pinned | BindingArg::Auto => ("pinned", args.stage_every, None),
-    };
-    let loop_plan = measure::loop_plan(args, mode, &distinct, &set_of, &keep, stage_every);
+    let inputs: Vec<Vec<HostTensor<'_>>> = distinct
+        .iter()
+        .enumerate()
+        .map(|(d, &b)| {
+            signature
+                .inputs()
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| HostTensor {
+                    name: spec.name(),
+                    dtype: spec.dtype(),
+                    dims: &input_dims[d][i],
+                    data: &generated[i].bytes()[..input_rows[i] * b as usize],
+                })
+                .collect()
+        })
+        .collect();
+    let output_bytes: Vec<Vec<usize>> =
+        distinct.iter().map(|&b| output_rows.iter().map(|row| row * b as usize).collect()).collect();
+    let sets = Sets { inputs: &inputs, output_dims: &output_dims, output_bytes: &output_bytes };
+    let loop_plan = measure::loop_plan(args, mode, &distinct, &set_of, &keep, args.stage_every);
     let warm = std::cell::Cell::new(after_build);
-    let snapshot = || warm.set(session.stats());
-    let measured = match args.binding {
-        BindingArg::Pinned | BindingArg::Auto => {
-            let sets: Vec<Vec<HostTensor<'_>>> = distinct
-                .iter()
-                .enumerate()
-                .map(|(d, &b)| {
-                    signature
-                        .inputs()
-                        .iter()
-                        .enumerate()
-                        .map(|(i, spec)| HostTensor {
-                            name: spec.name(),
-                            dtype: spec.dtype(),
-                            dims: &input_dims[d][i],
-                            data: &generated[i].bytes()[..input_rows[i] * b as usize],
-                        })
-                        .collect()
-                })
-                .collect();
-            let runner = Pinned { session, sets: &sets, distinct: &distinct, output_rows: &output_rows, max_batch };
-            bench::run(&runner, &loop_plan, snapshot)?
-        }
-        BindingArg::Request => {
-            let runner = Staged {
-                session,
-                distinct: &distinct,
-                generated: &generated,
-                input_rows: &input_rows,
-                output_rows: &output_rows,
-            };
-            bench::run(&runner, &loop_plan, snapshot)?
-        }
-        BindingArg::Direct => {
-            let _pin = device.pin()?;
-            let stream = device.create_stream()?;
-            // One device copy of each distinct batch's inputs, shared (read-only) by every worker.
-            let buffers: Vec<Vec<B::DeviceBuffer>> = distinct
-                .iter()
-                .map(|&b| {
-                    generated
-                        .iter()
-                        .zip(&input_rows)
-                        .map(|(data, row)| {
-                            let bytes = &data.bytes()[..row * b as usize];
-                            let buffer = device.alloc(bytes.len())?;
-                            stream.upload(bytes, buffer.as_slice())?;
-                            Ok(buffer)
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })
-                .collect::<Result<_>>()?;
-            let sets: Vec<Vec<DeviceTensor<'_>>> = buffers
-                .iter()
-                .enumerate()
-                .map(|(d, set)| {
-                    signature
-                        .inputs()
-                        .iter()
-                        .zip(set)
-                        .enumerate()
-                        .map(|(i, (spec, buffer))| DeviceTensor {
-                            name: spec.name(),
-                            dtype: spec.dtype(),
-                            dims: &input_dims[d][i],
-                            data: buffer.as_slice(),
-                        })
-                        .collect()
-                })
-                .collect();
-            let runner = Direct {
-                session,
-                sets: &sets,
-                distinct: &distinct,
-                output_dims: &output_dims,
-                output_rows: &output_rows,
-            };
-            bench::run(&runner, &loop_plan, snapshot)?
-        }
-    };
+    let bound = runners::run(args.binding, session, sets, &distinct, loop_plan, || warm.set(session.stats()))?;
+    let measured = bound.measured;
     let snapshots = Snapshots { built: after_build, warm: warm.get(), done: session.stats() };
     let copies = measure::bucket_copies(session, &measured)?;
     let verify = check_outputs(model, &generated, trace, &measured.kept, &output_rows)?;
@@ -246,8 +179,8 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<bench::Rec
         model_source: model.source.clone(),
         model_inputs: model.input_count(),
         trace: args.trace.trace.to_string(),
-        binding: binding.to_string(),
-        stages_unavailable: unavailable,
+        binding: bound.binding.to_string(),
+        stages_unavailable: bound.stages_unavailable,
     };
     let report =
         measure::report(args, &built, &cache, import_s, described, &measured, &distinct, &snapshots, copies, verify);
@@ -368,172 +301,6 @@ pub fn verify_mask(requests: usize, n: u64) -> Vec<bool> {
         }
     }
     keep
-}
-
-/// Host tensors through pinned staging: `Session::run_into` into each worker's output buffers, or
-/// `Session::run_into_timed` for requests whose stages are timed.
-struct Pinned<'a, B: Backend> {
-    session: &'a Session<B, ReferenceCompiler>,
-    sets: &'a [Vec<HostTensor<'a>>],
-    distinct: &'a [u64],
-    output_rows: &'a [usize],
-    max_batch: u64,
-}
-
-/// A pinned worker's output buffers (u32 words for alignment, sized for the largest batch; each
-/// request uses a prefix) and its stage timer.
-struct PinnedWorker<B: Backend> {
-    outputs: Vec<Vec<u32>>,
-    timer: StageTimer<B>,
-}
-
-impl<B: Backend> Runner for Pinned<'_, B> {
-    type Worker<'w>
-        = PinnedWorker<B>
-    where
-        Self: 'w;
-    type Kept = Kept;
-
-    fn worker(&self) -> Result<PinnedWorker<B>> {
-        let outputs = self.output_rows.iter().map(|r| vec![0u32; r * self.max_batch as usize / 4]).collect();
-        Ok(PinnedWorker { outputs, timer: self.session.stage_timer()? })
-    }
-
-    fn run(&self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Ran<Kept>> {
-        let batch = self.distinct[ask.set] as usize;
-        let mut views: Vec<&mut [u8]> = worker
-            .outputs
-            .iter_mut()
-            .zip(self.output_rows)
-            .map(|(o, row)| &mut bytemuck::cast_slice_mut::<u32, u8>(o)[..row * batch])
-            .collect();
-        let (info, stages) = if ask.stages {
-            let (info, stages) = self.session.run_into_timed(&worker.timer, &self.sets[ask.set], &mut views)?;
-            (info, Some(stages))
-        } else {
-            (self.session.run_into(&self.sets[ask.set], &mut views)?, None)
-        };
-        let kept = ask.keep.then(|| views.iter().map(|v| v.to_vec()).collect());
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages, kept })
-    }
-}
-
-/// Inputs written in place: one `Session::request` at a time per worker, leased again when the batch
-/// changes (the previous one returned first, so workers never hold more run contexts than there
-/// are). Each request's time covers the lease when there is one, writing its inputs, and the run.
-struct Staged<'a, B: Backend> {
-    session: &'a Session<B, ReferenceCompiler>,
-    distinct: &'a [u64],
-    generated: &'a [Words],
-    input_rows: &'a [usize],
-    output_rows: &'a [usize],
-}
-
-impl<B: Backend> Runner for Staged<'_, B> {
-    type Worker<'w>
-        = Option<(u64, saggar_dispatch::Request<'w, B, ReferenceCompiler>)>
-    where
-        Self: 'w;
-    type Kept = Kept;
-
-    fn worker(&self) -> Result<Self::Worker<'_>> {
-        Ok(None)
-    }
-
-    fn run<'w>(&'w self, current: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran<Kept>> {
-        let batch = self.distinct[ask.set];
-        if current.as_ref().is_none_or(|(b, _)| *b != batch) {
-            *current = None;
-            *current = Some((batch, self.session.request(batch)?));
-        }
-        let Some((_, request)) = current.as_mut() else { unreachable!("leased above") };
-        for (index, (data, row)) in self.generated.iter().zip(self.input_rows).enumerate() {
-            request.input_bytes_mut(index)?.copy_from_slice(&data.bytes()[..row * batch as usize]);
-        }
-        let info = request.run()?;
-        let kept = if ask.keep {
-            Some(
-                (0..self.output_rows.len())
-                    .map(|o| request.output_bytes(o).map(<[u8]>::to_vec))
-                    .collect::<saggar_dispatch::Result<Vec<_>>>()?,
-            )
-        } else {
-            None
-        };
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
-    }
-}
-
-/// Device tensors: `Session::run_device` with each worker's output buffers, one set per distinct
-/// batch, so exact-bucket requests are direct-bound with stable pointers.
-struct Direct<'a, B: Backend> {
-    session: &'a Session<B, ReferenceCompiler>,
-    sets: &'a [Vec<DeviceTensor<'a>>],
-    distinct: &'a [u64],
-    output_dims: &'a [Vec<Vec<u64>>],
-    output_rows: &'a [usize],
-}
-
-/// A direct worker's stream (for reading kept outputs back), output buffers and their tensors.
-struct DirectWorker<'a, B: Backend> {
-    stream: B::Stream,
-    buffers: Vec<Vec<B::DeviceBuffer>>,
-    outputs: Vec<Vec<DeviceTensor<'a>>>,
-}
-
-impl<'a, B: Backend> Runner for Direct<'a, B> {
-    type Worker<'w>
-        = DirectWorker<'a, B>
-    where
-        Self: 'w;
-    type Kept = Kept;
-
-    fn worker(&self) -> Result<DirectWorker<'a, B>> {
-        let device = self.session.device();
-        let _pin = device.pin()?;
-        let stream = device.create_stream()?;
-        let specs = self.session.signature().outputs();
-        let buffers: Vec<Vec<B::DeviceBuffer>> = self
-            .distinct
-            .iter()
-            .map(|&b| self.output_rows.iter().map(|row| device.alloc(row * b as usize)).collect())
-            .collect::<saggar_device::Result<_>>()?;
-        let output_dims = self.output_dims;
-        let outputs = buffers
-            .iter()
-            .enumerate()
-            .map(|(d, set)| {
-                specs
-                    .iter()
-                    .zip(set)
-                    .enumerate()
-                    .map(|(o, (spec, buffer))| DeviceTensor {
-                        name: spec.name(),
-                        dtype: spec.dtype(),
-                        dims: &output_dims[d][o],
-                        data: buffer.as_slice(),
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(DirectWorker { stream, buffers, outputs })
-    }
-
-    fn run(&self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Ran<Kept>> {
-        let info = self.session.run_device(&self.sets[ask.set], &worker.outputs[ask.set])?;
-        let kept = if ask.keep {
-            let mut kept = Vec::with_capacity(worker.buffers[ask.set].len());
-            for buffer in &worker.buffers[ask.set] {
-                let mut bytes = vec![0u8; buffer.len()];
-                worker.stream.download(buffer.as_slice(), &mut bytes)?;
-                kept.push(bytes);
-            }
-            Some(kept)
-        } else {
-            None
-        };
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
-    }
 }
 
 /// Compares the kept outputs with the eager reference, run once for the largest kept batch (the

@@ -251,8 +251,6 @@ fn bad_values_are_usage_errors_that_say_what_to_do() {
         (vec!["--onnx", arg(&mlp), "--load-inputs", arg(&set), "--check-outputs", arg(&set), "--rtol", "abc"], "abc"),
         (vec!["--onnx", arg(&mlp), "--load-inputs", arg(&set), "--check-outputs", arg(&set), "--atol=-1"], "-1"),
         (vec!["--onnx", arg(&mlp), "--model", "mlp"], "--model"),
-        (vec!["--onnx", arg(&mlp), "--binding", "direct"], "--binding direct"),
-        (vec!["--onnx", arg(&mlp), "--binding", "request"], "--binding request"),
         (vec!["--onnx", arg(&bert)], "--load-inputs"),
     ];
     for (args, says) in cases {

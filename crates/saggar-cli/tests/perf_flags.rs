@@ -225,6 +225,40 @@ fn onnx_export_outputs_match_load_inputs_and_shapes_fix_symbolic_dims() {
 }
 
 #[test]
+fn onnx_models_run_with_every_binding_through_the_same_loop() {
+    let sandbox = Sandbox::new();
+    let cache = sandbox.cache_dir("cache");
+    for binding in ["pinned", "request", "direct"] {
+        let (report, _) = json(
+            &sandbox,
+            &[
+                "--backend",
+                "host",
+                "--onnx",
+                MLP_ONNX,
+                "--trace",
+                "uniform:1..4",
+                "--requests",
+                "16",
+                "--quiet",
+                "--binding",
+                binding,
+                "--cache-dir",
+                &cache,
+                "--verify",
+                "4",
+            ],
+        );
+        assert_eq!(report["binding"], binding);
+        assert_eq!(u64_at(&report, "/verify/checked"), 4, "{binding}");
+        assert_eq!(u64_at(&report, "/verify/mismatches"), 0, "{binding}: {report:#}");
+        let timed = report["stages"]["sampled"].as_u64().unwrap();
+        assert_eq!(timed > 0, binding == "pinned", "{binding}: stages are timed with pinned binding only");
+        assert_consistent(&report);
+    }
+}
+
+#[test]
 fn progress_lines_when_piped_and_quiet_silences_them() {
     let sandbox = Sandbox::new();
     let config = sandbox.small_mlp();

@@ -9,33 +9,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use saggar_device::{Backend, BackendVisitor};
-use saggar_dispatch::{HostTensor, Session, StageTimer};
-use saggar_onnx::{OnnxCompiler, OnnxModel, Tensor};
+use saggar_dispatch::HostTensor;
+use saggar_onnx::{OnnxModel, Tensor};
 use saggar_shape::TensorSpec;
 
 use super::check::{Check, compare, compare_with};
 use super::{LoadedOnnx, batch_of, generate, load, read_tensors};
-use crate::bench::{self, Ask, Ran, Runner};
+use crate::bench;
 use crate::buckets::Buckets;
-use crate::cli::{BindingArg, PerfArgs};
+use crate::cli::PerfArgs;
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::measure::{self, Described, Snapshots};
 use crate::perf::{VERIFY_TOLERANCE, first_of_each_batch, keep_mask};
 use crate::report::{self, PerfReport, Verify};
+use crate::runners::{self, Sets};
 
 /// `saggar perf --onnx FILE`.
 pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
     let imported = Instant::now();
     let loaded = load(path)?;
     let import_s = imported.elapsed().as_secs_f64();
-    if matches!(args.binding, BindingArg::Direct | BindingArg::Request) {
-        let flag = if args.binding == BindingArg::Direct { "direct" } else { "request" };
-        return Err(CliError::usage(
-            format!("--binding {flag} is not available with --onnx"),
-            "drop --binding (ONNX models run with pinned host tensors)",
-        ));
-    }
     let model = loaded.model();
     let loaded_inputs = match &args.load_inputs {
         Some(dir) => Some(read_tensors(dir, model.inputs(), "input", "--load-inputs")?),
@@ -217,18 +211,37 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
                 .collect()
         })
         .collect();
+    let sets = Sets { inputs: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
     let loop_plan = measure::loop_plan(args, mode, &distinct, &set_of, &keep, args.stage_every);
-    let runner = Onnx { session, hosts: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
     let warm = std::cell::Cell::new(after_build);
-    let measured = bench::run(&runner, &loop_plan, || warm.set(session.stats()))?;
+    let bound = runners::run(args.binding, session, sets, &distinct, loop_plan, || warm.set(session.stats()))?;
+    let measured = bound.measured;
     let snapshots = Snapshots { built: after_build, warm: warm.get(), done: session.stats() };
     let copies = measure::bucket_copies(session, &measured)?;
-    let first = measured.kept.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let verify = verify_eager(model, &requests, &set_of, &keep, &measured.kept)?;
+    // The kept outputs' bytes as tensors of their set's shapes.
+    let kept: Vec<(usize, Vec<Tensor>)> = measured
+        .kept
+        .iter()
+        .map(|(i, outputs)| {
+            let set = set_of[i % set_of.len()];
+            let tensors = outputs
+                .iter()
+                .zip(model.outputs())
+                .zip(&output_dims[set])
+                .map(|((bytes, spec), dims)| {
+                    Tensor::from_le_bytes(spec.dtype(), dims.iter().map(|&d| d as usize).collect(), bytes)
+                        .map_err(|e| CliError::failure(format!("request {i}: {e}"), "this is a bug in saggar"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((*i, tensors))
+        })
+        .collect::<Result<_>>()?;
+    let first = kept.first().map(|(_, t)| t.clone()).unwrap_or_default();
+    let verify = verify_eager(model, &requests, &set_of, &keep, &kept)?;
     if let Some(dir) = &args.export_outputs {
         let names: Vec<&str> = model.outputs().iter().map(|s| s.name()).collect();
         let input_names: Vec<&str> = specs.iter().map(|s| s.name()).collect();
-        for (i, tensors) in first_of_each_batch(trace, &measured.kept) {
+        for (i, tensors) in first_of_each_batch(trace, &kept) {
             let set = set_of[i % set_of.len()];
             let batch = distinct[set];
             measure::write_outputs(dir, batch, &names, tensors)?;
@@ -243,8 +256,8 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
             Some(dir) => format!("inputs:{}", dir.display()),
             None => args.trace.trace.to_string(),
         },
-        binding: "pinned".to_string(),
-        stages_unavailable: None,
+        binding: bound.binding.to_string(),
+        stages_unavailable: bound.stages_unavailable,
     };
     let report =
         measure::report(args, &built, &cache, import_s, described, &measured, &distinct, &snapshots, copies, verify);
@@ -267,68 +280,6 @@ fn declared_output_dims(model: &OnnxModel, request: &Request) -> Option<Vec<Vec<
         .iter()
         .map(|spec| spec.dims().iter().map(|d| d.as_fixed().or_else(|| symbols.get(d.symbol()?).copied())).collect())
         .collect()
-}
-
-/// ONNX requests from pinned host tensors: `Session::run_into` into each worker's output buffers
-/// (per distinct input set, u64 words so every element type is aligned), or
-/// `Session::run_into_timed` for requests whose stages are timed.
-struct Onnx<'a, B: Backend> {
-    session: &'a Session<B, OnnxCompiler>,
-    hosts: &'a [Vec<HostTensor<'a>>],
-    output_dims: &'a [Vec<Vec<u64>>],
-    output_bytes: &'a [Vec<usize>],
-}
-
-/// An ONNX worker's output buffers per input set, and its stage timer.
-struct OnnxWorker<B: Backend> {
-    outputs: Vec<Vec<Vec<u64>>>,
-    timer: StageTimer<B>,
-}
-
-impl<B: Backend> Runner for Onnx<'_, B> {
-    type Worker<'w>
-        = OnnxWorker<B>
-    where
-        Self: 'w;
-    type Kept = Vec<Tensor>;
-
-    fn worker(&self) -> Result<OnnxWorker<B>> {
-        let outputs =
-            self.output_bytes.iter().map(|set| set.iter().map(|&n| vec![0u64; n.div_ceil(8)]).collect()).collect();
-        Ok(OnnxWorker { outputs, timer: self.session.stage_timer()? })
-    }
-
-    fn run(&self, worker: &mut OnnxWorker<B>, ask: Ask) -> Result<Ran<Vec<Tensor>>> {
-        let bytes = &self.output_bytes[ask.set];
-        let mut views: Vec<&mut [u8]> = worker.outputs[ask.set]
-            .iter_mut()
-            .zip(bytes)
-            .map(|(words, &n)| &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n])
-            .collect();
-        let (info, stages) = if ask.stages {
-            let (info, stages) = self.session.run_into_timed(&worker.timer, &self.hosts[ask.set], &mut views)?;
-            (info, Some(stages))
-        } else {
-            (self.session.run_into(&self.hosts[ask.set], &mut views)?, None)
-        };
-        let kept = if ask.keep {
-            let specs = self.session.signature().outputs();
-            Some(
-                views
-                    .iter()
-                    .zip(specs)
-                    .zip(&self.output_dims[ask.set])
-                    .map(|((v, spec), dims)| {
-                        Tensor::from_le_bytes(spec.dtype(), dims.iter().map(|&d| d as usize).collect(), v)
-                            .map_err(|e| CliError::failure(format!("an output: {e}"), "this is a bug in saggar"))
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            )
-        } else {
-            None
-        };
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages, kept })
-    }
 }
 
 /// Compares the `--verify` sampled requests with the model's eager evaluation, by the same rule as
