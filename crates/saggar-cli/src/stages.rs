@@ -156,6 +156,12 @@ impl Stages {
         let Some(m) = &self.mean else {
             return self.unavailable.clone().unwrap_or_else(|| "no request timed".to_string());
         };
+        if m.device_us.is_none() {
+            return format!(
+                "queue {:.1}, check {:.1} us (means over {} requests, 1 in {}, of mean latency {:.1} us); they ran split or as per-shape programs, whose stages are not separated",
+                m.queue_wait_us, m.check_us, self.sampled, self.every, self.latency_mean_us
+            );
+        }
         let device = match (m.device_us, &self.device_split) {
             (Some(d), Some(s)) => {
                 format!(", device {d:.1} (h2d {:.1} compute {:.1} d2h {:.1})", s.h2d_us, s.compute_us, s.d2h_us)
@@ -258,6 +264,13 @@ mod tests {
         // Bucket 1: 10 - 1 - 2 = 7 of compute; bucket 8: 2 - 3 - 4 < 0, so 0.
         assert_eq!((split.h2d_us, split.compute_us, split.d2h_us), (2.0, 3.5, 3.0));
         assert!(s.line().contains("device 6.0 (h2d 2.0 compute 3.5 d2h 3.0)"), "{}", s.line());
+    }
+
+    #[test]
+    fn requests_without_a_device_span_say_so() {
+        let s = Stages::summarize(1, &[record(9.0, None, Some(stages(None)))], Vec::new(), None);
+        assert!(s.line().contains("per-shape"), "{}", s.line());
+        assert_eq!(s.device_split, None);
     }
 
     #[test]
