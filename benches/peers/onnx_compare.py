@@ -49,11 +49,15 @@ def main(argv=None):
         st = s.get("stages", {})
         mean, split = st.get("mean") or {}, st.get("device_split") or {}
         su = s.get("startup", {})
-        note = (f"gather {f(mean.get('gather_us'))}, enqueue {f(mean.get('enqueue_us'))}, device {f(mean.get('device_us'))}"
-                f" (h2d {f(split.get('h2d_us'))}, compute {f(split.get('compute_us'))}, d2h {f(split.get('d2h_us'))}),"
-                f" sync {f(mean.get('sync_us'))}, scatter {f(mean.get('scatter_us'))}, queue {f(mean.get('queue_wait_us'))};"
-                f" startup: import {f(su.get('import_s'), '{:.2f}')} s, session {f(su.get('session_s'), '{:.2f}')} s,"
-                f" warmup {f(su.get('warmup_s'), '{:.2f}')} s")
+        if mean.get("device_us") is None:
+            split_note = f"stages not separated (split or per-shape requests), queue {f(mean.get('queue_wait_us'))};"
+        else:
+            split_note = (f"gather {f(mean.get('gather_us'))}, enqueue {f(mean.get('enqueue_us'))}, device {f(mean.get('device_us'))}"
+                          f" (h2d {f(split.get('h2d_us'))}, compute {f(split.get('compute_us'))}, d2h {f(split.get('d2h_us'))}),"
+                          f" sync {f(mean.get('sync_us'))}, scatter {f(mean.get('scatter_us'))}, queue {f(mean.get('queue_wait_us'))};")
+        firsts = sum(r["us"] for r in su.get("first_runs", [])) / 1e6
+        note = (f"{split_note} startup: import {f(su.get('import_s'), '{:.2f}')} s, session {f(su.get('session_s'), '{:.2f}')} s,"
+                f" first runs {firsts:.2f} s, warmup {f(su.get('warmup_s'), '{:.2f}')} s, timed captures {su.get('timed_captures')}")
         l = s["latency_us"]
         lines.append(f"| {model} | {trace} | {conc} | saggar | {f(l['p50'])} | {f(l['p99'])} | {f(s['throughput_rps'])} | "
                      f"verify max rel {s['verify']['max_rel_error']:.1e} | {note} |")

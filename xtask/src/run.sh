@@ -235,16 +235,19 @@ if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/b
       variants=$(echo "$variants" | sed 's/compile-[a-z]*,\{0,1\}//g; s/,$//')
       echo "   (over SAGGAR_ONNX_PEERS_BUDGET: torch.compile variants left out of $tag)"
     fi
-    echo "CUDA_VISIBLE_DEVICES=0 $here/bin/saggar perf --backend cuda --onnx $file --trace $trace --concurrency $conc $* --json $runs/saggar-$tag.json" >> "$runs/commands.txt"
-    echo "== onnx peers: saggar $tag"
-    CUDA_VISIBLE_DEVICES=0 "$here/bin/saggar" perf --backend cuda --onnx "$file" --trace "$trace" --concurrency "$conc" \
+    set -- "$here/bin/saggar" perf --backend cuda --onnx "$file" --trace "$trace" --concurrency "$conc" \
       --cache-dir "$work/cache-$model" --export-times "$work/times-$tag.jsonl" --export-outputs "$work/out-$tag" \
-      --json "$runs/saggar-$tag.json" "$@" > "$report/logs/onnx-peers-saggar-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-saggar-$tag.log"; return; }
+      --json "$runs/saggar-$tag.json" "$@"
+    echo "CUDA_VISIBLE_DEVICES=0 $*" >> "$runs/commands.txt"
+    echo "== onnx peers: saggar $tag"
+    CUDA_VISIBLE_DEVICES=0 "$@" > "$report/logs/onnx-peers-saggar-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-saggar-$tag.log"; return; }
     grep -E '^(latency|stages|startup)' "$report/logs/onnx-peers-saggar-$tag.log" | sed 's/^/   /'
-    CUDA_VISIBLE_DEVICES=0 python3 "$here/peers/onnx_peers.py" --models "$models" --model "$model" --onnx "$file" \
+    set -- python3 "$here/peers/onnx_peers.py" --models "$models" --model "$model" --onnx "$file" \
       --saggar-outputs "$work/out-$tag" --saggar-times "$work/times-$tag.jsonl" --concurrency "$conc" --label "$trace" \
-      --variants "$variants" --compile-timeout "${SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT:-90}" --json "$runs/torch-$tag.json" \
-      > "$report/logs/onnx-peers-torch-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-torch-$tag.log"; }
+      --variants "$variants" --compile-timeout "${SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT:-90}" --json "$runs/torch-$tag.json"
+    echo "CUDA_VISIBLE_DEVICES=0 $*" >> "$runs/commands.txt"
+    CUDA_VISIBLE_DEVICES=0 "$@" > "$report/logs/onnx-peers-torch-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-torch-$tag.log"; }
+    grep -E '^(eager|graphs|compile|ort) ' "$report/logs/onnx-peers-torch-$tag.log" | cut -c1-200 | sed 's/^/   /'
     rm -rf "$work/out-$tag"
   }
   all=${SAGGAR_ONNX_PEERS_VARIANTS:-eager,graphs,compile-max,compile-ro,ort}
