@@ -201,20 +201,19 @@ class PackedGraphs:
                 torch.cuda.synchronize()
                 outs = [out] if not isinstance(out, (tuple, list)) else list(out)
                 out_sizes = [o.numel() * o.element_size() for o in outs]
-                out_dev = torch.empty(sum(out_sizes), dtype=torch.uint8, device="cuda")
-                out_host = torch.empty(sum(out_sizes), dtype=torch.uint8).pin_memory()
+                out_offsets, out_total = [], 0
+                for n in out_sizes:  # 256-byte aligned, as the inputs
+                    out_offsets.append(out_total)
+                    out_total += (n + 255) // 256 * 256
+                out_dev = torch.empty(out_total, dtype=torch.uint8, device="cuda")
+                out_host = torch.empty(out_total, dtype=torch.uint8).pin_memory()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, stream=stream):
                     out = self.module(*d_in)
                     outs = [out] if not isinstance(out, (tuple, list)) else list(out)
-                    off = 0
-                    for o, n in zip(outs, out_sizes):
+                    for o, off, n in zip(outs, out_offsets, out_sizes):
                         out_dev[off:off + n].view(o.dtype).view(o.shape).copy_(o)
-                        off += n
-            o_views, off = [], 0
-            for o, n in zip(outs, out_sizes):
-                o_views.append(out_host[off:off + n].view(o.dtype).view(o.shape))
-                off += n
+            o_views = [out_host[off:off + n].view(o.dtype).view(o.shape) for o, off, n in zip(outs, out_offsets, out_sizes)]
             entries[k] = {"graph": graph, "host": host, "dev": dev, "h_in": h_in, "out_dev": out_dev,
                           "out_host": out_host, "o_views": o_views}
         torch.cuda.synchronize()
