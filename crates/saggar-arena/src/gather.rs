@@ -569,7 +569,19 @@ impl Drop for Claims<'_> {
     }
 }
 
+thread_local! {
+    /// Whether this thread is a gather helper.
+    static ON_HELPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a gather helper (so the part it runs was written by another core).
+#[inline]
+pub(crate) fn on_helper_thread() -> bool {
+    ON_HELPER.with(std::cell::Cell::get)
+}
+
 fn helper(shared: &Shared, index: usize) {
+    ON_HELPER.with(|h| h.set(true));
     let mut seen = publication_word(0, 0);
     while let Some(word) = wait_for_gather(shared, index, seen) {
         seen = word;
