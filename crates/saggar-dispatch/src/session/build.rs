@@ -107,7 +107,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let arenas = ArenaPool::<B>::with_layouts(
             device.clone(),
             layouts,
-            PoolConfig { max_arenas: config.max_concurrency, when_exhausted: wait, ..PoolConfig::default() },
+            PoolConfig {
+                max_arenas: config.max_concurrency,
+                when_exhausted: wait,
+                arena: saggar_arena::ArenaOptions::default().with_gather(config.gather),
+            },
         )?;
         // Main programs run on every context's slots; a per-shape model has none, so its contexts
         // have no slots.
