@@ -625,11 +625,14 @@ fn gather_part<'a>(
                 });
             };
             let dst_len = plan.dst_len();
-            let dst = &mut staging[slot.offset - base..slot.offset - base + dst_len];
+            let at = slot.offset - base;
             if real.len() == dst_len {
-                copy_bytes(real, dst, streaming);
+                // The room up to the next slot (or the part's end): the copy may stream a last partial
+                // line whole into it.
+                let room = layout.inputs().get(first + k + 1).map_or(staging.len(), |next| next.offset - base);
+                copy_bytes(real, &mut staging[at..room.max(at + dst_len)], streaming);
             } else {
-                pad_rows_into(data, dst, &plan)?;
+                pad_rows_into(data, &mut staging[at..at + dst_len], &plan)?;
             }
             span_end = span_end.max(slot.offset + dst_len);
             // Store only what changed (nothing while requests keep their buckets; a new bucket

@@ -38,7 +38,10 @@ impl<B: Backend> Arena<B> {
             });
         }
         let streaming = self.ctx.options.gather.stores.streaming_for(B::KIND);
-        copy_bytes(data, &mut self.staging.as_mut_slice()[range], streaming);
+        // The room up to the next slot: the copy may stream a last partial line whole into it.
+        let staging = self.staging.as_mut_slice();
+        let room = self.ctx.layouts[self.variant].inputs().get(index + 1).map_or(staging.len(), |next| next.offset);
+        copy_bytes(data, &mut staging[range.start..room.max(range.end)], streaming);
         if streaming {
             store_fence();
         }
