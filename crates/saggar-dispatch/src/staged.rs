@@ -1,8 +1,9 @@
 //! Requests written in place ([`Session::request`]): the caller writes its inputs straight into a
 //! leased run context's pinned staging buffer and reads its outputs straight from the pinned
 //! read-back buffer, so a run needs no gather and no scatter: it pads in place, enqueues one
-//! host-to-device copy, replays the bucket's graph (the same entry [`Session::run`] uses), enqueues
-//! one download and waits.
+//! host-to-device copy, replays the bucket's program graph on the arena's slots (the entry the
+//! stabilized device path replays; the copies stay out of the graph, as a caller's own copy, replay
+//! and download would be), enqueues one download and waits.
 //!
 //! The views borrow the [`Request`]: an input view borrows it mutably and an output view shares
 //! it, so the borrow checker stops a view from outliving its request and a request from running
@@ -264,10 +265,10 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
     }
 
     /// Runs the request: pads every input in place to the bucket (repeating its last real row; no
-    /// work when the batch is the bucket), enqueues ONE host-to-device copy, replays the bucket's
-    /// graph (or launches eagerly when graphs are off), enqueues one download of the outputs, and
-    /// waits for the stream. The replayed graph holds the copies, so a run is one graph launch and
-    /// one stream synchronize: no event, no gather, no allocation.
+    /// work when the batch is the bucket), enqueues ONE host-to-device copy of the bucket's inputs,
+    /// replays the bucket's program graph on the arena's slots (or launches eagerly when graphs are
+    /// off), enqueues one download of the outputs, and waits for the stream: two copies, one graph
+    /// launch and one stream synchronize, no event, no gather, no allocation.
     pub fn run(&mut self) -> Result<RunInfo> {
         let inner = &*self.session.inner;
         self.ran = false;
@@ -317,14 +318,29 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             let Slots { arena, pad_plans, .. } = &mut *slots;
             arena.pad_staged(|i| pad_plans[i])?;
         }
-        let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
-        // The run waits for its stream, which covers the copies in the graph: no fence event is
-        // needed to keep the host off the pinned buffers while they are in flight. Should the wait
-        // fail, the fence makes the arena wait again before its buffers are touched or freed.
-        if let Err(e) = stream.synchronize() {
-            slots.arena.fence(stream)?;
-            return Err(e.into());
-        }
+        // The same device work as a caller's own one copy, graph and download: the upload of the
+        // bucket's packed span, the bucket's program-only graph on the arena's slots (the entry the
+        // stabilized device path replays), the download, and one wait, which covers both copies, so
+        // no fence event is needed to keep the host off the pinned buffers while they are in flight.
+        let enqueued = (|| {
+            // SAFETY: the run waits for the stream below before the host touches the pinned buffers
+            // again, or, failing, fences the arena so that it waits before they are touched or freed.
+            unsafe { slots.arena.enqueue_upload(stream, self.upload_span[k])? };
+            let replayed = self.run_on_slots(stream, slots, k, BindingMode::Stabilized)?;
+            // SAFETY: as above.
+            unsafe { slots.arena.enqueue_download(stream, self.download_span[k])? };
+            stream.synchronize()?;
+            Ok(replayed)
+        })();
+        let replayed = match enqueued {
+            Ok(replayed) => replayed,
+            Err(e) => {
+                if let Err(fence) = slots.arena.fence(stream) {
+                    tracing::error!(error = %fence, "saggar-dispatch: fencing a failed request's copies failed");
+                }
+                return Err(e);
+            }
+        };
         slots.arena.wait_idle()?;
         *last = Some(this);
         self.count_chunk(chunk);

@@ -280,7 +280,7 @@ fn packed(slots: &[usize]) -> usize {
 }
 
 #[test]
-fn a_run_is_one_graph_launch_with_one_copy_each_way_of_its_own_bucket_and_one_wait() {
+fn a_run_is_one_copy_each_way_of_its_own_bucket_one_graph_launch_and_one_wait() {
     // Buckets up to 64, so a batch-1 request would send 64 times its bytes if its copy covered a
     // span laid out for the largest bucket.
     let model = Arc::new(SumModel::new(6, 4, true));
