@@ -209,8 +209,8 @@ fn bare_graph<B: Backend>(
 }
 
 /// A `Request` at batch 1 (one run context; the pinned-copy path leases the other) against the same
-/// device work done by hand: one prefilled copy of the bytes the request's copy sends + the bare graph
-/// + one download, by stream calls and as one captured graph; and against a prefilled copy of the
+/// device work done by hand: one prefilled copy of the bytes the request's copy sends, the bare graph
+/// and one download, by stream calls and as one captured graph; and against a prefilled copy of the
 /// inputs' bytes alone (no slot alignment gaps). All interleaved in one loop of `n` rounds.
 fn request_figures<B: Backend>(
     device: &B::Device,
