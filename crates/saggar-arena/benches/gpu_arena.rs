@@ -13,7 +13,7 @@
 //! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
 //! - `request`: the inputs written in place into the staging slots (what a dispatcher `Request`
 //!   does: no gather), streamed (`Arena::write_staged_input`) or through the views with plain
-//!   stores, padded in place, ONE copy, waited for;
+//!   stores, ONE copy, waited for;
 //! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor);
 //!   for each gather configuration measured in alternation with its `arena` iterations, so the ratio
 //!   compares the two under the same machine state; for the diagnostic rows, measured once per case.
@@ -226,18 +226,19 @@ impl BackendVisitor for Bench {
                 .collect();
             // Inputs written in place (what a dispatcher `Request` does on the host): the caller's
             // writes into the staging slots (streamed, as `Request::write_input` does, or through the
-            // views with plain stores), the in-place padding pass, ONE copy, the wait; measured in
-            // alternation with the prefilled copy.
+            // views with plain stores), ONE copy, the wait; measured in alternation with the
+            // prefilled copy.
             {
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
                     .map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
                 let lease = std::cell::RefCell::new(&mut lease);
+                // The inputs fill their slots (no padding): as a `Request` at its bucket's batch, no
+                // padding pass, the whole span in one copy.
+                let span = lease.borrow().layout().input_span();
                 let send = || {
-                    let mut lease = lease.borrow_mut();
-                    let span = lease.pad_staged(|i| plans[i]).unwrap();
                     // SAFETY: waited for right below, before the next write.
-                    unsafe { lease.enqueue_upload(&stream, span).unwrap() };
+                    unsafe { lease.borrow().enqueue_upload(&stream, span).unwrap() };
                     stream.synchronize().unwrap();
                 };
                 let [streamed_us, views_us, prefilled_alongside_us] = time_each(
