@@ -6,11 +6,14 @@
 //! iterations, each iteration ending with a stream synchronize:
 //! - `arena`: gather the host inputs into the pinned staging buffer, ONE host-to-device copy; once per
 //!   gather configuration (the calling thread alone, then with 1, 3 and 7 helper threads where the
-//!   machine has the cores, and the default), and with requests 1 ms apart (parked helpers);
+//!   machine has the cores, and the default); and at low load, requests 1 ms and 10 ms apart (parked
+//!   helpers), the calling thread alone and the default in alternation, with their ratio (target:
+//!   the default within 1.05x of the calling thread alone);
 //! - `gather only`: the host side of the same gather, without the copy (where the time goes);
 //! - `per_input`: one asynchronous copy per input from an already-filled pinned buffer;
 //! - `request`: the inputs written in place into the staging slots (what a dispatcher `Request`
-//!   does: no gather), padded in place, ONE copy, fenced and waited for;
+//!   does: no gather), streamed (`Arena::write_staged_input`) or through the views with plain
+//!   stores, ONE copy, waited for;
 //! - `single_prefilled`: one copy of the same bytes from an already-filled pinned buffer (the floor);
 //!   for each gather configuration measured in alternation with its `arena` iterations, so the ratio
 //!   compares the two under the same machine state; for the diagnostic rows, measured once per case.
@@ -41,12 +44,15 @@ struct Row {
     single_prefilled_us: f64,
     /// How the configuration's split gathers ran over its timed loops (arena and gather only).
     stats: Option<GatherStats>,
+    /// For the default gather at low load: its time over the calling thread's alone, measured in
+    /// alternation with it (the target: at most 1.05).
+    vs_alone: Option<f64>,
 }
 
 /// The gather configurations measured: the calling thread alone with plain and with streaming
 /// stores, then 1, 3 and 7 helpers with streaming stores (as far as the machine has spare hardware
-/// threads), 7 with plain stores, and the default; then the calling thread and the default with
-/// requests 1 ms apart (longer than the helpers' spin, so they park between requests).
+/// threads), 7 with plain stores, and the default. The low-load rows ([`APART`]) are measured
+/// apart from these.
 fn gather_configs() -> Vec<(String, GatherOptions, Option<Duration>)> {
     let spare = std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1);
     let stores = |streaming| if streaming { StagingStores::Streaming } else { StagingStores::Plain };
@@ -64,11 +70,12 @@ fn gather_configs() -> Vec<(String, GatherOptions, Option<Duration>)> {
     }
     let auto = GatherOptions::auto();
     configs.push((format!("default ({} helpers)", auto.helpers), auto, None));
-    let apart = Some(Duration::from_millis(1));
-    configs.push(("calling thread, 1 ms apart".to_string(), inline(true), apart));
-    configs.push(("default, 1 ms apart".to_string(), auto, apart));
     configs
 }
+
+/// The low-load rows: requests this far apart (longer than the helpers' spin, so they park between
+/// requests), each with how many of the back-to-back iterations it runs (every one sleeps).
+const APART: [(Duration, usize); 2] = [(Duration::from_millis(1), 4), (Duration::from_millis(10), 20)];
 
 /// A JSON number, or `null` for a figure not measured.
 fn json_number(value: f64) -> String {
@@ -205,6 +212,7 @@ impl BackendVisitor for Bench {
                     per_input_us,
                     single_prefilled_us,
                     stats: None,
+                    vs_alone: None,
                 });
             }
             let sources: Vec<InputSource<'_>> = host
@@ -217,29 +225,44 @@ impl BackendVisitor for Bench {
                 })
                 .collect();
             // Inputs written in place (what a dispatcher `Request` does on the host): the caller's
-            // writes into the staging slots, the in-place padding pass, ONE copy, the fence, the
-            // wait; measured in alternation with the prefilled copy.
+            // writes into the staging slots (streamed, as `Request::write_input` does, or through the
+            // views with plain stores), ONE copy, the wait; measured in alternation with the
+            // prefilled copy.
             {
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
                     .map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
-                let [in_place_us, prefilled_alongside_us] = time_each(
+                let lease = std::cell::RefCell::new(&mut lease);
+                // The inputs fill their slots (no padding): as a `Request` at its bucket's batch, no
+                // padding pass, the whole span in one copy.
+                let span = lease.borrow().layout().input_span();
+                let send = || {
+                    // SAFETY: waited for right below, before the next write.
+                    unsafe { lease.borrow().enqueue_upload(&stream, span).unwrap() };
+                    stream.synchronize().unwrap();
+                };
+                let [streamed_us, views_us, prefilled_alongside_us] = time_each(
                     self.iterations,
                     None,
                     [
                         &mut || {
                             for (index, (h, plan)) in host.iter().zip(&plans).enumerate() {
+                                // SAFETY: f32 -> u8 view of initialised memory.
+                                let bytes = unsafe { std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes) };
+                                lease.borrow_mut().write_staged_input(index, plan, bytes).unwrap();
+                            }
+                            send();
+                        },
+                        &mut || {
+                            for (index, (h, plan)) in host.iter().zip(&plans).enumerate() {
+                                let mut lease = lease.borrow_mut();
                                 let view = lease.staged_input_mut(index, plan).unwrap();
                                 // SAFETY: f32 -> u8 view of initialised memory.
                                 view.copy_from_slice(unsafe {
                                     std::slice::from_raw_parts(h.as_ptr().cast::<u8>(), case.bytes)
                                 });
                             }
-                            let span = lease.pad_staged(|i| plans[i]).unwrap();
-                            // SAFETY: fenced right below, and waited for before the next write.
-                            unsafe { lease.enqueue_upload(&stream, span).unwrap() };
-                            lease.fence(&stream).unwrap();
-                            lease.wait_idle().unwrap();
+                            send();
                         },
                         &mut || {
                             // SAFETY: as above.
@@ -248,15 +271,20 @@ impl BackendVisitor for Bench {
                         },
                     ],
                 );
-                rows.push(Row {
-                    case: case_name.clone(),
-                    gather: "request: written in place, no gather".to_string(),
-                    arena_us: in_place_us,
-                    gather_only_us: f64::NAN,
-                    per_input_us,
-                    single_prefilled_us: prefilled_alongside_us,
-                    stats: None,
-                });
+                for (label, us) in
+                    [("request: written in place, streamed", streamed_us), ("request: written through views", views_us)]
+                {
+                    rows.push(Row {
+                        case: case_name.clone(),
+                        gather: label.to_string(),
+                        arena_us: us,
+                        gather_only_us: f64::NAN,
+                        per_input_us,
+                        single_prefilled_us: prefilled_alongside_us,
+                        stats: None,
+                        vs_alone: None,
+                    });
+                }
             }
             for (label, gather, pause) in gather_configs() {
                 // Requests 1 ms apart: parked helpers; fewer iterations (each waits the pause).
@@ -324,6 +352,7 @@ impl BackendVisitor for Bench {
                         per_input_us,
                         single_prefilled_us,
                         stats: None,
+                        vs_alone: None,
                     })
                     .collect();
                 }
@@ -335,8 +364,79 @@ impl BackendVisitor for Bench {
                     per_input_us,
                     single_prefilled_us: prefilled_alongside_us,
                     stats: Some(stats),
+                    vs_alone: None,
                 });
                 rows.extend(stage_rows);
+            }
+            // Low load: the calling thread alone and the default gather (helpers parked between
+            // requests), with the same stores (chosen by the backend), measured in alternation with
+            // each other and the prefilled copy, so their ratio compares them under the same machine
+            // state.
+            for (pause, divisor) in APART {
+                let iterations = (self.iterations / divisor).max(20);
+                let pool_with = |gather: GatherOptions| {
+                    let config =
+                        PoolConfig { arena: ArenaOptions::default().with_gather(gather), ..PoolConfig::default() };
+                    ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())
+                };
+                let (alone_pool, default_pool) = (pool_with(GatherOptions::INLINE)?, pool_with(GatherOptions::auto())?);
+                let mut alone = alone_pool.lease().map_err(|e| e.to_string())?;
+                let mut default = default_pool.lease().map_err(|e| e.to_string())?;
+                let before = default.gather_stats();
+                let [alone_us, default_us, prefilled_alongside_us] = time_each(
+                    iterations,
+                    Some(pause),
+                    [
+                        &mut || {
+                            alone.stage_inputs(&stream, &sources).unwrap();
+                            stream.synchronize().unwrap();
+                        },
+                        &mut || {
+                            default.stage_inputs(&stream, &sources).unwrap();
+                            stream.synchronize().unwrap();
+                        },
+                        &mut || {
+                            // SAFETY: as above.
+                            unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                            stream.synchronize().unwrap();
+                        },
+                    ],
+                );
+                let [alone_gather_us, default_gather_us] = time_each(
+                    iterations,
+                    Some(pause),
+                    [
+                        &mut || {
+                            std::hint::black_box(alone.gather_host(&sources).unwrap());
+                        },
+                        &mut || {
+                            std::hint::black_box(default.gather_host(&sources).unwrap());
+                        },
+                    ],
+                );
+                let stats = default.gather_stats().since(&before);
+                let ms = pause.as_millis();
+                for (label, us, gather_us, stats, vs_alone) in [
+                    (format!("calling thread, {ms} ms apart"), alone_us, alone_gather_us, GatherStats::default(), None),
+                    (
+                        format!("default, {ms} ms apart"),
+                        default_us,
+                        default_gather_us,
+                        stats,
+                        Some(default_us / alone_us),
+                    ),
+                ] {
+                    rows.push(Row {
+                        case: case_name.clone(),
+                        gather: label,
+                        arena_us: us,
+                        gather_only_us: gather_us,
+                        per_input_us,
+                        single_prefilled_us: prefilled_alongside_us,
+                        stats: Some(stats),
+                        vs_alone,
+                    });
+                }
             }
         }
         Ok((format!("{} ({})", device.info().name, B::KIND), rows))
@@ -382,6 +482,10 @@ fn main() {
                 per(s.helper_spin_ns, gathers),
             )
         });
+        let stats = match r.vs_alone {
+            Some(ratio) => format!("{stats}; {ratio:.3}x the calling thread alone (target <= 1.05x)"),
+            None => stats,
+        };
         println!(
             "{:<20} {:<36} {:>9.2} {:>12.2} {:>12.2} {:>12.2} {:>15.1}x {:>12.2}x{stats}",
             r.case,
@@ -397,9 +501,10 @@ fn main() {
             out.push(',');
         }
         out.push_str(&format!(
-            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3},\"gather_stats\":{}}}",
+            "{{\"case\":{:?},\"gather\":{:?},\"arena_us\":{:.3},\"gather_only_us\":{},\"per_input_us\":{:.3},\"single_prefilled_us\":{:.3},\"speedup_vs_per_input\":{:.3},\"ratio_vs_single\":{:.3},\"gather_stats\":{},\"vs_calling_thread\":{}}}",
             r.case, r.gather, r.arena_us, json_number(r.gather_only_us), r.per_input_us, r.single_prefilled_us, r.per_input_us / r.arena_us, r.arena_us / r.single_prefilled_us,
-            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{},\"alone_parked\":{},\"woke_helpers\":{},\"helper_spin_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns, s.alone_parked, s.woke_helpers, s.helper_spin_ns))
+            r.stats.map_or("null".to_string(), |s| format!("{{\"split\":{},\"parts\":{},\"parts_on_helpers\":{},\"found_parked\":{},\"alone_busy\":{},\"helper_wait_ns\":{},\"alone_parked\":{},\"woke_helpers\":{},\"helper_spin_ns\":{}}}", s.split, s.parts, s.parts_on_helpers, s.found_parked, s.alone_busy, s.helper_wait_ns, s.alone_parked, s.woke_helpers, s.helper_spin_ns)),
+            r.vs_alone.map_or("null".to_string(), |v| format!("{v:.3}"))
         ));
     }
     out.push_str("]}\n");

@@ -11,7 +11,7 @@ use saggar_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
 use smallvec::SmallVec;
 
 use crate::error::{ArenaError, Result};
-use crate::gather::{GatherOptions, GatherStats, Gatherer, copy_bytes, prefetch_to_l2, store_fence};
+use crate::gather::{GatherOptions, GatherStats, Gatherer, copy_bytes, on_helper_thread, prefetch_to_l2, store_fence};
 use crate::layout::{ArenaLayout, Slot};
 
 /// Where one input comes from.
@@ -115,26 +115,62 @@ impl Default for ArenaOptions {
     }
 }
 
-/// What every arena of one pool shares: the device, the layout, the gather helpers and how the
-/// layout's inputs are split among them, and the padding kernel (compiled on first need).
+/// What every arena of one pool shares: the device, the layouts (see [`crate::ArenaPool::with_layouts`]),
+/// the gather helpers and how each layout's inputs are split among them, and the padding kernel
+/// (compiled on first need).
 pub(crate) struct ArenaContext<B: Backend> {
     pub(crate) device: B::Device,
-    pub(crate) layout: Arc<ArenaLayout>,
+    /// At least one; every layout has the same inputs and outputs, at its own offsets.
+    pub(crate) layouts: Box<[Arc<ArenaLayout>]>,
     pub(crate) options: ArenaOptions,
     gatherer: Arc<Gatherer>,
-    /// Part `p` of a gather is inputs `part_starts[p]..part_starts[p + 1]`, balanced by slot bytes.
-    part_starts: Vec<usize>,
+    /// Per layout: part `p` of a gather is inputs `part_starts[p]..part_starts[p + 1]`, balanced by
+    /// slot bytes.
+    part_starts: Box<[Vec<usize>]>,
     pad_kernel: OnceLock<std::result::Result<B::Kernel, saggar_device::Error>>,
 }
 
 impl<B: Backend> ArenaContext<B> {
-    pub(crate) fn new(device: B::Device, layout: Arc<ArenaLayout>, options: ArenaOptions) -> Result<ArenaContext<B>> {
+    pub(crate) fn new(
+        device: B::Device,
+        layouts: Vec<Arc<ArenaLayout>>,
+        options: ArenaOptions,
+    ) -> Result<ArenaContext<B>> {
+        let Some(first) = layouts.first() else {
+            return Err(ArenaError::Layout { reason: "a pool needs at least one layout".into() });
+        };
+        if let Some(other) = layouts
+            .iter()
+            .find(|l| l.inputs().len() != first.inputs().len() || l.outputs().len() != first.outputs().len())
+        {
+            return Err(ArenaError::Layout {
+                reason: format!(
+                    "the layouts of one pool must have the same inputs and outputs ({} and {} against {} and {})",
+                    other.inputs().len(),
+                    other.outputs().len(),
+                    first.inputs().len(),
+                    first.outputs().len()
+                ),
+            });
+        }
         let gatherer = Gatherer::shared(options.gather).map_err(|e| ArenaError::Gather {
             reason: format!("cannot start gather helper threads ({e}); set GatherOptions::helpers to 0"),
         })?;
-        let parts = options.gather.parts_for(layout.inputs().len(), layout.input_span());
-        let part_starts = balanced_parts(layout.inputs(), parts);
-        Ok(ArenaContext { device, layout, options, gatherer, part_starts, pad_kernel: OnceLock::new() })
+        let part_starts = layouts
+            .iter()
+            .map(|layout| {
+                let parts = options.gather.parts_for(layout.inputs().len(), layout.input_span());
+                balanced_parts(layout.inputs(), parts)
+            })
+            .collect();
+        Ok(ArenaContext {
+            device,
+            layouts: layouts.into_boxed_slice(),
+            options,
+            gatherer,
+            part_starts,
+            pad_kernel: OnceLock::new(),
+        })
     }
 
     pub(crate) fn gather_stats(&self) -> GatherStats {
@@ -163,7 +199,9 @@ pub struct Arena<B: Backend> {
     /// Recorded after the last enqueued operation that touches pinned memory.
     in_flight: B::Event,
     pub(crate) pending: bool,
-    /// Each input's whole slot, at its stable address.
+    /// The layout in use (an index into the context's layouts).
+    pub(crate) variant: usize,
+    /// Each input's whole slot in that layout, at its stable address.
     slots: Vec<DeviceSlice>,
     bindings: Vec<DeviceSlice>,
     kinds: Vec<BindingKind>,
@@ -192,21 +230,21 @@ fn check_aligned(role: &'static str, name: &str, address: usize, len: usize, ali
 
 impl<B: Backend> Arena<B> {
     pub(crate) fn new(ctx: Arc<ArenaContext<B>>) -> Result<Arena<B>> {
-        let layout = &ctx.layout;
-        let device_memory = ctx.device.alloc(layout.device_bytes())?;
+        // Every layout's slots lie in the same memory: sized for the largest of each span.
+        let most = |span: fn(&ArenaLayout) -> usize| ctx.layouts.iter().map(|l| span(l)).max().unwrap_or(0);
+        let (input_span, output_span) = (most(ArenaLayout::input_span), most(ArenaLayout::output_span));
+        let layout = &ctx.layouts[0];
+        let device_memory = ctx.device.alloc(most(ArenaLayout::device_bytes))?;
         // Zero the arena once: the single copies move whole spans, gaps between slots included, and a
         // span must never carry uninitialised memory (compute-sanitizer's initcheck would flag it).
         let stream = ctx.device.create_stream()?;
         stream.memset(device_memory.as_slice(), 0)?;
         stream.synchronize()?;
-        let staging = ctx.device.alloc_pinned(layout.input_span().max(1))?;
+        let staging = ctx.device.alloc_pinned(input_span.max(1))?;
         // Outputs of zero elements still get a (one-byte) read-back buffer, as inputs do a staging one:
         // a model whose outputs are all empty is served like any other.
-        let readback = if ctx.options.coalesce_outputs {
-            Some(ctx.device.alloc_pinned(layout.output_span().max(1))?)
-        } else {
-            None
-        };
+        let readback =
+            if ctx.options.coalesce_outputs { Some(ctx.device.alloc_pinned(output_span.max(1))?) } else { None };
         let in_flight = ctx.device.create_untimed_event()?;
         let n = layout.inputs().len();
         let slots: Vec<DeviceSlice> = layout.inputs().iter().map(|s| slot_view(&device_memory, 0, s)).collect();
@@ -217,25 +255,53 @@ impl<B: Backend> Arena<B> {
             readback,
             in_flight,
             pending: false,
+            variant: 0,
             bindings: slots.clone(),
             slots,
             kinds: vec![BindingKind::Staged; n],
         })
     }
 
-    /// The layout.
+    /// The layout in use.
     pub fn layout(&self) -> &ArenaLayout {
-        &self.ctx.layout
+        &self.ctx.layouts[self.variant]
+    }
+
+    /// The index of the layout in use among the pool's layouts ([`crate::ArenaPool::with_layouts`]).
+    pub fn layout_index(&self) -> usize {
+        self.variant
+    }
+
+    /// Switches to the pool's layout `index` (a no-op when it is the one in use): from now on every
+    /// slot, gather, copy and view is at that layout's offsets. The staging buffer's contents are not
+    /// moved, so inputs written in place must be written again after a switch. Every layout keeps
+    /// its device addresses for the arena's life, so graphs captured against each stay valid.
+    pub fn use_layout(&mut self, index: usize) -> Result<()> {
+        if index == self.variant {
+            return Ok(());
+        }
+        let count = self.ctx.layouts.len();
+        let layout = self.ctx.layouts.get(index).ok_or_else(|| ArenaError::Layout {
+            reason: format!("layout {index} does not exist: the pool has {count}"),
+        })?;
+        for (view, slot) in self.slots.iter_mut().zip(layout.inputs()) {
+            *view = slot_view(&self.device_memory, 0, slot);
+        }
+        self.bindings.copy_from_slice(&self.slots);
+        self.kinds.fill(BindingKind::Staged);
+        self.variant = index;
+        Ok(())
     }
 
     /// The whole slot of input `index` (its capacity), at its stable device address.
     pub fn input_slot(&self, index: usize) -> DeviceSlice {
-        slot_view(&self.device_memory, 0, &self.ctx.layout.inputs()[index])
+        slot_view(&self.device_memory, 0, &self.layout().inputs()[index])
     }
 
     /// The whole slot of output `index`, at its stable device address.
     pub fn output_slot(&self, index: usize) -> DeviceSlice {
-        slot_view(&self.device_memory, self.ctx.layout.output_offset(), &self.ctx.layout.outputs()[index])
+        let layout = self.layout();
+        slot_view(&self.device_memory, layout.output_offset(), &layout.outputs()[index])
     }
 
     /// The device memory each input is bound to after the last [`Arena::stage_inputs`], in input order.
@@ -285,7 +351,7 @@ impl<B: Backend> Arena<B> {
     /// [`Arena::copy_device_inputs`]. Waits first for the previous use of the staging buffer.
     /// Returns the used span of the staging buffer (what [`Arena::enqueue_upload`] must send).
     pub fn gather_host(&mut self, inputs: &[InputSource<'_>]) -> Result<usize> {
-        let slots = self.ctx.layout.inputs().len();
+        let slots = self.layout().inputs().len();
         if inputs.len() != slots {
             return Err(ArenaError::Count { role: "input", expected: slots, actual: inputs.len() });
         }
@@ -301,11 +367,11 @@ impl<B: Backend> Arena<B> {
     /// the next successful gather.
     pub fn gather_host_with<'a>(&mut self, source: impl Fn(usize) -> InputSource<'a> + Sync) -> Result<usize> {
         self.wait_idle()?;
-        let Arena { ctx, staging, slots, bindings, kinds, .. } = self;
-        let layout = &*ctx.layout;
+        let Arena { ctx, staging, slots, bindings, kinds, variant, .. } = self;
+        let layout = &*ctx.layouts[*variant];
         let streaming = ctx.options.gather.stores.streaming_for(B::KIND);
         let staging = staging.as_mut_slice();
-        let starts = &ctx.part_starts;
+        let starts = &ctx.part_starts[*variant];
         if starts.len() <= 2 {
             let mut part = Part { first: 0, base: 0, staging, bindings, kinds, outcome: None };
             return gather_part(layout, &mut part, &source, slots, streaming, false);
@@ -365,7 +431,8 @@ impl<B: Backend> Arena<B> {
     /// As [`Arena::enqueue_upload`]: fence afterwards; [`Arena::scatter_outputs`] waits for the fence.
     pub unsafe fn enqueue_download(&self, stream: &B::Stream, span: usize) -> Result<()> {
         let readback = self.readback.as_ref().ok_or(ArenaError::NotDownloaded)?;
-        let src = self.device_memory.slice(self.ctx.layout.output_offset(), span.min(self.ctx.layout.output_span()))?;
+        let layout = self.layout();
+        let src = self.device_memory.slice(layout.output_offset(), span.min(layout.output_span()))?;
         // SAFETY: the read-back buffer belongs to this arena, which waits for the fence before the
         // host reads it or frees it; the caller fences per this function's contract.
         unsafe { stream.copy_d2h_async(src, readback, 0)? };
@@ -376,7 +443,7 @@ impl<B: Backend> Arena<B> {
     /// one kernel launch when needed, or bound directly when asked and no padding is needed.
     pub fn copy_device_inputs(&mut self, stream: &B::Stream, inputs: &[InputSource<'_>]) -> Result<StageReport> {
         let ctx = self.ctx.clone();
-        let slots = ctx.layout.inputs();
+        let slots = ctx.layouts[self.variant].inputs();
         if inputs.len() != slots.len() {
             return Err(ArenaError::Count { role: "input", expected: slots.len(), actual: inputs.len() });
         }
@@ -446,13 +513,13 @@ impl<B: Backend> Arena<B> {
         // A previous download must be finished (and read) before the device writes the buffer again.
         self.wait_idle()?;
         // SAFETY: fenced right below.
-        unsafe { self.enqueue_download(stream, self.ctx.layout.output_span())? };
+        unsafe { self.enqueue_download(stream, self.layout().output_span())? };
         self.fence(stream)
     }
 
     /// Waits for the download, then copies each output's real rows into the caller's buffers.
     pub fn scatter_outputs(&mut self, targets: &mut [OutputTarget<'_>]) -> Result<()> {
-        let slots = self.ctx.layout.outputs().len();
+        let slots = self.layout().outputs().len();
         if targets.len() != slots {
             return Err(ArenaError::Count { role: "output", expected: slots, actual: targets.len() });
         }
@@ -469,7 +536,7 @@ impl<B: Backend> Arena<B> {
         plan: impl Fn(usize) -> SlicePlan,
     ) -> Result<()> {
         let ctx = self.ctx.clone();
-        let slots = ctx.layout.outputs();
+        let slots = ctx.layouts[self.variant].outputs();
         if outputs.len() != slots.len() {
             return Err(ArenaError::Count { role: "output", expected: slots.len(), actual: outputs.len() });
         }
@@ -527,11 +594,13 @@ fn gather_part<'a>(
     let mut span_end = 0usize;
     let result = (|| {
         let end = first + bindings.len();
-        // In a split gather, ask for the part's source bytes all at once before copying any: a
-        // helper finds them in another core's cache (the caller wrote them), and many small inputs
+        // In a split gather, a helper asks for its part's source bytes all at once before copying
+        // any: it finds them in another core's cache (the caller wrote them), and many small inputs
         // are short streams the hardware prefetcher does not follow, so the copy loop would
-        // otherwise wait for them a few lines at a time.
-        let mut budget = if prefetch { PREFETCH_BYTES_PER_PART } else { 0 };
+        // otherwise wait for them a few lines at a time. The calling thread does not: its sources
+        // are in its own caches or memory, and when it runs every part alone (helpers parked) the
+        // prefetch pass would only make it slower than a gather without helpers.
+        let mut budget = if prefetch && on_helper_thread() { PREFETCH_BYTES_PER_PART } else { 0 };
         for index in first..end {
             if budget == 0 {
                 break;
@@ -556,11 +625,14 @@ fn gather_part<'a>(
                 });
             };
             let dst_len = plan.dst_len();
-            let dst = &mut staging[slot.offset - base..slot.offset - base + dst_len];
+            let at = slot.offset - base;
             if real.len() == dst_len {
-                copy_bytes(real, dst, streaming);
+                // The room up to the next slot (or the part's end): the copy may stream a last partial
+                // line whole into it.
+                let room = layout.inputs().get(first + k + 1).map_or(staging.len(), |next| next.offset - base);
+                copy_bytes(real, &mut staging[at..room.max(at + dst_len)], streaming);
             } else {
-                pad_rows_into(data, dst, &plan)?;
+                pad_rows_into(data, &mut staging[at..at + dst_len], &plan)?;
             }
             span_end = span_end.max(slot.offset + dst_len);
             // Store only what changed (nothing while requests keep their buckets; a new bucket

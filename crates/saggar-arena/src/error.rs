@@ -38,6 +38,16 @@ pub enum ArenaError {
         /// Bytes given.
         actual: usize,
     },
+    /// Bytes written in place into an input's staging slot must be exactly its real rows.
+    #[error("input `{input}` takes {expected} bytes (its real rows), the caller gave {actual}")]
+    InputLength {
+        /// The input's name.
+        input: String,
+        /// Bytes of its real rows.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
     /// An input (after padding) larger than its slot.
     #[error(
         "input `{input}` needs {bytes} bytes but its arena slot holds {capacity}; size the layout for the largest bucket"

@@ -569,7 +569,19 @@ impl Drop for Claims<'_> {
     }
 }
 
+thread_local! {
+    /// Whether this thread is a gather helper.
+    static ON_HELPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a gather helper (so the part it runs was written by another core).
+#[inline]
+pub(crate) fn on_helper_thread() -> bool {
+    ON_HELPER.with(std::cell::Cell::get)
+}
+
 fn helper(shared: &Shared, index: usize) {
+    ON_HELPER.with(|h| h.set(true));
     let mut seen = publication_word(0, 0);
     while let Some(word) = wait_for_gather(shared, index, seen) {
         seen = word;
@@ -650,36 +662,37 @@ impl std::fmt::Debug for Gatherer {
     }
 }
 
-/// Copies `src` into `dst` (same length), with non-temporal stores for the whole cache lines of
+/// Copies `src` into `dst[..src.len()]`, with non-temporal stores for the whole cache lines of
 /// `dst` when `streaming` (a streaming store to part of a line costs a partial write-combining
-/// flush), ordinary stores otherwise. Streaming stores must be fenced ([`store_fence`]) before
-/// anything signals that the bytes are there.
+/// flush), ordinary stores otherwise. With streaming stores, a last partial line is streamed whole
+/// when `dst` reaches to its end (its bytes past `src.len()` are zeroed), so a small input leaves no
+/// dirty line behind either; callers hand in as `dst` the room up to the next slot. Streaming stores
+/// must be fenced ([`store_fence`]) before anything signals that the bytes are there.
 pub(crate) fn copy_bytes(src: &[u8], dst: &mut [u8], streaming: bool) {
+    assert!(src.len() <= dst.len(), "copy_bytes needs room for the source");
     #[cfg(target_arch = "x86_64")]
     if streaming {
         copy_streaming(src, dst);
         return;
     }
     let _ = streaming;
-    dst.copy_from_slice(src);
+    dst[..src.len()].copy_from_slice(src);
 }
 
 #[cfg(target_arch = "x86_64")]
 fn copy_streaming(src: &[u8], dst: &mut [u8]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    assert_eq!(src.len(), dst.len(), "copy_bytes needs equal lengths");
     let len = src.len();
     let head = dst.as_ptr().align_offset(64).min(len);
     let blocks = (len - head) / 64;
     dst[..head].copy_from_slice(&src[..head]);
     let body = head + blocks * 64;
-    for block in 0..blocks {
-        let at = head + block * 64;
-        // SAFETY: `at + 64 <= body <= len`, so the four 16-byte loads stay inside `src` (unaligned
-        // loads) and the four stores inside `dst`, at 16-byte aligned addresses (`dst + head` is
-        // 64-byte aligned and `at - head` is a multiple of 64). SSE2 is part of the x86-64 baseline.
+    let stream_line = |dst: &mut [u8], at: usize, line: *const u8| {
+        // SAFETY: the caller passes `at + 64 <= dst.len()` with `dst + at` 64-byte aligned (`dst +
+        // head` is, and `at - head` is a multiple of 64), and `line` valid for 64 bytes of reads
+        // (unaligned loads); SSE2 is part of the x86-64 baseline.
         unsafe {
-            let s = src.as_ptr().add(at).cast::<__m128i>();
+            let s = line.cast::<__m128i>();
             let d = dst.as_mut_ptr().add(at).cast::<__m128i>();
             let (a, b, c, e) =
                 (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
@@ -688,8 +701,20 @@ fn copy_streaming(src: &[u8], dst: &mut [u8]) {
             _mm_stream_si128(d.add(2), c);
             _mm_stream_si128(d.add(3), e);
         }
+    };
+    for block in 0..blocks {
+        let at = head + block * 64;
+        // `at + 64 <= body <= len`: the 64 bytes of `src` at `at` exist.
+        stream_line(dst, at, src[at..at + 64].as_ptr());
     }
-    dst[body..].copy_from_slice(&src[body..]);
+    if body < len && body + 64 <= dst.len() && head == dst.as_ptr().align_offset(64) {
+        // The last partial line, whole: the source's tail, then zeros up to the line's end.
+        let mut line = [0u8; 64];
+        line[..len - body].copy_from_slice(&src[body..]);
+        stream_line(dst, body, line.as_ptr());
+    } else {
+        dst[body..len].copy_from_slice(&src[body..]);
+    }
 }
 
 /// Asks the CPU to bring `data` into this core's L2 cache (a hint: no effect on results). L2, not
@@ -986,6 +1011,28 @@ mod tests {
                 assert!(dst[offset + 3 + len..].iter().all(|b| *b == 0));
             }
         }
+    }
+
+    #[test]
+    fn a_streamed_last_partial_line_is_written_whole_only_into_room_the_caller_gave() {
+        let src: Vec<u8> = (1..=40u8).collect();
+        let mut buffer = vec![0xAAu8; 256];
+        let at = buffer.as_ptr().align_offset(64);
+        // Room for the whole line: the source, then zeros to the line's end; nothing past it.
+        copy_bytes(&src, &mut buffer[at..at + 128], true);
+        store_fence();
+        assert_eq!(&buffer[at..at + 40], &src[..]);
+        assert!(buffer[at + 40..at + 64].iter().all(|b| *b == 0));
+        assert!(buffer[at + 64..].iter().all(|b| *b == 0xAA) && buffer[..at].iter().all(|b| *b == 0xAA));
+        // Room short of the line's end: plain stores of the source alone.
+        buffer.fill(0xAA);
+        copy_bytes(&src, &mut buffer[at..at + 50], true);
+        assert_eq!(&buffer[at..at + 40], &src[..]);
+        assert!(buffer[at + 40..].iter().all(|b| *b == 0xAA));
+        // Plain stores never write past the source.
+        buffer.fill(0xAA);
+        copy_bytes(&src, &mut buffer[at..at + 128], false);
+        assert!(buffer[at + 40..].iter().all(|b| *b == 0xAA));
     }
 
     #[test]

@@ -262,19 +262,18 @@ impl<T> Drop for Lease<T> {
 /// An arena leased for one request; it returns to its pool on drop.
 pub type ArenaLease<B> = Lease<Arena<B>>;
 
-/// A pool of arenas of one layout on one device.
+/// A pool of arenas on one device, each with one layout or several ([`ArenaPool::with_layouts`]).
 ///
 /// # Thread safety
 /// `Send + Sync`; clone it to share.
 pub struct ArenaPool<B: Backend> {
     pool: Pool<Arena<B>>,
-    layout: Arc<ArenaLayout>,
     ctx: Arc<ArenaContext<B>>,
 }
 
 impl<B: Backend> Clone for ArenaPool<B> {
     fn clone(&self) -> Self {
-        ArenaPool { pool: self.pool.clone(), layout: self.layout.clone(), ctx: self.ctx.clone() }
+        ArenaPool { pool: self.pool.clone(), ctx: self.ctx.clone() }
     }
 }
 
@@ -288,10 +287,19 @@ impl<B: Backend> ArenaPool<B> {
     /// A pool of arenas with `layout` on `device`. No arena is created until leased or
     /// [`ArenaPool::prewarm`]ed.
     pub fn new(device: B::Device, layout: Arc<ArenaLayout>, config: PoolConfig) -> Result<ArenaPool<B>> {
-        let ctx = Arc::new(ArenaContext::new(device, layout.clone(), config.arena)?);
+        Self::with_layouts(device, vec![layout], config)
+    }
+
+    /// A pool of arenas that each hold every layout of `layouts` in the same memory, one in use at a
+    /// time ([`Arena::use_layout`]; the first when leased for the first time). The layouts place the
+    /// same inputs and outputs (same counts) at their own offsets: one per program of a session, say,
+    /// each packed for that program's sizes, so a program's one copy sends only its own bytes instead
+    /// of a span laid out for the largest program. The arena is sized for the largest layout.
+    pub fn with_layouts(device: B::Device, layouts: Vec<Arc<ArenaLayout>>, config: PoolConfig) -> Result<ArenaPool<B>> {
+        let ctx = Arc::new(ArenaContext::new(device, layouts, config.arena)?);
         let factory_ctx = ctx.clone();
         let pool = Pool::new(config.max_arenas, config.when_exhausted, move || Arena::new(factory_ctx.clone()))?;
-        Ok(ArenaPool { pool, layout, ctx })
+        Ok(ArenaPool { pool, ctx })
     }
 
     /// Creates arenas until `count` exist.
@@ -315,9 +323,14 @@ impl<B: Backend> ArenaPool<B> {
         self.ctx.gather_stats()
     }
 
-    /// The layout of every arena.
+    /// The first layout of every arena (the only one of a pool made by [`ArenaPool::new`]).
     pub fn layout(&self) -> &ArenaLayout {
-        &self.layout
+        &self.ctx.layouts[0]
+    }
+
+    /// Every layout of the arenas, in the order [`Arena::use_layout`] indexes them.
+    pub fn layouts(&self) -> &[Arc<ArenaLayout>] {
+        &self.ctx.layouts
     }
 
     /// Leases an arena for one request.

@@ -7,6 +7,7 @@ use saggar_shape::{PadPlan, SlicePlan, pad_rows_in_place};
 
 use crate::arena::{Arena, check_fits};
 use crate::error::{ArenaError, Result};
+use crate::gather::{copy_bytes, store_fence};
 
 impl<B: Backend> Arena<B> {
     /// The bytes of input `index`'s real rows in the staging buffer (the front of its slot, as
@@ -15,15 +16,48 @@ impl<B: Backend> Arena<B> {
     /// or in-place write; [`Arena::pad_staged`] then pads it.
     pub fn staged_input_mut(&mut self, index: usize, plan: &PadPlan) -> Result<&mut [u8]> {
         self.wait_idle()?;
-        let layout = &*self.ctx.layout;
+        let range = self.staged_range(index, plan)?;
+        Ok(&mut self.staging.as_mut_slice()[range])
+    }
+
+    /// Copies `data` (exactly the real rows `plan` takes) into input `index`'s slot in the staging
+    /// buffer, with the stores a gather uses: streaming stores on GPU backends, so the bytes go to
+    /// memory instead of sitting dirty in this core's cache, where the copy's DMA read would have to
+    /// snoop them out line by line (what makes a buffer refilled with a plain `memcpy` slower to send
+    /// than one written with streaming stores). Prefer it to writing through
+    /// [`Arena::staged_input_mut`] when the input already exists in other memory. Waits first for
+    /// the previous use of the staging buffer.
+    pub fn write_staged_input(&mut self, index: usize, plan: &PadPlan, data: &[u8]) -> Result<()> {
+        self.wait_idle()?;
+        let range = self.staged_range(index, plan)?;
+        if range.len() != data.len() {
+            return Err(ArenaError::InputLength {
+                input: self.layout().inputs()[index].name.to_string(),
+                expected: range.len(),
+                actual: data.len(),
+            });
+        }
+        let streaming = self.ctx.options.gather.stores.streaming_for(B::KIND);
+        // The room up to the next slot: the copy may stream a last partial line whole into it.
+        let staging = self.staging.as_mut_slice();
+        let room = self.ctx.layouts[self.variant].inputs().get(index + 1).map_or(staging.len(), |next| next.offset);
+        copy_bytes(data, &mut staging[range.start..room.max(range.end)], streaming);
+        if streaming {
+            store_fence();
+        }
+        Ok(())
+    }
+
+    /// Where input `index`'s real rows lie in the staging buffer, as `plan` lays them out.
+    fn staged_range(&self, index: usize, plan: &PadPlan) -> Result<std::ops::Range<usize>> {
+        let layout = self.layout();
         let slot = layout.inputs().get(index).ok_or(ArenaError::Count {
             role: "input",
             expected: layout.inputs().len(),
             actual: index + 1,
         })?;
         check_fits(slot, plan)?;
-        let start = slot.offset;
-        Ok(&mut self.staging.as_mut_slice()[start..start + plan.src_range().len()])
+        Ok(slot.offset..slot.offset + plan.src_range().len())
     }
 
     /// Pads every input written in place ([`Arena::staged_input_mut`]) to its bucket, repeating its
@@ -31,7 +65,7 @@ impl<B: Backend> Arena<B> {
     /// [`Arena::enqueue_upload`] must send).
     pub fn pad_staged(&mut self, plan: impl Fn(usize) -> PadPlan) -> Result<usize> {
         self.wait_idle()?;
-        let layout = &*self.ctx.layout;
+        let layout = &*self.ctx.layouts[self.variant];
         let staging = self.staging.as_mut_slice();
         let mut span_end = 0;
         for (index, slot) in layout.inputs().iter().enumerate() {
@@ -50,7 +84,7 @@ impl<B: Backend> Arena<B> {
         if self.pending {
             return Err(ArenaError::InFlight);
         }
-        let layout = &*self.ctx.layout;
+        let layout = &*self.ctx.layouts[self.variant];
         let slot = layout.outputs().get(index).ok_or(ArenaError::Count {
             role: "output",
             expected: layout.outputs().len(),

@@ -649,3 +649,86 @@ fn inputs_written_in_place_are_padded_in_place_and_sent_with_one_copy() {
     lease.wait_idle().unwrap();
     assert_eq!(lease.downloaded_output(0, &slice_plan).unwrap(), &produced[..(rows * 16) as usize]);
 }
+
+/// A pool of several layouts: each arena holds all of them in one memory, switches between them, and
+/// gathers, binds and sends each at its own offsets; a layout index out of range and layouts of
+/// different tensor counts are typed errors.
+#[test]
+fn arenas_of_several_layouts_gather_and_send_each_at_its_own_offsets() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    // Two inputs of `rows` rows of 8 bytes: bucket 1 packs them 256 bytes apart, bucket 64 512 bytes
+    // apart.
+    let layout = |rows: usize| {
+        let inputs = [SlotSpec::new("a", rows * 8, 4), SlotSpec::new("b", rows * 8, 4)];
+        Arc::new(ArenaLayout::new(&inputs, &[SlotSpec::new("out", rows * 4, 4)], 256).unwrap())
+    };
+    let pool =
+        ArenaPool::<HostBackend>::with_layouts(d.clone(), vec![layout(1), layout(64)], PoolConfig::default()).unwrap();
+    assert_eq!(pool.layouts().len(), 2);
+    let mut lease = pool.lease().unwrap();
+    assert_eq!(lease.layout_index(), 0);
+    for (index, rows) in [(1usize, 64u64), (0, 1), (1, 64)] {
+        lease.use_layout(index).unwrap();
+        assert_eq!(lease.layout().inputs()[1].offset, if rows == 1 { 256 } else { 512 });
+        let chunk = Chunk::whole(rows, rows);
+        let plans = [plan("a", DType::F32, &[rows, 2], true, chunk), plan("b", DType::F32, &[rows, 2], true, chunk)];
+        let data = [bytes_of(index, rows as usize * 8), bytes_of(index + 5, rows as usize * 8)];
+        let sources: Vec<InputSource<'_>> =
+            data.iter().zip(&plans).map(|(d, p)| InputSource::Host { data: d, plan: *p }).collect();
+        let before = d.counters();
+        let report = lease.stage_inputs(&stream, &sources).unwrap();
+        lease.wait_idle().unwrap();
+        let after = d.counters();
+        let span = lease.layout().inputs()[1].offset + rows as usize * 8;
+        assert_eq!((report.staged_bytes, after.bytes_h2d - before.bytes_h2d), (span, span as u64), "rows {rows}");
+        for (i, want) in data.iter().enumerate() {
+            assert_eq!(lease.input_bindings()[i], lease.input_slot(i).sub(0, want.len()).unwrap());
+            let mut got = vec![0u8; want.len()];
+            stream.download(lease.input_slot(i).sub(0, want.len()).unwrap(), &mut got).unwrap();
+            assert_eq!(&got, want, "input {i} at rows {rows}");
+        }
+    }
+    assert!(matches!(lease.use_layout(2), Err(ArenaError::Layout { .. })));
+    let other = Arc::new(ArenaLayout::new(&[SlotSpec::new("a", 8, 4)], &[], 256).unwrap());
+    assert!(matches!(
+        ArenaPool::<HostBackend>::with_layouts(d.clone(), vec![layout(1), other], PoolConfig::default()),
+        Err(ArenaError::Layout { .. })
+    ));
+    assert!(matches!(
+        ArenaPool::<HostBackend>::with_layouts(d, Vec::new(), PoolConfig::default()),
+        Err(ArenaError::Layout { .. })
+    ));
+}
+
+/// Inputs written with `write_staged_input` (streamed on GPU backends) land in their slot like a
+/// view's writes, and a length other than the real rows' is a typed error.
+#[test]
+fn written_inputs_land_in_their_slots_and_a_wrong_length_is_an_error() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    for config in [gather_config(0), gather_config(1)] {
+        let inputs = [SlotSpec::new("a", 40, 4), SlotSpec::new("b", 24, 4)];
+        let pool = pool(&d, &inputs, &[], config);
+        let mut lease = pool.lease().unwrap();
+        let chunk = Chunk::whole(1, 1);
+        let plans = [plan("a", DType::F32, &[10], false, chunk), plan("b", DType::F32, &[6], false, chunk)];
+        let data = [bytes_of(1, 40), bytes_of(2, 24)];
+        for (i, d) in data.iter().enumerate() {
+            lease.write_staged_input(i, &plans[i], d).unwrap();
+        }
+        assert!(matches!(
+            lease.write_staged_input(0, &plans[0], &data[1]),
+            Err(ArenaError::InputLength { expected: 40, actual: 24, .. })
+        ));
+        let span = lease.pad_staged(|i| plans[i]).unwrap();
+        // SAFETY: waited for right below.
+        unsafe { lease.enqueue_upload(&stream, span).unwrap() };
+        stream.synchronize().unwrap();
+        for (i, want) in data.iter().enumerate() {
+            let mut got = vec![0u8; want.len()];
+            stream.download(lease.input_slot(i).sub(0, want.len()).unwrap(), &mut got).unwrap();
+            assert_eq!(&got, want, "input {i}");
+        }
+    }
+}

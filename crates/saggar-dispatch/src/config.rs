@@ -130,6 +130,7 @@ pub struct SessionConfig {
     pub(crate) load_threads: usize,
     pub(crate) arena_alignment: usize,
     pub(crate) request_limits: RequestLimits,
+    pub(crate) gather: saggar_arena::GatherOptions,
 }
 
 impl SessionConfig {
@@ -148,6 +149,7 @@ impl SessionConfig {
                 load_threads: 4,
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
                 request_limits: RequestLimits::default(),
+                gather: saggar_arena::GatherOptions::auto(),
             },
         }
     }
@@ -217,6 +219,16 @@ impl SessionConfigBuilder {
     /// Alignment of arena slots.
     pub fn arena_alignment(mut self, alignment: usize) -> Self {
         self.config.arena_alignment = alignment;
+        self
+    }
+
+    /// How the host inputs of [`crate::Session::run`] and [`crate::Session::run_into`] are gathered
+    /// into pinned staging: helper threads, when a layout is split among them, how long idle helpers
+    /// spin before they park (what they cost in CPU, counted in [`crate::Session::gather_stats`]),
+    /// and the stores. Default: [`saggar_arena::GatherOptions::auto`]; `GatherOptions::INLINE`
+    /// gathers on the calling thread alone.
+    pub fn gather(mut self, options: saggar_arena::GatherOptions) -> Self {
+        self.config.gather = options;
         self
     }
 

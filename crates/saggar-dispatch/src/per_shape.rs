@@ -52,7 +52,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let pool_config = PoolConfig {
             max_arenas: self.config.max_concurrency,
             when_exhausted: WhenExhausted::Wait { timeout: None },
-            ..PoolConfig::default()
+            arena: saggar_arena::ArenaOptions::default().with_gather(self.config.gather),
         };
         let program =
             Arc::new(ShapeProgram { arenas: ArenaPool::new(self.device.clone(), layout, pool_config)?, entry });

@@ -128,7 +128,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         Ok(SlicePlan::new(TensorShape::new(spec.name(), spec.dtype(), program_dims), false, Chunk::whole(1, 1))?)
     }
 
-    /// Fills the context's pad and slice plans for `chunk` of a request run by main program `k`.
+    /// Fills the context's pad and slice plans for `chunk` of a request run by main program `k`, and
+    /// switches the arena to program `k`'s layout.
     pub(crate) fn plan_chunk<T: AsRef<[u64]>>(
         &self,
         slots: &mut Slots<B>,
@@ -136,6 +137,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         k: usize,
         chunk: Chunk,
     ) -> Result<()> {
+        slots.arena.use_layout(k)?;
         slots.pad_plans.clear();
         for (i, t) in inputs.iter().enumerate() {
             let plan = self.pad_plan(i, t.as_ref(), chunk)?;

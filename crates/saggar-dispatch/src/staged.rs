@@ -1,15 +1,16 @@
 //! Requests written in place ([`Session::request`]): the caller writes its inputs straight into a
 //! leased run context's pinned staging buffer and reads its outputs straight from the pinned
 //! read-back buffer, so a run needs no gather and no scatter: it pads in place, enqueues one
-//! host-to-device copy, replays the bucket's graph (the same entry [`Session::run`] uses), enqueues
-//! one download and waits.
+//! host-to-device copy, replays the bucket's program graph on the arena's slots (the entry the
+//! stabilized device path replays; the copies stay out of the graph, as a caller's own copy, replay
+//! and download would be), enqueues one download and waits.
 //!
 //! The views borrow the [`Request`]: an input view borrows it mutably and an output view shares
 //! it, so the borrow checker stops a view from outliving its request and a request from running
 //! while a view is held.
 
 use saggar_arena::Lease;
-use saggar_device::{Backend, Device};
+use saggar_device::{Backend, Device, Stream};
 use saggar_shape::{Dim, TensorSpec};
 
 use crate::compiler::ProgramCompiler;
@@ -174,6 +175,10 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
             let _pin = inner.device.pin()?;
             inner.contexts.lease()?
         };
+        // Planning rewrites the context's plans and switches its arena to this program's layout, so
+        // whatever the context ran last can no longer take the ultra-fast path, even if this request
+        // is dropped before it runs.
+        lease.last = None;
         let slots = lease.slots.as_mut().ok_or(DispatchError::RequestNeedsBuckets)?;
         inner.plan_chunk(slots, &input_dims, route.k, route.chunk)?;
         Ok(Request { session, lease, route, this, input_dims, output_dims, ran: false, _in_flight: in_flight })
@@ -224,9 +229,46 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         Ok(arena.staged_input_mut(index, &pad_plans[index])?)
     }
 
-    /// Runs the request: pads every input in place to the bucket (repeating its last real row),
-    /// enqueues ONE host-to-device copy, replays the bucket's graph (or launches eagerly when graphs
-    /// are off), enqueues one download of the outputs, and waits for it.
+    /// Copies `data` (exactly the input's real rows, as elements of `T`, which must have the input's
+    /// element size) into `input`'s slot in pinned staging with streaming stores on GPU backends:
+    /// the way to fill a request from inputs that already exist elsewhere. Bytes written through
+    /// [`Request::input_mut`] with ordinary stores stay dirty in this core's cache, and the run's
+    /// copy then has to snoop them out of it, which makes it slower; streamed bytes are already in
+    /// memory.
+    pub fn write_input<T: bytemuck::Pod>(&mut self, input: impl TensorRef, data: &[T]) -> Result<()> {
+        let specs = self.session.inner.signature.inputs();
+        let index = input.index_in("input", specs)?;
+        check_element::<T>("input", &specs[index])?;
+        self.write_index(index, bytemuck::cast_slice(data))
+    }
+
+    /// [`Request::write_input`] from bytes, whatever the input's element type.
+    pub fn write_input_bytes(&mut self, input: impl TensorRef, data: &[u8]) -> Result<()> {
+        let index = input.index_in("input", self.session.inner.signature.inputs())?;
+        self.write_index(index, data)
+    }
+
+    fn write_index(&mut self, index: usize, data: &[u8]) -> Result<()> {
+        let Slots { arena, pad_plans, .. } = slots(&mut self.lease)?;
+        Ok(arena.write_staged_input(index, &pad_plans[index], data)?)
+    }
+
+    /// Bytes the run's one host-to-device copy sends: the request's bucket's inputs, packed in its
+    /// own layout (slot alignment gaps included).
+    pub fn upload_bytes(&self) -> usize {
+        self.session.inner.upload_span[self.route.k]
+    }
+
+    /// Bytes the run's one device-to-host copy brings back (the bucket's outputs, packed likewise).
+    pub fn download_bytes(&self) -> usize {
+        self.session.inner.download_span[self.route.k]
+    }
+
+    /// Runs the request: pads every input in place to the bucket (repeating its last real row; no
+    /// work when the batch is the bucket), enqueues ONE host-to-device copy of the bucket's inputs,
+    /// replays the bucket's program graph on the arena's slots (or launches eagerly when graphs are
+    /// off), enqueues one download of the outputs, and waits for the stream: two copies, one graph
+    /// launch and one stream synchronize, no event, no gather, no allocation.
     pub fn run(&mut self) -> Result<RunInfo> {
         let inner = &*self.session.inner;
         self.ran = false;
@@ -272,12 +314,33 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let Single { k, chunk } = route;
         let path = if *last == Some(this) { RunPath::UltraFast } else { RunPath::Fast };
         *last = None;
-        {
+        if chunk.rows < chunk.bucket {
             let Slots { arena, pad_plans, .. } = &mut *slots;
             arena.pad_staged(|i| pad_plans[i])?;
         }
-        let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
-        slots.arena.fence(stream)?;
+        // The same device work as a caller's own one copy, graph and download: the upload of the
+        // bucket's packed span, the bucket's program-only graph on the arena's slots (the entry the
+        // stabilized device path replays), the download, and one wait, which covers both copies, so
+        // no fence event is needed to keep the host off the pinned buffers while they are in flight.
+        let enqueued = (|| {
+            // SAFETY: the run waits for the stream below before the host touches the pinned buffers
+            // again, or, failing, fences the arena so that it waits before they are touched or freed.
+            unsafe { slots.arena.enqueue_upload(stream, self.upload_span[k])? };
+            let replayed = self.run_on_slots(stream, slots, k, BindingMode::Stabilized)?;
+            // SAFETY: as above.
+            unsafe { slots.arena.enqueue_download(stream, self.download_span[k])? };
+            stream.synchronize()?;
+            Ok(replayed)
+        })();
+        let replayed = match enqueued {
+            Ok(replayed) => replayed,
+            Err(e) => {
+                if let Err(fence) = slots.arena.fence(stream) {
+                    tracing::error!(error = %fence, "saggar-dispatch: fencing a failed request's copies failed");
+                }
+                return Err(e);
+            }
+        };
         slots.arena.wait_idle()?;
         *last = Some(this);
         self.count_chunk(chunk);

@@ -57,3 +57,22 @@ fn run_sum(session: &Session<saggar_device::host::HostBackend, SumModel>, model:
         .collect();
     floats(&session.run(&inputs).unwrap()[0].data)
 }
+
+#[test]
+fn the_gather_options_reach_the_session_s_arenas() {
+    // One helper that never spins: it is parked for every gather, so each gather of this session's
+    // layout (split from one input on) runs on the calling thread and is counted so.
+    let gather = saggar_dispatch::GatherOptions::auto()
+        .with_helpers(1)
+        .with_parallel_min_inputs(1)
+        .with_spin(std::time::Duration::ZERO);
+    let model = Arc::new(SumModel::new(3, 4, false));
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).gather(gather).build().unwrap();
+    let session = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
+    let before = session.gather_stats();
+    for _ in 0..5 {
+        assert_eq!(run_sum(&session, &model, 2), model.reference(&model.inputs(2, 3), 2).0);
+    }
+    let ran = session.gather_stats().since(&before);
+    assert!(ran.alone_parked + ran.split >= 5, "{ran:?}");
+}

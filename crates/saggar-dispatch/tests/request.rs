@@ -271,3 +271,81 @@ fn a_request_moves_to_another_thread() {
     });
     assert_eq!(request.output::<f32>(0).unwrap(), &m.reference(&data, 2).0[..]);
 }
+
+/// Bytes of `count` slots of `bytes` each at offsets aligned to the arena's default 256, without the
+/// last slot's tail alignment (what one copy of them sends).
+fn packed(slots: &[usize]) -> usize {
+    let (last, rest) = slots.split_last().unwrap();
+    rest.iter().map(|b| b.next_multiple_of(256)).sum::<usize>() + last
+}
+
+#[test]
+fn a_run_is_one_copy_each_way_of_its_own_bucket_one_graph_launch_and_one_wait() {
+    // Buckets up to 64, so a batch-1 request would send 64 times its bytes if its copy covered a
+    // span laid out for the largest bucket.
+    let model = Arc::new(SumModel::new(6, 4, true));
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 64 }).max_concurrency(1).build().unwrap();
+    let s = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
+    let device = s.device().clone();
+    let names = names(&model);
+    for batch in [1u64, 3, 64] {
+        let mut request = s.request(batch).unwrap();
+        let bucket = request.bucket().unwrap() as usize;
+        // Six inputs of `bucket` rows of 16 bytes, then the unbatched bias; outputs `sum` (16 bytes a
+        // row) and `rowsum` (4).
+        let (upload, download) = (
+            packed(&[bucket * 16; 6].iter().copied().chain([16]).collect::<Vec<_>>()),
+            packed(&[bucket * 16, bucket * 4]),
+        );
+        assert_eq!((request.upload_bytes(), request.download_bytes()), (upload, download), "batch {batch}");
+        fill(&mut request, &names, &model.inputs(batch as usize, 1));
+        request.run().unwrap(); // captures the bucket's graph
+        let before = device.counters();
+        let runs = 5u64;
+        for round in 0..runs as u32 {
+            let data = model.inputs(batch as usize, round + 2);
+            for (i, d) in data.iter().enumerate() {
+                // Both ways of filling: streamed copies and views.
+                if i % 2 == 0 {
+                    request.write_input(i, d).unwrap();
+                } else {
+                    request.input_mut::<f32>(i).unwrap().copy_from_slice(d);
+                }
+            }
+            assert_eq!(request.run().unwrap().path, RunPath::UltraFast);
+            let (sum, rowsum) = model.reference(&data, batch as usize);
+            assert_eq!((request.output::<f32>(0).unwrap(), request.output::<f32>(1).unwrap()), (&sum[..], &rowsum[..]));
+        }
+        let after = device.counters();
+        let per_run = |f: fn(&saggar_device::host::HostCounters) -> u64| (f(&after) - f(&before)) / runs;
+        assert_eq!(per_run(|c| c.graph_launches), 1, "one replay per run, batch {batch}");
+        assert_eq!((per_run(|c| c.copies_h2d), per_run(|c| c.copies_d2h)), (1, 1), "one copy each way");
+        assert_eq!(per_run(|c| c.bytes_h2d), upload as u64, "the bucket's own bytes up, batch {batch}");
+        assert_eq!(per_run(|c| c.bytes_d2h), download as u64, "and down");
+        assert_eq!(per_run(|c| c.stream_synchronizes), 1, "one wait");
+        assert_eq!(per_run(|c| c.event_records), 0, "no fence event");
+        assert_eq!(after.copies_d2d + after.memsets, before.copies_d2d + before.memsets);
+        assert_eq!((after.allocations, after.captures), (before.allocations, before.captures), "nothing made per run");
+    }
+}
+
+#[test]
+fn a_request_dropped_before_its_run_leaves_no_stale_plan_for_the_next_run() {
+    // One run context: a batch-2 run, then a batch-3 request on the same context that is never run,
+    // then batch 2 again: it must plan again (the request replaced the context's plans and layout).
+    let (s, m) = session(SumModel::new(3, 4, true), 4, 1, true);
+    let names = names(&m);
+    assert_eq!(host_run(&s, &m, &m.inputs(2, 1), 2), {
+        let (sum, rowsum) = m.reference(&m.inputs(2, 1), 2);
+        vec![sum, rowsum]
+    });
+    let mut request = s.request(3).unwrap();
+    fill(&mut request, &names, &m.inputs(3, 2));
+    drop(request);
+    let data = m.inputs(2, 3);
+    let (sum, rowsum) = m.reference(&data, 2);
+    assert_eq!(host_run(&s, &m, &data, 2), vec![sum, rowsum]);
+    let st = s.stats();
+    assert_eq!((st.ultra_fast, st.fast), (0, 2), "the run after the dropped request planned again");
+}

@@ -15,6 +15,14 @@ pub struct HostCounters {
     pub copies_h2d: u64,
     /// Device-to-host copies executed (async and download).
     pub copies_d2h: u64,
+    /// Bytes the host-to-device copies executed moved.
+    pub bytes_h2d: u64,
+    /// Bytes the device-to-host copies executed moved.
+    pub bytes_d2h: u64,
+    /// Events recorded on a stream outside a capture.
+    pub event_records: u64,
+    /// `Stream::synchronize` calls that waited (not refused).
+    pub stream_synchronizes: u64,
     /// Device-to-device copies executed.
     pub copies_d2d: u64,
     /// Memsets executed.
@@ -42,6 +50,10 @@ pub(crate) struct Counters {
     pub(crate) graph_launches: AtomicU64,
     pub(crate) copies_h2d: AtomicU64,
     pub(crate) copies_d2h: AtomicU64,
+    pub(crate) bytes_h2d: AtomicU64,
+    pub(crate) bytes_d2h: AtomicU64,
+    pub(crate) event_records: AtomicU64,
+    pub(crate) stream_synchronizes: AtomicU64,
     pub(crate) copies_d2d: AtomicU64,
     pub(crate) memsets: AtomicU64,
     allocations: AtomicU64,
@@ -56,6 +68,10 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add(counter: &AtomicU64, amount: usize) {
+        counter.fetch_add(amount as u64, Relaxed);
     }
 
     pub(crate) fn on_alloc(&self, bytes: u64) {
@@ -74,6 +90,10 @@ impl Counters {
             graph_launches: self.graph_launches.load(Relaxed),
             copies_h2d: self.copies_h2d.load(Relaxed),
             copies_d2h: self.copies_d2h.load(Relaxed),
+            bytes_h2d: self.bytes_h2d.load(Relaxed),
+            bytes_d2h: self.bytes_d2h.load(Relaxed),
+            event_records: self.event_records.load(Relaxed),
+            stream_synchronizes: self.stream_synchronizes.load(Relaxed),
             copies_d2d: self.copies_d2d.load(Relaxed),
             memsets: self.memsets.load(Relaxed),
             allocations: self.allocations.load(Relaxed),

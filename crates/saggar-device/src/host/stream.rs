@@ -84,6 +84,7 @@ impl Op {
                 let bytes = unsafe { &src.bytes()[*src_offset..*src_offset + *len] };
                 device.memory.lock().region_mut("copy_h2d_async", *dst, *len)?.copy_from_slice(bytes);
                 Counters::bump(&counters.copies_h2d);
+                Counters::add(&counters.bytes_h2d, *len);
             }
             Op::CopyD2H { src, len, dst, dst_offset } => {
                 let memory = device.memory.lock();
@@ -92,6 +93,7 @@ impl Op {
                 // the stream passed this copy; the `Arc` keeps the memory alive.
                 unsafe { dst.bytes_mut()[*dst_offset..*dst_offset + *len].copy_from_slice(bytes) };
                 Counters::bump(&counters.copies_d2h);
+                Counters::add(&counters.bytes_d2h, *len);
             }
             Op::CopyD2D { src, dst, len } => {
                 device.memory.lock().copy("copy_d2d", *src, *dst, *len)?;
@@ -439,6 +441,7 @@ impl Stream for HostStream {
         ev.capture_id = None;
         let generation = ev.recorded;
         drop(ev);
+        Counters::bump(&self.shared.device.counters.event_records);
         self.send(&mut st, Job::Signal(event.shared.clone(), generation));
         Ok(())
     }
@@ -470,6 +473,7 @@ impl Stream for HostStream {
     fn synchronize(&self) -> Result<()> {
         check_pinned("stream.synchronize", BackendKind::Host, self.ordinal())?;
         self.forbid_own_capture("stream.synchronize")?;
+        Counters::bump(&self.shared.device.counters.stream_synchronizes);
         self.shared.wait_idle()
     }
 

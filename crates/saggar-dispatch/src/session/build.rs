@@ -32,14 +32,10 @@ fn concrete_dims(spec: &TensorSpec, batch_symbol: Option<&str>, batch: u64) -> V
         .collect()
 }
 
-/// One arena slot per tensor of `specs`, each as large as the most any main program binds to it
-/// (`bytes` of a program and a tensor index).
-fn largest_slots<P>(
-    specs: &[TensorSpec],
-    main: &[Arc<ProgramEntry<P>>],
-    bytes: impl Fn(&ProgramEntry<P>, usize) -> usize,
-) -> Vec<SlotSpec> {
-    specs.iter().enumerate().map(|(i, s)| slot(s, main.iter().map(|e| bytes(e, i)).max().unwrap_or(0))).collect()
+/// One arena slot per tensor of `specs`, of `bytes[i]` bytes (what one main program binds to each;
+/// zero for a model without main programs).
+fn program_slots(specs: &[TensorSpec], bytes: Option<&[usize]>) -> Vec<SlotSpec> {
+    specs.iter().enumerate().map(|(i, s)| slot(s, bytes.map_or(0, |b| b[i]))).collect()
 }
 
 /// How a session serves a model of `signature`: from buckets when the batch is its only dynamic
@@ -86,22 +82,36 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let main =
             programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
 
-        // One arena layout serves every main program: each slot sized for the largest bucket.
-        let input_slots = largest_slots(&model_spec.inputs, &main, |e, i| e.input_bytes[i]);
-        let output_slots = largest_slots(&model_spec.outputs, &main, |e, o| e.output_bytes[o]);
-        let arena_layout = Arc::new(ArenaLayout::new(&input_slots, &output_slots, config.arena_alignment)?);
+        // One arena layout per main program, packed for that program's sizes, all in the same
+        // memory (sized for the largest): a bucket's one copy sends its own bytes, not a span laid
+        // out for the largest bucket (a batch-1 request of 190 small inputs with buckets up to 64
+        // would otherwise send 64 times its bytes).
+        let layout_for = |entry: Option<&ProgramEntry<C::Program>>| -> Result<Arc<ArenaLayout>> {
+            let inputs = program_slots(&model_spec.inputs, entry.map(|e| &e.input_bytes[..]));
+            let outputs = program_slots(&model_spec.outputs, entry.map(|e| &e.output_bytes[..]));
+            Ok(Arc::new(ArenaLayout::new(&inputs, &outputs, config.arena_alignment)?))
+        };
+        let layouts = if main.is_empty() {
+            vec![layout_for(None)?]
+        } else {
+            main.iter().map(|e| layout_for(Some(e))).collect::<Result<_>>()?
+        };
         let span = |slots: &[saggar_arena::Slot], bytes: &[usize]| {
             slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
         };
-        let upload_span = main.iter().map(|e| span(arena_layout.inputs(), &e.input_bytes)).collect();
-        let download_span = main.iter().map(|e| span(arena_layout.outputs(), &e.output_bytes)).collect();
+        let upload_span = main.iter().zip(&layouts).map(|(e, l)| span(l.inputs(), &e.input_bytes)).collect();
+        let download_span = main.iter().zip(&layouts).map(|(e, l)| span(l.outputs(), &e.output_bytes)).collect();
         let max_scratch = main.iter().map(|e| e.scratch_bytes).max().unwrap_or(0);
 
         let wait = WhenExhausted::Wait { timeout: None };
-        let arenas = ArenaPool::<B>::new(
+        let arenas = ArenaPool::<B>::with_layouts(
             device.clone(),
-            arena_layout,
-            PoolConfig { max_arenas: config.max_concurrency, when_exhausted: wait, ..PoolConfig::default() },
+            layouts,
+            PoolConfig {
+                max_arenas: config.max_concurrency,
+                when_exhausted: wait,
+                arena: saggar_arena::ArenaOptions::default().with_gather(config.gather),
+            },
         )?;
         // Main programs run on every context's slots; a per-shape model has none, so its contexts
         // have no slots.
@@ -156,6 +166,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             let RunContext { stream, slots, .. } = &mut *ctx;
             if let Some(slots) = slots {
                 for k in 0..inner.main.len() {
+                    // Each program's graph is captured against its own layout's slots.
+                    slots.arena.use_layout(k)?;
                     inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
                 }
             }
