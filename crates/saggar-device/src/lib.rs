@@ -34,11 +34,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod api;
+pub mod blas;
 pub mod builtin;
 pub mod code;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance_blas;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
@@ -57,6 +61,7 @@ mod types;
 pub use api::{
     Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Kernel, Module, PinnedBuffer, Stream,
 };
+pub use blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision};
 pub use code::{CodeFormat, CodeObject, KernelSource};
 pub use error::{Error, Result};
 pub use pinning::{PinGuard, check_pinned, pinned_device};
