@@ -241,8 +241,8 @@ pub enum Error {
     LibraryUnavailable {
         /// The library, e.g. `"cuBLASLt"`.
         library: &'static str,
-        /// The file names or paths tried, in order.
-        tried: Vec<String>,
+        /// The file names or paths tried, in order (boxed: keeps the error as small as the vendor errors).
+        tried: Box<[String]>,
         /// The loader's last answer.
         reason: String,
         /// What to install or set.

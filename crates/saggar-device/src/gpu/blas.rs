@@ -122,7 +122,7 @@ fn load(spec: &'static LtSpec, path: Option<&PathBuf>) -> Result<LtApi> {
     };
     let unavailable = |tried: &[String], reason: String| Error::LibraryUnavailable {
         library: spec.library,
-        tried: tried.to_vec(),
+        tried: tried.into(),
         reason,
         hint: spec.hint,
     };
@@ -491,7 +491,7 @@ mod tests {
         match probe_library::<D>(&config) {
             Err(Error::LibraryUnavailable { library, tried, reason, hint }) => {
                 assert_eq!(library, D::BLAS_LT.library);
-                assert_eq!(tried, vec![path.display().to_string()]);
+                assert_eq!(&*tried, [path.display().to_string()]);
                 assert!(!reason.is_empty());
                 assert!(hint.contains(crate::blas::LIBRARY_ENV), "the hint names the variable: {hint}");
             }
