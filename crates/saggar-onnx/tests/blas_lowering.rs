@@ -90,7 +90,8 @@ fn gemms_with_transposes_bias_and_scales_match_the_generated_gemm() {
     fn f(name: &str, v: f32) -> (&str, Attribute) {
         (name, Attribute::Float(v))
     }
-    let cases: Vec<(&str, Vec<&[usize]>, Vec<(&str, Attribute)>, bool)> = vec![
+    type Case<'a> = (&'a str, Vec<&'a [usize]>, Vec<(&'a str, Attribute)>, bool);
+    let cases: Vec<Case<'_>> = vec![
         ("plain", vec![&[4, 6], &[6, 5]], vec![], true),
         ("transA transB", vec![&[6, 4], &[5, 6]], vec![t("transA"), t("transB")], true),
         ("bias [n]", vec![&[4, 6], &[6, 5], &[5]], vec![], true),
