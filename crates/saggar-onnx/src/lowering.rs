@@ -343,6 +343,11 @@ pub(crate) fn lower(
     let mut arena = Arena::default();
     // Values sharing a scratch block (a view and what it views) free it when the last one dies.
     let mut block_users: HashMap<usize, usize> = HashMap::new();
+    let fusions = match blas {
+        Some(b) => lowering_blas::epilogue_fusions(graph, &info, &root, b.precision),
+        None => HashMap::new(),
+    };
+    let absorbed: HashMap<usize, usize> = fusions.iter().map(|(&gemm, f)| (f.group, gemm)).collect();
     let mut summary = PlanSummary {
         nodes: 0,
         launches_unfused: 0,
@@ -368,6 +373,24 @@ pub(crate) fn lower(
             if let ArgSource::Scratch(off) = src {
                 *block_users.entry(off).or_insert(0) += 1;
                 frees[dies_at(*o)].push(*o);
+            }
+            release(&mut frees[step], &location, &mut block_users, &mut arena);
+            continue;
+        }
+        // A group a GEMM took into its epilogue launches nothing: its output is the GEMM's result
+        // (already in the output binding when the group's output is a graph output).
+        if let Some(&gemm) = absorbed.get(&step) {
+            let members = (0..=step).filter(|&j| root[j] == step).count();
+            summary.nodes += members;
+            summary.launches_unfused += members;
+            let out = node.outputs[0];
+            if !location.contains_key(&out) {
+                let src = location[&graph.nodes[gemm].outputs[0]];
+                location.insert(out, src);
+                if let ArgSource::Scratch(off) = src {
+                    *block_users.entry(off).or_insert(0) += 1;
+                    frees[dies_at(out)].push(out);
+                }
             }
             release(&mut frees[step], &location, &mut block_users, &mut arena);
             continue;
@@ -401,7 +424,19 @@ pub(crate) fn lower(
         if members.len() > 1 {
             summary.fused_groups += 1;
         }
-        emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
+        if let (Some(blas), Some(fusion)) = (blas, fusions.get(&step)) {
+            // The GEMM computes its reader group too, into the group's output binding when that is a
+            // graph output, else into its own block, which the group's output then shares.
+            let out = graph.nodes[fusion.group].outputs[0];
+            let dest = location.get(&out).copied().unwrap_or(location[&node.outputs[0]]);
+            let fused =
+                lowering_blas::matmul_step(graph, &info[step], step, &location, blas.precision, Some((fusion, dest)))
+                    .ok_or_else(|| OnnxError::Graph { reason: "a GEMM planned for BLAS has no BLAS form".into() })?;
+            emit.steps.push(PlanStep::Matmul(fused));
+            summary.fused_groups += 1;
+        } else {
+            emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
+        }
         release(&mut frees[step], &location, &mut block_users, &mut arena);
     }
     for (i, id) in copies {
@@ -423,27 +458,7 @@ pub(crate) fn lower(
             }
         }
     }
-    // The library's workspace lies past every tensor, so no step's operands overlap it.
-    let mut scratch_bytes = arena.high_water;
-    if let Some(blas) = blas
-        && emit.steps.iter().any(|s| matches!(s, PlanStep::Matmul(_)))
-    {
-        let offset = align(scratch_bytes).unwrap_or(usize::MAX);
-        scratch_bytes = offset.saturating_add(blas.workspace_bytes);
-        if scratch_bytes as u64 > limit {
-            return Err(OnnxError::TooLarge {
-                what: "scratch memory with the BLAS workspace".into(),
-                size: scratch_bytes as u64,
-                limit,
-                field: "max_program_bytes",
-            });
-        }
-        for step in &mut emit.steps {
-            if let PlanStep::Matmul(m) = step {
-                m.workspace = offset;
-            }
-        }
-    }
+    let scratch_bytes = lowering_blas::reserve_workspace(&mut emit.steps, arena.high_water, blas, limit)?;
     summary.launches = emit.steps.len();
     summary.scratch_bytes = arena.high_water;
     summary.matmuls = emit.steps.iter().filter(|s| matches!(s, PlanStep::Matmul(_))).count();
@@ -465,35 +480,6 @@ fn host_config() -> LaunchConfig {
     LaunchConfig::for_elements(1, 1)
 }
 
-/// Emits a lone GEMM node as a matmul step when `blas` is on and the libraries can express it;
-/// false when the node must be lowered otherwise.
-fn emit_matmul(
-    graph: &Graph,
-    info: &NodeInfo,
-    node: usize,
-    location: &HashMap<ValueId, ArgSource>,
-    blas: BlasLowering,
-    emit: &mut Emitter,
-) -> bool {
-    let Some(Ok(GpuNode::Launches(launches))) = &info.gpu else { return false };
-    let [launch] = launches.as_slice() else { return false };
-    let Some(desc) = lowering_blas::matmul_desc(launch, blas.precision) else { return false };
-    let Some((a, b, bias, out)) = lowering_blas::gemm_slots(launch) else { return false };
-    let n = &graph.nodes[node];
-    let at = |slot: Slot| match slot {
-        Slot::In(i) => n.inputs.get(i).copied().flatten().and_then(|id| location.get(&id).copied()),
-        Slot::Out(i) => n.outputs.get(i).and_then(|id| location.get(id).copied()),
-    };
-    let (Some(a), Some(b), Some(c)) = (at(a), at(b), at(out)) else { return false };
-    let bias = match bias.map(at) {
-        None => None,
-        Some(Some(src)) => Some(src),
-        Some(None) => return false,
-    };
-    emit.steps.push(PlanStep::Matmul(MatmulStep { desc, a, b, c, bias, workspace: 0 }));
-    true
-}
-
 /// Emits the launches of one group (`members` in graph order, the root last).
 fn emit_group(
     graph: &Graph,
@@ -506,8 +492,9 @@ fn emit_group(
 ) -> Result<(), OnnxError> {
     let root = *members.last().expect("a group has its root");
     if let ([_], Some(blas)) = (members, blas)
-        && emit_matmul(graph, &info[root], root, location, blas, emit)
+        && let Some(step) = lowering_blas::matmul_step(graph, &info[root], root, location, blas.precision, None)
     {
+        emit.steps.push(PlanStep::Matmul(step));
         return Ok(());
     }
     let at = |id: &ValueId| location[id];

@@ -7,11 +7,22 @@
 //! matrices or one matrix broadcast to all (stride 0), and Gemm's `C` only as a bias vector over the
 //! columns added with `beta` 1 (the BLAS bias epilogue). A batched A times one shared B (the
 //! transformer case) becomes one tall GEMM. Anything else keeps the generated GEMM kernel.
+//!
+//! A GEMM whose only reader is an elementwise group of exactly `Add(gemm, bias)`, `Add` then `Relu`,
+//! or `Relu`, with `bias` a constant vector over the output's columns, takes that group into its
+//! epilogue ([`epilogue_fusions`]): one BLAS call computes `relu(A B + bias)`, and the group's output
+//! is the GEMM's buffer.
 
-use saggar_device::{MatmulDesc, MatmulPrecision};
+use std::collections::HashMap;
 
-use crate::lowering::ArgSource;
-use crate::ops::gpu::{GpuKind, GpuLaunch, Slot, contiguous};
+use saggar_device::{Epilogue, MatmulDesc, MatmulPrecision};
+use saggar_shape::DType;
+
+use crate::error::OnnxError;
+use crate::fusion::NodeInfo;
+use crate::ir::{Graph, ValueId};
+use crate::lowering::{ALIGN, ArgSource, PlanStep};
+use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, contiguous};
 
 /// How GEMMs are lowered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -53,6 +64,36 @@ pub(crate) struct MatmulStep {
     pub(crate) bias: Option<ArgSource>,
     /// Offset of the workspace in scratch (set once the memory plan is complete).
     pub(crate) workspace: usize,
+}
+
+/// Places the library's workspace past the memory plan (`high_water` bytes of scratch), so no step's
+/// operands overlap it, and points every matmul step at it; returns the scratch a run needs. No
+/// workspace without matmul steps.
+pub(crate) fn reserve_workspace(
+    steps: &mut [PlanStep],
+    high_water: usize,
+    blas: Option<BlasLowering>,
+    limit: u64,
+) -> Result<usize, OnnxError> {
+    let Some(blas) = blas.filter(|_| steps.iter().any(|s| matches!(s, PlanStep::Matmul(_)))) else {
+        return Ok(high_water);
+    };
+    let offset = high_water.checked_next_multiple_of(ALIGN).unwrap_or(usize::MAX);
+    let scratch_bytes = offset.saturating_add(blas.workspace_bytes);
+    if scratch_bytes as u64 > limit {
+        return Err(OnnxError::TooLarge {
+            what: "scratch memory with the BLAS workspace".into(),
+            size: scratch_bytes as u64,
+            limit,
+            field: "max_program_bytes",
+        });
+    }
+    for step in steps {
+        if let PlanStep::Matmul(m) = step {
+            m.workspace = offset;
+        }
+    }
+    Ok(scratch_bytes)
 }
 
 /// The slots of a GEMM launch: A, B, the optional bias, then the output.
@@ -126,6 +167,130 @@ pub(crate) fn matmul_desc(launch: &GpuLaunch, precision: MatmulPrecision) -> Opt
         }
     }
     Some(desc)
+}
+
+/// The launch of a node whose GPU form is one GEMM the libraries can express, with its description.
+pub(crate) fn blas_gemm(info: &NodeInfo, precision: MatmulPrecision) -> Option<(&GpuLaunch, MatmulDesc)> {
+    let Some(Ok(GpuNode::Launches(launches))) = &info.gpu else { return None };
+    let [launch] = launches.as_slice() else { return None };
+    Some((launch, matmul_desc(launch, precision)?))
+}
+
+/// The matmul step of GEMM node `node` when the libraries can express it: reading its operands where
+/// `location` placed them and writing its output, or, with `fused`, also computing the group of
+/// that [`EpilogueFusion`] and writing to the destination given with it.
+pub(crate) fn matmul_step(
+    graph: &Graph,
+    info: &NodeInfo,
+    node: usize,
+    location: &HashMap<ValueId, ArgSource>,
+    precision: MatmulPrecision,
+    fused: Option<(&EpilogueFusion, ArgSource)>,
+) -> Option<MatmulStep> {
+    let (launch, mut desc) = blas_gemm(info, precision)?;
+    let (a, b, bias, out) = gemm_slots(launch)?;
+    let n = &graph.nodes[node];
+    let at = |slot: Slot| match slot {
+        Slot::In(i) => n.inputs.get(i).copied().flatten().and_then(|id| location.get(&id).copied()),
+        Slot::Out(i) => n.outputs.get(i).and_then(|id| location.get(id).copied()),
+    };
+    let mut bias = match bias {
+        Some(slot) => Some(at(slot)?),
+        None => None,
+    };
+    let mut c = at(out)?;
+    if let Some((fusion, dest)) = fused {
+        if let Some(id) = fusion.bias {
+            bias = Some(*location.get(&id)?);
+        }
+        desc.bias = bias.is_some();
+        desc.epilogue = fusion.epilogue;
+        c = dest;
+    }
+    Some(MatmulStep { desc, a: at(a)?, b: at(b)?, c, bias, workspace: 0 })
+}
+
+/// An elementwise group a GEMM takes into its epilogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EpilogueFusion {
+    /// The constant bias vector the group adds, if it adds one.
+    pub(crate) bias: Option<ValueId>,
+    /// The activation the group applies last.
+    pub(crate) epilogue: Epilogue,
+    /// The group's root node (its output is the GEMM's result).
+    pub(crate) group: usize,
+}
+
+/// The GEMM nodes (lone groups) whose single reader is a group the BLAS epilogue can compute, by GEMM
+/// node. `root` is the grouping of [`crate::fusion::groups`]. See the module docs.
+pub(crate) fn epilogue_fusions(
+    graph: &Graph,
+    info: &[NodeInfo],
+    root: &[usize],
+    precision: MatmulPrecision,
+) -> HashMap<usize, EpilogueFusion> {
+    let uses = graph.use_counts();
+    let outputs: std::collections::HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+    let mut reader: HashMap<ValueId, usize> = HashMap::new();
+    for (j, node) in graph.nodes.iter().enumerate() {
+        for id in node.inputs.iter().flatten() {
+            reader.insert(*id, j);
+        }
+    }
+    let members = |g: usize| -> Vec<usize> { (0..graph.nodes.len()).filter(|&j| root[j] == g).collect() };
+    let mut fusions = HashMap::new();
+    for (j, node) in graph.nodes.iter().enumerate() {
+        let ([out], true) = (node.outputs.as_slice(), root[j] == j && members(j).len() == 1) else { continue };
+        let Some((_, desc)) = blas_gemm(&info[j], precision) else { continue };
+        if uses[out.0] != 1 || outputs.contains(out) {
+            continue;
+        }
+        let Some(&u) = reader.get(out) else { continue };
+        let group = members(root[u]);
+        let ops: Vec<&str> = group.iter().map(|&k| graph.nodes[k].op_type.as_str()).collect();
+        let (add, relu) = match ops.as_slice() {
+            ["Add"] => (Some(group[0]), None),
+            ["Add", "Relu"] => (Some(group[0]), Some(group[1])),
+            ["Relu"] => (None, Some(group[0])),
+            _ => continue,
+        };
+        // Relu reads the GEMM's (or the Add's) value, which nothing else reads.
+        let into_relu = add.map_or(*out, |a| graph.nodes[a].outputs[0]);
+        if let Some(r) = relu
+            && (graph.nodes[r].inputs.first().copied().flatten() != Some(into_relu)
+                || uses[into_relu.0] != 1
+                || outputs.contains(&into_relu))
+        {
+            continue;
+        }
+        let bias = match add {
+            None => None,
+            Some(a) => match bias_operand(graph, &graph.nodes[a].inputs, *out, desc) {
+                Some(bias) => Some(bias),
+                None => continue,
+            },
+        };
+        if bias.is_some() && desc.bias {
+            continue;
+        }
+        let epilogue = if relu.is_some() { Epilogue::Relu } else { Epilogue::None };
+        fusions.insert(j, EpilogueFusion { bias, epilogue, group: root[u] });
+    }
+    fusions
+}
+
+/// The other operand of `Add(gemm, other)` (either order) when it is a constant `f32` vector of the
+/// GEMM's `n` columns (`[n]` or `[1, n]`).
+fn bias_operand(graph: &Graph, inputs: &[Option<ValueId>], gemm: ValueId, desc: MatmulDesc) -> Option<ValueId> {
+    let other = match inputs {
+        [Some(x), Some(y)] if *x == gemm && *y != gemm => *y,
+        [Some(x), Some(y)] if *y == gemm && *x != gemm => *x,
+        _ => return None,
+    };
+    let constant = graph.value(other).constant.as_ref()?;
+    let dims = constant.dims();
+    let vector = matches!(dims, [n] if *n as u64 == desc.n) || matches!(dims, [1, n] if *n as u64 == desc.n);
+    (vector && constant.dtype() == DType::F32).then_some(other)
 }
 
 #[cfg(test)]

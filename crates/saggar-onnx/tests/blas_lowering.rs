@@ -123,3 +123,70 @@ fn precision_and_engine_are_part_of_the_compiler_identity() {
     assert!(strict.contains("\"f32\"") && tf32.contains("\"tf32\""), "{strict} / {tf32}");
     assert!(strict != tf32 && strict != generated && tf32 != generated);
 }
+
+/// `y = relu?(x W + bias?)` as MatMul, Add, Relu nodes; `extra` makes the Add's output a graph
+/// output too (so it cannot be fused away).
+fn mlp_layer(bias: bool, relu: bool, bias_first: bool, extra: bool) -> (OnnxModel, Vec<Tensor>) {
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &fixed(&[6, 8]));
+    b.initializer("w", &f32s(&[8, 5], 3));
+    b.initializer("bias", &f32s(&[5], 4));
+    b.node("MatMul", &["x", "w"], &["h"], &[]);
+    let mut last = "h";
+    if bias {
+        let inputs = if bias_first { ["bias", "h"] } else { ["h", "bias"] };
+        b.node("Add", &inputs, &["hb"], &[]);
+        last = "hb";
+    }
+    if relu {
+        b.node("Relu", &[last], &["y"], &[]);
+        last = "y";
+    }
+    b.output(last, DType::F32, &[]);
+    if extra && last != "h" {
+        b.output("h", DType::F32, &[]);
+    }
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "m", &ImportLimits::default()).unwrap();
+    (model, vec![f32s(&[6, 8], 5)])
+}
+
+#[test]
+fn bias_and_relu_after_a_matmul_run_in_its_epilogue() {
+    // (bias, relu, bias first, GEMM output also a graph output) -> steps of the BLAS plan.
+    let cases = [
+        ((true, true, false, false), 1),
+        ((true, true, true, false), 1),
+        ((true, false, false, false), 1),
+        ((false, true, false, false), 1),
+        ((true, true, false, true), 2),
+    ];
+    for ((bias, relu, first, extra), steps) in cases {
+        let what = format!("bias {bias} relu {relu} bias first {first} GEMM output read elsewhere {extra}");
+        let (model, inputs) = mlp_layer(bias, relu, first, extra);
+        assert!(check(&what, (model.clone(), inputs)), "{what}: a BLAS step");
+        let c = OnnxCompiler::new(model, OnnxOptions::default());
+        for backend in [BackendKind::Host, BackendKind::Cuda] {
+            let summary = c.plan_summary(&[vec![6, 8]], backend).unwrap();
+            assert_eq!(summary.launches, steps, "{what} on {backend:?}: {summary:?}");
+        }
+    }
+}
+
+#[test]
+fn a_fused_layer_feeding_another_gemm_shares_its_buffer() {
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &fixed(&[6, 8]));
+    b.initializer("w1", &f32s(&[8, 5], 3));
+    b.initializer("b1", &f32s(&[1, 5], 4));
+    b.initializer("w2", &f32s(&[5, 3], 6));
+    b.node("MatMul", &["x", "w1"], &["h"], &[]);
+    b.node("Add", &["h", "b1"], &["hb"], &[]);
+    b.node("Relu", &["hb"], &["r"], &[]);
+    b.node("MatMul", &["r", "w2"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "m", &ImportLimits::default()).unwrap();
+    assert!(check("two layers", (model.clone(), vec![f32s(&[6, 8], 5)])));
+    let summary =
+        OnnxCompiler::new(model, OnnxOptions::default()).plan_summary(&[vec![6, 8]], BackendKind::Cuda).unwrap();
+    assert_eq!((summary.launches, summary.matmuls), (2, 2), "{summary:?}");
+}
