@@ -291,16 +291,32 @@ pub unsafe extern "C" fn hipblasLtMatrixLayoutSetAttribute(
     })
 }
 
-/// `hipblasLtMatmulPreferenceCreate` → `cublasLtMatmulPreferenceCreate`.
+/// `hipblasLtMatmulPreferenceCreate` → `cublasLtMatmulPreferenceCreate`, then the minimum operand
+/// alignments set to one `f32` (4 bytes): hipBLASLt has no alignment preferences and takes any
+/// element-aligned pointer, while cuBLASLt would otherwise assume 256-byte aligned matrices.
 ///
 /// # Safety
 /// `pref` must be null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipblasLtMatmulPreferenceCreate(pref: *mut *mut c_void) -> HipblasStatus {
+    use lt::cublasLtMatmulPreferenceAttributes_t::*;
     entry("hipblasLtMatmulPreferenceCreate", || {
         let out = non_null(pref)?.cast::<lt::cublasLtMatmulPreference_t>();
         // SAFETY: `out` is non-null and writable.
-        from_cublas("cublasLtMatmulPreferenceCreate", unsafe { lt::cublasLtMatmulPreferenceCreate(out) })
+        from_cublas("cublasLtMatmulPreferenceCreate", unsafe { lt::cublasLtMatmulPreferenceCreate(out) })?;
+        let element: u32 = 4;
+        for attr in [
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        ] {
+            // SAFETY: `*out` was just created; the value is a uint32_t.
+            from_cublas("cublasLtMatmulPreferenceSetAttribute", unsafe {
+                lt::cublasLtMatmulPreferenceSetAttribute(*out, attr, (&element as *const u32).cast(), 4)
+            })?;
+        }
+        Ok(())
     })
 }
 

@@ -29,6 +29,8 @@ pub(crate) static CUBLASLT: LtSpec = LtSpec {
     layout_attrs: [5, 6],
     // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES.
     pref_max_workspace: 1,
+    // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES .. _D_BYTES.
+    pref_min_alignment: Some([5, 6, 7, 8]),
     statuses: &[
         (1, "CUBLAS_STATUS_NOT_INITIALIZED"),
         (3, "CUBLAS_STATUS_ALLOC_FAILED"),

@@ -46,6 +46,9 @@ pub struct LtSpec {
     pub layout_attrs: [c_int; 2],
     /// The preference attribute MAX_WORKSPACE_BYTES.
     pub pref_max_workspace: c_int,
+    /// The preference attributes MIN_ALIGNMENT_A/B/C/D_BYTES, where the library has them (cuBLASLt
+    /// assumes 256-byte aligned matrices unless told otherwise).
+    pub pref_min_alignment: Option<[c_int; 4]>,
     /// Status codes and their vendor names.
     pub statuses: &'static [(c_int, &'static str)],
 }
@@ -202,7 +205,30 @@ struct Plan {
     algo: Box<HeuristicResult>,
     alpha: f32,
     beta: f32,
+    /// Held while the descriptor's bias pointer is written and read by the call that follows, so two
+    /// threads never race on it (plans without a bias are never written after planning).
+    bias: Mutex<()>,
 }
+
+// SAFETY: a plan's handles are plain host objects of the library, which may be used from any thread;
+// after planning the only write (the bias pointer) happens under `bias`.
+unsafe impl Send for Plan {}
+// SAFETY: as above.
+unsafe impl Sync for Plan {}
+
+/// The largest operand alignment a plan asks for: what the fast kernels need.
+const MAX_ALIGNMENT: u32 = 16;
+
+/// The alignment in bytes every matrix of `desc` keeps when the first batch starts at `ptrs`: the
+/// largest power of two up to [`MAX_ALIGNMENT`] dividing every address and every batch stride.
+fn alignment(desc: &MatmulDesc, ptrs: &[u64]) -> u32 {
+    let strides = [desc.stride_a, desc.stride_b, desc.stride_c].map(|s| if desc.batch > 1 { s * 4 } else { 0 });
+    let all = ptrs.iter().chain(&strides).fold(u64::from(MAX_ALIGNMENT), |acc, &v| acc | v);
+    1 << all.trailing_zeros().min(MAX_ALIGNMENT.trailing_zeros())
+}
+
+/// Plans by description and the operand alignment they were chosen for.
+type PlanKey = (MatmulDesc, u32);
 
 /// The handle's state behind its `Arc`.
 struct Shared<D: Driver> {
@@ -210,10 +236,9 @@ struct Shared<D: Driver> {
     api: LtApi,
     handle: Handle,
     workspace_bytes: usize,
-    /// One plan per description. A plan's descriptor is written (its bias pointer) under this lock
-    /// just before the call that reads it, so two threads never race on one descriptor. The lock is
-    /// this handle's, never global.
-    plans: Mutex<HashMap<MatmulDesc, Plan>>,
+    /// One plan per description and alignment. The lock is this handle's, never global, and held only
+    /// to find a plan.
+    plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
 }
 
 /// A BLAS-Lt handle of a GPU device ([`Blas`]).
@@ -226,7 +251,8 @@ pub struct GpuBlas<D: Driver> {
 }
 
 // SAFETY: the raw handles are owned by this value and destroyed once, in `Drop`; the libraries allow
-// their use from any thread, and every mutable use of a plan happens under `plans`' lock.
+// their use from any thread, and the only write to a plan after planning (its bias pointer) happens
+// under that plan's lock.
 unsafe impl<D: Driver> Send for Shared<D> {}
 // SAFETY: as above.
 unsafe impl<D: Driver> Sync for Shared<D> {}
@@ -275,7 +301,7 @@ impl<D: Driver> Shared<D> {
 
     /// A new plan for `desc` (already checked). Host calls only: nothing is enqueued or allocated on
     /// the device.
-    fn plan(&self, desc: &MatmulDesc) -> Result<Plan> {
+    fn plan(&self, desc: &MatmulDesc, align: u32) -> Result<Plan> {
         let op = "blas.prepare";
         let spec = D::BLAS_LT;
         let api = &self.api;
@@ -285,6 +311,7 @@ impl<D: Driver> Shared<D> {
             algo: Box::new([0; 16]),
             alpha: desc.alpha(),
             beta: desc.beta(),
+            bias: Mutex::new(()),
         };
         let compute = spec.compute[usize::from(desc.precision == MatmulPrecision::Tf32)];
         // SAFETY: the out-pointer is writable; `plan` owns what is created and destroys it on drop.
@@ -333,6 +360,10 @@ impl<D: Driver> Shared<D> {
         let result = (|| {
             // SAFETY: `pref` is live (created above, destroyed below).
             unsafe { self.set(op, api.pref_set, pref, spec.pref_max_workspace, &(self.workspace_bytes as u64))? };
+            for attr in spec.pref_min_alignment.into_iter().flatten() {
+                // SAFETY: as above; the attribute is a uint32_t.
+                unsafe { self.set(op, api.pref_set, pref, attr, &align)? };
+            }
             let p = plan.plan.as_mut().expect("set above");
             let [a, b, c] = p.layouts;
             let mut returned: c_int = 0;
@@ -393,7 +424,8 @@ impl<D: Driver> Drop for PlanGuard<'_, D> {
 
 impl<D: Driver> Drop for Shared<D> {
     fn drop(&mut self) {
-        let plans: Vec<Plan> = self.plans.get_mut().drain().map(|(_, p)| p).collect();
+        // Only the map holds plans once no call is running (calls borrow the handle).
+        let plans: Vec<Plan> = self.plans.get_mut().drain().filter_map(|(_, p)| Arc::into_inner(p)).collect();
         let mut first = Ok(());
         for plan in plans {
             first = first.and(self.destroy(plan));
@@ -418,19 +450,7 @@ impl<D: Driver> Blas for GpuBlas<D> {
 
     fn prepare(&self, desc: &MatmulDesc) -> Result<()> {
         rules::check_matmul_desc(desc)?;
-        if self.shared.plans.lock().contains_key(desc) {
-            return Ok(());
-        }
-        self.shared.device.enter("blas.prepare")?;
-        let plan = self.shared.plan(desc)?;
-        let mut plans = self.shared.plans.lock();
-        if plans.contains_key(desc) {
-            // Another thread planned it meanwhile; keep theirs.
-            drop(plans);
-            return self.shared.destroy(plan);
-        }
-        plans.insert(*desc, plan);
-        Ok(())
+        self.shared.plan_for(desc, alignment(desc, &[])).map(drop)
     }
 
     unsafe fn matmul(&self, stream: &Stream<D>, desc: &MatmulDesc, operands: &MatmulOperands) -> Result<()> {
@@ -438,23 +458,25 @@ impl<D: Driver> Blas for GpuBlas<D> {
         let shared = &*self.shared;
         rules::check_matmul(desc, operands, shared.workspace_bytes)?;
         rules::check_same_device(op, stream.device_ordinal(), shared.device.ordinal())?;
-        if !shared.plans.lock().contains_key(desc) {
-            self.prepare(desc)?;
-        }
-        let plans = shared.plans.lock();
-        let plan = plans.get(desc).expect("prepared above; plans are only removed on drop");
+        let bias_ptr = operands.bias.map_or(0, |b| b.ptr().0);
+        let ptrs = [operands.a.ptr().0, operands.b.ptr().0, operands.c.ptr().0, bias_ptr];
+        let plan = shared.plan_for(desc, alignment(desc, &ptrs))?;
         let [a, b, c] = plan.layouts;
         stream.enqueue_library(op, |raw| {
-            if let Some(bias) = operands.bias {
+            let _bias_guard = operands.bias.map(|bias| {
+                let guard = plan.bias.lock();
                 let attr = D::BLAS_LT.desc_attrs[3];
                 let ptr = bias.ptr().0 as *const c_void;
-                // SAFETY: the descriptor is live; under the plans' lock no other call reads or writes it.
-                unsafe { shared.set(op, shared.api.desc_set, plan.desc, attr, &ptr)? };
-            }
+                // SAFETY: the descriptor is live; under the plan's bias lock no other call reads or
+                // writes its bias pointer until this call has read it.
+                unsafe { shared.set(op, shared.api.desc_set, plan.desc, attr, &ptr) }.map(|()| guard)
+            });
+            let _bias_guard = _bias_guard.transpose()?;
             let workspace = operands.workspace.ptr().0 as *mut c_void;
             // SAFETY: every handle is live; the operands were checked against the description and the
             // caller promised they stay live (this function's contract); alpha and beta are host values
-            // read during the call; the algorithm was chosen for this descriptor and these layouts.
+            // read during the call; the algorithm was chosen for this descriptor, these layouts and
+            // operands of this alignment.
             check::<D>(op, unsafe {
                 (shared.api.matmul)(
                     shared.handle,
@@ -479,6 +501,30 @@ impl<D: Driver> Blas for GpuBlas<D> {
     }
 }
 
+impl<D: Driver> Shared<D> {
+    /// The plan of `desc` for operands aligned to `align` bytes, made on first use (host calls only,
+    /// so a first use during a capture creates nothing on the device).
+    fn plan_for(&self, desc: &MatmulDesc, align: u32) -> Result<Arc<Plan>> {
+        let key = (*desc, align);
+        if let Some(plan) = self.plans.lock().get(&key) {
+            return Ok(plan.clone());
+        }
+        self.device.enter("blas.prepare")?;
+        let plan = self.plan(desc, align)?;
+        let mut plans = self.plans.lock();
+        if let Some(theirs) = plans.get(&key) {
+            // Another thread planned it meanwhile; keep theirs.
+            let theirs = theirs.clone();
+            drop(plans);
+            self.destroy(plan)?;
+            return Ok(theirs);
+        }
+        let plan = Arc::new(plan);
+        plans.insert(key, plan.clone());
+        Ok(plan)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,6 +545,18 @@ mod tests {
         }
         let shown = probe_library::<D>(&config).unwrap_err().to_string();
         assert!(shown.contains("libblaslt-missing.so") && shown.contains(D::BLAS_LT.library), "{shown}");
+    }
+
+    #[test]
+    fn alignment_is_the_largest_power_of_two_up_to_16_of_addresses_and_strides() {
+        let desc = MatmulDesc::gemm(3, 5, 7);
+        assert_eq!(alignment(&desc, &[]), 16);
+        assert_eq!(alignment(&desc, &[0x1000, 0x2040, 0x3008]), 8);
+        assert_eq!(alignment(&desc, &[0x1004]), 4);
+        let batched = MatmulDesc { batch: 2, ..desc };
+        assert_eq!(alignment(&batched, &[0x1000]), 4, "a stride of 21 floats is 4-byte aligned");
+        let even = MatmulDesc { batch: 2, stride_a: 24, stride_b: 40, stride_c: 16, ..desc };
+        assert_eq!(alignment(&even, &[0x1000]), 16);
     }
 
     #[test]

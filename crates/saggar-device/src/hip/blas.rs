@@ -23,6 +23,8 @@ pub(crate) static HIPBLASLT: LtSpec = LtSpec {
     layout_attrs: [0, 1],
     // HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES.
     pref_max_workspace: 1,
+    // hipBLASLt has no alignment preferences.
+    pref_min_alignment: None,
     statuses: &[
         (1, "HIPBLAS_STATUS_NOT_INITIALIZED"),
         (2, "HIPBLAS_STATUS_ALLOC_FAILED"),
