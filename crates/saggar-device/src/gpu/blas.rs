@@ -424,6 +424,10 @@ impl<D: Driver> Drop for PlanGuard<'_, D> {
 
 impl<D: Driver> Drop for Shared<D> {
     fn drop(&mut self) {
+        // The library releases the handle's resources in the device's context.
+        if let Err(e) = self.device.enter("blas.drop") {
+            self.device.defer(e);
+        }
         // Only the map holds plans once no call is running (calls borrow the handle).
         let plans: Vec<Plan> = self.plans.get_mut().drain().filter_map(|(_, p)| Arc::into_inner(p)).collect();
         let mut first = Ok(());
