@@ -18,6 +18,11 @@
 //! asynchronous fault) and every bad input; nothing panics on bad input. Destructors cannot return
 //! errors, so they record them on their device ([`Device::take_deferred_errors`]).
 //!
+//! Matrix multiplication goes through the vendor's BLAS-Lt library ([`blas`]: cuBLASLt, hipBLASLt,
+//! loaded at run time; the host backend has its own GEMM), with a handle per device
+//! ([`Device::create_blas`]) that plans each description outside capture and takes the workspace with
+//! every call.
+//!
 //! What can break host memory safety is `unsafe`: asynchronous copies to and from pinned host memory,
 //! kernel launches and graph replays (see [`api`] for the contract).
 //!
