@@ -127,8 +127,9 @@ const HIP_FEATURES: &str = "cuda,hip";
 const FIXTURE_PACKAGE: &str = "saggar-hip-fixture";
 const FIXTURE_LIBRARY: &str = "libsaggar_hip_fixture.so";
 /// The names saggar's HIP backend loads hipRTC by first (`HIPRTC_CANDIDATES` in
-/// crates/saggar-device/src/hip/sys.rs): the fixture is copied under these whatever the binaries link.
-const HIPRTC_NAMES: &[&str] = &["libhiprtc.so", "libamdhip64.so"];
+/// crates/saggar-device/src/hip/sys.rs) and hipBLASLt by first (crates/saggar-device/src/hip/blas.rs):
+/// the fixture is copied under these whatever the binaries link.
+const HIPRTC_NAMES: &[&str] = &["libhiprtc.so", "libamdhip64.so", "libhipblaslt.so.1"];
 
 /// Whether the HIP backend can be built here: HIP_PATH says where HIP's headers and libamdhip64 are.
 fn hip_enabled() -> bool {

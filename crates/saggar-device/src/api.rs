@@ -47,6 +47,8 @@ pub trait Backend: Sized + Send + Sync + fmt::Debug + 'static {
     type Graph: Graph;
     /// An executable graph.
     type GraphExec: GraphExec<Backend = Self>;
+    /// A BLAS-Lt handle (cuBLASLt, hipBLASLt, or the host's own GEMM).
+    type Blas: crate::blas::Blas<Backend = Self>;
 
     /// The devices this backend sees, or [`crate::Error::BackendUnavailable`] with the reason it sees none.
     fn enumerate() -> Result<Vec<DeviceInfo>>;
@@ -96,6 +98,12 @@ pub trait Device: Clone + Send + Sync + fmt::Debug {
 
     /// Loads a code object.
     fn load_module(&self, code: &CodeObject) -> Result<<Self::Backend as Backend>::Module>;
+
+    /// A BLAS-Lt handle of this device with `config`'s workspace size: loads the vendor library
+    /// ([`crate::Error::LibraryUnavailable`] if it cannot be loaded) and creates its context. Allocates
+    /// nothing on the device (the workspace is passed with each call), but is illegal during capture
+    /// on the capturing thread, like every call that may load or initialise a library.
+    fn create_blas(&self, config: &crate::blas::BlasConfig) -> Result<<Self::Backend as Backend>::Blas>;
 
     /// Makes a captured graph executable.
     fn instantiate(&self, graph: &<Self::Backend as Backend>::Graph) -> Result<<Self::Backend as Backend>::GraphExec>;

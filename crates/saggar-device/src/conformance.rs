@@ -20,6 +20,9 @@
 
 use crate::api::{Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Module, PinnedBuffer, Stream};
 use crate::builtin;
+pub use crate::conformance_blas::{
+    blas_bad_requests_are_refused, blas_matmul_captures_and_replays, blas_matmul_matches_reference,
+};
 use crate::error::Error;
 use crate::types::{CaptureMode, DevicePtr, DeviceSlice, KernelArg, LaunchConfig};
 
@@ -45,7 +48,10 @@ macro_rules! conformance_tests {
             bad_launches,
             bad_device_index,
             random_sequences_replay_equal_to_eager,
-            no_deferred_errors_after_clean_drop
+            no_deferred_errors_after_clean_drop,
+            blas_matmul_matches_reference,
+            blas_matmul_captures_and_replays,
+            blas_bad_requests_are_refused
         );
         $crate::conformance_tests!(@two $backend;
             wrong_device_pinned_is_an_error,

@@ -235,6 +235,34 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A vendor library loaded at run time (cuBLASLt, hipBLASLt) could not be loaded, or lacks a
+    /// function saggar calls.
+    #[error("{library} could not be loaded (tried: {}): {reason}; {hint}", tried.join(", "))]
+    LibraryUnavailable {
+        /// The library, e.g. `"cuBLASLt"`.
+        library: &'static str,
+        /// The file names or paths tried, in order (boxed: keeps the error as small as the vendor errors).
+        tried: Box<[String]>,
+        /// The loader's last answer.
+        reason: String,
+        /// What to install or set.
+        hint: &'static str,
+    },
+    /// A matmul that no backend runs: a zero or oversized dimension, buffers smaller than the
+    /// description needs, a bias missing or unexpected, too little workspace.
+    #[error("matmul {m}x{n}x{k} (batch {batch}): {reason}")]
+    InvalidMatmul {
+        /// Rows of the output.
+        m: u64,
+        /// Columns of the output.
+        n: u64,
+        /// The inner dimension.
+        k: u64,
+        /// The batch count.
+        batch: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// Registering a host kernel under a name already taken by a different signature.
     #[error("host kernel `{name}` is already registered with a different signature")]
     KernelAlreadyRegistered {

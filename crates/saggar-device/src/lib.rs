@@ -18,6 +18,11 @@
 //! asynchronous fault) and every bad input; nothing panics on bad input. Destructors cannot return
 //! errors, so they record them on their device ([`Device::take_deferred_errors`]).
 //!
+//! Matrix multiplication goes through the vendor's BLAS-Lt library ([`blas`]: cuBLASLt, hipBLASLt,
+//! loaded at run time; the host backend has its own GEMM), with a handle per device
+//! ([`Device::create_blas`]) that plans each description outside capture and takes the workspace with
+//! every call.
+//!
 //! What can break host memory safety is `unsafe`: asynchronous copies to and from pinned host memory,
 //! kernel launches and graph replays (see [`api`] for the contract).
 //!
@@ -34,11 +39,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod api;
+pub mod blas;
 pub mod builtin;
 pub mod code;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance_blas;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
@@ -57,6 +66,7 @@ mod types;
 pub use api::{
     Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Kernel, Module, PinnedBuffer, Stream,
 };
+pub use blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision};
 pub use code::{CodeFormat, CodeObject, KernelSource};
 pub use error::{Error, Result};
 pub use pinning::{PinGuard, check_pinned, pinned_device};

@@ -169,10 +169,121 @@ pub fn check_launch(
     }
 }
 
+/// The largest matrix dimension and batch count a matmul may have: both vendors take them as 32-bit
+/// signed integers in places.
+pub const MAX_MATMUL_DIM: u64 = i32::MAX as u64;
+
+/// Bytes of one element of a matmul operand (`f32`).
+const MATMUL_ELEMENT: u64 = 4;
+
+fn matmul_error(desc: &crate::blas::MatmulDesc, reason: String) -> Error {
+    Error::InvalidMatmul { m: desc.m, n: desc.n, k: desc.k, batch: desc.batch, reason }
+}
+
+/// A matmul description any backend can plan: every dimension and the batch count in
+/// `1..=MAX_MATMUL_DIM`, strides whose byte offsets fit 64 bits, and batches of `C` that do not overlap.
+pub fn check_matmul_desc(desc: &crate::blas::MatmulDesc) -> Result<()> {
+    let fail = |reason: String| matmul_error(desc, reason);
+    for (name, value) in [("m", desc.m), ("n", desc.n), ("k", desc.k), ("batch", desc.batch)] {
+        if value == 0 || value > MAX_MATMUL_DIM {
+            return Err(fail(format!("{name} = {value} is outside 1..={MAX_MATMUL_DIM}")));
+        }
+    }
+    for (name, value) in [("stride_a", desc.stride_a), ("stride_b", desc.stride_b), ("stride_c", desc.stride_c)] {
+        if value > i64::MAX as u64 / MATMUL_ELEMENT {
+            return Err(fail(format!("{name} = {value} elements does not fit a 64-bit byte offset")));
+        }
+    }
+    if desc.batch > 1 && desc.stride_c < desc.m * desc.n {
+        return Err(fail(format!(
+            "stride_c = {} makes the batches of C overlap (m * n = {})",
+            desc.stride_c,
+            desc.m * desc.n
+        )));
+    }
+    Ok(())
+}
+
+/// A matmul `desc` on `operands` with a handle whose calls need `workspace_bytes`: the description
+/// ([`check_matmul_desc`]), each buffer at least as long as its last batch ends, a bias vector of `n`
+/// elements exactly when the description has one, and enough workspace. Every backend calls this
+/// before it touches a library.
+pub fn check_matmul(
+    desc: &crate::blas::MatmulDesc,
+    operands: &crate::blas::MatmulOperands,
+    workspace_bytes: usize,
+) -> Result<()> {
+    check_matmul_desc(desc)?;
+    let fail = |reason: String| matmul_error(desc, reason);
+    let needed = |stride: u64, elements: u64| -> Option<u64> {
+        (desc.batch - 1).checked_mul(stride)?.checked_add(elements)?.checked_mul(MATMUL_ELEMENT)
+    };
+    for (name, slice, stride, elements) in [
+        ("A", operands.a, desc.stride_a, desc.m * desc.k),
+        ("B", operands.b, desc.stride_b, desc.k * desc.n),
+        ("C", operands.c, desc.stride_c, desc.m * desc.n),
+    ] {
+        match needed(stride, elements) {
+            Some(bytes) if bytes <= slice.len() as u64 => {}
+            Some(bytes) => return Err(fail(format!("{name} holds {} bytes, {bytes} needed", slice.len()))),
+            None => return Err(fail(format!("{name} would span more than 2^64 bytes"))),
+        }
+    }
+    match (desc.bias, operands.bias) {
+        (false, None) => {}
+        (true, Some(bias)) if bias.len() as u64 >= desc.n * MATMUL_ELEMENT => {}
+        (true, Some(bias)) => {
+            return Err(fail(format!("the bias holds {} bytes, {} needed", bias.len(), desc.n * MATMUL_ELEMENT)));
+        }
+        (true, None) => return Err(fail("the description has a bias but no bias buffer was given".into())),
+        (false, Some(_)) => return Err(fail("a bias buffer was given but the description has no bias".into())),
+    }
+    if operands.workspace.len() < workspace_bytes {
+        return Err(fail(format!(
+            "the workspace holds {} bytes, the handle was made for {workspace_bytes}",
+            operands.workspace.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Dim3;
+    use crate::blas::{MatmulDesc, MatmulOperands};
+    use crate::types::{DevicePtr, Dim3};
+
+    fn slice(len: usize) -> crate::types::DeviceSlice {
+        crate::types::DeviceSlice::from_raw(DevicePtr(0x1000), len)
+    }
+
+    #[test]
+    fn matmuls_are_checked_against_their_buffers() {
+        let desc = MatmulDesc::gemm(2, 3, 4);
+        let ok = MatmulOperands { a: slice(32), b: slice(48), c: slice(24), bias: None, workspace: slice(0) };
+        assert!(check_matmul(&desc, &ok, 0).is_ok());
+        let short_c = MatmulOperands { c: slice(20), ..ok };
+        let err = check_matmul(&desc, &short_c, 0).unwrap_err();
+        assert!(err.to_string().contains("C holds 20 bytes, 24 needed"), "{err}");
+        assert!(check_matmul(&MatmulDesc::gemm(0, 3, 4), &ok, 0).unwrap_err().to_string().contains("m = 0"));
+        let huge = MatmulDesc { m: 1 << 40, ..desc };
+        assert!(matches!(check_matmul(&huge, &ok, 0), Err(Error::InvalidMatmul { .. })));
+        assert!(check_matmul(&desc, &ok, 16).unwrap_err().to_string().contains("workspace"));
+        let biased = MatmulDesc { bias: true, ..desc };
+        assert!(check_matmul(&biased, &ok, 0).unwrap_err().to_string().contains("no bias buffer"));
+        assert!(check_matmul(&biased, &MatmulOperands { bias: Some(slice(12)), ..ok }, 0).is_ok());
+        assert!(check_matmul(&biased, &MatmulOperands { bias: Some(slice(8)), ..ok }, 0).is_err());
+        assert!(check_matmul(&desc, &MatmulOperands { bias: Some(slice(12)), ..ok }, 0).is_err());
+        // Batches: B broadcast (stride 0), C batches must not overlap.
+        let batched = MatmulDesc { batch: 3, stride_b: 0, ..desc };
+        let ops = MatmulOperands { a: slice(96), b: slice(48), c: slice(72), ..ok };
+        assert!(check_matmul(&batched, &ops, 0).is_ok());
+        assert!(check_matmul(&batched, &MatmulOperands { a: slice(95), ..ops }, 0).is_err());
+        let overlapping = MatmulDesc { stride_c: 5, ..batched };
+        assert!(check_matmul(&overlapping, &ops, 0).unwrap_err().to_string().contains("overlap"));
+        let wrapping = MatmulDesc { stride_a: u64::MAX / 8, ..batched };
+        assert!(check_matmul(&wrapping, &ops, 0).is_err(), "an overflowing extent is refused");
+    }
 
     #[test]
     fn launch_limits_include_the_threads_per_dimension_limit() {

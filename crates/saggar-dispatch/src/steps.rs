@@ -1,15 +1,17 @@
-//! Programs that run as a list of kernel launches: the binding check and the launch loop every
-//! compiler lowering a model to steps shares (saggar-models' reference compiler, saggar-onnx).
+//! Programs that run as a list of steps: the binding check and the enqueue loop every compiler
+//! lowering a model to steps shares (saggar-models' reference compiler, saggar-onnx).
 //!
-//! A [`Program`](crate::Program) of that kind holds, per step, a kernel, its launch configuration
-//! and where each argument comes from (an input, an output, an offset in scratch or in the weights).
+//! A [`Program`](crate::Program) of that kind holds, per step, either a kernel with its launch
+//! configuration and where each argument comes from (an input, an output, an offset in scratch or in
+//! the weights), or a BLAS-Lt matmul with its operands and workspace (a range of the run's scratch,
+//! so concurrent runs never share one and nothing is allocated during capture).
 //! [`check_bindings`] checks the buffers a launch was given against the sizes the plan needs, and
-//! [`enqueue_steps`] resolves each step's arguments into one per-thread buffer and launches it, so a
+//! [`enqueue_steps`] resolves each step's arguments into one per-thread buffer and enqueues it, so a
 //! run allocates nothing.
 
 use std::cell::RefCell;
 
-use saggar_device::{Backend, DeviceSlice, KernelArg, LaunchConfig, Stream};
+use saggar_device::{Backend, Blas, DeviceSlice, KernelArg, LaunchConfig, MatmulDesc, MatmulOperands, Stream};
 
 thread_local! {
     /// Kernel arguments of the launch being enqueued on this thread, reused so launches do not allocate.
@@ -43,25 +45,51 @@ pub fn check_bindings(
     Ok(())
 }
 
-/// Enqueues every step on `stream`: `step` writes the step's resolved arguments into the buffer it
-/// is given (empty on entry) and returns the step's kernel and launch configuration.
+/// What one step enqueues, as the program resolved it.
+#[derive(Debug)]
+pub enum StepWork<'s, B: Backend> {
+    /// A launch of `kernel` with `config`, its arguments written into the buffer the step was given.
+    Launch {
+        /// The kernel.
+        kernel: &'s B::Kernel,
+        /// Its launch configuration.
+        config: &'s LaunchConfig,
+    },
+    /// A matmul through the program's BLAS-Lt handle (the argument buffer is not used).
+    Matmul {
+        /// The handle.
+        blas: &'s B::Blas,
+        /// What it computes.
+        desc: &'s MatmulDesc,
+        /// On which buffers, the workspace included.
+        operands: MatmulOperands,
+    },
+}
+
+/// Enqueues every step on `stream`: `step` resolves the step, writing a launch's arguments into
+/// the buffer it is given (empty on entry), and says what to enqueue.
 ///
 /// # Safety
-/// As [`Program::launch`](crate::Program::launch): every argument `step` resolves must name device
-/// memory that is live, and large enough for what its kernel reads and writes, until the stream has
-/// passed the work (the caller has checked the bindings against the plan that placed them).
+/// As [`Program::launch`](crate::Program::launch): every argument and operand `step` resolves must
+/// name device memory that is live, and large enough for what its kernel or matmul reads and writes,
+/// until the stream has passed the work (the caller has checked the bindings against the plan that
+/// placed them).
 pub unsafe fn enqueue_steps<'s, B: Backend, S>(
     stream: &B::Stream,
     steps: &'s [S],
-    mut step: impl FnMut(&'s S, &mut Vec<KernelArg>) -> (&'s B::Kernel, &'s LaunchConfig),
+    mut step: impl FnMut(&'s S, &mut Vec<KernelArg>) -> StepWork<'s, B>,
 ) -> saggar_device::Result<()> {
     let mut run = |args: &mut Vec<KernelArg>| {
         for s in steps {
             args.clear();
-            let (kernel, config) = step(s, args);
-            // SAFETY: forwarded from this function's contract: the arguments name live memory sized
-            // for the kernel.
-            unsafe { stream.launch(kernel, config, args)? };
+            match step(s, args) {
+                // SAFETY: forwarded from this function's contract: the arguments name live memory
+                // sized for the kernel.
+                StepWork::Launch { kernel, config } => unsafe { stream.launch(kernel, config, args)? },
+                // SAFETY: forwarded from this function's contract: the operands name live memory
+                // sized for the matmul, and the workspace is this run's own.
+                StepWork::Matmul { blas, desc, operands } => unsafe { blas.matmul(stream, desc, &operands)? },
+            }
         }
         Ok(())
     };

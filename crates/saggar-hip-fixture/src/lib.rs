@@ -28,6 +28,8 @@
 //! - `driver`: libcuda and libnvrtc loaded at run time through cudarc (`fallback-dynamic-loading`, as
 //!   saggar's CUDA backend), and HIP's per-thread current device over primary contexts.
 //! - `runtime` / `rtc`: the exported functions, one per HIP / hipRTC symbol.
+//! - `blaslt`: the hipBLASLt functions the HIP backend's BLAS calls, over cuBLASLt (cudarc's `cublaslt`
+//!   bindings), numbering translated.
 //! - `envelope`: the "code object" the fixture's hipRTC returns: NVRTC's PTX inside a minimal ELF file
 //!   shaped so that the HIP backend's unchanged image checks accept it.
 //! - `table`: the list of every exported symbol and whether it is mapped (naming the CUDA calls) or not
@@ -40,6 +42,7 @@
 //! ABI: each body runs under `catch_unwind`, and a panic becomes `hipErrorUnknown`.
 
 mod abi;
+mod blaslt;
 mod driver;
 mod envelope;
 mod errors;

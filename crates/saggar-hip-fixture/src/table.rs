@@ -75,6 +75,20 @@ pub const EXPORTS: &[(&str, Mapping)] = &[
     ("hipGraphExecKernelNodeSetParams", Mapped("cuGraphExecKernelNodeSetParams_v2")),
     ("hipGraphExecDestroy", Mapped("cuGraphExecDestroy")),
     ("hipGraphDestroy", Mapped("cuGraphDestroy")),
+    // hipBLASLt (the HIP backend's BLAS; the bundle also installs the fixture as libhipblaslt.so.1).
+    ("hipblasLtCreate", Mapped("cublasLtCreate")),
+    ("hipblasLtDestroy", Mapped("cublasLtDestroy")),
+    ("hipblasLtMatmulDescCreate", Mapped("cublasLtMatmulDescCreate (compute types renumbered)")),
+    ("hipblasLtMatmulDescDestroy", Mapped("cublasLtMatmulDescDestroy")),
+    ("hipblasLtMatmulDescSetAttribute", Mapped("cublasLtMatmulDescSetAttribute (attributes, operations renumbered)")),
+    ("hipblasLtMatrixLayoutCreate", Mapped("cublasLtMatrixLayoutCreate")),
+    ("hipblasLtMatrixLayoutDestroy", Mapped("cublasLtMatrixLayoutDestroy")),
+    ("hipblasLtMatrixLayoutSetAttribute", Mapped("cublasLtMatrixLayoutSetAttribute (attributes renumbered)")),
+    ("hipblasLtMatmulPreferenceCreate", Mapped("cublasLtMatmulPreferenceCreate")),
+    ("hipblasLtMatmulPreferenceDestroy", Mapped("cublasLtMatmulPreferenceDestroy")),
+    ("hipblasLtMatmulPreferenceSetAttribute", Mapped("cublasLtMatmulPreferenceSetAttribute")),
+    ("hipblasLtMatmulAlgoGetHeuristic", Mapped("cublasLtMatmulAlgoGetHeuristic (algorithms kept in a table)")),
+    ("hipblasLtMatmul", Mapped("cublasLtMatmul")),
     // AMD-only.
     ("hipExtStreamCreateWithCUMask", NotSupported("AMD compute-unit masks have no CUDA counterpart")),
     ("hipExtMallocWithFlags", NotSupported("AMD fine-grained memory has no CUDA counterpart")),
@@ -368,7 +382,10 @@ mod tests {
         let needs_driver: BTreeSet<&str> = EXPORTS
             .iter()
             .filter(|(n, m)| {
-                n.starts_with("hip") && !n.starts_with("hiprtc") && matches!(m, Mapped(c) if c.starts_with("cu"))
+                n.starts_with("hip")
+                    && !n.starts_with("hiprtc")
+                    && !n.starts_with("hipblasLt")
+                    && matches!(m, Mapped(c) if c.starts_with("cu"))
             })
             .map(|(n, _)| *n)
             .collect();

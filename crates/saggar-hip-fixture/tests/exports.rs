@@ -132,3 +132,23 @@ fn the_exports_are_exactly_the_fixtures_table() {
         table.len() - not_supported.len()
     );
 }
+
+/// The hipBLASLt functions saggar's shared BLAS layer resolves by name (`sym!("...")` in
+/// `crates/saggar-device/src/gpu/blas.rs`, under the prefix `hip/blas.rs` gives) are all exported.
+#[test]
+fn every_hipblaslt_function_the_backend_resolves_is_exported() {
+    let device = Path::new(env!("CARGO_MANIFEST_DIR")).join("../saggar-device/src");
+    let shared = std::fs::read_to_string(device.join("gpu/blas.rs")).expect("saggar-device's gpu/blas.rs");
+    let spec = std::fs::read_to_string(device.join("hip/blas.rs")).expect("saggar-device's hip/blas.rs");
+    assert!(spec.contains("prefix: \"hipblasLt\""), "the HIP backend's hipBLASLt prefix");
+    let resolved: BTreeSet<String> = shared
+        .split("sym!(\"")
+        .skip(1)
+        .map(|rest| format!("hipblasLt{}", &rest[..rest.find('"').expect("a closing quote")]))
+        .collect();
+    assert!(resolved.len() >= 13, "parsed only {resolved:?}");
+    let exported = exported_functions(&built_library());
+    let missing: Vec<_> = resolved.difference(&exported).collect();
+    assert!(missing.is_empty(), "the fixture does not export {missing:?}");
+    eprintln!("the fixture exports all {} hipBLASLt functions the HIP backend resolves", resolved.len());
+}

@@ -416,7 +416,7 @@ impl<B: Backend> Program<B> for ModelProgram<B> {
         unsafe {
             steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| {
                 args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
-                (&step.kernel, &step.config)
+                steps::StepWork::Launch { kernel: &step.kernel, config: &step.config }
             })
         }
     }

@@ -22,9 +22,10 @@ use std::any::Any;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use saggar_device::blas::BlasConfig;
 use saggar_device::{
-    Backend, BackendKind, CodeObject, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
-    LaunchConfig, Module as _, Stream as _,
+    Backend, BackendKind, Blas as _, CodeObject, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg,
+    KernelSource, LaunchConfig, MatmulDesc, MatmulOperands, MatmulPrecision, Module as _, Stream as _,
 };
 use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
 use saggar_dispatch::steps;
@@ -34,7 +35,8 @@ use saggar_dispatch::{
 
 use crate::artifact::Header;
 use crate::error::OnnxError;
-use crate::lowering::{self, ArgSource, Lowered, PlanSummary, Target, WeightLayout};
+use crate::lowering::{self, ArgSource, Lowered, PlanStep, PlanSummary, Target, WeightLayout};
+use crate::lowering_blas::{BlasLowering, GemmEngine};
 use crate::model::OnnxModel;
 use crate::passes;
 
@@ -54,11 +56,33 @@ pub struct OnnxOptions {
     /// Largest scratch memory, and largest single tensor, a program may need; requests above it are
     /// refused at compile before anything is allocated.
     pub max_program_bytes: u64,
+    /// How MatMul and Gemm run: through the backend's BLAS-Lt library (default) or the generated
+    /// kernel. Part of the compiler identity.
+    pub gemm: GemmEngine,
+    /// Whether BLAS-Lt GEMMs may use TF32 (default: strict `f32`). Part of the compiler identity.
+    pub precision: MatmulPrecision,
+    /// Scratch each run reserves for the BLAS-Lt library's workspace on CUDA and HIP (the host
+    /// backend needs none). Part of the compiler identity.
+    pub blas_workspace_bytes: usize,
+    /// The BLAS-Lt library to load instead of the vendor's default names (see
+    /// [`saggar_device::blas::BlasConfig::library_path`]); `None` reads
+    /// [`saggar_device::blas::LIBRARY_ENV`].
+    pub blas_library: Option<std::path::PathBuf>,
 }
+
+/// Default BLAS-Lt workspace per run: 4 MiB, enough for the algorithms cuBLASLt and hipBLASLt pick
+/// at transformer shapes without making every run context's scratch large.
+pub const DEFAULT_BLAS_WORKSPACE_BYTES: usize = 4 << 20;
 
 impl Default for OnnxOptions {
     fn default() -> OnnxOptions {
-        OnnxOptions { max_program_bytes: 8 << 30 }
+        OnnxOptions {
+            max_program_bytes: 8 << 30,
+            gemm: GemmEngine::default(),
+            precision: MatmulPrecision::default(),
+            blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
+            blas_library: None,
+        }
     }
 }
 
@@ -67,6 +91,33 @@ impl OnnxOptions {
     pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
         self.max_program_bytes = bytes;
         self
+    }
+
+    /// The same options with another [`OnnxOptions::gemm`].
+    pub fn with_gemm(mut self, gemm: GemmEngine) -> OnnxOptions {
+        self.gemm = gemm;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::precision`].
+    pub fn with_precision(mut self, precision: MatmulPrecision) -> OnnxOptions {
+        self.precision = precision;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::blas_library`].
+    pub fn with_blas_library(mut self, path: impl Into<std::path::PathBuf>) -> OnnxOptions {
+        self.blas_library = Some(path.into());
+        self
+    }
+
+    /// The BLAS-Lt handle configuration these options ask for.
+    fn blas_config(&self) -> BlasConfig {
+        let from_env = BlasConfig::from_env();
+        BlasConfig {
+            workspace_bytes: self.blas_workspace_bytes,
+            library_path: self.blas_library.clone().or(from_env.library_path),
+        }
     }
 }
 
@@ -85,6 +136,8 @@ pub struct OnnxCompiler {
     compiled: Mutex<Vec<Compiled>>,
     /// Modules loaded from generated sources, shared by every bucket on a GPU device.
     modules: Mutex<Vec<LoadedModule>>,
+    /// BLAS-Lt handles, one per GPU device, shared by every bucket (each run passes its own workspace).
+    blas_handles: Mutex<Vec<SharedHandle>>,
 }
 
 /// A module loaded on one GPU device, type-erased like [`Resident`].
@@ -97,6 +150,16 @@ struct LoadedModule {
 
 /// The typed module inside a [`LoadedModule`].
 struct SharedModule<B: Backend>(Arc<B::Module>);
+
+/// A BLAS-Lt handle of one GPU device, type-erased like [`LoadedModule`].
+struct SharedHandle {
+    backend: BackendKind,
+    ordinal: usize,
+    handle: Arc<dyn Any + Send + Sync>,
+}
+
+/// The typed handle inside a [`SharedHandle`].
+struct SharedBlas<B: Backend>(Arc<B::Blas>);
 
 /// A code object compiled from a generated source on one device.
 #[derive(Debug)]
@@ -135,6 +198,7 @@ impl OnnxCompiler {
             resident: PerDevice::new(),
             compiled: Mutex::new(Vec::new()),
             modules: Mutex::new(Vec::new()),
+            blas_handles: Mutex::new(Vec::new()),
         }
     }
 
@@ -162,7 +226,11 @@ impl OnnxCompiler {
     pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
         let graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
         let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
-        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target)
+        let blas = (self.options.gemm == GemmEngine::BlasLt).then_some(BlasLowering {
+            precision: self.options.precision,
+            workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
+        });
+        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas)
     }
 
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
@@ -300,8 +368,14 @@ impl OnnxCompiler {
         let steps = lowered
             .steps
             .iter()
-            .map(|s| Ok(LoadedStep { kernel: module.kernel(&s.kernel)?, args: s.args.clone(), config: s.config }))
+            .map(|s| match s {
+                PlanStep::Launch(s) => {
+                    Ok(LoadedStep::Launch { kernel: module.kernel(&s.kernel)?, args: s.args.clone(), config: s.config })
+                }
+                PlanStep::Matmul(m) => Ok(LoadedStep::Matmul(*m)),
+            })
             .collect::<Result<Vec<_>, saggar_device::Error>>()?;
+        let blas = self.blas::<B>(device, &steps)?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {
             None
@@ -321,8 +395,48 @@ impl OnnxCompiler {
             steps,
             weights,
             local,
+            blas,
             _module: module,
         })
+    }
+
+    /// The BLAS-Lt handle the program's matmul steps run on, every description planned (`None` when
+    /// it has none). GPU handles are shared by every program of a device; on the host each program
+    /// gets its own (host-backend devices of one ordinal may be distinct simulated devices).
+    fn blas<B: Backend>(&self, device: &B::Device, steps: &[LoadedStep<B>]) -> Result<Option<Arc<B::Blas>>, OnnxError> {
+        let descs: Vec<&MatmulDesc> = steps
+            .iter()
+            .filter_map(|s| match s {
+                LoadedStep::Matmul(m) => Some(&m.desc),
+                LoadedStep::Launch { .. } => None,
+            })
+            .collect();
+        if descs.is_empty() {
+            return Ok(None);
+        }
+        let ordinal = device.info().ordinal;
+        let blas = if B::KIND == BackendKind::Host {
+            Arc::new(device.create_blas(&self.options.blas_config())?)
+        } else {
+            let mut handles = self.blas_handles.lock();
+            let found = handles
+                .iter()
+                .filter(|h| h.backend == B::KIND && h.ordinal == ordinal)
+                .find_map(|h| h.handle.clone().downcast::<SharedBlas<B>>().ok());
+            match found {
+                Some(shared) => shared.0.clone(),
+                None => {
+                    let blas = Arc::new(device.create_blas(&self.options.blas_config())?);
+                    let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedBlas::<B>(blas.clone()));
+                    handles.push(SharedHandle { backend: B::KIND, ordinal, handle: shared });
+                    blas
+                }
+            }
+        };
+        for desc in descs {
+            blas.prepare(desc)?;
+        }
+        Ok(Some(blas))
     }
 }
 
@@ -336,6 +450,9 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
     fn identity(&self) -> CompilerIdentity {
         CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
             .with_option("artifact", ARTIFACT_VERSION.to_string())
+            .with_option("gemm", self.options.gemm.name().to_string())
+            .with_option("precision", self.options.precision.name().to_string())
+            .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string())
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
@@ -353,10 +470,9 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
 }
 
 #[derive(Debug)]
-struct LoadedStep<B: Backend> {
-    kernel: B::Kernel,
-    args: Vec<ArgSource>,
-    config: LaunchConfig,
+enum LoadedStep<B: Backend> {
+    Launch { kernel: B::Kernel, args: Vec<ArgSource>, config: LaunchConfig },
+    Matmul(crate::lowering_blas::MatmulStep),
 }
 
 /// A loaded program: one model at one input shape on one device.
@@ -377,13 +493,20 @@ pub struct OnnxProgram<B: Backend> {
     steps: Vec<LoadedStep<B>>,
     weights: Arc<ResidentBuffer<B>>,
     local: Option<B::DeviceBuffer>,
+    /// The BLAS-Lt handle of the matmul steps, when there are any.
+    blas: Option<Arc<B::Blas>>,
     _module: Arc<B::Module>,
 }
 
 impl<B: Backend> OnnxProgram<B> {
-    /// Kernel launches per run.
+    /// Kernel launches and matmuls per run.
     pub fn launches(&self) -> usize {
         self.steps.len()
+    }
+
+    /// Matmuls per run that go through the BLAS-Lt library.
+    pub fn blas_matmuls(&self) -> usize {
+        self.steps.iter().filter(|s| matches!(s, LoadedStep::Matmul(_))).count()
     }
 
     fn check_bindings(
@@ -439,9 +562,30 @@ impl<B: Backend> Program<B> for OnnxProgram<B> {
         // holds what the plan reads and writes (the plan placed every tensor inside those lengths),
         // and the weight and local constant buffers are kept alive by `self`, sized by the same layout.
         unsafe {
-            steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| {
-                args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
-                (&step.kernel, &step.config)
+            steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| match step {
+                LoadedStep::Launch { kernel, args: sources, config } => {
+                    args.extend(sources.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
+                    steps::StepWork::Launch { kernel, config }
+                }
+                LoadedStep::Matmul(m) => {
+                    let blas = self.blas.as_deref().expect("a program with matmul steps holds a BLAS handle");
+                    let slice = |src: ArgSource, bytes: u64| {
+                        let ptr = self.resolve(src, inputs, outputs, scratch).as_ptr().unwrap_or(DevicePtr::NULL);
+                        DeviceSlice::from_raw(ptr, bytes as usize)
+                    };
+                    let d = &m.desc;
+                    let span = |stride: u64, elements: u64| ((d.batch - 1) * stride + elements) * 4;
+                    let workspace =
+                        DeviceSlice::from_raw(DevicePtr(scratch.ptr().0 + m.workspace as u64), blas.workspace_bytes());
+                    let operands = MatmulOperands {
+                        a: slice(m.a, span(d.stride_a, d.m * d.k)),
+                        b: slice(m.b, span(d.stride_b, d.k * d.n)),
+                        c: slice(m.c, span(d.stride_c, d.m * d.n)),
+                        bias: m.bias.map(|b| slice(b, d.n * 4)),
+                        workspace,
+                    };
+                    steps::StepWork::Matmul { blas, desc: d, operands }
+                }
             })
         }
     }

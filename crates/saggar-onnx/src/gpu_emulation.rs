@@ -10,7 +10,7 @@ use std::process::Command;
 
 use saggar_device::BackendKind;
 
-use crate::lowering::ArgSource;
+use crate::lowering::{ArgSource, PlanStep};
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
 
 const SHIM: &str = r#"
@@ -59,6 +59,21 @@ static unsigned char* load(const char* path, size_t size) {
   if (path) { FILE* f = std::fopen(path, "rb"); if (!f || std::fread(p, 1, size, f) != size) std::abort(); std::fclose(f); }
   return p;
 }
+// A matmul step of the plan (beta is always 0 in a plan), as the BLAS-Lt libraries define it.
+static void blas(const void* av, const void* bv, void* cv, const void* biasv, long m, long n, long k, long batch,
+                 long sa, long sb, long sc, int ta, int tb, float alpha, int epi) {
+  const float* a = (const float*)av; const float* b = (const float*)bv; const float* bias = (const float*)biasv;
+  float* c = (float*)cv;
+  for (long q = 0; q < batch; ++q) for (long i = 0; i < m; ++i) for (long j = 0; j < n; ++j) {
+    double acc = 0;
+    for (long p = 0; p < k; ++p)
+      acc += (double)a[q * sa + (ta ? p * m + i : i * k + p)] * b[q * sb + (tb ? j * k + p : p * n + j)];
+    float v = alpha * (float)acc + (bias ? bias[j] : 0.f);
+    if (epi == 1) v = v > 0 ? v : 0;
+    if (epi == 2) v = 0.5f * v * (1 + tanhf(0.7978846f * (v + 0.044715f * v * v * v)));
+    c[q * sc + i * n + j] = v;
+  }
+}
 static void store(const char* path, const unsigned char* p, size_t size) {
   FILE* f = std::fopen(path, "wb"); if (!f || std::fwrite(p, 1, size, f) != size) std::abort(); std::fclose(f);
 }
@@ -94,19 +109,46 @@ fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Optio
     let _ =
         writeln!(main, "  unsigned char* local = load(\"{}\", {});", file("local.bin"), lowered.local_constants.len());
     let _ = writeln!(main, "  unsigned char* scratch = load(nullptr, {});", lowered.scratch_bytes);
+    let pointer = |a: ArgSource| match a {
+        ArgSource::Input(i) => format!("(void*)in{i}"),
+        ArgSource::Output(i) => format!("(void*)out{i}"),
+        ArgSource::Scratch(o) => format!("(void*)(scratch + {o})"),
+        ArgSource::Weights(o) => format!("(void*)(weights + {o})"),
+        ArgSource::Local(o) => format!("(void*)(local + {o})"),
+        ArgSource::Bytes(n) => panic!("a GPU plan passes no byte counts ({n})"),
+    };
     for step in &lowered.steps {
-        let args: Vec<String> = step
-            .args
-            .iter()
-            .map(|a| match *a {
-                ArgSource::Input(i) => format!("(void*)in{i}"),
-                ArgSource::Output(i) => format!("(void*)out{i}"),
-                ArgSource::Scratch(o) => format!("(void*)(scratch + {o})"),
-                ArgSource::Weights(o) => format!("(void*)(weights + {o})"),
-                ArgSource::Local(o) => format!("(void*)(local + {o})"),
-                ArgSource::Bytes(n) => panic!("a GPU plan passes no byte counts ({n})"),
-            })
-            .collect();
+        let step = match step {
+            PlanStep::Launch(step) => step,
+            PlanStep::Matmul(mm) => {
+                let d = &mm.desc;
+                let epi = match d.epilogue {
+                    saggar_device::Epilogue::None => 0,
+                    saggar_device::Epilogue::Relu => 1,
+                    saggar_device::Epilogue::GeluTanh => 2,
+                };
+                let bias = mm.bias.map_or("nullptr".to_string(), pointer);
+                let _ = writeln!(
+                    main,
+                    "  blas({}, {}, {}, {bias}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {epi});",
+                    pointer(mm.a),
+                    pointer(mm.b),
+                    pointer(mm.c),
+                    d.m,
+                    d.n,
+                    d.k,
+                    d.batch,
+                    d.stride_a,
+                    d.stride_b,
+                    d.stride_c,
+                    i32::from(d.trans_a),
+                    i32::from(d.trans_b),
+                    d.alpha()
+                );
+                continue;
+            }
+        };
+        let args: Vec<String> = step.args.iter().map(|a| pointer(*a)).collect();
         let c = &step.config;
         let _ = writeln!(
             main,

@@ -12,7 +12,8 @@
 //!    specialises the graph (every dimension known, every shape chain folded), groups elementwise
 //!    chains (`fusion`), plans activation memory by liveness and lowers each group: to a registered
 //!    host kernel on the host backend, to generated CUDA/HIP kernels (`gpu_codegen`, one source per
-//!    model, compiled once) on GPUs. Initializers are uploaded once per device and shared by every
+//!    model, compiled once) on GPUs; MatMul and Gemm go through the backend's BLAS-Lt library
+//!    (cuBLASLt, hipBLASLt, the host's own GEMM) where the operands allow (`lowering_blas`). Initializers are uploaded once per device and shared by every
 //!    program.
 //!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
@@ -35,6 +36,7 @@ mod host_kernels;
 mod import;
 pub mod ir;
 mod lowering;
+mod lowering_blas;
 mod model;
 pub mod ops;
 mod passes;
@@ -48,7 +50,9 @@ pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, O
 pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use lowering::PlanSummary;
+pub use lowering_blas::GemmEngine;
 pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
+pub use saggar_device::MatmulPrecision;
 pub use tensor::{Tensor, TensorData};
 pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

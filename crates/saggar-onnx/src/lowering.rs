@@ -26,6 +26,7 @@ use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
 use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
+use crate::lowering_blas::{self, BlasLowering, MatmulStep};
 use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, copy_launch, ext, numel};
 
 /// Alignment of every placed tensor, in bytes.
@@ -58,6 +59,13 @@ pub(crate) struct Step {
     pub(crate) kernel: String,
     pub(crate) args: Vec<ArgSource>,
     pub(crate) config: LaunchConfig,
+}
+
+/// One step of a plan: a kernel launch, or a matmul through the backend's BLAS-Lt handle.
+#[derive(Debug, Clone)]
+pub(crate) enum PlanStep {
+    Launch(Step),
+    Matmul(MatmulStep),
 }
 
 /// What the plan is lowered for.
@@ -172,14 +180,18 @@ pub struct PlanSummary {
     pub launches: usize,
     /// Fused groups of two or more nodes.
     pub fused_groups: usize,
-    /// Scratch bytes one run needs.
+    /// Scratch bytes of the memory plan (the tensors one run keeps in scratch).
     pub scratch_bytes: usize,
+    /// Matmul steps that run through the backend's BLAS-Lt handle (counted in `launches`).
+    pub matmuls: usize,
+    /// Scratch reserved past the memory plan for the BLAS-Lt workspace.
+    pub blas_workspace_bytes: usize,
 }
 
 /// A lowered program for one concrete input shape.
 #[derive(Debug, Clone)]
 pub(crate) struct Lowered {
-    pub(crate) steps: Vec<Step>,
+    pub(crate) steps: Vec<PlanStep>,
     pub(crate) kernels: Vec<KernelSignature>,
     /// GPU targets: the C++ definition of each kernel in `kernels`, in the same order.
     pub(crate) definitions: Vec<String>,
@@ -212,7 +224,7 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
 /// Kernels and launches being collected.
 #[derive(Default)]
 struct Emitter {
-    steps: Vec<Step>,
+    steps: Vec<PlanStep>,
     kernels: Vec<KernelSignature>,
     definitions: Vec<String>,
     local_constants: Vec<u8>,
@@ -241,7 +253,7 @@ impl Emitter {
         let name = self.kernel(gpu_codegen::signature(&name, pointers.len()), Some(text));
         let mut args = vec![self.meta(meta)];
         args.extend(pointers);
-        self.steps.push(Step { kernel: name, args, config: launch_config(work) });
+        self.steps.push(PlanStep::Launch(Step { kernel: name, args, config: launch_config(work) }));
     }
 }
 
@@ -263,9 +275,17 @@ fn gpu_form<'a>(graph: &Graph, info: &'a NodeInfo, node: usize, target: Target) 
 }
 
 /// Lowers `graph` (specialised: every shape fixed) against the device weights `weights` for
-/// `target`, registering host kernels for the host. Refuses programs whose scratch or any tensor
+/// `target`, registering host kernels for the host. With `blas`, GEMMs the BLAS-Lt libraries can
+/// express become matmul steps ([`crate::lowering_blas`]) on every target, and the library's
+/// workspace is reserved at the end of scratch. Refuses programs whose scratch or any tensor
 /// exceeds `limit` bytes.
-pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: Target) -> Result<Lowered, OnnxError> {
+pub(crate) fn lower(
+    graph: &Graph,
+    weights: &WeightLayout,
+    limit: u64,
+    target: Target,
+    blas: Option<BlasLowering>,
+) -> Result<Lowered, OnnxError> {
     let info = fusion::describe(graph)?;
     let root = fusion::groups(graph, &info);
     let mut location: HashMap<ValueId, ArgSource> = HashMap::new();
@@ -323,7 +343,20 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
     let mut arena = Arena::default();
     // Values sharing a scratch block (a view and what it views) free it when the last one dies.
     let mut block_users: HashMap<usize, usize> = HashMap::new();
-    let mut summary = PlanSummary { nodes: 0, launches_unfused: 0, launches: 0, fused_groups: 0, scratch_bytes: 0 };
+    let fusions = match blas {
+        Some(b) => lowering_blas::epilogue_fusions(graph, &info, &root, b.precision),
+        None => HashMap::new(),
+    };
+    let absorbed: HashMap<usize, usize> = fusions.iter().map(|(&gemm, f)| (f.group, gemm)).collect();
+    let mut summary = PlanSummary {
+        nodes: 0,
+        launches_unfused: 0,
+        launches: 0,
+        fused_groups: 0,
+        scratch_bytes: 0,
+        matmuls: 0,
+        blas_workspace_bytes: 0,
+    };
     for (step, node) in graph.nodes.iter().enumerate() {
         if root[step] != step {
             continue;
@@ -340,6 +373,24 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
             if let ArgSource::Scratch(off) = src {
                 *block_users.entry(off).or_insert(0) += 1;
                 frees[dies_at(*o)].push(*o);
+            }
+            release(&mut frees[step], &location, &mut block_users, &mut arena);
+            continue;
+        }
+        // A group a GEMM took into its epilogue launches nothing: its output is the GEMM's result
+        // (already in the output binding when the group's output is a graph output).
+        if let Some(&gemm) = absorbed.get(&step) {
+            let members = (0..=step).filter(|&j| root[j] == step).count();
+            summary.nodes += members;
+            summary.launches_unfused += members;
+            let out = node.outputs[0];
+            if !location.contains_key(&out) {
+                let src = location[&graph.nodes[gemm].outputs[0]];
+                location.insert(out, src);
+                if let ArgSource::Scratch(off) = src {
+                    *block_users.entry(off).or_insert(0) += 1;
+                    frees[dies_at(out)].push(out);
+                }
             }
             release(&mut frees[step], &location, &mut block_users, &mut arena);
             continue;
@@ -373,7 +424,19 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
         if members.len() > 1 {
             summary.fused_groups += 1;
         }
-        emit_group(graph, &info, &members, &location, target, &mut emit)?;
+        if let (Some(blas), Some(fusion)) = (blas, fusions.get(&step)) {
+            // The GEMM computes its reader group too, into the group's output binding when that is a
+            // graph output, else into its own block, which the group's output then shares.
+            let out = graph.nodes[fusion.group].outputs[0];
+            let dest = location.get(&out).copied().unwrap_or(location[&node.outputs[0]]);
+            let fused =
+                lowering_blas::matmul_step(graph, &info[step], step, &location, blas.precision, Some((fusion, dest)))
+                    .ok_or_else(|| OnnxError::Graph { reason: "a GEMM planned for BLAS has no BLAS form".into() })?;
+            emit.steps.push(PlanStep::Matmul(fused));
+            summary.fused_groups += 1;
+        } else {
+            emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
+        }
         release(&mut frees[step], &location, &mut block_users, &mut arena);
     }
     for (i, id) in copies {
@@ -387,7 +450,7 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
                 host_kernels::ensure_copy_registered()?;
                 let name = emit.kernel(host_kernels::copy_signature(), None);
                 let args = vec![ArgSource::Output(i), src, ArgSource::Bytes(output_bytes[i] as u64)];
-                emit.steps.push(Step { kernel: name, args, config: host_config() });
+                emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
             }
             Target::Gpu(_) => {
                 let l = copy_launch(1, &[output_bytes[i]], (Slot::In(0), 0, &[1]), (Slot::Out(0), 0, &[1]));
@@ -395,13 +458,16 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
             }
         }
     }
+    let scratch_bytes = lowering_blas::reserve_workspace(&mut emit.steps, arena.high_water, blas, limit)?;
     summary.launches = emit.steps.len();
     summary.scratch_bytes = arena.high_water;
+    summary.matmuls = emit.steps.iter().filter(|s| matches!(s, PlanStep::Matmul(_))).count();
+    summary.blas_workspace_bytes = scratch_bytes - arena.high_water;
     Ok(Lowered {
         steps: emit.steps,
         kernels: emit.kernels,
         definitions: emit.definitions,
-        scratch_bytes: arena.high_water,
+        scratch_bytes,
         local_constants: emit.local_constants,
         input_bytes,
         output_bytes,
@@ -421,9 +487,16 @@ fn emit_group(
     members: &[usize],
     location: &HashMap<ValueId, ArgSource>,
     target: Target,
+    blas: Option<BlasLowering>,
     emit: &mut Emitter,
 ) -> Result<(), OnnxError> {
     let root = *members.last().expect("a group has its root");
+    if let ([_], Some(blas)) = (members, blas)
+        && let Some(step) = lowering_blas::matmul_step(graph, &info[root], root, location, blas.precision, None)
+    {
+        emit.steps.push(PlanStep::Matmul(step));
+        return Ok(());
+    }
     let at = |id: &ValueId| location[id];
     let kernel_of = |j: usize| {
         let n = &graph.nodes[j];
@@ -470,7 +543,7 @@ fn emit_group(
                 fused.signature()
             };
             let name = emit.kernel(signature, None);
-            emit.steps.push(Step { kernel: name, args, config: host_config() });
+            emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
         }
         Target::Gpu(_) => {
             if info[root].elementwise().is_some() {
@@ -502,7 +575,8 @@ fn emit_group(
                 let mut args = vec![emit.meta(&meta)];
                 args.extend(externals.iter().map(at));
                 args.push(at(&root_node.outputs[0]));
-                emit.steps.push(Step { kernel: name, args, config: launch_config(Work::Elements(numel(&out.dims))) });
+                let config = launch_config(Work::Elements(numel(&out.dims)));
+                emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config }));
             } else {
                 let GpuNode::Launches(launches) = gpu_form(graph, &info[root], root, target)? else {
                     return Err(unsupported(target, graph, root, "an elementwise node outside a group".into()));

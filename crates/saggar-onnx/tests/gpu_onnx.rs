@@ -15,3 +15,20 @@ fn checked_in_models_match_on_cuda_with_graphs() {
     };
     gpu_common::check_models::<CudaBackend>(device);
 }
+
+#[test]
+fn blas_and_generated_gemms_match_on_cuda_with_graphs() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("blas_and_generated_gemms_match_on_cuda_with_graphs")
+    else {
+        return;
+    };
+    gpu_common::check_blas_against_generated::<CudaBackend>(device);
+}
+
+#[test]
+fn missing_blas_library_is_refused_on_cuda() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("missing_blas_library_is_refused_on_cuda") else {
+        return;
+    };
+    gpu_common::check_missing_blas_library_is_refused::<CudaBackend>(device);
+}

@@ -16,3 +16,20 @@ fn checked_in_models_match_on_hip_with_graphs() {
     };
     gpu_common::check_models::<HipBackend>(device);
 }
+
+#[test]
+fn blas_and_generated_gemms_match_on_hip_with_graphs() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("blas_and_generated_gemms_match_on_hip_with_graphs")
+    else {
+        return;
+    };
+    gpu_common::check_blas_against_generated::<HipBackend>(device);
+}
+
+#[test]
+fn missing_blas_library_is_refused_on_hip() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("missing_blas_library_is_refused_on_hip") else {
+        return;
+    };
+    gpu_common::check_missing_blas_library_is_refused::<HipBackend>(device);
+}

@@ -79,11 +79,15 @@ fn every_model_has_one_gpu_source_for_all_batches_that_compiles_and_fusion_cuts_
         let gpu = c.plan_summary(&dims(&c, 3), BackendKind::Cuda).unwrap();
         let host = c.plan_summary(&dims(&c, 3), BackendKind::Host).unwrap();
         println!(
-            "{name}: {} computing nodes; GPU launches {} unfused, {} fused ({} fused groups); host launches {}",
-            gpu.nodes, gpu.launches_unfused, gpu.launches, gpu.fused_groups, host.launches
+            "{name}: {} computing nodes; GPU launches {} unfused, {} fused ({} fused groups, {} BLAS matmuls); host launches {}",
+            gpu.nodes, gpu.launches_unfused, gpu.launches, gpu.fused_groups, gpu.matmuls, host.launches
         );
         assert_eq!(gpu.nodes, host.nodes, "{name}: host and GPU plans group the same nodes");
         assert_eq!(gpu.scratch_bytes, host.scratch_bytes, "{name}: one memory plan for both");
+        assert_eq!(gpu.matmuls, host.matmuls, "{name}: the host plan runs the same BLAS steps as the GPU's");
+        if name == "bert" || name == "mlp" {
+            assert!(gpu.matmuls > 0, "{name}: its GEMMs go through BLAS-Lt");
+        }
         assert!(gpu.launches <= gpu.launches_unfused, "{name}");
         if name == "bert" || name == "mlp" {
             assert!(gpu.fused_groups > 0 && gpu.launches < gpu.launches_unfused, "{name}: something fuses");

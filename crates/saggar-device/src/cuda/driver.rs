@@ -80,6 +80,7 @@ const ERROR_CLASSES: &[(i64, ErrorClass)] = {
 
 impl Driver for CudaDriver {
     const KIND: BackendKind = BackendKind::Cuda;
+    const BLAS_LT: &'static crate::gpu::LtSpec = &crate::cuda::blas::CUBLASLT;
     const RECORDS_CAPTURED_OPS: bool = false;
     const NO_CURRENT: sys::CUcontext = std::ptr::null_mut();
 
@@ -96,6 +97,10 @@ impl Driver for CudaDriver {
     const ERROR_CLASSES: &'static [(i64, ErrorClass)] = ERROR_CLASSES;
 
     crate::gpu_driver_statics!(CudaDriver);
+
+    fn blas_stream(stream: sys::CUstream) -> *mut std::ffi::c_void {
+        stream.cast()
+    }
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {
         device::enumerate()

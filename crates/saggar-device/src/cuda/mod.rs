@@ -49,6 +49,7 @@
 //! released once, from its destructor; objects hold their device by `Arc`, so no handle outlives the
 //! context it belongs to.
 
+mod blas;
 mod device;
 mod driver;
 mod result;

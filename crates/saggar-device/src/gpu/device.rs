@@ -359,6 +359,10 @@ impl<D: Driver> api::Device for Device<D> {
         Module::load(self.shared.clone(), code)
     }
 
+    fn create_blas(&self, config: &crate::blas::BlasConfig) -> Result<crate::gpu::GpuBlas<D>> {
+        crate::gpu::GpuBlas::new(self, config)
+    }
+
     fn instantiate(&self, graph: &Graph<D>) -> Result<GraphExec<D>> {
         self.shared.enter("device.instantiate")?;
         GraphExec::instantiate(self.shared.clone(), graph)

@@ -368,6 +368,13 @@ pub trait Driver: Sized + Send + Sync + 'static {
         params: *mut *mut c_void,
     ) -> Result<()>;
 
+    // BLAS-Lt.
+
+    /// The vendor's BLAS-Lt library (cuBLASLt, hipBLASLt).
+    const BLAS_LT: &'static crate::gpu::blas::LtSpec;
+    /// A stream handle as the BLAS-Lt library takes it.
+    fn blas_stream(stream: Self::Stream) -> *mut c_void;
+
     // Graphs.
 
     /// Reads a graph that a capture returned: its node count and whatever the vendor keeps of it.

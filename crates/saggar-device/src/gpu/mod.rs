@@ -27,6 +27,7 @@
 //! released once, from its destructor; objects hold their device by `Arc`, so no handle outlives the
 //! vendor state (context) it belongs to.
 
+pub mod blas;
 mod capture_registry;
 mod device;
 mod driver;
@@ -41,6 +42,7 @@ mod stream;
 use std::fmt;
 use std::marker::PhantomData;
 
+pub use blas::{GpuBlas, LtSpec, probe_library};
 pub use capture_registry::DriverFault;
 pub use device::{Device, DeviceShared, take_orphaned_errors};
 pub use driver::{Driver, ErrorClass, Globals, LoadedModule, Opened, ThreadCaptures, UpdateFailure};
@@ -102,6 +104,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Kernel = Kernel<D>;
     type Graph = Graph<D>;
     type GraphExec = GraphExec<D>;
+    type Blas = GpuBlas<D>;
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {
         D::enumerate()
@@ -126,6 +129,7 @@ fn _assert_send_sync<D: Driver>() {
     send_sync::<Kernel<D>>();
     send_sync::<Graph<D>>();
     send_sync::<GraphExec<D>>();
+    send_sync::<GpuBlas<D>>();
 }
 
 /// For the backends' no-driver tests: enumerating, opening device 0 and selecting the backend, each

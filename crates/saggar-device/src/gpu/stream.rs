@@ -268,6 +268,15 @@ impl<D: Driver> Stream<D> {
         self.enqueue(op, || captured, call)
     }
 
+    /// Enqueues work a vendor library makes on this stream (a BLAS-Lt call): enters the device and runs
+    /// `call` with the raw stream, mapping a failure as any enqueue's. The library's nodes are not in a
+    /// capture's list of operations, so a graph holding them no longer pairs its nodes with that list
+    /// and is updated as a whole, never node by node.
+    pub(crate) fn enqueue_library(&self, op: &'static str, call: impl FnOnce(D::Stream) -> Result<()>) -> Result<()> {
+        self.enter(op)?;
+        call(self.shared.raw).map_err(|e| self.fault(op, e))
+    }
+
     /// Fails, invalidating it, if this stream is capturing: synchronous work cannot be captured.
     fn forbid_own_capture(&self, op: &'static str) -> Result<()> {
         if !self.shared.capturing() {

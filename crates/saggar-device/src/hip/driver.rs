@@ -80,6 +80,7 @@ pub(crate) fn capture_mode(mode: CaptureMode) -> sys::hipStreamCaptureMode {
 
 impl Driver for HipDriver {
     const KIND: BackendKind = BackendKind::Hip;
+    const BLAS_LT: &'static crate::gpu::LtSpec = &crate::hip::blas::HIPBLASLT;
     const RECORDS_CAPTURED_OPS: bool = true;
     const NO_CURRENT: c_int = UNKNOWN_DEVICE;
 
@@ -96,6 +97,10 @@ impl Driver for HipDriver {
     const ERROR_CLASSES: &'static [(i64, ErrorClass)] = ERROR_CLASSES;
 
     crate::gpu_driver_statics!(HipDriver);
+
+    fn blas_stream(stream: sys::hipStream_t) -> *mut std::ffi::c_void {
+        stream.cast()
+    }
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {
         device::enumerate()

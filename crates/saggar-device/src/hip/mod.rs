@@ -62,6 +62,7 @@
 //! error mapping, hipRTC compilation and the pure logic (argument packing, update planning, code-object
 //! checks) run. `docs/amd.md` lists the details.
 
+mod blas;
 mod device;
 mod driver;
 mod graph;

@@ -242,6 +242,11 @@ impl Device for HostDevice {
         Ok(HostModule { ordinal: self.shared.info.ordinal, kernels: kernels::load(code)? })
     }
 
+    fn create_blas(&self, config: &crate::blas::BlasConfig) -> Result<crate::host::HostBlas> {
+        self.check("device.create_blas")?;
+        crate::host::HostBlas::new(self, config)
+    }
+
     fn instantiate(&self, graph: &HostGraph) -> Result<HostGraphExec> {
         self.check("device.instantiate")?;
         HostGraphExec::instantiate(self.shared.clone(), graph)

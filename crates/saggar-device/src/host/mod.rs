@@ -6,8 +6,10 @@
 //! - Capture records operations with their pointers; replay uses those pointers.
 //! - Calls CUDA and HIP forbid during capture fail here too.
 //! - Kernels are host functions registered by name ([`register_kernel`]).
+//! - Matmuls ([`HostBlas`]) run the BLAS-Lt descriptions in `f32` on the stream's worker.
 //! - Counters ([`HostCounters`]) show launches, copies, allocations and live bytes, for leak tests.
 
+mod blas;
 mod counters;
 mod device;
 mod graph;
@@ -18,6 +20,7 @@ mod stream;
 
 use std::sync::Arc;
 
+pub use blas::{HostBlas, MATMUL_KERNEL};
 pub use counters::HostCounters;
 pub use device::{HOST_ARCH, HOST_DEVICE_COUNT, HostConfig, HostDevice, HostDeviceBuffer, HostModule};
 pub use graph::{HostGraph, HostGraphExec};
@@ -45,6 +48,7 @@ impl Backend for HostBackend {
     type Kernel = HostKernel;
     type Graph = HostGraph;
     type GraphExec = HostGraphExec;
+    type Blas = HostBlas;
 
     fn enumerate() -> Result<Vec<DeviceInfo>> {
         let memory = HostConfig::default().memory_bytes;

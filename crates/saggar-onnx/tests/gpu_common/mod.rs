@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, CaptureWhen, GraphConfig, Session, SessionConfig};
-use saggar_onnx::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, run_on_host};
+use saggar_onnx::{GemmEngine, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, run_on_host};
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -90,4 +90,100 @@ pub fn check_models<B: Backend>(device: B::Device) {
             stats.eager_runs
         );
     }
+}
+
+/// A session of `model` on `device` with `options`, one bucket per power of two up to 64, graphs
+/// captured on first use.
+fn session<B: Backend>(
+    device: &B::Device,
+    model: &OnnxModel,
+    options: OnnxOptions,
+) -> Result<Session<B, OnnxCompiler>, saggar_dispatch::DispatchError> {
+    let graphs = GraphConfig::default().with_enabled(true).with_capture(CaptureWhen::Lazy);
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 64 }).graphs(graphs).build().unwrap();
+    Session::new(device.clone(), Arc::new(OnnxCompiler::new(model.clone(), options)), config, &|_| {})
+}
+
+/// Largest absolute difference of two `f32` tensors.
+fn max_error(got: &Tensor, want: &Tensor) -> f32 {
+    match (got.data(), want.data()) {
+        (saggar_onnx::TensorData::F32(g), saggar_onnx::TensorData::F32(w)) => {
+            g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
+        }
+        _ => 0.0,
+    }
+}
+
+/// Every model with its GEMMs through BLAS-Lt and through the generated kernel, graphs captured and
+/// replayed, against the host backend (whose plan runs the same BLAS steps through the host GEMM);
+/// prints one PASS line per model and engine with the largest error.
+pub fn check_blas_against_generated<B: Backend>(device: B::Device) {
+    for name in MODELS {
+        let dir = model_dir(name);
+        let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+        let (inputs, _) = data_sets(&dir).into_iter().max_by_key(|(i, _)| i[0].dims()[0]).expect("a data set");
+        let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
+        let request = Request::new(&names, &inputs);
+        let host = run_on_host(&OnnxCompiler::new(model.clone(), OnnxOptions::default()), &inputs).unwrap();
+        for engine in [GemmEngine::BlasLt, GemmEngine::Generated] {
+            let options = OnnxOptions::default().with_gemm(engine);
+            let s = session::<B>(&device, &model, options)
+                .unwrap_or_else(|e| panic!("FAIL {name} {} on {:?}: session: {e}", engine.name(), B::KIND));
+            let mut worst = 0f32;
+            for run in 0..2 {
+                let outputs = s.run(&request.host()).unwrap_or_else(|e| panic!("FAIL {name} run {run}: {e}"));
+                for (k, o) in outputs.iter().enumerate() {
+                    let got = owned_to_tensor(o);
+                    assert_close(&got, &host[k], &format!("FAIL {name} {} run {run} output {k}", engine.name()));
+                    worst = worst.max(max_error(&got, &host[k]));
+                }
+            }
+            let stats = s.stats();
+            assert!(stats.replays > 0, "FAIL {name} {}: the second run replays a graph", engine.name());
+            println!(
+                "PASS {name} gemm={} on {:?}: max abs error vs host {worst:.3e}, {} captures, {} replays",
+                engine.name(),
+                B::KIND,
+                stats.captures,
+                stats.replays
+            );
+        }
+    }
+}
+
+/// The full error chain, for matching on what a wrapped error says.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A BLAS-Lt library that cannot be loaded refuses the session at creation (precompile loads every
+/// bucket), or the first request if programs load lazily, with an error naming the library and the
+/// path tried.
+pub fn check_missing_blas_library_is_refused<B: Backend>(device: B::Device) {
+    let dir = model_dir("mlp");
+    let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+    let path = "/nonexistent/saggar-gpu-test/libblaslt-missing.so";
+    let options = OnnxOptions::default().with_blas_library(path);
+    let text = match session::<B>(&device, &model, options) {
+        Err(e) => chain(&e),
+        Ok(s) => {
+            let (inputs, _) = data_sets(&dir).into_iter().next().expect("a data set");
+            let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
+            let request = Request::new(&names, &inputs);
+            match s.run(&request.host()) {
+                Ok(_) => panic!("FAIL a session with a missing BLAS library ran on {:?}", B::KIND),
+                Err(e) => chain(&e),
+            }
+        }
+    };
+    let library = if B::KIND == saggar_device::BackendKind::Hip { "hipBLASLt" } else { "cuBLASLt" };
+    assert!(text.contains(path) && text.contains(library), "FAIL the error does not name both: {text}");
+    println!("PASS missing BLAS library refused on {:?}: {text}", B::KIND);
 }

@@ -1,0 +1,221 @@
+//! Matrix multiplication through a vendor BLAS-Lt library: the backend-neutral description of one
+//! (batched) GEMM with its fused epilogue ([`MatmulDesc`]), the buffers it runs on ([`MatmulOperands`]),
+//! the handle that runs it ([`Blas`]) and how that handle is configured ([`BlasConfig`]).
+//!
+//! # Convention
+//! Every matrix is row-major, as ONNX tensors are. Batch `i` computes
+//! `C_i[m, n] = epilogue(alpha * op(A_i)[m, k] * op(B_i)[k, n] + beta * C_i + bias[n])`, where `op(A)` is
+//! `A` stored `[m, k]`, or stored `[k, m]` and transposed when `trans_a` is set (likewise `B`: `[k, n]`,
+//! or `[n, k]` with `trans_b`). `A_i` starts `i * stride_a` elements after `A` (a stride of 0 broadcasts
+//! one matrix to every batch), likewise `B_i` and `C_i`. Data are `f32`; accumulation is `f32`, or TF32
+//! where [`MatmulPrecision::Tf32`] allows it.
+//!
+//! # Capture
+//! A handle is created once per device, outside any capture, with its plan for each description made
+//! by [`Blas::prepare`]. The workspace the library may use is a [`DeviceSlice`] the caller passes with
+//! every call (a run context's own scratch, so concurrent runs never share one), so a matmul enqueued
+//! during stream capture allocates nothing on the device.
+
+use std::path::PathBuf;
+
+use crate::api::Backend;
+use crate::error::Result;
+use crate::types::DeviceSlice;
+
+/// The function applied to each output element after the product (and the bias, if any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Epilogue {
+    /// The product as it is.
+    #[default]
+    None,
+    /// `max(x, 0)`.
+    Relu,
+    /// GELU in the tanh approximation, `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`: the one
+    /// cuBLASLt's and hipBLASLt's GELU epilogues compute.
+    GeluTanh,
+}
+
+impl Epilogue {
+    /// The epilogue applied to one value, as every backend computes it.
+    #[inline]
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Epilogue::None => x,
+            Epilogue::Relu => x.max(0.0),
+            Epilogue::GeluTanh => {
+                const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+                0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+            }
+        }
+    }
+}
+
+/// How `f32` products may be computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MatmulPrecision {
+    /// Full `f32` multiply-accumulate (TF32 off): results match a host `f32` GEMM to rounding.
+    #[default]
+    StrictF32,
+    /// Tensor cores may round inputs to TF32 (10-bit mantissa): faster, relative error about 1e-3.
+    Tf32,
+}
+
+impl MatmulPrecision {
+    /// The name used in options and cache keys (`f32`, `tf32`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::StrictF32 => "f32",
+            MatmulPrecision::Tf32 => "tf32",
+        }
+    }
+}
+
+/// One (batched) GEMM, as the handle plans it. Two equal descriptions share one plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatmulDesc {
+    /// Rows of `op(A)` and `C`.
+    pub m: u64,
+    /// Columns of `op(B)` and `C`.
+    pub n: u64,
+    /// Columns of `op(A)`, rows of `op(B)`.
+    pub k: u64,
+    /// Number of products (1 for a plain GEMM).
+    pub batch: u64,
+    /// Elements between consecutive `A` matrices (0: one `A` for every batch).
+    pub stride_a: u64,
+    /// Elements between consecutive `B` matrices (0: one `B` for every batch).
+    pub stride_b: u64,
+    /// Elements between consecutive `C` matrices (at least `m * n` when `batch > 1`).
+    pub stride_c: u64,
+    /// `A` is stored `[k, m]`.
+    pub trans_a: bool,
+    /// `B` is stored `[n, k]`.
+    pub trans_b: bool,
+    /// Scale of the product. Stored as bits so the description hashes; see [`MatmulDesc::alpha`].
+    pub alpha_bits: u32,
+    /// Scale of the existing `C` (0: `C` is only written). Bits, as `alpha_bits`.
+    pub beta_bits: u32,
+    /// A bias vector of `n` elements is added to every row.
+    pub bias: bool,
+    /// Applied last.
+    pub epilogue: Epilogue,
+    /// Whether TF32 is allowed.
+    pub precision: MatmulPrecision,
+}
+
+impl MatmulDesc {
+    /// A plain `C[m, n] = A[m, k] * B[k, n]`: one batch, no transposes, `alpha` 1, `beta` 0, no bias or
+    /// epilogue, strict `f32`. Adjust the fields from there.
+    pub const fn gemm(m: u64, n: u64, k: u64) -> MatmulDesc {
+        MatmulDesc {
+            m,
+            n,
+            k,
+            batch: 1,
+            stride_a: m.saturating_mul(k),
+            stride_b: k.saturating_mul(n),
+            stride_c: m.saturating_mul(n),
+            trans_a: false,
+            trans_b: false,
+            alpha_bits: 1.0f32.to_bits(),
+            beta_bits: 0,
+            bias: false,
+            epilogue: Epilogue::None,
+            precision: MatmulPrecision::StrictF32,
+        }
+    }
+
+    /// The scale of the product.
+    pub fn alpha(&self) -> f32 {
+        f32::from_bits(self.alpha_bits)
+    }
+
+    /// The scale of the existing `C`.
+    pub fn beta(&self) -> f32 {
+        f32::from_bits(self.beta_bits)
+    }
+
+    /// Sets `alpha` and `beta`.
+    pub fn with_scales(mut self, alpha: f32, beta: f32) -> MatmulDesc {
+        self.alpha_bits = alpha.to_bits();
+        self.beta_bits = beta.to_bits();
+        self
+    }
+}
+
+/// The buffers one matmul reads and writes. Sizes are checked against the description
+/// ([`crate::rules::check_matmul`]) before anything is enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulOperands {
+    /// `A`, every batch.
+    pub a: DeviceSlice,
+    /// `B`, every batch.
+    pub b: DeviceSlice,
+    /// `C`, every batch (read too when `beta` is not 0).
+    pub c: DeviceSlice,
+    /// The bias vector, when the description has one.
+    pub bias: Option<DeviceSlice>,
+    /// Scratch the library may use, at least [`Blas::workspace_bytes`] long (may be empty when that is 0).
+    pub workspace: DeviceSlice,
+}
+
+/// Environment variable naming the BLAS-Lt library to load instead of the vendor's default names. Read
+/// in one place, [`BlasConfig::from_env`].
+pub const LIBRARY_ENV: &str = "SAGGAR_BLASLT_LIBRARY";
+
+/// How a [`Blas`] handle is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlasConfig {
+    /// The most workspace the library may use per call; every call passes at least this much.
+    pub workspace_bytes: usize,
+    /// The library file to load instead of the vendor's default names (`libcublasLt.so.13`,
+    /// `libhipblaslt.so.1`, ...). The host backend loads nothing and ignores it.
+    pub library_path: Option<PathBuf>,
+}
+
+/// 32 MiB: what cuBLASLt's documentation recommends for Hopper (it lets the fastest kernels run).
+pub const DEFAULT_WORKSPACE_BYTES: usize = 32 << 20;
+
+impl Default for BlasConfig {
+    fn default() -> Self {
+        BlasConfig { workspace_bytes: DEFAULT_WORKSPACE_BYTES, library_path: None }
+    }
+}
+
+impl BlasConfig {
+    /// The default configuration, with `library_path` taken from [`LIBRARY_ENV`] when it is set.
+    pub fn from_env() -> BlasConfig {
+        BlasConfig { library_path: std::env::var_os(LIBRARY_ENV).map(PathBuf::from), ..BlasConfig::default() }
+    }
+}
+
+/// A BLAS-Lt handle of one device: the loaded library, its context and a plan per description.
+///
+/// # Thread safety
+/// `Send + Sync`: calls from several threads onto several streams are allowed (cuBLASLt: "the handle
+/// [...] is thread safe"; the plans are behind a lock of this handle only). Each call's workspace must
+/// be used by no other call in flight, which is why the caller passes it.
+pub trait Blas: Send + Sync + std::fmt::Debug {
+    /// The backend.
+    type Backend: Backend;
+
+    /// The workspace every call must be given at least.
+    fn workspace_bytes(&self) -> usize;
+
+    /// Makes the plan for `desc` now (algorithm choice included), so a later [`Blas::matmul`] with it,
+    /// during a capture for instance, only enqueues. Refuses a description no backend can run.
+    fn prepare(&self, desc: &MatmulDesc) -> Result<()>;
+
+    /// Enqueues the matmul `desc` on `operands` on `stream` (planning it first if
+    /// [`Blas::prepare`] was not called).
+    ///
+    /// # Safety
+    /// Every slice of `operands` must name live device memory until the stream has passed the work, and
+    /// the workspace must be used by nothing else until then.
+    unsafe fn matmul(
+        &self,
+        stream: &<Self::Backend as Backend>::Stream,
+        desc: &MatmulDesc,
+        operands: &MatmulOperands,
+    ) -> Result<()>;
+}

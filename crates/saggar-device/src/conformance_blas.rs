@@ -1,0 +1,221 @@
+//! The conformance suite's BLAS tests: every backend's [`Blas`] against one reference GEMM written
+//! here (a plain triple loop, independent of the host backend's), eagerly and through a captured
+//! graph, and the same refusals of bad requests everywhere. Instantiated by
+//! [`conformance_tests!`](crate::conformance_tests) with the rest of the suite. Each case prints a
+//! `PASS` or `FAIL` line with its largest error, so a GPU run's log shows what was compared.
+
+use crate::api::{Backend, Device, DeviceBuffer, Graph as _, Stream};
+use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision};
+use crate::error::Error;
+use crate::types::{CaptureMode, DeviceSlice};
+
+/// Workspace of the handles these tests make: small, so the host backend's memory is not strained,
+/// and enough for every algorithm the vendors pick at these sizes.
+const WORKSPACE: usize = 4 << 20;
+
+fn values(len: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn to_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
+}
+
+/// The reference: `desc` on host vectors, in `f64`, element by element from the definition.
+pub fn reference(desc: &MatmulDesc, a: &[f32], b: &[f32], c: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
+    let mut out = c.to_vec();
+    for batch in 0..desc.batch as usize {
+        let (a0, b0, c0) =
+            (batch * desc.stride_a as usize, batch * desc.stride_b as usize, batch * desc.stride_c as usize);
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0f64;
+                for p in 0..k {
+                    let a_ip = if desc.trans_a { a[a0 + p * m + i] } else { a[a0 + i * k + p] };
+                    let b_pj = if desc.trans_b { b[b0 + j * k + p] } else { b[b0 + p * n + j] };
+                    acc += f64::from(a_ip) * f64::from(b_pj);
+                }
+                let prior = f64::from(desc.beta()) * f64::from(c[c0 + i * n + j]);
+                let biased = f64::from(desc.alpha()) * acc + prior + bias.map_or(0.0, |b| f64::from(b[j]));
+                out[c0 + i * n + j] = desc.epilogue.apply(biased as f32);
+            }
+        }
+    }
+    out
+}
+
+/// The cases every backend runs: plain, transposed, batched with a broadcast operand, bias with each
+/// epilogue, scales, and TF32 allowed.
+pub fn cases() -> Vec<(&'static str, MatmulDesc)> {
+    let base = MatmulDesc::gemm(33, 17, 65);
+    vec![
+        ("plain 33x17x65", base),
+        ("trans_a", MatmulDesc { trans_a: true, ..base }),
+        ("trans_b", MatmulDesc { trans_b: true, ..base }),
+        ("trans_a trans_b", MatmulDesc { trans_a: true, trans_b: true, ..base }),
+        ("batch 3, B broadcast", MatmulDesc { batch: 3, stride_b: 0, ..base }),
+        ("batch 4, strided", MatmulDesc { batch: 4, ..MatmulDesc::gemm(8, 12, 16) }),
+        ("bias", MatmulDesc { bias: true, ..base }),
+        ("bias relu", MatmulDesc { bias: true, epilogue: Epilogue::Relu, ..base }),
+        ("relu", MatmulDesc { epilogue: Epilogue::Relu, ..base }),
+        ("bias gelu", MatmulDesc { bias: true, epilogue: Epilogue::GeluTanh, ..base }),
+        ("alpha 0.5 beta 1", base.with_scales(0.5, 1.0)),
+        ("tf32", MatmulDesc { precision: MatmulPrecision::Tf32, ..MatmulDesc::gemm(64, 64, 64) }),
+    ]
+}
+
+/// Largest error allowed: `f32` accumulation over `k` terms of size about 1, or TF32's 10-bit mantissa.
+fn tolerance(desc: &MatmulDesc) -> f32 {
+    match desc.precision {
+        MatmulPrecision::StrictF32 => 1e-5 * desc.k as f32,
+        MatmulPrecision::Tf32 => 2e-3 * (desc.k as f32).sqrt() * 4.0,
+    }
+}
+
+/// Device buffers for one case, filled, and the host copies of what they hold.
+struct Operands<B: Backend> {
+    bufs: Vec<B::DeviceBuffer>,
+    host: [Vec<f32>; 4],
+}
+
+impl<B: Backend> Operands<B> {
+    fn new(device: &B::Device, stream: &B::Stream, desc: &MatmulDesc, seed: u32) -> Self {
+        let span = |stride: u64, elements: u64| ((desc.batch - 1) * stride + elements) as usize;
+        let lens = [
+            span(desc.stride_a, desc.m * desc.k),
+            span(desc.stride_b, desc.k * desc.n),
+            span(desc.stride_c, desc.m * desc.n),
+            desc.n as usize,
+        ];
+        let host: [Vec<f32>; 4] = std::array::from_fn(|i| values(lens[i], seed + i as u32));
+        let bufs: Vec<B::DeviceBuffer> = lens.iter().map(|len| device.alloc(len * 4).expect("alloc")).collect();
+        let ops = Operands { bufs, host };
+        ops.upload(stream);
+        ops
+    }
+
+    fn upload(&self, stream: &B::Stream) {
+        for (buf, host) in self.bufs.iter().zip(&self.host) {
+            stream.upload(&to_bytes(host), buf.as_slice()).expect("upload");
+        }
+    }
+
+    fn operands(&self, desc: &MatmulDesc, workspace: DeviceSlice) -> MatmulOperands {
+        MatmulOperands {
+            a: self.bufs[0].as_slice(),
+            b: self.bufs[1].as_slice(),
+            c: self.bufs[2].as_slice(),
+            bias: desc.bias.then(|| self.bufs[3].as_slice()),
+            workspace,
+        }
+    }
+
+    fn expected(&self, desc: &MatmulDesc) -> Vec<f32> {
+        let bias = desc.bias.then_some(self.host[3].as_slice());
+        reference(desc, &self.host[0], &self.host[1], &self.host[2], bias)
+    }
+
+    fn result(&self, stream: &B::Stream) -> Vec<f32> {
+        let mut out = vec![0u8; self.bufs[2].len()];
+        stream.download(self.bufs[2].as_slice(), &mut out).expect("download C");
+        from_bytes(&out)
+    }
+}
+
+fn compare(backend: &str, case: &str, desc: &MatmulDesc, got: &[f32], want: &[f32]) {
+    let worst = got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
+    let ok = got.len() == want.len() && worst <= tolerance(desc) && got.iter().all(|v| v.is_finite());
+    let verdict = if ok { "PASS" } else { "FAIL" };
+    eprintln!("{verdict} blas {backend} {case}: max abs error {worst:.3e} (tolerance {:.1e})", tolerance(desc));
+    assert!(ok, "{backend} {case}: max abs error {worst} over tolerance {}", tolerance(desc));
+}
+
+fn blas_or_skip<B: Backend>(device: &B::Device, test: &str) -> Option<B::Blas> {
+    match device.create_blas(&BlasConfig { workspace_bytes: WORKSPACE, ..BlasConfig::from_env() }) {
+        Ok(blas) => Some(blas),
+        Err(e @ Error::LibraryUnavailable { .. }) => {
+            eprintln!("SKIPPED {}::{test}: {e}", B::KIND);
+            None
+        }
+        Err(e) => panic!("create_blas: {e}"),
+    }
+}
+
+/// Every case, run eagerly, matches the reference.
+pub fn blas_matmul_matches_reference<B: Backend>(device: &B::Device) {
+    let Some(blas) = blas_or_skip::<B>(device, "blas_matmul_matches_reference") else { return };
+    let stream = device.create_stream().unwrap();
+    let workspace = device.alloc(WORKSPACE).unwrap();
+    for (seed, (case, desc)) in cases().into_iter().enumerate() {
+        let ops = Operands::<B>::new(device, &stream, &desc, seed as u32 * 7);
+        // SAFETY: every buffer lives until the stream is synchronised below.
+        unsafe { blas.matmul(&stream, &desc, &ops.operands(&desc, workspace.as_slice())) }.expect(case);
+        stream.synchronize().unwrap();
+        compare(B::KIND.name(), case, &desc, &ops.result(&stream), &ops.expected(&desc));
+    }
+}
+
+/// A matmul prepared before a capture is captured without allocating, and each replay computes on
+/// what the captured buffers hold at that time.
+pub fn blas_matmul_captures_and_replays<B: Backend>(device: &B::Device) {
+    let Some(blas) = blas_or_skip::<B>(device, "blas_matmul_captures_and_replays") else { return };
+    let stream = device.create_stream().unwrap();
+    let workspace = device.alloc(WORKSPACE).unwrap();
+    let desc =
+        MatmulDesc { bias: true, epilogue: Epilogue::Relu, batch: 2, stride_b: 0, ..MatmulDesc::gemm(24, 40, 32) };
+    blas.prepare(&desc).unwrap();
+    let mut ops = Operands::<B>::new(device, &stream, &desc, 11);
+    stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    // SAFETY: every buffer lives until after the last replay is synchronised.
+    unsafe { blas.matmul(&stream, &desc, &ops.operands(&desc, workspace.as_slice())) }.unwrap();
+    let graph = stream.end_capture().expect("a prepared matmul captures cleanly");
+    assert!(graph.node_count() >= 1, "the capture holds the matmul");
+    let exec = device.instantiate(&graph).unwrap();
+    for replay in 0..2u32 {
+        ops.host = std::array::from_fn(|i| values(ops.host[i].len(), 100 + replay * 10 + i as u32));
+        ops.upload(&stream);
+        // SAFETY: the captured buffers are live.
+        unsafe { stream.launch_graph(&exec) }.unwrap();
+        stream.synchronize().unwrap();
+        let case = format!("graph replay {replay}");
+        compare(B::KIND.name(), &case, &desc, &ops.result(&stream), &ops.expected(&desc));
+    }
+}
+
+/// Bad requests are refused before anything is enqueued, with the same error on every backend.
+pub fn blas_bad_requests_are_refused<B: Backend>(device: &B::Device) {
+    let Some(blas) = blas_or_skip::<B>(device, "blas_bad_requests_are_refused") else { return };
+    let stream = device.create_stream().unwrap();
+    let workspace = device.alloc(WORKSPACE).unwrap();
+    let desc = MatmulDesc::gemm(8, 8, 8);
+    let ops = Operands::<B>::new(device, &stream, &desc, 3);
+    let good = ops.operands(&desc, workspace.as_slice());
+    let bad = [
+        ("short A", desc, MatmulOperands { a: ops.bufs[0].slice(0, 4).unwrap(), ..good }),
+        ("missing bias", MatmulDesc { bias: true, ..desc }, good),
+        ("short workspace", desc, MatmulOperands { workspace: workspace.slice(0, 16).unwrap(), ..good }),
+        ("zero k", MatmulDesc { k: 0, ..desc }, good),
+        ("C batches overlap", MatmulDesc { batch: 2, stride_a: 0, stride_b: 0, stride_c: 1, ..desc }, good),
+    ];
+    for (case, desc, operands) in bad {
+        // SAFETY: the buffers are live; the call must be refused before enqueuing anything.
+        let err = unsafe { blas.matmul(&stream, &desc, &operands) }.expect_err(case);
+        assert!(matches!(err, Error::InvalidMatmul { .. }), "{case}: {err:?}");
+    }
+    assert!(matches!(blas.prepare(&MatmulDesc { m: 0, ..desc }), Err(Error::InvalidMatmul { .. })));
+    stream.synchronize().expect("nothing was enqueued, nothing failed");
+    eprintln!("PASS blas {} bad requests refused", B::KIND.name());
+}

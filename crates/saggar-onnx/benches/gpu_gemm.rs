@@ -1,0 +1,221 @@
+//! BLAS-Lt GEMMs against the generated (naive, shared-memory tiled) GEMM kernel, side by side in one
+//! run, at the GEMM shapes of the BERT test model at sequence 128: hidden 256, FFN 1024, 4 heads of 64,
+//! at batch 1 and 64. Each shape is a one-node ONNX model compiled twice through saggar-onnx (the
+//! `gemm` option: `blaslt`, `generated`), loaded as a program and launched back to back between two
+//! events; the two outputs are compared.
+//!
+//! A plain binary (`harness = false`): `cargo bench -p saggar-onnx --features cuda --bench gpu_gemm --
+//! --json out.json`. It prints a table and JSON (microseconds per GEMM, TFLOP/s, the BLAS speed-up),
+//! and without a GPU prints why it skips and exits successfully.
+
+use std::path::PathBuf;
+
+fn main() {
+    let json_path = json_path_from_args();
+    let report = run();
+    match &report {
+        Ok(value) => println!("{}", serde_json::to_string_pretty(value).expect("JSON")),
+        Err(reason) => println!("gpu_gemm: skipping: {reason}"),
+    }
+    if let Some(path) = json_path {
+        let value = report.unwrap_or_else(|reason| serde_json::json!({ "skipped": reason }));
+        std::fs::write(&path, serde_json::to_string_pretty(&value).expect("JSON") + "\n")
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        eprintln!("gpu_gemm: wrote {}", path.display());
+    }
+}
+
+/// `--json PATH`, or the first argument that is not a flag. (`cargo bench` adds `--bench`.)
+fn json_path_from_args() -> Option<PathBuf> {
+    let mut args = std::env::args().skip(1);
+    let mut positional = None;
+    while let Some(arg) = args.next() {
+        if arg == "--json" {
+            return args.next().map(PathBuf::from);
+        } else if let Some(path) = arg.strip_prefix("--json=") {
+            return Some(PathBuf::from(path));
+        } else if !arg.starts_with('-') && positional.is_none() {
+            positional = Some(PathBuf::from(arg));
+        }
+    }
+    positional
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run() -> Result<serde_json::Value, String> {
+    Err("saggar-onnx was built without the `cuda` feature".into())
+}
+
+#[cfg(feature = "cuda")]
+fn run() -> Result<serde_json::Value, String> {
+    bench::run::<saggar_device::cuda::CudaBackend>()
+}
+
+#[cfg(feature = "cuda")]
+mod bench {
+    use saggar_device::{Backend, Device, DeviceBuffer, Event, Stream};
+    use saggar_dispatch::{CompileRequest, Program, ProgramCompiler};
+    use saggar_onnx::builder::ModelBuilder;
+    use saggar_onnx::{GemmEngine, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData};
+    use saggar_shape::{DType, Dim};
+    use serde_json::json;
+
+    const SEQ: usize = 128;
+    const HIDDEN: usize = 256;
+    const FFN: usize = 1024;
+    const HEADS: usize = 4;
+    const HEAD_DIM: usize = HIDDEN / HEADS;
+    const ITERATIONS: u32 = 20;
+
+    /// One GEMM of the model: a name, the shapes of A and B, and whether B is a weight (an initializer).
+    struct Shape {
+        name: &'static str,
+        a: Vec<usize>,
+        b: Vec<usize>,
+        weight: bool,
+    }
+
+    fn shapes(batch: usize) -> Vec<Shape> {
+        let tokens = batch * SEQ;
+        let heads = batch * HEADS;
+        vec![
+            Shape { name: "qkv/out projection", a: vec![tokens, HIDDEN], b: vec![HIDDEN, HIDDEN], weight: true },
+            Shape { name: "ffn up", a: vec![tokens, HIDDEN], b: vec![HIDDEN, FFN], weight: true },
+            Shape { name: "ffn down", a: vec![tokens, FFN], b: vec![FFN, HIDDEN], weight: true },
+            Shape {
+                name: "attention scores",
+                a: vec![heads, SEQ, HEAD_DIM],
+                b: vec![heads, HEAD_DIM, SEQ],
+                weight: false,
+            },
+            Shape { name: "attention context", a: vec![heads, SEQ, SEQ], b: vec![heads, SEQ, HEAD_DIM], weight: false },
+        ]
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn fixed(dims: &[usize]) -> Vec<Dim> {
+        dims.iter().map(|&d| Dim::Fixed(d as u64)).collect()
+    }
+
+    fn model(shape: &Shape) -> OnnxModel {
+        let mut b = ModelBuilder::new(13);
+        b.input("a", DType::F32, &fixed(&shape.a));
+        if shape.weight {
+            let n: usize = shape.b.iter().product();
+            b.initializer("b", &Tensor::new(shape.b.clone(), TensorData::F32(values(n, 2))).expect("weight"));
+        } else {
+            b.input("b", DType::F32, &fixed(&shape.b));
+        }
+        b.node("MatMul", &["a", "b"], &["y"], &[]);
+        b.output("y", DType::F32, &[]);
+        OnnxModel::from_bytes(&b.to_bytes(), "gemm", &ImportLimits::default()).expect("a one-node model")
+    }
+
+    fn bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// Microseconds per launch of `shape` with `engine`, and the output.
+    fn time<B: Backend>(device: &B::Device, shape: &Shape, engine: GemmEngine) -> Result<(f64, Vec<f32>), String> {
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let compiler = OnnxCompiler::new(model(shape), OnnxOptions::default().with_gemm(engine));
+        let mut dims = vec![shape.a.iter().map(|&d| d as u64).collect::<Vec<_>>()];
+        if !shape.weight {
+            dims.push(shape.b.iter().map(|&d| d as u64).collect());
+        }
+        let request = CompileRequest::new(&dims, None);
+        let artifact = ProgramCompiler::<B>::compile(&compiler, device, &request).map_err(|x| e(&x))?;
+        let program = ProgramCompiler::<B>::load(&compiler, device, &request, &artifact).map_err(|x| e(&x))?;
+        let stream = device.create_stream().map_err(|x| e(&x))?;
+        let mut inputs = Vec::new();
+        for (i, d) in dims.iter().enumerate() {
+            let n = d.iter().product::<u64>() as usize;
+            let buffer = device.alloc(n * 4).map_err(|x| e(&x))?;
+            stream.upload(&bytes(&values(n, 10 + i as u32)), buffer.as_slice()).map_err(|x| e(&x))?;
+            inputs.push(buffer);
+        }
+        let out_elems = program.output_dims()[0].iter().product::<u64>() as usize;
+        let output = device.alloc(out_elems * 4).map_err(|x| e(&x))?;
+        let scratch = device.alloc(program.scratch_bytes().max(1)).map_err(|x| e(&x))?;
+        let in_slices: Vec<_> = inputs.iter().map(|b| b.as_slice()).collect();
+        let out_slices = [output.as_slice()];
+        let launch = || {
+            // SAFETY: every buffer lives until the stream is synchronised below, sized from the program.
+            unsafe { program.launch(&stream, &in_slices, &out_slices, scratch.as_slice()) }.map_err(|x| e(&x))
+        };
+        for _ in 0..3 {
+            launch()?;
+        }
+        stream.synchronize().map_err(|x| e(&x))?;
+        let (start, end) = (device.create_event().map_err(|x| e(&x))?, device.create_event().map_err(|x| e(&x))?);
+        stream.record(&start).map_err(|x| e(&x))?;
+        for _ in 0..ITERATIONS {
+            launch()?;
+        }
+        stream.record(&end).map_err(|x| e(&x))?;
+        end.synchronize().map_err(|x| e(&x))?;
+        let elapsed = end.elapsed_since(&start).map_err(|x| e(&x))?;
+        let mut out = vec![0u8; out_elems * 4];
+        stream.download(output.as_slice(), &mut out).map_err(|x| e(&x))?;
+        let out = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        Ok((elapsed.as_secs_f64() * 1e6 / f64::from(ITERATIONS), out))
+    }
+
+    pub fn run<B: Backend>() -> Result<serde_json::Value, String> {
+        B::enumerate().map_err(|e| e.to_string())?;
+        let device = B::open(0).map_err(|e| e.to_string())?;
+        let mut rows = Vec::new();
+        println!(
+            "{:<20} {:>5} {:>22} {:>12} {:>14} {:>8} {:>10} {:>10}",
+            "gemm", "batch", "m x n x k (x batch)", "blaslt us", "generated us", "speedup", "blas TF/s", "max diff"
+        );
+        for batch in [1usize, 64] {
+            for shape in shapes(batch) {
+                let (ra, rb) = (shape.a.len(), shape.b.len());
+                let (m, k, n) = (shape.a[ra - 2], shape.a[ra - 1], shape.b[rb - 1]);
+                let count: usize = shape.a[..ra - 2].iter().product();
+                let flops = 2.0 * (m * n * k * count) as f64;
+                let (blas_us, blas_out) = time::<B>(&device, &shape, GemmEngine::BlasLt)?;
+                let (gen_us, gen_out) = time::<B>(&device, &shape, GemmEngine::Generated)?;
+                let diff = blas_out.iter().zip(&gen_out).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                let speedup = gen_us / blas_us;
+                println!(
+                    "{:<20} {:>5} {:>22} {:>12.1} {:>14.1} {:>7.2}x {:>10.2} {:>10.2e}",
+                    shape.name,
+                    batch,
+                    format!("{m}x{n}x{k} (x{count})"),
+                    blas_us,
+                    gen_us,
+                    speedup,
+                    flops / blas_us / 1e6,
+                    diff
+                );
+                rows.push(json!({
+                    "gemm": shape.name, "batch": batch, "m": m, "n": n, "k": k, "count": count,
+                    "blaslt_us": blas_us, "generated_us": gen_us, "speedup": speedup,
+                    "blaslt_tflops": flops / blas_us / 1e6, "generated_tflops": flops / gen_us / 1e6,
+                    "max_abs_diff": diff,
+                }));
+            }
+        }
+        Ok(json!({
+            "bench": "gpu_gemm",
+            "device": device.info().name,
+            "backend": B::KIND.name(),
+            "precision": "f32 (TF32 off)",
+            "iterations": ITERATIONS,
+            "rows": rows,
+        }))
+    }
+}
