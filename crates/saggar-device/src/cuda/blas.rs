@@ -11,6 +11,9 @@ pub(crate) static CUBLASLT: LtSpec = LtSpec {
         "libcublasLt.so.12",
         "libcublasLt.so.11",
         "libcublasLt.so",
+        // The CUDA toolkit's default prefix, for machines whose loader path does not name it.
+        "/usr/local/cuda/lib64/libcublasLt.so.13",
+        "/usr/local/cuda/lib64/libcublasLt.so.12",
         "cublasLt64_13.dll",
         "cublasLt64_12.dll",
     ],

@@ -7,7 +7,7 @@ use crate::gpu::LtSpec;
 /// hipBLASLt.
 pub(crate) static HIPBLASLT: LtSpec = LtSpec {
     library: "hipBLASLt",
-    candidates: &["libhipblaslt.so.1", "libhipblaslt.so.0", "libhipblaslt.so"],
+    candidates: &["libhipblaslt.so.1", "libhipblaslt.so.0", "libhipblaslt.so", "/opt/rocm/lib/libhipblaslt.so.1"],
     hint: "install ROCm's hipBLASLt (the `hipblaslt` package; libhipblaslt.so.1 under /opt/rocm/lib on the \
            library path), or set SAGGAR_BLASLT_LIBRARY to its path",
     prefix: "hipblasLt",
