@@ -41,7 +41,7 @@ use crate::passes;
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
 /// The artifact format version, part of the identity.
-pub const ARTIFACT_VERSION: u32 = 2;
+pub const ARTIFACT_VERSION: u32 = 3;
 /// Bytes before the first constant in a device's weight buffer: the residency marker, padded to the
 /// constants' alignment.
 const CONSTANTS_OFFSET: usize = lowering::ALIGN;
@@ -54,11 +54,14 @@ pub struct OnnxOptions {
     /// Largest scratch memory, and largest single tensor, a program may need; requests above it are
     /// refused at compile before anything is allocated.
     pub max_program_bytes: u64,
+    /// Whether nodes are fused (attention patterns and elementwise chains into one kernel each);
+    /// off, every node is its own launch (for comparisons and benches). On by default.
+    pub fusion: bool,
 }
 
 impl Default for OnnxOptions {
     fn default() -> OnnxOptions {
-        OnnxOptions { max_program_bytes: 8 << 30 }
+        OnnxOptions { max_program_bytes: 8 << 30, fusion: true }
     }
 }
 
@@ -66,6 +69,12 @@ impl OnnxOptions {
     /// The same options with another [`OnnxOptions::max_program_bytes`].
     pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
         self.max_program_bytes = bytes;
+        self
+    }
+
+    /// The same options with fusion on or off ([`OnnxOptions::fusion`]).
+    pub fn with_fusion(mut self, fusion: bool) -> OnnxOptions {
+        self.fusion = fusion;
         self
     }
 }
@@ -162,7 +171,7 @@ impl OnnxCompiler {
     pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
         let graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
         let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
-        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target)
+        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, self.options.fusion)
     }
 
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
@@ -334,8 +343,11 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
     }
 
     fn identity(&self) -> CompilerIdentity {
-        CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
-            .with_option("artifact", ARTIFACT_VERSION.to_string())
+        let identity =
+            CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
+                .with_option("artifact", ARTIFACT_VERSION.to_string());
+        // Unfused plans have other kernels: their artifacts are keyed apart.
+        if self.options.fusion { identity } else { identity.with_option("fusion", "off") }
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {

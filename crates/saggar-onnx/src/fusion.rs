@@ -1,4 +1,4 @@
-//! Fusion of elementwise chains: which nodes run as one kernel.
+//! Fusion: which nodes run as one kernel (attention patterns, then elementwise chains).
 //!
 //! Rule: a node whose GPU form is an elementwise expression ([`GpuNode::Elementwise`]) and whose
 //! single output is read by exactly one node, that node also elementwise, and is not a graph output,
@@ -10,8 +10,9 @@
 //! The decision depends only on the graph and the ops, not on the backend, so the host backend runs
 //! the same grouping (each group one host kernel evaluating its nodes in order) as CUDA and HIP.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use crate::attention::{self, Attention};
 use crate::error::OnnxError;
 use crate::host_kernels::Operand;
 use crate::ir::{Graph, ValueId};
@@ -78,8 +79,32 @@ pub(crate) fn describe(graph: &Graph) -> Result<Vec<NodeInfo>, OnnxError> {
         .collect()
 }
 
-/// `root[i]`: the node whose group node `i` belongs to (`root[i] == i` for a group's root).
-pub(crate) fn groups(graph: &Graph, info: &[NodeInfo]) -> Vec<usize> {
+/// Which nodes run together.
+#[derive(Debug, Clone)]
+pub(crate) struct Grouping {
+    /// `root[i]`: the node whose group node `i` belongs to (`root[i] == i` for a group's root).
+    pub(crate) root: Vec<usize>,
+    /// The attention groups, by root.
+    pub(crate) attention: HashMap<usize, Attention>,
+}
+
+/// Groups the nodes of `graph`: attention patterns first ([`crate::attention`]), then elementwise
+/// chains among the other nodes. Without `fuse` every node is its own group.
+pub(crate) fn plan(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
+    let mut root: Vec<usize> = (0..graph.nodes.len()).collect();
+    let mut attention = HashMap::new();
+    if !fuse {
+        return Grouping { root, attention };
+    }
+    let mut claimed = vec![false; graph.nodes.len()];
+    for a in attention::find(graph, info) {
+        let r = *a.members.last().expect("a pattern has nodes");
+        for &m in &a.members {
+            root[m] = r;
+            claimed[m] = true;
+        }
+        attention.insert(r, a);
+    }
     let uses = graph.use_counts();
     let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
     let mut reader = vec![usize::MAX; graph.values.len()];
@@ -88,19 +113,18 @@ pub(crate) fn groups(graph: &Graph, info: &[NodeInfo]) -> Vec<usize> {
             reader[id.0] = i;
         }
     }
-    let mut root: Vec<usize> = (0..graph.nodes.len()).collect();
     for i in (0..graph.nodes.len()).rev() {
         let node = &graph.nodes[i];
         let [out] = node.outputs.as_slice() else { continue };
-        if info[i].elementwise().is_none() || uses[out.0] != 1 || graph_outputs.contains(out) {
+        if claimed[i] || info[i].elementwise().is_none() || uses[out.0] != 1 || graph_outputs.contains(out) {
             continue;
         }
         let r = reader[out.0];
-        if r != usize::MAX && r > i && info[r].elementwise().is_some() {
+        if r != usize::MAX && r > i && !claimed[r] && info[r].elementwise().is_some() {
             root[i] = root[r];
         }
     }
-    root
+    Grouping { root, attention }
 }
 
 #[cfg(test)]
@@ -129,7 +153,7 @@ mod tests {
         b.output("r", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
         let g = specialised(&b, &[vec![3, 4], vec![4]]);
         let info = describe(&g).unwrap();
-        let root = groups(&g, &info);
+        let root = plan(&g, &info, true).root;
         let at = |op: &str| g.nodes.iter().position(|n| n.op_type == op).unwrap();
         assert_eq!(root[at("MatMul")], at("MatMul"), "GEMMs are not fused");
         // `a` has two readers (Erf and Mul): Add stays its own group; Erf, Mul and Relu fuse.

@@ -23,6 +23,7 @@
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 
 mod artifact;
+mod attention;
 pub mod builder;
 mod compiler;
 pub mod error;

@@ -21,6 +21,8 @@ use std::collections::HashMap;
 
 use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
 
+use crate::attention::kernel::HostAttention;
+use crate::attention::{self, Attention};
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
@@ -170,10 +172,17 @@ pub struct PlanSummary {
     pub launches_unfused: usize,
     /// Launches of the plan as lowered (fused groups one each).
     pub launches: usize,
-    /// Fused groups of two or more nodes.
+    /// Fused groups of two or more nodes (attention groups included).
     pub fused_groups: usize,
-    /// Scratch bytes one run needs.
+    /// Attention patterns fused into one kernel each.
+    pub attention_groups: usize,
+    /// Scratch bytes one run needs (activations placed by liveness).
     pub scratch_bytes: usize,
+    /// Scratch bytes without reuse: every placed activation in its own block.
+    pub unshared_scratch_bytes: usize,
+    /// Device memory one run of this shape (bucket) needs besides the shared weights: scratch,
+    /// input and output bindings, and the program's own constants.
+    pub peak_bytes: usize,
 }
 
 /// A lowered program for one concrete input shape.
@@ -265,9 +274,16 @@ fn gpu_form<'a>(graph: &Graph, info: &'a NodeInfo, node: usize, target: Target) 
 /// Lowers `graph` (specialised: every shape fixed) against the device weights `weights` for
 /// `target`, registering host kernels for the host. Refuses programs whose scratch or any tensor
 /// exceeds `limit` bytes.
-pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: Target) -> Result<Lowered, OnnxError> {
+pub(crate) fn lower(
+    graph: &Graph,
+    weights: &WeightLayout,
+    limit: u64,
+    target: Target,
+    fuse: bool,
+) -> Result<Lowered, OnnxError> {
     let info = fusion::describe(graph)?;
-    let root = fusion::groups(graph, &info);
+    let grouping = fusion::plan(graph, &info, fuse);
+    let root = &grouping.root;
     let mut location: HashMap<ValueId, ArgSource> = HashMap::new();
     let mut local_offsets = HashMap::new();
     let mut emit = Emitter::default();
@@ -323,7 +339,16 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
     let mut arena = Arena::default();
     // Values sharing a scratch block (a view and what it views) free it when the last one dies.
     let mut block_users: HashMap<usize, usize> = HashMap::new();
-    let mut summary = PlanSummary { nodes: 0, launches_unfused: 0, launches: 0, fused_groups: 0, scratch_bytes: 0 };
+    let mut summary = PlanSummary {
+        nodes: 0,
+        launches_unfused: 0,
+        launches: 0,
+        fused_groups: 0,
+        attention_groups: 0,
+        scratch_bytes: 0,
+        unshared_scratch_bytes: 0,
+        peak_bytes: 0,
+    };
     for (step, node) in graph.nodes.iter().enumerate() {
         if root[step] != step {
             continue;
@@ -348,7 +373,9 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
             if location.contains_key(&o) {
                 continue;
             }
-            let offset = arena.alloc(bytes_of(graph, o, limit)?);
+            let bytes = bytes_of(graph, o, limit)?;
+            summary.unshared_scratch_bytes = summary.unshared_scratch_bytes.saturating_add(align(bytes).unwrap_or(bytes));
+            let offset = arena.alloc(bytes);
             if arena.high_water as u64 > limit {
                 return Err(OnnxError::TooLarge {
                     what: "scratch memory".into(),
@@ -364,6 +391,9 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
         }
         let members: Vec<usize> = (0..=step).filter(|&j| root[j] == step).collect();
         for &j in &members {
+            if graph.nodes[j].op.is_view() {
+                continue;
+            }
             summary.nodes += 1;
             summary.launches_unfused += match &info[j].gpu {
                 Some(Ok(GpuNode::Launches(l))) => l.len(),
@@ -373,7 +403,13 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
         if members.len() > 1 {
             summary.fused_groups += 1;
         }
-        emit_group(graph, &info, &members, &location, target, &mut emit)?;
+        match grouping.attention.get(&step) {
+            Some(a) => {
+                summary.attention_groups += 1;
+                emit_attention(graph, a, &location, target, &mut emit)?;
+            }
+            None => emit_group(graph, &info, &members, &location, target, &mut emit)?,
+        }
         release(&mut frees[step], &location, &mut block_users, &mut arena);
     }
     for (i, id) in copies {
@@ -397,6 +433,11 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
     }
     summary.launches = emit.steps.len();
     summary.scratch_bytes = arena.high_water;
+    summary.peak_bytes = [arena.high_water, emit.local_constants.len()]
+        .into_iter()
+        .chain(input_bytes.iter().copied())
+        .chain(output_bytes.iter().copied())
+        .fold(0usize, usize::saturating_add);
     Ok(Lowered {
         steps: emit.steps,
         kernels: emit.kernels,
@@ -412,6 +453,48 @@ pub(crate) fn lower(graph: &Graph, weights: &WeightLayout, limit: u64, target: T
 
 fn host_config() -> LaunchConfig {
     LaunchConfig::for_elements(1, 1)
+}
+
+/// Emits the one launch of an attention group.
+fn emit_attention(
+    graph: &Graph,
+    a: &Attention,
+    location: &HashMap<ValueId, ArgSource>,
+    target: Target,
+    emit: &mut Emitter,
+) -> Result<(), OnnxError> {
+    let inputs = a.inputs();
+    let at = |id: &ValueId| {
+        location.get(id).copied().ok_or_else(|| OnnxError::Graph {
+            reason: format!("attention operand `{}` has no location", graph.value(*id).name),
+        })
+    };
+    let mut args = inputs.iter().map(at).collect::<Result<Vec<_>, _>>()?;
+    args.push(at(&a.out.value)?);
+    let elements = |id: ValueId| operand(graph, id).map(|o| numel(&o.dims) as usize);
+    match target {
+        Target::Host => {
+            let kernel = HostAttention {
+                meta: a.meta(),
+                mask: a.mask.is_some(),
+                nan_to_zero: a.nan_to_zero,
+                lens: inputs.iter().map(|&id| elements(id)).collect::<Result<_, _>>()?,
+                out_len: elements(a.out.value)?,
+            };
+            kernel.ensure_registered()?;
+            let name = emit.kernel(kernel.signature(), None);
+            emit.steps.push(Step { kernel: name, args, config: host_config() });
+        }
+        Target::Gpu(_) => {
+            let (name, text) = attention::kernel::gpu_kernel(a.mask.is_some(), a.nan_to_zero);
+            let name = emit.kernel(gpu_codegen::signature(&name, args.len()), Some(text));
+            let rows = a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq as u64;
+            let mut all = vec![emit.meta(&a.meta())];
+            all.extend(args);
+            emit.steps.push(Step { kernel: name, args: all, config: launch_config(Work::Rows(rows)) });
+        }
+    }
+    Ok(())
 }
 
 /// Emits the launches of one group (`members` in graph order, the root last).
