@@ -358,6 +358,7 @@ pub(crate) fn lower(
         // its output takes its input's location and no kernel runs. Nothing writes a value after
         // the step that produced it, so sharing is safe; graph outputs still get their own binding.
         if let (true, [o], Some(Some(input))) = (node.op.is_view(), node.outputs.as_slice(), node.inputs.first())
+            && !grouping.attention.contains_key(&step)
             && !location.contains_key(o)
             && let Some(&src) = location.get(input)
         {

@@ -444,6 +444,18 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
         members.push(t);
         out = Strided { value: graph.nodes[t].outputs[0], strides: os };
     }
+    // Views of a contiguous result keep its layout: the kernel writes the last of them (a graph
+    // output is then written in place instead of copied).
+    while uses.readers[out.value.0].len() == 1
+        && !uses.graph_output[out.value.0]
+        && let Some(&n) = uses.readers[out.value.0].first()
+        && graph.nodes[n].op.is_view()
+        && graph.nodes[n].outputs.len() == 1
+        && input(graph, n, 0) == Some(out.value)
+    {
+        members.push(n);
+        out.value = graph.nodes[n].outputs[0];
+    }
     members.sort_unstable();
     members.dedup();
     // Every intermediate is read only inside the group.
