@@ -6,8 +6,10 @@
 //! hipRTC through the device. Generated kernels take every extent from their `meta` tables, so the
 //! source is the same for every input shape of the model: the compiler keeps the code object of each
 //! source it compiled (per backend and device ordinal) and every later bucket reuses it without
-//! compiling; each bucket's artifact carries that same code object and its source hash, and loads on
-//! one GPU device share one loaded module (found by that hash). The artifact
+//! compiling ([`OnnxCompiler::gpu_source_compiles`] counts them). The source is compiled as several
+//! translation units at once ([`crate::units`]); each bucket's artifact carries the same code objects
+//! (one per unit) and the source hash, and loads on one GPU device share the loaded modules (found by
+//! that hash and the unit). The artifact
 //! records the shapes ([`crate::artifact`]); `load` lowers again from the recorded shapes (computing
 //! launch shapes and `meta` tables), checks the code object and resolves the kernels.
 //!
@@ -19,7 +21,9 @@
 //! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use saggar_device::{
@@ -92,28 +96,31 @@ pub struct OnnxCompiler {
     resident: PerDevice,
     /// Code objects compiled from generated sources.
     compiled: Mutex<Vec<Compiled>>,
+    /// Generated sources compiled (each once per backend and device ordinal).
+    source_compiles: AtomicUsize,
     /// Modules loaded from generated sources, shared by every bucket on a GPU device.
     modules: Mutex<Vec<LoadedModule>>,
 }
 
-/// A module loaded on one GPU device, type-erased like [`Resident`].
+/// A module loaded on one GPU device (one translation unit of a source), type-erased like [`Resident`].
 struct LoadedModule {
     backend: BackendKind,
     ordinal: usize,
     source_hash: [u8; 32],
+    unit: usize,
     module: Arc<dyn Any + Send + Sync>,
 }
 
 /// The typed module inside a [`LoadedModule`].
 struct SharedModule<B: Backend>(Arc<B::Module>);
 
-/// A code object compiled from a generated source on one device.
+/// The code objects (one per translation unit) compiled from a generated source on one device.
 #[derive(Debug)]
 struct Compiled {
     backend: BackendKind,
     ordinal: usize,
     source_hash: [u8; 32],
-    code: CodeObject,
+    codes: Vec<CodeObject>,
 }
 
 impl std::fmt::Debug for OnnxCompiler {
@@ -143,6 +150,7 @@ impl OnnxCompiler {
             model_hash,
             resident: PerDevice::new(),
             compiled: Mutex::new(Vec::new()),
+            source_compiles: AtomicUsize::new(0),
             modules: Mutex::new(Vec::new()),
         }
     }
@@ -186,14 +194,24 @@ impl OnnxCompiler {
         Ok(self.source(&self.lower(input_dims, BackendKind::Cuda)?).code)
     }
 
-    pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
+    /// How many generated CUDA/HIP sources this compiler has compiled: one per model, backend and
+    /// device ordinal however many buckets (input shapes) were compiled, since every bucket's source
+    /// is the same text (each compile runs the source's translation units concurrently).
+    pub fn gpu_source_compiles(&self) -> usize {
+        self.source_compiles.load(Ordering::Relaxed)
+    }
+
+    /// The translation units compiled for `lowered`: on GPUs the generated source split by
+    /// [`crate::units`], on the host the plan source.
+    fn units(&self, lowered: &Lowered, source: &KernelSource) -> Vec<KernelSource> {
         if lowered.definitions.iter().all(String::is_empty) {
-            return KernelSource::new(
-                format!("saggar_onnx_{}.plan", self.model.name()),
-                format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
-                lowered.kernels.clone(),
-            );
+            return vec![source.clone()];
         }
+        let prelude = self.prelude(lowered);
+        crate::units::split(&format!("saggar_onnx_{}", self.model.name()), &prelude, &lowered.definitions, &lowered.kernels)
+    }
+
+    fn prelude(&self, lowered: &Lowered) -> String {
         let mut code = format!(
             "// saggar-onnx {}: model `{}`, {} kernels\n",
             env!("CARGO_PKG_VERSION"),
@@ -203,6 +221,18 @@ impl OnnxCompiler {
         code.push_str(saggar_device::builtin::PRELUDE);
         code.push_str(crate::gpu_codegen::ONNX_PRELUDE);
         code.push_str(crate::gpu_codegen::HELPERS);
+        code
+    }
+
+    pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
+        if lowered.definitions.iter().all(String::is_empty) {
+            return KernelSource::new(
+                format!("saggar_onnx_{}.plan", self.model.name()),
+                format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
+                lowered.kernels.clone(),
+            );
+        }
+        let mut code = self.prelude(lowered);
         for definition in &lowered.definitions {
             code.push('\n');
             code.push_str(definition);
@@ -210,9 +240,14 @@ impl OnnxCompiler {
         KernelSource::new(format!("saggar_onnx_{}.cu", self.model.name()), code, lowered.kernels.clone())
     }
 
-    /// Compiles `source` on `device`, or returns the code object an earlier bucket compiled from
-    /// the same text on the same backend and ordinal.
-    fn compile_source<B: Backend>(&self, device: &B::Device, source: &KernelSource) -> Result<CodeObject, OnnxError> {
+    /// Compiles the units of `source` on `device`, or returns the code objects an earlier bucket
+    /// compiled from the same text on the same backend and ordinal.
+    fn compile_source<B: Backend>(
+        &self,
+        device: &B::Device,
+        source: &KernelSource,
+        units: &[KernelSource],
+    ) -> Result<Vec<CodeObject>, OnnxError> {
         let hash = *blake3::hash(source.code.as_bytes()).as_bytes();
         let ordinal = device.info().ordinal;
         // Held while compiling: buckets compiled concurrently wait for the first compile of a source.
@@ -220,22 +255,23 @@ impl OnnxCompiler {
         let found = compiled
             .iter()
             .find(|c| c.backend == B::KIND && c.ordinal == ordinal && c.source_hash == hash)
-            .map(|c| c.code.clone());
-        if let Some(code) = found {
-            return Ok(code);
+            .map(|c| c.codes.clone());
+        if let Some(codes) = found {
+            return Ok(codes);
         }
-        let code = device.compile(source)?;
-        compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, code: code.clone() });
-        Ok(code)
+        let codes = crate::units::compile_all(device, units)?;
+        self.source_compiles.fetch_add(1, Ordering::Relaxed);
+        compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, codes: codes.clone() });
+        Ok(codes)
     }
 
     fn compile_impl<B: Backend>(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, OnnxError> {
         let lowered = self.lower(request.input_dims, B::KIND)?;
         let source = self.source(&lowered);
-        let code = if B::KIND == BackendKind::Host {
-            device.compile(&source)?
+        let codes = if B::KIND == BackendKind::Host {
+            vec![device.compile(&source)?]
         } else {
-            self.compile_source::<B>(device, &source)?
+            self.compile_source::<B>(device, &source, &self.units(&lowered, &source))?
         };
         let header = Header {
             backend: B::KIND,
@@ -244,15 +280,17 @@ impl OnnxCompiler {
             input_dims: request.input_dims.to_vec(),
             source_hash: *blake3::hash(source.code.as_bytes()).as_bytes(),
         };
-        Ok(header.encode(&code))
+        Ok(header.encode(&codes))
     }
 
-    /// Loads `code` on `device`, or on a GPU returns the module an earlier bucket loaded from the same
-    /// source on the same backend and ordinal (the driver would otherwise JIT the same code per bucket).
+    /// Loads `code` (unit `unit` of a source) on `device`, or on a GPU returns the module an earlier
+    /// bucket loaded from the same unit on the same backend and ordinal (the driver would otherwise
+    /// JIT the same code per bucket).
     fn module<B: Backend>(
         &self,
         device: &B::Device,
         source_hash: &[u8; 32],
+        unit: usize,
         code: &CodeObject,
     ) -> Result<Arc<B::Module>, OnnxError> {
         if B::KIND == BackendKind::Host {
@@ -262,14 +300,14 @@ impl OnnxCompiler {
         let mut modules = self.modules.lock();
         let found = modules
             .iter()
-            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash)
+            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash && m.unit == unit)
             .find_map(|m| m.module.clone().downcast::<SharedModule<B>>().ok());
         if let Some(shared) = found {
             return Ok(shared.0.clone());
         }
         let module = Arc::new(device.load_module(code)?);
         let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedModule::<B>(module.clone()));
-        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, module: shared });
+        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, unit, module: shared });
         Ok(module)
     }
 
@@ -283,7 +321,7 @@ impl OnnxCompiler {
         request: &CompileRequest<'_>,
         artifact: &[u8],
     ) -> Result<OnnxProgram<B>, OnnxError> {
-        let (header, code) = Header::parse(artifact)?;
+        let (header, codes) = Header::parse(artifact)?;
         if header.input_dims != request.input_dims {
             return Err(OnnxError::Artifact {
                 reason: format!("made for input shapes {:?}, loaded for {:?}", header.input_dims, request.input_dims),
@@ -298,19 +336,31 @@ impl OnnxCompiler {
             return Err(OnnxError::Artifact { reason: "made for another model".into() });
         }
         let lowered = self.lower(&header.input_dims, B::KIND)?;
+        // The unit holding each kernel.
+        let mut unit_of: HashMap<&str, usize> = HashMap::new();
         for signature in &lowered.kernels {
-            if code.signature(&signature.name) != Some(signature) {
-                return Err(OnnxError::Artifact {
+            let unit = codes.iter().position(|c| c.signature(&signature.name) == Some(signature)).ok_or_else(|| {
+                OnnxError::Artifact {
                     reason: format!("kernel `{}` is missing or has another signature", signature.name),
-                });
-            }
+                }
+            })?;
+            unit_of.insert(&signature.name, unit);
         }
-        let module = self.module::<B>(device, &header.source_hash, &code)?;
+        let modules = codes
+            .iter()
+            .enumerate()
+            .map(|(u, code)| self.module::<B>(device, &header.source_hash, u, code))
+            .collect::<Result<Vec<_>, _>>()?;
         let steps = lowered
             .steps
             .iter()
-            .map(|s| Ok(LoadedStep { kernel: module.kernel(&s.kernel)?, args: s.args.clone(), config: s.config }))
-            .collect::<Result<Vec<_>, saggar_device::Error>>()?;
+            .map(|s| {
+                let unit = unit_of.get(s.kernel.as_str()).copied().ok_or_else(|| OnnxError::Artifact {
+                    reason: format!("kernel `{}` is in no code object", s.kernel),
+                })?;
+                Ok(LoadedStep { kernel: modules[unit].kernel(&s.kernel)?, args: s.args.clone(), config: s.config })
+            })
+            .collect::<Result<Vec<_>, OnnxError>>()?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {
             None
@@ -330,7 +380,7 @@ impl OnnxCompiler {
             steps,
             weights,
             local,
-            _module: module,
+            _modules: modules,
         })
     }
 }
@@ -389,7 +439,7 @@ pub struct OnnxProgram<B: Backend> {
     steps: Vec<LoadedStep<B>>,
     weights: Arc<ResidentBuffer<B>>,
     local: Option<B::DeviceBuffer>,
-    _module: Arc<B::Module>,
+    _modules: Vec<Arc<B::Module>>,
 }
 
 impl<B: Backend> OnnxProgram<B> {

@@ -44,6 +44,7 @@ mod run;
 pub mod synthetic;
 pub mod tensor;
 pub mod tensor_pb;
+mod units;
 
 pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
 pub use error::OnnxError;
