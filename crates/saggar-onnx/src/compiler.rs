@@ -203,7 +203,7 @@ impl OnnxCompiler {
 
     /// The translation units compiled for `lowered`: on GPUs the generated source split by
     /// [`crate::units`], on the host the plan source.
-    fn units(&self, lowered: &Lowered, source: &KernelSource) -> Vec<KernelSource> {
+    pub(crate) fn units(&self, lowered: &Lowered, source: &KernelSource) -> Vec<KernelSource> {
         if lowered.definitions.iter().all(String::is_empty) {
             return vec![source.clone()];
         }

@@ -385,3 +385,24 @@ fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
         }
     }
 }
+
+#[test]
+fn every_translation_unit_of_a_model_source_compiles_on_its_own() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let model = OnnxModel::load(root.join("bert").join("model.onnx")).unwrap();
+    let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+    let lowered = compiler.lower(&[vec![2, 16], vec![2, 16]], BackendKind::Cuda).unwrap();
+    let source = compiler.source(&lowered);
+    let units = compiler.units(&lowered, &source);
+    assert!(units.len() > 1, "the BERT source is split");
+    let dir = tempfile::tempdir().unwrap();
+    for (u, unit) in units.iter().enumerate() {
+        let file = dir.path().join(format!("unit{u}.cpp"));
+        std::fs::write(&file, format!("{SHIM}\n{}", unit.code)).unwrap();
+        let Ok(out) = Command::new("g++").args(["-std=c++20", "-fsyntax-only", "-w"]).arg(&file).output() else {
+            println!("g++ not found: the unit syntax check is skipped");
+            return;
+        };
+        assert!(out.status.success(), "unit {u}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -15,3 +15,12 @@ fn checked_in_models_match_on_cuda_with_graphs() {
     };
     gpu_common::check_models::<CudaBackend>(device);
 }
+
+#[test]
+fn fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile")
+    else {
+        return;
+    };
+    gpu_common::check_fusion::<CudaBackend>(device);
+}
