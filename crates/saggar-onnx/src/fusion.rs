@@ -12,11 +12,13 @@
 
 use std::collections::{HashMap, HashSet};
 
+use saggar_shape::DType;
+
 use crate::attention::{self, Attention};
 use crate::error::OnnxError;
 use crate::host_kernels::Operand;
 use crate::ir::{Graph, ValueId};
-use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use crate::ops::gpu::{GpuCtx, GpuKind, GpuNode, ctype};
 use crate::ops::{InferInput, InferInputs, OpError};
 
 /// Per node: its operands and what it is on the GPU.
@@ -124,7 +126,43 @@ pub(crate) fn plan(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
             root[i] = root[r];
         }
     }
+    // A LayerNormalization whose input is an elementwise group's result read by nothing else
+    // computes that group itself (`gpu_prologue`).
+    let mut producer = vec![usize::MAX; graph.values.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for o in &node.outputs {
+            producer[o.0] = i;
+        }
+    }
+    for ln in 0..graph.nodes.len() {
+        let Some(Some(x)) = graph.nodes[ln].inputs.first() else { continue };
+        let p = producer[x.0];
+        if !is_plain_layer_norm(graph, info, ln)
+            || p == usize::MAX
+            || claimed[p]
+            || root[p] != p
+            || info[p].elementwise().is_none()
+            || info[p].outputs[0].dtype != DType::F32
+            || uses[x.0] != 1
+            || graph_outputs.contains(x)
+        {
+            continue;
+        }
+        for r in root.iter_mut().take(p + 1) {
+            if *r == p {
+                *r = ln;
+            }
+        }
+    }
     Grouping { root, attention }
+}
+
+/// Whether node `n` is a LayerNormalization launching one kernel without its statistics outputs.
+pub(crate) fn is_plain_layer_norm(graph: &Graph, info: &[NodeInfo], n: usize) -> bool {
+    graph.nodes[n].op_type == "LayerNormalization"
+        && graph.nodes[n].outputs.len() == 1
+        && matches!(&info[n].gpu, Some(Ok(GpuNode::Launches(l)))
+            if matches!(l.as_slice(), [one] if matches!(one.kind, GpuKind::LayerNorm { stats: 0, channels: false, .. })))
 }
 
 #[cfg(test)]
@@ -161,5 +199,29 @@ mod tests {
         assert_eq!(root[at("Erf")], at("Relu"));
         assert_eq!(root[at("Mul")], at("Relu"));
         assert_eq!(root[at("Relu")], at("Relu"));
+    }
+
+    #[test]
+    fn the_elementwise_group_feeding_a_layer_norm_joins_it_unless_the_norm_has_statistics_outputs() {
+        for stats in [false, true] {
+            let mut b = ModelBuilder::new(17);
+            b.input("x", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            b.input("r", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            let t = |v: f32| crate::Tensor::new(vec![4], crate::TensorData::F32(vec![v; 4])).unwrap();
+            b.initializer("bias", &t(0.5));
+            b.initializer("scale", &t(2.0));
+            b.node("Add", &["x", "bias"], &["a"], &[]);
+            b.node("Add", &["a", "r"], &["s"], &[]);
+            let outs: &[&str] = if stats { &["y", "mean", "inv"] } else { &["y"] };
+            b.node("LayerNormalization", &["s", "scale", "bias"], outs, &[]);
+            b.output("y", DType::F32, &[]);
+            let g = specialised(&b, &[vec![3, 4], vec![3, 4]]);
+            let info = describe(&g).unwrap();
+            let root = plan(&g, &info, true).root;
+            let ln = g.nodes.iter().position(|n| n.op_type == "LayerNormalization").unwrap();
+            let expect = if stats { 1 } else { ln };
+            assert_eq!((root[0], root[1], root[ln]), (expect, expect, ln), "statistics outputs: {stats}");
+            assert_eq!(plan(&g, &info, false).root, (0..g.nodes.len()).collect::<Vec<_>>(), "fusion off");
+        }
     }
 }

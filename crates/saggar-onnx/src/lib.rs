@@ -32,6 +32,7 @@ mod fusion;
 mod gpu_codegen;
 #[cfg(test)]
 mod gpu_emulation;
+mod gpu_prologue;
 mod host_kernels;
 mod import;
 pub mod ir;

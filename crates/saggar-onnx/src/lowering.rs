@@ -26,6 +26,7 @@ use crate::attention::{self, Attention};
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
+use crate::gpu_prologue;
 use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
 use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, copy_launch, ext, numel};
@@ -557,36 +558,57 @@ fn emit_group(
             emit.steps.push(Step { kernel: name, args, config: host_config() });
         }
         Target::Gpu(_) => {
-            if info[root].elementwise().is_some() {
-                let out = &info[root].outputs[0];
+            let prologue = members.len() > 1 && fusion::is_plain_layer_norm(graph, info, root);
+            if info[root].elementwise().is_some() || prologue {
+                // The elementwise members (all of them, or all but a LayerNormalization root) as one group.
+                let count = if prologue { members.len() - 1 } else { members.len() };
+                let no_device_form = || unsupported(target, graph, root, "an element type has no device form".into());
                 let group = FusedGroup {
                     inputs: externals
                         .iter()
                         .map(|id| graph.value(*id).ty.as_ref().map(|t| t.dtype))
                         .collect::<Option<_>>()
                         .ok_or_else(|| OnnxError::Graph { reason: "an untyped fused input".into() })?,
-                    nodes: members
+                    nodes: members[..count]
                         .iter()
-                        .zip(nodes)
+                        .zip(&nodes)
                         .map(|(&j, operands)| FusedNode {
                             expr: info[j].elementwise().unwrap_or_default().to_string(),
-                            operands,
+                            operands: operands.clone(),
                             out: info[j].outputs[0].dtype,
                         })
                         .collect(),
                 };
-                let (name, text) = gpu_codegen::fused_kernel(&group)
-                    .ok_or_else(|| unsupported(target, graph, root, "an element type has no device form".into()))?;
+                let out_dims = info[members[count - 1]].outputs[0].dims.clone();
+                let mut meta = Vec::new();
+                let (name, text, work) = if prologue {
+                    let Some(Ok(GpuNode::Launches(l))) = &info[root].gpu else { return Err(no_device_form()) };
+                    let ([ln], Some(wiring)) = (l.as_slice(), nodes.get(count)) else { return Err(no_device_form()) };
+                    let GpuKind::LayerNorm { epsilon_bits, .. } = ln.kind else { return Err(no_device_form()) };
+                    let external = |slot: usize| match wiring.get(slot) {
+                        Some(Some(Ok(k))) => Ok(Some(*k)),
+                        None | Some(None) => Ok(None),
+                        Some(Some(Err(_))) => Err(no_device_form()),
+                    };
+                    let scale = external(1)?.ok_or_else(no_device_form)?;
+                    let (name, text) = gpu_prologue::layer_norm_kernel(&group, scale, external(2)?, epsilon_bits)
+                        .ok_or_else(no_device_form)?;
+                    meta.extend_from_slice(&ln.meta);
+                    (name, text, ln.work)
+                } else {
+                    let (name, text) = gpu_codegen::fused_kernel(&group).ok_or_else(no_device_form)?;
+                    (name, text, Work::Elements(numel(&out_dims)))
+                };
                 let name = emit.kernel(gpu_codegen::signature(&name, externals.len() + 1), Some(text));
-                let mut meta = vec![ext(out.dims.len()), numel(&out.dims) as i64];
-                meta.extend(out.dims.iter().map(|&d| ext(d)));
+                meta.extend([ext(out_dims.len()), numel(&out_dims) as i64]);
+                meta.extend(out_dims.iter().map(|&d| ext(d)));
                 for id in &externals {
-                    meta.extend(broadcast(&operand(graph, *id)?.dims, &out.dims));
+                    meta.extend(broadcast(&operand(graph, *id)?.dims, &out_dims));
                 }
                 let mut args = vec![emit.meta(&meta)];
                 args.extend(externals.iter().map(at));
                 args.push(at(&root_node.outputs[0]));
-                emit.steps.push(Step { kernel: name, args, config: launch_config(Work::Elements(numel(&out.dims))) });
+                emit.steps.push(Step { kernel: name, args, config: launch_config(work) });
             } else {
                 let GpuNode::Launches(launches) = gpu_form(graph, &info[root], root, target)? else {
                     return Err(unsupported(target, graph, root, "an elementwise node outside a group".into()));
