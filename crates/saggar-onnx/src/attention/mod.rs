@@ -8,9 +8,9 @@
 //! - `S = S0 · c` or `S0 / c` any number of times (`c` a scalar f32 constant), `S0 = MatMul(Q', K')`;
 //! - `Q' = Q · c`, `K' = K · c` the same way (the scales multiply into one);
 //! - Q, Kᵀ and V are read through the views and transposes that produced them where the layout allows
-//!   it without a copy (reshapes that only split or merge contiguous axes), so the head split of a
-//!   projection (`Reshape` then `Transpose`) costs no launch; a `Transpose` reading the result is
-//!   absorbed by writing through strides.
+//!   it without a copy ([`views`]), so the head split of a projection (`Reshape` then `Transpose`)
+//!   and the key transpose cost no launch; a `Transpose` reading the result is absorbed by writing
+//!   through strides, and views after it by writing their binding.
 //!
 //! Every f32 tensor the pattern touches, head sizes up to [`MAX_HEAD`]. The result is an
 //! [`Attention`]: the member nodes (which launch nothing of their own), the external operands with
@@ -18,6 +18,7 @@
 //! the same online softmax ([`kernel::run_host`]), so CI checks the recognition and the numerics.
 
 pub(crate) mod kernel;
+mod views;
 
 use std::collections::HashSet;
 
@@ -175,45 +176,6 @@ fn strip_scales(graph: &Graph, uses: &Uses, mut id: ValueId, members: &mut Vec<u
     (id, scale)
 }
 
-/// The strides of a view of `dims`/`strides` reshaped to `new` without copying, when one exists
-/// (NumPy's no-copy reshape rule: each group of old axes merged or split must be contiguous).
-pub(crate) fn reshape_strides(dims: &[usize], strides: &[i64], new: &[usize]) -> Option<Vec<i64>> {
-    if dims.contains(&0) || new.contains(&0) {
-        return None;
-    }
-    // Extents of 1 are not skipped (NumPy skips them): whether a view absorbs must not depend on the
-    // batch being 1, or batch 1 would get another kernel source than the other buckets.
-    let (od, os) = (dims, strides);
-    let mut ns = vec![1i64; new.len()];
-    let (mut oi, mut ni) = (0usize, 0usize);
-    while oi < od.len() && ni < new.len() {
-        let (mut oj, mut nj) = (oi + 1, ni + 1);
-        let (mut op, mut np) = (od[oi], new[ni]);
-        while op != np {
-            if np < op {
-                np = np.checked_mul(*new.get(nj)?)?;
-                nj += 1;
-            } else {
-                op = op.checked_mul(*od.get(oj)?)?;
-                oj += 1;
-            }
-        }
-        for k in oi..oj - 1 {
-            if os[k] != ext(od[k + 1]) * os[k + 1] {
-                return None;
-            }
-        }
-        ns[nj - 1] = os[oj - 1];
-        for k in (ni + 1..nj).rev() {
-            ns[k - 1] = ns[k] * ext(new[k]);
-        }
-        oi = oj;
-        ni = nj;
-    }
-    // Whatever is left on either side is extents of 1.
-    (od[oi..].iter().all(|&d| d == 1) && new[ni..].iter().all(|&d| d == 1)).then_some(ns)
-}
-
 /// The permutation of a Transpose node of rank `rank`.
 fn perm(graph: &Graph, n: usize, rank: usize) -> Option<Vec<usize>> {
     let p: Vec<usize> = match graph.nodes[n].attrs.get("perm") {
@@ -246,26 +208,18 @@ fn through_views(graph: &Graph, info: &[NodeInfo], uses: &Uses, id: ValueId, rea
     }
     for start in (1..=chain.len()).rev() {
         let base = chain[start - 1].1;
-        let Some((_, mut d)) = dims(graph, base) else { continue };
-        let mut s = contiguous(&d);
-        let ok = chain[..start].iter().rev().all(|&(p, _)| {
-            let Some((_, out)) = dims(graph, graph.nodes[p].outputs[0]) else { return false };
-            let next = if graph.nodes[p].op_type == "Transpose" {
-                perm(graph, p, d.len()).map(|pm| pm.iter().map(|&a| s[a]).collect())
-            } else {
-                reshape_strides(&d, &s, &out)
+        let Some((_, d)) = dims(graph, base) else { continue };
+        let mut layout = Some(views::Layout::contiguous(&d));
+        for &(p, _) in chain[..start].iter().rev() {
+            let rank = dims(graph, graph.nodes[p].inputs[0].unwrap_or(base)).map_or(0, |(_, d)| d.len());
+            layout = match (layout, graph.nodes[p].op_type == "Transpose") {
+                (Some(l), true) => perm(graph, p, rank).and_then(|pm| l.transpose(&pm)),
+                (Some(l), false) => dims(graph, graph.nodes[p].outputs[0]).and_then(|(_, out)| l.reshape(&out)),
+                (None, _) => None,
             };
-            match next {
-                Some(ns) => {
-                    s = ns;
-                    d = out;
-                    true
-                }
-                None => false,
-            }
-        });
-        if ok && d == own {
-            return (base, s, chain[..start].iter().map(|&(p, _)| p).collect());
+        }
+        if let Some(strides) = layout.and_then(|l| l.strides()) {
+            return (base, strides, chain[..start].iter().map(|&(p, _)| p).collect());
         }
     }
     (id, contiguous(&own), Vec::new())
