@@ -54,7 +54,8 @@ fn measure<B: Backend>(
     let launches = compiler.plan_summary(&dims, B::KIND).map_err(|x| e(&x))?.launches;
     let request = CompileRequest::new(&dims, None);
     let artifact = <OnnxCompiler as ProgramCompiler<B>>::compile(&compiler, device, &request).map_err(|x| e(&x))?;
-    let program = <OnnxCompiler as ProgramCompiler<B>>::load(&compiler, device, &request, &artifact).map_err(|x| e(&x))?;
+    let program =
+        <OnnxCompiler as ProgramCompiler<B>>::load(&compiler, device, &request, &artifact).map_err(|x| e(&x))?;
     let stream = device.create_stream().map_err(|x| e(&x))?;
     let mut input_buffers = Vec::new();
     for t in inputs {
@@ -129,8 +130,12 @@ impl BackendVisitor for Bench {
                 max_positions: seq.max(128),
                 seq: None,
             };
-            OnnxModel::from_bytes(&bert_like_encoder(cfg).to_bytes(), &format!("encoder{layers}"), &ImportLimits::default())
-                .map_err(|x| e(&x))
+            OnnxModel::from_bytes(
+                &bert_like_encoder(cfg).to_bytes(),
+                &format!("encoder{layers}"),
+                &ImportLimits::default(),
+            )
+            .map_err(|x| e(&x))
         };
         let (one, four) = (encoder(1)?, encoder(4)?);
         let mut md = format!(
@@ -145,14 +150,14 @@ impl BackendVisitor for Bench {
             for fusion in [false, true] {
                 let m1 = measure::<B>(&device, &one, fusion, &inputs, iterations)?;
                 let m4 = measure::<B>(&device, &four, fusion, &inputs, iterations)?;
-                per.push((
-                    (m4.launches - m1.launches) as f64 / 3.0,
-                    (m4.gpu_us - m1.gpu_us) / 3.0,
-                    m4.gpu_us,
-                ));
+                per.push(((m4.launches - m1.launches) as f64 / 3.0, (m4.gpu_us - m1.gpu_us) / 3.0, m4.gpu_us));
             }
             let [(lu, tu, wu), (lf, tf, wf)] = [per[0], per[1]];
-            let _ = writeln!(md, "| {batch} | {lu:.0} | {lf:.0} | {tu:.1} | {tf:.1} | {:.2}x | {wu:.1} | {wf:.1} |", tu / tf);
+            let _ = writeln!(
+                md,
+                "| {batch} | {lu:.0} | {lf:.0} | {tu:.1} | {tf:.1} | {:.2}x | {wu:.1} | {wf:.1} |",
+                tu / tf
+            );
             let _ = write!(
                 json,
                 "{}{{\"batch\":{batch},\"layer_launches_unfused\":{lu},\"layer_launches_fused\":{lf},\"layer_gpu_us_unfused\":{tu:.3},\"layer_gpu_us_fused\":{tf:.3},\"model4_gpu_us_unfused\":{wu:.3},\"model4_gpu_us_fused\":{wf:.3}}}",
@@ -161,10 +166,13 @@ impl BackendVisitor for Bench {
         }
         json.push(']');
         // The checked-in BERT, whole.
-        let bert = OnnxModel::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/model.onnx")).map_err(|x| e(&x))?;
+        let bert =
+            OnnxModel::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/model.onnx")).map_err(|x| e(&x))?;
         let inputs = ids_and_mask(1, 16, 1000);
-        let (u, f) =
-            (measure::<B>(&device, &bert, false, &inputs, iterations)?, measure::<B>(&device, &bert, true, &inputs, iterations)?);
+        let (u, f) = (
+            measure::<B>(&device, &bert, false, &inputs, iterations)?,
+            measure::<B>(&device, &bert, true, &inputs, iterations)?,
+        );
         let _ = write!(
             md,
             "\nChecked-in BERT (2 layers, hidden 64), batch 1, sequence 16: {} launches / {:.1} us unfused, {} launches / {:.1} us fused.\n",
@@ -184,8 +192,11 @@ impl BackendVisitor for Bench {
         json.push_str(",\"buckets\":[");
         let planner = OnnxCompiler::new(four, OnnxOptions::default());
         for (i, bucket) in [1u64, 2, 4, 8, 16, 32, 64].into_iter().enumerate() {
-            let s = planner.plan_summary(&[vec![bucket, seq as u64], vec![bucket, seq as u64]], B::KIND).map_err(|x| e(&x))?;
-            let _ = writeln!(md, "| {bucket} | {} | {} | {} |", s.scratch_bytes, s.unshared_scratch_bytes, s.peak_bytes);
+            let s = planner
+                .plan_summary(&[vec![bucket, seq as u64], vec![bucket, seq as u64]], B::KIND)
+                .map_err(|x| e(&x))?;
+            let _ =
+                writeln!(md, "| {bucket} | {} | {} | {} |", s.scratch_bytes, s.unshared_scratch_bytes, s.peak_bytes);
             let _ = write!(
                 json,
                 "{}{{\"bucket\":{bucket},\"scratch_bytes\":{},\"unshared_scratch_bytes\":{},\"peak_bytes\":{}}}",

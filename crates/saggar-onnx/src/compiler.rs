@@ -208,7 +208,12 @@ impl OnnxCompiler {
             return vec![source.clone()];
         }
         let prelude = self.prelude(lowered);
-        crate::units::split(&format!("saggar_onnx_{}", self.model.name()), &prelude, &lowered.definitions, &lowered.kernels)
+        crate::units::split(
+            &format!("saggar_onnx_{}", self.model.name()),
+            &prelude,
+            &lowered.definitions,
+            &lowered.kernels,
+        )
     }
 
     fn prelude(&self, lowered: &Lowered) -> String {

@@ -523,9 +523,8 @@ pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
 /// `rank` and `dims` in scope and the group's `meta` (`rank, n, dims[rank]`, then the broadcast
 /// strides of each external input) in `meta`. Only the inputs some node reads are loaded.
 pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
-    let used: Vec<usize> = (0..group.inputs.len())
-        .filter(|k| group.nodes.iter().any(|n| n.operands.iter().any(|o| *o == Some(Ok(*k)))))
-        .collect();
+    let used: Vec<usize> =
+        (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect();
     let mut body = String::from("    onnx_i64 rem = i");
     for k in &used {
         let _ = write!(body, ", o{k} = 0");

@@ -354,7 +354,8 @@ fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
 #[test]
 fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
     use crate::synthetic::{AttentionConfig, attention_block};
-    let base = AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    let base =
+        AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
     // (config, batch, seq): the NaN guard with a row masked entirely, a Div scale without a guard,
     // no mask, and more keys than one block-sized chunk.
     for (cfg, batch, seq) in [
@@ -371,7 +372,9 @@ fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
         let mut inputs = vec![Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap()];
         if cfg.mask {
             let m = (0..batch * seq)
-                .map(|i| if i / seq == batch - 1 && batch > 1 || i % seq + i / seq >= seq { f32::NEG_INFINITY } else { 0.0 })
+                .map(|i| {
+                    if i / seq == batch - 1 && batch > 1 || i % seq + i / seq >= seq { f32::NEG_INFINITY } else { 0.0 }
+                })
                 .collect();
             inputs.push(Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(m)).unwrap());
         }

@@ -376,7 +376,8 @@ pub(crate) fn lower(
                 continue;
             }
             let bytes = bytes_of(graph, o, limit)?;
-            summary.unshared_scratch_bytes = summary.unshared_scratch_bytes.saturating_add(align(bytes).unwrap_or(bytes));
+            summary.unshared_scratch_bytes =
+                summary.unshared_scratch_bytes.saturating_add(align(bytes).unwrap_or(bytes));
             let offset = arena.alloc(bytes);
             if arena.high_water as u64 > limit {
                 return Err(OnnxError::TooLarge {

@@ -219,7 +219,12 @@ pub fn attention_block(cfg: AttentionConfig) -> ModelBuilder {
         b.initializer(&format!("w{name}"), &weights(&mut seed, &[h, h], 0.5));
         b.node("MatMul", &["x", &format!("w{name}")], &[&format!("{name}_p")], &[]);
         b.node("Reshape", &[&format!("{name}_p"), "split"], &[&format!("{name}_4")], &[]);
-        b.node("Transpose", &[&format!("{name}_4")], &[&format!("{name}_h")], &[("perm", Attribute::Ints(perm.to_vec()))]);
+        b.node(
+            "Transpose",
+            &[&format!("{name}_4")],
+            &[&format!("{name}_h")],
+            &[("perm", Attribute::Ints(perm.to_vec()))],
+        );
     }
     if cfg.div_scale {
         b.node("MatMul", &["q_h", "k_h"], &["raw"], &[]);

@@ -19,7 +19,12 @@ pub(crate) fn unit_count(kernels: usize) -> usize {
 
 /// The units of a source made of `prelude` and one definition per kernel (same order as
 /// `kernels`), named `name.N.cu`.
-pub(crate) fn split(name: &str, prelude: &str, definitions: &[String], kernels: &[KernelSignature]) -> Vec<KernelSource> {
+pub(crate) fn split(
+    name: &str,
+    prelude: &str,
+    definitions: &[String],
+    kernels: &[KernelSignature],
+) -> Vec<KernelSource> {
     let units = unit_count(kernels.len());
     let per = kernels.len().div_ceil(units).max(1);
     let mut out = Vec::with_capacity(units);
@@ -68,7 +73,7 @@ mod tests {
 
     fn kernels(n: usize) -> (Vec<String>, Vec<KernelSignature>) {
         (0..n)
-            .map(|i| (format!("void k{i}() {{}}\n"), KernelSignature::new(&format!("k{i}"), &[ParamKind::Ptr])))
+            .map(|i| (format!("void k{i}() {{}}\n"), KernelSignature::new(format!("k{i}"), &[ParamKind::Ptr])))
             .unzip()
     }
 
@@ -96,7 +101,7 @@ mod tests {
         use saggar_device::Backend as _;
         use saggar_device::host::HostBackend;
         let device = HostBackend::open(0).unwrap();
-        let sigs: Vec<KernelSignature> = (0..3).map(|i| KernelSignature::new(&format!("u{i}"), &[])).collect();
+        let sigs: Vec<KernelSignature> = (0..3).map(|i| KernelSignature::new(format!("u{i}"), &[])).collect();
         let units: Vec<KernelSource> =
             sigs.iter().map(|s| KernelSource::new(format!("{}.plan", s.name), "plan", vec![s.clone()])).collect();
         for s in &sigs {

@@ -54,7 +54,8 @@ fn mask(batch: usize, seq: usize, all_masked: bool) -> Tensor {
 
 #[test]
 fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
-    let base = AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    let base =
+        AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
     let cases = [
         (base, 3, 10, true),
         (AttentionConfig { div_scale: true, ..base }, 2, 7, false),
@@ -65,8 +66,8 @@ fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
     ];
     for (cfg, batch, seq, all_masked) in cases {
         let what = format!("{cfg:?} batch {batch} seq {seq}");
-        let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default())
-            .unwrap();
+        let model =
+            OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
         let (fused, unfused) = compilers(&model);
         let mut inputs = vec![f32s(&[batch, seq, cfg.heads * cfg.head_dim], seq)];
         if cfg.mask {
@@ -94,9 +95,9 @@ fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
 
 #[test]
 fn scores_read_outside_the_pattern_are_not_fused() {
-    let cfg = AttentionConfig { heads: 2, head_dim: 4, div_scale: true, mask: true, nan_guard: false, scores_output: true };
-    let model =
-        OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
+    let cfg =
+        AttentionConfig { heads: 2, head_dim: 4, div_scale: true, mask: true, nan_guard: false, scores_output: true };
+    let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
     let (fused, unfused) = compilers(&model);
     let inputs = vec![f32s(&[2, 5, 8], 1), mask(2, 5, false)];
     let s = fused.plan_summary(&[vec![2, 5, 8], vec![2, 1, 1, 5]], BackendKind::Cuda).unwrap();
@@ -110,7 +111,8 @@ fn the_exporter_style_encoder_and_the_checked_in_bert_fuse_every_layer_and_match
     let synthetic =
         OnnxModel::from_bytes(&bert_like_encoder(cfg).to_bytes(), "encoder", &ImportLimits::default()).unwrap();
     let ids = Tensor::new(vec![2, 6], TensorData::I64((0..12).map(|i| (i * 7 % 100) as i64).collect())).unwrap();
-    let attn = Tensor::new(vec![2, 6], TensorData::I64((0..12).map(|i| i64::from(i % 6 < 4 || i < 6)).collect())).unwrap();
+    let attn =
+        Tensor::new(vec![2, 6], TensorData::I64((0..12).map(|i| i64::from(i % 6 < 4 || i < 6)).collect())).unwrap();
     let bert = OnnxModel::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/model.onnx")).unwrap();
     let set = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/test_data_set_0");
     let bert_inputs: Vec<Tensor> =

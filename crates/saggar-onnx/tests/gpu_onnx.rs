@@ -18,7 +18,8 @@ fn checked_in_models_match_on_cuda_with_graphs() {
 
 #[test]
 fn fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile() {
-    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile")
+    let Some(device) =
+        gpu_common::open_or_skip::<CudaBackend>("fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile")
     else {
         return;
     };

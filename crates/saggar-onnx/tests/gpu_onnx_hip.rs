@@ -19,7 +19,8 @@ fn checked_in_models_match_on_hip_with_graphs() {
 
 #[test]
 fn fused_plans_match_unfused_on_hip_and_buckets_share_one_compile() {
-    let Some(device) = gpu_common::open_or_skip::<HipBackend>("fused_plans_match_unfused_on_hip_and_buckets_share_one_compile")
+    let Some(device) =
+        gpu_common::open_or_skip::<HipBackend>("fused_plans_match_unfused_on_hip_and_buckets_share_one_compile")
     else {
         return;
     };

@@ -106,7 +106,13 @@ fn kernel_counts_before_and_after_fusion_are_pinned_per_model() {
         let plain = off.plan_summary(&dims(&c, 3), BackendKind::Cuda).unwrap();
         println!(
             "{name}: {} launches unfused, {} fused ({} fused groups, {} attention); scratch {} B shared by liveness, {} B unshared; peak {} B",
-            plain.launches, on.launches, on.fused_groups, on.attention_groups, on.scratch_bytes, on.unshared_scratch_bytes, on.peak_bytes
+            plain.launches,
+            on.launches,
+            on.fused_groups,
+            on.attention_groups,
+            on.scratch_bytes,
+            on.unshared_scratch_bytes,
+            on.peak_bytes
         );
         counts.push((name, plain.launches, on.launches, on.attention_groups));
         assert_eq!(plain.launches, on.launches_unfused, "{name}: the summary's unfused count is the unfused plan's");

@@ -22,11 +22,8 @@ const HOST_CHUNK: usize = BLOCK as usize;
 /// `(name, C++ definition)` of the attention kernel. Parameters: `meta, q, k, v, [mask,] out`
 /// (meta: [`super::Attention::meta`]).
 pub(crate) fn gpu_kernel(mask: bool, nan_to_zero: bool) -> (String, String) {
-    let (mask_param, mask_add) = if mask {
-        (", const float* __restrict__ mask", " + mask[mo + j * m_cs]")
-    } else {
-        ("", "")
-    };
+    let (mask_param, mask_add) =
+        if mask { (", const float* __restrict__ mask", " + mask[mo + j * m_cs]") } else { ("", "") };
     let result = if nan_to_zero { "l > 0.0f ? acc[t] / l : 0.0f" } else { "acc[t] / l" };
     let text = format!(
         r#"(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v{mask_param}, float* __restrict__ out) {{
@@ -133,7 +130,8 @@ impl HostAttention {
         let result = (|| {
             let mut inputs: [&[f32]; 4] = [&[]; 4];
             for (k, &len) in self.lens.iter().enumerate() {
-                let ptr = args.get(k).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
+                let ptr =
+                    args.get(k).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
                 let bytes = ctx.bytes(ptr, len * 4)?;
                 inputs[k] = bytemuck::try_cast_slice(bytes).map_err(|_| ctx.fault("an input is misaligned"))?;
             }
@@ -236,7 +234,9 @@ pub(crate) fn run_host(
             m = mn;
         }
         for (t, &a) in acc[..dv].iter().enumerate() {
-            let value = if nan_to_zero && !(l > 0.0) { 0.0 } else { a / l };
+            // `l` is NaN or 0 for a row with no valid key.
+            let dead = l.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater);
+            let value = if nan_to_zero && dead { 0.0 } else { a / l };
             let o = usize::try_from(oo + t as i64 * om[nb + 1]).ok().filter(|&o| o < out.len());
             *out.get_mut(o.ok_or("output offset is outside")?).ok_or("output offset is outside")? = value;
         }

@@ -189,7 +189,13 @@ fn perm(graph: &Graph, n: usize, rank: usize) -> Option<Vec<usize>> {
 
 /// `id` read through the Transpose and view nodes that produced it: the value actually read, its
 /// strides for `id`'s dims, and the absorbed nodes. The longest chain whose layout needs no copy.
-fn through_views(graph: &Graph, info: &[NodeInfo], uses: &Uses, id: ValueId, reader: usize) -> (ValueId, Vec<i64>, Vec<usize>) {
+fn through_views(
+    graph: &Graph,
+    info: &[NodeInfo],
+    uses: &Uses,
+    id: ValueId,
+    reader: usize,
+) -> (ValueId, Vec<i64>, Vec<usize>) {
     let Some((_, own)) = dims(graph, id) else { return (id, Vec::new(), Vec::new()) };
     // The chain from `id` back: (node, its input), each value read once, by the next node.
     let mut chain: Vec<(usize, ValueId)> = Vec::new();
@@ -350,7 +356,11 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
     let (batch, sq, sk) = (sd[..r - 2].to_vec(), sd[r - 2], sd[r - 1]);
     let (d, dv) = (qd[qd.len() - 1], vd[vd.len() - 1]);
     let od = f32_dims(graph.nodes[pv].outputs[0])?;
-    if kd[kd.len() - 2] != d || vd[vd.len() - 2] != sk || od[..od.len() - 2] != batch[..] || d > MAX_HEAD || dv > MAX_HEAD
+    if kd[kd.len() - 2] != d
+        || vd[vd.len() - 2] != sk
+        || od[..od.len() - 2] != batch[..]
+        || d > MAX_HEAD
+        || dv > MAX_HEAD
     {
         return None;
     }

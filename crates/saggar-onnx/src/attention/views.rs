@@ -117,6 +117,9 @@ mod tests {
         let t = l.transpose(&[1, 0]).unwrap();
         assert!(t.reshape(&[24]).unwrap().strides().is_none(), "a transposed tensor does not flatten");
         assert!(Layout::contiguous(&[6]).reshape(&[4, 2]).is_none(), "another element count");
-        assert!(Layout::contiguous(&[4, 3]).transpose(&[1, 0]).unwrap().reshape(&[2, 6]).is_none(), "3 is not split in 2");
+        assert!(
+            Layout::contiguous(&[4, 3]).transpose(&[1, 0]).unwrap().reshape(&[2, 6]).is_none(),
+            "3 is not split in 2"
+        );
     }
 }

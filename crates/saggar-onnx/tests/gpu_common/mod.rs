@@ -96,7 +96,8 @@ pub fn check_models<B: Backend>(device: B::Device) {
 fn session<B: Backend>(device: &B::Device, compiler: Arc<OnnxCompiler>, what: &str) -> Session<B, OnnxCompiler> {
     let graphs = GraphConfig::default().with_enabled(true).with_capture(CaptureWhen::Lazy);
     let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 64 }).graphs(graphs).build().unwrap();
-    Session::new(device.clone(), compiler, config, &|_| {}).unwrap_or_else(|e| panic!("{what}: session on {:?}: {e}", B::KIND))
+    Session::new(device.clone(), compiler, config, &|_| {})
+        .unwrap_or_else(|e| panic!("{what}: session on {:?}: {e}", B::KIND))
 }
 
 /// Fusion on the device: the checked-in BERT and a synthetic attention block (additive mask, one
@@ -108,7 +109,8 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
     use saggar_onnx::{ImportLimits, TensorData};
     let bert = OnnxModel::load(model_dir("bert").join("model.onnx")).unwrap();
     let bert_inputs = data_sets(&model_dir("bert")).swap_remove(0).0;
-    let cfg = AttentionConfig { heads: 4, head_dim: 32, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    let cfg =
+        AttentionConfig { heads: 4, head_dim: 32, div_scale: false, mask: true, nan_guard: true, scores_output: false };
     let block = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
     let (batch, seq, h) = (3usize, 300usize, 128usize);
     let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
@@ -120,11 +122,24 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(mask)).unwrap(),
     ];
     // A batch-bucketed model: every bucket compiled at session creation from one source compile.
-    let mlp = Arc::new(OnnxCompiler::new(OnnxModel::load(model_dir("mlp").join("model.onnx")).unwrap(), OnnxOptions::default()));
+    let mlp = Arc::new(OnnxCompiler::new(
+        OnnxModel::load(model_dir("mlp").join("model.onnx")).unwrap(),
+        OnnxOptions::default(),
+    ));
     let buckets = session::<B>(&device, mlp.clone(), "mlp");
     let gpu = usize::from(B::KIND != saggar_device::BackendKind::Host);
-    assert_eq!(mlp.gpu_source_compiles(), gpu, "mlp: one source compile for {} bucket compiles", buckets.stats().compiles);
-    println!("PASS {:?} mlp: {} source compile(s) for {} bucket compiles", B::KIND, mlp.gpu_source_compiles(), buckets.stats().compiles);
+    assert_eq!(
+        mlp.gpu_source_compiles(),
+        gpu,
+        "mlp: one source compile for {} bucket compiles",
+        buckets.stats().compiles
+    );
+    println!(
+        "PASS {:?} mlp: {} source compile(s) for {} bucket compiles",
+        B::KIND,
+        mlp.gpu_source_compiles(),
+        buckets.stats().compiles
+    );
     for (name, model, inputs) in [("bert", bert, bert_inputs), ("attention", block, block_inputs)] {
         let unfused = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(false)));
         let want = run_on_host(&unfused, &inputs).unwrap_or_else(|e| panic!("{name} on host: {e}"));
@@ -132,7 +147,7 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         let request = Request::new(&names, &inputs);
         for fusion in [true, false] {
             let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(fusion)));
-            let session = session::<B>(&device, compiler.clone(), &name);
+            let session = session::<B>(&device, compiler.clone(), name);
             for attempt in 0..2 {
                 let outputs = session
                     .run(&request.host())
