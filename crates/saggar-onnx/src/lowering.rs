@@ -494,7 +494,10 @@ fn emit_attention(
             let rows = a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq as u64;
             let mut all = vec![emit.meta(&a.meta())];
             all.extend(args);
-            emit.steps.push(Step { kernel: name, args: all, config: launch_config(Work::Rows(rows)) });
+            // One key per thread per chunk: fewer keys than a block need a smaller (power-of-two) block.
+            let mut config = launch_config(Work::Rows(rows));
+            config.block = Dim3::x((a.sk.next_power_of_two() as u32).clamp(32, BLOCK));
+            emit.steps.push(Step { kernel: name, args: all, config });
         }
     }
     Ok(())

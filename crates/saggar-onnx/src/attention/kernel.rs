@@ -1,7 +1,8 @@
 //! The fused attention kernel: CUDA/HIP C++ text and the host kernel running the same algorithm.
 //!
-//! One block per (batch position, query row), grid-stride over rows: the query row is staged in
-//! shared memory, the keys are visited in chunks of one key per thread (score = scale · q·k + mask),
+//! One block per (batch position, query row), grid-stride over rows, of a power of two threads (the
+//! key count rounded up, 32 to 256): the query row is staged in shared memory, the keys are visited
+//! in chunks of one key per thread (score = scale · q·k + mask),
 //! and an online softmax (running maximum `m`, running sum `l`, the output row `acc` rescaled by
 //! `exp(m_old - m_new)` per chunk) accumulates `P·V` in f32, so any key count works with
 //! [`super::MAX_HEAD`] floats of shared memory per head vector. Rows whose sum is not positive (every
