@@ -2,9 +2,10 @@
 //! backend or for CUDA/HIP.
 //!
 //! Nodes are first grouped ([`crate::fusion`]): a group is one step of the plan, with one memory
-//! plan for every target. On the host a step is one host kernel (a lone node's op, or a fused group
-//! evaluating its nodes in order); on CUDA and HIP a step is one generated kernel per fused group,
-//! or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
+//! plan for every target. On the host a step is one host kernel (a lone node's op, a fused group
+//! evaluating its nodes in order, or an attention group's kernel); on CUDA and HIP a step is one
+//! generated kernel per fused group (elementwise, LayerNormalization with its input group, or
+//! attention), or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
 //! program's own constants.
 //!
 //! Locations: model inputs and outputs are the caller's bindings; the constants of the imported
