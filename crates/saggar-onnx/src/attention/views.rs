@@ -122,4 +122,73 @@ mod tests {
             "3 is not split in 2"
         );
     }
+
+    /// A SplitMix64 step.
+    fn next(seed: &mut u64) -> u64 {
+        *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Random chains of transposes and reshapes, applied for real to a tensor holding each
+        /// element's offset: wherever the layout claims strides, they address every element.
+        #[test]
+        fn claimed_strides_address_every_element(mut seed: u64) {
+            let rank = 1 + (next(&mut seed) % 4) as usize;
+            let mut dims: Vec<usize> = (0..rank).map(|_| 1 + (next(&mut seed) % 4) as usize).collect();
+            let n: usize = dims.iter().product();
+            let mut values: Vec<i64> = (0..n as i64).collect();
+            let mut layout = Some(Layout::contiguous(&dims));
+            for _ in 0..1 + next(&mut seed) % 4 {
+                if next(&mut seed) % 2 == 0 {
+                    // A random permutation: elements move.
+                    let mut perm: Vec<usize> = (0..dims.len()).collect();
+                    for i in (1..perm.len()).rev() {
+                        perm.swap(i, (next(&mut seed) % (i as u64 + 1)) as usize);
+                    }
+                    let out: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+                    let (src, dst) = (crate::ops::gpu::contiguous(&dims), crate::ops::gpu::contiguous(&out));
+                    let mut moved = vec![0; n];
+                    for (flat, slot) in moved.iter_mut().enumerate() {
+                        let off: i64 = (0..out.len()).map(|k| (flat as i64 / dst[k]) % out[k] as i64 * src[perm[k]]).sum();
+                        *slot = values[off as usize];
+                    }
+                    values = moved;
+                    dims = out;
+                    layout = layout.and_then(|l| l.transpose(&perm));
+                } else {
+                    // A random regrouping of the same element count: elements stay.
+                    let mut factors: Vec<usize> = Vec::new();
+                    let mut rest = n;
+                    for p in [2, 3] {
+                        while rest % p == 0 {
+                            factors.push(p);
+                            rest /= p;
+                        }
+                    }
+                    let mut out = vec![1usize];
+                    for f in factors {
+                        if next(&mut seed) % 2 == 0 { out.push(f) } else { *out.last_mut().unwrap() *= f }
+                    }
+                    if next(&mut seed) % 3 == 0 {
+                        out.insert((next(&mut seed) % (out.len() as u64 + 1)) as usize, 1);
+                    }
+                    dims = out;
+                    layout = layout.and_then(|l| l.reshape(&dims));
+                }
+            }
+            if let Some(strides) = layout.and_then(|l| l.strides()) {
+                let own = crate::ops::gpu::contiguous(&dims);
+                for (flat, &want) in values.iter().enumerate() {
+                    let at: i64 = (0..dims.len()).map(|k| (flat as i64 / own[k]) % dims[k] as i64 * strides[k]).sum();
+                    proptest::prop_assert_eq!(at, want, "dims {:?} strides {:?} element {}", dims, strides, flat);
+                }
+            }
+        }
+    }
 }
