@@ -1,17 +1,19 @@
 //! Fusion: which nodes run as one kernel, decided in three passes.
 //!
 //! 1. Attention patterns ([`crate::attention`]): each becomes one group rooted at its last node.
-//! 2. Elementwise chains, among the other nodes. Rule: a node whose GPU form is an elementwise expression ([`GpuNode::Elementwise`]) and whose
-//! single output is read by exactly one node, that node also elementwise, and is not a graph output,
-//! joins its reader's group. Groups are therefore trees of elementwise nodes with one result (the
-//! root, the last node in graph order); they run at the root's position. Intermediates are never
-//! stored: every group input is read at the broadcast position of the root's output (broadcasting
-//! composes, so an intermediate of a smaller shape is recomputed per output element instead).
+//! 2. Elementwise chains, among the other nodes. Rule: a node whose GPU form is an elementwise
+//!    expression ([`GpuNode::Elementwise`]) and whose single output is read by exactly one node,
+//!    that node also elementwise, and is not a graph output, joins its reader's group. Groups are
+//!    therefore trees of elementwise nodes with one result (the root, the last node in graph order);
+//!    they run at the root's position. Intermediates are never stored: every group input is read at
+//!    the broadcast position of the root's output (broadcasting composes, so an intermediate of a
+//!    smaller shape is recomputed per output element instead).
 //! 3. A LayerNormalization without statistics outputs whose input is an elementwise group's result
 //!    read by nothing else takes that group in ([`crate::gpu_prologue`]).
 //!
-//! Without fusion ([`crate::OnnxOptions::fusion`] off) every node is its own group. The decision depends only on the graph and the ops, not on the backend, so the host backend runs
-//! the same grouping (each group one host kernel evaluating its nodes in order) as CUDA and HIP.
+//! Without fusion ([`crate::OnnxOptions::fusion`] off) every node is its own group. The decision
+//! depends only on the graph and the ops, not on the backend, so the host backend runs the same
+//! grouping (each group one host kernel evaluating its nodes in order) as CUDA and HIP.
 
 use std::collections::{HashMap, HashSet};
 

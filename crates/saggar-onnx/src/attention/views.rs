@@ -145,7 +145,7 @@ mod tests {
             let mut values: Vec<i64> = (0..n as i64).collect();
             let mut layout = Some(Layout::contiguous(&dims));
             for _ in 0..1 + next(&mut seed) % 4 {
-                if next(&mut seed) % 2 == 0 {
+                if next(&mut seed).is_multiple_of(2) {
                     // A random permutation: elements move.
                     let mut perm: Vec<usize> = (0..dims.len()).collect();
                     for i in (1..perm.len()).rev() {
@@ -166,16 +166,16 @@ mod tests {
                     let mut factors: Vec<usize> = Vec::new();
                     let mut rest = n;
                     for p in [2, 3] {
-                        while rest % p == 0 {
+                        while rest.is_multiple_of(p) {
                             factors.push(p);
                             rest /= p;
                         }
                     }
                     let mut out = vec![1usize];
                     for f in factors {
-                        if next(&mut seed) % 2 == 0 { out.push(f) } else { *out.last_mut().unwrap() *= f }
+                        if next(&mut seed).is_multiple_of(2) { out.push(f) } else { *out.last_mut().unwrap() *= f }
                     }
-                    if next(&mut seed) % 3 == 0 {
+                    if next(&mut seed).is_multiple_of(3) {
                         out.insert((next(&mut seed) % (out.len() as u64 + 1)) as usize, 1);
                     }
                     dims = out;
