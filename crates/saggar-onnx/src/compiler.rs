@@ -519,6 +519,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_generated_source_compiles_once_for_every_bucket_as_several_units() {
+        use saggar_device::host::{HostBackend, register_kernel};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/model.onnx");
+        let c = OnnxCompiler::new(OnnxModel::load(path).unwrap(), OnnxOptions::default());
+        let device = HostBackend::open(0).unwrap();
+        let mut all = Vec::new();
+        for batch in [1, 2, 4, 64] {
+            let dims = [vec![batch, 16], vec![batch, 16]];
+            let lowered = c.lower(&dims, BackendKind::Cuda).unwrap();
+            let source = c.source(&lowered);
+            // Stand-ins, so the host device accepts the units as it would compiled CUDA.
+            for k in &lowered.kernels {
+                register_kernel(k.clone(), |_, _, _| Ok(())).unwrap();
+            }
+            let units = c.units(&lowered, &source);
+            assert!(units.len() > 1, "the source is split");
+            all.push(c.compile_source::<HostBackend>(&device, &source, &units).unwrap());
+        }
+        assert_eq!(c.gpu_source_compiles(), 1, "four buckets, one compile");
+        assert!(all.windows(2).all(|w| w[0] == w[1]), "every bucket gets the same code objects");
+    }
+
+    #[test]
     fn compiler_and_program_are_send_sync_static() {
         fn check<T: Send + Sync + 'static>() {}
         check::<OnnxCompiler>();
