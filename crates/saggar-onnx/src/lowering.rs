@@ -22,8 +22,7 @@ use std::collections::HashMap;
 
 use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
 
-use crate::attention::kernel::HostAttention;
-use crate::attention::{self, Attention};
+use crate::attention;
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
@@ -222,15 +221,17 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
 
 /// Kernels and launches being collected.
 #[derive(Default)]
-struct Emitter {
-    steps: Vec<Step>,
+pub(crate) struct Emitter {
+    pub(crate) steps: Vec<Step>,
     kernels: Vec<KernelSignature>,
     definitions: Vec<String>,
     local_constants: Vec<u8>,
 }
 
 impl Emitter {
-    fn kernel(&mut self, signature: KernelSignature, definition: Option<String>) -> String {
+    /// Adds `signature` (with its C++ `definition` on GPUs) unless a kernel of that name is there;
+    /// returns the name.
+    pub(crate) fn kernel(&mut self, signature: KernelSignature, definition: Option<String>) -> String {
         let name = signature.name.clone();
         if !self.kernels.iter().any(|k| k.name == name) {
             self.kernels.push(signature);
@@ -240,7 +241,7 @@ impl Emitter {
     }
 
     /// Places a meta table in the program's constants.
-    fn meta(&mut self, meta: &[i64]) -> ArgSource {
+    pub(crate) fn meta(&mut self, meta: &[i64]) -> ArgSource {
         let offset = self.local_constants.len();
         self.local_constants.extend(meta.iter().flat_map(|v| v.to_le_bytes()));
         self.local_constants.resize(align(self.local_constants.len().max(offset + 1)).unwrap_or(offset), 0);
@@ -410,7 +411,7 @@ pub(crate) fn lower(
         match grouping.attention.get(&step) {
             Some(a) => {
                 summary.attention_groups += 1;
-                emit_attention(graph, a, &location, target, &mut emit)?;
+                attention::lower::emit(graph, a, &location, target, &mut emit)?;
             }
             None => emit_group(graph, &info, &members, &location, target, &mut emit)?,
         }
@@ -455,53 +456,9 @@ pub(crate) fn lower(
     })
 }
 
-fn host_config() -> LaunchConfig {
+/// The launch shape of every host kernel (it runs once per launch).
+pub(crate) fn host_config() -> LaunchConfig {
     LaunchConfig::for_elements(1, 1)
-}
-
-/// Emits the one launch of an attention group.
-fn emit_attention(
-    graph: &Graph,
-    a: &Attention,
-    location: &HashMap<ValueId, ArgSource>,
-    target: Target,
-    emit: &mut Emitter,
-) -> Result<(), OnnxError> {
-    let inputs = a.inputs();
-    let at = |id: &ValueId| {
-        location.get(id).copied().ok_or_else(|| OnnxError::Graph {
-            reason: format!("attention operand `{}` has no location", graph.value(*id).name),
-        })
-    };
-    let mut args = inputs.iter().map(at).collect::<Result<Vec<_>, _>>()?;
-    args.push(at(&a.out.value)?);
-    let elements = |id: ValueId| operand(graph, id).map(|o| numel(&o.dims) as usize);
-    match target {
-        Target::Host => {
-            let kernel = HostAttention {
-                meta: a.meta(),
-                mask: a.mask.is_some(),
-                nan_to_zero: a.nan_to_zero,
-                lens: inputs.iter().map(|&id| elements(id)).collect::<Result<_, _>>()?,
-                out_len: elements(a.out.value)?,
-            };
-            kernel.ensure_registered()?;
-            let name = emit.kernel(kernel.signature(), None);
-            emit.steps.push(Step { kernel: name, args, config: host_config() });
-        }
-        Target::Gpu(_) => {
-            let (name, text) = attention::kernel::gpu_kernel(a.mask.is_some(), a.nan_to_zero);
-            let name = emit.kernel(gpu_codegen::signature(&name, args.len()), Some(text));
-            let rows = a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq as u64;
-            let mut all = vec![emit.meta(&a.meta())];
-            all.extend(args);
-            // One key per thread per chunk: fewer keys than a block need a smaller (power-of-two) block.
-            let mut config = launch_config(Work::Rows(rows));
-            config.block = Dim3::x((a.sk.next_power_of_two() as u32).clamp(32, BLOCK));
-            emit.steps.push(Step { kernel: name, args: all, config });
-        }
-    }
-    Ok(())
 }
 
 /// Emits the launches of one group (`members` in graph order, the root last).

@@ -18,6 +18,7 @@
 //! the same online softmax ([`kernel::run_host`]), so CI checks the recognition and the numerics.
 
 pub(crate) mod kernel;
+pub(crate) mod lower;
 mod views;
 
 use std::collections::HashSet;
