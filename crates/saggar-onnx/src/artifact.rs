@@ -4,26 +4,27 @@
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 0 | 8 | magic `SAGONNX2` |
+//! | 0 | 8 | magic `SAGONNX3` |
 //! | 8 | 1 | backend: 1 CUDA, 2 HIP, 3 host |
 //! | 9 | 32 | model hash (BLAKE3, raw bytes) |
 //! | 41 | 8 | bucket (0 when the request named none) |
 //! | 49 | 4 | input count `n` |
 //! | 53 | ... | per input: rank (u32), then `rank` extents (u64 each) |
 //! | ... | 32 | BLAKE3 of the kernel source (the same for every bucket of a model on GPU) |
-//! | ... | 8 | code object length `L` |
-//! | ... | L | `CodeObject::to_bytes()` |
+//! | ... | 4 | code object count `c` (the source's translation units; 1 on the host) |
+//! | ... | 8 | per code object: length `L` |
+//! | ... | L | then `CodeObject::to_bytes()` |
 //! | ... | 32 | BLAKE3 of every byte before it |
 //!
 //! The plan itself is not stored: loading specialises and lowers the model again for the recorded
-//! input shapes (deterministic, and cheap next to a compile), then checks the code object names
+//! input shapes (deterministic, and cheap next to a compile), then checks the code objects name
 //! every kernel with the same signature.
 
 use saggar_device::{BackendKind, CodeObject};
 
 use crate::error::OnnxError;
 
-const MAGIC: [u8; 8] = *b"SAGONNX2";
+const MAGIC: [u8; 8] = *b"SAGONNX3";
 const CHECKSUM_LEN: usize = 32;
 /// Largest rank and input count accepted when parsing (bounds allocations on corrupt bytes).
 const MAX_COUNT: u32 = 4096;
@@ -51,7 +52,7 @@ fn malformed(reason: impl Into<String>) -> OnnxError {
 }
 
 impl Header {
-    pub(crate) fn encode(&self, code: &CodeObject) -> Vec<u8> {
+    pub(crate) fn encode(&self, codes: &[CodeObject]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&MAGIC);
         out.push(backend_code(self.backend));
@@ -65,15 +66,18 @@ impl Header {
             }
         }
         out.extend_from_slice(&self.source_hash);
-        let code = code.to_bytes();
-        out.extend_from_slice(&(code.len() as u64).to_le_bytes());
-        out.extend_from_slice(&code);
+        out.extend_from_slice(&(codes.len() as u32).to_le_bytes());
+        for code in codes {
+            let code = code.to_bytes();
+            out.extend_from_slice(&(code.len() as u64).to_le_bytes());
+            out.extend_from_slice(&code);
+        }
         let checksum = blake3::hash(&out);
         out.extend_from_slice(checksum.as_bytes());
         out
     }
 
-    pub(crate) fn parse(bytes: &[u8]) -> Result<(Header, CodeObject), OnnxError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<(Header, Vec<CodeObject>), OnnxError> {
         if bytes.len() < MAGIC.len() + CHECKSUM_LEN || bytes[..8] != MAGIC {
             return Err(malformed("not a saggar-onnx artifact (bad magic or too short)"));
         }
@@ -108,12 +112,19 @@ impl Header {
         }
         let mut source_hash = [0u8; 32];
         source_hash.copy_from_slice(r.take(32)?);
-        let len = usize::try_from(r.u64()?).map_err(|_| malformed("code length overflows"))?;
-        let code = CodeObject::from_bytes(r.take(len)?).map_err(|e| malformed(e.to_string()))?;
-        if r.at != body.len() {
-            return Err(malformed("trailing bytes after the code object"));
+        let count = r.u32()?;
+        if count == 0 || count > MAX_COUNT {
+            return Err(malformed(format!("{count} code objects")));
         }
-        Ok((Header { backend, model_hash, bucket, input_dims, source_hash }, code))
+        let mut codes = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let len = usize::try_from(r.u64()?).map_err(|_| malformed("code length overflows"))?;
+            codes.push(CodeObject::from_bytes(r.take(len)?).map_err(|e| malformed(e.to_string()))?);
+        }
+        if r.at != body.len() {
+            return Err(malformed("trailing bytes after the code objects"));
+        }
+        Ok((Header { backend, model_hash, bucket, input_dims, source_hash }, codes))
     }
 }
 
@@ -151,6 +162,8 @@ mod tests {
     #[test]
     fn round_trip_and_corruption() {
         let code = CodeObject { format: CodeFormat::HostPlan, image: b"plan".to_vec(), kernels: Vec::new() };
+        let other = CodeObject { format: CodeFormat::HostPlan, image: b"unit 1".to_vec(), kernels: Vec::new() };
+        let codes = vec![code, other];
         let header = Header {
             backend: BackendKind::Host,
             model_hash: [7; 32],
@@ -158,8 +171,9 @@ mod tests {
             input_dims: vec![vec![4, 8]],
             source_hash: [3; 32],
         };
-        let bytes = header.encode(&code);
-        assert_eq!(Header::parse(&bytes).unwrap(), (header, code));
+        let bytes = header.encode(&codes);
+        assert_eq!(Header::parse(&bytes).unwrap(), (header.clone(), codes));
+        assert!(Header::parse(&header.encode(&[])).is_err(), "an artifact has at least one code object");
         for cut in [0, 9, bytes.len() - 1] {
             assert!(Header::parse(&bytes[..cut]).is_err());
         }

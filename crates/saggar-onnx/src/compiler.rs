@@ -6,8 +6,10 @@
 //! hipRTC through the device. Generated kernels take every extent from their `meta` tables, so the
 //! source is the same for every input shape of the model: the compiler keeps the code object of each
 //! source it compiled (per backend and device ordinal) and every later bucket reuses it without
-//! compiling; each bucket's artifact carries that same code object and its source hash, and loads on
-//! one GPU device share one loaded module (found by that hash). The artifact
+//! compiling ([`OnnxCompiler::gpu_source_compiles`] counts them). The source is compiled as several
+//! translation units at once ([`crate::units`]); each bucket's artifact carries the same code objects
+//! (one per unit) and the source hash, and loads on one GPU device share the loaded modules (found by
+//! that hash and the unit). The artifact
 //! records the shapes ([`crate::artifact`]); `load` lowers again from the recorded shapes (computing
 //! launch shapes and `meta` tables), checks the code object and resolves the kernels.
 //!
@@ -19,7 +21,9 @@
 //! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use saggar_device::blas::BlasConfig;
@@ -43,7 +47,7 @@ use crate::passes;
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
 /// The artifact format version, part of the identity.
-pub const ARTIFACT_VERSION: u32 = 2;
+pub const ARTIFACT_VERSION: u32 = 3;
 /// Bytes before the first constant in a device's weight buffer: the residency marker, padded to the
 /// constants' alignment.
 const CONSTANTS_OFFSET: usize = lowering::ALIGN;
@@ -68,6 +72,9 @@ pub struct OnnxOptions {
     /// [`saggar_device::blas::BlasConfig::library_path`]); `None` reads
     /// [`saggar_device::blas::LIBRARY_ENV`].
     pub blas_library: Option<std::path::PathBuf>,
+    /// Whether nodes are fused (attention patterns and elementwise chains into one kernel each);
+    /// off, every node is its own launch (for comparisons and benches). On by default.
+    pub fusion: bool,
 }
 
 /// Default BLAS-Lt workspace per run: 4 MiB, enough for the algorithms cuBLASLt and hipBLASLt pick
@@ -82,6 +89,7 @@ impl Default for OnnxOptions {
             precision: MatmulPrecision::default(),
             blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
             blas_library: None,
+            fusion: true,
         }
     }
 }
@@ -90,6 +98,12 @@ impl OnnxOptions {
     /// The same options with another [`OnnxOptions::max_program_bytes`].
     pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
         self.max_program_bytes = bytes;
+        self
+    }
+
+    /// The same options with fusion on or off ([`OnnxOptions::fusion`]).
+    pub fn with_fusion(mut self, fusion: bool) -> OnnxOptions {
+        self.fusion = fusion;
         self
     }
 
@@ -134,17 +148,20 @@ pub struct OnnxCompiler {
     resident: PerDevice,
     /// Code objects compiled from generated sources.
     compiled: Mutex<Vec<Compiled>>,
+    /// Generated sources compiled (each once per backend and device ordinal).
+    source_compiles: AtomicUsize,
     /// Modules loaded from generated sources, shared by every bucket on a GPU device.
     modules: Mutex<Vec<LoadedModule>>,
     /// BLAS-Lt handles, one per GPU device, shared by every bucket (each run passes its own workspace).
     blas_handles: Mutex<Vec<SharedHandle>>,
 }
 
-/// A module loaded on one GPU device, type-erased like [`Resident`].
+/// A module loaded on one GPU device (one translation unit of a source), type-erased like [`Resident`].
 struct LoadedModule {
     backend: BackendKind,
     ordinal: usize,
     source_hash: [u8; 32],
+    unit: usize,
     module: Arc<dyn Any + Send + Sync>,
 }
 
@@ -161,13 +178,13 @@ struct SharedHandle {
 /// The typed handle inside a [`SharedHandle`].
 struct SharedBlas<B: Backend>(Arc<B::Blas>);
 
-/// A code object compiled from a generated source on one device.
+/// The code objects (one per translation unit) compiled from a generated source on one device.
 #[derive(Debug)]
 struct Compiled {
     backend: BackendKind,
     ordinal: usize,
     source_hash: [u8; 32],
-    code: CodeObject,
+    codes: Vec<CodeObject>,
 }
 
 impl std::fmt::Debug for OnnxCompiler {
@@ -197,6 +214,7 @@ impl OnnxCompiler {
             model_hash,
             resident: PerDevice::new(),
             compiled: Mutex::new(Vec::new()),
+            source_compiles: AtomicUsize::new(0),
             modules: Mutex::new(Vec::new()),
             blas_handles: Mutex::new(Vec::new()),
         }
@@ -230,7 +248,7 @@ impl OnnxCompiler {
             precision: self.options.precision,
             workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
         });
-        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas)
+        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, self.options.fusion)
     }
 
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
@@ -245,14 +263,29 @@ impl OnnxCompiler {
         Ok(self.source(&self.lower(input_dims, BackendKind::Cuda)?).code)
     }
 
-    pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
+    /// How many generated CUDA/HIP sources this compiler has compiled: one per model, backend and
+    /// device ordinal however many buckets (input shapes) were compiled, since every bucket's source
+    /// is the same text (each compile runs the source's translation units concurrently).
+    pub fn gpu_source_compiles(&self) -> usize {
+        self.source_compiles.load(Ordering::Relaxed)
+    }
+
+    /// The translation units compiled for `lowered`: on GPUs the generated source split by
+    /// [`crate::units`], on the host the plan source.
+    pub(crate) fn units(&self, lowered: &Lowered, source: &KernelSource) -> Vec<KernelSource> {
         if lowered.definitions.iter().all(String::is_empty) {
-            return KernelSource::new(
-                format!("saggar_onnx_{}.plan", self.model.name()),
-                format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
-                lowered.kernels.clone(),
-            );
+            return vec![source.clone()];
         }
+        let prelude = self.prelude(lowered);
+        crate::units::split(
+            &format!("saggar_onnx_{}", self.model.name()),
+            &prelude,
+            &lowered.definitions,
+            &lowered.kernels,
+        )
+    }
+
+    fn prelude(&self, lowered: &Lowered) -> String {
         let mut code = format!(
             "// saggar-onnx {}: model `{}`, {} kernels\n",
             env!("CARGO_PKG_VERSION"),
@@ -262,6 +295,18 @@ impl OnnxCompiler {
         code.push_str(saggar_device::builtin::PRELUDE);
         code.push_str(crate::gpu_codegen::ONNX_PRELUDE);
         code.push_str(crate::gpu_codegen::HELPERS);
+        code
+    }
+
+    pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
+        if lowered.definitions.iter().all(String::is_empty) {
+            return KernelSource::new(
+                format!("saggar_onnx_{}.plan", self.model.name()),
+                format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),
+                lowered.kernels.clone(),
+            );
+        }
+        let mut code = self.prelude(lowered);
         for definition in &lowered.definitions {
             code.push('\n');
             code.push_str(definition);
@@ -269,9 +314,14 @@ impl OnnxCompiler {
         KernelSource::new(format!("saggar_onnx_{}.cu", self.model.name()), code, lowered.kernels.clone())
     }
 
-    /// Compiles `source` on `device`, or returns the code object an earlier bucket compiled from
-    /// the same text on the same backend and ordinal.
-    fn compile_source<B: Backend>(&self, device: &B::Device, source: &KernelSource) -> Result<CodeObject, OnnxError> {
+    /// Compiles the units of `source` on `device`, or returns the code objects an earlier bucket
+    /// compiled from the same text on the same backend and ordinal.
+    fn compile_source<B: Backend>(
+        &self,
+        device: &B::Device,
+        source: &KernelSource,
+        units: &[KernelSource],
+    ) -> Result<Vec<CodeObject>, OnnxError> {
         let hash = *blake3::hash(source.code.as_bytes()).as_bytes();
         let ordinal = device.info().ordinal;
         // Held while compiling: buckets compiled concurrently wait for the first compile of a source.
@@ -279,22 +329,23 @@ impl OnnxCompiler {
         let found = compiled
             .iter()
             .find(|c| c.backend == B::KIND && c.ordinal == ordinal && c.source_hash == hash)
-            .map(|c| c.code.clone());
-        if let Some(code) = found {
-            return Ok(code);
+            .map(|c| c.codes.clone());
+        if let Some(codes) = found {
+            return Ok(codes);
         }
-        let code = device.compile(source)?;
-        compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, code: code.clone() });
-        Ok(code)
+        let codes = crate::units::compile_all(device, units)?;
+        self.source_compiles.fetch_add(1, Ordering::Relaxed);
+        compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, codes: codes.clone() });
+        Ok(codes)
     }
 
     fn compile_impl<B: Backend>(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, OnnxError> {
         let lowered = self.lower(request.input_dims, B::KIND)?;
         let source = self.source(&lowered);
-        let code = if B::KIND == BackendKind::Host {
-            device.compile(&source)?
+        let codes = if B::KIND == BackendKind::Host {
+            vec![device.compile(&source)?]
         } else {
-            self.compile_source::<B>(device, &source)?
+            self.compile_source::<B>(device, &source, &self.units(&lowered, &source))?
         };
         let header = Header {
             backend: B::KIND,
@@ -303,15 +354,17 @@ impl OnnxCompiler {
             input_dims: request.input_dims.to_vec(),
             source_hash: *blake3::hash(source.code.as_bytes()).as_bytes(),
         };
-        Ok(header.encode(&code))
+        Ok(header.encode(&codes))
     }
 
-    /// Loads `code` on `device`, or on a GPU returns the module an earlier bucket loaded from the same
-    /// source on the same backend and ordinal (the driver would otherwise JIT the same code per bucket).
+    /// Loads `code` (unit `unit` of a source) on `device`, or on a GPU returns the module an earlier
+    /// bucket loaded from the same unit on the same backend and ordinal (the driver would otherwise
+    /// JIT the same code per bucket).
     fn module<B: Backend>(
         &self,
         device: &B::Device,
         source_hash: &[u8; 32],
+        unit: usize,
         code: &CodeObject,
     ) -> Result<Arc<B::Module>, OnnxError> {
         if B::KIND == BackendKind::Host {
@@ -321,14 +374,14 @@ impl OnnxCompiler {
         let mut modules = self.modules.lock();
         let found = modules
             .iter()
-            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash)
+            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash && m.unit == unit)
             .find_map(|m| m.module.clone().downcast::<SharedModule<B>>().ok());
         if let Some(shared) = found {
             return Ok(shared.0.clone());
         }
         let module = Arc::new(device.load_module(code)?);
         let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedModule::<B>(module.clone()));
-        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, module: shared });
+        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, unit, module: shared });
         Ok(module)
     }
 
@@ -342,7 +395,7 @@ impl OnnxCompiler {
         request: &CompileRequest<'_>,
         artifact: &[u8],
     ) -> Result<OnnxProgram<B>, OnnxError> {
-        let (header, code) = Header::parse(artifact)?;
+        let (header, codes) = Header::parse(artifact)?;
         if header.input_dims != request.input_dims {
             return Err(OnnxError::Artifact {
                 reason: format!("made for input shapes {:?}, loaded for {:?}", header.input_dims, request.input_dims),
@@ -357,24 +410,38 @@ impl OnnxCompiler {
             return Err(OnnxError::Artifact { reason: "made for another model".into() });
         }
         let lowered = self.lower(&header.input_dims, B::KIND)?;
+        // The unit holding each kernel.
+        let mut unit_of: HashMap<&str, usize> = HashMap::new();
         for signature in &lowered.kernels {
-            if code.signature(&signature.name) != Some(signature) {
-                return Err(OnnxError::Artifact {
+            let unit = codes.iter().position(|c| c.signature(&signature.name) == Some(signature)).ok_or_else(|| {
+                OnnxError::Artifact {
                     reason: format!("kernel `{}` is missing or has another signature", signature.name),
-                });
-            }
+                }
+            })?;
+            unit_of.insert(&signature.name, unit);
         }
-        let module = self.module::<B>(device, &header.source_hash, &code)?;
+        let modules = codes
+            .iter()
+            .enumerate()
+            .map(|(u, code)| self.module::<B>(device, &header.source_hash, u, code))
+            .collect::<Result<Vec<_>, _>>()?;
         let steps = lowered
             .steps
             .iter()
             .map(|s| match s {
                 PlanStep::Launch(s) => {
-                    Ok(LoadedStep::Launch { kernel: module.kernel(&s.kernel)?, args: s.args.clone(), config: s.config })
+                    let unit = unit_of.get(s.kernel.as_str()).copied().ok_or_else(|| OnnxError::Artifact {
+                        reason: format!("kernel `{}` is in no code object", s.kernel),
+                    })?;
+                    Ok(LoadedStep::Launch {
+                        kernel: modules[unit].kernel(&s.kernel)?,
+                        args: s.args.clone(),
+                        config: s.config,
+                    })
                 }
                 PlanStep::Matmul(m) => Ok(LoadedStep::Matmul(*m)),
             })
-            .collect::<Result<Vec<_>, saggar_device::Error>>()?;
+            .collect::<Result<Vec<_>, OnnxError>>()?;
         let blas = self.blas::<B>(device, &steps)?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {
@@ -396,7 +463,7 @@ impl OnnxCompiler {
             weights,
             local,
             blas,
-            _module: module,
+            _modules: modules,
         })
     }
 
@@ -448,11 +515,14 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
     }
 
     fn identity(&self) -> CompilerIdentity {
-        CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
-            .with_option("artifact", ARTIFACT_VERSION.to_string())
-            .with_option("gemm", self.options.gemm.name().to_string())
-            .with_option("precision", self.options.precision.name().to_string())
-            .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string())
+        let identity =
+            CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
+                .with_option("artifact", ARTIFACT_VERSION.to_string())
+                .with_option("gemm", self.options.gemm.name().to_string())
+                .with_option("precision", self.options.precision.name().to_string())
+                .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string());
+        // Unfused plans have other kernels: their artifacts are keyed apart.
+        if self.options.fusion { identity } else { identity.with_option("fusion", "off") }
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
@@ -495,7 +565,7 @@ pub struct OnnxProgram<B: Backend> {
     local: Option<B::DeviceBuffer>,
     /// The BLAS-Lt handle of the matmul steps, when there are any.
     blas: Option<Arc<B::Blas>>,
-    _module: Arc<B::Module>,
+    _modules: Vec<Arc<B::Module>>,
 }
 
 impl<B: Backend> OnnxProgram<B> {
@@ -594,6 +664,29 @@ impl<B: Backend> Program<B> for OnnxProgram<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_generated_source_compiles_once_for_every_bucket_as_several_units() {
+        use saggar_device::host::{HostBackend, register_kernel};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/model.onnx");
+        let c = OnnxCompiler::new(OnnxModel::load(path).unwrap(), OnnxOptions::default());
+        let device = HostBackend::open(0).unwrap();
+        let mut all = Vec::new();
+        for batch in [1, 2, 4, 64] {
+            let dims = [vec![batch, 16], vec![batch, 16]];
+            let lowered = c.lower(&dims, BackendKind::Cuda).unwrap();
+            let source = c.source(&lowered);
+            // Stand-ins, so the host device accepts the units as it would compiled CUDA.
+            for k in &lowered.kernels {
+                register_kernel(k.clone(), |_, _, _| Ok(())).unwrap();
+            }
+            let units = c.units(&lowered, &source);
+            assert!(units.len() > 1, "the source is split");
+            all.push(c.compile_source::<HostBackend>(&device, &source, &units).unwrap());
+        }
+        assert_eq!(c.gpu_source_compiles(), 1, "four buckets, one compile");
+        assert!(all.windows(2).all(|w| w[0] == w[1]), "every bucket gets the same code objects");
+    }
 
     #[test]
     fn compiler_and_program_are_send_sync_static() {

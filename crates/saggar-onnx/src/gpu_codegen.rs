@@ -510,30 +510,34 @@ pub(crate) struct FusedNode {
     pub(crate) out: DType,
 }
 
-/// `(name, C++ definition)` of a fused group's kernel. Meta: `rank, n, dims[rank]`, then the
-/// broadcast strides of each external input (`rank` each).
-pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
-    let mut params = String::from("(const onnx_i64* meta");
+/// The parameters `, const T0* __restrict__ in0, ...` of a group's external inputs.
+pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
+    let mut params = String::new();
     for (k, d) in group.inputs.iter().enumerate() {
         let _ = write!(params, ", const {}* __restrict__ in{k}", ctype(*d)?);
     }
-    let last = group.nodes.last()?;
-    let _ = write!(params, ", {}* __restrict__ out)", ctype(last.out)?);
-    let mut body = String::from(
-        " {\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n  ONNX_LOOP(i, meta[1]) {\n    onnx_i64 rem = i",
-    );
-    for k in 0..group.inputs.len() {
+    Some(params)
+}
+
+/// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i`, with
+/// `rank` and `dims` in scope and the group's `meta` (`rank, n, dims[rank]`, then the broadcast
+/// strides of each external input) in `meta`. Only the inputs some node reads are loaded.
+pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
+    let used: Vec<usize> =
+        (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect();
+    let mut body = String::from("    onnx_i64 rem = i");
+    for k in &used {
         let _ = write!(body, ", o{k} = 0");
     }
     body.push_str(
         ";\n    for (int d = rank - 1; d >= 0; --d) {\n      const onnx_i64 c = rem % dims[d]; rem /= dims[d];\n",
     );
-    for k in 0..group.inputs.len() {
+    for k in &used {
         let _ = writeln!(body, "      o{k} += c * meta[2 + {} * rank + d];", k + 1);
     }
     body.push_str("    }\n");
-    for (k, d) in group.inputs.iter().enumerate() {
-        let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(*d)?);
+    for &k in &used {
+        let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(group.inputs[k])?);
     }
     for (j, node) in group.nodes.iter().enumerate() {
         let mut expr = node.expr.clone();
@@ -547,8 +551,20 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
         }
         let _ = writeln!(body, "    const {} v{j} = {expr};", ctype(node.out)?);
     }
-    let _ = writeln!(body, "    out[i] = v{};\n  }}\n}}", group.nodes.len() - 1);
-    let text = format!("{params}{body}");
+    Some(body)
+}
+
+/// `(name, C++ definition)` of a fused group's kernel. Meta: `rank, n, dims[rank]`, then the
+/// broadcast strides of each external input (`rank` each).
+pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
+    let last = group.nodes.last()?;
+    let text = format!(
+        "(const onnx_i64* meta{}, {}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n  ONNX_LOOP(i, meta[1]) {{\n{}    out[i] = v{};\n  }}\n}}\n",
+        fused_params(group)?,
+        ctype(last.out)?,
+        fused_values(group)?,
+        group.nodes.len() - 1
+    );
     let name = kernel_name("fused", &text);
     Some((name.clone(), format!("SAGGAR_GLOBAL void {name}{text}")))
 }

@@ -82,17 +82,25 @@ impl FusedHostKernel {
 
 /// Registers `kernel` unless this process already did.
 pub(crate) fn ensure_fused_registered(kernel: &FusedHostKernel) -> Result<(), saggar_device::Error> {
+    let body = kernel.clone();
+    register_once(kernel.signature(), move |ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]| {
+        let mut buffers = OUTPUTS.with(RefCell::take);
+        let result = run_fused(&body, ctx, args, &mut buffers);
+        OUTPUTS.with(|c| c.replace(buffers));
+        result
+    })
+}
+
+/// Registers `func` under `signature` unless this process already registered that name (names
+/// hash everything a kernel computes with, so one name is one computation).
+pub(crate) fn register_once<F>(signature: KernelSignature, func: F) -> Result<(), saggar_device::Error>
+where
+    F: Fn(&mut KernelContext<'_>, &LaunchConfig, &[KernelArg]) -> saggar_device::Result<()> + Send + Sync + 'static,
+{
     let mut done = registered().lock();
-    let signature = kernel.signature();
     if !done.contains(&signature.name) {
-        let body = kernel.clone();
         let name = signature.name.clone();
-        register_kernel(signature, move |ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]| {
-            let mut buffers = OUTPUTS.with(RefCell::take);
-            let result = run_fused(&body, ctx, args, &mut buffers);
-            OUTPUTS.with(|c| c.replace(buffers));
-            result
-        })?;
+        register_kernel(signature, func)?;
         done.insert(name);
     }
     Ok(())
@@ -105,27 +113,15 @@ fn registered() -> &'static Mutex<HashSet<String>> {
 
 /// Registers the copy kernel unless this process already did.
 pub(crate) fn ensure_copy_registered() -> Result<(), saggar_device::Error> {
-    let mut done = registered().lock();
-    if !done.contains(COPY) {
-        register_kernel(copy_signature(), copy_kernel)?;
-        done.insert(COPY.to_string());
-    }
-    Ok(())
+    register_once(copy_signature(), copy_kernel)
 }
 
 /// Registers `kernel` unless this process already did.
 pub(crate) fn ensure_registered(kernel: &NodeKernel) -> Result<(), saggar_device::Error> {
-    let mut done = registered().lock();
-    let signature = kernel.signature();
-    if !done.contains(&signature.name) {
-        let body = kernel.clone();
-        let name = signature.name.clone();
-        register_kernel(signature, move |ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]| {
-            run(&body, ctx, args)
-        })?;
-        done.insert(name);
-    }
-    Ok(())
+    let body = kernel.clone();
+    register_once(kernel.signature(), move |ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]| {
+        run(&body, ctx, args)
+    })
 }
 
 /// The copy kernel's signature.

@@ -24,6 +24,7 @@
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 
 mod artifact;
+mod attention;
 pub mod builder;
 mod compiler;
 pub mod error;
@@ -32,6 +33,7 @@ mod fusion;
 mod gpu_codegen;
 #[cfg(test)]
 mod gpu_emulation;
+mod gpu_prologue;
 mod host_kernels;
 mod import;
 pub mod ir;
@@ -45,6 +47,7 @@ mod run;
 pub mod synthetic;
 pub mod tensor;
 pub mod tensor_pb;
+mod units;
 
 pub use compiler::{ARTIFACT_VERSION, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
 pub use error::OnnxError;

@@ -2,9 +2,10 @@
 //! backend or for CUDA/HIP.
 //!
 //! Nodes are first grouped ([`crate::fusion`]): a group is one step of the plan, with one memory
-//! plan for every target. On the host a step is one host kernel (a lone node's op, or a fused group
-//! evaluating its nodes in order); on CUDA and HIP a step is one generated kernel per fused group,
-//! or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
+//! plan for every target. On the host a step is one host kernel (a lone node's op, a fused group
+//! evaluating its nodes in order, or an attention group's kernel); on CUDA and HIP a step is one
+//! generated kernel per fused group (elementwise, LayerNormalization with its input group, or
+//! attention), or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
 //! program's own constants.
 //!
 //! Locations: model inputs and outputs are the caller's bindings; the constants of the imported
@@ -21,9 +22,11 @@ use std::collections::HashMap;
 
 use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
 
+use crate::attention;
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
+use crate::gpu_prologue;
 use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
 use crate::lowering_blas::{self, BlasLowering, MatmulStep};
@@ -178,10 +181,17 @@ pub struct PlanSummary {
     pub launches_unfused: usize,
     /// Launches of the plan as lowered (fused groups one each).
     pub launches: usize,
-    /// Fused groups of two or more nodes.
+    /// Fused groups of two or more nodes (attention groups included).
     pub fused_groups: usize,
-    /// Scratch bytes of the memory plan (the tensors one run keeps in scratch).
+    /// Attention patterns fused into one kernel each.
+    pub attention_groups: usize,
+    /// Scratch bytes one run needs (activations placed by liveness), without the BLAS-Lt workspace.
     pub scratch_bytes: usize,
+    /// Scratch bytes without reuse: every placed activation in its own block.
+    pub unshared_scratch_bytes: usize,
+    /// Device memory one run of this shape (bucket) needs besides the shared weights: scratch (BLAS-Lt
+    /// workspace included), input and output bindings, and the program's own constants.
+    pub peak_bytes: usize,
     /// Matmul steps that run through the backend's BLAS-Lt handle (counted in `launches`).
     pub matmuls: usize,
     /// Scratch reserved past the memory plan for the BLAS-Lt workspace.
@@ -223,15 +233,17 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
 
 /// Kernels and launches being collected.
 #[derive(Default)]
-struct Emitter {
-    steps: Vec<PlanStep>,
+pub(crate) struct Emitter {
+    pub(crate) steps: Vec<PlanStep>,
     kernels: Vec<KernelSignature>,
     definitions: Vec<String>,
     local_constants: Vec<u8>,
 }
 
 impl Emitter {
-    fn kernel(&mut self, signature: KernelSignature, definition: Option<String>) -> String {
+    /// Adds `signature` (with its C++ `definition` on GPUs) unless a kernel of that name is there;
+    /// returns the name.
+    pub(crate) fn kernel(&mut self, signature: KernelSignature, definition: Option<String>) -> String {
         let name = signature.name.clone();
         if !self.kernels.iter().any(|k| k.name == name) {
             self.kernels.push(signature);
@@ -241,7 +253,7 @@ impl Emitter {
     }
 
     /// Places a meta table in the program's constants.
-    fn meta(&mut self, meta: &[i64]) -> ArgSource {
+    pub(crate) fn meta(&mut self, meta: &[i64]) -> ArgSource {
         let offset = self.local_constants.len();
         self.local_constants.extend(meta.iter().flat_map(|v| v.to_le_bytes()));
         self.local_constants.resize(align(self.local_constants.len().max(offset + 1)).unwrap_or(offset), 0);
@@ -285,9 +297,11 @@ pub(crate) fn lower(
     limit: u64,
     target: Target,
     blas: Option<BlasLowering>,
+    fuse: bool,
 ) -> Result<Lowered, OnnxError> {
     let info = fusion::describe(graph)?;
-    let root = fusion::groups(graph, &info);
+    let grouping = fusion::plan(graph, &info, fuse);
+    let root = &grouping.root;
     let mut location: HashMap<ValueId, ArgSource> = HashMap::new();
     let mut local_offsets = HashMap::new();
     let mut emit = Emitter::default();
@@ -344,8 +358,8 @@ pub(crate) fn lower(
     // Values sharing a scratch block (a view and what it views) free it when the last one dies.
     let mut block_users: HashMap<usize, usize> = HashMap::new();
     let fusions = match blas {
-        Some(b) => lowering_blas::epilogue_fusions(graph, &info, &root, b.precision),
-        None => HashMap::new(),
+        Some(b) if fuse => lowering_blas::epilogue_fusions(graph, &info, root, b.precision),
+        _ => HashMap::new(),
     };
     let absorbed: HashMap<usize, usize> = fusions.iter().map(|(&gemm, f)| (f.group, gemm)).collect();
     let mut summary = PlanSummary {
@@ -353,7 +367,10 @@ pub(crate) fn lower(
         launches_unfused: 0,
         launches: 0,
         fused_groups: 0,
+        attention_groups: 0,
         scratch_bytes: 0,
+        unshared_scratch_bytes: 0,
+        peak_bytes: 0,
         matmuls: 0,
         blas_workspace_bytes: 0,
     };
@@ -366,6 +383,7 @@ pub(crate) fn lower(
         // its output takes its input's location and no kernel runs. Nothing writes a value after
         // the step that produced it, so sharing is safe; graph outputs still get their own binding.
         if let (true, [o], Some(Some(input))) = (node.op.is_view(), node.outputs.as_slice(), node.inputs.first())
+            && !grouping.attention.contains_key(&step)
             && !location.contains_key(o)
             && let Some(&src) = location.get(input)
         {
@@ -399,7 +417,10 @@ pub(crate) fn lower(
             if location.contains_key(&o) {
                 continue;
             }
-            let offset = arena.alloc(bytes_of(graph, o, limit)?);
+            let bytes = bytes_of(graph, o, limit)?;
+            summary.unshared_scratch_bytes =
+                summary.unshared_scratch_bytes.saturating_add(align(bytes).unwrap_or(bytes));
+            let offset = arena.alloc(bytes);
             if arena.high_water as u64 > limit {
                 return Err(OnnxError::TooLarge {
                     what: "scratch memory".into(),
@@ -415,6 +436,9 @@ pub(crate) fn lower(
         }
         let members: Vec<usize> = (0..=step).filter(|&j| root[j] == step).collect();
         for &j in &members {
+            if graph.nodes[j].op.is_view() {
+                continue;
+            }
             summary.nodes += 1;
             summary.launches_unfused += match &info[j].gpu {
                 Some(Ok(GpuNode::Launches(l))) => l.len(),
@@ -434,6 +458,9 @@ pub(crate) fn lower(
                     .ok_or_else(|| OnnxError::Graph { reason: "a GEMM planned for BLAS has no BLAS form".into() })?;
             emit.steps.push(PlanStep::Matmul(fused));
             summary.fused_groups += 1;
+        } else if let Some(a) = grouping.attention.get(&step) {
+            summary.attention_groups += 1;
+            attention::lower::emit(graph, a, &location, target, &mut emit)?;
         } else {
             emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
         }
@@ -463,6 +490,11 @@ pub(crate) fn lower(
     summary.scratch_bytes = arena.high_water;
     summary.matmuls = emit.steps.iter().filter(|s| matches!(s, PlanStep::Matmul(_))).count();
     summary.blas_workspace_bytes = scratch_bytes - arena.high_water;
+    summary.peak_bytes = [scratch_bytes, emit.local_constants.len()]
+        .into_iter()
+        .chain(input_bytes.iter().copied())
+        .chain(output_bytes.iter().copied())
+        .fold(0usize, usize::saturating_add);
     Ok(Lowered {
         steps: emit.steps,
         kernels: emit.kernels,
@@ -476,7 +508,8 @@ pub(crate) fn lower(
     })
 }
 
-fn host_config() -> LaunchConfig {
+/// The launch shape of every host kernel (it runs once per launch).
+pub(crate) fn host_config() -> LaunchConfig {
     LaunchConfig::for_elements(1, 1)
 }
 
@@ -546,37 +579,57 @@ fn emit_group(
             emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
         }
         Target::Gpu(_) => {
-            if info[root].elementwise().is_some() {
-                let out = &info[root].outputs[0];
+            let prologue = members.len() > 1 && fusion::is_plain_layer_norm(graph, info, root);
+            if info[root].elementwise().is_some() || prologue {
+                // The elementwise members (all of them, or all but a LayerNormalization root) as one group.
+                let count = if prologue { members.len() - 1 } else { members.len() };
+                let no_device_form = || unsupported(target, graph, root, "an element type has no device form".into());
                 let group = FusedGroup {
                     inputs: externals
                         .iter()
                         .map(|id| graph.value(*id).ty.as_ref().map(|t| t.dtype))
                         .collect::<Option<_>>()
                         .ok_or_else(|| OnnxError::Graph { reason: "an untyped fused input".into() })?,
-                    nodes: members
+                    nodes: members[..count]
                         .iter()
-                        .zip(nodes)
+                        .zip(&nodes)
                         .map(|(&j, operands)| FusedNode {
                             expr: info[j].elementwise().unwrap_or_default().to_string(),
-                            operands,
+                            operands: operands.clone(),
                             out: info[j].outputs[0].dtype,
                         })
                         .collect(),
                 };
-                let (name, text) = gpu_codegen::fused_kernel(&group)
-                    .ok_or_else(|| unsupported(target, graph, root, "an element type has no device form".into()))?;
+                let out_dims = info[members[count - 1]].outputs[0].dims.clone();
+                let mut meta = Vec::new();
+                let (name, text, work) = if prologue {
+                    let Some(Ok(GpuNode::Launches(l))) = &info[root].gpu else { return Err(no_device_form()) };
+                    let ([ln], Some(wiring)) = (l.as_slice(), nodes.get(count)) else { return Err(no_device_form()) };
+                    let GpuKind::LayerNorm { epsilon_bits, .. } = ln.kind else { return Err(no_device_form()) };
+                    let external = |slot: usize| match wiring.get(slot) {
+                        Some(Some(Ok(k))) => Ok(Some(*k)),
+                        None | Some(None) => Ok(None),
+                        Some(Some(Err(_))) => Err(no_device_form()),
+                    };
+                    let scale = external(1)?.ok_or_else(no_device_form)?;
+                    let (name, text) = gpu_prologue::layer_norm_kernel(&group, scale, external(2)?, epsilon_bits)
+                        .ok_or_else(no_device_form)?;
+                    meta.extend_from_slice(&ln.meta);
+                    (name, text, ln.work)
+                } else {
+                    let (name, text) = gpu_codegen::fused_kernel(&group).ok_or_else(no_device_form)?;
+                    (name, text, Work::Elements(numel(&out_dims)))
+                };
                 let name = emit.kernel(gpu_codegen::signature(&name, externals.len() + 1), Some(text));
-                let mut meta = vec![ext(out.dims.len()), numel(&out.dims) as i64];
-                meta.extend(out.dims.iter().map(|&d| ext(d)));
+                meta.extend([ext(out_dims.len()), numel(&out_dims) as i64]);
+                meta.extend(out_dims.iter().map(|&d| ext(d)));
                 for id in &externals {
-                    meta.extend(broadcast(&operand(graph, *id)?.dims, &out.dims));
+                    meta.extend(broadcast(&operand(graph, *id)?.dims, &out_dims));
                 }
                 let mut args = vec![emit.meta(&meta)];
                 args.extend(externals.iter().map(at));
                 args.push(at(&root_node.outputs[0]));
-                let config = launch_config(Work::Elements(numel(&out.dims)));
-                emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config }));
+                emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: launch_config(work) }));
             } else {
                 let GpuNode::Launches(launches) = gpu_form(graph, &info[root], root, target)? else {
                     return Err(unsupported(target, graph, root, "an elementwise node outside a group".into()));

@@ -177,3 +177,81 @@ fn layer_norm(b: &mut ModelBuilder, seed: &mut u64, input: &str, name: &str, h: 
     );
     name.to_string()
 }
+
+/// How an [`attention_block`] scales, masks and guards its scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionConfig {
+    /// Attention heads.
+    pub heads: usize,
+    /// Size of each head.
+    pub head_dim: usize,
+    /// Scores divided by `sqrt(head_dim)` (`Div` after the MatMul); otherwise Q and K are each
+    /// multiplied by `head_dim^-1/4` before it, as the dynamo exporter writes it.
+    pub div_scale: bool,
+    /// An additive mask input `mask` f32 `[batch, 1, 1, seq]` (written `Add(mask, scores)`).
+    pub mask: bool,
+    /// Softmax results guarded by `Where(IsNaN(P), 0, P)` (rows masked entirely give zeros).
+    pub nan_guard: bool,
+    /// The scores are a second graph output too (so they cannot be fused away).
+    pub scores_output: bool,
+}
+
+/// One multi-head self-attention block, opset 17: input `x` f32 `[batch, seq, heads * head_dim]`
+/// (and `mask` when asked), output `y` of the same shape. Q, K and V are projections of `x` split
+/// into heads by `Reshape` and `Transpose` (K transposed straight to `[batch, heads, dim, seq]`), the
+/// result merged back by `Transpose` and `Reshape`.
+pub fn attention_block(cfg: AttentionConfig) -> ModelBuilder {
+    let (heads, hd) = (cfg.heads, cfg.head_dim);
+    let h = heads * hd;
+    let mut seed = 0xa77e_u64;
+    let mut b = ModelBuilder::new(17);
+    let dims = [Dim::symbolic("batch"), Dim::symbolic("seq"), Dim::Fixed(h as u64)];
+    b.input("x", DType::F32, &dims);
+    if cfg.mask {
+        b.input("mask", DType::F32, &[Dim::symbolic("batch"), Dim::Fixed(1), Dim::Fixed(1), Dim::symbolic("seq")]);
+    }
+    b.initializer("split", &ints(&[0, 0, heads as i64, hd as i64]));
+    b.initializer("merge", &ints(&[0, 0, h as i64]));
+    b.initializer("zero", &scalar_f32(0.0));
+    b.initializer("sqrt_d", &scalar_f32((hd as f32).sqrt()));
+    b.initializer("quarter", &scalar_f32((hd as f32).powf(-0.25)));
+    for (name, perm) in [("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])] {
+        b.initializer(&format!("w{name}"), &weights(&mut seed, &[h, h], 0.5));
+        b.node("MatMul", &["x", &format!("w{name}")], &[&format!("{name}_p")], &[]);
+        b.node("Reshape", &[&format!("{name}_p"), "split"], &[&format!("{name}_4")], &[]);
+        b.node(
+            "Transpose",
+            &[&format!("{name}_4")],
+            &[&format!("{name}_h")],
+            &[("perm", Attribute::Ints(perm.to_vec()))],
+        );
+    }
+    if cfg.div_scale {
+        b.node("MatMul", &["q_h", "k_h"], &["raw"], &[]);
+        b.node("Div", &["raw", "sqrt_d"], &["scores"], &[]);
+    } else {
+        b.node("Mul", &["q_h", "quarter"], &["q_s"], &[]);
+        b.node("Mul", &["quarter", "k_h"], &["k_s"], &[]);
+        b.node("MatMul", &["q_s", "k_s"], &["scores"], &[]);
+    }
+    let mut s = "scores";
+    if cfg.mask {
+        b.node("Add", &["mask", "scores"], &["masked"], &[]);
+        s = "masked";
+    }
+    b.node("Softmax", &[s], &["probs"], &[("axis", Attribute::Int(-1))]);
+    let mut p = "probs";
+    if cfg.nan_guard {
+        b.node("IsNaN", &["probs"], &["nan"], &[]);
+        b.node("Where", &["nan", "zero", "probs"], &["guarded"], &[]);
+        p = "guarded";
+    }
+    b.node("MatMul", &[p, "v_h"], &["ctx"], &[]);
+    b.node("Transpose", &["ctx"], &["ctx_t"], &[("perm", Attribute::Ints(vec![0, 2, 1, 3]))]);
+    b.node("Reshape", &["ctx_t", "merge"], &["y"], &[]);
+    b.output("y", DType::F32, &dims);
+    if cfg.scores_output {
+        b.output("scores", DType::F32, &[]);
+    }
+    b
+}

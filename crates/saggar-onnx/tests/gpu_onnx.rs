@@ -32,3 +32,13 @@ fn missing_blas_library_is_refused_on_cuda() {
     };
     gpu_common::check_missing_blas_library_is_refused::<CudaBackend>(device);
 }
+
+#[test]
+fn fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile() {
+    let Some(device) =
+        gpu_common::open_or_skip::<CudaBackend>("fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile")
+    else {
+        return;
+    };
+    gpu_common::check_fusion::<CudaBackend>(device);
+}

@@ -33,3 +33,13 @@ fn missing_blas_library_is_refused_on_hip() {
     };
     gpu_common::check_missing_blas_library_is_refused::<HipBackend>(device);
 }
+
+#[test]
+fn fused_plans_match_unfused_on_hip_and_buckets_share_one_compile() {
+    let Some(device) =
+        gpu_common::open_or_skip::<HipBackend>("fused_plans_match_unfused_on_hip_and_buckets_share_one_compile")
+    else {
+        return;
+    };
+    gpu_common::check_fusion::<HipBackend>(device);
+}

@@ -96,6 +96,35 @@ fn every_model_has_one_gpu_source_for_all_batches_that_compiles_and_fusion_cuts_
     }
 }
 
+/// `(model, GPU launches unfused, GPU launches fused, attention groups)` at batch 3 (BERT at seq 16).
+const PINNED_LAUNCHES: [(&str, usize, usize, usize); 4] =
+    [("bert", 79, 36, 2), ("dlrm", 87, 87, 0), ("mlp", 10, 6, 0), ("cnn", 16, 14, 0)];
+
+#[test]
+fn kernel_counts_before_and_after_fusion_are_pinned_per_model() {
+    let mut counts = Vec::new();
+    for (name, _, _, _) in PINNED_LAUNCHES {
+        let c = compiler(name);
+        let off = OnnxCompiler::new(c.onnx_model().clone(), OnnxOptions::default().with_fusion(false));
+        let on = c.plan_summary(&dims(&c, 3), BackendKind::Cuda).unwrap();
+        let plain = off.plan_summary(&dims(&c, 3), BackendKind::Cuda).unwrap();
+        println!(
+            "{name}: {} launches unfused, {} fused ({} fused groups, {} attention); scratch {} B shared by liveness, {} B unshared; peak {} B",
+            plain.launches,
+            on.launches,
+            on.fused_groups,
+            on.attention_groups,
+            on.scratch_bytes,
+            on.unshared_scratch_bytes,
+            on.peak_bytes
+        );
+        counts.push((name, plain.launches, on.launches, on.attention_groups));
+        assert_eq!(plain.launches, on.launches_unfused, "{name}: the summary's unfused count is the unfused plan's");
+        assert!(on.scratch_bytes <= on.unshared_scratch_bytes && on.peak_bytes >= on.scratch_bytes, "{name}");
+    }
+    assert_eq!(counts, PINNED_LAUNCHES, "kernel counts changed (update PINNED_LAUNCHES if intended)");
+}
+
 #[test]
 fn an_op_the_gpu_does_not_lower_is_refused_naming_it() {
     // ReduceMax of bool runs on the host; the GPU reduction kernels take f32 only.

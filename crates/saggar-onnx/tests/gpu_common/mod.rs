@@ -92,9 +92,85 @@ pub fn check_models<B: Backend>(device: B::Device) {
     }
 }
 
+/// A session over `compiler` with buckets up to 64 and graphs captured lazily.
+fn session<B: Backend>(device: &B::Device, compiler: Arc<OnnxCompiler>, what: &str) -> Session<B, OnnxCompiler> {
+    let graphs = GraphConfig::default().with_enabled(true).with_capture(CaptureWhen::Lazy);
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 64 }).graphs(graphs).build().unwrap();
+    Session::new(device.clone(), compiler, config, &|_| {})
+        .unwrap_or_else(|e| panic!("{what}: session on {:?}: {e}", B::KIND))
+}
+
+/// Fusion on the device: the checked-in BERT and a synthetic attention block (additive mask, one
+/// batch row masked entirely, the NaN guard) run through sessions with fusion on and off, each
+/// against the host backend's unfused run; the BERT session's buckets share one compile of the
+/// generated source. Prints a PASS line per model.
+pub fn check_fusion<B: Backend>(device: B::Device) {
+    use saggar_onnx::synthetic::{AttentionConfig, attention_block};
+    use saggar_onnx::{ImportLimits, TensorData};
+    let bert = OnnxModel::load(model_dir("bert").join("model.onnx")).unwrap();
+    let bert_inputs = data_sets(&model_dir("bert")).swap_remove(0).0;
+    let cfg =
+        AttentionConfig { heads: 4, head_dim: 32, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    let block = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
+    let (batch, seq, h) = (3usize, 300usize, 128usize);
+    let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
+    let mask = (0..batch * seq)
+        .map(|i| if i / seq == batch - 1 || i % seq >= seq - 7 * (i / seq) { f32::NEG_INFINITY } else { 0.0 })
+        .collect();
+    let block_inputs = vec![
+        Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap(),
+        Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(mask)).unwrap(),
+    ];
+    // A batch-bucketed model: every bucket compiled at session creation from one source compile.
+    let mlp = Arc::new(OnnxCompiler::new(
+        OnnxModel::load(model_dir("mlp").join("model.onnx")).unwrap(),
+        OnnxOptions::default(),
+    ));
+    let buckets = session::<B>(&device, mlp.clone(), "mlp");
+    let gpu = usize::from(B::KIND != saggar_device::BackendKind::Host);
+    assert_eq!(
+        mlp.gpu_source_compiles(),
+        gpu,
+        "mlp: one source compile for {} bucket compiles",
+        buckets.stats().compiles
+    );
+    println!(
+        "PASS {:?} mlp: {} source compile(s) for {} bucket compiles",
+        B::KIND,
+        mlp.gpu_source_compiles(),
+        buckets.stats().compiles
+    );
+    for (name, model, inputs) in [("bert", bert, bert_inputs), ("attention", block, block_inputs)] {
+        let unfused = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(false)));
+        let want = run_on_host(&unfused, &inputs).unwrap_or_else(|e| panic!("{name} on host: {e}"));
+        let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
+        let request = Request::new(&names, &inputs);
+        for fusion in [true, false] {
+            let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(fusion)));
+            let session = session::<B>(&device, compiler.clone(), name);
+            for attempt in 0..2 {
+                let outputs = session
+                    .run(&request.host())
+                    .unwrap_or_else(|e| panic!("{name} fusion {fusion} run {attempt} on {:?}: {e}", B::KIND));
+                for (k, o) in outputs.iter().enumerate() {
+                    let what = format!("{name} fusion {fusion} run {attempt} output {k} on {:?}", B::KIND);
+                    assert_close(&owned_to_tensor(o), &want[k], &what);
+                }
+            }
+            let compiles = compiler.gpu_source_compiles();
+            assert_eq!(compiles, gpu, "{name} fusion {fusion}: compiles of the one generated source");
+            println!(
+                "PASS {:?} {name} fusion {fusion}: matches the host's unfused run; {compiles} source compile(s) for {} session compiles",
+                B::KIND,
+                session.stats().compiles
+            );
+        }
+    }
+}
+
 /// A session of `model` on `device` with `options`, one bucket per power of two up to 64, graphs
 /// captured on first use.
-fn session<B: Backend>(
+fn blas_session<B: Backend>(
     device: &B::Device,
     model: &OnnxModel,
     options: OnnxOptions,
@@ -127,7 +203,7 @@ pub fn check_blas_against_generated<B: Backend>(device: B::Device) {
         let host = run_on_host(&OnnxCompiler::new(model.clone(), OnnxOptions::default()), &inputs).unwrap();
         for engine in [GemmEngine::BlasLt, GemmEngine::Generated] {
             let options = OnnxOptions::default().with_gemm(engine);
-            let s = session::<B>(&device, &model, options)
+            let s = blas_session::<B>(&device, &model, options)
                 .unwrap_or_else(|e| panic!("FAIL {name} {} on {:?}: session: {e}", engine.name(), B::KIND));
             let mut worst = 0f32;
             for run in 0..2 {
@@ -171,7 +247,7 @@ pub fn check_missing_blas_library_is_refused<B: Backend>(device: B::Device) {
     let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
     let path = "/nonexistent/saggar-gpu-test/libblaslt-missing.so";
     let options = OnnxOptions::default().with_blas_library(path);
-    let text = match session::<B>(&device, &model, options) {
+    let text = match blas_session::<B>(&device, &model, options) {
         Err(e) => chain(&e),
         Ok(s) => {
             let (inputs, _) = data_sets(&dir).into_iter().next().expect("a data set");

@@ -1,0 +1,246 @@
+//! The fused attention kernel: CUDA/HIP C++ text and the host kernel running the same algorithm.
+//!
+//! One block per (batch position, query row), grid-stride over rows, of a power of two threads (the
+//! key count rounded up, 32 to 256): the query row is staged in shared memory, the keys are visited
+//! in chunks of one key per thread (score = scale · q·k + mask),
+//! and an online softmax (running maximum `m`, running sum `l`, the output row `acc` rescaled by
+//! `exp(m_old - m_new)` per chunk) accumulates `P·V` in f32, so any key count works with
+//! [`super::MAX_HEAD`] floats of shared memory per head vector. Rows whose sum is not positive (every
+//! key masked with `-inf`, or a NaN score) give NaN, or zeros when the pattern had the
+//! `Where(IsNaN(P), 0, P)` guard, exactly like the unfused ops.
+
+use std::cell::RefCell;
+
+use saggar_device::host::KernelContext;
+use saggar_device::{KernelArg, KernelSignature, LaunchConfig, ParamKind};
+
+use super::MAX_HEAD;
+use crate::gpu_codegen::{BLOCK, kernel_name};
+
+/// Keys per chunk of the host kernel (the GPU kernel's chunk is its block size).
+const HOST_CHUNK: usize = BLOCK as usize;
+
+/// `(name, C++ definition)` of the attention kernel. Parameters: `meta, q, k, v, [mask,] out`
+/// (meta: [`super::Attention::meta`]).
+pub(crate) fn gpu_kernel(mask: bool, nan_to_zero: bool) -> (String, String) {
+    let (mask_param, mask_add) =
+        if mask { (", const float* __restrict__ mask", " + mask[mo + j * m_cs]") } else { ("", "") };
+    let result = if nan_to_zero { "l > 0.0f ? acc[t] / l : 0.0f" } else { "acc[t] / l" };
+    let text = format!(
+        r#"(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v{mask_param}, float* __restrict__ out) {{
+  __shared__ float qs[{MAX_HEAD}];
+  __shared__ float acc[{MAX_HEAD}];
+  __shared__ float ps[{BLOCK}];
+  __shared__ float sh[{BLOCK}];
+  const int nb = (int)meta[0];
+  const onnx_i64 Sq = meta[1], Sk = meta[2], D = meta[3], Dv = meta[4];
+  const float scale = __int_as_float((int)meta[5]);
+  const onnx_i64* bd = meta + 6;
+  const onnx_i64* qm = bd + nb; const onnx_i64* km = qm + nb + 2; const onnx_i64* vm = km + nb + 2;
+  const onnx_i64* mm = vm + nb + 2; const onnx_i64* om = mm + nb + 2;
+  const onnx_i64 q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
+  const onnx_i64 m_cs = mm[nb + 1], o_cs = om[nb + 1];
+  (void)m_cs;
+  onnx_i64 rows = Sq;
+  for (int a = 0; a < nb; ++a) rows *= bd[a];
+  ONNX_ROWS(row, rows) {{
+    const onnx_i64 i = row % Sq;
+    onnx_i64 rem = row / Sq, qo = i * qm[nb], ko = 0, vo = 0, mo = i * mm[nb], oo = i * om[nb];
+    for (int a = nb - 1; a >= 0; --a) {{
+      const onnx_i64 c = rem % bd[a]; rem /= bd[a];
+      qo += c * qm[a]; ko += c * km[a]; vo += c * vm[a]; mo += c * mm[a]; oo += c * om[a];
+    }}
+    for (onnx_i64 t = threadIdx.x; t < D; t += blockDim.x) qs[t] = q[qo + t * q_cs];
+    for (onnx_i64 t = threadIdx.x; t < Dv; t += blockDim.x) acc[t] = 0.0f;
+    __syncthreads();
+    float m = ONNX_NEG_INF, l = 0.0f;
+    for (onnx_i64 j0 = 0; j0 < Sk; j0 += blockDim.x) {{
+      const onnx_i64 j = j0 + threadIdx.x;
+      float s = ONNX_NEG_INF;
+      if (j < Sk) {{
+        float dot = 0.0f;
+        for (onnx_i64 t = 0; t < D; ++t) dot += qs[t] * k[ko + t * k_rs + j * k_cs];
+        s = dot * scale{mask_add};
+      }}
+      float cm = s;
+      ONNX_BLOCK_REDUCE(cm, sh, a, b, fmaxf(a, b));
+      const float mn = fmaxf(m, cm);
+      const float p = (j < Sk && mn != ONNX_NEG_INF) ? expf(s - mn) : 0.0f;
+      ps[threadIdx.x] = p;
+      float cs = p;
+      ONNX_BLOCK_REDUCE(cs, sh, a, b, a + b);
+      const float corr = m == ONNX_NEG_INF ? 0.0f : expf(m - mn);
+      l = l * corr + cs;
+      const onnx_i64 nk = Sk - j0 < (onnx_i64)blockDim.x ? Sk - j0 : (onnx_i64)blockDim.x;
+      for (onnx_i64 t = threadIdx.x; t < Dv; t += blockDim.x) {{
+        float av = acc[t] * corr;
+        for (onnx_i64 jj = 0; jj < nk; ++jj) av += ps[jj] * v[vo + (j0 + jj) * v_rs + t * v_cs];
+        acc[t] = av;
+      }}
+      m = mn;
+      __syncthreads();
+    }}
+    for (onnx_i64 t = threadIdx.x; t < Dv; t += blockDim.x) out[oo + t * o_cs] = {result};
+    __syncthreads();
+  }}
+}}
+"#
+    );
+    let name = kernel_name("attention", &text);
+    (name.clone(), format!("SAGGAR_GLOBAL void {name}{text}"))
+}
+
+/// The fused attention group on the host backend.
+#[derive(Debug, Clone)]
+pub(crate) struct HostAttention {
+    pub(crate) meta: Vec<i64>,
+    pub(crate) mask: bool,
+    pub(crate) nan_to_zero: bool,
+    /// Elements of each input (Q, Kᵀ, V, mask) and of the output value.
+    pub(crate) lens: Vec<usize>,
+    pub(crate) out_len: usize,
+}
+
+impl HostAttention {
+    /// `saggar_onnx_attention_<hash>` over everything the kernel computes with.
+    pub(crate) fn signature(&self) -> KernelSignature {
+        let text = format!("{:?}|{}|{}|{:?}|{}", self.meta, self.mask, self.nan_to_zero, self.lens, self.out_len);
+        let hex = blake3::hash(text.as_bytes()).to_hex();
+        KernelSignature {
+            name: format!("saggar_onnx_attention_{}", &hex[..16]),
+            params: vec![ParamKind::Ptr; self.lens.len() + 1],
+        }
+    }
+
+    /// Registers the kernel unless this process already did.
+    pub(crate) fn ensure_registered(&self) -> Result<(), saggar_device::Error> {
+        let body = self.clone();
+        crate::host_kernels::register_once(
+            self.signature(),
+            move |ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]| body.launch(ctx, args),
+        )
+    }
+
+    fn launch(&self, ctx: &mut KernelContext<'_>, args: &[KernelArg]) -> saggar_device::Result<()> {
+        thread_local! {
+            static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+        }
+        let mut out = OUT.with(RefCell::take);
+        out.clear();
+        out.resize(self.out_len, 0.0);
+        let result = (|| {
+            let mut inputs: [&[f32]; 4] = [&[]; 4];
+            for (k, &len) in self.lens.iter().enumerate() {
+                let ptr =
+                    args.get(k).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
+                let bytes = ctx.bytes(ptr, len * 4)?;
+                inputs[k] = bytemuck::try_cast_slice(bytes).map_err(|_| ctx.fault("an input is misaligned"))?;
+            }
+            let [q, k, v, mask] = inputs;
+            run_host(&self.meta, q, k, v, self.mask.then_some(mask), self.nan_to_zero, &mut out)
+                .map_err(|e| ctx.fault(e))?;
+            let ptr = args
+                .get(self.lens.len())
+                .and_then(KernelArg::as_ptr)
+                .ok_or_else(|| ctx.fault("argument is not a pointer"))?;
+            ctx.bytes_mut(ptr, self.out_len * 4)?.copy_from_slice(bytemuck::cast_slice(&out));
+            Ok(())
+        })();
+        OUT.with(|c| c.replace(out));
+        result
+    }
+}
+
+/// Reads `slice[at]` for a signed offset, or explains why not.
+fn at(slice: &[f32], at: i64, what: &str) -> Result<f32, String> {
+    usize::try_from(at).ok().and_then(|i| slice.get(i).copied()).ok_or_else(|| format!("{what} offset {at} is outside"))
+}
+
+/// The GPU kernel's algorithm on the host, over the same `meta` table (chunks of [`HOST_CHUNK`]
+/// keys, f32 accumulation, the same online rescaling).
+pub(crate) fn run_host(
+    meta: &[i64],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    nan_to_zero: bool,
+    out: &mut [f32],
+) -> Result<(), String> {
+    let get = |i: usize| meta.get(i).copied().ok_or_else(|| "meta table is short".to_string());
+    let nb = usize::try_from(get(0)?).map_err(|_| "bad batch rank")?;
+    let ext = |i: usize| get(i).and_then(|v| usize::try_from(v).map_err(|_| "negative extent".to_string()));
+    let (sq, sk, d, dv) = (ext(1)?, ext(2)?, ext(3)?, ext(4)?);
+    if d > MAX_HEAD || dv > MAX_HEAD {
+        return Err("head size above the kernel's limit".into());
+    }
+    let scale = f32::from_bits(get(5)? as u32);
+    let batch: Vec<i64> = (0..nb).map(|a| get(6 + a)).collect::<Result<_, _>>()?;
+    let strides = |op: usize| -> Result<Vec<i64>, String> {
+        let base = 6 + nb + op * (nb + 2);
+        (base..base + nb + 2).map(get).collect()
+    };
+    let (qm, km, vm, mm, om) = (strides(0)?, strides(1)?, strides(2)?, strides(3)?, strides(4)?);
+    let rows = batch.iter().try_fold(sq as i64, |acc, &b| acc.checked_mul(b)).ok_or("row count overflows")?;
+    let (mut qs, mut acc, mut ps) = ([0f32; MAX_HEAD], [0f32; MAX_HEAD], [0f32; HOST_CHUNK]);
+    for row in 0..rows {
+        let i = row % sq as i64;
+        let mut rem = row / sq as i64;
+        let (mut qo, mut ko, mut vo, mut mo, mut oo) = (i * qm[nb], 0, 0, i * mm[nb], i * om[nb]);
+        for a in (0..nb).rev() {
+            let c = rem % batch[a];
+            rem /= batch[a];
+            qo += c * qm[a];
+            ko += c * km[a];
+            vo += c * vm[a];
+            mo += c * mm[a];
+            oo += c * om[a];
+        }
+        for (t, slot) in qs[..d].iter_mut().enumerate() {
+            *slot = at(q, qo + t as i64 * qm[nb + 1], "Q")?;
+        }
+        acc[..dv].fill(0.0);
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        for j0 in (0..sk).step_by(HOST_CHUNK) {
+            let nk = (sk - j0).min(HOST_CHUNK);
+            let mut cm = f32::NEG_INFINITY;
+            for (jj, p) in ps[..nk].iter_mut().enumerate() {
+                let j = (j0 + jj) as i64;
+                let mut dot = 0.0f32;
+                for (t, &qv) in qs[..d].iter().enumerate() {
+                    dot += qv * at(k, ko + t as i64 * km[nb] + j * km[nb + 1], "K")?;
+                }
+                let mut s = dot * scale;
+                if let Some(mask) = mask {
+                    s += at(mask, mo + j * mm[nb + 1], "mask")?;
+                }
+                *p = s;
+                cm = cm.max(s);
+            }
+            let mn = m.max(cm);
+            let mut cs = 0.0f32;
+            for p in &mut ps[..nk] {
+                *p = if mn == f32::NEG_INFINITY { 0.0 } else { (*p - mn).exp() };
+                cs += *p;
+            }
+            let corr = if m == f32::NEG_INFINITY { 0.0 } else { (m - mn).exp() };
+            l = l * corr + cs;
+            for (t, a) in acc[..dv].iter_mut().enumerate() {
+                let mut av = *a * corr;
+                for (jj, &p) in ps[..nk].iter().enumerate() {
+                    av += p * at(v, vo + (j0 + jj) as i64 * vm[nb] + t as i64 * vm[nb + 1], "V")?;
+                }
+                *a = av;
+            }
+            m = mn;
+        }
+        for (t, &a) in acc[..dv].iter().enumerate() {
+            // `l` is NaN or 0 for a row with no valid key.
+            let dead = l.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater);
+            let value = if nan_to_zero && dead { 0.0 } else { a / l };
+            let o = usize::try_from(oo + t as i64 * om[nb + 1]).ok().filter(|&o| o < out.len());
+            *out.get_mut(o.ok_or("output offset is outside")?).ok_or("output offset is outside")? = value;
+        }
+    }
+    Ok(())
+}
