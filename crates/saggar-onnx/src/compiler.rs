@@ -299,7 +299,7 @@ impl OnnxCompiler {
     }
 
     pub(crate) fn source(&self, lowered: &Lowered) -> KernelSource {
-        if lowered.definitions.iter().all(String::is_empty) {
+        if !lowered.gpu {
             return KernelSource::new(
                 format!("saggar_onnx_{}.plan", self.model.name()),
                 format!("saggar-onnx host plan: model `{}`, {} launches", self.model.name(), lowered.steps.len()),

@@ -205,6 +205,8 @@ pub(crate) struct Lowered {
     pub(crate) kernels: Vec<KernelSignature>,
     /// GPU targets: the C++ definition of each kernel in `kernels`, in the same order.
     pub(crate) definitions: Vec<String>,
+    /// Lowered for CUDA or HIP (generated source), not for the host backend.
+    pub(crate) gpu: bool,
     pub(crate) scratch_bytes: usize,
     pub(crate) local_constants: Vec<u8>,
     pub(crate) input_bytes: Vec<usize>,
@@ -499,6 +501,7 @@ pub(crate) fn lower(
         steps: emit.steps,
         kernels: emit.kernels,
         definitions: emit.definitions,
+        gpu: matches!(target, Target::Gpu(_)),
         scratch_bytes,
         local_constants: emit.local_constants,
         input_bytes,

@@ -21,8 +21,11 @@ use saggar_shape::DType;
 use crate::error::OnnxError;
 use crate::fusion::NodeInfo;
 use crate::ir::{Graph, ValueId};
-use crate::lowering::{ALIGN, ArgSource, PlanStep};
+use crate::lowering::{ArgSource, PlanStep};
 use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, contiguous};
+
+/// Alignment of the BLAS-Lt workspace in a run's scratch.
+const WORKSPACE_ALIGN: usize = 256;
 
 /// How GEMMs are lowered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -78,7 +81,8 @@ pub(crate) fn reserve_workspace(
     let Some(blas) = blas.filter(|_| steps.iter().any(|s| matches!(s, PlanStep::Matmul(_)))) else {
         return Ok(high_water);
     };
-    let offset = high_water.checked_next_multiple_of(ALIGN).unwrap_or(usize::MAX);
+    // cuBLASLt and hipBLASLt want a workspace aligned to 256 bytes.
+    let offset = high_water.checked_next_multiple_of(WORKSPACE_ALIGN).unwrap_or(usize::MAX);
     let scratch_bytes = offset.saturating_add(blas.workspace_bytes);
     if scratch_bytes as u64 > limit {
         return Err(OnnxError::TooLarge {

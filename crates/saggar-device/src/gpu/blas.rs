@@ -195,6 +195,39 @@ fn check<D: Driver>(op: &'static str, status: Status) -> Result<()> {
     })
 }
 
+/// `e` with the matmul it came from appended to its message: the shape, strides, transposes,
+/// epilogue and the operands' alignment, so a refused call can be reproduced.
+fn with_matmul(e: Error, desc: &MatmulDesc, ptrs: &[u64; 4], workspace: u64, workspace_bytes: usize) -> Error {
+    match e {
+        Error::Vendor { backend, op, name, code, message } => {
+            let align = |p: u64| if p == 0 { 0 } else { 1u64 << p.trailing_zeros().min(12) };
+            let message = format!(
+                "{message} for m={} n={} k={} batch={} strides a={} b={} c={} trans_a={} trans_b={} bias={} \
+                 epilogue={:?} precision={:?}; alignment a={} b={} c={} bias={} workspace={} bytes, workspace {workspace_bytes} bytes",
+                desc.m,
+                desc.n,
+                desc.k,
+                desc.batch,
+                desc.stride_a,
+                desc.stride_b,
+                desc.stride_c,
+                desc.trans_a,
+                desc.trans_b,
+                desc.bias,
+                desc.epilogue,
+                desc.precision,
+                align(ptrs[0]),
+                align(ptrs[1]),
+                align(ptrs[2]),
+                align(ptrs[3]),
+                align(workspace),
+            );
+            Error::Vendor { backend, op, name, code, message }
+        }
+        other => other,
+    }
+}
+
 /// Room for either library's heuristic result (cuBLASLt: 96 bytes; hipBLASLt: 56), 8-byte aligned.
 type HeuristicResult = [u64; 16];
 
@@ -501,6 +534,7 @@ impl<D: Driver> Blas for GpuBlas<D> {
                     D::blas_stream(raw),
                 )
             })
+            .map_err(|e| with_matmul(e, desc, &ptrs, workspace as u64, shared.workspace_bytes))
         })
     }
 }
