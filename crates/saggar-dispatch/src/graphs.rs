@@ -98,6 +98,23 @@ impl<B: Backend> GraphCache<B> {
     }
 }
 
+impl<B: Backend> GraphCache<B> {
+    /// Drops every graph of a program for which `keep` is false; returns how many were dropped.
+    pub(crate) fn retain_programs(&mut self, keep: impl Fn(usize) -> bool) -> usize {
+        let before = self.entries.len();
+        let mut freed = 0;
+        self.entries.retain(|key, entry| {
+            let kept = keep(key.0);
+            if !kept {
+                freed += entry.bytes;
+            }
+            kept
+        });
+        self.bytes -= freed;
+        before - self.entries.len()
+    }
+}
+
 /// Records `record` into a graph on `stream`. The capture is always ended, even when recording
 /// fails, so the stream serves the next request.
 fn capture<B: Backend>(stream: &B::Stream, record: impl FnOnce() -> Result<()>) -> Result<B::Graph> {

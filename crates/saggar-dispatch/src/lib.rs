@@ -45,6 +45,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod binding;
+mod buckets;
 mod builder;
 mod compiler;
 mod config;
@@ -54,10 +55,13 @@ mod graphs;
 mod group;
 mod path_device;
 mod path_host;
+mod path_padded;
 mod per_shape;
 mod plan;
 mod programs;
+mod refit;
 mod request;
+mod slab;
 pub mod resident;
 mod session;
 mod staged;
@@ -68,7 +72,10 @@ mod tensors;
 pub use binding::DeviceBinding;
 pub use builder::SessionBuilder;
 pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
-pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
+pub use config::{
+    BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, LiveBuckets, PadValue, PaddedAxis, SessionConfig,
+    SessionConfigBuilder,
+};
 pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
 pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};

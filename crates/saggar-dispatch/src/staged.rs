@@ -155,7 +155,8 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
     pub(crate) fn new(session: &'s Session<B, C>, batch: u64, in_flight: Option<InFlight<'s>>) -> Result<Self> {
         let inner = &*session.inner;
         let largest = match &inner.model {
-            Model::Bucketed(policy) => policy.largest(),
+            Model::Bucketed(grid) if grid.axis.is_none() => grid.table.load().batch.largest(),
+            Model::Bucketed(_) => return Err(DispatchError::RequestNeedsBuckets),
             Model::Static => 1,
             Model::PerShape => return Err(DispatchError::RequestNeedsBuckets),
         };

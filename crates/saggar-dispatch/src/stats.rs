@@ -37,6 +37,10 @@ pub(crate) struct Stats {
     pub(crate) useful_rows: AtomicU64,
     pub(crate) padded_rows: AtomicU64,
     pub(crate) split_requests: AtomicU64,
+    pub(crate) refit_windows: AtomicU64,
+    pub(crate) refits: AtomicU64,
+    pub(crate) refit_failures: AtomicU64,
+    pub(crate) retired_graphs: AtomicU64,
     latency_ns: [AtomicU64; LATENCY_BUCKETS],
     latency_max_ns: AtomicU64,
 }
@@ -65,6 +69,10 @@ impl Default for Stats {
             useful_rows: AtomicU64::new(0),
             padded_rows: AtomicU64::new(0),
             split_requests: AtomicU64::new(0),
+            refit_windows: AtomicU64::new(0),
+            refits: AtomicU64::new(0),
+            refit_failures: AtomicU64::new(0),
+            retired_graphs: AtomicU64::new(0),
             latency_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_max_ns: AtomicU64::new(0),
         }
@@ -143,6 +151,10 @@ impl Stats {
             useful_rows: load(&self.useful_rows),
             padded_rows: load(&self.padded_rows),
             split_requests: load(&self.split_requests),
+            refit_windows: load(&self.refit_windows),
+            refits: load(&self.refits),
+            refit_failures: load(&self.refit_failures),
+            retired_graphs: load(&self.retired_graphs),
             latency: LatencyHistogram {
                 buckets: std::array::from_fn(|i| load(&self.latency_ns[i])),
                 max_ns: load(&self.latency_max_ns),
@@ -227,6 +239,15 @@ pub struct StatsSnapshot {
     pub padded_rows: u64,
     /// Requests split into several chunks (counted only once they succeeded).
     pub split_requests: u64,
+    /// Intervals of requests live re-bucketing fitted buckets to (swapped or not).
+    pub refit_windows: u64,
+    /// Bucket tables swapped in by live re-bucketing.
+    pub refits: u64,
+    /// Live refits that failed (a compile error, a program that does not fit the arena, or the
+    /// program table full); the session keeps its table.
+    pub refit_failures: u64,
+    /// Graphs dropped because their bucket left the table.
+    pub retired_graphs: u64,
     /// Run latencies.
     pub latency: LatencyHistogram,
 }

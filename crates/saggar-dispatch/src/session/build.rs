@@ -7,30 +7,23 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use saggar_arena::{ArenaLayout, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
 use saggar_device::{Backend, Device};
-use saggar_shape::{Signature, TensorSpec};
+use arc_swap::ArcSwap;
+use saggar_shape::{BucketPolicy, Signature, TensorSpec};
 
 use super::{Inner, Session};
+use crate::buckets::{AxisLayout, BucketTable, Grid, Live, cell_spec, concrete_dims, grid_serves};
 use crate::compiler::ProgramCompiler;
 use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
-use crate::error::Result;
+use crate::path_padded::PaddedIo;
+use crate::error::{DispatchError, Result};
 use crate::plan::Model;
 use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
+use crate::refit;
+use crate::slab::Slab;
 use crate::request::RequestGuard;
 use crate::stats::Stats;
 use crate::tensors::BindingMode;
-
-/// The concrete dimensions of an input of a bucketed or static model at `batch`.
-fn concrete_dims(spec: &TensorSpec, batch_symbol: Option<&str>, batch: u64) -> Vec<u64> {
-    spec.dims()
-        .iter()
-        .map(|d| match (d.as_fixed(), d.symbol()) {
-            (Some(v), _) => v,
-            (None, Some(s)) if Some(s) == batch_symbol => batch,
-            _ => unreachable!("only bucketed and static models are precompiled"),
-        })
-        .collect()
-}
 
 /// One arena slot per tensor of `specs`, each as large as the most any main program binds to it
 /// (`bytes` of a program and a tensor index).
@@ -42,17 +35,39 @@ fn largest_slots<P>(
     specs.iter().enumerate().map(|(i, s)| slot(s, main.iter().map(|e| bytes(e, i)).max().unwrap_or(0))).collect()
 }
 
-/// How a session serves a model of `signature`: from buckets when the batch is its only dynamic
-/// dimension, one program when it has none, a program per shape otherwise.
-fn model_of(signature: &Signature, config: &SessionConfig) -> Result<Model> {
+/// How a session serves a model, before its programs exist.
+enum Kind {
+    Static,
+    PerShape,
+    Grid { batch: BucketPolicy, axis: Option<(BucketPolicy, AxisLayout)> },
+}
+
+/// How a session serves a model of `signature`: from a grid of buckets when the batch is its only
+/// dynamic dimension (or the other is the declared padded axis), one program when it has none, a
+/// program per shape otherwise.
+fn kind_of(signature: &Signature, config: &SessionConfig) -> Result<Kind> {
     let layout = signature.batch_layout();
-    Ok(if signature.is_static() {
-        Model::Static
-    } else if layout.batch_is_only_dynamic_dim() && layout.symbol().is_some() {
-        Model::Bucketed(config.buckets.policy()?)
-    } else {
-        Model::PerShape
-    })
+    if signature.is_static() {
+        return Ok(Kind::Static);
+    }
+    if layout.symbol().is_none() {
+        return Ok(Kind::PerShape);
+    }
+    match &config.padded_axis {
+        Some(axis) if signature.symbols().any(|s| s == axis.symbol) => {
+            let axis_layout = AxisLayout::new(signature, axis)?;
+            if !grid_serves(signature, &axis.symbol) {
+                return Ok(Kind::PerShape);
+            }
+            Ok(Kind::Grid { batch: config.buckets.policy()?, axis: Some((axis.buckets.policy()?, axis_layout)) })
+        }
+        Some(axis) => Err(DispatchError::Config(format!(
+            "the padded axis `{}` is not a symbolic dimension of any input of the model",
+            axis.symbol
+        ))),
+        None if layout.batch_is_only_dynamic_dim() => Ok(Kind::Grid { batch: config.buckets.policy()?, axis: None }),
+        None => Ok(Kind::PerShape),
+    }
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
@@ -68,18 +83,20 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let _pin = device.pin()?;
         let model_spec = compiler.model().clone();
         let signature = Signature::new(model_spec.inputs.clone(), model_spec.outputs.clone())?;
-        let model = model_of(&signature, &config)?;
+        let kind = kind_of(&signature, &config)?;
         let batch_symbol = signature.batch_layout().symbol().map(str::to_string);
-        let spec_at = |bucket: Option<u64>, symbol: Option<&str>| ProgramSpec {
-            bucket,
-            input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, symbol, bucket.unwrap_or(0))).collect(),
+        let axis_symbol = config.padded_axis.as_ref().map(|a| a.symbol.clone());
+        let cells = match &kind {
+            Kind::Grid { batch, axis } => BucketTable::cells(batch, axis.as_ref().map(|(p, _)| p)),
+            Kind::Static | Kind::PerShape => Vec::new(),
         };
-        let specs: Vec<ProgramSpec> = match &model {
-            Model::Bucketed(policy) => {
-                policy.buckets().iter().map(|&b| spec_at(Some(b), batch_symbol.as_deref())).collect()
-            }
-            Model::Static => vec![spec_at(None, None)],
-            Model::PerShape => Vec::new(),
+        let specs: Vec<ProgramSpec> = match &kind {
+            Kind::Grid { .. } => cells
+                .iter()
+                .map(|&cell| cell_spec(&model_spec.inputs, batch_symbol.as_deref(), axis_symbol.as_deref(), cell))
+                .collect(),
+            Kind::Static => vec![ProgramSpec { bucket: None, input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, &[])).collect() }],
+            Kind::PerShape => Vec::new(),
         };
         let stats = Arc::new(Stats::default());
         let cache = config.cache.clone();
@@ -93,9 +110,26 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let span = |slots: &[saggar_arena::Slot], bytes: &[usize]| {
             slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
         };
-        let upload_span = main.iter().map(|e| span(arena_layout.inputs(), &e.input_bytes)).collect();
-        let download_span = main.iter().map(|e| span(arena_layout.outputs(), &e.output_bytes)).collect();
+        let upload_span: Vec<usize> = main.iter().map(|e| span(arena_layout.inputs(), &e.input_bytes)).collect();
+        let download_span: Vec<usize> = main.iter().map(|e| span(arena_layout.outputs(), &e.output_bytes)).collect();
         let max_scratch = main.iter().map(|e| e.scratch_bytes).max().unwrap_or(0);
+        let capacity = main.len() + config.live.map_or(0, |l| l.max_programs.saturating_sub(main.len()));
+        let model = match kind {
+            Kind::Static => Model::Static,
+            Kind::PerShape => Model::PerShape,
+            Kind::Grid { batch, axis } => {
+                let (axis_policy, axis_layout) = axis.map_or((None, None), |(p, l)| (Some(p), Some(l)));
+                let table = BucketTable::new(batch, axis_policy, (0..main.len()).collect(), main.iter().map(|e| e.id).collect(), 0);
+                let live = config.live.map(|live| {
+                    let known = cells.iter().copied().zip(0..).collect();
+                    Live::new(live, &table, known, arena_layout.clone(), max_scratch)
+                });
+                Model::Bucketed(Grid { table: ArcSwap::from_pointee(table), axis: axis_layout, live })
+            }
+        };
+        let main = Slab::from_vec(main, capacity);
+        let upload_span = Slab::from_vec(upload_span, capacity);
+        let download_span = Slab::from_vec(download_span, capacity);
 
         let wait = WhenExhausted::Wait { timeout: None };
         let arenas = ArenaPool::<B>::new(
@@ -120,7 +154,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             } else {
                 None
             };
-            Ok(RunContext { stream, last: None, io: DeviceIo::default(), stats: ctx_stats.clone(), slots })
+            Ok(RunContext {
+                stream,
+                last: None,
+                io: DeviceIo::default(),
+                stats: ctx_stats.clone(),
+                slots,
+                padded: PaddedIo::default(),
+            })
         })?;
         contexts.prewarm(config.prewarm_contexts)?;
         let guard = RequestGuard::new(&signature, config.request_limits);
@@ -144,6 +185,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         if session.inner.config.graphs.enabled && session.inner.config.graphs.capture == CaptureWhen::Eager {
             session.capture_all_eagerly()?;
         }
+        refit::spawn(&session.inner)?;
         Ok(session)
     }
 
