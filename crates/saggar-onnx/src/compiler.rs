@@ -28,6 +28,7 @@ use saggar_device::{
 };
 use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
 use saggar_dispatch::steps;
+use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
 use saggar_dispatch::{
     CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
 };
@@ -152,6 +153,21 @@ impl OnnxCompiler {
     #[cfg(test)]
     pub(crate) fn weight_layout(&self) -> &WeightLayout {
         &self.weights
+    }
+
+    /// A padded axis of this model for [`saggar_dispatch::SessionConfigBuilder::padded_axis`]: the
+    /// symbolic dimension `symbol` (as the model's inputs name it, such as a sequence), bucketed by
+    /// `buckets`, with every input that carries it padded with `pad` (for a BERT-style encoder,
+    /// token id 0 and attention mask 0: padded tokens are masked out of every real token's
+    /// attention). Every output that carries the symbol is sliced back to the request's extent.
+    /// Declare different values per input with [`PaddedAxis::pad`] instead.
+    pub fn padded_axis(&self, symbol: &str, buckets: BucketSpec, pad: impl Into<PadValue>) -> PaddedAxis {
+        let pad = pad.into();
+        self.spec
+            .inputs
+            .iter()
+            .filter(|spec| spec.dims().iter().any(|d| d.symbol() == Some(symbol)))
+            .fold(PaddedAxis::new(symbol, buckets), |axis, spec| axis.pad(spec.name(), pad))
     }
 
     /// Bytes of constants uploaded once per device.

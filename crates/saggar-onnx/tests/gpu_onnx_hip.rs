@@ -6,6 +6,7 @@
 #![cfg(feature = "hip")]
 
 mod gpu_common;
+mod seq_common;
 
 use saggar_device::hip::HipBackend;
 
@@ -15,4 +16,14 @@ fn checked_in_models_match_on_hip_with_graphs() {
         return;
     };
     gpu_common::check_models::<HipBackend>(device);
+}
+
+/// BERT from a grid of batch by sequence buckets on HIP: padded runs equal exact-shape host runs at
+/// every real position (hidden states and pooled output), split batches and graph replays included.
+#[test]
+fn bert_sequence_buckets_match_exact_runs_on_hip() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("bert_sequence_buckets_match_exact_runs_on_hip") else {
+        return;
+    };
+    seq_common::check_bert_sequence_buckets::<HipBackend>(device);
 }

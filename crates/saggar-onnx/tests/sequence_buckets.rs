@@ -1,0 +1,95 @@
+//! BERT with sequence buckets on the host backend: padded runs equal exact-shape runs at the real
+//! positions for random (batch, sequence) requests; an undeclared axis is never padded; a bad
+//! declaration or a sequence above the largest bucket is a typed error.
+
+mod seq_common;
+
+use proptest::prelude::*;
+use saggar_device::Backend;
+use saggar_device::host::{HostBackend, HostDevice};
+use saggar_dispatch::{BucketSpec, DispatchError, PaddedAxis, Session, SessionConfig};
+use saggar_onnx::OnnxCompiler;
+use seq_common::*;
+
+fn device() -> HostDevice {
+    HostBackend::open(0).expect("the host backend is always present")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10))]
+    /// Random shapes, batches past the largest bucket (split) and sequences between buckets
+    /// included: every output at every real position equals the exact-shape run's.
+    #[test]
+    fn padded_runs_equal_exact_runs(batch in 1usize..=6, seq in 1usize..=16, seed in any::<u64>()) {
+        thread_local! {
+            static SESSION: (Session<HostBackend, OnnxCompiler>, std::sync::Arc<OnnxCompiler>) = {
+                let compiler = bert_compiler();
+                (bert_session::<HostBackend>(device(), compiler.clone()), compiler)
+            };
+        }
+        SESSION.with(|(session, compiler)| check_padded_matches_exact(session, compiler, batch, seq, seed));
+    }
+}
+
+#[test]
+fn the_grid_precompiles_every_cell_and_the_explicit_declaration_is_the_same() {
+    let compiler = bert_compiler();
+    let declared = compiler.padded_axis("seq", BucketSpec::List(SEQ_BUCKETS.to_vec()), 0);
+    let written = bert_sequence_axis();
+    assert_eq!(declared.pad_values(), written.pad_values());
+    let session = bert_session::<HostBackend>(device(), compiler.clone());
+    assert_eq!(session.buckets(), vec![1, 2, 4]);
+    assert_eq!(session.axis_buckets(), SEQ_BUCKETS.to_vec());
+    assert_eq!(session.stats().compiles, 9, "3 batch buckets x 3 sequence buckets");
+    check_padded_matches_exact(&session, &compiler, 3, 5, 1);
+    let stats = session.stats();
+    assert_eq!(stats.compiles, 9, "a padded request compiles nothing");
+    assert_eq!((stats.useful_rows, stats.padded_rows), (6, 2), "batch 3 runs as bucket 4, twice");
+}
+
+#[test]
+fn an_undeclared_axis_is_never_padded() {
+    let compiler = bert_compiler();
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 4 }).build().unwrap();
+    let session = Session::<HostBackend, _>::new(device(), compiler.clone(), config, &|_| {}).unwrap();
+    assert!(session.buckets().is_empty(), "served per shape");
+    assert!(session.axis_buckets().is_empty());
+    check_padded_matches_exact(&session, &compiler, 2, 5, 3);
+}
+
+#[test]
+fn bad_declarations_and_requests_are_typed_errors() {
+    let compiler = bert_compiler();
+    let session_with = |axis: PaddedAxis| {
+        let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 2 }).padded_axis(axis).build()?;
+        Session::<HostBackend, _>::new(device(), compiler.clone(), config, &|_| {})
+    };
+    let missing = session_with(PaddedAxis::new("seq", BucketSpec::List(vec![4])).pad("input_ids", 0)).unwrap_err();
+    assert!(matches!(&missing, DispatchError::Config(m) if m.contains("attention_mask")), "{missing}");
+    let unknown = session_with(PaddedAxis::new("tokens", BucketSpec::List(vec![4]))).unwrap_err();
+    assert!(matches!(&unknown, DispatchError::Config(m) if m.contains("tokens")), "{unknown}");
+    let batch = session_with(PaddedAxis::new("batch", BucketSpec::List(vec![4]))).unwrap_err();
+    assert!(matches!(&batch, DispatchError::Config(m) if m.contains("batch")), "{batch}");
+    let not_an_int = session_with(
+        PaddedAxis::new("seq", BucketSpec::List(vec![4])).pad("input_ids", 0.5).pad("attention_mask", 0),
+    )
+    .unwrap_err();
+    assert!(matches!(&not_an_int, DispatchError::Config(m) if m.contains("input_ids")), "{not_an_int}");
+
+    let session = session_with(bert_sequence_axis()).unwrap();
+    let inputs = bert_inputs(1, 17, 0);
+    let request = seq_common::support::Request::new(&["input_ids", "attention_mask"], &inputs);
+    let too_long = session.run(&request.host()).unwrap_err();
+    assert!(
+        matches!(too_long, DispatchError::PaddedAxisAboveLargest { extent: 17, largest: 16, .. }),
+        "{too_long}"
+    );
+    // The session keeps serving.
+    check_padded_matches_exact(&session, &compiler, 2, 16, 4);
+    assert!(session.request(1).is_err(), "requests written in place need the batch alone");
+}
+
+#[test]
+fn the_gpu_bundles_cases_pass_on_the_host_backend() {
+    check_bert_sequence_buckets::<HostBackend>(device());
+}
