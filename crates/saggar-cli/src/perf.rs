@@ -18,7 +18,9 @@ use std::time::Instant;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor, Device as _, DeviceBuffer as _, Stream as _};
-use saggar_dispatch::{CaptureWhen, DeviceTensor, GraphConfig, HostTensor, Session, SessionConfig, StatsSnapshot};
+use saggar_dispatch::{
+    CaptureWhen, DeviceTensor, GraphConfig, HostTensor, LiveBuckets, Session, SessionConfig, StatsSnapshot,
+};
 use saggar_models::{ReferenceCompiler, compare_outputs, generate_inputs, reference_forward};
 
 use crate::buckets::Buckets;
@@ -296,7 +298,11 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<PerfReport> {
 /// one prewarmed run context per worker thread.
 pub(crate) fn session_config(args: &PerfArgs, buckets: &Buckets, cache: Arc<CompileCache>) -> Result<SessionConfig> {
     let concurrency = args.concurrency as usize;
-    Ok(SessionConfig::builder()
+    let mut builder = SessionConfig::builder();
+    if let Some(live) = args.live_buckets {
+        builder = builder.live_buckets(LiveBuckets::new(live.every, live.budget));
+    }
+    Ok(builder
         .buckets(buckets.spec.clone())
         .graphs(GraphConfig::default().with_enabled(args.graphs == Toggle::On).with_capture(match args.capture {
             CaptureArg::Lazy => CaptureWhen::Lazy,
@@ -329,6 +335,8 @@ impl Counters {
                 useful_rows: stats.useful_rows,
                 padded_rows: stats.padded_rows,
                 waste_ratio: stats.padding_waste_ratio(),
+                refits: stats.refits,
+                refit_failures: stats.refit_failures,
             },
             cache: CacheCounters {
                 memory_hits: stats.memory_hits,

@@ -203,6 +203,10 @@ pub struct Padding {
     pub padded_rows: u64,
     /// Padded rows over all rows computed.
     pub waste_ratio: f64,
+    /// Bucket tables swapped in by `--live-buckets`.
+    pub refits: u64,
+    /// Live refits that failed (the buckets were kept).
+    pub refit_failures: u64,
 }
 
 /// Where programs came from, and the cache's own health counters.
@@ -370,10 +374,15 @@ impl PerfReport {
         row(
             "padding",
             format!(
-                "{} useful rows, {} padded rows, waste {:.2}%",
+                "{} useful rows, {} padded rows, waste {:.2}%{}",
                 pad.useful_rows,
                 pad.padded_rows,
-                100.0 * pad.waste_ratio
+                100.0 * pad.waste_ratio,
+                if pad.refits + pad.refit_failures > 0 {
+                    format!(", {} live refits ({} failed)", pad.refits, pad.refit_failures)
+                } else {
+                    String::new()
+                }
             ),
         );
         let c = &self.cache;

@@ -23,6 +23,8 @@ const CONTRACT: &[&str] = &[
     "/padding/useful_rows",
     "/padding/padded_rows",
     "/padding/waste_ratio",
+    "/padding/refits",
+    "/padding/refit_failures",
     "/cache/memory_hits",
     "/cache/disk_loads",
     "/cache/compiles",

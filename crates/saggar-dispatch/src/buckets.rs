@@ -122,15 +122,20 @@ impl AxisLayout {
             .iter()
             .map(|spec| {
                 let Some(at) = axis_of(spec, symbol)? else { return Ok(None) };
-                let value = axis.pad_values.iter().find(|(n, _)| n == spec.name()).map(|(_, v)| *v).ok_or_else(|| {
-                    DispatchError::Config(format!(
-                        "input `{}` carries the padded axis `{symbol}` but has no pad value: declare one with \
+                let value =
+                    axis.pad_values.iter().find(|(n, _)| n == spec.name()).map(|(_, v)| *v).ok_or_else(|| {
+                        DispatchError::Config(format!(
+                            "input `{}` carries the padded axis `{symbol}` but has no pad value: declare one with \
                          PaddedAxis::pad",
-                        spec.name()
-                    ))
-                })?;
+                            spec.name()
+                        ))
+                    })?;
                 let pad = value.encode(spec.dtype()).ok_or_else(|| {
-                    DispatchError::Config(format!("the pad value {value:?} of `{}` is not a {}", spec.name(), spec.dtype()))
+                    DispatchError::Config(format!(
+                        "the pad value {value:?} of `{}` is not a {}",
+                        spec.name(),
+                        spec.dtype()
+                    ))
                 })?;
                 Ok(Some(InputAxis { axis: at, pad, pad_len: spec.dtype().size_bytes() }))
             })
@@ -226,9 +231,11 @@ impl Grid {
         };
         match policy.bucket_for(extent) {
             Ok(bucket) => DispatchError::PaddedAxisNeedsHostTensors { symbol: axis.symbol.to_string(), extent, bucket },
-            Err(_) => {
-                DispatchError::PaddedAxisAboveLargest { symbol: axis.symbol.to_string(), extent, largest: policy.largest() }
-            }
+            Err(_) => DispatchError::PaddedAxisAboveLargest {
+                symbol: axis.symbol.to_string(),
+                extent,
+                largest: policy.largest(),
+            },
         }
     }
 

@@ -410,7 +410,9 @@ impl SessionConfigBuilder {
         let axis = c.padded_axis.as_ref().map(|a| a.buckets.policy()).transpose()?;
         if let Some(live) = &c.live {
             if live.every == 0 || live.budget == 0 {
-                return Err(DispatchError::Config("live buckets need a refit interval and a budget of at least 1".into()));
+                return Err(DispatchError::Config(
+                    "live buckets need a refit interval and a budget of at least 1".into(),
+                ));
             }
             let largest = batch.largest().max(axis.as_ref().map_or(1, BucketPolicy::largest));
             if largest > LOOKUP_TABLE_LIMIT {

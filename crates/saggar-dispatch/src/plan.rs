@@ -19,7 +19,7 @@ use crate::tensors::BindingMode;
 pub(crate) enum Model {
     /// The batch is the only dynamic dimension, or the other is a declared padded axis: one
     /// precompiled program per cell of the bucket grid.
-    Bucketed(Grid),
+    Bucketed(Box<Grid>),
     /// No dynamic dimension: one precompiled program.
     Static,
     /// Other symbolic dimensions: a program per concrete shape, compiled on first use.

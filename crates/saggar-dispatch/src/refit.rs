@@ -27,7 +27,8 @@ const IDLE_CHECK: Duration = Duration::from_millis(50);
 /// Starts the refit thread of a session with live buckets (nothing otherwise). The thread holds
 /// the session weakly and ends once the session is dropped.
 pub(crate) fn spawn<B: Backend, C: ProgramCompiler<B>>(inner: &Arc<Inner<B, C>>) -> Result<()> {
-    let Model::Bucketed(Grid { live: Some(live), .. }) = &inner.model else { return Ok(()) };
+    let Model::Bucketed(grid) = &inner.model else { return Ok(()) };
+    let Some(live) = &grid.live else { return Ok(()) };
     let weak = Arc::downgrade(inner);
     let handle = std::thread::Builder::new()
         .name("saggar-refit".into())
@@ -41,7 +42,8 @@ fn refit_loop<B: Backend, C: ProgramCompiler<B>>(weak: Weak<Inner<B, C>>) {
     loop {
         std::thread::park_timeout(IDLE_CHECK);
         let Some(inner) = weak.upgrade() else { return };
-        let Model::Bucketed(Grid { live: Some(live), .. }) = &inner.model else { return };
+        let Model::Bucketed(grid) = &inner.model else { return };
+        let Some(live) = &grid.live else { return };
         if live.due()
             && let Err(e) = inner.refit()
         {
@@ -104,7 +106,15 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let entries = {
             let _pin = self.device.pin()?;
             let cache = self.config.cache.as_deref();
-            programs::precompile(&*self.compiler, &self.device, cache, &specs, self.config.load_threads, &self.stats, &|_| {})?
+            programs::precompile(
+                &*self.compiler,
+                &self.device,
+                cache,
+                &specs,
+                self.config.load_threads,
+                &self.stats,
+                &|_| {},
+            )?
         };
 
         // Every new program must fit the arena and scratch the contexts were created with.

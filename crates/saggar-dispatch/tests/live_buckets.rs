@@ -39,7 +39,12 @@ impl Rng {
     }
 }
 
-fn run_checked(session: &Session<saggar_device::host::HostBackend, SumModel>, model: &SumModel, batch: usize, seed: u32) {
+fn run_checked(
+    session: &Session<saggar_device::host::HostBackend, SumModel>,
+    model: &SumModel,
+    batch: usize,
+    seed: u32,
+) {
     let data = model.inputs(batch, seed);
     let dims = model.dims(batch as u64);
     let inputs: Vec<HostTensor<'_>> = session
@@ -100,7 +105,11 @@ fn a_shifting_zipf_trace_is_refit_within_the_interval_and_pays_an_offline_fits_p
     // One interval after the shift, the buckets fit the new traffic.
     run_interval(&second[..EVERY as usize], 50_000);
     let refit = session.buckets();
-    assert!(refit.iter().all(|&b| (32..=MAX).contains(&b)), "refit within one interval of the shift: {refit:?} {:?}", session.stats());
+    assert!(
+        refit.iter().all(|&b| (32..=MAX).contains(&b)),
+        "refit within one interval of the shift: {refit:?} {:?}",
+        session.stats()
+    );
 
     // The rest of the second half: the measured padding against an offline fit to all of it.
     let before = session.stats();

@@ -6,7 +6,6 @@
 #![cfg(feature = "cuda")]
 
 mod gpu_common;
-mod seq_common;
 
 use saggar_device::cuda::CudaBackend;
 
@@ -25,5 +24,5 @@ fn bert_sequence_buckets_match_exact_runs_on_cuda() {
     let Some(device) = gpu_common::open_or_skip::<CudaBackend>("bert_sequence_buckets_match_exact_runs_on_cuda") else {
         return;
     };
-    seq_common::check_bert_sequence_buckets::<CudaBackend>(device);
+    gpu_common::sequence::check_bert_sequence_buckets::<CudaBackend>(device);
 }

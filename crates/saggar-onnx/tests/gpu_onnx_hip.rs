@@ -6,7 +6,6 @@
 #![cfg(feature = "hip")]
 
 mod gpu_common;
-mod seq_common;
 
 use saggar_device::hip::HipBackend;
 
@@ -25,5 +24,5 @@ fn bert_sequence_buckets_match_exact_runs_on_hip() {
     let Some(device) = gpu_common::open_or_skip::<HipBackend>("bert_sequence_buckets_match_exact_runs_on_hip") else {
         return;
     };
-    seq_common::check_bert_sequence_buckets::<HipBackend>(device);
+    gpu_common::sequence::check_bert_sequence_buckets::<HipBackend>(device);
 }

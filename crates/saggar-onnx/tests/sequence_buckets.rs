@@ -2,14 +2,14 @@
 //! positions for random (batch, sequence) requests; an undeclared axis is never padded; a bad
 //! declaration or a sequence above the largest bucket is a typed error.
 
-mod seq_common;
+mod gpu_common;
 
+use gpu_common::sequence::*;
 use proptest::prelude::*;
 use saggar_device::Backend;
 use saggar_device::host::{HostBackend, HostDevice};
 use saggar_dispatch::{BucketSpec, DispatchError, PaddedAxis, Session, SessionConfig};
 use saggar_onnx::OnnxCompiler;
-use seq_common::*;
 
 fn device() -> HostDevice {
     HostBackend::open(0).expect("the host backend is always present")
@@ -70,20 +70,16 @@ fn bad_declarations_and_requests_are_typed_errors() {
     assert!(matches!(&unknown, DispatchError::Config(m) if m.contains("tokens")), "{unknown}");
     let batch = session_with(PaddedAxis::new("batch", BucketSpec::List(vec![4]))).unwrap_err();
     assert!(matches!(&batch, DispatchError::Config(m) if m.contains("batch")), "{batch}");
-    let not_an_int = session_with(
-        PaddedAxis::new("seq", BucketSpec::List(vec![4])).pad("input_ids", 0.5).pad("attention_mask", 0),
-    )
-    .unwrap_err();
+    let not_an_int =
+        session_with(PaddedAxis::new("seq", BucketSpec::List(vec![4])).pad("input_ids", 0.5).pad("attention_mask", 0))
+            .unwrap_err();
     assert!(matches!(&not_an_int, DispatchError::Config(m) if m.contains("input_ids")), "{not_an_int}");
 
     let session = session_with(bert_sequence_axis()).unwrap();
     let inputs = bert_inputs(1, 17, 0);
-    let request = seq_common::support::Request::new(&["input_ids", "attention_mask"], &inputs);
+    let request = Request::new(&["input_ids", "attention_mask"], &inputs);
     let too_long = session.run(&request.host()).unwrap_err();
-    assert!(
-        matches!(too_long, DispatchError::PaddedAxisAboveLargest { extent: 17, largest: 16, .. }),
-        "{too_long}"
-    );
+    assert!(matches!(too_long, DispatchError::PaddedAxisAboveLargest { extent: 17, largest: 16, .. }), "{too_long}");
     // The session keeps serving.
     check_padded_matches_exact(&session, &compiler, 2, 16, 4);
     assert!(session.request(1).is_err(), "requests written in place need the batch alone");

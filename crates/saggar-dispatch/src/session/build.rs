@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use parking_lot::RwLock;
 use saggar_arena::{ArenaLayout, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
 use saggar_device::{Backend, Device};
-use arc_swap::ArcSwap;
 use saggar_shape::{BucketPolicy, Signature, TensorSpec};
 
 use super::{Inner, Session};
@@ -15,13 +15,13 @@ use crate::buckets::{AxisLayout, BucketTable, Grid, Live, cell_spec, concrete_di
 use crate::compiler::ProgramCompiler;
 use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
-use crate::path_padded::PaddedIo;
 use crate::error::{DispatchError, Result};
+use crate::path_padded::PaddedIo;
 use crate::plan::Model;
 use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
 use crate::refit;
-use crate::slab::Slab;
 use crate::request::RequestGuard;
+use crate::slab::Slab;
 use crate::stats::Stats;
 use crate::tensors::BindingMode;
 
@@ -36,6 +36,7 @@ fn largest_slots<P>(
 }
 
 /// How a session serves a model, before its programs exist.
+#[allow(clippy::large_enum_variant, reason = "built once per session and consumed at once")]
 enum Kind {
     Static,
     PerShape,
@@ -95,7 +96,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 .iter()
                 .map(|&cell| cell_spec(&model_spec.inputs, batch_symbol.as_deref(), axis_symbol.as_deref(), cell))
                 .collect(),
-            Kind::Static => vec![ProgramSpec { bucket: None, input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, &[])).collect() }],
+            Kind::Static => vec![ProgramSpec {
+                bucket: None,
+                input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, &[])).collect(),
+            }],
             Kind::PerShape => Vec::new(),
         };
         let stats = Arc::new(Stats::default());
@@ -119,12 +123,18 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             Kind::PerShape => Model::PerShape,
             Kind::Grid { batch, axis } => {
                 let (axis_policy, axis_layout) = axis.map_or((None, None), |(p, l)| (Some(p), Some(l)));
-                let table = BucketTable::new(batch, axis_policy, (0..main.len()).collect(), main.iter().map(|e| e.id).collect(), 0);
+                let table = BucketTable::new(
+                    batch,
+                    axis_policy,
+                    (0..main.len()).collect(),
+                    main.iter().map(|e| e.id).collect(),
+                    0,
+                );
                 let live = config.live.map(|live| {
                     let known = cells.iter().copied().zip(0..).collect();
                     Live::new(live, &table, known, arena_layout.clone(), max_scratch)
                 });
-                Model::Bucketed(Grid { table: ArcSwap::from_pointee(table), axis: axis_layout, live })
+                Model::Bucketed(Box::new(Grid { table: ArcSwap::from_pointee(table), axis: axis_layout, live }))
             }
         };
         let main = Slab::from_vec(main, capacity);

@@ -18,8 +18,8 @@ use crate::error::{DispatchError, Result};
 use crate::per_shape::ShapePrograms;
 use crate::plan::Model;
 use crate::programs::ProgramEntry;
-use crate::slab::Slab;
 use crate::request::RequestGuard;
+use crate::slab::Slab;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::tensors::{HostTensor, RunInfo};
 

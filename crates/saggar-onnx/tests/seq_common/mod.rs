@@ -2,8 +2,8 @@
 //! sequence length is padded (the sequence with pad token 0 and attention mask 0, the batch by
 //! repeating its last row), run, and sliced back; its outputs at the real positions (the hidden
 //! states of every real token, the pooled CLS output) must equal an exact-shape run on the host.
-//! The host test (`sequence_buckets.rs`) draws the shapes with proptest; the GPU bundle's tests run
-//! the same check on CUDA and HIP.
+//! Included by `gpu_common` (whose `support` it uses). The host test (`sequence_buckets.rs`) draws
+//! the shapes with proptest; the GPU bundle's tests run the same check on CUDA and HIP.
 
 #![allow(dead_code)]
 
@@ -13,10 +13,8 @@ use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, PaddedAxis, Session, SessionConfig};
 use saggar_onnx::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
 
-#[path = "../support/mod.rs"]
-pub mod support;
-
-use support::{Request, assert_close, model_dir, owned_to_tensor};
+pub use super::support::Request;
+use super::support::{assert_close, model_dir, owned_to_tensor};
 
 /// The batch buckets of the sessions below (a larger batch is split).
 pub const BATCH_BUCKETS: u64 = 4;
