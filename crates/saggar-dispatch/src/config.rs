@@ -424,3 +424,37 @@ impl SessionConfigBuilder {
         Ok(self.config)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pad_values_encode_exactly_or_not_at_all() {
+        let bytes = |v: PadValue, t: DType| v.encode(t).map(|b| b[..t.size_bytes()].to_vec());
+        assert_eq!(bytes(PadValue::Int(0), DType::I64), Some(vec![0; 8]));
+        assert_eq!(bytes(PadValue::Int(-1), DType::I32), Some(vec![0xFF; 4]));
+        assert_eq!(bytes(PadValue::Float(2.0), DType::U8), Some(vec![2]));
+        assert_eq!(bytes(PadValue::Float(0.5), DType::I64), None, "not an integer");
+        assert_eq!(bytes(PadValue::Int(300), DType::U8), None, "out of range");
+        assert_eq!(bytes(PadValue::Int(-1), DType::U32), None, "out of range");
+        assert_eq!(bytes(PadValue::Int(1), DType::Bool), Some(vec![1]));
+        assert_eq!(bytes(PadValue::Int(2), DType::Bool), None);
+        assert_eq!(bytes(PadValue::Float(-0.5), DType::F32), Some((-0.5f32).to_le_bytes().to_vec()));
+        assert_eq!(bytes(PadValue::Float(0.1), DType::F32), None, "0.1 is not an f32");
+        assert_eq!(bytes(PadValue::Float(1.0), DType::BF16), Some(vec![0x80, 0x3F]));
+        assert_eq!(bytes(PadValue::Int(0), DType::F16), Some(vec![0, 0]));
+        assert_eq!(bytes(PadValue::Int(1), DType::F16), None, "non-zero half floats are not converted");
+    }
+
+    #[test]
+    fn live_buckets_are_checked() {
+        let build = |live: LiveBuckets, max: u64| {
+            SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max }).live_buckets(live).build()
+        };
+        assert!(build(LiveBuckets::new(0, 4), 64).is_err());
+        assert!(build(LiveBuckets::new(10, 0), 64).is_err());
+        assert!(build(LiveBuckets::new(10, 4), LOOKUP_TABLE_LIMIT + 1).is_err(), "a histogram per size");
+        assert!(build(LiveBuckets::new(10, 4), 64).is_ok());
+    }
+}

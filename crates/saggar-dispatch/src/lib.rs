@@ -35,6 +35,14 @@
 //! copy, replays the pinned-copy graph and brings the outputs back with one copy: no gather, no
 //! scatter. The views borrow the request, so none outlives it or a later run.
 //!
+//! Buckets may form a grid: batch buckets by buckets of one more symbolic dimension declared a
+//! [`PaddedAxis`] (a sequence), with a pad value per input. Host requests are padded along it with
+//! those values (the batch still by repeating its last row) and every output that carries it is
+//! sliced back; an axis not declared is never padded (its model is served per shape). With
+//! [`LiveBuckets`], the session counts the sizes it serves (relaxed atomics) and a background
+//! thread re-fits the buckets every interval, compiles the new cells through the cache and swaps
+//! the bucket table atomically; runs in flight keep the table they read.
+//!
 //! Concurrency: a session is `Send + Sync`; each run leases its own context (stream, arena, scratch,
 //! graphs), so there is no global run lock and results never mix. A [`SessionGroup`] runs one
 //! session per device and compiles once for all of them.

@@ -89,3 +89,61 @@ fn bad_declarations_and_requests_are_typed_errors() {
 fn the_gpu_bundles_cases_pass_on_the_host_backend() {
     check_bert_sequence_buckets::<HostBackend>(device());
 }
+
+/// Device tensors are not padded along the axis: at an axis bucket they run (direct bind at an
+/// exact batch bucket, stabilized otherwise) and equal the exact run; between buckets they are a
+/// typed error that says to pad them or use host tensors.
+#[test]
+fn device_requests_run_at_axis_buckets_and_are_refused_between_them() {
+    use saggar_device::{Device as _, DeviceBuffer as _, Stream as _};
+    use saggar_dispatch::{BindingMode, DeviceTensor};
+    use saggar_onnx::{Tensor, run_on_host};
+
+    let compiler = bert_compiler();
+    let session = bert_session::<HostBackend>(device(), compiler.clone());
+    let names = ["input_ids", "attention_mask"];
+    let run = |batch: usize, seq: usize| -> Result<(Vec<Tensor>, Option<BindingMode>), DispatchError> {
+        let inputs = bert_inputs(batch, seq, 11);
+        let exact = run_on_host(&compiler, &inputs).unwrap();
+        let stream = session.device().create_stream().unwrap();
+        let upload = |t: &Tensor| {
+            let bytes = t.to_le_bytes();
+            let buf = session.device().alloc(bytes.len()).unwrap();
+            stream.upload(&bytes, buf.slice(0, bytes.len()).unwrap()).unwrap();
+            buf
+        };
+        let (ins, outs): (Vec<_>, Vec<_>) = (inputs.iter().map(upload).collect(), exact.iter().map(upload).collect());
+        stream.synchronize().unwrap();
+        let dims = |t: &Tensor| t.dims().iter().map(|&d| d as u64).collect::<Vec<u64>>();
+        let (in_dims, out_dims): (Vec<_>, Vec<_>) =
+            (inputs.iter().map(dims).collect(), exact.iter().map(dims).collect());
+        let tensor = |name, t: &Tensor, dims, buf: &saggar_device::host::HostDeviceBuffer| DeviceTensor {
+            name,
+            dtype: t.dtype(),
+            dims,
+            data: buf.as_slice(),
+        };
+        let device_in: Vec<_> = (0..2).map(|k| tensor(names[k], &inputs[k], &in_dims[k][..], &ins[k])).collect();
+        let out_names = ["last_hidden_state", "pooler_output"];
+        let device_out: Vec<_> = (0..2).map(|k| tensor(out_names[k], &exact[k], &out_dims[k][..], &outs[k])).collect();
+        let info = session.run_device(&device_in, &device_out)?;
+        let got = exact
+            .iter()
+            .zip(&outs)
+            .map(|(t, b)| {
+                let mut bytes = t.to_le_bytes();
+                stream.download(b.slice(0, bytes.len()).unwrap(), &mut bytes).unwrap();
+                stream.synchronize().unwrap();
+                Tensor::from_le_bytes(t.dtype(), t.dims().to_vec(), &bytes).unwrap()
+            })
+            .collect::<Vec<_>>();
+        for (k, (g, e)) in got.iter().zip(&exact).enumerate() {
+            gpu_common::sequence::support_assert_close(g, e, &format!("device {batch}x{seq} output {k}"));
+        }
+        Ok((got, Some(info.mode)))
+    };
+    assert_eq!(run(4, 8).unwrap().1, Some(BindingMode::DirectBind));
+    assert_eq!(run(3, 8).unwrap().1, Some(BindingMode::Stabilized));
+    let between = run(2, 5).unwrap_err();
+    assert!(matches!(between, DispatchError::PaddedAxisNeedsHostTensors { extent: 5, bucket: 8, .. }), "{between}");
+}

@@ -13,7 +13,7 @@ use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, PaddedAxis, Session, SessionConfig};
 use saggar_onnx::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
 
-pub use super::support::Request;
+pub use super::support::{Request, assert_close as support_assert_close};
 use super::support::{assert_close, model_dir, owned_to_tensor};
 
 /// The batch buckets of the sessions below (a larger batch is split).
