@@ -138,7 +138,7 @@ fn device_requests_run_at_axis_buckets_and_are_refused_between_them() {
             })
             .collect::<Vec<_>>();
         for (k, (g, e)) in got.iter().zip(&exact).enumerate() {
-            gpu_common::sequence::support_assert_close(g, e, &format!("device {batch}x{seq} output {k}"));
+            assert_same(g, e, &format!("device {batch}x{seq} output {k}"));
         }
         Ok((got, Some(info.mode)))
     };

@@ -13,7 +13,7 @@ use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, PaddedAxis, Session, SessionConfig};
 use saggar_onnx::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
 
-pub use super::support::{Request, assert_close as support_assert_close};
+pub use super::support::Request;
 use super::support::{assert_close, model_dir, owned_to_tensor};
 
 /// The batch buckets of the sessions below (a larger batch is split).
@@ -63,6 +63,11 @@ pub fn bert_inputs(batch: usize, seq: usize, seed: u64) -> Vec<Tensor> {
         Tensor::new(vec![batch, seq], TensorData::I64(ids)).expect("ids"),
         Tensor::new(vec![batch, seq], TensorData::I64(mask)).expect("mask"),
     ]
+}
+
+/// Panics unless `got` equals `want` within the checked-in models' tolerance.
+pub fn assert_same(got: &Tensor, want: &Tensor, what: &str) {
+    assert_close(got, want, what);
 }
 
 /// Runs a `batch` x `seq` request through `session` (twice: the second replays its graph) and
