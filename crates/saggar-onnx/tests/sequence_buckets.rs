@@ -147,3 +147,37 @@ fn device_requests_run_at_axis_buckets_and_are_refused_between_them() {
     let between = run(2, 5).unwrap_err();
     assert!(matches!(between, DispatchError::PaddedAxisNeedsHostTensors { extent: 5, bucket: 8, .. }), "{between}");
 }
+
+/// Live re-bucketing fits both axes: traffic of sequences 5 and 6 at batches 1 and 2 moves the grid
+/// to batch buckets {2, 4} by sequence buckets {6, 16}, compiled in the background, and requests
+/// padded to the new cells still equal exact runs.
+#[test]
+fn live_buckets_refit_the_sequence_axis_too() {
+    use std::time::{Duration, Instant};
+
+    use saggar_dispatch::LiveBuckets;
+
+    let compiler = bert_compiler();
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: BATCH_BUCKETS })
+        .padded_axis(bert_sequence_axis())
+        .live_buckets(LiveBuckets::new(8, 2))
+        .build()
+        .unwrap();
+    let session = Session::<HostBackend, _>::new(device(), compiler.clone(), config, &|_| {}).unwrap();
+    for i in 0..8 {
+        check_padded_matches_exact(&session, &compiler, 1 + i % 2, 5 + i % 2, i as u64);
+    }
+    let start = Instant::now();
+    while session.stats().refits == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no refit: {:?}", session.stats());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(session.buckets(), vec![2, 4]);
+    assert_eq!(session.axis_buckets(), vec![6, 16]);
+    check_padded_matches_exact(&session, &compiler, 2, 5, 100);
+    check_padded_matches_exact(&session, &compiler, 3, 16, 101);
+    let stats = session.stats();
+    assert_eq!((stats.refit_failures, stats.failed), (0, 0));
+    assert_eq!(stats.compiles, 9 + 2, "the new cells (2, 6) and (4, 6) only");
+}
