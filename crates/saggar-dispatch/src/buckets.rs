@@ -260,6 +260,14 @@ impl Grid {
             live.record(batch, self.axis_extent(bindings));
         }
     }
+
+    /// [`Grid::observe`] for a request of a grid without a padded axis, known by its batch.
+    #[inline]
+    pub(crate) fn observe_batch(&self, batch: u64) {
+        if let Some(live) = &self.live {
+            live.record(batch, None);
+        }
+    }
 }
 
 /// The state of live re-bucketing: per-axis request counts since the last fit, and the programs

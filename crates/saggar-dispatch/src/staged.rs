@@ -232,6 +232,9 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         let inner = &*self.session.inner;
         self.ran = false;
         let (route, this) = (self.route, self.this);
+        if let (Model::Bucketed(grid), Some(batch)) = (&inner.model, this.batch) {
+            grid.observe_batch(batch);
+        }
         let info = inner.counted(|| {
             let _pin = inner.device.pin()?;
             inner.run_on(&mut self.lease, |inner, ctx| inner.run_staged(ctx, route, this))
