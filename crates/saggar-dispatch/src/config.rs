@@ -65,8 +65,9 @@ pub struct GraphConfig {
     pub max_consecutive_drift: u32,
     /// On drift, try an in-place graph update before re-capturing.
     pub try_update: bool,
-    /// Estimated graph memory allowed per session; idle graphs are evicted, least recently used
-    /// first, when it is exceeded. `None`: unbounded.
+    /// Graph memory (measured per graph) allowed for the whole session, across its run contexts;
+    /// least recently used graphs of any context are evicted when a capture would exceed it, and a
+    /// graph that still does not fit is launched once and not kept. `None`: unbounded.
     pub memory_budget_bytes: Option<u64>,
 }
 
@@ -114,9 +115,10 @@ impl GraphConfig {
     }
 }
 
-/// The estimated device memory of one graph node, used by the graph-memory budget. Vendors do not
-/// report a graph's memory; this is the order of magnitude CUDA reports for kernel nodes.
-pub const GRAPH_NODE_BYTES: u64 = 4 << 10;
+/// The device memory the host backend models per graph node. GPU backends measure each graph's
+/// memory instead (see [`saggar_device::GraphExec::memory_bytes`]); on the host backend a budget of
+/// `n * GRAPH_NODE_BYTES` holds `n` nodes' worth of graphs.
+pub const GRAPH_NODE_BYTES: u64 = saggar_device::host::HOST_GRAPH_NODE_BYTES;
 
 /// How a session behaves. Build with [`SessionConfig::builder`].
 #[derive(Debug, Clone)]

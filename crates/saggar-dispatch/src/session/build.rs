@@ -14,6 +14,7 @@ use crate::compiler::ProgramCompiler;
 use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
 use crate::error::Result;
+use crate::graphs::GraphMemory;
 use crate::plan::Model;
 use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
 use crate::request::RequestGuard;
@@ -107,7 +108,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         // have no slots.
         let has_main = !main.is_empty();
         let gather = arenas.clone();
-        let graph_budget = config.graphs.memory_budget_bytes.map(|b| b / config.max_concurrency as u64);
+        let graph_memory = Arc::new(GraphMemory::new(config.graphs.memory_budget_bytes, stats.clone()));
+        let ctx_graphs = graph_memory.clone();
         let ctx_device = device.clone();
         let ctx_stats = stats.clone();
         let contexts = Pool::new(config.max_concurrency, wait, move || {
@@ -116,7 +118,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             let slots = if has_main {
                 let arena = arenas.lease()?;
                 let scratch = if max_scratch > 0 { Some(ctx_device.alloc(max_scratch)?) } else { None };
-                Some(Slots::new(arena, scratch, graph_budget))
+                Some(Slots::new(arena, scratch, ctx_graphs.new_cache()))
             } else {
                 None
             };
@@ -139,6 +141,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 gather,
                 guard,
                 stats,
+                graph_memory,
             }),
         };
         if session.inner.config.graphs.enabled && session.inner.config.graphs.capture == CaptureWhen::Eager {
@@ -156,7 +159,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             let RunContext { stream, slots, .. } = &mut *ctx;
             if let Some(slots) = slots {
                 for k in 0..inner.main.len() {
-                    inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
+                    inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy, |_| Ok(true))?;
                 }
             }
         }

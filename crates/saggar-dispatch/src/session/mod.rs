@@ -15,6 +15,7 @@ use saggar_shape::{Signature, TensorShape};
 use crate::compiler::ProgramCompiler;
 use crate::context::RunContext;
 use crate::error::{DispatchError, Result};
+use crate::graphs::GraphMemory;
 use crate::per_shape::ShapePrograms;
 use crate::plan::Model;
 use crate::programs::ProgramEntry;
@@ -41,6 +42,8 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     /// The request limits, checked before anything is allocated or planned for a request.
     pub(crate) guard: RequestGuard,
     pub(crate) stats: Arc<Stats>,
+    /// The session's graph-memory budget and its contexts' graph caches.
+    pub(crate) graph_memory: Arc<GraphMemory<B>>,
 }
 
 /// One model on one device. Created with every bucket precompiled; serves `run` calls from any
@@ -157,7 +160,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
     ) -> Result<R> {
         if let Some(slots) = &mut ctx.slots {
-            slots.graphs.tick += 1;
+            // The session's request count orders graph use across contexts (least recently used
+            // out) at the cost of one relaxed load of a counter `counted` already bumped.
+            slots.graphs.tick = self.stats.requests.load(std::sync::atomic::Ordering::Relaxed);
         }
         match f(self, ctx) {
             Ok(r) => Ok(r),
