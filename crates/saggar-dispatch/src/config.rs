@@ -130,14 +130,16 @@ pub struct SessionConfig {
     pub(crate) prewarm_contexts: usize,
     pub(crate) cache: Option<Arc<CompileCache>>,
     pub(crate) load_threads: usize,
+    pub(crate) compile_threads: usize,
+    pub(crate) max_shape_programs: usize,
     pub(crate) arena_alignment: usize,
     pub(crate) request_limits: RequestLimits,
 }
 
 impl SessionConfig {
     /// A builder with the defaults: powers of two up to 64, splitting on, graphs on (lazy capture,
-    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, and the
-    /// default [`RequestLimits`].
+    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, 64
+    /// per-shape programs, compile threads as many as cores, and the default [`RequestLimits`].
     pub fn builder() -> SessionConfigBuilder {
         SessionConfigBuilder {
             config: SessionConfig {
@@ -148,6 +150,8 @@ impl SessionConfig {
                 prewarm_contexts: 1,
                 cache: None,
                 load_threads: 4,
+                compile_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+                max_shape_programs: 64,
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
                 request_limits: RequestLimits::default(),
             },
@@ -216,6 +220,22 @@ impl SessionConfigBuilder {
         self
     }
 
+    /// Threads that compile cache misses in parallel at creation, for a compiler that declares
+    /// itself thread-safe ([`crate::CompilerCapabilities::thread_safe`]); others compile one at a
+    /// time. Default: the number of cores.
+    pub fn compile_threads(mut self, n: usize) -> Self {
+        self.config.compile_threads = n;
+        self
+    }
+
+    /// The most per-shape programs (of models with symbolic dimensions besides the batch) a session
+    /// keeps; the least recently used one nobody is running is evicted to make room, and a request
+    /// that finds every kept program in use runs on a program that is not kept. Default 64.
+    pub fn max_shape_programs(mut self, n: usize) -> Self {
+        self.config.max_shape_programs = n;
+        self
+    }
+
     /// Alignment of arena slots.
     pub fn arena_alignment(mut self, alignment: usize) -> Self {
         self.config.arena_alignment = alignment;
@@ -241,8 +261,11 @@ impl SessionConfigBuilder {
                 c.prewarm_contexts, c.max_concurrency
             )));
         }
-        if c.load_threads == 0 {
-            return Err(DispatchError::Config("load_threads must be at least 1".into()));
+        if c.load_threads == 0 || c.compile_threads == 0 {
+            return Err(DispatchError::Config("load_threads and compile_threads must be at least 1".into()));
+        }
+        if c.max_shape_programs == 0 {
+            return Err(DispatchError::Config("max_shape_programs must be at least 1".into()));
         }
         if c.request_limits.max_rows == 0 || c.request_limits.max_bytes == 0 {
             return Err(DispatchError::Config("request limits must allow at least one row and one byte".into()));

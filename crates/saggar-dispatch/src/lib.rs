@@ -67,11 +67,13 @@ mod tensors;
 
 pub use binding::DeviceBinding;
 pub use builder::SessionBuilder;
-pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
+pub use compiler::{
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler,
+};
 pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
 pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
-pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
+pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key, model_cache_key};
 pub use request::RequestLimits;
 pub use saggar_arena::GatherStats;
 pub use saggar_cache::ModelHash;

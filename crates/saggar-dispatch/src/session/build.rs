@@ -1,10 +1,8 @@
 //! Creating a session: the model's kind, its buckets, every main program precompiled, the arena
 //! layout they share, and the pool of run contexts.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
 use saggar_arena::{ArenaLayout, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
 use saggar_device::{Backend, Device};
 use saggar_shape::{Signature, TensorSpec};
@@ -15,8 +13,9 @@ use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
 use crate::error::Result;
 use crate::graphs::GraphMemory;
+use crate::per_shape::ShapeTable;
 use crate::plan::Model;
-use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
+use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, Threads, slot};
 use crate::request::RequestGuard;
 use crate::stats::Stats;
 use crate::tensors::BindingMode;
@@ -84,8 +83,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         };
         let stats = Arc::new(Stats::default());
         let cache = config.cache.clone();
-        let main =
-            programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
+        let threads = Threads { load: config.load_threads, compile: config.compile_threads };
+        let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, threads, &stats, progress)?;
 
         // One arena layout serves every main program: each slot sized for the largest bucket.
         let input_slots = largest_slots(&model_spec.inputs, &main, |e, i| e.input_bytes[i]);
@@ -126,6 +125,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         })?;
         contexts.prewarm(config.prewarm_contexts)?;
         let guard = RequestGuard::new(&signature, config.request_limits);
+        let shape_programs = ShapeTable::new(config.max_shape_programs);
         let session = Session {
             inner: Arc::new(Inner {
                 device,
@@ -136,7 +136,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 main,
                 upload_span,
                 download_span,
-                shape_programs: RwLock::new(HashMap::new()),
+                shape_programs,
                 contexts,
                 gather,
                 guard,

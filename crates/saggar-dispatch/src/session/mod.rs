@@ -16,7 +16,7 @@ use crate::compiler::ProgramCompiler;
 use crate::context::RunContext;
 use crate::error::{DispatchError, Result};
 use crate::graphs::GraphMemory;
-use crate::per_shape::ShapePrograms;
+use crate::per_shape::ShapeTable;
 use crate::plan::Model;
 use crate::programs::ProgramEntry;
 use crate::request::RequestGuard;
@@ -35,7 +35,7 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     pub(crate) upload_span: Vec<usize>,
     pub(crate) download_span: Vec<usize>,
     /// A per-shape model's programs; empty for other models.
-    pub(crate) shape_programs: ShapePrograms<B, C::Program>,
+    pub(crate) shape_programs: ShapeTable<B, C::Program>,
     pub(crate) contexts: Pool<RunContext<B>>,
     /// The pool the contexts' arenas come from, for its gather counters.
     pub(crate) gather: ArenaPool<B>,
