@@ -75,7 +75,7 @@ pub fn cache_key(
 /// The cache key of the one artifact that serves every bucket of a model whose compiler declares
 /// [`crate::CompilerCapabilities::one_artifact_per_model`]: as [`cache_key`], with the model's input
 /// specs (symbolic dimensions by name) in place of concrete shapes, and the option
-/// `artifact=per-model`.
+/// `saggar_artifact_scope=model`.
 pub fn model_cache_key(
     identity: &CompilerIdentity,
     specs: &[TensorSpec],
@@ -102,7 +102,7 @@ pub fn model_cache_key(
         .compiler(identity.compiler.clone())
         .compiler_version(identity.version.clone())
         .option("saggar_format", SAGGAR_FORMAT_VERSION.to_string())
-        .option("artifact", "per-model");
+        .option("saggar_artifact_scope", "model");
     for (name, value) in &identity.options {
         builder = builder.option(name.clone(), value.clone());
     }
@@ -453,6 +453,15 @@ fn precompile_per_model<B: Backend, C: ProgramCompiler<B>>(
         let entry = match (cache, &key) {
             (Some(cache), Some(key)) => load_cached(compiler, device, cache, key, spec, artifact.as_bytes(), stats),
             _ => load_entry(compiler, device, spec, artifact.as_bytes(), stats),
+        };
+        // A compiler that declared one artifact per model but refuses it for this bucket breaks the
+        // contract; the bucket still gets its own program, and the refusal is logged.
+        let entry = match entry {
+            Err(DispatchError::Load { source: refusal, .. }) => {
+                tracing::warn!(bucket = ?spec.bucket, error = %refusal, "the model's one artifact does not load for this bucket; compiling it apart");
+                get_or_compile(compiler, device, cache, spec, stats)
+            }
+            other => other,
         };
         report(spec, source);
         Some(entry)
