@@ -344,11 +344,12 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
             .with_option("artifact", ARTIFACT_VERSION.to_string())
     }
 
-    /// Thread-safe (compiles share the model's code objects under a lock), and one artifact serves
-    /// every bucket: the generated code takes the shapes as arguments, and a load checks that the
-    /// request's code is the artifact's.
+    /// Thread-safe (compiles share the model's code objects under a lock). On CUDA and HIP one
+    /// artifact serves every bucket: the generated code takes the batch as an argument, and a load
+    /// checks that the request's code is the artifact's. The host backend's plans are specialised
+    /// per shape, so there each bucket has its own artifact.
     fn capabilities(&self) -> CompilerCapabilities {
-        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(true)
+        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
