@@ -28,6 +28,8 @@ struct Declared {
     overlap_wait: Duration,
     inside: AtomicUsize,
     most_inside: AtomicUsize,
+    /// Loads refuse an artifact compiled for another bucket (a compiler that breaks its declaration).
+    strict: bool,
 }
 
 impl Declared {
@@ -38,6 +40,7 @@ impl Declared {
             overlap_wait,
             inside: AtomicUsize::new(0),
             most_inside: AtomicUsize::new(0),
+            strict: false,
         })
     }
 }
@@ -70,7 +73,10 @@ impl ProgramCompiler<HostBackend> for Declared {
             self.most_inside.fetch_max(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(1));
         }
-        let compiled = self.inner.compile(device, request);
+        let compiled = self.inner.compile(device, request).map(|mut bytes| {
+            bytes.extend_from_slice(&request.bucket.unwrap_or(0).to_le_bytes());
+            bytes
+        });
         self.inside.fetch_sub(1, Ordering::SeqCst);
         compiled
     }
@@ -81,7 +87,11 @@ impl ProgramCompiler<HostBackend> for Declared {
         request: &CompileRequest<'_>,
         artifact: &[u8],
     ) -> Result<SumProgram, CompilerError> {
-        self.inner.load(device, request, artifact)
+        let (code, bucket) = artifact.split_at(artifact.len().checked_sub(8).ok_or("artifact too short")?);
+        if self.strict && Some(u64::from_le_bytes(bucket.try_into()?)) != request.bucket {
+            return Err("artifact compiled for another bucket".into());
+        }
+        self.inner.load(device, request, code)
     }
 }
 
@@ -171,4 +181,15 @@ fn other_compilers_compile_one_at_a_time_in_the_process_even_without_a_cache() {
     });
     assert_eq!(declared.inner.compiles.load(Ordering::SeqCst), 10);
     assert_eq!(declared.most_inside.load(Ordering::SeqCst), 1, "the process-wide compile lock held every compile");
+}
+
+#[test]
+fn a_compiler_that_declares_one_artifact_but_refuses_it_gets_a_program_per_bucket() {
+    let caps = CompilerCapabilities::default().with_one_artifact_per_model(true);
+    let mut declared = Declared::new(11, caps, Duration::ZERO);
+    Arc::get_mut(&mut declared).unwrap().strict = true;
+    let session = Session::builder(host_device(), declared.clone()).config(config(None, 4)).build().unwrap();
+    // The model's compile (for bucket 16) serves bucket 16; the other four are compiled apart.
+    assert_eq!(session.stats().compiles, 5);
+    check_all_batches(&session, &declared.inner);
 }
