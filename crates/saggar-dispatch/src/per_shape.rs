@@ -47,8 +47,9 @@ impl<B: Backend> ShapeRun<B> {
 
 /// A program compiled for one concrete shape of a per-shape model, with what its runs need.
 pub(crate) struct ShapeProgram<B: Backend, P> {
-    entry: ProgramEntry<P>,
+    /// Dropped first: the run slots' graphs and arenas go before the program they launch.
     runs: Pool<ShapeRun<B>>,
+    entry: ProgramEntry<P>,
     /// Bytes of the staging span and of the output span one run copies.
     upload_span: usize,
     download_span: usize,
@@ -171,25 +172,25 @@ impl<B: Backend, P> ShapeTable<B, P> {
         let mut state = self.state.write();
         let mut evicted = Vec::new();
         while state.held >= self.limit {
-            // Under the table's write lock nobody can take a new reference to a kept program (only
-            // `resident`, under the read lock, and `make_in`, under the slot's lock, do), so a
-            // program only the table holds is idle.
-            let victim = state
+            // Under the table's write lock nobody takes a new reference to a kept program through
+            // the table (`resident` needs the read lock); a request may still hold or wait for a
+            // slot's own lock, so a victim's lock is held while its program is taken out.
+            let mut idle: Vec<(u64, StableShapeKey)> = state
                 .slots
                 .iter()
-                .filter(|(k, s)| {
-                    **k != key
-                        && s.making.try_lock().is_some()
-                        && s.program.read().as_ref().is_some_and(|p| Arc::strong_count(p) == 1)
-                })
-                .min_by_key(|(_, s)| s.last_used.load(Relaxed))
-                .map(|(k, _)| *k);
-            let Some(victim) = victim else { return (false, evicted) };
-            if let Some(slot) = state.slots.remove(&victim)
-                && let Some(program) = slot.program.write().take()
-            {
-                evicted.push(program);
-            }
+                .filter(|(k, s)| **k != key && s.program.read().as_ref().is_some_and(|p| Arc::strong_count(p) == 1))
+                .map(|(k, s)| (s.last_used.load(Relaxed), *k))
+                .collect();
+            idle.sort_unstable();
+            let taken = idle.into_iter().find_map(|(_, k)| {
+                let slot = state.slots.get(&k)?.clone();
+                let _making = slot.making.try_lock()?;
+                let program = slot.program.write().take_if(|p| Arc::strong_count(p) == 1)?;
+                Some((k, program))
+            });
+            let Some((victim, program)) = taken else { return (false, evicted) };
+            state.slots.remove(&victim);
+            evicted.push(program);
             state.held -= 1;
             stats.shape_programs.fetch_sub(1, Relaxed);
             Stats::bump(&stats.shape_program_evictions);
@@ -262,7 +263,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             .enumerate()
             .map(|(o, d)| self.slice_plan(o, d, Chunk::whole(1, 1)))
             .collect::<Result<_>>()?;
-        Ok(ShapeProgram { entry, runs, upload_span, download_span, pad_plans, slice_plans })
+        Ok(ShapeProgram { runs, entry, upload_span, download_span, pad_plans, slice_plans })
     }
 
     /// Enqueues one run of `sp` on `run`'s arena: the single upload, the program, the single
