@@ -356,6 +356,12 @@ impl Counters {
                 eager_fallbacks: stats.eager_fallbacks,
                 eager_runs: stats.eager_runs,
                 evicted: stats.evicted_graphs,
+                memory_bytes: stats.graph_bytes,
+                peak_memory_bytes: stats.graph_bytes_peak,
+                over_budget: stats.graphs_over_budget,
+                shape_programs: stats.shape_programs,
+                shape_program_evictions: stats.shape_program_evictions,
+                shape_overflow_runs: stats.shape_overflow_runs,
             },
         }
     }

@@ -247,6 +247,18 @@ pub struct Graphs {
     pub eager_runs: u64,
     /// Graphs evicted by the graph-memory budget.
     pub evicted: u64,
+    /// Device memory the session's graphs held at the end, as measured per graph.
+    pub memory_bytes: u64,
+    /// The most graph memory the session held at once.
+    pub peak_memory_bytes: u64,
+    /// Graphs that did not fit the budget: launched once, not kept.
+    pub over_budget: u64,
+    /// Per-shape programs kept at the end, evicted, and requests run on an unkept one.
+    pub shape_programs: u64,
+    /// See [`Graphs::shape_programs`].
+    pub shape_program_evictions: u64,
+    /// See [`Graphs::shape_programs`].
+    pub shape_overflow_runs: u64,
 }
 
 /// The check against the eager reference.
@@ -397,8 +409,17 @@ impl PerfReport {
         row(
             "graphs",
             format!(
-                "captures {}, replays {}, updates {}, recaptures {}, eager fallbacks {}, eager runs {}",
-                g.captures, g.replays, g.updates, g.recaptures, g.eager_fallbacks, g.eager_runs
+                "captures {}, replays {}, updates {}, recaptures {}, eager fallbacks {}, eager runs {}, memory {} B (peak {} B, evicted {}, over budget {})",
+                g.captures,
+                g.replays,
+                g.updates,
+                g.recaptures,
+                g.eager_fallbacks,
+                g.eager_runs,
+                g.memory_bytes,
+                g.peak_memory_bytes,
+                g.evicted,
+                g.over_budget
             ),
         );
         let v = &self.verify;

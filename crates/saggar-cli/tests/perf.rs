@@ -35,6 +35,9 @@ const CONTRACT: &[&str] = &[
     "/graphs/recaptures",
     "/graphs/eager_fallbacks",
     "/graphs/eager_runs",
+    "/graphs/memory_bytes",
+    "/graphs/peak_memory_bytes",
+    "/graphs/over_budget",
     "/verify/checked",
     "/verify/mismatches",
 ];
@@ -397,4 +400,6 @@ fn eager_capture_captures_every_bucket_before_the_first_request() {
     // Buckets 1, 2, 4, 8 in each of the 2 prewarmed contexts, all captured at creation.
     assert_eq!(report["graphs"]["captures"], 8, "{report}");
     assert_eq!(report["graphs"]["replays"], 40, "{report}");
+    let graph_memory = report["graphs"]["peak_memory_bytes"].as_u64().unwrap();
+    assert!(graph_memory > 0, "graph memory is measured and reported: {report}");
 }

@@ -209,8 +209,9 @@ pub struct GraphConfig {
     pub max_consecutive_drift: u32,
     /// On drift, try an in-place graph update before re-capturing.
     pub try_update: bool,
-    /// Estimated graph memory allowed per session; idle graphs are evicted, least recently used
-    /// first, when it is exceeded. `None`: unbounded.
+    /// Graph memory (measured per graph) allowed for the whole session, across its run contexts;
+    /// least recently used graphs of any context are evicted when a capture would exceed it, and a
+    /// graph that still does not fit is launched once and not kept. `None`: unbounded.
     pub memory_budget_bytes: Option<u64>,
 }
 
@@ -258,9 +259,10 @@ impl GraphConfig {
     }
 }
 
-/// The estimated device memory of one graph node, used by the graph-memory budget. Vendors do not
-/// report a graph's memory; this is the order of magnitude CUDA reports for kernel nodes.
-pub const GRAPH_NODE_BYTES: u64 = 4 << 10;
+/// The device memory the host backend models per graph node. GPU backends measure each graph's
+/// memory instead (see [`saggar_device::GraphExec::memory_bytes`]); on the host backend a budget of
+/// `n * GRAPH_NODE_BYTES` holds `n` nodes' worth of graphs.
+pub const GRAPH_NODE_BYTES: u64 = saggar_device::host::HOST_GRAPH_NODE_BYTES;
 
 /// How a session behaves. Build with [`SessionConfig::builder`].
 #[derive(Debug, Clone)]
@@ -272,6 +274,8 @@ pub struct SessionConfig {
     pub(crate) prewarm_contexts: usize,
     pub(crate) cache: Option<Arc<CompileCache>>,
     pub(crate) load_threads: usize,
+    pub(crate) compile_threads: usize,
+    pub(crate) max_shape_programs: usize,
     pub(crate) arena_alignment: usize,
     pub(crate) request_limits: RequestLimits,
     pub(crate) padded_axis: Option<PaddedAxis>,
@@ -280,8 +284,8 @@ pub struct SessionConfig {
 
 impl SessionConfig {
     /// A builder with the defaults: powers of two up to 64, splitting on, graphs on (lazy capture,
-    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, and the
-    /// default [`RequestLimits`].
+    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, 64
+    /// per-shape programs, compile threads as many as cores, and the default [`RequestLimits`].
     pub fn builder() -> SessionConfigBuilder {
         SessionConfigBuilder {
             config: SessionConfig {
@@ -292,6 +296,8 @@ impl SessionConfig {
                 prewarm_contexts: 1,
                 cache: None,
                 load_threads: 4,
+                compile_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+                max_shape_programs: 64,
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
                 request_limits: RequestLimits::default(),
                 padded_axis: None,
@@ -362,6 +368,22 @@ impl SessionConfigBuilder {
         self
     }
 
+    /// Threads that compile cache misses in parallel at creation, for a compiler that declares
+    /// itself thread-safe ([`crate::CompilerCapabilities::thread_safe`]); others compile one at a
+    /// time. Default: the number of cores.
+    pub fn compile_threads(mut self, n: usize) -> Self {
+        self.config.compile_threads = n;
+        self
+    }
+
+    /// The most per-shape programs (of models with symbolic dimensions besides the batch) a session
+    /// keeps; the least recently used one nobody is running is evicted to make room, and a request
+    /// that finds every kept program in use runs on a program that is not kept. Default 64.
+    pub fn max_shape_programs(mut self, n: usize) -> Self {
+        self.config.max_shape_programs = n;
+        self
+    }
+
     /// Alignment of arena slots.
     pub fn arena_alignment(mut self, alignment: usize) -> Self {
         self.config.arena_alignment = alignment;
@@ -400,8 +422,11 @@ impl SessionConfigBuilder {
                 c.prewarm_contexts, c.max_concurrency
             )));
         }
-        if c.load_threads == 0 {
-            return Err(DispatchError::Config("load_threads must be at least 1".into()));
+        if c.load_threads == 0 || c.compile_threads == 0 {
+            return Err(DispatchError::Config("load_threads and compile_threads must be at least 1".into()));
+        }
+        if c.max_shape_programs == 0 {
+            return Err(DispatchError::Config("max_shape_programs must be at least 1".into()));
         }
         if c.request_limits.max_rows == 0 || c.request_limits.max_bytes == 0 {
             return Err(DispatchError::Config("request limits must allow at least one row and one byte".into()));

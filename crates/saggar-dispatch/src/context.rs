@@ -54,11 +54,11 @@ pub(crate) struct Slots<B: Backend> {
 }
 
 impl<B: Backend> Slots<B> {
-    pub(crate) fn new(arena: ArenaLease<B>, scratch: Option<B::DeviceBuffer>, graph_budget: Option<u64>) -> Self {
+    pub(crate) fn new(arena: ArenaLease<B>, scratch: Option<B::DeviceBuffer>, graphs: GraphCache<B>) -> Self {
         Slots {
             arena,
             scratch,
-            graphs: GraphCache::new(graph_budget),
+            graphs,
             pad_plans: Vec::new(),
             slice_plans: Vec::new(),
             inputs: Vec::new(),

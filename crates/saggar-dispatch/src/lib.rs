@@ -5,15 +5,19 @@
 //!
 //! A [`Session`] serves one model on one device. At creation it detects the batch axis, chooses
 //! buckets (a saggar-shape policy), and precompiles every bucket through saggar-cache: cached artifacts
-//! are loaded in parallel, misses compiled one at a time, all pinned to the session's device. Each
-//! `run` then takes one of three paths, each counted:
+//! are loaded in parallel, misses compiled one at a time (in parallel for a compiler that declares
+//! itself thread-safe, once per model for one whose artifact serves every bucket: see
+//! [`CompilerCapabilities`]), all pinned to the session's device. Each `run` then takes one of three
+//! paths, each counted:
 //!
 //! - **ultra-fast**: the same symbolic dimensions, binding mode and actual batch as the run context's
 //!   last run: reuse its plans, rebind, replay;
 //! - **fast**: a program is ready for the bucket: plan padding and slicing, bind, replay (capturing the
 //!   graph on first use);
-//! - **standard**: full validation by name, splitting of batches above the largest bucket, and a
-//!   compile through the cache for a new shape of a model with other symbolic dimensions.
+//! - **standard**: full validation by name, splitting of batches above the largest bucket, and, for
+//!   a model with other symbolic dimensions, its shape's program from a bounded table (made through
+//!   the cache under the shape's own lock on first use, least recently used out) replaying a graph
+//!   per shape.
 //!
 //! Graphs are kept per run context, keyed by (program, [`BindingMode`]) and tagged with the mode
 //! that captured them, so an entry is only ever replayed by its own mode:
@@ -79,14 +83,16 @@ mod tensors;
 
 pub use binding::DeviceBinding;
 pub use builder::SessionBuilder;
-pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
+pub use compiler::{
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler,
+};
 pub use config::{
     BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, LiveBuckets, PadValue, PaddedAxis, SessionConfig,
     SessionConfigBuilder,
 };
 pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
-pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
+pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key, model_cache_key};
 pub use request::RequestLimits;
 pub use saggar_arena::GatherStats;
 pub use saggar_cache::ModelHash;

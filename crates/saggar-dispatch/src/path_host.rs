@@ -171,14 +171,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let batch = bindings.batch();
         let RunContext { slots: Some(slots), last, stream, .. } = ctx else {
             // Only per-shape models have contexts without slots.
-            self.run_shape_program_host(bindings.stable_key(), ordered, outputs)?;
+            let replayed = self.run_shape_program_host(&ctx.stream, bindings.stable_key(), ordered, outputs)?;
             return Ok(RunInfo {
                 path: RunPath::Standard,
                 mode: BindingMode::PinnedCopy,
                 batch,
                 bucket: None,
                 chunks: 1,
-                replayed: false,
+                replayed,
             });
         };
         let (chunks, mut first, mut replayed) = (self.chunks(bindings)?, None, true);

@@ -3,8 +3,9 @@
 //! cells it lacks through the compile cache off the hot path, and swaps the bucket table
 //! atomically. Requests read the table once and keep what they read; program indices never
 //! change meaning (`slab.rs`), so a request planned on the old table runs correctly while the new
-//! one is published. Contexts drop the graphs of programs the new table no longer routes to on
-//! their next run (`Inner::retire_graphs`).
+//! one is published. Graphs of programs the new table no longer routes to are dropped at the swap
+//! in every idle context, and by a context busy at that moment on its next run
+//! (`Inner::retire_graphs`); either way their measured memory leaves the session's graph budget.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::buckets::{BucketTable, Grid, Live, cell_spec};
 use crate::compiler::ProgramCompiler;
 use crate::error::{DispatchError, Result};
 use crate::plan::Model;
-use crate::programs;
+use crate::programs::{self, Threads};
 use crate::session::Inner;
 use crate::stats::Stats;
 use saggar_device::{Backend, Device};
@@ -106,15 +107,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let entries = {
             let _pin = self.device.pin()?;
             let cache = self.config.cache.as_deref();
-            programs::precompile(
-                &*self.compiler,
-                &self.device,
-                cache,
-                &specs,
-                self.config.load_threads,
-                &self.stats,
-                &|_| {},
-            )?
+            // The same path as session creation: a compiler's capabilities (parallel compiles, one
+            // artifact per model) apply to the cells live re-bucketing adds.
+            let threads = Threads { load: self.config.load_threads, compile: self.config.compile_threads };
+            programs::precompile(&*self.compiler, &self.device, cache, &specs, threads, &self.stats, &|_| {})?
         };
 
         // Every new program must fit the arena and scratch the contexts were created with.
@@ -142,7 +138,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         }
         let programs: Vec<usize> = cells.iter().map(|c| known[c]).collect();
         let ids = programs.iter().map(|&k| self.main[k].id).collect();
-        grid.table.store(Arc::new(BucketTable::new(batch, axis, programs, ids, current.epoch + 1)));
+        let table = Arc::new(BucketTable::new(batch, axis, programs, ids, current.epoch + 1));
+        grid.table.store(table.clone());
+        // Idle contexts' graphs of retired programs go now, so their memory returns to the session's
+        // graph budget; a context running at this moment drops its own on its next run.
+        let retired = self.graph_memory.retain_programs(|id| table.routes(id));
+        Stats::add(&self.stats.retired_graphs, retired as u64);
         Stats::bump(&self.stats.refits);
         Ok(true)
     }

@@ -153,11 +153,46 @@ fn graphs_of_retired_buckets_are_dropped() {
     for (i, b) in [1, 2, 8, 3, 3, 3, 3, 3].into_iter().enumerate() {
         run_checked(&session, &model, b, i as u32);
     }
+    // Graphs of buckets 1, 2, 8 and 4 (batch 3's), of one size each (one context, same nodes).
+    let before = session.stats().graph_bytes;
+    assert!(before > 0 && before % 4 == 0, "four graphs measured: {before}");
     wait_for(&session, |s| s.refits >= 1);
     assert_eq!(session.buckets(), vec![3, 16]);
     run_checked(&session, &model, 3, 99);
     let stats = session.stats();
-    assert!(stats.retired_graphs >= 3, "graphs of buckets 1, 2 and 8 retired: {stats:?}");
+    assert!(stats.retired_graphs >= 4, "graphs of buckets 1, 2, 4 and 8 retired: {stats:?}");
+    // The retired graphs gave their memory back to the session's budget: bucket 3's graph is all
+    // the session holds now.
+    assert_eq!(stats.graph_bytes, before / 4, "{stats:?}");
+    assert_eq!(stats.graph_bytes_peak, before, "{stats:?}");
+}
+
+#[test]
+fn graphs_of_retired_buckets_leave_the_budget_of_idle_contexts_at_the_swap() {
+    let model = Arc::new(SumModel::new(1, 2, false));
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 16 })
+        .max_concurrency(1)
+        .live_buckets(LiveBuckets::new(8, 2))
+        .build()
+        .unwrap();
+    let session = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
+    for (i, b) in [1, 2, 8, 3, 3, 3, 3, 3].into_iter().enumerate() {
+        run_checked(&session, &model, b, i as u32);
+    }
+    wait_for(&session, |s| s.refits >= 1);
+    // No request ran since the swap: the refit itself dropped the idle context's retired graphs
+    // (unless the last request still held the context's graphs when the refit came, in which case
+    // they go on its next run).
+    let stats = session.stats();
+    if stats.retired_graphs > 0 {
+        assert_eq!(stats.retired_graphs, 4, "{stats:?}");
+        assert_eq!(stats.graph_bytes, 0, "every graph was of a retired bucket: {stats:?}");
+    }
+    run_checked(&session, &model, 3, 99);
+    let stats = session.stats();
+    assert_eq!(stats.retired_graphs, 4, "{stats:?}");
+    assert_eq!(stats.graph_bytes * 4, stats.graph_bytes_peak, "one graph of four kept: {stats:?}");
 }
 
 proptest! {

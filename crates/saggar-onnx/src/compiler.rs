@@ -30,7 +30,8 @@ use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
 use saggar_dispatch::steps;
 use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
 use saggar_dispatch::{
-    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program,
+    ProgramCompiler,
 };
 
 use crate::artifact::Header;
@@ -291,11 +292,6 @@ impl OnnxCompiler {
         artifact: &[u8],
     ) -> Result<OnnxProgram<B>, OnnxError> {
         let (header, code) = Header::parse(artifact)?;
-        if header.input_dims != request.input_dims {
-            return Err(OnnxError::Artifact {
-                reason: format!("made for input shapes {:?}, loaded for {:?}", header.input_dims, request.input_dims),
-            });
-        }
         if header.backend != B::KIND {
             return Err(OnnxError::Artifact {
                 reason: format!("made for {:?}, loaded on {:?}", header.backend, B::KIND),
@@ -304,7 +300,17 @@ impl OnnxCompiler {
         if header.model_hash != self.model_hash {
             return Err(OnnxError::Artifact { reason: "made for another model".into() });
         }
-        let lowered = self.lower(&header.input_dims, B::KIND)?;
+        // One artifact serves every shape whose generated code is the same text (the shapes are kernel
+        // arguments): the check is that this request's code is the artifact's.
+        let lowered = self.lower(request.input_dims, B::KIND)?;
+        if *blake3::hash(self.source(&lowered).code.as_bytes()).as_bytes() != header.source_hash {
+            return Err(OnnxError::Artifact {
+                reason: format!(
+                    "made for input shapes {:?}, whose code differs from that of {:?}",
+                    header.input_dims, request.input_dims
+                ),
+            });
+        }
         for signature in &lowered.kernels {
             if code.signature(&signature.name) != Some(signature) {
                 return Err(OnnxError::Artifact {
@@ -352,6 +358,14 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
     fn identity(&self) -> CompilerIdentity {
         CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
             .with_option("artifact", ARTIFACT_VERSION.to_string())
+    }
+
+    /// Thread-safe (compiles share the model's code objects under a lock). On CUDA and HIP one
+    /// artifact serves every bucket: the generated code takes the batch as an argument, and a load
+    /// checks that the request's code is the artifact's. The host backend's plans are specialised
+    /// per shape, so there each bucket has its own artifact.
+    fn capabilities(&self) -> CompilerCapabilities {
+        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {

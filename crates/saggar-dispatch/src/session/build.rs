@@ -1,11 +1,9 @@
 //! Creating a session: the model's kind, its buckets, every main program precompiled, the arena
 //! layout they share, and the pool of run contexts.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use parking_lot::RwLock;
 use saggar_arena::{ArenaLayout, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
 use saggar_device::{Backend, Device};
 use saggar_shape::{BucketPolicy, Signature, TensorSpec};
@@ -16,9 +14,11 @@ use crate::compiler::ProgramCompiler;
 use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
 use crate::error::{DispatchError, Result};
+use crate::graphs::GraphMemory;
 use crate::path_padded::PaddedIo;
+use crate::per_shape::ShapeTable;
 use crate::plan::Model;
-use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
+use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, Threads, slot};
 use crate::refit;
 use crate::request::RequestGuard;
 use crate::slab::Slab;
@@ -104,8 +104,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         };
         let stats = Arc::new(Stats::default());
         let cache = config.cache.clone();
-        let main =
-            programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
+        let threads = Threads { load: config.load_threads, compile: config.compile_threads };
+        let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, threads, &stats, progress)?;
 
         // One arena layout serves every main program: each slot sized for the largest bucket.
         let input_slots = largest_slots(&model_spec.inputs, &main, |e, i| e.input_bytes[i]);
@@ -151,7 +151,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         // have no slots.
         let has_main = !main.is_empty();
         let gather = arenas.clone();
-        let graph_budget = config.graphs.memory_budget_bytes.map(|b| b / config.max_concurrency as u64);
+        let graph_memory = Arc::new(GraphMemory::new(config.graphs.memory_budget_bytes, stats.clone()));
+        let ctx_graphs = graph_memory.clone();
         let ctx_device = device.clone();
         let ctx_stats = stats.clone();
         let contexts = Pool::new(config.max_concurrency, wait, move || {
@@ -160,7 +161,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             let slots = if has_main {
                 let arena = arenas.lease()?;
                 let scratch = if max_scratch > 0 { Some(ctx_device.alloc(max_scratch)?) } else { None };
-                Some(Slots::new(arena, scratch, graph_budget))
+                Some(Slots::new(arena, scratch, ctx_graphs.new_cache()))
             } else {
                 None
             };
@@ -175,6 +176,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         })?;
         contexts.prewarm(config.prewarm_contexts)?;
         let guard = RequestGuard::new(&signature, config.request_limits);
+        let shape_programs = ShapeTable::new(config.max_shape_programs);
         let session = Session {
             inner: Arc::new(Inner {
                 device,
@@ -185,11 +187,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 main,
                 upload_span,
                 download_span,
-                shape_programs: RwLock::new(HashMap::new()),
+                shape_programs,
                 contexts,
                 gather,
                 guard,
                 stats,
+                graph_memory,
             }),
         };
         if session.inner.config.graphs.enabled && session.inner.config.graphs.capture == CaptureWhen::Eager {
@@ -208,7 +211,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             let RunContext { stream, slots, .. } = &mut *ctx;
             if let Some(slots) = slots {
                 for k in 0..inner.main.len() {
-                    inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
+                    inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy, |_| Ok(true))?;
                 }
             }
         }

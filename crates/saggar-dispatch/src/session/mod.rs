@@ -15,7 +15,8 @@ use saggar_shape::{Signature, TensorShape};
 use crate::compiler::ProgramCompiler;
 use crate::context::RunContext;
 use crate::error::{DispatchError, Result};
-use crate::per_shape::ShapePrograms;
+use crate::graphs::GraphMemory;
+use crate::per_shape::ShapeTable;
 use crate::plan::Model;
 use crate::programs::ProgramEntry;
 use crate::request::RequestGuard;
@@ -36,13 +37,15 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     pub(crate) upload_span: Slab<usize>,
     pub(crate) download_span: Slab<usize>,
     /// A per-shape model's programs; empty for other models.
-    pub(crate) shape_programs: ShapePrograms<B, C::Program>,
+    pub(crate) shape_programs: ShapeTable<B, C::Program>,
     pub(crate) contexts: Pool<RunContext<B>>,
     /// The pool the contexts' arenas come from, for its gather counters.
     pub(crate) gather: ArenaPool<B>,
     /// The request limits, checked before anything is allocated or planned for a request.
     pub(crate) guard: RequestGuard,
     pub(crate) stats: Arc<Stats>,
+    /// The session's graph-memory budget and its contexts' graph caches.
+    pub(crate) graph_memory: Arc<GraphMemory<B>>,
 }
 
 /// One model on one device. Created with every bucket precompiled; serves `run` calls from any
@@ -186,7 +189,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
     ) -> Result<R> {
         if let Some(slots) = &mut ctx.slots {
-            slots.graphs.tick += 1;
+            // The session's request count orders graph use across contexts (least recently used
+            // out) at the cost of one relaxed load of a counter `counted` already bumped.
+            slots.graphs.tick = self.stats.requests.load(std::sync::atomic::Ordering::Relaxed);
             self.retire_graphs(slots);
         }
         match f(self, ctx) {
