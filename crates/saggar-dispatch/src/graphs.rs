@@ -7,7 +7,8 @@
 //! it ([`GraphExec::memory_bytes`]), and one budget covers the whole session. A capture that would
 //! exceed it first evicts its own context's least recently used graphs, then the least recently
 //! used graphs of the session's other contexts (skipping a context whose cache is locked by a run
-//! at that moment); a graph that still does not fit is launched once and not kept.
+//! at that moment); a graph that still does not fit is launched once and not kept. Graphs of
+//! programs a live refit retired leave through the same registry, their memory with them.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
