@@ -23,3 +23,8 @@ fn group_compiles_once_and_loads_once() {
         HostBackend::open(1).unwrap(),
     );
 }
+
+#[test]
+fn graph_budget_holds_across_eight_contexts() {
+    common::graph_budget_holds_across_eight_contexts::<HostBackend>(HostBackend::open(0).unwrap());
+}

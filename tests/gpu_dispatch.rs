@@ -30,3 +30,9 @@ fn session_group_over_two_gpus_compiles_once_and_loads_once() {
     };
     common::group_compiles_once_and_loads_once::<CudaBackend>(d0, d1);
 }
+
+#[test]
+fn graph_budget_holds_across_eight_contexts() {
+    let Some(d) = open_or_skip::<CudaBackend>("graph_budget_holds_across_eight_contexts") else { return };
+    common::graph_budget_holds_across_eight_contexts::<CudaBackend>(d);
+}

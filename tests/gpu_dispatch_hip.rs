@@ -28,3 +28,9 @@ fn session_group_over_two_devices_compiles_once_on_hip() {
     };
     common::group_compiles_once_and_loads_once::<HipBackend>(d0, d1);
 }
+
+#[test]
+fn graph_budget_holds_across_eight_contexts_on_hip() {
+    let Some(d) = open_or_skip::<HipBackend>("graph_budget_holds_across_eight_contexts_on_hip") else { return };
+    common::graph_budget_holds_across_eight_contexts::<HipBackend>(d);
+}

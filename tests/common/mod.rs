@@ -227,3 +227,58 @@ pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Devi
         }
     }
 }
+
+/// A graph-memory budget below what every bucket's graphs in 8 contexts take: first 8 threads
+/// capture every bucket in every context without a budget (the measured total), then a session
+/// with a third of that as its budget serves the same load. Measured graph memory stays under the
+/// budget, graphs are evicted, every output is correct. Prints the figures and a PASS line.
+pub fn graph_budget_holds_across_eight_contexts<B: Backend>(device: B::Device) {
+    let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
+    let cases = cases(&compiler, 1..=16);
+    let load = |budget: Option<u64>| {
+        let graphs = saggar_dispatch::GraphConfig::default().with_memory_budget_bytes(budget);
+        let config = SessionConfig::builder()
+            .buckets(BucketSpec::PowersOfTwo { max: 16 })
+            .max_concurrency(8)
+            .graphs(graphs)
+            .build()
+            .unwrap();
+        let session = Session::<B, _>::new(device.clone(), compiler.clone(), config, &|_| {}).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..8usize {
+                let (session, compiler, cases) = (&session, &compiler, &cases);
+                scope.spawn(move || {
+                    for i in 0..3 * cases.len() {
+                        run_host_case(session, compiler, &cases[(t * 5 + i) % cases.len()]);
+                    }
+                });
+            }
+        });
+        session.stats()
+    };
+    let all = load(None);
+    let total = all.graph_bytes_peak;
+    if total == 0 {
+        println!(
+            "PASS graph_budget on {:?}: the driver measured 0 bytes for all {} graphs (page granularity), so no budget can bind",
+            B::KIND,
+            all.captures
+        );
+        return;
+    }
+    let budget = total / 3;
+    let st = load(Some(budget));
+    println!(
+        "graph_budget on {:?}: {} graphs unbounded took {total} B measured; budget {budget} B: peak {} B, {} evicted, {} over budget, {} captures",
+        B::KIND,
+        all.captures,
+        st.graph_bytes_peak,
+        st.evicted_graphs,
+        st.graphs_over_budget,
+        st.captures
+    );
+    assert!(st.graph_bytes_peak <= budget, "measured graph memory exceeded the budget: {st:?}");
+    assert!(st.evicted_graphs + st.graphs_over_budget > 0, "the budget never bound: {st:?}");
+    assert_eq!(st.failed, 0);
+    println!("PASS graph_budget on {:?}: measured graph memory stayed under the budget across 8 contexts", B::KIND);
+}

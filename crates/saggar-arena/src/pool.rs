@@ -55,13 +55,16 @@ struct PoolShared<T> {
     created: AtomicUsize,
     max: usize,
     when_exhausted: WhenExhausted,
+    /// Leases waiting for a value to come back; a return takes `returned` only when there are some.
+    waiters: AtomicUsize,
     returned: Mutex<()>,
     returned_cv: Condvar,
 }
 
-/// A bounded pool of values made on demand by a factory. Leasing takes an idle value (lock-free),
-/// creates one while under the bound, or waits or fails at the bound. A lease returns its value on
-/// drop, errors included.
+/// A bounded pool of values made on demand by a factory. Leasing takes an idle value, creates one
+/// while under the bound, or waits or fails at the bound. A lease returns its value on drop, errors
+/// included. Leasing an idle value and returning one are lock-free (a crossbeam `ArrayQueue` and
+/// atomics); only a lease that waits at the bound, and the return that wakes it, take a lock.
 ///
 /// It is a general utility, not tied to arenas: saggar-dispatch pools its per-request run contexts
 /// (stream, arena, scratch, graphs) with it.
@@ -120,6 +123,7 @@ impl<T> Pool<T> {
                 created: AtomicUsize::new(0),
                 max,
                 when_exhausted,
+                waiters: AtomicUsize::new(0),
                 returned: Mutex::new(()),
                 returned_cv: Condvar::new(),
             }),
@@ -186,8 +190,15 @@ impl<T> Pool<T> {
         if self.shared.idle.push(value).is_err() {
             unreachable!("a pool holds at most its bound");
         }
-        let _guard = self.shared.returned.lock();
-        self.shared.returned_cv.notify_one();
+        // Lock-free unless a lease waits. A waiter counts itself, then checks the queue (under the
+        // lock, before it sleeps); this return pushes, then reads the count. With a full fence on
+        // both sides, either the waiter sees the value or this return sees the waiter and wakes it
+        // under the lock (which the waiter holds until it sleeps), so no wake-up is lost.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.shared.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.shared.returned.lock();
+            self.shared.returned_cv.notify_one();
+        }
     }
 
     /// Leases a value.
@@ -205,21 +216,30 @@ impl<T> Pool<T> {
                 WhenExhausted::Fail => return Err(ArenaError::PoolExhausted { max }),
                 WhenExhausted::Wait { timeout } => {
                     let mut guard = self.shared.returned.lock();
-                    if !self.shared.idle.is_empty() {
-                        continue;
-                    }
-                    match timeout {
-                        None => self.shared.returned_cv.wait(&mut guard),
-                        Some(limit) => {
-                            let Some(left) = limit.checked_sub(started.elapsed()) else {
-                                return Err(ArenaError::PoolTimeout {
+                    self.shared.waiters.fetch_add(1, Ordering::SeqCst);
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    let waited = if !self.shared.idle.is_empty() {
+                        Ok(())
+                    } else {
+                        match timeout {
+                            None => {
+                                self.shared.returned_cv.wait(&mut guard);
+                                Ok(())
+                            }
+                            Some(limit) => match limit.checked_sub(started.elapsed()) {
+                                Some(left) => {
+                                    self.shared.returned_cv.wait_for(&mut guard, left);
+                                    Ok(())
+                                }
+                                None => Err(ArenaError::PoolTimeout {
                                     max,
                                     waited_ms: started.elapsed().as_millis() as u64,
-                                });
-                            };
-                            self.shared.returned_cv.wait_for(&mut guard, left);
+                                }),
+                            },
                         }
-                    }
+                    };
+                    self.shared.waiters.fetch_sub(1, Ordering::SeqCst);
+                    waited?;
                 }
             }
         }

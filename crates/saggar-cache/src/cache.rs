@@ -37,6 +37,18 @@ pub enum Origin {
     CompiledUnpublished,
 }
 
+/// What a compile on a cache miss excludes besides other compiles of the same key (which the
+/// per-key and cross-process locks always exclude).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CompileExclusion {
+    /// Every other compile in the process: the process-wide compile lock is held around it.
+    #[default]
+    Process,
+    /// Nothing more: compiles of different keys run in parallel (thread-safe compilers).
+    Key,
+}
+
 /// The result of [`CompileCache::get_or_compile`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -179,6 +191,23 @@ impl CompileCache {
         F: FnOnce() -> Result<Vec<u8>, E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        self.get_or_compile_with(key, CompileExclusion::Process, compile)
+    }
+
+    /// [`CompileCache::get_or_compile`] with the choice of what else `compile` excludes:
+    /// [`CompileExclusion::Process`] is `get_or_compile`; [`CompileExclusion::Key`] takes only the
+    /// key's locks (in-process and cross-process), so misses of different keys compile in parallel.
+    /// Use it only for a compiler that is safe to run on several threads at once.
+    pub fn get_or_compile_with<F, E>(
+        &self,
+        key: &CacheKey,
+        exclusion: CompileExclusion,
+        compile: F,
+    ) -> Result<Fetched, CacheError>
+    where
+        F: FnOnce() -> Result<Vec<u8>, E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         Stats::bump(&self.stats.lookups);
         let id = key.id();
         if let Some(artifact) = self.memory.get(id) {
@@ -219,7 +248,10 @@ impl CompileCache {
         }
 
         let compiled = {
-            let _compile = CompileGuard::acquire();
+            let _compile = match exclusion {
+                CompileExclusion::Process => Some(CompileGuard::acquire()),
+                CompileExclusion::Key => None,
+            };
             Stats::bump(&self.stats.compiles);
             compile()
         };

@@ -97,7 +97,7 @@ mod payload;
 mod publish;
 mod stats;
 
-pub use cache::{CompileCache, Fetched, Origin};
+pub use cache::{CompileCache, CompileExclusion, Fetched, Origin};
 pub use config::{CacheConfig, CacheConfigBuilder, DirTrust, LockingMode};
 pub use error::{CacheError, Corruption};
 #[cfg(feature = "failpoints")]

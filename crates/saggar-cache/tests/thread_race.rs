@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::time::Duration;
 
 use common::{Hook, artifact_for, key};
-use saggar_cache::{CacheError, CompileCache, FaultPoint, LockingMode, Origin};
+use saggar_cache::{CacheError, CompileCache, CompileExclusion, FaultPoint, LockingMode, Origin};
 
 /// Runs `f` on another thread and fails the test if it does not finish in time (a deadlock).
 fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -186,4 +186,47 @@ fn panicking_compile_releases_every_lock() {
     let fetched = within(10, move || c.get_or_compile(&key("panics"), || Ok::<_, io::Error>(vec![1, 2, 3])).unwrap());
     assert_eq!(fetched.origin, Origin::Compiled);
     assert_eq!(cache.stats().keys_in_flight, 0);
+}
+
+/// Two threads compile two keys; each compile waits (up to `wait`) for the other to be compiling
+/// too. Returns whether one saw the other: true only if the compiles ran at the same time.
+fn overlapping_compiles(exclusion: CompileExclusion, wait: Duration) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CompileCache::open(common::config(dir.path()).build()).unwrap());
+    let inside = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = ["parallel-a", "parallel-b"]
+        .into_iter()
+        .map(|name| {
+            let (cache, inside) = (cache.clone(), inside.clone());
+            std::thread::spawn(move || {
+                let key = key(name);
+                let mut saw_other = false;
+                cache
+                    .get_or_compile_with(&key, exclusion, || {
+                        inside.fetch_add(1, Ordering::SeqCst);
+                        let deadline = std::time::Instant::now() + wait;
+                        while std::time::Instant::now() < deadline {
+                            if inside.load(Ordering::SeqCst) == 2 {
+                                saw_other = true;
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, io::Error>(artifact_for(&key, 64))
+                    })
+                    .unwrap();
+                saw_other
+            })
+        })
+        .collect();
+    handles.into_iter().any(|h| h.join().unwrap())
+}
+
+#[test]
+fn key_exclusion_compiles_different_keys_in_parallel_and_process_exclusion_does_not() {
+    let key = || overlapping_compiles(CompileExclusion::Key, Duration::from_secs(10));
+    assert!(within(30, key), "thread-safe compiles did not overlap");
+    let process = || overlapping_compiles(CompileExclusion::Process, Duration::from_millis(300));
+    assert!(!within(30, process), "the compile lock let compiles overlap");
 }

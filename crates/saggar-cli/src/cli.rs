@@ -205,6 +205,30 @@ pub struct BucketArgs {
     pub max_batch: u64,
 }
 
+/// A `--live-buckets EVERY:BUDGET` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveBucketsArg {
+    /// Requests between refits.
+    pub every: u64,
+    /// Buckets fitted.
+    pub budget: usize,
+}
+
+impl FromStr for LiveBucketsArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<LiveBucketsArg, String> {
+        let (every, budget) =
+            text.split_once(':').ok_or_else(|| format!("`{text}`: expected EVERY:BUDGET, e.g. 500:4"))?;
+        let every: u64 = every.parse().map_err(|_| format!("`{every}` is not a number of requests"))?;
+        let budget: usize = budget.parse().map_err(|_| format!("`{budget}` is not a number of buckets"))?;
+        if every == 0 || budget == 0 {
+            return Err("the interval and the budget must be at least 1".into());
+        }
+        Ok(LiveBucketsArg { every, budget })
+    }
+}
+
 /// The trace flags.
 #[derive(Debug, Clone, Args)]
 pub struct TraceArgs {
@@ -249,6 +273,11 @@ pub struct PerfArgs {
     /// The buckets.
     #[command(flatten)]
     pub buckets: BucketArgs,
+    /// Re-fit the buckets from the traffic while it runs: every EVERY requests, BUDGET buckets fitted to
+    /// the requests since the last fit, compiled in the background and swapped in (the largest
+    /// bucket stays). Off by default.
+    #[arg(long, value_name = "EVERY:BUDGET")]
+    pub live_buckets: Option<LiveBucketsArg>,
     /// Capture and replay graphs.
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub graphs: Toggle,

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor};
-use saggar_dispatch::{CaptureWhen, GraphConfig, HostTensor, SessionConfig, StatsSnapshot};
+use saggar_dispatch::{CaptureWhen, GraphConfig, HostTensor, LiveBuckets, SessionConfig, StatsSnapshot};
 use saggar_models::{compare_outputs, generate_inputs, reference_forward};
 
 use crate::bench;
@@ -213,7 +213,11 @@ pub(crate) fn first_of_each_batch<'k, K>(trace: &[u64], kept: &'k [(usize, K)]) 
 /// one prewarmed run context per worker thread.
 pub(crate) fn session_config(args: &PerfArgs, buckets: &Buckets, cache: Arc<CompileCache>) -> Result<SessionConfig> {
     let concurrency = args.concurrency as usize;
-    Ok(SessionConfig::builder()
+    let mut builder = SessionConfig::builder();
+    if let Some(live) = args.live_buckets {
+        builder = builder.live_buckets(LiveBuckets::new(live.every, live.budget));
+    }
+    Ok(builder
         .buckets(buckets.spec.clone())
         .graphs(GraphConfig::default().with_enabled(args.graphs == Toggle::On).with_capture(match args.capture {
             CaptureArg::Lazy => CaptureWhen::Lazy,
@@ -263,6 +267,8 @@ impl Counters {
                 useful_rows,
                 padded_rows,
                 waste_ratio: if total_rows == 0 { 0.0 } else { padded_rows as f64 / total_rows as f64 },
+                refits: d(|s| s.refits),
+                refit_failures: d(|s| s.refit_failures),
             },
             cache: CacheCounters {
                 memory_hits: after.memory_hits,
@@ -282,6 +288,12 @@ impl Counters {
                 eager_fallbacks: d(|s| s.eager_fallbacks),
                 eager_runs: d(|s| s.eager_runs),
                 evicted: d(|s| s.evicted_graphs),
+                memory_bytes: after.graph_bytes,
+                peak_memory_bytes: after.graph_bytes_peak,
+                over_budget: d(|s| s.graphs_over_budget),
+                shape_programs: after.shape_programs,
+                shape_program_evictions: d(|s| s.shape_program_evictions),
+                shape_overflow_runs: d(|s| s.shape_overflow_runs),
             },
         }
     }

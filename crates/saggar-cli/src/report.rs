@@ -224,6 +224,10 @@ pub struct Padding {
     pub padded_rows: u64,
     /// Padded rows over all rows computed.
     pub waste_ratio: f64,
+    /// Bucket tables swapped in by `--live-buckets`.
+    pub refits: u64,
+    /// Live refits that failed (the buckets were kept).
+    pub refit_failures: u64,
 }
 
 /// Where programs came from, and the cache's own health counters.
@@ -264,6 +268,18 @@ pub struct Graphs {
     pub eager_runs: u64,
     /// Graphs evicted by the graph-memory budget.
     pub evicted: u64,
+    /// Device memory the session's graphs held at the end, as measured per graph.
+    pub memory_bytes: u64,
+    /// The most graph memory the session held at once.
+    pub peak_memory_bytes: u64,
+    /// Graphs that did not fit the budget: launched once, not kept.
+    pub over_budget: u64,
+    /// Per-shape programs kept at the end, evicted, and requests run on an unkept one.
+    pub shape_programs: u64,
+    /// See [`Graphs::shape_programs`].
+    pub shape_program_evictions: u64,
+    /// See [`Graphs::shape_programs`].
+    pub shape_overflow_runs: u64,
 }
 
 /// The check against the eager reference.
@@ -402,10 +418,15 @@ impl PerfReport {
         row(
             "padding",
             format!(
-                "{} useful rows, {} padded rows, waste {:.2}%",
+                "{} useful rows, {} padded rows, waste {:.2}%{}",
                 pad.useful_rows,
                 pad.padded_rows,
-                100.0 * pad.waste_ratio
+                100.0 * pad.waste_ratio,
+                if pad.refits + pad.refit_failures > 0 {
+                    format!(", {} live refits ({} failed)", pad.refits, pad.refit_failures)
+                } else {
+                    String::new()
+                }
             ),
         );
         let c = &self.cache;
@@ -420,8 +441,17 @@ impl PerfReport {
         row(
             "graphs",
             format!(
-                "captures {}, replays {}, updates {}, recaptures {}, eager fallbacks {}, eager runs {}",
-                g.captures, g.replays, g.updates, g.recaptures, g.eager_fallbacks, g.eager_runs
+                "captures {}, replays {}, updates {}, recaptures {}, eager fallbacks {}, eager runs {}, memory {} B (peak {} B, evicted {}, over budget {})",
+                g.captures,
+                g.replays,
+                g.updates,
+                g.recaptures,
+                g.eager_fallbacks,
+                g.eager_runs,
+                g.memory_bytes,
+                g.peak_memory_bytes,
+                g.evicted,
+                g.over_budget
             ),
         );
         let v = &self.verify;

@@ -23,6 +23,8 @@ const CONTRACT: &[&str] = &[
     "/padding/useful_rows",
     "/padding/padded_rows",
     "/padding/waste_ratio",
+    "/padding/refits",
+    "/padding/refit_failures",
     "/cache/memory_hits",
     "/cache/disk_loads",
     "/cache/compiles",
@@ -33,6 +35,9 @@ const CONTRACT: &[&str] = &[
     "/graphs/recaptures",
     "/graphs/eager_fallbacks",
     "/graphs/eager_runs",
+    "/graphs/memory_bytes",
+    "/graphs/peak_memory_bytes",
+    "/graphs/over_budget",
     "/verify/checked",
     "/verify/mismatches",
 ];
@@ -404,4 +409,6 @@ fn eager_capture_captures_every_bucket_before_the_first_request() {
     assert_eq!(report["startup"]["timed_captures"], 0, "{report}");
     assert_eq!(report["graphs"]["captures"], 0, "{report}");
     assert_eq!(report["graphs"]["replays"], 40, "{report}");
+    let graph_memory = report["graphs"]["peak_memory_bytes"].as_u64().unwrap();
+    assert!(graph_memory > 0, "graph memory is measured and reported: {report}");
 }

@@ -313,4 +313,14 @@ pub trait GraphExec: Send + Sync + fmt::Debug {
 
     /// Whether [`GraphExec::destroy`] ran.
     fn is_destroyed(&self) -> bool;
+
+    /// Device memory this executable graph holds, in bytes, as measured when it was instantiated.
+    ///
+    /// GPU backends measure it: the drop in the device's free memory across the instantiation
+    /// (`cuMemGetInfo` / `hipMemGetInfo` before and after). The driver allocates graph memory in
+    /// pages, so small graphs often read as 0 and larger ones as whole pages, and an allocation or
+    /// free by another thread during the instantiation shows up in the figure; it is the driver's
+    /// account, not an estimate from the node count. The host backend, which has no driver, models
+    /// it as [`HOST_GRAPH_NODE_BYTES`](crate::host::HOST_GRAPH_NODE_BYTES) per node. An empty graph holds 0.
+    fn memory_bytes(&self) -> u64;
 }

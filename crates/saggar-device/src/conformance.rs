@@ -443,8 +443,10 @@ pub fn destroyed_graph_cannot_launch<B: Backend>(device: &B::Device) {
     stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
     let graph = stream.end_capture().unwrap();
     let mut exec = device.instantiate(&graph).unwrap();
+    assert_eq!(exec.memory_bytes(), 0, "an empty graph holds no memory");
     exec.destroy().unwrap();
     assert!(exec.is_destroyed());
+    assert_eq!(exec.memory_bytes(), 0, "a destroyed graph holds no memory");
     // SAFETY: the launch must be refused before anything runs.
     let err = unsafe { stream.launch_graph(&exec) }.unwrap_err();
     assert!(matches!(err, Error::GraphDestroyed { .. }), "launching a destroyed graph gave {err:?}");

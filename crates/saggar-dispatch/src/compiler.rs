@@ -92,12 +92,68 @@ impl<'a> CompileRequest<'a> {
     }
 }
 
+/// What a compiler declares about itself, so the dispatcher can compile less and in parallel.
+/// The default declares nothing: one compile at a time per process, one artifact per bucket.
+///
+/// ```
+/// use saggar_dispatch::CompilerCapabilities;
+///
+/// let caps = CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(true);
+/// assert!(caps.thread_safe && caps.one_artifact_per_model);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CompilerCapabilities {
+    /// [`ProgramCompiler::compile`] may run on several threads at once (for different shapes). The
+    /// dispatcher then compiles a session's cache misses in parallel (up to
+    /// [`crate::SessionConfigBuilder::compile_threads`] at once) and takes only the key's own locks,
+    /// not the process-wide compile lock.
+    pub thread_safe: bool,
+    /// One artifact serves every bucket of the model (every cell of a grid with a padded axis): its
+    /// code takes the batch (and the padded extent) as arguments. The
+    /// dispatcher compiles it once per model (one cache entry, keyed by [`crate::model_cache_key`])
+    /// and loads it once per bucket with that bucket's request; graphs are still per bucket.
+    pub one_artifact_per_model: bool,
+}
+
+impl CompilerCapabilities {
+    /// Whether [`ProgramCompiler::compile`] may run on several threads at once.
+    pub fn with_thread_safe(mut self, thread_safe: bool) -> Self {
+        self.thread_safe = thread_safe;
+        self
+    }
+
+    /// Whether one artifact serves every bucket of the model.
+    pub fn with_one_artifact_per_model(mut self, one: bool) -> Self {
+        self.one_artifact_per_model = one;
+        self
+    }
+}
+
 /// Compiles a model and loads compiled artifacts on a device.
+///
+/// # The contract
+/// - **When.** The dispatcher compiles at session creation (every bucket, or one program for a
+///   static model) and, for models with symbolic dimensions besides the batch, on the first request
+///   of each new shape. Lookups go through the session's compile cache when it has one: memory,
+///   disk, then a compile, published for other sessions and processes.
+/// - **Locks.** Compiles of one cache key never overlap (the cache's per-key and cross-process
+///   locks; without a cache, each shape has one lock in the session). Unless the compiler declares
+///   [`CompilerCapabilities::thread_safe`], every compile also holds saggar's process-wide compile
+///   lock, with or without a cache, so at most one runs in the process at a time.
+/// - **One artifact per model.** A compiler that declares
+///   [`CompilerCapabilities::one_artifact_per_model`] is asked to compile once per model, with the
+///   largest bucket's request (the batch in `input_dims` is that bucket's, and `bucket` says so;
+///   with a [`crate::PaddedAxis`], the largest cell of the grid), and must return an artifact that
+///   [`ProgramCompiler::load`] accepts with every bucket's request, including the grid cells live
+///   re-bucketing adds later. Per-shape programs (models with other symbolic dimensions) are still
+///   compiled per shape.
+/// - **Loads** run on several threads at once, each pinned to the session's device.
 ///
 /// # Thread safety
 /// `Send + Sync`: the dispatcher loads artifacts from several threads at once (parallel disk loads)
-/// but calls [`ProgramCompiler::compile`] from one thread at a time per process (saggar-cache's global
-/// compile lock).
+/// and calls [`ProgramCompiler::compile`] from one thread at a time per process, or from several
+/// when the compiler declares itself thread-safe.
 pub trait ProgramCompiler<B: Backend>: Send + Sync + 'static {
     /// The loaded program type.
     type Program: Program<B>;
@@ -107,6 +163,11 @@ pub trait ProgramCompiler<B: Backend>: Send + Sync + 'static {
 
     /// What identifies the generated code besides shapes and device.
     fn identity(&self) -> CompilerIdentity;
+
+    /// What this compiler declares about itself (see [`CompilerCapabilities`]); by default nothing.
+    fn capabilities(&self) -> CompilerCapabilities {
+        CompilerCapabilities::default()
+    }
 
     /// Compiles the model for `request` on `device`'s architecture, returning artifact bytes.
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError>;

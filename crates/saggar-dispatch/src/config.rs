@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use saggar_cache::CompileCache;
-use saggar_shape::{BatchHistogram, BucketPolicy, Splitting};
+use saggar_shape::{BatchHistogram, BucketPolicy, DType, LOOKUP_TABLE_LIMIT, Splitting};
 
 use crate::error::{DispatchError, Result};
 use crate::request::RequestLimits;
@@ -43,6 +43,150 @@ impl BucketSpec {
     }
 }
 
+/// A symbolic dimension besides the batch along which requests are padded to buckets (a
+/// sequence): the session's programs form a grid of batch buckets by buckets of this axis. Every
+/// input that carries the symbol is padded with its declared value up to the axis's bucket, and
+/// every output that carries it is sliced back to the real extent. A symbol not declared this way
+/// is never padded: a model that has one is served per shape.
+#[derive(Debug, Clone)]
+pub struct PaddedAxis {
+    pub(crate) symbol: String,
+    pub(crate) buckets: BucketSpec,
+    pub(crate) pad_values: Vec<(String, PadValue)>,
+}
+
+impl PaddedAxis {
+    /// The axis named `symbol` (as the model's inputs name it), bucketed by `buckets`.
+    pub fn new(symbol: impl Into<String>, buckets: BucketSpec) -> PaddedAxis {
+        PaddedAxis { symbol: symbol.into(), buckets, pad_values: Vec::new() }
+    }
+
+    /// Input `input` is padded with `value` along the axis. Every input that carries the symbol
+    /// needs one (session creation fails naming the input otherwise).
+    pub fn pad(mut self, input: impl Into<String>, value: impl Into<PadValue>) -> PaddedAxis {
+        self.pad_values.push((input.into(), value.into()));
+        self
+    }
+
+    /// The symbol.
+    pub fn symbol(&self) -> &str {
+        &self.symbol
+    }
+
+    /// The axis's buckets.
+    pub fn buckets(&self) -> &BucketSpec {
+        &self.buckets
+    }
+
+    /// The pad value of each declared input.
+    pub fn pad_values(&self) -> &[(String, PadValue)] {
+        &self.pad_values
+    }
+}
+
+/// The value padded positions of an input hold, converted to the input's element type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PadValue {
+    /// An integer (converted to float types exactly where they hold it).
+    Int(i64),
+    /// A floating-point value (integer inputs need an integral value in range).
+    Float(f64),
+}
+
+impl From<i64> for PadValue {
+    fn from(v: i64) -> PadValue {
+        PadValue::Int(v)
+    }
+}
+
+impl From<f64> for PadValue {
+    fn from(v: f64) -> PadValue {
+        PadValue::Float(v)
+    }
+}
+
+impl PadValue {
+    /// One element of `dtype` holding the value, little-endian, in the first `size_bytes` bytes;
+    /// `None` when the type cannot hold it exactly (or is a type saggar does not convert to:
+    /// 8-bit floats, and non-zero half floats).
+    pub(crate) fn encode(self, dtype: DType) -> Option<[u8; 8]> {
+        let float = match self {
+            PadValue::Int(v) => v as f64,
+            PadValue::Float(v) => v,
+        };
+        let int = match self {
+            PadValue::Int(v) => Some(i128::from(v)),
+            PadValue::Float(v) if v.fract() == 0.0 && v.abs() < 1e30 => Some(v as i128),
+            PadValue::Float(_) => None,
+        };
+        let mut out = [0u8; 8];
+        let mut put = |bytes: &[u8]| out[..bytes.len()].copy_from_slice(bytes);
+        macro_rules! integer {
+            ($t:ty) => {
+                put(&<$t>::try_from(int?).ok()?.to_le_bytes())
+            };
+        }
+        match dtype {
+            DType::Bool => put(&[u8::try_from(int.filter(|v| *v == 0 || *v == 1)?).ok()?]),
+            DType::U8 => integer!(u8),
+            DType::I8 => integer!(i8),
+            DType::U16 => integer!(u16),
+            DType::I16 => integer!(i16),
+            DType::U32 => integer!(u32),
+            DType::I32 => integer!(i32),
+            DType::U64 => integer!(u64),
+            DType::I64 => integer!(i64),
+            DType::F32 if f64::from(float as f32) == float || float.is_nan() => put(&(float as f32).to_le_bytes()),
+            DType::F64 => put(&float.to_le_bytes()),
+            // bfloat16 is the top half of an f32; only values it holds exactly are accepted.
+            DType::BF16 if (float as f32).to_bits() & 0xFFFF == 0 => {
+                put(&(((float as f32).to_bits() >> 16) as u16).to_le_bytes())
+            }
+            DType::F16 if float == 0.0 => put(&[0, 0]),
+            _ => return None,
+        }
+        Some(out)
+    }
+}
+
+/// Live re-bucketing: the session records how many requests it sees of each batch (and padded
+/// axis extent), and every `every` requests a background thread fits the `budget` buckets that
+/// minimise padding over the requests since the last fit ([`BucketPolicy::adaptive`], per axis),
+/// compiles the buckets it lacks through the cache, and swaps the bucket table atomically. The
+/// largest configured bucket always stays (the arena is sized for it), so every request the
+/// session served before is still served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveBuckets {
+    pub(crate) every: u64,
+    pub(crate) budget: usize,
+    pub(crate) max_programs: usize,
+}
+
+impl LiveBuckets {
+    /// A refit every `every` requests, choosing `budget` buckets per axis.
+    pub fn new(every: u64, budget: usize) -> LiveBuckets {
+        LiveBuckets { every, budget, max_programs: 256 }
+    }
+
+    /// The most programs the session keeps loaded (initial and refitted; programs of retired
+    /// buckets stay loaded, their graphs do not). A refit that would need more is skipped and
+    /// counted as failed. Default 256.
+    pub fn with_max_programs(mut self, n: usize) -> LiveBuckets {
+        self.max_programs = n;
+        self
+    }
+
+    /// Requests between refits.
+    pub fn every(&self) -> u64 {
+        self.every
+    }
+
+    /// Buckets per axis.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+}
+
 /// When graphs are captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureWhen {
@@ -65,8 +209,9 @@ pub struct GraphConfig {
     pub max_consecutive_drift: u32,
     /// On drift, try an in-place graph update before re-capturing.
     pub try_update: bool,
-    /// Estimated graph memory allowed per session; idle graphs are evicted, least recently used
-    /// first, when it is exceeded. `None`: unbounded.
+    /// Graph memory (measured per graph) allowed for the whole session, across its run contexts;
+    /// least recently used graphs of any context are evicted when a capture would exceed it, and a
+    /// graph that still does not fit is launched once and not kept. `None`: unbounded.
     pub memory_budget_bytes: Option<u64>,
 }
 
@@ -114,9 +259,10 @@ impl GraphConfig {
     }
 }
 
-/// The estimated device memory of one graph node, used by the graph-memory budget. Vendors do not
-/// report a graph's memory; this is the order of magnitude CUDA reports for kernel nodes.
-pub const GRAPH_NODE_BYTES: u64 = 4 << 10;
+/// The device memory the host backend models per graph node. GPU backends measure each graph's
+/// memory instead (see [`saggar_device::GraphExec::memory_bytes`]); on the host backend a budget of
+/// `n * GRAPH_NODE_BYTES` holds `n` nodes' worth of graphs.
+pub const GRAPH_NODE_BYTES: u64 = saggar_device::host::HOST_GRAPH_NODE_BYTES;
 
 /// How a session behaves. Build with [`SessionConfig::builder`].
 #[derive(Debug, Clone)]
@@ -128,15 +274,19 @@ pub struct SessionConfig {
     pub(crate) prewarm_contexts: usize,
     pub(crate) cache: Option<Arc<CompileCache>>,
     pub(crate) load_threads: usize,
+    pub(crate) compile_threads: usize,
+    pub(crate) max_shape_programs: usize,
     pub(crate) arena_alignment: usize,
     pub(crate) request_limits: RequestLimits,
     pub(crate) gather: saggar_arena::GatherOptions,
+    pub(crate) padded_axis: Option<PaddedAxis>,
+    pub(crate) live: Option<LiveBuckets>,
 }
 
 impl SessionConfig {
     /// A builder with the defaults: powers of two up to 64, splitting on, graphs on (lazy capture,
-    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, and the
-    /// default [`RequestLimits`].
+    /// drift limit 3, update before re-capture), up to 8 concurrent runs, no disk cache, 64
+    /// per-shape programs, compile threads as many as cores, and the default [`RequestLimits`].
     pub fn builder() -> SessionConfigBuilder {
         SessionConfigBuilder {
             config: SessionConfig {
@@ -147,9 +297,13 @@ impl SessionConfig {
                 prewarm_contexts: 1,
                 cache: None,
                 load_threads: 4,
+                compile_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+                max_shape_programs: 64,
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
                 request_limits: RequestLimits::default(),
                 gather: saggar_arena::GatherOptions::auto(),
+                padded_axis: None,
+                live: None,
             },
         }
     }
@@ -216,6 +370,22 @@ impl SessionConfigBuilder {
         self
     }
 
+    /// Threads that compile cache misses in parallel at creation, for a compiler that declares
+    /// itself thread-safe ([`crate::CompilerCapabilities::thread_safe`]); others compile one at a
+    /// time. Default: the number of cores.
+    pub fn compile_threads(mut self, n: usize) -> Self {
+        self.config.compile_threads = n;
+        self
+    }
+
+    /// The most per-shape programs (of models with symbolic dimensions besides the batch) a session
+    /// keeps; the least recently used one nobody is running is evicted to make room, and a request
+    /// that finds every kept program in use runs on a program that is not kept. Default 64.
+    pub fn max_shape_programs(mut self, n: usize) -> Self {
+        self.config.max_shape_programs = n;
+        self
+    }
+
     /// Alignment of arena slots.
     pub fn arena_alignment(mut self, alignment: usize) -> Self {
         self.config.arena_alignment = alignment;
@@ -239,6 +409,19 @@ impl SessionConfigBuilder {
         self
     }
 
+    /// A symbolic dimension besides the batch that requests are padded along (a sequence); see
+    /// [`PaddedAxis`].
+    pub fn padded_axis(mut self, axis: PaddedAxis) -> Self {
+        self.config.padded_axis = Some(axis);
+        self
+    }
+
+    /// Re-fits the buckets from live traffic in the background; see [`LiveBuckets`].
+    pub fn live_buckets(mut self, live: LiveBuckets) -> Self {
+        self.config.live = Some(live);
+        self
+    }
+
     /// The configuration, checked.
     pub fn build(self) -> Result<SessionConfig> {
         let c = &self.config;
@@ -251,13 +434,64 @@ impl SessionConfigBuilder {
                 c.prewarm_contexts, c.max_concurrency
             )));
         }
-        if c.load_threads == 0 {
-            return Err(DispatchError::Config("load_threads must be at least 1".into()));
+        if c.load_threads == 0 || c.compile_threads == 0 {
+            return Err(DispatchError::Config("load_threads and compile_threads must be at least 1".into()));
+        }
+        if c.max_shape_programs == 0 {
+            return Err(DispatchError::Config("max_shape_programs must be at least 1".into()));
         }
         if c.request_limits.max_rows == 0 || c.request_limits.max_bytes == 0 {
             return Err(DispatchError::Config("request limits must allow at least one row and one byte".into()));
         }
-        c.buckets.policy()?;
+        let batch = c.buckets.policy()?;
+        let axis = c.padded_axis.as_ref().map(|a| a.buckets.policy()).transpose()?;
+        if let Some(live) = &c.live {
+            if live.every == 0 || live.budget == 0 {
+                return Err(DispatchError::Config(
+                    "live buckets need a refit interval and a budget of at least 1".into(),
+                ));
+            }
+            let largest = batch.largest().max(axis.as_ref().map_or(1, BucketPolicy::largest));
+            if largest > LOOKUP_TABLE_LIMIT {
+                return Err(DispatchError::Config(format!(
+                    "live buckets record a histogram per size: the largest bucket {largest} exceeds {LOOKUP_TABLE_LIMIT}"
+                )));
+            }
+        }
         Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pad_values_encode_exactly_or_not_at_all() {
+        let bytes = |v: PadValue, t: DType| v.encode(t).map(|b| b[..t.size_bytes()].to_vec());
+        assert_eq!(bytes(PadValue::Int(0), DType::I64), Some(vec![0; 8]));
+        assert_eq!(bytes(PadValue::Int(-1), DType::I32), Some(vec![0xFF; 4]));
+        assert_eq!(bytes(PadValue::Float(2.0), DType::U8), Some(vec![2]));
+        assert_eq!(bytes(PadValue::Float(0.5), DType::I64), None, "not an integer");
+        assert_eq!(bytes(PadValue::Int(300), DType::U8), None, "out of range");
+        assert_eq!(bytes(PadValue::Int(-1), DType::U32), None, "out of range");
+        assert_eq!(bytes(PadValue::Int(1), DType::Bool), Some(vec![1]));
+        assert_eq!(bytes(PadValue::Int(2), DType::Bool), None);
+        assert_eq!(bytes(PadValue::Float(-0.5), DType::F32), Some((-0.5f32).to_le_bytes().to_vec()));
+        assert_eq!(bytes(PadValue::Float(0.1), DType::F32), None, "0.1 is not an f32");
+        assert_eq!(bytes(PadValue::Float(1.0), DType::BF16), Some(vec![0x80, 0x3F]));
+        assert_eq!(bytes(PadValue::Int(0), DType::F16), Some(vec![0, 0]));
+        assert_eq!(bytes(PadValue::Int(1), DType::F16), None, "non-zero half floats are not converted");
+    }
+
+    #[test]
+    fn live_buckets_are_checked() {
+        let build = |live: LiveBuckets, max: u64| {
+            SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max }).live_buckets(live).build()
+        };
+        assert!(build(LiveBuckets::new(0, 4), 64).is_err());
+        assert!(build(LiveBuckets::new(10, 0), 64).is_err());
+        assert!(build(LiveBuckets::new(10, 4), LOOKUP_TABLE_LIMIT + 1).is_err(), "a histogram per size");
+        assert!(build(LiveBuckets::new(10, 4), 64).is_ok());
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct RunContext<B: Backend> {
     /// programs create every context with slots and per-shape models have none, so a context's
     /// slots are what lets a request run on a main program.
     pub(crate) slots: Option<Slots<B>>,
+    /// Host buffers of requests padded along a padded axis, reused run after run.
+    pub(crate) padded: crate::path_padded::PaddedIo,
 }
 
 /// A context's state for running main programs.
@@ -47,18 +49,21 @@ pub(crate) struct Slots<B: Backend> {
     pub(crate) slice_plans: Vec<SlicePlan>,
     pub(crate) inputs: Vec<DeviceSlice>,
     pub(crate) outputs: Vec<DeviceSlice>,
+    /// The bucket table epoch whose retired graphs this context has dropped.
+    pub(crate) epoch: u64,
 }
 
 impl<B: Backend> Slots<B> {
-    pub(crate) fn new(arena: ArenaLease<B>, scratch: Option<B::DeviceBuffer>, graph_budget: Option<u64>) -> Self {
+    pub(crate) fn new(arena: ArenaLease<B>, scratch: Option<B::DeviceBuffer>, graphs: GraphCache<B>) -> Self {
         Slots {
             arena,
             scratch,
-            graphs: GraphCache::new(graph_budget),
+            graphs,
             pad_plans: Vec::new(),
             slice_plans: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            epoch: 0,
         }
     }
 

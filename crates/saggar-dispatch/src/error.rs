@@ -131,11 +131,39 @@ pub enum DispatchError {
         /// The largest bucket (1 for a model without a batch axis).
         largest: u64,
     },
+    /// A request's extent along the padded axis is above its largest bucket (the axis is never
+    /// split).
+    #[error(
+        "`{symbol}` is {extent}, above its largest bucket {largest}: raise the padded axis's largest bucket or \
+         shorten the request"
+    )]
+    PaddedAxisAboveLargest {
+        /// The padded axis's symbol.
+        symbol: String,
+        /// The request's extent.
+        extent: u64,
+        /// The largest bucket of the axis.
+        largest: u64,
+    },
+    /// A request on device buffers (or written in place) whose padded-axis extent is not a bucket:
+    /// only host requests are padded along that axis.
+    #[error(
+        "`{symbol}` is {extent}, which is not a bucket of the padded axis (the next is {bucket}): pad device \
+         tensors to a bucket, or use Session::run with host tensors"
+    )]
+    PaddedAxisNeedsHostTensors {
+        /// The padded axis's symbol.
+        symbol: String,
+        /// The request's extent.
+        extent: u64,
+        /// The bucket it would be padded to.
+        bucket: u64,
+    },
     /// A [`crate::Request`] on a model served per shape, which has no precompiled program to
     /// write into.
     #[error(
-        "requests written in place need precompiled programs; this model has symbolic dimensions besides its \
-         batch and is compiled per shape: use Session::run"
+        "requests written in place need precompiled programs of the batch alone; this model has symbolic \
+         dimensions besides its batch (compiled per shape, or padded along a padded axis): use Session::run"
     )]
     RequestNeedsBuckets,
     /// A [`crate::Request`]'s outputs were read before a run of it succeeded.
@@ -230,6 +258,9 @@ impl DispatchError {
             | DispatchError::RequestBatch { .. }
             | DispatchError::RequestNotRun => FailureKind::Request,
             DispatchError::LimitExceeded { .. } => FailureKind::Limit,
+            DispatchError::PaddedAxisAboveLargest { .. } | DispatchError::PaddedAxisNeedsHostTensors { .. } => {
+                FailureKind::Request
+            }
             DispatchError::Device(_) => FailureKind::Device,
             DispatchError::Arena(e) => match e {
                 ArenaError::Device(_) => FailureKind::Device,

@@ -5,15 +5,19 @@
 //!
 //! A [`Session`] serves one model on one device. At creation it detects the batch axis, chooses
 //! buckets (a saggar-shape policy), and precompiles every bucket through saggar-cache: cached artifacts
-//! are loaded in parallel, misses compiled one at a time, all pinned to the session's device. Each
-//! `run` then takes one of three paths, each counted:
+//! are loaded in parallel, misses compiled one at a time (in parallel for a compiler that declares
+//! itself thread-safe, once per model for one whose artifact serves every bucket: see
+//! [`CompilerCapabilities`]), all pinned to the session's device. Each `run` then takes one of three
+//! paths, each counted:
 //!
 //! - **ultra-fast**: the same symbolic dimensions, binding mode and actual batch as the run context's
 //!   last run: reuse its plans, rebind, replay;
 //! - **fast**: a program is ready for the bucket: plan padding and slicing, bind, replay (capturing the
 //!   graph on first use);
-//! - **standard**: full validation by name, splitting of batches above the largest bucket, and a
-//!   compile through the cache for a new shape of a model with other symbolic dimensions.
+//! - **standard**: full validation by name, splitting of batches above the largest bucket, and, for
+//!   a model with other symbolic dimensions, its shape's program from a bounded table (made through
+//!   the cache under the shape's own lock on first use, least recently used out) replaying a graph
+//!   per shape.
 //!
 //! Graphs are kept per run context, keyed by (program, [`BindingMode`]) and tagged with the mode
 //! that captured them, so an entry is only ever replayed by its own mode:
@@ -35,6 +39,14 @@
 //! copy, replays the pinned-copy graph and brings the outputs back with one copy: no gather, no
 //! scatter. The views borrow the request, so none outlives it or a later run.
 //!
+//! Buckets may form a grid: batch buckets by buckets of one more symbolic dimension declared a
+//! [`PaddedAxis`] (a sequence), with a pad value per input. Host requests are padded along it with
+//! those values (the batch still by repeating its last row) and every output that carries it is
+//! sliced back; an axis not declared is never padded (its model is served per shape). With
+//! [`LiveBuckets`], the session counts the sizes it serves (relaxed atomics) and a background
+//! thread re-fits the buckets every interval, compiles the new cells through the cache and swaps
+//! the bucket table atomically; runs in flight keep the table they read.
+//!
 //! Concurrency: a session is `Send + Sync`; each run leases its own context (stream, arena, scratch,
 //! graphs), so there is no global run lock and results never mix. A [`SessionGroup`] runs one
 //! session per device and compiles once for all of them.
@@ -45,6 +57,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod binding;
+mod buckets;
 mod builder;
 mod compiler;
 mod config;
@@ -54,12 +67,15 @@ mod graphs;
 mod group;
 mod path_device;
 mod path_host;
+mod path_padded;
 mod per_shape;
 mod plan;
 mod programs;
+mod refit;
 mod request;
 pub mod resident;
 mod session;
+mod slab;
 mod staged;
 mod stats;
 pub mod steps;
@@ -68,11 +84,16 @@ mod timing;
 
 pub use binding::DeviceBinding;
 pub use builder::SessionBuilder;
-pub use compiler::{CompileRequest, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
-pub use config::{BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, SessionConfig, SessionConfigBuilder};
+pub use compiler::{
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler,
+};
+pub use config::{
+    BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, LiveBuckets, PadValue, PaddedAxis, SessionConfig,
+    SessionConfigBuilder,
+};
 pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
-pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key};
+pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key, model_cache_key};
 pub use request::RequestLimits;
 pub use saggar_arena::{GatherOptions, GatherStats};
 pub use saggar_cache::ModelHash;

@@ -11,7 +11,7 @@ use saggar_shape::Bindings;
 use crate::compiler::ProgramCompiler;
 use crate::context::{DeviceIo, LastRun, RunContext, Slots};
 use crate::error::Result;
-use crate::plan::DeviceRoute;
+use crate::plan::{DeviceRoute, Model};
 use crate::programs::ProgramEntry;
 use crate::request::{self, Checked};
 use crate::session::{Inner, Pending, Session};
@@ -46,6 +46,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     ) -> Result<(Checked<'r, 'r, DeviceTensor<'r>>, Option<DeviceRoute>)> {
         request::check_output_count(&self.signature, outputs.len())?;
         let request = request::check(&self.signature, &self.guard, inputs)?;
+        if let Model::Bucketed(grid) = &self.model {
+            grid.observe(&request.bindings);
+        }
         let route = self.device_route(&request.bindings);
         request::check_device_io(&request.bindings, &request.ordered, outputs, self.exact_program(route), io)?;
         Ok((request, route))
@@ -144,7 +147,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let chunks = self.chunks(bindings)?;
         let mut replayed = true;
         for chunk in chunks.iter() {
-            let k = self.program_for(chunk)?;
+            let k = chunks.program(chunk)?;
             self.plan_chunk(slots, dims, k, chunk)?;
             replayed &= self.stabilized_chunk(stream, slots, k, io)?;
             self.count_chunk(chunk);

@@ -10,7 +10,7 @@ use saggar_device::Backend;
 use crate::compiler::ProgramCompiler;
 use crate::context::{LastRun, RunContext, Slots};
 use crate::error::Result;
-use crate::plan::Single;
+use crate::plan::{Model, Single};
 use crate::request::{self, Checked};
 use crate::session::{Inner, Session};
 use crate::tensors::{BindingMode, HostTensor, OwnedTensor, RunInfo, RunPath};
@@ -97,9 +97,27 @@ impl AsMut<[u8]> for AlignedBuffer {
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
-    /// Runs a checked host request: ultra-fast or fast when it came in binding order and one main
-    /// program serves it, standard otherwise.
+    /// Runs a checked host request: recorded for live re-bucketing, padded along the padded axis
+    /// when the model has one (`path_padded.rs`), then run exactly.
     pub(crate) fn run_host_checked<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        request: &Checked<'_, '_, HostTensor<'_>>,
+        outputs: &mut [T],
+        buffers: HostBuffers,
+    ) -> Result<RunInfo> {
+        if let Model::Bucketed(grid) = &self.model {
+            grid.observe(&request.bindings);
+            if let Some(axis) = &grid.axis {
+                return self.run_host_padded(ctx, grid, axis, request, outputs, buffers);
+            }
+        }
+        self.run_host_exact(ctx, request, outputs, buffers)
+    }
+
+    /// Runs a checked host request whose extents are a grid cell's (but for the batch): ultra-fast
+    /// or fast when it came in binding order and one main program serves it, standard otherwise.
+    pub(crate) fn run_host_exact<T: AsMut<[u8]>>(
         &self,
         ctx: &mut RunContext<B>,
         request: &Checked<'_, '_, HostTensor<'_>>,
@@ -153,19 +171,19 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let batch = bindings.batch();
         let RunContext { slots: Some(slots), last, stream, .. } = ctx else {
             // Only per-shape models have contexts without slots.
-            self.run_shape_program_host(bindings.stable_key(), ordered, outputs)?;
+            let replayed = self.run_shape_program_host(&ctx.stream, bindings.stable_key(), ordered, outputs)?;
             return Ok(RunInfo {
                 path: RunPath::Standard,
                 mode: BindingMode::PinnedCopy,
                 batch,
                 bucket: None,
                 chunks: 1,
-                replayed: false,
+                replayed,
             });
         };
         let (chunks, mut first, mut replayed) = (self.chunks(bindings)?, None, true);
         for chunk in chunks.iter() {
-            let k = self.program_for(chunk)?;
+            let k = chunks.program(chunk)?;
             first = first.or(self.main[k].bucket);
             self.plan_chunk(slots, ordered, k, chunk)?;
             replayed &= self.pinned_chunk(stream, slots, k, ordered, outputs)?;
@@ -175,7 +193,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             && let Some(only) = chunks.iter().next()
         {
             *last =
-                Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[self.program_for(only)?].id });
+                Some(LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[chunks.program(only)?].id });
         }
         self.count_split(&chunks);
         Ok(RunInfo {

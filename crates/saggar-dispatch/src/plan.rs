@@ -3,8 +3,11 @@
 //! request, and the pad and slice plans of each chunk.
 
 use saggar_device::Backend;
-use saggar_shape::{Bindings, BucketPolicy, Chunk, PadPlan, SlicePlan, SplitPlan, TensorShape};
+use std::sync::Arc;
 
+use saggar_shape::{Bindings, Chunk, PadPlan, SlicePlan, SplitPlan, TensorShape};
+
+use crate::buckets::{BucketTable, Grid};
 use crate::compiler::ProgramCompiler;
 use crate::context::Slots;
 use crate::error::Result;
@@ -14,8 +17,9 @@ use crate::tensors::BindingMode;
 
 /// How a session serves its model, decided once at creation from the model's dimensions.
 pub(crate) enum Model {
-    /// The batch is the only dynamic dimension: one precompiled program per bucket of the policy.
-    Bucketed(BucketPolicy),
+    /// The batch is the only dynamic dimension, or the other is a declared padded axis: one
+    /// precompiled program per cell of the bucket grid.
+    Bucketed(Box<Grid>),
     /// No dynamic dimension: one precompiled program.
     Static,
     /// Other symbolic dimensions: a program per concrete shape, compiled on first use.
@@ -42,8 +46,8 @@ pub(crate) struct DeviceRoute {
 /// The chunks a request runs as, walked without collecting them: a split plan stores a count of
 /// full chunks and a short tail, so even an absurd batch takes constant memory.
 pub(crate) enum Chunks {
-    /// A bucketed model's plan.
-    Planned(SplitPlan),
+    /// A bucketed model's plan, on the bucket table it was made from and the padded axis's bucket.
+    Planned { plan: SplitPlan, table: Arc<BucketTable>, axis_index: usize },
     /// A static model's program: one launch.
     Whole,
 }
@@ -52,7 +56,7 @@ impl Chunks {
     /// How many chunks (program launches).
     pub(crate) fn count(&self) -> u64 {
         match self {
-            Chunks::Planned(plan) => plan.chunk_count(),
+            Chunks::Planned { plan, .. } => plan.chunk_count(),
             Chunks::Whole => 1,
         }
     }
@@ -65,10 +69,20 @@ impl Chunks {
     /// The chunks in row order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Chunk> + '_ {
         let (plan, whole) = match self {
-            Chunks::Planned(plan) => (Some(plan), None),
+            Chunks::Planned { plan, .. } => (Some(plan), None),
             Chunks::Whole => (None, Some(Chunk::whole(1, 1))),
         };
         plan.into_iter().flat_map(SplitPlan::chunks).chain(whole)
+    }
+
+    /// The main program that runs `chunk`, on the table the chunks were planned on.
+    pub(crate) fn program(&self, chunk: Chunk) -> Result<usize> {
+        match self {
+            Chunks::Planned { table, axis_index, .. } => {
+                Ok(table.program(table.batch.bucket_index_for(chunk.bucket)?, *axis_index))
+            }
+            Chunks::Whole => Ok(0),
+        }
     }
 }
 
@@ -77,11 +91,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     pub(crate) fn single(&self, bindings: &Bindings<'_>) -> Option<Single> {
         match &self.model {
             Model::Static => Some(Single { k: 0, chunk: Chunk::whole(1, 1) }),
-            Model::Bucketed(policy) => {
-                let batch = bindings.batch()?;
-                let k = policy.bucket_index_for(batch).ok()?;
-                Some(Single { k, chunk: Chunk::whole(batch, policy.buckets()[k]) })
-            }
+            Model::Bucketed(grid) => grid.single(bindings),
             Model::PerShape => None,
         }
     }
@@ -98,17 +108,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
     /// largest bucket and splitting is on. A batch no bucket serves (splitting off) is refused here.
     pub(crate) fn chunks(&self, bindings: &Bindings<'_>) -> Result<Chunks> {
         match (&self.model, bindings.batch()) {
-            (Model::Bucketed(policy), Some(batch)) => Ok(Chunks::Planned(policy.plan(batch, self.config.splitting)?)),
+            (Model::Bucketed(grid), Some(batch)) => grid.chunks(bindings, batch, self.config.splitting),
             // A static model (every request of a bucketed model binds its batch symbol).
             _ => Ok(Chunks::Whole),
-        }
-    }
-
-    /// The main program that runs `chunk`.
-    pub(crate) fn program_for(&self, chunk: Chunk) -> Result<usize> {
-        match &self.model {
-            Model::Bucketed(policy) => Ok(policy.bucket_index_for(chunk.bucket)?),
-            Model::Static | Model::PerShape => Ok(0),
         }
     }
 
@@ -137,7 +139,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         k: usize,
         chunk: Chunk,
     ) -> Result<()> {
-        slots.arena.use_layout(k)?;
+        slots.arena.use_layout(self.layout_of(k))?;
         slots.pad_plans.clear();
         for (i, t) in inputs.iter().enumerate() {
             let plan = self.pad_plan(i, t.as_ref(), chunk)?;
@@ -174,9 +176,12 @@ mod tests {
     #[test]
     fn chunks_of_an_absurd_batch_are_walked_lazily() {
         let policy = saggar_shape::BucketPolicy::powers_of_two(4).unwrap();
-        let chunks = Chunks::Planned(policy.plan(1 << 40, saggar_shape::Splitting::Allowed).unwrap());
+        let plan = policy.plan(1 << 40, saggar_shape::Splitting::Allowed).unwrap();
+        let table = Arc::new(BucketTable::new(policy, None, vec![0, 1, 2], vec![7, 8, 9], 0));
+        let chunks = Chunks::Planned { plan, table, axis_index: 0 };
         assert_eq!(chunks.count(), 1 << 38);
         assert!(chunks.is_split());
+        assert_eq!(chunks.program(Chunk { offset: 0, rows: 3, bucket: 4 }).unwrap(), 2);
         let first: Vec<Chunk> = chunks.iter().take(2).collect();
         assert_eq!(first, vec![Chunk { offset: 0, rows: 4, bucket: 4 }, Chunk { offset: 4, rows: 4, bucket: 4 }]);
         assert_eq!(Chunks::Whole.iter().collect::<Vec<_>>(), vec![Chunk::whole(1, 1)]);

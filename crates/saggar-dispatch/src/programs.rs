@@ -2,14 +2,16 @@
 //! per-shape programs compiled on demand for models with other symbolic dimensions.
 //!
 //! Lookup order for every program: the compile cache's memory tier, then its disk tier, then a
-//! compile. At creation, disk hits are loaded in parallel and misses are compiled one at a time,
-//! all pinned to the session's device.
+//! compile. At creation, disk hits are loaded in parallel and misses are compiled one at a time
+//! (in parallel for a compiler that declares itself thread-safe), all pinned to the session's
+//! device; a compiler whose one artifact serves every bucket is compiled once and loaded per
+//! bucket in parallel.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use saggar_arena::SlotSpec;
-use saggar_cache::{CacheKey, CompileCache, Origin};
+use saggar_cache::{Artifact, CacheKey, CompileCache, CompileExclusion, Origin};
 use saggar_device::{Backend, BackendKind, Device};
 use saggar_shape::{Dim, TensorSpec};
 
@@ -64,6 +66,43 @@ pub fn cache_key(
         .compiler(identity.compiler.clone())
         .compiler_version(identity.version.clone())
         .option("saggar_format", SAGGAR_FORMAT_VERSION.to_string());
+    for (name, value) in &identity.options {
+        builder = builder.option(name.clone(), value.clone());
+    }
+    builder.build().map_err(|e| DispatchError::Config(format!("cannot build a cache key: {e}")))
+}
+
+/// The cache key of the one artifact that serves every bucket of a model whose compiler declares
+/// [`crate::CompilerCapabilities::one_artifact_per_model`]: as [`cache_key`], with the model's input
+/// specs (symbolic dimensions by name) in place of concrete shapes, and the option
+/// `saggar_artifact_scope=model`.
+pub fn model_cache_key(
+    identity: &CompilerIdentity,
+    specs: &[TensorSpec],
+    backend: BackendKind,
+    arch: &str,
+) -> Result<CacheKey> {
+    let mut text = String::new();
+    for spec in specs {
+        let dims: Vec<String> = spec
+            .dims()
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(extent) => extent.to_string(),
+                Dim::Symbolic(name) => format!("?{name}"),
+            })
+            .collect();
+        text.push_str(&format!("{}:{}:[{}];", spec.name(), spec.dtype(), dims.join(",")));
+    }
+    let mut builder = CacheKey::builder()
+        .model_hash(identity.model_hash.as_str())
+        .shape(format!("model-{}", blake3::hash(text.as_bytes()).to_hex()))
+        .backend(backend.name())
+        .arch(arch)
+        .compiler(identity.compiler.clone())
+        .compiler_version(identity.version.clone())
+        .option("saggar_format", SAGGAR_FORMAT_VERSION.to_string())
+        .option("saggar_artifact_scope", "model");
     for (name, value) in &identity.options {
         builder = builder.option(name.clone(), value.clone());
     }
@@ -206,6 +245,38 @@ fn count_origin(stats: &Stats, origin: Origin) {
     }
 }
 
+/// What a compile of `compiler` excludes: only its key's locks for a thread-safe compiler, every
+/// other compile of the process otherwise.
+fn exclusion<B: Backend, C: ProgramCompiler<B>>(compiler: &C) -> CompileExclusion {
+    if compiler.capabilities().thread_safe { CompileExclusion::Key } else { CompileExclusion::Process }
+}
+
+/// The artifact under `key`, through `cache` (memory, disk, compile with `compile`) or, without
+/// one, compiled now under the process-wide compile lock (unless the compiler is thread-safe).
+fn fetch<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    cache: Option<&CompileCache>,
+    key: Option<&CacheKey>,
+    stats: &Stats,
+    compile: impl FnOnce() -> Result<Vec<u8>>,
+) -> Result<Artifact> {
+    match (cache, key) {
+        (Some(cache), Some(key)) => {
+            let fetched = cache.get_or_compile_with(key, exclusion(compiler), compile)?;
+            count_origin(stats, fetched.origin);
+            Ok(fetched.artifact)
+        }
+        _ => {
+            let bytes = match exclusion(compiler) {
+                CompileExclusion::Key => compile()?,
+                _ => saggar_cache::with_compile_lock(compile)?,
+            };
+            Stats::bump(&stats.compiles);
+            Ok(Artifact::from(bytes))
+        }
+    }
+}
+
 /// Gets the artifact for `spec` through the cache (memory, disk, compile) and loads it.
 pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
     compiler: &C,
@@ -214,17 +285,14 @@ pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
     spec: &ProgramSpec,
     stats: &Stats,
 ) -> Result<ProgramEntry<C::Program>> {
-    match cache {
-        Some(cache) => {
-            let key = device_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?;
-            let fetched = cache.get_or_compile(&key, || compile_bytes(compiler, device, spec))?;
-            count_origin(stats, fetched.origin);
-            load_cached(compiler, device, cache, &key, spec, fetched.artifact.as_bytes(), stats)
-        }
-        None => {
-            Stats::bump(&stats.compiles);
-            load_entry(compiler, device, spec, &compile_bytes(compiler, device, spec)?, stats)
-        }
+    let key = match cache {
+        Some(_) => Some(device_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?),
+        None => None,
+    };
+    let artifact = fetch(compiler, cache, key.as_ref(), stats, || compile_bytes(compiler, device, spec))?;
+    match (cache, &key) {
+        (Some(cache), Some(key)) => load_cached(compiler, device, cache, key, spec, artifact.as_bytes(), stats),
+        _ => load_entry(compiler, device, spec, artifact.as_bytes(), stats),
     }
 }
 
@@ -251,51 +319,96 @@ pub enum ProgramSource {
     Compiled,
 }
 
-/// Where a parallel loader leaves one program (or its error).
-type LoadSlot<P> = parking_lot::Mutex<Option<Result<ProgramEntry<P>>>>;
+/// Runs `work` for `0..n` on up to `threads` threads, each pinned to `device`; `work` returns
+/// `None` for an index it leaves to someone else.
+fn in_parallel<B: Backend, T: Send>(
+    device: &B::Device,
+    threads: usize,
+    n: usize,
+    work: impl Fn(usize) -> Option<Result<T>> + Sync,
+) -> Vec<Option<Result<T>>> {
+    let next = AtomicUsize::new(0);
+    let slots: Vec<parking_lot::Mutex<Option<Result<T>>>> = (0..n).map(|_| parking_lot::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, n.max(1)) {
+            scope.spawn(|| {
+                let pin = device.pin();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let result = match &pin {
+                        Ok(_) => work(i),
+                        Err(e) => Some(Err(DispatchError::from(e.clone()))),
+                    };
+                    *slots[i].lock() = result;
+                }
+            });
+        }
+    });
+    slots.into_iter().map(parking_lot::Mutex::into_inner).collect()
+}
 
-/// Precompiles every spec: cached artifacts are loaded in parallel on `load_threads` threads, each
-/// pinned to the device; misses are then compiled one at a time through the cache's locks.
+/// How many threads session creation may use.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Threads {
+    /// Loads of cached artifacts.
+    pub(crate) load: usize,
+    /// Compiles of misses, for a thread-safe compiler.
+    pub(crate) compile: usize,
+}
+
+/// Precompiles every spec: cached artifacts are loaded in parallel on `threads.load` threads, each
+/// pinned to the device; misses are then compiled one at a time through the cache's locks, or on
+/// `threads.compile` threads for a thread-safe compiler. A compiler whose one artifact serves every
+/// bucket is compiled (or fetched) once and loaded per spec in parallel.
 pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
     compiler: &C,
     device: &B::Device,
     cache: Option<&CompileCache>,
     specs: &[ProgramSpec],
-    load_threads: usize,
+    threads: Threads,
     stats: &Stats,
     progress: &(dyn Fn(&Progress) + Sync),
 ) -> Result<Vec<Arc<ProgramEntry<C::Program>>>> {
     let total = specs.len();
     let done = AtomicUsize::new(0);
+    let report = |spec: &ProgramSpec, source| {
+        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+        progress(&Progress { done: n, total, bucket: spec.bucket, source });
+    };
+    let caps = compiler.capabilities();
+    // Bucket programs (grid cells, at creation or added by live re-bucketing) share the model's one
+    // artifact; a static model's one program keeps its shape's key.
+    if caps.one_artifact_per_model && specs.iter().any(|s| s.bucket.is_some()) {
+        return precompile_per_model(compiler, device, cache, specs, threads, stats, &report);
+    }
     let mut loaded: Vec<Option<Result<ProgramEntry<C::Program>>>> = (0..total).map(|_| None).collect();
     if let Some(cache) = cache {
         let identity = compiler.identity();
-        let next = AtomicUsize::new(0);
-        let slots: Vec<LoadSlot<C::Program>> = (0..total).map(|_| parking_lot::Mutex::new(None)).collect();
-        std::thread::scope(|scope| {
-            for _ in 0..load_threads.min(total) {
-                scope.spawn(|| {
-                    let Ok(_pin) = device.pin() else { return };
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(spec) = specs.get(i) else { break };
-                        let Ok(key) = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device)
-                        else {
-                            continue;
-                        };
-                        if let Some(fetched) = cache.lookup(&key).ok().flatten() {
-                            count_origin(stats, fetched.origin);
-                            let artifact = fetched.artifact.as_bytes();
-                            let entry = load_cached(compiler, device, cache, &key, spec, artifact, stats);
-                            *slots[i].lock() = Some(entry);
-                            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                            progress(&Progress { done: n, total, bucket: spec.bucket, source: ProgramSource::Loaded });
-                        }
-                    }
-                });
-            }
+        loaded = in_parallel::<B, _>(device, threads.load, total, |i| {
+            let spec = &specs[i];
+            let key = device_key::<B>(&identity, &compiler.model().inputs, &spec.input_dims, device).ok()?;
+            let fetched = cache.lookup(&key).ok().flatten()?;
+            count_origin(stats, fetched.origin);
+            let entry = load_cached(compiler, device, cache, &key, spec, fetched.artifact.as_bytes(), stats);
+            report(spec, ProgramSource::Loaded);
+            Some(entry)
         });
-        loaded = slots.into_iter().map(|m| m.into_inner()).collect();
+    }
+    let misses: Vec<usize> = (0..total).filter(|i| loaded[*i].is_none()).collect();
+    if caps.thread_safe && threads.compile > 1 && misses.len() > 1 {
+        let compiled = in_parallel::<B, _>(device, threads.compile, misses.len(), |m| {
+            let spec = &specs[misses[m]];
+            let entry = get_or_compile(compiler, device, cache, spec, stats);
+            Stats::bump(&stats.parallel_compiles);
+            report(spec, ProgramSource::Compiled);
+            Some(entry)
+        });
+        for (m, entry) in misses.iter().zip(compiled) {
+            loaded[*m] = entry;
+        }
     }
     let _pin = device.pin()?;
     let mut entries = Vec::with_capacity(total);
@@ -304,12 +417,59 @@ pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
             Some(entry) => entry?,
             None => {
                 let entry = get_or_compile(compiler, device, cache, spec, stats)?;
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                progress(&Progress { done: n, total, bucket: spec.bucket, source: ProgramSource::Compiled });
+                report(spec, ProgramSource::Compiled);
                 entry
             }
         };
         entries.push(Arc::new(entry));
     }
     Ok(entries)
+}
+
+/// [`precompile`] for a compiler whose one artifact serves every bucket: fetched (or compiled, with
+/// the largest bucket's request: the largest grid cell) once under the model's cache key, then
+/// loaded per spec in parallel.
+fn precompile_per_model<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    cache: Option<&CompileCache>,
+    specs: &[ProgramSpec],
+    threads: Threads,
+    stats: &Stats,
+    report: &(dyn Fn(&ProgramSpec, ProgramSource) + Sync),
+) -> Result<Vec<Arc<ProgramEntry<C::Program>>>> {
+    let _pin = device.pin()?;
+    // The largest batch bucket, then the largest padded-axis bucket of a grid.
+    let elements = |s: &ProgramSpec| s.input_dims.iter().map(|d| d.iter().product::<u64>()).sum::<u64>();
+    let largest = specs.iter().max_by_key(|s| (s.bucket, elements(s))).expect("at least one bucket spec");
+    let key = match cache {
+        Some(_) => Some(model_cache_key(&compiler.identity(), &compiler.model().inputs, B::KIND, &device.info().arch)?),
+        None => None,
+    };
+    let compiles_before = stats.compiles.load(Ordering::Relaxed);
+    let artifact = fetch(compiler, cache, key.as_ref(), stats, || compile_bytes(compiler, device, largest))?;
+    let source = if stats.compiles.load(Ordering::Relaxed) > compiles_before {
+        ProgramSource::Compiled
+    } else {
+        ProgramSource::Loaded
+    };
+    let loaded = in_parallel::<B, _>(device, threads.load, specs.len(), |i| {
+        let spec = &specs[i];
+        let entry = match (cache, &key) {
+            (Some(cache), Some(key)) => load_cached(compiler, device, cache, key, spec, artifact.as_bytes(), stats),
+            _ => load_entry(compiler, device, spec, artifact.as_bytes(), stats),
+        };
+        // A compiler that declared one artifact per model but refuses it for this bucket breaks the
+        // contract; the bucket still gets its own program, and the refusal is logged.
+        let entry = match entry {
+            Err(DispatchError::Load { source: refusal, .. }) => {
+                tracing::warn!(bucket = ?spec.bucket, error = %refusal, "the model's one artifact does not load for this bucket; compiling it apart");
+                get_or_compile(compiler, device, cache, spec, stats)
+            }
+            other => other,
+        };
+        report(spec, source);
+        Some(entry)
+    });
+    loaded.into_iter().map(|e| Ok(Arc::new(e.expect("every spec is loaded")?))).collect()
 }

@@ -156,7 +156,8 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
     pub(crate) fn new(session: &'s Session<B, C>, batch: u64, in_flight: Option<InFlight<'s>>) -> Result<Self> {
         let inner = &*session.inner;
         let largest = match &inner.model {
-            Model::Bucketed(policy) => policy.largest(),
+            Model::Bucketed(grid) if grid.axis.is_none() => grid.table.load().batch.largest(),
+            Model::Bucketed(_) => return Err(DispatchError::RequestNeedsBuckets),
             Model::Static => 1,
             Model::PerShape => return Err(DispatchError::RequestNeedsBuckets),
         };
@@ -273,6 +274,9 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         let inner = &*self.session.inner;
         self.ran = false;
         let (route, this) = (self.route, self.this);
+        if let (Model::Bucketed(grid), Some(batch)) = (&inner.model, this.batch) {
+            grid.observe_batch(batch);
+        }
         let info = inner.counted(|| {
             let _pin = inner.device.pin()?;
             inner.run_on(&mut self.lease, |inner, ctx| inner.run_staged(ctx, route, this))

@@ -37,6 +37,17 @@ pub(crate) struct Stats {
     pub(crate) useful_rows: AtomicU64,
     pub(crate) padded_rows: AtomicU64,
     pub(crate) split_requests: AtomicU64,
+    pub(crate) refit_windows: AtomicU64,
+    pub(crate) refits: AtomicU64,
+    pub(crate) refit_failures: AtomicU64,
+    pub(crate) retired_graphs: AtomicU64,
+    pub(crate) graph_bytes: AtomicU64,
+    pub(crate) graph_bytes_peak: AtomicU64,
+    pub(crate) graphs_over_budget: AtomicU64,
+    pub(crate) shape_programs: AtomicU64,
+    pub(crate) shape_program_evictions: AtomicU64,
+    pub(crate) shape_overflow_runs: AtomicU64,
+    pub(crate) parallel_compiles: AtomicU64,
     latency_ns: [AtomicU64; LATENCY_BUCKETS],
     latency_max_ns: AtomicU64,
 }
@@ -65,6 +76,17 @@ impl Default for Stats {
             useful_rows: AtomicU64::new(0),
             padded_rows: AtomicU64::new(0),
             split_requests: AtomicU64::new(0),
+            refit_windows: AtomicU64::new(0),
+            refits: AtomicU64::new(0),
+            refit_failures: AtomicU64::new(0),
+            retired_graphs: AtomicU64::new(0),
+            graph_bytes: AtomicU64::new(0),
+            graph_bytes_peak: AtomicU64::new(0),
+            graphs_over_budget: AtomicU64::new(0),
+            shape_programs: AtomicU64::new(0),
+            shape_program_evictions: AtomicU64::new(0),
+            shape_overflow_runs: AtomicU64::new(0),
+            parallel_compiles: AtomicU64::new(0),
             latency_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_max_ns: AtomicU64::new(0),
         }
@@ -143,6 +165,17 @@ impl Stats {
             useful_rows: load(&self.useful_rows),
             padded_rows: load(&self.padded_rows),
             split_requests: load(&self.split_requests),
+            refit_windows: load(&self.refit_windows),
+            refits: load(&self.refits),
+            refit_failures: load(&self.refit_failures),
+            retired_graphs: load(&self.retired_graphs),
+            graph_bytes: load(&self.graph_bytes),
+            graph_bytes_peak: load(&self.graph_bytes_peak),
+            graphs_over_budget: load(&self.graphs_over_budget),
+            shape_programs: load(&self.shape_programs),
+            shape_program_evictions: load(&self.shape_program_evictions),
+            shape_overflow_runs: load(&self.shape_overflow_runs),
+            parallel_compiles: load(&self.parallel_compiles),
             latency: LatencyHistogram {
                 buckets: std::array::from_fn(|i| load(&self.latency_ns[i])),
                 max_ns: load(&self.latency_max_ns),
@@ -227,6 +260,30 @@ pub struct StatsSnapshot {
     pub padded_rows: u64,
     /// Requests split into several chunks (counted only once they succeeded).
     pub split_requests: u64,
+    /// Intervals of requests live re-bucketing fitted buckets to (swapped or not).
+    pub refit_windows: u64,
+    /// Bucket tables swapped in by live re-bucketing.
+    pub refits: u64,
+    /// Live refits that failed (a compile error, a program that does not fit the arena, or the
+    /// program table full); the session keeps its table.
+    pub refit_failures: u64,
+    /// Graphs dropped because their bucket left the table (their memory leaves `graph_bytes`).
+    pub retired_graphs: u64,
+    /// Device memory the session's executable graphs hold now, as measured when each was instantiated (see `GraphExec::memory_bytes`).
+    pub graph_bytes: u64,
+    /// The most graph memory the session held at once.
+    pub graph_bytes_peak: u64,
+    /// Captured graphs that did not fit the graph-memory budget even after trimming: launched once, not kept.
+    pub graphs_over_budget: u64,
+    /// Per-shape programs alive in the session's program table now.
+    pub shape_programs: u64,
+    /// Per-shape programs evicted from the table (least recently used first) to stay within its limit.
+    pub shape_program_evictions: u64,
+    /// Per-shape requests run on a program that could not be kept, because every program in the full table was in use.
+    pub shape_overflow_runs: u64,
+    /// Programs compiled on more than one thread at once (thread-safe compilers), at session creation
+    /// or for the cells live re-bucketing adds.
+    pub parallel_compiles: u64,
     /// Run latencies.
     pub latency: LatencyHistogram,
 }

@@ -22,7 +22,7 @@ use crate::compiler::ProgramCompiler;
 use crate::context::{LastRun, RunContext, Slots};
 use crate::error::Result;
 use crate::path_host::HostBuffers;
-use crate::plan::Single;
+use crate::plan::{Model, Single};
 use crate::request;
 use crate::session::{Inner, Session};
 use crate::tensors::{BindingMode, HostTensor, RunInfo, RunPath};
@@ -112,12 +112,13 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// that bucket. Not counted as a request; run it outside timed work.
     pub fn copy_times(&self, timer: &StageTimer<B>, bucket: u64, samples: usize) -> Result<Option<CopyTimes>> {
         let inner = &*self.inner;
-        let Some(k) = inner.main.iter().position(|entry| entry.bucket == Some(bucket)) else {
+        let Some(k) = (0..inner.main.len()).find(|&k| inner.main[k].bucket == Some(bucket)) else {
             return Ok(None);
         };
         let _pin = inner.device.pin()?;
         let mut ctx = inner.contexts.lease()?;
         let RunContext { slots: Some(slots), stream, .. } = &mut *ctx else { return Ok(None) };
+        slots.arena.use_layout(inner.layout_of(k))?;
         let (up, down) = (inner.upload_span[k], inner.download_span[k]);
         let (mut h2d, mut d2h) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
         for _ in 0..samples.max(1) {
@@ -162,6 +163,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             && let Some(Single { k, chunk }) = self.single(bindings)
             && let RunContext { slots: Some(slots), last, stream, .. } = ctx
         {
+            if let Model::Bucketed(grid) = &self.model {
+                grid.observe(bindings);
+            }
             let batch = bindings.batch();
             let this = LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[k].id };
             let path = if *last == Some(this) { RunPath::UltraFast } else { RunPath::Fast };

@@ -33,8 +33,10 @@ use saggar_device::{
 };
 use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
 use saggar_dispatch::steps;
+use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
 use saggar_dispatch::{
-    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program,
+    ProgramCompiler,
 };
 
 use crate::artifact::Header;
@@ -236,6 +238,21 @@ impl OnnxCompiler {
         &self.weights
     }
 
+    /// A padded axis of this model for [`saggar_dispatch::SessionConfigBuilder::padded_axis`]: the
+    /// symbolic dimension `symbol` (as the model's inputs name it, such as a sequence), bucketed by
+    /// `buckets`, with every input that carries it padded with `pad` (for a BERT-style encoder,
+    /// token id 0 and attention mask 0: padded tokens are masked out of every real token's
+    /// attention). Every output that carries the symbol is sliced back to the request's extent.
+    /// Declare different values per input with [`PaddedAxis::pad`] instead.
+    pub fn padded_axis(&self, symbol: &str, buckets: BucketSpec, pad: impl Into<PadValue>) -> PaddedAxis {
+        let pad = pad.into();
+        self.spec
+            .inputs
+            .iter()
+            .filter(|spec| spec.dims().iter().any(|d| d.symbol() == Some(symbol)))
+            .fold(PaddedAxis::new(symbol, buckets), |axis, spec| axis.pad(spec.name(), pad))
+    }
+
     /// Bytes of constants uploaded once per device.
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes.len()
@@ -396,11 +413,6 @@ impl OnnxCompiler {
         artifact: &[u8],
     ) -> Result<OnnxProgram<B>, OnnxError> {
         let (header, codes) = Header::parse(artifact)?;
-        if header.input_dims != request.input_dims {
-            return Err(OnnxError::Artifact {
-                reason: format!("made for input shapes {:?}, loaded for {:?}", header.input_dims, request.input_dims),
-            });
-        }
         if header.backend != B::KIND {
             return Err(OnnxError::Artifact {
                 reason: format!("made for {:?}, loaded on {:?}", header.backend, B::KIND),
@@ -409,7 +421,17 @@ impl OnnxCompiler {
         if header.model_hash != self.model_hash {
             return Err(OnnxError::Artifact { reason: "made for another model".into() });
         }
-        let lowered = self.lower(&header.input_dims, B::KIND)?;
+        // One artifact serves every shape whose generated code is the same text (the shapes are kernel
+        // arguments): the check is that this request's code is the artifact's.
+        let lowered = self.lower(request.input_dims, B::KIND)?;
+        if *blake3::hash(self.source(&lowered).code.as_bytes()).as_bytes() != header.source_hash {
+            return Err(OnnxError::Artifact {
+                reason: format!(
+                    "made for input shapes {:?}, whose code differs from that of {:?}",
+                    header.input_dims, request.input_dims
+                ),
+            });
+        }
         // The unit holding each kernel.
         let mut unit_of: HashMap<&str, usize> = HashMap::new();
         for signature in &lowered.kernels {
@@ -523,6 +545,14 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
                 .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string());
         // Unfused plans have other kernels: their artifacts are keyed apart.
         if self.options.fusion { identity } else { identity.with_option("fusion", "off") }
+    }
+
+    /// Thread-safe (compiles share the model's code objects under a lock). On CUDA and HIP one
+    /// artifact serves every bucket: the generated code takes the batch as an argument, and a load
+    /// checks that the request's code is the artifact's. The host backend's plans are specialised
+    /// per shape, so there each bucket has its own artifact.
+    fn capabilities(&self) -> CompilerCapabilities {
+        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {

@@ -1,6 +1,7 @@
 //! The checked-in ONNX models on CUDA through sessions with graphs on, at batches 1, 3, 17 and 64,
-//! against their expected outputs and the host backend. Without a CUDA device the test prints
-//! `SKIPPED cuda::<test>: <reason>` and returns.
+//! against their expected outputs and the host backend, and BERT from sequence buckets against
+//! exact-shape runs. Without a CUDA device the test prints `SKIPPED cuda::<test>: <reason>` and
+//! returns.
 
 #![cfg(feature = "cuda")]
 
@@ -41,4 +42,14 @@ fn fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile() {
         return;
     };
     gpu_common::check_fusion::<CudaBackend>(device);
+}
+
+/// BERT from a grid of batch by sequence buckets on CUDA: padded runs equal exact-shape host runs at
+/// every real position (hidden states and pooled output), split batches and graph replays included.
+#[test]
+fn bert_sequence_buckets_match_exact_runs_on_cuda() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("bert_sequence_buckets_match_exact_runs_on_cuda") else {
+        return;
+    };
+    gpu_common::sequence::check_bert_sequence_buckets::<CudaBackend>(device);
 }

@@ -43,3 +43,13 @@ fn fused_plans_match_unfused_on_hip_and_buckets_share_one_compile() {
     };
     gpu_common::check_fusion::<HipBackend>(device);
 }
+
+/// BERT from a grid of batch by sequence buckets on HIP: padded runs equal exact-shape host runs at
+/// every real position (hidden states and pooled output), split batches and graph replays included.
+#[test]
+fn bert_sequence_buckets_match_exact_runs_on_hip() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("bert_sequence_buckets_match_exact_runs_on_hip") else {
+        return;
+    };
+    gpu_common::sequence::check_bert_sequence_buckets::<HipBackend>(device);
+}

@@ -212,6 +212,36 @@ pub enum ShapeError {
         /// The tensor.
         tensor: Box<str>,
     },
+    /// An axis plan names an axis the tensor does not have.
+    #[error("`{tensor}` has rank {rank}, it has no axis {axis} to pad or slice")]
+    AxisOutOfRange {
+        /// The tensor.
+        tensor: Box<str>,
+        /// The axis asked for.
+        axis: usize,
+        /// The tensor's rank.
+        rank: usize,
+    },
+    /// An axis plan pads an axis to fewer positions than it has.
+    #[error("`{tensor}` has {extent} positions along axis {axis}, more than the {padded} it is padded to")]
+    PaddedExtentTooSmall {
+        /// The tensor.
+        tensor: Box<str>,
+        /// The axis.
+        axis: usize,
+        /// Its real extent.
+        extent: u64,
+        /// The extent it was to be padded to.
+        padded: u64,
+    },
+    /// A pad value is not one element of the tensor's type.
+    #[error("a pad value of {actual} bytes for elements of {expected}")]
+    PadValueSize {
+        /// The element size.
+        expected: usize,
+        /// The pad value's size.
+        actual: usize,
+    },
     /// A host buffer is shorter than its plan needs.
     #[error("the {buffer} buffer holds {actual} bytes, the plan needs {needed}")]
     BufferTooShort {

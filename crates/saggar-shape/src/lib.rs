@@ -46,7 +46,8 @@
 //! bytes to copy and which rows repeat (padding repeats the last real row); [`pad_rows_into`]
 //! and [`slice_rows`] carry them out on the host, as the reference for device backends and the
 //! implementation of the host backend. A [`WasteReport`] totals the padding a policy costs over
-//! a trace.
+//! a trace. An inner axis declared paddable (a sequence) is padded with a value and sliced back by
+//! an [`AxisPlan`].
 //!
 //! Every fallible entry point returns [`ShapeError`], a `#[non_exhaustive]` enum whose variants
 //! name the input, the axis, the expected and the actual value. Bad input never panics.
@@ -85,6 +86,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod axis;
 mod batch;
 mod bindings;
 mod bucket;
@@ -99,6 +101,7 @@ mod signature;
 mod split;
 mod trace;
 
+pub use axis::{AxisPlan, pad_axis_into, slice_axis_into};
 pub use batch::{BatchAxis, BatchLayout, BatchSource};
 pub use bindings::Bindings;
 pub use bucket::{BucketPolicy, LOOKUP_TABLE_LIMIT, MAX_BUCKETS, PolicyKind};

@@ -173,6 +173,8 @@ pub struct GraphExec<D: Driver> {
     /// the last update): what a failed update restores.
     applied: Option<Arc<GraphInner<D>>>,
     nodes: usize,
+    /// Device memory taken by the instantiation, as the driver's free-memory figure showed it.
+    memory_bytes: u64,
     modules: Vec<Arc<ModuleShared<D>>>,
     launch_lock: Mutex<()>,
 }
@@ -205,8 +207,22 @@ impl<D: Driver> GraphExec<D> {
         let op = "device.instantiate";
         rules::check_same_device(op, device.ordinal(), graph.ordinal())?;
         let inner = &graph.inner;
-        let state = if inner.nodes == 0 { ExecState::Empty } else { ExecState::Live(inner.instantiate(op)?) };
+        let (state, memory_bytes) = if inner.nodes == 0 {
+            (ExecState::Empty, 0)
+        } else {
+            // The driver reports no per-graph figure for an executable graph's own memory; the drop in
+            // free device memory across the instantiation is its account of what it took.
+            let before = D::memory_info(op).map(|(free, _)| free);
+            let raw = inner.instantiate(op)?;
+            let after = D::memory_info(op).map(|(free, _)| free);
+            let taken = match (before, after) {
+                (Ok(before), Ok(after)) => before.saturating_sub(after) as u64,
+                _ => 0,
+            };
+            (ExecState::Live(raw), taken)
+        };
         Ok(GraphExec {
+            memory_bytes,
             device,
             state,
             source: Some(inner.clone()),
@@ -333,6 +349,13 @@ impl<D: Driver> api::GraphExec for GraphExec<D> {
 
     fn is_destroyed(&self) -> bool {
         matches!(self.state, ExecState::Destroyed)
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        match self.state {
+            ExecState::Live(_) => self.memory_bytes,
+            ExecState::Empty | ExecState::Destroyed => 0,
+        }
     }
 }
 

@@ -95,7 +95,15 @@ impl GraphExec for HostGraphExec {
     fn is_destroyed(&self) -> bool {
         self.body.is_none()
     }
+
+    fn memory_bytes(&self) -> u64 {
+        self.body.as_ref().map_or(0, |b| b.len() as u64 * HOST_GRAPH_NODE_BYTES)
+    }
 }
+
+/// The device memory the host backend models per node of an executable graph (the order of
+/// magnitude CUDA drivers take for a kernel node). GPU backends measure instead.
+pub const HOST_GRAPH_NODE_BYTES: u64 = 4 << 10;
 
 impl Drop for HostGraphExec {
     fn drop(&mut self) {

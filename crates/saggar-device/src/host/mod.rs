@@ -23,7 +23,7 @@ use std::sync::Arc;
 pub use blas::{HostBlas, MATMUL_KERNEL};
 pub use counters::HostCounters;
 pub use device::{HOST_ARCH, HOST_DEVICE_COUNT, HostConfig, HostDevice, HostDeviceBuffer, HostModule};
-pub use graph::{HostGraph, HostGraphExec};
+pub use graph::{HOST_GRAPH_NODE_BYTES, HostGraph, HostGraphExec};
 pub use kernels::{HostKernelFn, KernelContext, register_kernel};
 pub use memory::{ALIGNMENT, AddressReuse, POISON};
 pub use pinned::HostPinnedBuffer;

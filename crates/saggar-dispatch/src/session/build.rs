@@ -1,36 +1,29 @@
 //! Creating a session: the model's kind, its buckets, every main program precompiled, the arena
 //! layout they share, and the pool of run contexts.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
 use saggar_arena::{ArenaLayout, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
 use saggar_device::{Backend, Device};
-use saggar_shape::{Signature, TensorSpec};
+use saggar_shape::{BucketPolicy, Signature, TensorSpec};
 
 use super::{Inner, Session};
+use crate::buckets::{AxisLayout, BucketTable, Grid, Live, cell_spec, concrete_dims, grid_serves};
 use crate::compiler::ProgramCompiler;
 use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
-use crate::error::Result;
+use crate::error::{DispatchError, Result};
+use crate::graphs::GraphMemory;
+use crate::path_padded::PaddedIo;
+use crate::per_shape::ShapeTable;
 use crate::plan::Model;
-use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, slot};
+use crate::programs::{self, ProgramEntry, ProgramSpec, Progress, Threads, slot};
+use crate::refit;
 use crate::request::RequestGuard;
+use crate::slab::Slab;
 use crate::stats::Stats;
 use crate::tensors::BindingMode;
-
-/// The concrete dimensions of an input of a bucketed or static model at `batch`.
-fn concrete_dims(spec: &TensorSpec, batch_symbol: Option<&str>, batch: u64) -> Vec<u64> {
-    spec.dims()
-        .iter()
-        .map(|d| match (d.as_fixed(), d.symbol()) {
-            (Some(v), _) => v,
-            (None, Some(s)) if Some(s) == batch_symbol => batch,
-            _ => unreachable!("only bucketed and static models are precompiled"),
-        })
-        .collect()
-}
 
 /// One arena slot per tensor of `specs`, of `bytes[i]` bytes (what one main program binds to each;
 /// zero for a model without main programs).
@@ -38,17 +31,40 @@ fn program_slots(specs: &[TensorSpec], bytes: Option<&[usize]>) -> Vec<SlotSpec>
     specs.iter().enumerate().map(|(i, s)| slot(s, bytes.map_or(0, |b| b[i]))).collect()
 }
 
-/// How a session serves a model of `signature`: from buckets when the batch is its only dynamic
-/// dimension, one program when it has none, a program per shape otherwise.
-fn model_of(signature: &Signature, config: &SessionConfig) -> Result<Model> {
+/// How a session serves a model, before its programs exist.
+#[allow(clippy::large_enum_variant, reason = "built once per session and consumed at once")]
+enum Kind {
+    Static,
+    PerShape,
+    Grid { batch: BucketPolicy, axis: Option<(BucketPolicy, AxisLayout)> },
+}
+
+/// How a session serves a model of `signature`: from a grid of buckets when the batch is its only
+/// dynamic dimension (or the other is the declared padded axis), one program when it has none, a
+/// program per shape otherwise.
+fn kind_of(signature: &Signature, config: &SessionConfig) -> Result<Kind> {
     let layout = signature.batch_layout();
-    Ok(if signature.is_static() {
-        Model::Static
-    } else if layout.batch_is_only_dynamic_dim() && layout.symbol().is_some() {
-        Model::Bucketed(config.buckets.policy()?)
-    } else {
-        Model::PerShape
-    })
+    if signature.is_static() {
+        return Ok(Kind::Static);
+    }
+    if layout.symbol().is_none() {
+        return Ok(Kind::PerShape);
+    }
+    match &config.padded_axis {
+        Some(axis) if signature.symbols().any(|s| s == axis.symbol) => {
+            let axis_layout = AxisLayout::new(signature, axis)?;
+            if !grid_serves(signature, &axis.symbol) {
+                return Ok(Kind::PerShape);
+            }
+            Ok(Kind::Grid { batch: config.buckets.policy()?, axis: Some((axis.buckets.policy()?, axis_layout)) })
+        }
+        Some(axis) => Err(DispatchError::Config(format!(
+            "the padded axis `{}` is not a symbolic dimension of any input of the model",
+            axis.symbol
+        ))),
+        None if layout.batch_is_only_dynamic_dim() => Ok(Kind::Grid { batch: config.buckets.policy()?, axis: None }),
+        None => Ok(Kind::PerShape),
+    }
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
@@ -64,23 +80,28 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let _pin = device.pin()?;
         let model_spec = compiler.model().clone();
         let signature = Signature::new(model_spec.inputs.clone(), model_spec.outputs.clone())?;
-        let model = model_of(&signature, &config)?;
+        let kind = kind_of(&signature, &config)?;
         let batch_symbol = signature.batch_layout().symbol().map(str::to_string);
-        let spec_at = |bucket: Option<u64>, symbol: Option<&str>| ProgramSpec {
-            bucket,
-            input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, symbol, bucket.unwrap_or(0))).collect(),
+        let axis_symbol = config.padded_axis.as_ref().map(|a| a.symbol.clone());
+        let cells = match &kind {
+            Kind::Grid { batch, axis } => BucketTable::cells(batch, axis.as_ref().map(|(p, _)| p)),
+            Kind::Static | Kind::PerShape => Vec::new(),
         };
-        let specs: Vec<ProgramSpec> = match &model {
-            Model::Bucketed(policy) => {
-                policy.buckets().iter().map(|&b| spec_at(Some(b), batch_symbol.as_deref())).collect()
-            }
-            Model::Static => vec![spec_at(None, None)],
-            Model::PerShape => Vec::new(),
+        let specs: Vec<ProgramSpec> = match &kind {
+            Kind::Grid { .. } => cells
+                .iter()
+                .map(|&cell| cell_spec(&model_spec.inputs, batch_symbol.as_deref(), axis_symbol.as_deref(), cell))
+                .collect(),
+            Kind::Static => vec![ProgramSpec {
+                bucket: None,
+                input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, &[])).collect(),
+            }],
+            Kind::PerShape => Vec::new(),
         };
         let stats = Arc::new(Stats::default());
         let cache = config.cache.clone();
-        let main =
-            programs::precompile(&*compiler, &device, cache.as_deref(), &specs, config.load_threads, &stats, progress)?;
+        let threads = Threads { load: config.load_threads, compile: config.compile_threads };
+        let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, threads, &stats, progress)?;
 
         // One arena layout per main program, packed for that program's sizes, all in the same
         // memory (sized for the largest): a bucket's one copy sends its own bytes, not a span laid
@@ -99,9 +120,40 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let span = |slots: &[saggar_arena::Slot], bytes: &[usize]| {
             slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
         };
-        let upload_span = main.iter().zip(&layouts).map(|(e, l)| span(l.inputs(), &e.input_bytes)).collect();
-        let download_span = main.iter().zip(&layouts).map(|(e, l)| span(l.outputs(), &e.output_bytes)).collect();
+        let upload_span: Vec<usize> =
+            main.iter().zip(&layouts).map(|(e, l)| span(l.inputs(), &e.input_bytes)).collect();
+        let download_span: Vec<usize> =
+            main.iter().zip(&layouts).map(|(e, l)| span(l.outputs(), &e.output_bytes)).collect();
+        // The layout with the largest slots: every grid cell fits it, so programs added later (by
+        // live re-bucketing) run on it.
+        let layout_count = layouts.len();
+        let largest_layout = (0..layouts.len())
+            .max_by_key(|&i| layouts[i].inputs().iter().chain(layouts[i].outputs()).map(|s| s.capacity).sum::<usize>())
+            .unwrap_or(0);
         let max_scratch = main.iter().map(|e| e.scratch_bytes).max().unwrap_or(0);
+        let capacity = main.len() + config.live.map_or(0, |l| l.max_programs.saturating_sub(main.len()));
+        let model = match kind {
+            Kind::Static => Model::Static,
+            Kind::PerShape => Model::PerShape,
+            Kind::Grid { batch, axis } => {
+                let (axis_policy, axis_layout) = axis.map_or((None, None), |(p, l)| (Some(p), Some(l)));
+                let table = BucketTable::new(
+                    batch,
+                    axis_policy,
+                    (0..main.len()).collect(),
+                    main.iter().map(|e| e.id).collect(),
+                    0,
+                );
+                let live = config.live.map(|live| {
+                    let known = cells.iter().copied().zip(0..).collect();
+                    Live::new(live, &table, known, layouts[largest_layout].clone(), max_scratch)
+                });
+                Model::Bucketed(Box::new(Grid { table: ArcSwap::from_pointee(table), axis: axis_layout, live }))
+            }
+        };
+        let main = Slab::from_vec(main, capacity);
+        let upload_span = Slab::from_vec(upload_span, capacity);
+        let download_span = Slab::from_vec(download_span, capacity);
 
         let wait = WhenExhausted::Wait { timeout: None };
         let arenas = ArenaPool::<B>::with_layouts(
@@ -117,7 +169,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         // have no slots.
         let has_main = !main.is_empty();
         let gather = arenas.clone();
-        let graph_budget = config.graphs.memory_budget_bytes.map(|b| b / config.max_concurrency as u64);
+        let graph_memory = Arc::new(GraphMemory::new(config.graphs.memory_budget_bytes, stats.clone()));
+        let ctx_graphs = graph_memory.clone();
         let ctx_device = device.clone();
         let ctx_stats = stats.clone();
         let contexts = Pool::new(config.max_concurrency, wait, move || {
@@ -126,14 +179,22 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             let slots = if has_main {
                 let arena = arenas.lease()?;
                 let scratch = if max_scratch > 0 { Some(ctx_device.alloc(max_scratch)?) } else { None };
-                Some(Slots::new(arena, scratch, graph_budget))
+                Some(Slots::new(arena, scratch, ctx_graphs.new_cache()))
             } else {
                 None
             };
-            Ok(RunContext { stream, last: None, io: DeviceIo::default(), stats: ctx_stats.clone(), slots })
+            Ok(RunContext {
+                stream,
+                last: None,
+                io: DeviceIo::default(),
+                stats: ctx_stats.clone(),
+                slots,
+                padded: PaddedIo::default(),
+            })
         })?;
         contexts.prewarm(config.prewarm_contexts)?;
         let guard = RequestGuard::new(&signature, config.request_limits);
+        let shape_programs = ShapeTable::new(config.max_shape_programs);
         let session = Session {
             inner: Arc::new(Inner {
                 device,
@@ -144,16 +205,20 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 main,
                 upload_span,
                 download_span,
-                shape_programs: RwLock::new(HashMap::new()),
+                layouts: layout_count,
+                largest_layout,
+                shape_programs,
                 contexts,
                 gather,
                 guard,
                 stats,
+                graph_memory,
             }),
         };
         if session.inner.config.graphs.enabled && session.inner.config.graphs.capture == CaptureWhen::Eager {
             session.capture_all_eagerly()?;
         }
+        refit::spawn(&session.inner)?;
         Ok(session)
     }
 
@@ -167,8 +232,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
             if let Some(slots) = slots {
                 for k in 0..inner.main.len() {
                     // Each program's graph is captured against its own layout's slots.
-                    slots.arena.use_layout(k)?;
-                    inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
+                    slots.arena.use_layout(inner.layout_of(k))?;
+                    inner.capture_on_slots(stream, slots, k, BindingMode::PinnedCopy, |_| Ok(true))?;
                 }
             }
         }

@@ -15,10 +15,12 @@ use saggar_shape::{Signature, TensorShape};
 use crate::compiler::ProgramCompiler;
 use crate::context::RunContext;
 use crate::error::{DispatchError, Result};
-use crate::per_shape::ShapePrograms;
+use crate::graphs::GraphMemory;
+use crate::per_shape::ShapeTable;
 use crate::plan::Model;
 use crate::programs::ProgramEntry;
 use crate::request::RequestGuard;
+use crate::slab::Slab;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::tensors::{HostTensor, RunInfo};
 
@@ -28,19 +30,26 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     pub(crate) config: crate::config::SessionConfig,
     pub(crate) signature: Signature,
     pub(crate) model: Model,
-    /// Bucket programs in the policy's order, or the one static program; empty for per-shape models.
-    pub(crate) main: Vec<Arc<ProgramEntry<C::Program>>>,
+    /// Main programs: every grid cell's (in the first table's order, then those live re-bucketing
+    /// added), or the one static program; empty for per-shape models. Indexed by the bucket table.
+    pub(crate) main: Slab<Arc<ProgramEntry<C::Program>>>,
     /// Per main program: bytes of the staging span and of the output span it uses.
-    pub(crate) upload_span: Vec<usize>,
-    pub(crate) download_span: Vec<usize>,
+    pub(crate) upload_span: Slab<usize>,
+    pub(crate) download_span: Slab<usize>,
+    /// Arena layouts made at creation, one per main program then (programs added later by live
+    /// re-bucketing run on `largest_layout`, whose slots every grid cell fits).
+    pub(crate) layouts: usize,
+    pub(crate) largest_layout: usize,
     /// A per-shape model's programs; empty for other models.
-    pub(crate) shape_programs: ShapePrograms<B, C::Program>,
+    pub(crate) shape_programs: ShapeTable<B, C::Program>,
     pub(crate) contexts: Pool<RunContext<B>>,
     /// The pool the contexts' arenas come from, for its gather counters.
     pub(crate) gather: ArenaPool<B>,
     /// The request limits, checked before anything is allocated or planned for a request.
     pub(crate) guard: RequestGuard,
     pub(crate) stats: Arc<Stats>,
+    /// The session's graph-memory budget and its contexts' graph caches.
+    pub(crate) graph_memory: Arc<GraphMemory<B>>,
 }
 
 /// One model on one device. Created with every bucket precompiled; serves `run` calls from any
@@ -74,9 +83,21 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         &self.inner.device
     }
 
-    /// The buckets precompiled (empty for models served per shape).
+    /// The batch buckets served now (empty for models served per shape or without a batch).
     pub fn buckets(&self) -> Vec<u64> {
-        self.inner.main.iter().filter_map(|e| e.bucket).collect()
+        match &self.inner.model {
+            Model::Bucketed(grid) => grid.table.load().batch.buckets().to_vec(),
+            Model::Static | Model::PerShape => Vec::new(),
+        }
+    }
+
+    /// The buckets of the padded axis served now (empty without one; see
+    /// [`crate::PaddedAxis`]).
+    pub fn axis_buckets(&self) -> Vec<u64> {
+        match &self.inner.model {
+            Model::Bucketed(grid) => grid.table.load().axis.as_ref().map_or_else(Vec::new, |p| p.buckets().to_vec()),
+            Model::Static | Model::PerShape => Vec::new(),
+        }
     }
 
     /// The model's signature (inputs and outputs in binding order).
@@ -117,6 +138,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// The arena layout main program `k` runs on.
+    pub(crate) fn layout_of(&self, k: usize) -> usize {
+        if k < self.layouts { k } else { self.largest_layout }
+    }
+
     /// Runs `f` with a leased, pinned run context; counts the request, its latency and its failure
     /// (the caller counts its path once it is known to have succeeded). Returns the lease too when
     /// the run succeeded (for work left pending on its stream).
@@ -149,6 +175,21 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         result
     }
 
+    /// Drops the context's graphs of programs the current bucket table no longer routes to, once per
+    /// table swap (live re-bucketing only; one atomic load per run otherwise).
+    fn retire_graphs(&self, slots: &mut crate::context::Slots<B>) {
+        if let Model::Bucketed(grid) = &self.model
+            && grid.live.is_some()
+        {
+            let table = grid.table.load();
+            if slots.epoch != table.epoch {
+                let retired = slots.graphs.retain_programs(|id| table.routes(id));
+                Stats::add(&self.stats.retired_graphs, retired as u64);
+                slots.epoch = table.epoch;
+            }
+        }
+    }
+
     /// Runs `f` on a leased run context (the device pinned by the caller). A failed run leaves
     /// nothing half-done on the context's stream.
     pub(crate) fn run_on<R>(
@@ -157,7 +198,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         f: impl FnOnce(&Self, &mut RunContext<B>) -> Result<R>,
     ) -> Result<R> {
         if let Some(slots) = &mut ctx.slots {
-            slots.graphs.tick += 1;
+            // The session's request count orders graph use across contexts (least recently used
+            // out) at the cost of one relaxed load of a counter `counted` already bumped.
+            slots.graphs.tick = self.stats.requests.load(std::sync::atomic::Ordering::Relaxed);
+            self.retire_graphs(slots);
         }
         match f(self, ctx) {
             Ok(r) => Ok(r),
