@@ -101,7 +101,7 @@ pub enum Command {
     /// Run a batch-size trace through a session and report latency percentiles, throughput, run
     /// paths, padding waste, compiles and loads, graph counters, and a check against the reference.
     #[command(after_help = PERF_EXAMPLES)]
-    Perf(PerfArgs),
+    Perf(Box<PerfArgs>),
     /// Precompile a model's buckets into a cache directory for one or more devices, then exit.
     #[command(after_help = WARMUP_EXAMPLES)]
     Warmup(WarmupArgs),

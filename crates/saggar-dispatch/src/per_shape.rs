@@ -249,7 +249,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 max_arenas: concurrency,
                 when_exhausted: wait,
                 arena: saggar_arena::ArenaOptions::default().with_gather(self.config.gather),
-                ..PoolConfig::default()
             },
         )?;
         let (device, scratch_bytes) = (self.device.clone(), entry.scratch_bytes);
