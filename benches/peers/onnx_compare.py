@@ -50,7 +50,7 @@ def main(argv=None):
         mean, split = st.get("mean") or {}, st.get("device_split") or {}
         su = s.get("startup", {})
         if mean.get("device_us") is None:
-            split_note = f"stages not separated (split or per-shape requests), queue {f(mean.get('queue_wait_us'))};"
+            split_note = f"stages not separated (split, axis-padded or per-shape requests), queue {f(mean.get('queue_wait_us'))};"
         else:
             split_note = (f"gather {f(mean.get('gather_us'))}, enqueue {f(mean.get('enqueue_us'))}, device {f(mean.get('device_us'))}"
                           f" (h2d {f(split.get('h2d_us'))}, compute {f(split.get('compute_us'))}, d2h {f(split.get('d2h_us'))}),"

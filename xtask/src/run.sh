@@ -252,7 +252,8 @@ if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/b
   }
   all=${SAGGAR_ONNX_PEERS_VARIANTS:-eager,graphs,compile-max,compile-ro,ort}
   fast=$(echo "$all" | sed 's/compile-max,\{0,1\}//; s/compile-ro,\{0,1\}//')
-  bert_shapes="--shapes input_ids:1x128 --shapes attention_mask:1x128"
+  # BERT pads its sequence axis to 128: batch x sequence buckets with graphs (the requests are 128 long).
+  bert_shapes="--shapes input_ids:1x128 --shapes attention_mask:1x128 --pad-axis seq:128"
   onnx_run bert "$models/bert/model.onnx" const:1 1 "$all" --requests 2000 $bert_shapes
   onnx_run bert "$models/bert/model.onnx" const:64 1 "$fast" --requests 300 $bert_shapes
   onnx_run dlrm "$models/dlrm/model.onnx" const:1 1 "$all" --requests 2000

@@ -229,6 +229,37 @@ impl FromStr for LiveBucketsArg {
     }
 }
 
+/// A `--pad-axis SYMBOL:SIZES` value: the symbol and its bucket sizes, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PadAxisArg {
+    /// The symbolic dimension padded.
+    pub symbol: String,
+    /// Its bucket sizes, ascending, without repeats.
+    pub sizes: Vec<u64>,
+}
+
+impl FromStr for PadAxisArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<PadAxisArg, String> {
+        let (symbol, sizes) =
+            text.split_once(':').ok_or_else(|| format!("`{text}`: expected SYMBOL:SIZES, e.g. seq:32,64,128"))?;
+        if symbol.is_empty() {
+            return Err(format!("`{text}`: the symbol is empty"));
+        }
+        let mut list = sizes
+            .split(',')
+            .map(|n| match n.trim().parse::<u64>() {
+                Ok(v) if v > 0 => Ok(v),
+                _ => Err(format!("`{n}` is not a size (a whole number, at least 1)")),
+            })
+            .collect::<std::result::Result<Vec<u64>, String>>()?;
+        list.sort_unstable();
+        list.dedup();
+        Ok(PadAxisArg { symbol: symbol.to_string(), sizes: list })
+    }
+}
+
 /// The trace flags.
 #[derive(Debug, Clone, Args)]
 pub struct TraceArgs {
@@ -278,6 +309,12 @@ pub struct PerfArgs {
     /// bucket stays). Off by default.
     #[arg(long, value_name = "EVERY:BUDGET")]
     pub live_buckets: Option<LiveBucketsArg>,
+    /// ONNX models: pad the symbolic dimension SYMBOL (a sequence, say) up to the next of SIZES, with 0
+    /// in every input that carries it, and slice the outputs back; requests of any extent up to the
+    /// largest size then run from batch x SYMBOL buckets, with graphs. Without it a model with a
+    /// symbolic dimension besides the batch compiles a program per shape.
+    #[arg(long, value_name = "SYMBOL:SIZES")]
+    pub pad_axis: Option<PadAxisArg>,
     /// Capture and replay graphs.
     #[arg(long, value_enum, default_value_t = Toggle::On)]
     pub graphs: Toggle,

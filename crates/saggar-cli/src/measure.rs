@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, Device as _};
-use saggar_dispatch::{ProgramCompiler, ProgramSource, Session, StatsSnapshot};
+use saggar_dispatch::{PaddedAxis, ProgramCompiler, ProgramSource, Session, StatsSnapshot};
 
 use crate::bench::{LoopPlan, Measured};
 use crate::buckets::Buckets;
@@ -45,8 +45,9 @@ pub fn build_session<B: Backend, C: ProgramCompiler<B>>(
     compiler: Arc<C>,
     buckets: &Buckets,
     cache: Arc<CompileCache>,
+    padded_axis: Option<PaddedAxis>,
 ) -> Result<Built<B, C>> {
-    let config = session_config(args, buckets, cache)?;
+    let config = session_config(args, buckets, cache, padded_axis)?;
     let bar = Bar::new(mode, "compile", buckets.list.len() as u64);
     let programs = Mutex::new(Vec::new());
     let started = Instant::now();

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor};
-use saggar_dispatch::{CaptureWhen, GraphConfig, HostTensor, LiveBuckets, SessionConfig, StatsSnapshot};
+use saggar_dispatch::{CaptureWhen, GraphConfig, HostTensor, LiveBuckets, PaddedAxis, SessionConfig, StatsSnapshot};
 use saggar_models::{compare_outputs, generate_inputs, reference_forward};
 
 use crate::bench;
@@ -40,9 +40,10 @@ pub fn run(args: &PerfArgs, env: &Environment) -> Result<()> {
     if let Some(path) = &args.model.onnx {
         return crate::onnx::perf(args, env, path);
     }
-    if !args.shapes.is_empty() {
+    if !args.shapes.is_empty() || args.pad_axis.is_some() {
+        let flag = if args.shapes.is_empty() { "--pad-axis" } else { "--shapes" };
         return Err(CliError::usage(
-            "--shapes needs --onnx",
+            format!("{flag} needs --onnx"),
             "the built-in models have no symbolic dimensions besides the batch",
         ));
     }
@@ -111,7 +112,7 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<bench::Rec
     let device = B::open(args.device)?;
     let mode = measure::progress_mode(args, env.stderr_is_terminal);
     let built =
-        measure::build_session::<B, _>(args, mode, device.clone(), model.compiler.clone(), buckets, cache.clone())?;
+        measure::build_session::<B, _>(args, mode, device.clone(), model.compiler.clone(), buckets, cache.clone(), None)?;
     let session = &built.session;
     let after_build = session.stats();
 
@@ -211,11 +212,19 @@ pub(crate) fn first_of_each_batch<'k, K>(trace: &[u64], kept: &'k [(usize, K)]) 
 
 /// The session configuration of `saggar perf` (every model source): buckets, graphs, the cache, and
 /// one prewarmed run context per worker thread.
-pub(crate) fn session_config(args: &PerfArgs, buckets: &Buckets, cache: Arc<CompileCache>) -> Result<SessionConfig> {
+pub(crate) fn session_config(
+    args: &PerfArgs,
+    buckets: &Buckets,
+    cache: Arc<CompileCache>,
+    padded_axis: Option<PaddedAxis>,
+) -> Result<SessionConfig> {
     let concurrency = args.concurrency as usize;
     let mut builder = SessionConfig::builder();
     if let Some(live) = args.live_buckets {
         builder = builder.live_buckets(LiveBuckets::new(live.every, live.budget));
+    }
+    if let Some(axis) = padded_axis {
+        builder = builder.padded_axis(axis);
     }
     Ok(builder
         .buckets(buckets.spec.clone())

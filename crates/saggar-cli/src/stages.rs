@@ -158,7 +158,7 @@ impl Stages {
         };
         if m.device_us.is_none() {
             return format!(
-                "queue {:.1}, check {:.1} us (means over {} requests, 1 in {}, of mean latency {:.1} us); they ran split or as per-shape programs, whose stages are not separated",
+                "queue {:.1}, check {:.1} us (means over {} requests, 1 in {}, of mean latency {:.1} us); they ran split, padded along an axis or as per-shape programs, whose stages are not separated",
                 m.queue_wait_us, m.check_us, self.sampled, self.every, self.latency_mean_us
             );
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use saggar_device::{Backend, BackendVisitor};
-use saggar_dispatch::HostTensor;
+use saggar_dispatch::{BucketSpec, HostTensor};
 use saggar_onnx::{OnnxModel, Tensor};
 use saggar_shape::TensorSpec;
 
@@ -173,7 +173,11 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
     let model = loaded.model();
     let device = B::open(args.device)?;
     let mode = measure::progress_mode(args, env.stderr_is_terminal);
-    let built = measure::build_session::<B, _>(args, mode, device, loaded.compiler.clone(), buckets, cache.clone())?;
+    let padded_axis = args.pad_axis.as_ref().map(|axis| {
+        loaded.compiler.padded_axis(&axis.symbol, BucketSpec::List(axis.sizes.clone()), 0)
+    });
+    let built =
+        measure::build_session::<B, _>(args, mode, device, loaded.compiler.clone(), buckets, cache.clone(), padded_axis)?;
     let session = &built.session;
     let after_build = session.stats();
 
