@@ -305,4 +305,41 @@ fn bad_flag_values_exit_2_with_one_line() {
     let output =
         sandbox.run(&["perf", "--backend", "host", "--onnx", BERT_ONNX, "--shapes", "input_ids:1x8x3", "--quiet"]);
     assert!(assert_error(&output, 2).contains("dimensions"));
+    for axis in ["seq", "seq:", ":16", "seq:0", "seq:8,x"] {
+        let output = sandbox.run(&["perf", "--backend", "host", "--onnx", BERT_ONNX, "--pad-axis", axis, "--quiet"]);
+        assert_error(&output, 2);
+    }
+    let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, "--pad-axis", "seq:8"]);
+    assert!(assert_error(&output, 2).contains("--pad-axis needs --onnx"));
+}
+
+/// `--pad-axis`: BERT's sequence padded to buckets serves requests of a length between buckets from
+/// a batch x sequence grid with graphs (no per-shape programs), and its outputs verify.
+#[test]
+fn onnx_pad_axis_serves_a_sequence_between_buckets_from_the_grid() {
+    let sandbox = Sandbox::new();
+    let (report, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--onnx",
+            BERT_ONNX,
+            "--shapes",
+            "input_ids:1x13",
+            "--shapes",
+            "attention_mask:1x13",
+            "--pad-axis",
+            "seq:8,16",
+            "--trace",
+            "const:2",
+            "--iterations",
+            "12",
+            "--quiet",
+        ],
+    );
+    assert_consistent(&report);
+    assert_eq!(u64_at(&report, "/graphs/shape_programs"), 0, "no per-shape programs: {report:#}");
+    assert!(u64_at(&report, "/graphs/replays") > 0, "graphs replayed: {report:#}");
+    assert_eq!(u64_at(&report, "/verify/mismatches"), 0, "{report:#}");
 }
