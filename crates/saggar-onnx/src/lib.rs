@@ -54,6 +54,7 @@ pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use lowering::PlanSummary;
 pub use lowering_blas::GemmEngine;
+pub use passes::conv_gemm::ConvEngine;
 pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use saggar_device::MatmulPrecision;
