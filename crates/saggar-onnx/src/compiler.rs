@@ -41,9 +41,9 @@ use crate::artifact::Header;
 use crate::error::OnnxError;
 use crate::lowering::{self, ArgSource, Lowered, PlanStep, PlanSummary, Target, WeightLayout};
 use crate::lowering_blas::{BlasLowering, GemmEngine};
-use crate::passes::conv_gemm::ConvEngine;
 use crate::model::OnnxModel;
 use crate::passes;
+use crate::passes::conv_gemm::ConvEngine;
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";

@@ -216,6 +216,23 @@ fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
     }
 }
 
+#[test]
+fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the_cpu() {
+    use crate::ConvEngine;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join("cnn");
+    let model = OnnxModel::load(root.join("model.onnx")).unwrap();
+    // Batch 3: the im2col plan's matmul is a strided batch over the images.
+    let x = read_tensor_pb(&root.join("test_data_set_0").join("input_0.pb")).unwrap().tensor;
+    let direct = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(ConvEngine::Direct));
+    let want = run_on_host(&direct, std::slice::from_ref(&x)).unwrap();
+    for engine in [ConvEngine::Im2col, ConvEngine::Direct] {
+        let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(engine));
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, std::slice::from_ref(&x), dir.path()) else { return };
+        assert_close(&got[0], &want[0], &format!("cnn conv={}", engine.name()));
+    }
+}
+
 /// One model holding a node of every GPU kernel kind with non-trivial attributes (negative slice
 /// steps, every Pad mode, transposed Gemm with a broadcast bias, broadcast batched MatMul, grouped
 /// dilated Conv, ceil-mode pooling, every reduction, ArgMax with select_last_index, ...), each a graph

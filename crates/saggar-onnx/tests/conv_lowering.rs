@@ -22,7 +22,14 @@ fn f32s(dims: &[usize], seed: u32) -> Tensor {
 }
 
 /// `Relu(Conv(x, w[, b]))` for input `[n, c, h, w]` and weights `[m, c / group, k0, k1]`.
-fn conv_model(c: usize, m: usize, kernel: [usize; 2], group: usize, bias: bool, attrs: &[(&str, Attribute)]) -> OnnxModel {
+fn conv_model(
+    c: usize,
+    m: usize,
+    kernel: [usize; 2],
+    group: usize,
+    bias: bool,
+    attrs: &[(&str, Attribute)],
+) -> OnnxModel {
     let mut b = ModelBuilder::new(13);
     let sym = |s: &str| Dim::symbolic(s);
     b.input("x", DType::F32, &[sym("n"), Dim::Fixed(c as u64), sym("h"), sym("w")]);
@@ -52,10 +59,13 @@ fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
     }
 }
 
+/// A name, input channels, output channels, kernel, whether it has a bias, and attributes.
+type Case = (&'static str, usize, usize, [usize; 2], bool, Vec<(&'static str, Attribute)>);
+
 #[test]
 fn im2col_convolutions_match_the_direct_kernel_on_the_host() {
     use Attribute::{Ints, String as Str};
-    let cases: Vec<(&str, usize, usize, [usize; 2], bool, Vec<(&str, Attribute)>)> = vec![
+    let cases: Vec<Case> = vec![
         ("3x3 padded", 3, 4, [3, 3], true, vec![("pads", Ints(vec![1, 1, 1, 1]))]),
         ("3x3 strided", 2, 5, [3, 3], false, vec![("strides", Ints(vec![2, 1]))]),
         ("3x3 dilated", 3, 2, [3, 3], true, vec![("dilations", Ints(vec![2, 2])), ("pads", Ints(vec![2, 1, 0, 2]))]),
@@ -107,7 +117,10 @@ fn the_cnn_model_through_im2col_matches_the_direct_kernel_and_its_reference() {
         assert_close(&got[0], &want[0], &format!("{} im2col vs direct", set.display()));
         assert_close(&got[0], &reference, &format!("{} im2col vs reference", set.display()));
         let dims = [x.dims().iter().map(|&d| d as u64).collect::<Vec<_>>()];
-        let (a, b) = (im2col.plan_summary(&dims, BackendKind::Cuda).unwrap(), direct.plan_summary(&dims, BackendKind::Cuda).unwrap());
+        let (a, b) = (
+            im2col.plan_summary(&dims, BackendKind::Cuda).unwrap(),
+            direct.plan_summary(&dims, BackendKind::Cuda).unwrap(),
+        );
         assert!(a.matmuls > b.matmuls, "the convs became matmul steps: {} vs {}", a.matmuls, b.matmuls);
     }
 }

@@ -48,7 +48,11 @@ impl Op for Im2col {
             .output_dims(xv.dims)
             .ok_or_else(|| OpError::eval(format!("Im2col: input {:?} does not fit {:?}", xv.dims, self.axes)))?;
         if outputs[0].dims != [n, rows, plane] {
-            return Err(OpError::eval(format!("Im2col: output {:?}, expected {:?}", outputs[0].dims, [n, rows, plane])));
+            return Err(OpError::eval(format!(
+                "Im2col: output {:?}, expected {:?}",
+                outputs[0].dims,
+                [n, rows, plane]
+            )));
         }
         let x = xv.f32s()?;
         let col = outputs[0].f32s()?;
