@@ -281,6 +281,7 @@ fn every_kind_model() -> OnnxModel {
     init(&mut b, "cw", f32s(&[4, 3, 3, 3], 12));
     init(&mut b, "cbias", f32s(&[4], 13));
     init(&mut b, "gw", f32s(&[3, 1, 2, 2], 14));
+    init(&mut b, "pwc", f32s(&[4, 3, 1, 1], 15));
     init(&mut b, "two", Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
     init(&mut b, "zero", Tensor::new(vec![], TensorData::F32(vec![0.0])).unwrap());
     init(&mut b, "three", Tensor::from_i64s(vec![3]));
@@ -346,6 +347,8 @@ fn every_kind_model() -> OnnxModel {
         &[("pads", Ints(vec![1, 1, 1, 1])), ("strides", Ints(vec![1, 2]))],
         f,
     );
+    // 1x1 stride 1 without bias: a matmul over the input viewed [N, C, H*W], no im2col.
+    node(&mut b, "Conv", &["x", "pwc"], &["pcv"], &[], f);
     node(&mut b, "Conv", &["x", "gw"], &["gcv"], &[("group", Int(3)), ("dilations", Ints(vec![2, 2]))], f);
     node(
         &mut b,
