@@ -45,6 +45,7 @@ use crate::lowering::{self, ArgSource, Lowered, PlanStep, PlanSummary, Target, W
 use crate::lowering_blas::{BlasLowering, GemmEngine};
 use crate::model::OnnxModel;
 use crate::passes;
+use crate::passes::conv_gemm::ConvEngine;
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
@@ -65,6 +66,9 @@ pub struct OnnxOptions {
     /// How MatMul and Gemm run: through the backend's BLAS-Lt library (default) or the generated
     /// kernel. Part of the compiler identity.
     pub gemm: GemmEngine,
+    /// How Conv runs: one-group convolutions as im2col plus a GEMM (default) or always the direct
+    /// kernel. Part of the compiler identity.
+    pub conv: ConvEngine,
     /// Whether BLAS-Lt GEMMs may use TF32 (default: strict `f32`). Part of the compiler identity.
     pub precision: MatmulPrecision,
     /// Scratch each run reserves for the BLAS-Lt library's workspace on CUDA and HIP (the host
@@ -88,6 +92,7 @@ impl Default for OnnxOptions {
         OnnxOptions {
             max_program_bytes: 8 << 30,
             gemm: GemmEngine::default(),
+            conv: ConvEngine::default(),
             precision: MatmulPrecision::default(),
             blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
             blas_library: None,
@@ -112,6 +117,12 @@ impl OnnxOptions {
     /// The same options with another [`OnnxOptions::gemm`].
     pub fn with_gemm(mut self, gemm: GemmEngine) -> OnnxOptions {
         self.gemm = gemm;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::conv`].
+    pub fn with_conv(mut self, conv: ConvEngine) -> OnnxOptions {
+        self.conv = conv;
         self
     }
 
@@ -259,7 +270,10 @@ impl OnnxCompiler {
     }
 
     pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
-        let graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
+        let mut graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
+        if self.options.conv == ConvEngine::Im2col {
+            passes::conv_gemm::convs_as_gemms(&mut graph);
+        }
         let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
         let blas = (self.options.gemm == GemmEngine::BlasLt).then_some(BlasLowering {
             precision: self.options.precision,
@@ -541,6 +555,7 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
             CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
                 .with_option("artifact", ARTIFACT_VERSION.to_string())
                 .with_option("gemm", self.options.gemm.name().to_string())
+                .with_option("conv", self.options.conv.name().to_string())
                 .with_option("precision", self.options.precision.name().to_string())
                 .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string());
         // Unfused plans have other kernels: their artifacts are keyed apart.

@@ -216,6 +216,23 @@ fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
     }
 }
 
+#[test]
+fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the_cpu() {
+    use crate::ConvEngine;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join("cnn");
+    let model = OnnxModel::load(root.join("model.onnx")).unwrap();
+    // Batch 3: the im2col plan's matmul is a strided batch over the images.
+    let x = read_tensor_pb(&root.join("test_data_set_0").join("input_0.pb")).unwrap().tensor;
+    let direct = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(ConvEngine::Direct));
+    let want = run_on_host(&direct, std::slice::from_ref(&x)).unwrap();
+    for engine in [ConvEngine::Im2col, ConvEngine::Direct] {
+        let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(engine));
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, std::slice::from_ref(&x), dir.path()) else { return };
+        assert_close(&got[0], &want[0], &format!("cnn conv={}", engine.name()));
+    }
+}
+
 /// One model holding a node of every GPU kernel kind with non-trivial attributes (negative slice
 /// steps, every Pad mode, transposed Gemm with a broadcast bias, broadcast batched MatMul, grouped
 /// dilated Conv, ceil-mode pooling, every reduction, ArgMax with select_last_index, ...), each a graph
@@ -264,6 +281,7 @@ fn every_kind_model() -> OnnxModel {
     init(&mut b, "cw", f32s(&[4, 3, 3, 3], 12));
     init(&mut b, "cbias", f32s(&[4], 13));
     init(&mut b, "gw", f32s(&[3, 1, 2, 2], 14));
+    init(&mut b, "pwc", f32s(&[4, 3, 1, 1], 15));
     init(&mut b, "two", Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
     init(&mut b, "zero", Tensor::new(vec![], TensorData::F32(vec![0.0])).unwrap());
     init(&mut b, "three", Tensor::from_i64s(vec![3]));
@@ -329,6 +347,8 @@ fn every_kind_model() -> OnnxModel {
         &[("pads", Ints(vec![1, 1, 1, 1])), ("strides", Ints(vec![1, 2]))],
         f,
     );
+    // 1x1 stride 1 without bias: a matmul over the input viewed [N, C, H*W], no im2col.
+    node(&mut b, "Conv", &["x", "pwc"], &["pcv"], &[], f);
     node(&mut b, "Conv", &["x", "gw"], &["gcv"], &[("group", Int(3)), ("dilations", Ints(vec![2, 2]))], f);
     node(
         &mut b,

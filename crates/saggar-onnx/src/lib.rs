@@ -55,6 +55,7 @@ pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use lowering::PlanSummary;
 pub use lowering_blas::GemmEngine;
 pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
+pub use passes::conv_gemm::ConvEngine;
 pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use saggar_device::MatmulPrecision;
 pub use tensor::{Tensor, TensorData};

@@ -27,6 +27,14 @@ fn blas_and_generated_gemms_match_on_cuda_with_graphs() {
 }
 
 #[test]
+fn im2col_and_direct_convs_match_the_host_on_cuda() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("im2col_and_direct_convs_match_the_host_on_cuda") else {
+        return;
+    };
+    gpu_common::check_conv_engines::<CudaBackend>(device);
+}
+
+#[test]
 fn missing_blas_library_is_refused_on_cuda() {
     let Some(device) = gpu_common::open_or_skip::<CudaBackend>("missing_blas_library_is_refused_on_cuda") else {
         return;

@@ -415,7 +415,7 @@ fn advance(index: &mut [usize], extents: impl Fn(usize) -> usize) -> bool {
 
 /// Lays out the `channels` planes of `x` as an im2col matrix: one row per (channel, kernel tap),
 /// one column per output position; taps in the padding read 0.
-fn im2col(x: &[f32], channels: usize, axes: &[Axis], col: &mut [f32]) {
+pub(crate) fn im2col(x: &[f32], channels: usize, axes: &[Axis], col: &mut [f32]) {
     let rank = axes.len();
     let last = axes[rank - 1];
     if axes.iter().any(|a| a.input == 0) {

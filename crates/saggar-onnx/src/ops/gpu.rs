@@ -74,6 +74,10 @@ pub enum GpuKind {
     /// Direct convolution, one thread per output element. Meta: `s, N, C, M, group, in[s], out[s],
     /// kernel[s], stride[s], pad_begin[s], dilation[s]`.
     Conv { bias: bool },
+    /// The im2col patch matrix `[N, C * taps, plane]` of a convolution's input, one thread per
+    /// element, padding taps 0. Meta: `s, N, C, in[s], out[s], kernel[s], stride[s], pad_begin[s],
+    /// dilation[s]`.
+    Im2col,
     /// Max or average pooling, one thread per output element. Meta: `s, N*C, count_include_pad,
     /// in[s], out[s], kernel[s], stride[s], pad_begin[s], pad_end[s], dilation[s]`.
     Pool { max: bool },

@@ -58,6 +58,7 @@ pub mod evaluate;
 pub(crate) mod gather;
 #[doc(hidden)]
 pub mod gpu;
+pub(crate) mod im2col;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;

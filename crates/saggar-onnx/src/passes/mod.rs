@@ -7,6 +7,7 @@
 //! bind the request's input shapes, infer again with every extent known, fold what became constant
 //! (the shape chains) and remove dead nodes again.
 
+pub(crate) mod conv_gemm;
 mod fuse;
 pub(crate) mod infer;
 mod simplify;

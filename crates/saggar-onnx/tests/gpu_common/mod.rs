@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, CaptureWhen, GraphConfig, Session, SessionConfig};
-use saggar_onnx::{GemmEngine, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, run_on_host};
+use saggar_onnx::{ConvEngine, GemmEngine, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, run_on_host};
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -225,6 +225,43 @@ pub fn check_blas_against_generated<B: Backend>(device: B::Device) {
                 B::KIND,
                 stats.captures,
                 stats.replays
+            );
+        }
+    }
+}
+
+/// The CNN with its convolutions as im2col plus BLAS-Lt matmuls and as the direct kernel, graphs
+/// captured and replayed, at batch 1 and the largest data set's batch, against the host backend's run
+/// with the direct kernel; prints one PASS line per engine and batch with the largest error.
+pub fn check_conv_engines<B: Backend>(device: B::Device) {
+    let dir = model_dir("cnn");
+    let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+    let direct = OnnxOptions::default().with_conv(ConvEngine::Direct);
+    let sets = data_sets(&dir);
+    let small = sets.iter().min_by_key(|(i, _)| i[0].dims()[0]).expect("a data set");
+    let large = sets.iter().max_by_key(|(i, _)| i[0].dims()[0]).expect("a data set");
+    for (inputs, _) in [small, large] {
+        let batch = inputs[0].dims()[0];
+        let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
+        let request = Request::new(&names, inputs);
+        let host = run_on_host(&OnnxCompiler::new(model.clone(), direct.clone()), inputs).unwrap();
+        for engine in [ConvEngine::Im2col, ConvEngine::Direct] {
+            let s = blas_session::<B>(&device, &model, OnnxOptions::default().with_conv(engine))
+                .unwrap_or_else(|e| panic!("FAIL cnn conv={} on {:?}: session: {e}", engine.name(), B::KIND));
+            let mut worst = 0f32;
+            for run in 0..2 {
+                let outputs = s.run(&request.host()).unwrap_or_else(|e| panic!("FAIL cnn conv run {run}: {e}"));
+                for (k, o) in outputs.iter().enumerate() {
+                    let got = owned_to_tensor(o);
+                    let what = format!("FAIL cnn conv={} batch {batch} run {run} output {k}", engine.name());
+                    assert_close(&got, &host[k], &what);
+                    worst = worst.max(max_error(&got, &host[k]));
+                }
+            }
+            println!(
+                "PASS cnn conv={} batch {batch} on {:?}: max abs error vs the host's direct conv {worst:.3e}",
+                engine.name(),
+                B::KIND
             );
         }
     }
