@@ -221,6 +221,7 @@ pub fn report<B: Backend, C: ProgramCompiler<B>, K>(
         graphs,
         verify,
         check: None,
+        profile: None,
     }
 }
 
