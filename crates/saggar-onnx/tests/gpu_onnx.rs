@@ -5,6 +5,7 @@
 #![cfg(feature = "cuda")]
 
 mod gpu_common;
+mod profile_common;
 
 use saggar_device::cuda::CudaBackend;
 
@@ -41,4 +42,14 @@ fn fused_plans_match_unfused_on_cuda_and_buckets_share_one_compile() {
         return;
     };
     gpu_common::check_fusion::<CudaBackend>(device);
+}
+
+#[test]
+fn every_checked_in_model_profiles_one_row_per_step_on_cuda() {
+    let Some(device) =
+        gpu_common::open_or_skip::<CudaBackend>("every_checked_in_model_profiles_one_row_per_step_on_cuda")
+    else {
+        return;
+    };
+    profile_common::check_models::<CudaBackend>(&device);
 }

@@ -6,6 +6,7 @@
 #![cfg(feature = "hip")]
 
 mod gpu_common;
+mod profile_common;
 
 use saggar_device::hip::HipBackend;
 
@@ -42,4 +43,14 @@ fn fused_plans_match_unfused_on_hip_and_buckets_share_one_compile() {
         return;
     };
     gpu_common::check_fusion::<HipBackend>(device);
+}
+
+#[test]
+fn every_checked_in_model_profiles_one_row_per_step_on_hip() {
+    let Some(device) =
+        gpu_common::open_or_skip::<HipBackend>("every_checked_in_model_profiles_one_row_per_step_on_hip")
+    else {
+        return;
+    };
+    profile_common::check_models::<HipBackend>(&device);
 }
