@@ -67,3 +67,53 @@ impl StepLabels {
         self.untimed.extend(members.iter().map(|&j| graph.nodes[j].name.clone()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use saggar_device::BackendKind;
+
+    use crate::compiler::{OnnxCompiler, OnnxOptions};
+    use crate::model::OnnxModel;
+
+    /// Every node of the specialised graph is named by exactly one group or listed as untimed, and
+    /// every step has a group: on the host and CUDA lowerings, fused and not, for every checked-in
+    /// model.
+    #[test]
+    fn labels_name_every_specialised_node_once_on_every_target() {
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        for name in ["mlp", "cnn", "dlrm", "bert"] {
+            let dir = models.join(name);
+            let inputs: Vec<Vec<u64>> = (0..)
+                .map(|i| dir.join(format!("test_data_set_0/input_{i}.pb")))
+                .take_while(|p| p.is_file())
+                .map(|p| crate::read_tensor_pb(&p).unwrap().tensor.dims().iter().map(|&d| d as u64).collect())
+                .collect();
+            for fusion in [true, false] {
+                let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+                let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_fusion(fusion));
+                let graph = crate::passes::specialise(compiler.onnx_model().graph(), &inputs, name).unwrap();
+                let mut want: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
+                want.sort_unstable();
+                for backend in [BackendKind::Host, BackendKind::Cuda] {
+                    let lowered = compiler.lower(&inputs, backend).unwrap();
+                    let labels = &lowered.labels;
+                    assert_eq!(labels.step_group.len(), lowered.steps.len(), "{name} {backend:?}: a group per step");
+                    assert!(labels.step_group.windows(2).all(|w| w[0] <= w[1]), "groups in program order");
+                    let mut got: Vec<&str> = labels
+                        .groups
+                        .iter()
+                        .filter(|g| g.ops != ["OutputCopy"])
+                        .flat_map(|g| g.nodes.iter())
+                        .chain(&labels.untimed)
+                        .map(String::as_str)
+                        .collect();
+                    got.sort_unstable();
+                    assert_eq!(got, want, "{name} {backend:?} fusion {fusion}: every node exactly once");
+                    if fusion && name != "mlp" {
+                        assert!(labels.groups.iter().any(|g| g.nodes.len() > 1), "{name}: fused groups labelled");
+                    }
+                }
+            }
+        }
+    }
+}
