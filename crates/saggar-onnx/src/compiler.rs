@@ -446,17 +446,7 @@ impl OnnxCompiler {
                 PlanStep::Matmul(m) => Ok(LoadedStep::Matmul(*m)),
             })
             .collect::<Result<Vec<_>, OnnxError>>()?;
-        let kinds = lowered
-            .steps
-            .iter()
-            .map(|s| match s {
-                PlanStep::Launch(s) => s.kernel.clone(),
-                PlanStep::Matmul(m) => {
-                    let d = &m.desc;
-                    format!("matmul {}×{}×{}×{}", d.m, d.n, d.k, d.batch)
-                }
-            })
-            .collect();
+        let kinds = crate::step_labels::kinds(&lowered.steps);
         let blas = self.blas::<B>(device, &steps)?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {

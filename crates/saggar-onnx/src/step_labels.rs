@@ -1,8 +1,9 @@
 //! Which ONNX nodes each step of a lowered plan computes, for profiles: steps are grouped (a fused
 //! group, an attention pattern or a GEMM with its epilogue may emit one or several steps) and each
-//! group names its member nodes in graph order.
+//! group names its member nodes in graph order; [`kinds`] says what each step runs.
 
 use crate::ir::Graph;
+use crate::lowering::PlanStep;
 
 /// The nodes one group of steps computes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +67,20 @@ impl StepLabels {
     pub(crate) fn untimed(&mut self, graph: &Graph, members: &[usize]) {
         self.untimed.extend(members.iter().map(|&j| graph.nodes[j].name.clone()));
     }
+}
+
+/// What each step runs: the kernel's name, or `matmul M×N×K×BATCH` for a BLAS-Lt matmul.
+pub(crate) fn kinds(steps: &[PlanStep]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|s| match s {
+            PlanStep::Launch(s) => s.kernel.clone(),
+            PlanStep::Matmul(m) => {
+                let d = &m.desc;
+                format!("matmul {}×{}×{}×{}", d.m, d.n, d.k, d.batch)
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
