@@ -16,6 +16,9 @@
 //!    (cuBLASLt, hipBLASLt, the host's own GEMM) where the operands allow (`lowering_blas`). Initializers are uploaded once per device and shared by every
 //!    program.
 //!
+//! 4. [`OnnxCompiler::profile`] runs one program eagerly with timed events between its steps and
+//!    reports each step's median time with the ONNX nodes it computes (`saggar perf --dump-profile`).
+//!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
 
 #![doc = include_str!("../README.md")]
