@@ -39,7 +39,7 @@ run_tests() { # label, env assignment, binary
 }
 
 : > "$report/tests.index"
-# SAGGAR_SKIP_TESTS=1, SAGGAR_SKIP_HIP=1, SAGGAR_SKIP_BENCHES=1, SAGGAR_SKIP_ONNX=1, SAGGAR_SKIP_SANITIZER=1 and SAGGAR_SKIP_PEERS=1
+# SAGGAR_SKIP_TESTS=1, SAGGAR_SKIP_HIP=1, SAGGAR_SKIP_BENCHES=1, SAGGAR_SKIP_PROFILE=1, SAGGAR_SKIP_ONNX=1, SAGGAR_SKIP_SANITIZER=1 and SAGGAR_SKIP_PEERS=1
 # skip a step, so one bundle can be run in several shorter calls.
 for bin in "$here"/tests/*; do
   [ -x "$bin" ] && [ "${SAGGAR_SKIP_TESTS:-0}" != 1 ] || continue
@@ -81,6 +81,26 @@ for bin in "$here"/benches/*; do
   cat "$report/logs/bench-$name.log"
   [ $rc -eq 0 ] || status=1
 done
+
+# Per-step profiles (`saggar perf --dump-profile`) of the repository's four ONNX models at batch 1 on CUDA,
+# GPU 0: each step's median device time with the nodes it computes, into REPORT_DIR/profile-MODEL.json and
+# logs/profile-MODEL.log (the table). SAGGAR_SKIP_PROFILE=1 skips it. Under a minute on an H100.
+if [ "${SAGGAR_SKIP_PROFILE:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] && [ -d "$here/onnx-models" ]; then
+  for model in bert cnn dlrm mlp; do
+    file="$here/onnx-models/$model/model.onnx"
+    [ -f "$file" ] || continue
+    shapes=""; [ "$model" = bert ] && shapes="--shapes input_ids:1x128 --shapes attention_mask:1x128"
+    echo "== profile $model (batch 1, cuda)"
+    # shellcheck disable=SC2086
+    CUDA_VISIBLE_DEVICES=0 "$here/bin/saggar" perf --onnx "$file" --backend cuda --trace const:1 --dump-profile \
+      --iterations 50 --quiet --cache-dir "$report/profile-cache" $shapes --json "$report/profile-$model.json" \
+      > "$report/logs/profile-$model.log" 2>&1 || { status=1; tail -3 "$report/logs/profile-$model.log"; continue; }
+    sed -n '/^profile:/,$p' "$report/logs/profile-$model.log" | head -16 | sed 's/^/   /'
+  done
+  rm -rf "$report/profile-cache"
+else
+  echo "== profile: skipped (SAGGAR_SKIP_PROFILE=1, no GPU, or no bin/saggar or onnx-models/)"
+fi
 
 # ONNX backend suite (onnx-suite/, see xtask/src/onnx_bundle.rs): the applicable tests of the pinned
 # suite through saggar-onnx on CUDA, then on the HIP backend via the fixture (hip-fixture/onnx/, not an

@@ -378,6 +378,14 @@ pub struct PerfArgs {
     /// No progress on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// With --onnx: after the trace, time every step (kernel or matmul) of one program eagerly with
+    /// events between steps, --iterations runs [default: 100], and print them by time with the ONNX
+    /// nodes each computes (JSON field `profile`).
+    #[arg(long, requires = "onnx")]
+    pub dump_profile: bool,
+    /// The batch whose program --dump-profile times [default: the trace's first batch].
+    #[arg(long, value_name = "N", requires = "dump_profile", value_parser = clap::value_parser!(u64).range(1..=crate::trace::MAX_TRACE_BATCH))]
+    pub dump_profile_batch: Option<u64>,
 }
 
 /// `--shapes NAME:DIMS`.

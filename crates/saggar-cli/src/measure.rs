@@ -222,6 +222,7 @@ pub fn report<B: Backend, C: ProgramCompiler<B>, K>(
         graphs,
         verify,
         check: None,
+        profile: None,
     }
 }
 

@@ -40,6 +40,12 @@ pub fn run(args: &PerfArgs, env: &Environment) -> Result<()> {
     if let Some(path) = &args.model.onnx {
         return crate::onnx::perf(args, env, path);
     }
+    if args.dump_profile {
+        return Err(CliError::usage(
+            "--dump-profile needs --onnx",
+            "the per-step profile is of ONNX programs; export the model to ONNX and pass --onnx FILE",
+        ));
+    }
     if !args.shapes.is_empty() || args.pad_axis.is_some() {
         let flag = if args.shapes.is_empty() { "--pad-axis" } else { "--shapes" };
         return Err(CliError::usage(

@@ -364,6 +364,9 @@ pub struct PerfReport {
     /// `--check-outputs` (ONNX models): the outputs compared with the expected ones.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check: Option<crate::onnx::Check>,
+    /// `--dump-profile` (ONNX models): each step's device time in one program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::onnx::ProfileReport>,
 }
 
 fn percent(part: u64, whole: u64) -> f64 {

@@ -370,7 +370,11 @@ impl OnnxCompiler {
         Ok(codes)
     }
 
-    fn compile_impl<B: Backend>(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, OnnxError> {
+    pub(crate) fn compile_impl<B: Backend>(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+    ) -> Result<Vec<u8>, OnnxError> {
         let lowered = self.lower(request.input_dims, B::KIND)?;
         let source = self.source(&lowered);
         let codes = if B::KIND == BackendKind::Host {
@@ -420,7 +424,7 @@ impl OnnxCompiler {
         Ok(self.resident.get_or_upload::<B>(device, CONSTANTS_OFFSET, || &self.weights.bytes)?)
     }
 
-    fn load_impl<B: Backend>(
+    pub(crate) fn load_impl<B: Backend>(
         &self,
         device: &B::Device,
         request: &CompileRequest<'_>,
@@ -478,6 +482,7 @@ impl OnnxCompiler {
                 PlanStep::Matmul(m) => Ok(LoadedStep::Matmul(*m)),
             })
             .collect::<Result<Vec<_>, OnnxError>>()?;
+        let kinds = crate::step_labels::kinds(&lowered.steps);
         let blas = self.blas::<B>(device, &steps)?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {
@@ -500,6 +505,8 @@ impl OnnxCompiler {
             local,
             blas,
             _modules: modules,
+            kinds,
+            labels: lowered.labels,
         })
     }
 
@@ -611,6 +618,10 @@ pub struct OnnxProgram<B: Backend> {
     /// The BLAS-Lt handle of the matmul steps, when there are any.
     blas: Option<Arc<B::Blas>>,
     _modules: Vec<Arc<B::Module>>,
+    /// What each step runs (kernel name or matmul shape), for profiles.
+    pub(crate) kinds: Vec<String>,
+    /// The nodes each step computes, for profiles.
+    pub(crate) labels: crate::step_labels::StepLabels,
 }
 
 impl<B: Backend> OnnxProgram<B> {
@@ -622,6 +633,11 @@ impl<B: Backend> OnnxProgram<B> {
     /// Matmuls per run that go through the BLAS-Lt library.
     pub fn blas_matmuls(&self) -> usize {
         self.steps.iter().filter(|s| matches!(s, LoadedStep::Matmul(_))).count()
+    }
+
+    /// The scratch bytes and the bytes of each input and output binding a launch needs.
+    pub(crate) fn binding_bytes(&self) -> (usize, &[usize], &[usize]) {
+        (self.scratch_bytes, &self.input_bytes, &self.output_bytes)
     }
 
     fn check_bindings(
@@ -672,12 +688,31 @@ impl<B: Backend> Program<B> for OnnxProgram<B> {
         outputs: &[DeviceSlice],
         scratch: DeviceSlice,
     ) -> Result<(), saggar_device::Error> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.enqueue(stream, 0..self.steps.len(), inputs, outputs, scratch) }
+    }
+}
+
+impl<B: Backend> OnnxProgram<B> {
+    /// Enqueues the steps in `range` (of `0..launches()`) on `stream`, after checking the bindings.
+    ///
+    /// # Safety
+    /// As [`Program::launch`].
+    pub(crate) unsafe fn enqueue(
+        &self,
+        stream: &B::Stream,
+        range: std::ops::Range<usize>,
+        inputs: &[DeviceSlice],
+        outputs: &[DeviceSlice],
+        scratch: DeviceSlice,
+    ) -> Result<(), saggar_device::Error> {
         self.check_bindings(inputs, outputs, scratch)?;
+        let steps = self.steps.get(range).unwrap_or(&[]);
         // SAFETY: forwarded from this function's contract; `check_bindings` verified each binding
         // holds what the plan reads and writes (the plan placed every tensor inside those lengths),
         // and the weight and local constant buffers are kept alive by `self`, sized by the same layout.
         unsafe {
-            steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| match step {
+            steps::enqueue_steps::<B, _>(stream, steps, |step, args| match step {
                 LoadedStep::Launch { kernel, args: sources, config } => {
                     args.extend(sources.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
                     steps::StepWork::Launch { kernel, config }

@@ -16,6 +16,9 @@
 //!    (cuBLASLt, hipBLASLt, the host's own GEMM) where the operands allow (`lowering_blas`). Initializers are uploaded once per device and shared by every
 //!    program.
 //!
+//! 4. [`OnnxCompiler::profile`] runs one program eagerly with timed events between its steps and
+//!    reports each step's median time with the ONNX nodes it computes (`saggar perf --dump-profile`).
+//!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
 
 #![doc = include_str!("../README.md")]
@@ -42,8 +45,10 @@ mod lowering_blas;
 mod model;
 pub mod ops;
 mod passes;
+mod profile;
 pub mod proto;
 mod run;
+mod step_labels;
 pub mod synthetic;
 pub mod tensor;
 pub mod tensor_pb;
@@ -56,6 +61,7 @@ pub use lowering::PlanSummary;
 pub use lowering_blas::GemmEngine;
 pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use passes::conv_gemm::ConvEngine;
+pub use profile::{MAX_PROFILE_ITERATIONS, OpsTotal, ProgramProfile, StepProfile};
 pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use saggar_device::MatmulPrecision;
 pub use tensor::{Tensor, TensorData};

@@ -31,6 +31,7 @@ use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
 use crate::lowering_blas::{self, BlasLowering, MatmulStep};
 use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, copy_launch, ext, numel};
+use crate::step_labels::StepLabels;
 
 /// Alignment of every placed tensor, in bytes.
 pub(crate) const ALIGN: usize = 64;
@@ -213,6 +214,8 @@ pub(crate) struct Lowered {
     pub(crate) output_bytes: Vec<usize>,
     pub(crate) output_dims: Vec<Vec<u64>>,
     pub(crate) summary: PlanSummary,
+    /// The nodes each step computes.
+    pub(crate) labels: StepLabels,
 }
 
 /// The launch shape of `work`.
@@ -307,6 +310,8 @@ pub(crate) fn lower(
     let mut location: HashMap<ValueId, ArgSource> = HashMap::new();
     let mut local_offsets = HashMap::new();
     let mut emit = Emitter::default();
+    let mut labels = StepLabels::default();
+    let mut gemm_group: HashMap<usize, usize> = HashMap::new();
     let mut input_bytes = Vec::new();
     for (i, &id) in graph.inputs.iter().enumerate() {
         input_bytes.push(bytes_of(graph, id, limit)?);
@@ -394,15 +399,20 @@ pub(crate) fn lower(
                 *block_users.entry(off).or_insert(0) += 1;
                 frees[dies_at(*o)].push(*o);
             }
+            labels.untimed(graph, &[step]);
             release(&mut frees[step], &location, &mut block_users, &mut arena);
             continue;
         }
         // A group a GEMM took into its epilogue launches nothing: its output is the GEMM's result
         // (already in the output binding when the group's output is a graph output).
         if let Some(&gemm) = absorbed.get(&step) {
-            let members = (0..=step).filter(|&j| root[j] == step).count();
-            summary.nodes += members;
-            summary.launches_unfused += members;
+            let members: Vec<usize> = (0..=step).filter(|&j| root[j] == step).collect();
+            summary.nodes += members.len();
+            summary.launches_unfused += members.len();
+            match gemm_group.get(&gemm) {
+                Some(&group) => labels.absorb(group, graph, &members),
+                None => labels.untimed(graph, &members),
+            }
             let out = node.outputs[0];
             if !location.contains_key(&out) {
                 let src = location[&graph.nodes[gemm].outputs[0]];
@@ -450,6 +460,7 @@ pub(crate) fn lower(
         if members.len() > 1 {
             summary.fused_groups += 1;
         }
+        let steps_before = emit.steps.len();
         if let (Some(blas), Some(fusion)) = (blas, fusions.get(&step)) {
             // The GEMM computes its reader group too, into the group's output binding when that is a
             // graph output, else into its own block, which the group's output then shares.
@@ -466,6 +477,9 @@ pub(crate) fn lower(
         } else {
             emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
         }
+        if let Some(group) = labels.group(graph, &members, steps_before, emit.steps.len()) {
+            gemm_group.insert(step, group);
+        }
         release(&mut frees[step], &location, &mut block_users, &mut arena);
     }
     for (i, id) in copies {
@@ -474,6 +488,7 @@ pub(crate) fn lower(
             .ok_or_else(|| OnnxError::Graph { reason: format!("output {i} reads a value never computed") })?;
         summary.nodes += 1;
         summary.launches_unfused += 1;
+        let steps_before = emit.steps.len();
         match target {
             Target::Host => {
                 host_kernels::ensure_copy_registered()?;
@@ -486,6 +501,7 @@ pub(crate) fn lower(
                 emit.gpu_launch(&l.kind, &l.meta, l.work, vec![src, ArgSource::Output(i)]);
             }
         }
+        labels.output_copy(&graph.outputs[i].name, steps_before, emit.steps.len());
     }
     let scratch_bytes = lowering_blas::reserve_workspace(&mut emit.steps, arena.high_water, blas, limit)?;
     summary.launches = emit.steps.len();
@@ -508,6 +524,7 @@ pub(crate) fn lower(
         output_bytes,
         output_dims,
         summary,
+        labels,
     })
 }
 

@@ -6,6 +6,7 @@
 #![cfg(feature = "cuda")]
 
 mod gpu_common;
+mod profile_common;
 
 use saggar_device::cuda::CudaBackend;
 
@@ -60,4 +61,14 @@ fn bert_sequence_buckets_match_exact_runs_on_cuda() {
         return;
     };
     gpu_common::sequence::check_bert_sequence_buckets::<CudaBackend>(device);
+}
+
+#[test]
+fn every_checked_in_model_profiles_one_row_per_step_on_cuda() {
+    let Some(device) =
+        gpu_common::open_or_skip::<CudaBackend>("every_checked_in_model_profiles_one_row_per_step_on_cuda")
+    else {
+        return;
+    };
+    profile_common::check_models::<CudaBackend>(&device);
 }

@@ -6,6 +6,7 @@
 #![cfg(feature = "hip")]
 
 mod gpu_common;
+mod profile_common;
 
 use saggar_device::hip::HipBackend;
 
@@ -60,4 +61,14 @@ fn bert_sequence_buckets_match_exact_runs_on_hip() {
         return;
     };
     gpu_common::sequence::check_bert_sequence_buckets::<HipBackend>(device);
+}
+
+#[test]
+fn every_checked_in_model_profiles_one_row_per_step_on_hip() {
+    let Some(device) =
+        gpu_common::open_or_skip::<HipBackend>("every_checked_in_model_profiles_one_row_per_step_on_hip")
+    else {
+        return;
+    };
+    profile_common::check_models::<HipBackend>(&device);
 }

@@ -10,6 +10,7 @@
 
 mod check;
 mod perf;
+mod profile;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use saggar_shape::{DType, TensorSpec};
 
 pub use check::Check;
 pub use perf::perf;
+pub use profile::ProfileReport;
 
 use crate::cli::ShapeArg;
 use crate::error::{CliError, Result};

@@ -44,6 +44,14 @@ pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
         Some(inputs) => vec![batch_of(model, inputs); args.trace.requests.unwrap_or(2000) as usize],
         None => args.trace.trace.generate(args.trace.requests, args.trace.seed)?,
     };
+    if let (Some(inputs), Some(batch)) = (&loaded_inputs, args.dump_profile_batch)
+        && batch != batch_of(model, inputs)
+    {
+        return Err(CliError::usage(
+            format!("--dump-profile-batch {batch}: the loaded inputs are batch {}", batch_of(model, inputs)),
+            "leave --dump-profile-batch out with --load-inputs (the loaded inputs' batch is profiled)",
+        ));
+    }
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace)?;
     let cache = crate::cache::open_cache(&env.cache_dir(args.cache_dir.as_deref())?)?;
     let backend = saggar_device::resolve(args.backend.choice())?;
@@ -72,7 +80,10 @@ pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
         }
     });
     perf.check = check.clone();
-    report::emit(args.json.as_deref(), &perf, || perf.table())?;
+    report::emit(args.json.as_deref(), &perf, || match &perf.profile {
+        Some(profile) => format!("{}\n{}", perf.table(), profile.table()),
+        None => perf.table(),
+    })?;
     if let Some(path) = &args.export_times {
         bench::export_times(path, &records)?;
     }
@@ -263,8 +274,23 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
         binding: bound.binding.to_string(),
         stages_unavailable: bound.stages_unavailable,
     };
-    let report =
+    let mut report =
         measure::report(args, &built, &cache, import_s, described, &measured, &distinct, &snapshots, copies, verify);
+    if args.dump_profile {
+        let batch = match &args.load_inputs {
+            Some(_) => batch_of(model, &requests[0].tensors),
+            None => args.dump_profile_batch.or(trace.first().copied()).unwrap_or(1),
+        };
+        let generated;
+        let inputs = match distinct.binary_search(&batch) {
+            Ok(set) if set < requests.len() => &requests[set].tensors,
+            _ => {
+                generated = generate(model, batch, args.trace.seed, &args.shapes)?;
+                &generated
+            }
+        };
+        report.profile = Some(super::profile::run::<B>(loaded, args.device, batch, inputs, args.trace.requests)?);
+    }
     Ok((report, first, measured.records))
 }
 
