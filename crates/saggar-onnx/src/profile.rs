@@ -192,8 +192,14 @@ impl OnnxCompiler {
                 }
             })
             .collect();
-        let named: std::collections::HashSet<&str> =
-            labels.groups.iter().flat_map(|g| g.nodes.iter()).chain(&labels.untimed).map(String::as_str).collect();
+        // A node lowered as several parts (a Conv as im2col + matmul) is named `NODE:part`.
+        let named: std::collections::HashSet<&str> = labels
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .chain(&labels.untimed)
+            .map(|n| n.split(':').next().unwrap_or(n))
+            .collect();
         let folded_nodes = self
             .onnx_model()
             .graph()

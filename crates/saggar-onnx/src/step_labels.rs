@@ -106,7 +106,9 @@ mod tests {
             for fusion in [true, false] {
                 let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
                 let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_fusion(fusion));
-                let graph = crate::passes::specialise(compiler.onnx_model().graph(), &inputs, name).unwrap();
+                let mut graph = crate::passes::specialise(compiler.onnx_model().graph(), &inputs, name).unwrap();
+                // The nodes lowering sees: each Conv rewritten into im2col, matmul and bias steps.
+                crate::passes::conv_gemm::convs_as_gemms(&mut graph);
                 let mut want: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
                 want.sort_unstable();
                 for backend in [BackendKind::Host, BackendKind::Cuda] {

@@ -134,7 +134,8 @@ impl Builder<'_> {
     }
 
     fn push(&mut self, op_type: &str, op: Arc<dyn Op>, inputs: Vec<Option<ValueId>>, out: ValueId) {
-        let name = format!("{}:{}", self.name, op_type.to_lowercase());
+        // Unique per part (a Conv becomes several Reshapes), named after the Conv it came from.
+        let name = format!("{}:{}{}", self.name, op_type.to_lowercase(), self.nodes.len());
         let (op_type, attrs) = (op_type.to_string(), Attributes::default());
         self.nodes.push(Node { name, op_type, attrs, inputs, outputs: vec![out], op });
     }

@@ -55,7 +55,9 @@ pub fn check<B: Backend>(device: &B::Device, name: &str, fusion: bool) {
     named.sort();
     let unique: BTreeSet<String> = named.iter().map(|n| n.to_string()).collect();
     assert_eq!(unique.len(), named.len(), "{name}: a node named twice: {named:?}");
-    assert_eq!(unique, nodes, "{name}: every node of the model named exactly once");
+    // A Conv lowered as im2col + matmul runs as several steps, each named `CONV:part`.
+    let models: BTreeSet<String> = unique.iter().map(|n| n.split(':').next().unwrap_or(n).to_string()).collect();
+    assert_eq!(models, nodes, "{name}: every node of the model named, each part exactly once");
     if name != "bert" {
         assert_eq!(folded, 0, "{name}: no shape chains to fold");
     }
