@@ -159,7 +159,10 @@ fn report<B: Backend>(device: B::Device) {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument that does not name this bench skips it.
-    if std::env::args().skip(1).any(|a| !a.starts_with('-') && !"cold_start".contains(a.as_str())) {
+    // The GPU bundle passes `--json FILE`: FILE is that flag's value, not a filter.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters = args.iter().enumerate().filter(|(i, a)| !a.starts_with('-') && (*i == 0 || args[i - 1] != "--json"));
+    if filters.map(|(_, a)| a).any(|a| !"cold_start".contains(a.as_str())) {
         return;
     }
     match saggar_device::host::HostBackend::open(0) {
