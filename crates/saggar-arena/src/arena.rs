@@ -407,7 +407,9 @@ impl<B: Backend> Arena<B> {
     }
 
     /// Enqueues ONE host-to-device copy of the first `span` bytes of the staging buffer into the
-    /// arena. May be recorded into a graph.
+    /// arena. May be recorded into a graph. Fences this thread's streaming stores first, so inputs
+    /// written with [`Arena::write_staged_input`] (which leaves them unfenced: one fence per copy
+    /// instead of one per input) are in memory before the copy can read them.
     ///
     /// # Safety
     /// [`Arena::fence`] must be called after this copy is enqueued (or, if it was captured, after
@@ -418,6 +420,7 @@ impl<B: Backend> Arena<B> {
             return Ok(());
         }
         let dst = self.device_memory.slice(0, span)?;
+        store_fence();
         // SAFETY: the staging buffer belongs to this arena and outlives the copy (drop waits for the
         // fence); the caller fences after enqueueing, per this function's contract.
         unsafe { stream.copy_h2d_async(&self.staging, 0, dst)? };

@@ -7,7 +7,7 @@ use saggar_shape::{PadPlan, SlicePlan, pad_rows_in_place};
 
 use crate::arena::{Arena, check_fits};
 use crate::error::{ArenaError, Result};
-use crate::gather::{copy_bytes, store_fence};
+use crate::gather::copy_bytes;
 
 impl<B: Backend> Arena<B> {
     /// The bytes of input `index`'s real rows in the staging buffer (the front of its slot, as
@@ -26,7 +26,8 @@ impl<B: Backend> Arena<B> {
     /// snoop them out line by line (what makes a buffer refilled with a plain `memcpy` slower to send
     /// than one written with streaming stores). Prefer it to writing through
     /// [`Arena::staged_input_mut`] when the input already exists in other memory. Waits first for
-    /// the previous use of the staging buffer.
+    /// the previous use of the staging buffer. The stores are fenced by [`Arena::enqueue_upload`]
+    /// (handing the arena to another thread in between synchronizes, which fences them too).
     pub fn write_staged_input(&mut self, index: usize, plan: &PadPlan, data: &[u8]) -> Result<()> {
         self.wait_idle()?;
         let range = self.staged_range(index, plan)?;
@@ -41,10 +42,9 @@ impl<B: Backend> Arena<B> {
         // The room up to the next slot: the copy may stream a last partial line whole into it.
         let staging = self.staging.as_mut_slice();
         let room = self.ctx.layouts[self.variant].inputs().get(index + 1).map_or(staging.len(), |next| next.offset);
+        // Unfenced: `enqueue_upload` fences once for every input written (a fence per input waits for
+        // each one's write-combining buffers to drain, about half a microsecond each).
         copy_bytes(data, &mut staging[range.start..room.max(range.end)], streaming);
-        if streaming {
-            store_fence();
-        }
         Ok(())
     }
 

@@ -117,8 +117,15 @@ fn execute<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<bench::Rec
     let config = &model.config;
     let device = B::open(args.device)?;
     let mode = measure::progress_mode(args, env.stderr_is_terminal);
-    let built =
-        measure::build_session::<B, _>(args, mode, device.clone(), model.compiler.clone(), buckets, cache.clone(), None)?;
+    let built = measure::build_session::<B, _>(
+        args,
+        mode,
+        device.clone(),
+        model.compiler.clone(),
+        buckets,
+        cache.clone(),
+        None,
+    )?;
     let session = &built.session;
     let after_build = session.stats();
 

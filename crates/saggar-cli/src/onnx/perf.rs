@@ -184,11 +184,19 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
     let model = loaded.model();
     let device = B::open(args.device)?;
     let mode = measure::progress_mode(args, env.stderr_is_terminal);
-    let padded_axis = args.pad_axis.as_ref().map(|axis| {
-        loaded.compiler.padded_axis(&axis.symbol, BucketSpec::List(axis.sizes.clone()), 0)
-    });
-    let built =
-        measure::build_session::<B, _>(args, mode, device, loaded.compiler.clone(), buckets, cache.clone(), padded_axis)?;
+    let padded_axis = args
+        .pad_axis
+        .as_ref()
+        .map(|axis| loaded.compiler.padded_axis(&axis.symbol, BucketSpec::List(axis.sizes.clone()), 0));
+    let built = measure::build_session::<B, _>(
+        args,
+        mode,
+        device,
+        loaded.compiler.clone(),
+        buckets,
+        cache.clone(),
+        padded_axis,
+    )?;
     let session = &built.session;
     let after_build = session.stats();
 

@@ -132,8 +132,8 @@ mod tests {
         if present {
             eprintln!("NOTE cuda: libnvrtc is present here; compiled the built-in kernels");
             let code = compiled.expect("the built-in kernels compile");
-            assert_eq!(code.format, crate::CodeFormat::Ptx);
-            assert_eq!(code.image.last(), Some(&0), "PTX must be NUL-terminated");
+            assert_eq!(code.format, crate::CodeFormat::Cubin);
+            assert!(code.image.starts_with(b"\x7fELF"), "a cubin is an ELF image");
             return;
         }
         match compiled.unwrap_err() {

@@ -154,8 +154,8 @@ pub(crate) mod library {
         "nvrtcCompileProgram",
         "nvrtcGetProgramLogSize",
         "nvrtcGetProgramLog",
-        "nvrtcGetPTXSize",
-        "nvrtcGetPTX",
+        "nvrtcGetCUBINSize",
+        "nvrtcGetCUBIN",
         "nvrtcDestroyProgram",
     ];
 
@@ -936,20 +936,17 @@ pub(crate) mod nvrtc {
         Ok(String::from_utf8_lossy(&buf).trim_end_matches('\0').trim_end().to_string())
     }
 
-    /// The compiled PTX, NUL-terminated, as `cuModuleLoadData` wants it.
+    /// The compiled program's cubin (machine code for the real architecture it was compiled for).
     ///
     /// # Safety
-    /// `program` must be live and compiled.
-    pub(crate) unsafe fn ptx(op: &'static str, program: Program) -> Result<Vec<u8>> {
+    /// `program` must be live and compiled for a real architecture (`sm_XY`).
+    pub(crate) unsafe fn cubin(op: &'static str, program: Program) -> Result<Vec<u8>> {
         let mut size = 0usize;
         // SAFETY: the caller guarantees the program; writes one size.
-        check(op, unsafe { nvrtc_sys::nvrtcGetPTXSize(program, &mut size) })?;
-        let mut buf = vec![0u8; size.max(1)];
-        // SAFETY: `buf` holds `size` bytes (the size includes the NUL).
-        check(op, unsafe { nvrtc_sys::nvrtcGetPTX(program, buf.as_mut_ptr().cast()) })?;
-        if buf.last() != Some(&0) {
-            buf.push(0);
-        }
+        check(op, unsafe { nvrtc_sys::nvrtcGetCUBINSize(program, &mut size) })?;
+        let mut buf = vec![0u8; size];
+        // SAFETY: `buf` holds `size` bytes, the whole image.
+        check(op, unsafe { nvrtc_sys::nvrtcGetCUBIN(program, buf.as_mut_ptr().cast()) })?;
         Ok(buf)
     }
 

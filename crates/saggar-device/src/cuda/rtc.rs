@@ -1,7 +1,8 @@
-//! Runtime compilation with NVRTC: CUDA C++ source to PTX for a compute capability.
+//! Runtime compilation with NVRTC: CUDA C++ source to a cubin for a compute capability.
 //!
-//! The source is compiled with `--gpu-architecture=compute_XY` for the device's compute capability, so
-//! the PTX targets exactly that virtual architecture and the driver JIT-compiles it at load. NVRTC is
+//! The source is compiled with `--gpu-architecture=sm_XY` for the device's compute capability, so
+//! NVRTC emits the machine code itself and a load (a warm start from the compile cache included)
+//! never waits for the driver's PTX JIT. NVRTC is
 //! loaded at run time like the driver; where it is missing, compiling is [`Error::BackendUnavailable`]
 //! (loading precompiled PTX or cubin still works). A source that does not compile is
 //! [`Error::Compile`] with NVRTC's log.
@@ -12,7 +13,7 @@ use crate::code::{CodeFormat, CodeObject, KernelSource};
 use crate::cuda::result::{self, nvrtc};
 use crate::error::{Error, Result};
 
-/// Compiles `source` to PTX for compute capability `(major, minor)`, e.g. `(9, 0)` for Hopper.
+/// Compiles `source` to a cubin for compute capability `(major, minor)`, e.g. `(9, 0)` for Hopper.
 ///
 /// Needs only NVRTC, not a device or the driver: a cache can be seeded offline for a known architecture.
 pub fn compile_for(source: &KernelSource, compute_capability: (u32, u32)) -> Result<CodeObject> {
@@ -24,7 +25,7 @@ pub fn compile_for(source: &KernelSource, compute_capability: (u32, u32)) -> Res
     let name =
         CString::new(source.name.as_str()).map_err(|_| compile_error("the source name contains a NUL byte".into()))?;
     let (major, minor) = compute_capability;
-    let mut options = vec![format!("--gpu-architecture=compute_{major}{minor}")];
+    let mut options = vec![format!("--gpu-architecture=sm_{major}{minor}")];
     options.extend(source.options.iter().cloned());
     let options = options
         .into_iter()
@@ -43,7 +44,7 @@ pub fn compile_for(source: &KernelSource, compute_capability: (u32, u32)) -> Res
         (Ok(Err(log)), _) => return Err(compile_error(log)),
         (Err(e), _) => return Err(e),
     };
-    Ok(CodeObject { format: CodeFormat::Ptx, image, kernels: source.kernels.clone() })
+    Ok(CodeObject { format: CodeFormat::Cubin, image, kernels: source.kernels.clone() })
 }
 
 /// Compiles; `Ok(Err(log))` when the source does not compile.
@@ -72,8 +73,8 @@ unsafe fn compile_program(
             return Ok(Err(if log.is_empty() { e.to_string() } else { format!("{e}\n{log}") }));
         }
     }
-    // SAFETY: as above; the program compiled.
-    unsafe { nvrtc::ptx(op, program) }.map(Ok)
+    // SAFETY: as above; the program compiled for a real architecture.
+    unsafe { nvrtc::cubin(op, program) }.map(Ok)
 }
 
 /// NVRTC's version, e.g. `(13, 0)`, or why NVRTC cannot be used.
