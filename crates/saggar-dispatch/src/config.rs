@@ -296,7 +296,7 @@ impl SessionConfig {
                 max_concurrency: 8,
                 prewarm_contexts: 1,
                 cache: None,
-                load_threads: 4,
+                load_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
                 compile_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
                 max_shape_programs: 64,
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
@@ -364,7 +364,8 @@ impl SessionConfigBuilder {
         self
     }
 
-    /// Threads that load disk-cached artifacts in parallel at creation.
+    /// Threads that load programs in parallel at creation (disk-cached artifacts, and every bucket's
+    /// load of a model's one artifact). Default: the number of cores.
     pub fn load_threads(mut self, n: usize) -> Self {
         self.config.load_threads = n;
         self

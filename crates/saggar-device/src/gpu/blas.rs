@@ -117,8 +117,24 @@ struct LtApi {
     _library: libloading::Library,
 }
 
-/// Loads `spec`'s library from `path`, or from its default names; a failure names every file tried.
-fn load(spec: &'static LtSpec, path: Option<&PathBuf>) -> Result<LtApi> {
+/// `spec`'s library from `path`, or from its default names, loaded once per process and kept loaded
+/// like the driver (a BLAS-Lt library takes a hundred milliseconds or more to load and relocate,
+/// which a second session, or a model reloaded from the compile cache, must not pay again); a
+/// failure names every file tried and is not kept, so a corrected setup is tried afresh.
+fn load(spec: &'static LtSpec, path: Option<&PathBuf>) -> Result<Arc<LtApi>> {
+    type Loaded = Vec<(&'static str, Option<PathBuf>, Arc<LtApi>)>;
+    static LOADED: Mutex<Loaded> = Mutex::new(Vec::new());
+    let mut loaded = LOADED.lock();
+    if let Some((_, _, api)) = loaded.iter().find(|(library, p, _)| *library == spec.library && p.as_ref() == path) {
+        return Ok(api.clone());
+    }
+    let api = Arc::new(open(spec, path)?);
+    loaded.push((spec.library, path.cloned(), api.clone()));
+    Ok(api)
+}
+
+/// Opens `spec`'s library from `path`, or from its default names; a failure names every file tried.
+fn open(spec: &'static LtSpec, path: Option<&PathBuf>) -> Result<LtApi> {
     let tried: Vec<String> = match path {
         Some(p) => vec![p.display().to_string()],
         None => spec.candidates.iter().map(|c| c.to_string()).collect(),
@@ -266,7 +282,7 @@ type PlanKey = (MatmulDesc, u32);
 /// The handle's state behind its `Arc`.
 struct Shared<D: Driver> {
     device: Arc<DeviceShared<D>>,
-    api: LtApi,
+    api: Arc<LtApi>,
     handle: Handle,
     workspace_bytes: usize,
     /// One plan per description and alignment. The lock is this handle's, never global, and held only
