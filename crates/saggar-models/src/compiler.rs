@@ -25,7 +25,8 @@ use saggar_device::{
 use saggar_dispatch::resident::{PerDevice, ResidentBuffer};
 use saggar_dispatch::steps;
 use saggar_dispatch::{
-    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program,
+    ProgramCompiler,
 };
 
 use crate::artifact::{ARTIFACT_VERSION, ArtifactHeader};
@@ -301,6 +302,13 @@ impl<B: Backend> ProgramCompiler<B> for ReferenceCompiler {
         CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), self.model_hash.clone())
             .with_option("gemm", self.gemm.name())
             .with_option("artifact", ARTIFACT_VERSION.to_string())
+    }
+
+    /// Thread-safe: compiling is a pure function of the config, the weights and the request (plus
+    /// the device's NVRTC/hipRTC, which compiles concurrently), so a session's buckets compile in
+    /// parallel. Each bucket's code is specialised for its batch: one artifact per bucket.
+    fn capabilities(&self) -> CompilerCapabilities {
+        CompilerCapabilities::default().with_thread_safe(true)
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
