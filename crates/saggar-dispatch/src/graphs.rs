@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::atomic::Ordering::{self, Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -21,7 +21,6 @@ use saggar_device::{Backend, CaptureMode, Device, DevicePtr, GraphExec, Stream};
 use crate::compiler::{Program, ProgramCompiler};
 use crate::context::{DeviceIo, Slots};
 use crate::error::Result;
-use crate::programs::ProgramEntry;
 use crate::session::Inner;
 use crate::stats::Stats;
 use crate::tensors::BindingMode;
@@ -218,23 +217,6 @@ impl<B: Backend> GraphCache<B> {
     }
 }
 
-/// Launches `entry`'s program eagerly (`launch`) unless it ran once already: called before each
-/// capture, so a program's first launch on its device is never inside a capture. Drivers load
-/// kernels lazily (CUDA's default module loading; the BLAS-Lt library's kernels on first use), and
-/// a kernel loaded during a capture while another thread's first launch loads the same kernel can
-/// fail the captured launch (seen as `CUBLAS_STATUS_EXECUTION_FAILED` with eight sessions starting
-/// at once). The graph launched after the capture does the same work again, so a request's
-/// results are the graph's.
-pub(crate) fn warm_up<P>(entry: &ProgramEntry<P>, stats: &Stats, launch: impl FnOnce() -> Result<()>) -> Result<()> {
-    if entry.warmed.load(Ordering::Acquire) {
-        return Ok(());
-    }
-    launch()?;
-    entry.warmed.store(true, Ordering::Release);
-    Stats::bump(&stats.warmups);
-    Ok(())
-}
-
 /// Records `record` into a graph on `stream`. The capture is always ended, even when recording
 /// fails, so the stream serves the next request.
 pub(crate) fn capture<B: Backend>(stream: &B::Stream, record: impl FnOnce() -> Result<()>) -> Result<B::Graph> {
@@ -304,7 +286,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             return Ok(false);
         }
         if !graphs.entries.contains_key(&key) {
-            warm_up(entry, &self.stats, || Ok(launch()?))?;
             let graph = capture::<B>(stream, || Ok(launch()?))?;
             let exec = self.device.instantiate(&graph)?;
             Stats::bump(&self.stats.captures);
@@ -385,7 +366,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         then: impl FnOnce(&B::GraphExec) -> Result<bool>,
     ) -> Result<bool> {
         let copies = mode == BindingMode::PinnedCopy;
-        warm_up(&self.main[k], &self.stats, || self.enqueue_on_slots(stream, slots, k, copies))?;
         // Not `capture`: recording needs the slots mutably (to bind them).
         stream.begin_capture(CaptureMode::ThreadLocal)?;
         let recorded = self.enqueue_on_slots(stream, slots, k, copies);

@@ -25,7 +25,7 @@ use saggar_shape::{Chunk, PadPlan, SlicePlan, StableShapeKey};
 use crate::compiler::{Program, ProgramCompiler};
 use crate::context::DeviceIo;
 use crate::error::Result;
-use crate::graphs::{GraphBytes, capture, warm_up};
+use crate::graphs::{GraphBytes, capture};
 use crate::programs::{self, ProgramEntry, ProgramSpec, slot};
 use crate::session::Inner;
 use crate::stats::Stats;
@@ -307,7 +307,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             false
         } else {
             if run.graph.is_none() {
-                warm_up(&sp.entry, &self.stats, || self.enqueue_shape_run(stream, &sp, &run))?;
                 let graph = capture::<B>(stream, || self.enqueue_shape_run(stream, &sp, &run))?;
                 let exec = self.device.instantiate(&graph)?;
                 Stats::bump(&self.stats.captures);

@@ -33,8 +33,6 @@ pub(crate) struct ProgramEntry<P> {
     pub(crate) output_dims: Vec<Vec<u64>>,
     pub(crate) output_bytes: Vec<usize>,
     pub(crate) scratch_bytes: usize,
-    /// Launched once eagerly before its first capture ([`crate::graphs::warm_up`]).
-    pub(crate) warmed: std::sync::atomic::AtomicBool,
 }
 
 fn bytes_of(spec: &TensorSpec, dims: &[u64]) -> Result<usize> {
@@ -153,7 +151,6 @@ pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
         output_dims,
         output_bytes,
         scratch_bytes,
-        warmed: std::sync::atomic::AtomicBool::new(false),
     })
 }
 

@@ -28,7 +28,6 @@ pub(crate) struct Stats {
     pub(crate) recaptures: AtomicU64,
     pub(crate) eager_fallbacks: AtomicU64,
     pub(crate) eager_runs: AtomicU64,
-    pub(crate) warmups: AtomicU64,
     pub(crate) evicted_graphs: AtomicU64,
     pub(crate) compiles: AtomicU64,
     pub(crate) disk_loads: AtomicU64,
@@ -68,7 +67,6 @@ impl Default for Stats {
             recaptures: AtomicU64::new(0),
             eager_fallbacks: AtomicU64::new(0),
             eager_runs: AtomicU64::new(0),
-            warmups: AtomicU64::new(0),
             evicted_graphs: AtomicU64::new(0),
             compiles: AtomicU64::new(0),
             disk_loads: AtomicU64::new(0),
@@ -158,7 +156,6 @@ impl Stats {
             recaptures: load(&self.recaptures),
             eager_fallbacks: load(&self.eager_fallbacks),
             eager_runs: load(&self.eager_runs),
-            warmups: load(&self.warmups),
             evicted_graphs: load(&self.evicted_graphs),
             compiles: load(&self.compiles),
             disk_loads: load(&self.disk_loads),
@@ -245,9 +242,6 @@ pub struct StatsSnapshot {
     pub eager_fallbacks: u64,
     /// Runs launched eagerly (graphs off, fallen back, or per-shape programs).
     pub eager_runs: u64,
-    /// Programs launched once eagerly before their first capture (one per program), so that kernels
-    /// a driver loads lazily are loaded outside any capture.
-    pub warmups: u64,
     /// Graphs evicted by the graph-memory budget.
     pub evicted_graphs: u64,
     /// Programs compiled by this session.

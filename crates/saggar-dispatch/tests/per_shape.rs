@@ -279,8 +279,6 @@ fn a_repeated_shape_replays_its_graph_and_graphs_off_runs_eagerly() {
     assert_eq!(st.captures, 1, "one graph for one shape on one run slot: {st:?}");
     assert_eq!(st.replays, 4, "{st:?}");
     assert_eq!(st.eager_runs, 0);
-    assert_eq!(st.warmups, 1, "the shape's program ran once eagerly before its capture: {st:?}");
-    assert_eq!(with_graphs.device().counters().first_launches_in_capture, 0);
     assert!(st.graph_bytes > 0, "the graph's memory is counted: {st:?}");
     drop(with_graphs);
 

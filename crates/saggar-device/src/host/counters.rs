@@ -42,10 +42,6 @@ pub struct HostCounters {
     pub captures: u64,
     /// Executable graphs alive.
     pub live_graph_execs: u64,
-    /// Kernels whose first launch on this device was recorded into a capture. GPU drivers load
-    /// kernels lazily, at their first launch, and a load inside a capture can fail it; callers that
-    /// capture run each program once eagerly first, which keeps this at zero.
-    pub first_launches_in_capture: u64,
 }
 
 #[derive(Debug, Default)]
@@ -67,9 +63,6 @@ pub(crate) struct Counters {
     pub(crate) pinned_released_while_pending: AtomicU64,
     pub(crate) captures: AtomicU64,
     pub(crate) live_graph_execs: AtomicU64,
-    pub(crate) first_launches_in_capture: AtomicU64,
-    /// Names of the kernels launched (or captured) on this device so far.
-    launched_kernels: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Counters {
@@ -84,18 +77,6 @@ impl Counters {
     pub(crate) fn on_alloc(&self, bytes: u64) {
         self.allocations.fetch_add(1, Relaxed);
         self.live_device_bytes.fetch_add(bytes, Relaxed);
-    }
-
-    /// Notes a launch of `kernel` enqueued (`captured` false) or recorded into a capture; counts a
-    /// capture that holds the kernel's first launch on this device.
-    pub(crate) fn on_launch(&self, kernel: &str, captured: bool) {
-        let mut launched = self.launched_kernels.lock();
-        if !launched.contains(kernel) {
-            launched.insert(kernel.to_string());
-            if captured {
-                self.first_launches_in_capture.fetch_add(1, Relaxed);
-            }
-        }
     }
 
     pub(crate) fn on_free(&self, bytes: u64) {
@@ -122,7 +103,6 @@ impl Counters {
             pinned_released_while_pending: self.pinned_released_while_pending.load(Relaxed),
             captures: self.captures.load(Relaxed),
             live_graph_execs: self.live_graph_execs.load(Relaxed),
-            first_launches_in_capture: self.first_launches_in_capture.load(Relaxed),
         }
     }
 }

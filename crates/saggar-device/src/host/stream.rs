@@ -311,9 +311,6 @@ impl HostStream {
     fn enqueue(&self, op_name: &'static str, op: Op) -> Result<()> {
         check_pinned(op_name, BackendKind::Host, self.ordinal())?;
         let mut st = self.shared.state.lock();
-        if let Op::Launch { kernel, .. } = &op {
-            self.shared.device.counters.on_launch(&kernel.signature.name, st.capture.is_some());
-        }
         if let Some(cap) = st.capture.as_mut() {
             if let Some(other) = op.pointers().into_iter().filter_map(owner_of).find(|o| *o != self.ordinal()) {
                 cap.invalidated
