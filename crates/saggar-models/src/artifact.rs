@@ -29,7 +29,7 @@ use crate::plan::GemmVariant;
 /// The first eight bytes of every artifact.
 pub const ARTIFACT_MAGIC: [u8; 8] = *b"SAGGARMD";
 /// The artifact format this build writes and reads.
-pub const ARTIFACT_VERSION: u32 = 1;
+pub const ARTIFACT_VERSION: u32 = 2;
 const CHECKSUM_LEN: usize = 32;
 
 /// What an artifact says about itself.

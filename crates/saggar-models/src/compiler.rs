@@ -1,8 +1,11 @@
 //! The reference compiler: [`ReferenceCompiler`] implements saggar-dispatch's
 //! [`ProgramCompiler`] for every backend.
 //!
-//! - On CUDA and HIP, [`ProgramCompiler::compile`] generates C++ specialised for the request's batch
-//!   ([`crate::codegen`]) and compiles it with NVRTC or hipRTC through [`Device::compile`].
+//! - On CUDA and HIP, [`ProgramCompiler::compile`] generates C++ for the model whose kernels take the
+//!   batch as an argument ([`crate::codegen`]) and compiles it with NVRTC or hipRTC through
+//!   [`Device::compile`]: one artifact serves every bucket (the compiler declares
+//!   [`CompilerCapabilities::one_artifact_per_model`] there), loaded once per bucket with that
+//!   bucket's plan.
 //! - On the host backend it makes a plan of host kernels ([`crate::host_kernels`], registered once per
 //!   process) and "compiles" that, which checks every kernel is registered.
 //!
@@ -208,9 +211,7 @@ impl ReferenceCompiler {
                 );
                 device.compile(&source)?
             }
-            BackendKind::Cuda | BackendKind::Hip => {
-                device.compile(&codegen::gpu_source(&self.config, batch, self.gemm))?
-            }
+            BackendKind::Cuda | BackendKind::Hip => device.compile(&codegen::gpu_source(&self.config, self.gemm))?,
         };
         let header = ArtifactHeader {
             backend: B::KIND,
@@ -249,7 +250,12 @@ impl ReferenceCompiler {
             }
             .into());
         }
-        if header.input_dims != request.input_dims || header.bucket != request.bucket {
+        // GPU code serves every batch: the request's own dimensions make its plan. A host plan is
+        // the request's alone.
+        let batch =
+            if B::KIND == BackendKind::Host { batch } else { self.check_dims(request.input_dims, request.bucket)? };
+        if B::KIND == BackendKind::Host && (header.input_dims != request.input_dims || header.bucket != request.bucket)
+        {
             let describe = |dims: &[Vec<u64>], bucket: Option<u64>| format!("inputs {dims:?} (bucket {bucket:?})");
             return Err(ArtifactError::RequestMismatch {
                 artifact: describe(&header.input_dims, header.bucket),
@@ -305,10 +311,10 @@ impl<B: Backend> ProgramCompiler<B> for ReferenceCompiler {
     }
 
     /// Thread-safe: compiling is a pure function of the config, the weights and the request (plus
-    /// the device's NVRTC/hipRTC, which compiles concurrently), so a session's buckets compile in
-    /// parallel. Each bucket's code is specialised for its batch: one artifact per bucket.
+    /// the device's NVRTC/hipRTC, which compiles concurrently), so a session's host plans compile in
+    /// parallel. On CUDA and HIP one artifact serves every bucket (the batch is a kernel argument).
     fn capabilities(&self) -> CompilerCapabilities {
-        CompilerCapabilities::default().with_thread_safe(true)
+        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {

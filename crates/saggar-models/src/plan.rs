@@ -91,6 +91,8 @@ pub(crate) const SPLITK_TILE: usize = 32;
 pub(crate) const SPLITK_SLICES: usize = 32;
 /// Most rows per split-K block.
 pub(crate) const SPLITK_MAX_ROWS: usize = 8;
+/// The rows-per-block variants of the split-K GEMM the GPU code holds (one kernel per layer each).
+pub(crate) const SPLITK_ROW_VARIANTS: [usize; 4] = [1, 2, 4, 8];
 /// Threads per block of the feature kernel and the naive GEMM.
 pub(crate) const BLOCK: usize = 256;
 
@@ -221,15 +223,50 @@ pub(crate) struct Plan {
 /// Name of the generated GPU feature kernel.
 pub(crate) const GPU_FEATURES: &str = "saggar_models_features";
 
-/// Name of the generated GPU kernel of layer `l`.
-pub(crate) fn gpu_layer_name(l: usize) -> String {
-    format!("saggar_models_layer_{l}")
+/// Name of the generated GPU kernel of layer `l` (`rows` per block for split-K).
+pub(crate) fn gpu_layer_name(l: usize, gemm: GemmVariant, rows: usize) -> String {
+    match gemm {
+        GemmVariant::Naive => format!("saggar_models_layer_{l}"),
+        GemmVariant::SplitK => format!("saggar_models_layer_{l}_r{rows}"),
+    }
 }
 
 /// Rows per block of the split-K GEMM for `batch`: as few as keep about eight row blocks per column
-/// tile (so a 512-wide layer still spreads over ~128 blocks, one per SM, at small batches), at most 8.
+/// tile (so a 512-wide layer still spreads over ~128 blocks, one per SM, at small batches), rounded
+/// up to a variant the code holds ([`SPLITK_ROW_VARIANTS`]), at most 8.
 pub(crate) fn splitk_rows(batch: usize) -> usize {
-    batch.div_ceil(8).clamp(1, SPLITK_MAX_ROWS)
+    batch.div_ceil(8).clamp(1, SPLITK_MAX_ROWS).next_power_of_two()
+}
+
+/// The signature of the GPU feature kernel of a recommender with `inputs` inputs.
+fn gpu_features_signature(inputs: usize) -> KernelSignature {
+    let mut params = vec![ParamKind::Ptr; 2 + inputs];
+    params.push(ParamKind::U32);
+    KernelSignature { name: GPU_FEATURES.into(), params }
+}
+
+/// The signature of a GPU layer kernel: `out, a, w, bias, batch`.
+fn gpu_layer_signature(name: String) -> KernelSignature {
+    KernelSignature {
+        name,
+        params: vec![ParamKind::Ptr, ParamKind::Ptr, ParamKind::Ptr, ParamKind::Ptr, ParamKind::U32],
+    }
+}
+
+/// Every kernel the GPU code of `config` with `gemm` holds, for every batch.
+pub(crate) fn gpu_kernels(config: &ModelConfig, gemm: GemmVariant) -> Vec<KernelSignature> {
+    let mut kernels = Vec::new();
+    if let ModelConfig::Recsys(c) = config {
+        kernels.push(gpu_features_signature(c.dense_inputs + c.sparse_inputs));
+    }
+    for l in 0..config.layers().len() {
+        match gemm {
+            GemmVariant::Naive => kernels.push(gpu_layer_signature(gpu_layer_name(l, gemm, 1))),
+            GemmVariant::SplitK => kernels
+                .extend(SPLITK_ROW_VARIANTS.iter().map(|&rows| gpu_layer_signature(gpu_layer_name(l, gemm, rows)))),
+        }
+    }
+    kernels
 }
 
 fn grid_blocks(elements: usize, per_block: usize) -> u32 {
@@ -276,6 +313,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                 });
                 let per_input = batch * widest;
                 let block = per_input.div_ceil(32).clamp(1, BLOCK / 32) * 32;
+                args.push(ArgSource::U32(batch as u32));
                 steps.push(Step {
                     kernel: GPU_FEATURES.into(),
                     config: LaunchConfig {
@@ -285,7 +323,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                     },
                     args,
                 });
-                kernels.push(KernelSignature { name: GPU_FEATURES.into(), params: vec![ParamKind::Ptr; 2 + inputs] });
+                kernels.push(gpu_features_signature(inputs));
             }
         }
     }
@@ -328,8 +366,10 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                         shared_mem_bytes: 0,
                     },
                 };
-                steps.push(Step { kernel: gpu_layer_name(l), config, args });
-                kernels.push(KernelSignature { name: gpu_layer_name(l), params: vec![ParamKind::Ptr; 4] });
+                let name = gpu_layer_name(l, variant, splitk_rows(batch));
+                args.push(ArgSource::U32(batch as u32));
+                steps.push(Step { kernel: name.clone(), config, args });
+                kernels.push(gpu_layer_signature(name));
             }
         }
         layer_input = output;
