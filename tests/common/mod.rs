@@ -231,7 +231,8 @@ pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Devi
 /// A graph-memory budget below what every bucket's graphs in 8 contexts take: first 8 threads
 /// capture every bucket in every context without a budget (the measured total), then a session
 /// with a third of that as its budget serves the same load. Measured graph memory stays under the
-/// budget, graphs are evicted, every output is correct. Prints the figures and a PASS line.
+/// budget, every output is correct, and on the host backend (graph memory modelled per node) graphs
+/// are evicted. Prints the figures and a PASS line.
 pub fn graph_budget_holds_across_eight_contexts<B: Backend>(device: B::Device) {
     let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
     let cases = cases(&compiler, 1..=16);
@@ -278,18 +279,18 @@ pub fn graph_budget_holds_across_eight_contexts<B: Backend>(device: B::Device) {
         st.captures
     );
     assert!(st.graph_bytes_peak <= budget, "measured graph memory exceeded the budget: {st:?}");
-    if st.graph_bytes_peak == 0 && B::KIND != saggar_device::BackendKind::Host {
-        // The driver grows its graph pool in large chunks (2 MiB on CUDA 13): the free-memory delta
-        // around an instantiation is that chunk for the graph that grew it and 0 for the others, so
-        // a run whose graphs all fit chunks grown earlier measures nothing for the budget to bind on.
-        assert_eq!(st.failed, 0);
-        println!(
-            "PASS graph_budget on {:?}: every graph measured 0 bytes in the budgeted run (the driver's pool grew before it), so the budget had nothing to bind on",
-            B::KIND
-        );
-        return;
-    }
-    assert!(st.evicted_graphs + st.graphs_over_budget > 0, "the budget never bound: {st:?}");
     assert_eq!(st.failed, 0);
-    println!("PASS graph_budget on {:?}: measured graph memory stayed under the budget across 8 contexts", B::KIND);
+    let bound = st.evicted_graphs + st.graphs_over_budget > 0;
+    if B::KIND == saggar_device::BackendKind::Host {
+        // Modelled per node: the budget must bind.
+        assert!(bound, "the budget never bound: {st:?}");
+    }
+    // On a GPU the driver grows its graph pool in chunks (2 MiB on CUDA 13): the free-memory delta
+    // charges the graph that grew it the whole chunk and the others nothing, so whether the budget
+    // binds depends on when the pool grew, not on the graphs alone; the invariant is the peak.
+    println!(
+        "PASS graph_budget on {:?}: measured graph memory stayed under the budget across 8 contexts (the budget {})",
+        B::KIND,
+        if bound { "bound" } else { "did not need to bind: the graphs measured fit" }
+    );
 }
