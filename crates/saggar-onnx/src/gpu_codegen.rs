@@ -69,6 +69,7 @@ pub(crate) fn kind_kernel(kind: &GpuKind) -> (String, String) {
 fn kind_prefix(kind: &GpuKind) -> &'static str {
     match kind {
         GpuKind::Copy { .. } => "copy",
+        GpuKind::Concat { .. } => "concat",
         GpuKind::Gather { .. } => "gather",
         GpuKind::GatherElements { .. } => "gather_elements",
         GpuKind::GatherNd { .. } => "gather_nd",
@@ -103,6 +104,30 @@ fn kind_body(kind: &GpuKind) -> String {
     onnx_i64 rem = i, a = meta[2], b = meta[3];
     for (int d = rank - 1; d >= 0; --d) {{ onnx_i64 c = rem % dims[d]; rem /= dims[d]; a += c * is[d]; b += c * os[d]; }}
     out[b] = in[a];
+  }}
+}}
+"#
+            )
+        }
+        GpuKind::Concat { elem_bytes, inputs } => {
+            let t = bits_type(elem_bytes);
+            let params: String = (0..inputs).map(|p| format!(", const {t}* __restrict__ in{p}")).collect();
+            let cases: String = (0..inputs).map(|p| format!("      case {p}: v = in{p}[src]; break;\n")).collect();
+            format!(
+                r#"(const onnx_i64* meta{params}, {t}* __restrict__ out) {{
+  const onnx_i64 outer = meta[0], inner = meta[1], total = meta[2];
+  const onnx_i64* off = meta + 3;
+  ONNX_LOOP(i, outer * total * inner) {{
+    const onnx_i64 k = i % inner, r = i / inner, j = r % total, o = r / total;
+    int p = 0;
+    while (p + 1 < {inputs} && off[p + 1] <= j) ++p;
+    const onnx_i64 len = off[p + 1] - off[p];
+    const onnx_i64 src = (o * len + (j - off[p])) * inner + k;
+    {t} v = 0;
+    switch (p) {{
+{cases}      default: break;
+    }}
+    out[i] = v;
   }}
 }}
 "#

@@ -41,6 +41,11 @@ pub enum GpuKind {
     /// `out[o] = in[in_base + Σ c_d in_stride_d]` at `out_base + Σ c_d out_stride_d`, elements of
     /// `elem_bytes`. Meta: `rank, n, in_base, out_base, dims[rank], in_strides[rank], out_strides[rank]`.
     Copy { elem_bytes: u8 },
+    /// Concat of `inputs` contiguous tensors along the middle axis of `[outer, len_p, inner]` into
+    /// `[outer, Σ len_p, inner]`, one thread per output element: one launch whatever the input
+    /// count. Meta: `outer, inner, total_len, offsets[inputs + 1]` (where each input starts along
+    /// the axis).
+    Concat { elem_bytes: u8, inputs: u16 },
     /// `out[o, j, i] = data[o, idx[j], i]`. Meta: `outer, axis_len, inner, n_idx`.
     Gather { elem_bytes: u8, index: DType },
     /// GatherElements. Meta: `rank, n, axis, axis_len, dims[rank], data_strides[rank]`.

@@ -397,24 +397,31 @@ fn build_concat(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 
 impl Op for Concat {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuNode, Slot, contiguous, copy_launch, ext};
+        use crate::ops::gpu::{GpuKind, GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
+            // One launch for every input: `[outer, len_p, inner]` pieces, contiguous, into the
+            // output's `[outer, Σ len_p, inner]`.
             let out = ctx.output(0)?;
             let axis = normalize_axis(self.axis, out.dims.len())?;
-            let out_strides = contiguous(&out.dims);
-            let mut at = 0i64;
-            let mut launches = Vec::new();
+            let outer = numel(&out.dims[..axis]) as i64;
+            let inner = numel(&out.dims[axis + 1..]) as i64;
+            let mut offsets = vec![0i64];
+            let mut slots = Vec::new();
             for (i, x) in ctx.inputs.iter().enumerate() {
                 let Some(x) = x else { continue };
-                launches.push(copy_launch(
-                    x.dtype.size_bytes(),
-                    &x.dims,
-                    (Slot::In(i), 0, &contiguous(&x.dims)),
-                    (Slot::Out(0), at * out_strides[axis], &out_strides),
-                ));
-                at += ext(x.dims[axis]);
+                offsets.push(offsets[offsets.len() - 1] + ext(x.dims[axis]));
+                slots.push(Slot::In(i));
             }
-            Ok(GpuNode::Launches(launches))
+            let inputs = u16::try_from(slots.len()).map_err(|_| OpError::eval("Concat of more than 65535 inputs"))?;
+            slots.push(Slot::Out(0));
+            let mut meta = vec![outer, inner, offsets[offsets.len() - 1]];
+            meta.extend(offsets);
+            Ok(GpuNode::Launches(vec![GpuLaunch {
+                kind: GpuKind::Concat { elem_bytes: out.dtype.size_bytes() as u8, inputs },
+                meta,
+                work: Work::Elements(numel(&out.dims)),
+                slots,
+            }]))
         })())
     }
 
