@@ -7,37 +7,10 @@
 //! --json out.json`. It prints a table and JSON (microseconds per run, launches and matmul steps per
 //! plan, the im2col speed-up), and without a GPU prints why it skips and exits successfully.
 
-use std::path::PathBuf;
+mod support;
 
 fn main() {
-    let json_path = json_path_from_args();
-    let report = run();
-    match &report {
-        Ok(value) => println!("{}", serde_json::to_string_pretty(value).expect("JSON")),
-        Err(reason) => println!("gpu_conv: skipping: {reason}"),
-    }
-    if let Some(path) = json_path {
-        let value = report.unwrap_or_else(|reason| serde_json::json!({ "skipped": reason }));
-        std::fs::write(&path, serde_json::to_string_pretty(&value).expect("JSON") + "\n")
-            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        eprintln!("gpu_conv: wrote {}", path.display());
-    }
-}
-
-/// `--json PATH`, or the first argument that is not a flag. (`cargo bench` adds `--bench`.)
-fn json_path_from_args() -> Option<PathBuf> {
-    let mut args = std::env::args().skip(1);
-    let mut positional = None;
-    while let Some(arg) = args.next() {
-        if arg == "--json" {
-            return args.next().map(PathBuf::from);
-        } else if let Some(path) = arg.strip_prefix("--json=") {
-            return Some(PathBuf::from(path));
-        } else if !arg.starts_with('-') && positional.is_none() {
-            positional = Some(PathBuf::from(arg));
-        }
-    }
-    positional
+    support::main_with("gpu_conv", run);
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -59,23 +32,9 @@ mod bench {
     use saggar_onnx::{ConvEngine, OnnxCompiler, OnnxModel, OnnxOptions};
     use serde_json::json;
 
+    use crate::support::{bytes, values};
+
     const ITERATIONS: u32 = 50;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
-
-    fn bytes(values: &[f32]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    }
 
     /// Microseconds per run of `compiler` on `dims`, and the output.
     fn time<B: Backend>(

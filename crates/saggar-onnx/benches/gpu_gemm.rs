@@ -8,37 +8,10 @@
 //! --json out.json`. It prints a table and JSON (microseconds per GEMM, TFLOP/s, the BLAS speed-up),
 //! and without a GPU prints why it skips and exits successfully.
 
-use std::path::PathBuf;
+mod support;
 
 fn main() {
-    let json_path = json_path_from_args();
-    let report = run();
-    match &report {
-        Ok(value) => println!("{}", serde_json::to_string_pretty(value).expect("JSON")),
-        Err(reason) => println!("gpu_gemm: skipping: {reason}"),
-    }
-    if let Some(path) = json_path {
-        let value = report.unwrap_or_else(|reason| serde_json::json!({ "skipped": reason }));
-        std::fs::write(&path, serde_json::to_string_pretty(&value).expect("JSON") + "\n")
-            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        eprintln!("gpu_gemm: wrote {}", path.display());
-    }
-}
-
-/// `--json PATH`, or the first argument that is not a flag. (`cargo bench` adds `--bench`.)
-fn json_path_from_args() -> Option<PathBuf> {
-    let mut args = std::env::args().skip(1);
-    let mut positional = None;
-    while let Some(arg) = args.next() {
-        if arg == "--json" {
-            return args.next().map(PathBuf::from);
-        } else if let Some(path) = arg.strip_prefix("--json=") {
-            return Some(PathBuf::from(path));
-        } else if !arg.starts_with('-') && positional.is_none() {
-            positional = Some(PathBuf::from(arg));
-        }
-    }
-    positional
+    support::main_with("gpu_gemm", run);
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -59,6 +32,8 @@ mod bench {
     use saggar_onnx::{GemmEngine, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData};
     use saggar_shape::{DType, Dim};
     use serde_json::json;
+
+    use crate::support::{bytes, values};
 
     const SEQ: usize = 128;
     const HIDDEN: usize = 256;
@@ -92,18 +67,6 @@ mod bench {
         ]
     }
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
-
     fn fixed(dims: &[usize]) -> Vec<Dim> {
         dims.iter().map(|&d| Dim::Fixed(d as u64)).collect()
     }
@@ -120,10 +83,6 @@ mod bench {
         b.node("MatMul", &["a", "b"], &["y"], &[]);
         b.output("y", DType::F32, &[]);
         OnnxModel::from_bytes(&b.to_bytes(), "gemm", &ImportLimits::default()).expect("a one-node model")
-    }
-
-    fn bytes(values: &[f32]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
     /// Microseconds per launch of `shape` with `engine`, and the output.
