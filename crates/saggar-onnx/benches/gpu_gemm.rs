@@ -26,14 +26,13 @@ fn run() -> Result<serde_json::Value, String> {
 
 #[cfg(feature = "cuda")]
 mod bench {
-    use saggar_device::{Backend, Device, DeviceBuffer, Event, Stream};
-    use saggar_dispatch::{CompileRequest, Program, ProgramCompiler};
+    use saggar_device::{Backend, Device};
     use saggar_onnx::builder::ModelBuilder;
     use saggar_onnx::{GemmEngine, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData};
     use saggar_shape::{DType, Dim};
     use serde_json::json;
 
-    use crate::support::{bytes, values};
+    use crate::support::{time_program, values};
 
     const SEQ: usize = 128;
     const HIDDEN: usize = 256;
@@ -87,48 +86,12 @@ mod bench {
 
     /// Microseconds per launch of `shape` with `engine`, and the output.
     fn time<B: Backend>(device: &B::Device, shape: &Shape, engine: GemmEngine) -> Result<(f64, Vec<f32>), String> {
-        let e = |e: &dyn std::fmt::Display| e.to_string();
         let compiler = OnnxCompiler::new(model(shape), OnnxOptions::default().with_gemm(engine));
         let mut dims = vec![shape.a.iter().map(|&d| d as u64).collect::<Vec<_>>()];
         if !shape.weight {
             dims.push(shape.b.iter().map(|&d| d as u64).collect());
         }
-        let request = CompileRequest::new(&dims, None);
-        let artifact = ProgramCompiler::<B>::compile(&compiler, device, &request).map_err(|x| e(&x))?;
-        let program = ProgramCompiler::<B>::load(&compiler, device, &request, &artifact).map_err(|x| e(&x))?;
-        let stream = device.create_stream().map_err(|x| e(&x))?;
-        let mut inputs = Vec::new();
-        for (i, d) in dims.iter().enumerate() {
-            let n = d.iter().product::<u64>() as usize;
-            let buffer = device.alloc(n * 4).map_err(|x| e(&x))?;
-            stream.upload(&bytes(&values(n, 10 + i as u32)), buffer.as_slice()).map_err(|x| e(&x))?;
-            inputs.push(buffer);
-        }
-        let out_elems = program.output_dims()[0].iter().product::<u64>() as usize;
-        let output = device.alloc(out_elems * 4).map_err(|x| e(&x))?;
-        let scratch = device.alloc(program.scratch_bytes().max(1)).map_err(|x| e(&x))?;
-        let in_slices: Vec<_> = inputs.iter().map(|b| b.as_slice()).collect();
-        let out_slices = [output.as_slice()];
-        let launch = || {
-            // SAFETY: every buffer lives until the stream is synchronised below, sized from the program.
-            unsafe { program.launch(&stream, &in_slices, &out_slices, scratch.as_slice()) }.map_err(|x| e(&x))
-        };
-        for _ in 0..3 {
-            launch()?;
-        }
-        stream.synchronize().map_err(|x| e(&x))?;
-        let (start, end) = (device.create_event().map_err(|x| e(&x))?, device.create_event().map_err(|x| e(&x))?);
-        stream.record(&start).map_err(|x| e(&x))?;
-        for _ in 0..ITERATIONS {
-            launch()?;
-        }
-        stream.record(&end).map_err(|x| e(&x))?;
-        end.synchronize().map_err(|x| e(&x))?;
-        let elapsed = end.elapsed_since(&start).map_err(|x| e(&x))?;
-        let mut out = vec![0u8; out_elems * 4];
-        stream.download(output.as_slice(), &mut out).map_err(|x| e(&x))?;
-        let out = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
-        Ok((elapsed.as_secs_f64() * 1e6 / f64::from(ITERATIONS), out))
+        time_program::<B>(device, &compiler, &dims, ITERATIONS)
     }
 
     pub fn run<B: Backend>() -> Result<serde_json::Value, String> {
