@@ -241,31 +241,31 @@ impl ReferenceCompiler {
             }
             .into());
         }
-        let batch = self
+        let header_batch = self
             .check_dims(&header.input_dims, header.bucket)
             .map_err(|e| ArtifactError::Malformed { reason: format!("input dimensions do not fit the model: {e}") })?;
-        if header.batch != batch as u64 {
+        if header.batch != header_batch as u64 {
             return Err(ArtifactError::Malformed {
-                reason: format!("batch {} differs from the input dimensions' batch {batch}", header.batch),
+                reason: format!("batch {} differs from the input dimensions' batch {header_batch}", header.batch),
             }
             .into());
         }
-        // GPU code serves every batch: the request's own dimensions make its plan. A host plan is
-        // the request's alone.
-        let batch =
-            if B::KIND == BackendKind::Host { batch } else { self.check_dims(request.input_dims, request.bucket)? };
-        if B::KIND == BackendKind::Host && (header.input_dims != request.input_dims || header.bucket != request.bucket)
-        {
-            let describe = |dims: &[Vec<u64>], bucket: Option<u64>| format!("inputs {dims:?} (bucket {bucket:?})");
-            return Err(ArtifactError::RequestMismatch {
-                artifact: describe(&header.input_dims, header.bucket),
-                requested: describe(request.input_dims, request.bucket),
+        // A host plan is the request's alone; GPU code serves every batch, and the request's own
+        // dimensions make its plan.
+        let batch = if B::KIND == BackendKind::Host {
+            if header.input_dims != request.input_dims || header.bucket != request.bucket {
+                let describe = |dims: &[Vec<u64>], bucket: Option<u64>| format!("inputs {dims:?} (bucket {bucket:?})");
+                return Err(ArtifactError::RequestMismatch {
+                    artifact: describe(&header.input_dims, header.bucket),
+                    requested: describe(request.input_dims, request.bucket),
+                }
+                .into());
             }
-            .into());
-        }
-        if B::KIND == BackendKind::Host {
             self.ensure_host_kernels()?;
-        }
+            header_batch
+        } else {
+            self.check_dims(request.input_dims, request.bucket)?
+        };
         let plan = plan::plan(&self.config, batch, self.target(B::KIND, header.gemm));
         for signature in &plan.kernels {
             if code.signature(&signature.name) != Some(signature) {
