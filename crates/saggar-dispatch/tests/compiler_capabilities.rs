@@ -15,10 +15,9 @@ use saggar_cache::{CacheConfig, CompileCache};
 use saggar_device::Backend;
 use saggar_device::host::HostBackend;
 use saggar_dispatch::{
-    BucketSpec, CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, HostTensor, LiveBuckets,
-    ModelSpec, ProgramCompiler, Session, SessionConfig,
+    BucketSpec, CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, LiveBuckets, ModelSpec,
+    ProgramCompiler, Session, SessionConfig,
 };
-use saggar_shape::DType;
 
 /// The sum model behind declared capabilities. Until two compiles were seen running at once, each
 /// compile waits (up to `overlap_wait`) for another to be running too, so overlapping compiles are
@@ -110,18 +109,7 @@ fn config(cache: Option<Arc<CompileCache>>, compile_threads: usize) -> SessionCo
 /// Runs every batch 1..=16 and checks the outputs.
 fn check_all_batches(session: &Session<HostBackend, Declared>, model: &SumModel) {
     for batch in 1..=16usize {
-        let data = model.inputs(batch, batch as u32);
-        let dims = model.dims(batch as u64);
-        let names = names(model);
-        let inputs: Vec<HostTensor<'_>> = names
-            .iter()
-            .zip(&data)
-            .zip(&dims)
-            .map(|((name, d), dims)| HostTensor { name, dtype: DType::F32, dims, data: as_bytes(d) })
-            .collect();
-        let out = session.run(&inputs).unwrap();
-        let (sum, rowsum) = model.reference(&data, batch);
-        assert_eq!((floats(&out[0].data), floats(&out[1].data)), (sum, rowsum), "batch {batch}");
+        run_checked(session, model, batch, batch as u32);
     }
 }
 
@@ -212,17 +200,9 @@ fn buckets_added_by_live_re_bucketing_load_the_models_one_artifact() {
     assert_eq!((session.stats().compiles, session.stats().program_loads), (1, 5));
     // Batch-3 traffic: the refit fits {3, 16}, whose new cell is a load of the model's artifact.
     let model = &declared.inner;
-    let names = names(model);
     for seed in 0..8 {
-        let data = model.inputs(3, seed);
-        let dims = model.dims(3);
-        let inputs: Vec<HostTensor<'_>> = names
-            .iter()
-            .zip(&data)
-            .zip(&dims)
-            .map(|((name, d), dims)| HostTensor { name, dtype: DType::F32, dims, data: as_bytes(d) })
-            .collect();
-        session.run(&inputs).unwrap();
+        let (data, dims) = (model.inputs(3, seed), model.dims(3));
+        session.run(&host_tensors(model, &data, &dims)).unwrap();
     }
     let start = Instant::now();
     while session.stats().refits == 0 {

@@ -7,8 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use saggar_dispatch::{BucketSpec, GRAPH_NODE_BYTES, GraphConfig, HostTensor, Session, SessionConfig};
-use saggar_shape::DType;
+use saggar_dispatch::{BucketSpec, GRAPH_NODE_BYTES, GraphConfig, Session, SessionConfig};
 
 /// Graph memory of one pinned-copy graph of the sum model on the host: upload, kernel, download.
 const PINNED_GRAPH: u64 = 3 * GRAPH_NODE_BYTES;
@@ -29,26 +28,6 @@ fn session(
         .build()
         .unwrap();
     Session::builder(host_device(), model.clone()).config(config).build().unwrap()
-}
-
-fn run_checked(
-    session: &Session<saggar_device::host::HostBackend, SumModel>,
-    model: &SumModel,
-    batch: usize,
-    seed: u32,
-) {
-    let data = model.inputs(batch, seed);
-    let dims = model.dims(batch as u64);
-    let names = names(model);
-    let inputs: Vec<HostTensor<'_>> = names
-        .iter()
-        .zip(&data)
-        .zip(&dims)
-        .map(|((name, d), dims)| HostTensor { name, dtype: DType::F32, dims, data: as_bytes(d) })
-        .collect();
-    let out = session.run(&inputs).unwrap();
-    let (sum, rowsum) = model.reference(&data, batch);
-    assert_eq!((floats(&out[0].data), floats(&out[1].data)), (sum, rowsum), "batch {batch} seed {seed}");
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use proptest::prelude::*;
-use saggar_dispatch::{BucketSpec, HostTensor, LiveBuckets, Session, SessionConfig, StatsSnapshot};
-use saggar_shape::{BatchHistogram, BucketPolicy, DType, Splitting, WasteReport};
+use saggar_dispatch::{BucketSpec, LiveBuckets, Session, SessionConfig, StatsSnapshot};
+use saggar_shape::{BatchHistogram, BucketPolicy, Splitting, WasteReport};
 
 /// A small deterministic generator (SplitMix64).
 struct Rng(u64);
@@ -37,28 +37,6 @@ impl Rng {
         }
         hi
     }
-}
-
-fn run_checked(
-    session: &Session<saggar_device::host::HostBackend, SumModel>,
-    model: &SumModel,
-    batch: usize,
-    seed: u32,
-) {
-    let data = model.inputs(batch, seed);
-    let dims = model.dims(batch as u64);
-    let inputs: Vec<HostTensor<'_>> = session
-        .signature()
-        .inputs()
-        .iter()
-        .zip(&data)
-        .zip(&dims)
-        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
-        .collect();
-    let out = session.run(&inputs).unwrap();
-    let (sum, rowsum) = model.reference(&data, batch);
-    assert_eq!(floats(&out[0].data), sum, "batch {batch}");
-    assert_eq!(floats(&out[1].data), rowsum, "batch {batch}");
 }
 
 /// Waits until `done` holds of the session's counters (the refit thread works in the background).

@@ -15,7 +15,8 @@ use saggar_device::{
     ParamKind, Stream,
 };
 use saggar_dispatch::{
-    CompileRequest, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program, ProgramCompiler,
+    CompileRequest, CompilerError, CompilerIdentity, HostTensor, ModelHash, ModelSpec, Program, ProgramCompiler,
+    Session,
 };
 use saggar_shape::{DType, Dim, TensorSpec};
 
@@ -266,6 +267,33 @@ pub fn host_device() -> saggar_device::host::HostDevice {
 }
 
 pub fn no_progress(_: &saggar_dispatch::Progress) {}
+
+/// `data` (one vector per input, each at its `dims`) as host tensors of `model`, in binding order.
+pub fn host_tensors<'a>(model: &'a SumModel, data: &'a [Vec<f32>], dims: &'a [Vec<u64>]) -> Vec<HostTensor<'a>> {
+    model
+        .spec
+        .inputs
+        .iter()
+        .zip(data)
+        .zip(dims)
+        .map(|((spec, d), dims)| HostTensor { name: spec.name(), dtype: DType::F32, dims, data: as_bytes(d) })
+        .collect()
+}
+
+/// Runs `batch` rows of inputs of seed `seed` through `session` and checks both outputs against
+/// `model`'s reference.
+pub fn run_checked<C: ProgramCompiler<HostBackend>>(
+    session: &Session<HostBackend, C>,
+    model: &SumModel,
+    batch: usize,
+    seed: u32,
+) {
+    let data = model.inputs(batch, seed);
+    let dims = model.dims(batch as u64);
+    let out = session.run(&host_tensors(model, &data, &dims)).unwrap();
+    let (sum, rowsum) = model.reference(&data, batch);
+    assert_eq!((floats(&out[0].data), floats(&out[1].data)), (sum, rowsum), "batch {batch} seed {seed}");
+}
 
 pub fn names(model: &SumModel) -> Vec<String> {
     model.spec.inputs.iter().map(|s| s.name().to_string()).collect()
