@@ -9,6 +9,12 @@
 //! 2. Every package ships its README and both license files (`cargo package --list`).
 //! 3. No README of a package links to a relative path (such a link works in the repository and
 //!    breaks on crates.io and docs.rs, where only the package is).
+//!
+//! Cargo extracts the temporary registry's packages under `$CARGO_HOME/registry/src/-<hash>/`,
+//! where the hash depends on the registry's path only, and skips the extraction when a folder of
+//! the same name and version is already there. A machine that ran this check before from the same
+//! checkout path would verify against the previous run's sources; the check removes those
+//! extractions first.
 
 use std::path::Path;
 use std::process::Command;
@@ -76,6 +82,7 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
     if !problems.is_empty() {
         return Err(format!("publish check failed:\n  {}", problems.join("\n  ")));
     }
+    forget_stale_extractions(&cargo_home())?;
     let mut args = vec!["package", "--workspace", "--allow-dirty"];
     for member in ["saggar-hip-fixture", "xtask"] {
         args.extend(["--exclude", member]);
@@ -89,9 +96,69 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Cargo's home folder: `$CARGO_HOME`, else `~/.cargo`.
+fn cargo_home() -> std::path::PathBuf {
+    match std::env::var_os("CARGO_HOME") {
+        Some(home) => home.into(),
+        None => Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
+    }
+}
+
+/// Removes earlier extractions of the published packages from cargo's local-registry source
+/// folders (`registry/src/-<hash>/<package>-<version>`), so that `cargo package` extracts the
+/// packages it has just made. Folders of named registries (crates.io's `index.crates.io-<hash>`)
+/// are left alone.
+fn forget_stale_extractions(cargo_home: &Path) -> Result<(), String> {
+    let Ok(registries) = std::fs::read_dir(cargo_home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(extracted) = std::fs::read_dir(registry.path()) else { continue };
+        for entry in extracted.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = PUBLISHED.iter().any(|package| {
+                name.strip_prefix(package)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| format!("cannot remove the stale extraction {}: {e}", entry.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::relative_links;
+    use super::{forget_stale_extractions, relative_links};
+
+    #[test]
+    fn stale_extractions_of_local_registries_are_removed_and_nothing_else() {
+        let home = std::env::temp_dir().join(format!("saggar-xtask-cargo-home-{}", std::process::id()));
+        let src = home.join("registry").join("src");
+        let keep = [
+            src.join("index.crates.io-1949cf8c6b5b557f").join("saggar-arena-0.1.0"),
+            src.join("-22c3805da5a543b4").join("serde-1.0.0"),
+            src.join("-22c3805da5a543b4").join("saggar-arena-extra-0.1.0"),
+        ];
+        let gone = [src.join("-22c3805da5a543b4").join("saggar-arena-0.1.0"), src.join("-3c95").join("saggar-0.2.0")];
+        for dir in keep.iter().chain(&gone) {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        forget_stale_extractions(&home).unwrap();
+        for dir in &keep {
+            assert!(dir.exists(), "{} was removed", dir.display());
+        }
+        for dir in &gone {
+            assert!(!dir.exists(), "{} was kept", dir.display());
+        }
+        std::fs::remove_dir_all(&home).unwrap();
+    }
 
     #[test]
     fn relative_links_are_found_and_urls_are_not() {
