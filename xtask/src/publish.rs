@@ -4,17 +4,19 @@
 //! 1. `cargo package --workspace` packages every crate and verifies each package by building it
 //!    from the packaged files alone. The saggar crates depend on each other and none is on crates.io
 //!    yet; cargo (1.90 and later) verifies a package against the packages of its unpublished
-//!    workspace siblings through a temporary local registry (`target/package/tmp-registry`), so this
+//!    workspace siblings through a temporary local registry (`target/publish-check/package/tmp-registry`), so this
 //!    is the build a user of the published crates gets, not a build from the workspace's paths.
 //! 2. Every package ships its README and both license files (`cargo package --list`).
 //! 3. No README of a package links to a relative path (such a link works in the repository and
 //!    breaks on crates.io and docs.rs, where only the package is).
 //!
-//! Cargo extracts the temporary registry's packages under `$CARGO_HOME/registry/src/-<hash>/`,
-//! where the hash depends on the registry's path only, and skips the extraction when a folder of
-//! the same name and version is already there. A machine that ran this check before from the same
-//! checkout path would verify against the previous run's sources; the check removes those
-//! extractions first.
+//! A package's version does not change between runs, and cargo treats a registry package of a
+//! given version as immutable twice over: it extracts the temporary registry's packages under
+//! `$CARGO_HOME/registry/src/-<hash>/` (the hash depends on the registry's path only) and skips the
+//! extraction when a folder of that name and version exists, and it reuses a registry package's
+//! build output without looking at its sources. A machine that ran this check before from the
+//! same checkout would verify against the previous run's siblings. So the check removes those
+//! extractions and verifies in its own target folder (`target/publish-check`), emptied first.
 
 use std::path::Path;
 use std::process::Command;
@@ -83,7 +85,12 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
         return Err(format!("publish check failed:\n  {}", problems.join("\n  ")));
     }
     forget_stale_extractions(&cargo_home())?;
-    let mut args = vec!["package", "--workspace", "--allow-dirty"];
+    let target = root.join("target").join("publish-check");
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(|e| format!("cannot empty {}: {e}", target.display()))?;
+    }
+    let target_arg = target.to_string_lossy().into_owned();
+    let mut args = vec!["package", "--workspace", "--allow-dirty", "--target-dir", &target_arg];
     for member in ["saggar-hip-fixture", "xtask"] {
         args.extend(["--exclude", member]);
     }
