@@ -20,7 +20,7 @@ use saggar_device::{
 };
 use saggar_dispatch::{CompileRequest, Program, ProgramCompiler};
 use saggar_onnx::synthetic::{EncoderConfig, bert_like_encoder};
-use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData};
+use saggar_onnx::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData};
 
 /// One program measured.
 #[derive(Debug, Clone, Copy)]
@@ -39,17 +39,17 @@ fn ids_and_mask(batch: usize, seq: usize, vocab: usize) -> Vec<Tensor> {
     ]
 }
 
-/// Compiles `model` for `inputs` with fusion on or off, captures one launch in a graph and times
+/// Compiles `model` for `inputs` with `options`, captures one launch in a graph and times
 /// `iterations` replays.
 fn measure<B: Backend>(
     device: &B::Device,
     model: &OnnxModel,
-    fusion: bool,
+    options: OnnxOptions,
     inputs: &[Tensor],
     iterations: usize,
 ) -> Result<Measured, String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
-    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(fusion));
+    let compiler = OnnxCompiler::new(model.clone(), options);
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
     let launches = compiler.plan_summary(&dims, B::KIND).map_err(|x| e(&x))?.launches;
     let request = CompileRequest::new(&dims, None);
@@ -139,7 +139,7 @@ impl BackendVisitor for Bench {
         };
         let (one, four) = (encoder(1)?, encoder(4)?);
         let mut md = format!(
-            "## gpu_onnx_layers on {} ({:?})\n\nOne encoder layer (hidden {hidden}, 4 heads, feed-forward {intermediate}, sequence {seq}): (4 layers - 1 layer) / 3.\n\n| batch | launches unfused | launches fused | GPU time unfused (us) | GPU time fused (us) | speed-up | 4-layer model unfused (us) | 4-layer model fused (us) |\n|---|---|---|---|---|---|---|---|\n",
+            "## gpu_onnx_layers on {} ({:?})\n\nOne encoder layer (hidden {hidden}, 4 heads, feed-forward {intermediate}, sequence {seq}): (4 layers - 1 layer) / 3. Fused: the attention kernel `auto` picks; the last two columns force the row and the tiled attention kernel.\n\n| batch | launches unfused | launches fused | GPU time unfused (us) | GPU time fused (us) | speed-up | 4-layer model unfused (us) | 4-layer model fused (us) | fused, row attention (us) | fused, tiled attention (us) |\n|---|---|---|---|---|---|---|---|---|---|\n",
             device.info().name,
             B::KIND
         );
@@ -147,20 +147,26 @@ impl BackendVisitor for Bench {
         for (i, &batch) in batches.iter().enumerate() {
             let inputs = ids_and_mask(batch, seq, 1000);
             let mut per = Vec::new();
-            for fusion in [false, true] {
-                let m1 = measure::<B>(&device, &one, fusion, &inputs, iterations)?;
-                let m4 = measure::<B>(&device, &four, fusion, &inputs, iterations)?;
+            let fused = OnnxOptions::default();
+            for options in [
+                fused.clone().with_fusion(false),
+                fused.clone(),
+                fused.clone().with_attention(AttentionKernel::Rows),
+                fused.clone().with_attention(AttentionKernel::Tiled),
+            ] {
+                let m1 = measure::<B>(&device, &one, options.clone(), &inputs, iterations)?;
+                let m4 = measure::<B>(&device, &four, options, &inputs, iterations)?;
                 per.push(((m4.launches - m1.launches) as f64 / 3.0, (m4.gpu_us - m1.gpu_us) / 3.0, m4.gpu_us));
             }
-            let [(lu, tu, wu), (lf, tf, wf)] = [per[0], per[1]];
+            let [(lu, tu, wu), (lf, tf, wf), (_, tr, _), (_, tt, _)] = [per[0], per[1], per[2], per[3]];
             let _ = writeln!(
                 md,
-                "| {batch} | {lu:.0} | {lf:.0} | {tu:.1} | {tf:.1} | {:.2}x | {wu:.1} | {wf:.1} |",
+                "| {batch} | {lu:.0} | {lf:.0} | {tu:.1} | {tf:.1} | {:.2}x | {wu:.1} | {wf:.1} | {tr:.1} | {tt:.1} |",
                 tu / tf
             );
             let _ = write!(
                 json,
-                "{}{{\"batch\":{batch},\"layer_launches_unfused\":{lu},\"layer_launches_fused\":{lf},\"layer_gpu_us_unfused\":{tu:.3},\"layer_gpu_us_fused\":{tf:.3},\"model4_gpu_us_unfused\":{wu:.3},\"model4_gpu_us_fused\":{wf:.3}}}",
+                "{}{{\"batch\":{batch},\"layer_launches_unfused\":{lu},\"layer_launches_fused\":{lf},\"layer_gpu_us_unfused\":{tu:.3},\"layer_gpu_us_fused\":{tf:.3},\"model4_gpu_us_unfused\":{wu:.3},\"model4_gpu_us_fused\":{wf:.3},\"layer_gpu_us_fused_row_attention\":{tr:.3},\"layer_gpu_us_fused_tiled_attention\":{tt:.3}}}",
                 if i > 0 { "," } else { "" }
             );
         }
@@ -170,8 +176,8 @@ impl BackendVisitor for Bench {
             OnnxModel::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/bert/model.onnx")).map_err(|x| e(&x))?;
         let inputs = ids_and_mask(1, 16, 1000);
         let (u, f) = (
-            measure::<B>(&device, &bert, false, &inputs, iterations)?,
-            measure::<B>(&device, &bert, true, &inputs, iterations)?,
+            measure::<B>(&device, &bert, OnnxOptions::default().with_fusion(false), &inputs, iterations)?,
+            measure::<B>(&device, &bert, OnnxOptions::default(), &inputs, iterations)?,
         );
         let _ = write!(
             md,

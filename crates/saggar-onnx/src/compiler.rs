@@ -81,6 +81,48 @@ pub struct OnnxOptions {
     /// Whether nodes are fused (attention patterns and elementwise chains into one kernel each);
     /// off, every node is its own launch (for comparisons and benches). On by default.
     pub fusion: bool,
+    /// Which kernel a fused attention pattern runs on CUDA and HIP. Part of the compiler identity
+    /// unless [`AttentionKernel::Auto`].
+    pub attention: AttentionKernel,
+}
+
+/// The GPU kernel of a fused attention pattern.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum AttentionKernel {
+    /// The tiled kernel where a shape has enough query tiles to fill the GPU, else the row kernel
+    /// (chosen per bucket; both kernels are in the model's one code object).
+    #[default]
+    Auto,
+    /// One block per query row, reading keys and values from global memory: the most parallelism
+    /// at small batches.
+    Rows,
+    /// One block per tile of query rows, sharing each tile of keys and values in shared memory:
+    /// each key and value is read once per tile instead of once per row.
+    Tiled,
+}
+
+impl AttentionKernel {
+    /// `auto`, `rows` or `tiled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Auto => "auto",
+            AttentionKernel::Rows => "rows",
+            AttentionKernel::Tiled => "tiled",
+        }
+    }
+}
+
+impl std::str::FromStr for AttentionKernel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AttentionKernel, String> {
+        match s {
+            "auto" => Ok(AttentionKernel::Auto),
+            "rows" => Ok(AttentionKernel::Rows),
+            "tiled" => Ok(AttentionKernel::Tiled),
+            other => Err(format!("unknown attention kernel `{other}`: use auto, rows or tiled")),
+        }
+    }
 }
 
 /// Default BLAS-Lt workspace per run: 4 MiB, enough for the algorithms cuBLASLt and hipBLASLt pick
@@ -97,6 +139,7 @@ impl Default for OnnxOptions {
             blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
             blas_library: None,
             fusion: true,
+            attention: AttentionKernel::Auto,
         }
     }
 }
@@ -111,6 +154,12 @@ impl OnnxOptions {
     /// The same options with fusion on or off ([`OnnxOptions::fusion`]).
     pub fn with_fusion(mut self, fusion: bool) -> OnnxOptions {
         self.fusion = fusion;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::attention`].
+    pub fn with_attention(mut self, attention: AttentionKernel) -> OnnxOptions {
+        self.attention = attention;
         self
     }
 
@@ -279,7 +328,8 @@ impl OnnxCompiler {
             precision: self.options.precision,
             workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
         });
-        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, self.options.fusion)
+        let fusion = self.options.fusion.then_some(self.options.attention);
+        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, fusion)
     }
 
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
@@ -565,8 +615,13 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
                 .with_option("conv", self.options.conv.name().to_string())
                 .with_option("precision", self.options.precision.name().to_string())
                 .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string());
-        // Unfused plans have other kernels: their artifacts are keyed apart.
-        if self.options.fusion { identity } else { identity.with_option("fusion", "off") }
+        // Unfused plans, and plans with one attention kernel forced, have other kernels: their
+        // artifacts are keyed apart.
+        match (self.options.fusion, self.options.attention) {
+            (false, _) => identity.with_option("fusion", "off"),
+            (true, AttentionKernel::Auto) => identity,
+            (true, kernel) => identity.with_option("attention", kernel.name().to_string()),
+        }
     }
 
     /// Thread-safe (compiles share the model's code objects under a lock). On CUDA and HIP one

@@ -415,20 +415,22 @@ fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
 
 #[test]
 fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
+    use crate::AttentionKernel;
     use crate::synthetic::{AttentionConfig, attention_block};
     let base =
         AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
     // (config, batch, seq): the NaN guard with a row masked entirely, a Div scale without a guard,
-    // no mask, and more keys than one block-sized chunk.
+    // no mask, more keys than one block-sized chunk (and than many key tiles), and head sizes of
+    // each tile shape of the tiled kernel (up to 64, 128 and 256) with ragged last tiles.
     for (cfg, batch, seq) in [
         (base, 3, 10),
         (AttentionConfig { div_scale: true, nan_guard: false, ..base }, 2, 7),
         (AttentionConfig { mask: false, nan_guard: false, ..base }, 1, 5),
         (AttentionConfig { heads: 1, head_dim: 4, ..base }, 1, 260),
+        (AttentionConfig { heads: 2, head_dim: 80, ..base }, 2, 37),
+        (AttentionConfig { heads: 1, head_dim: 136, nan_guard: false, ..base }, 1, 19),
     ] {
         let bytes = attention_block(cfg).to_bytes();
-        let model = OnnxModel::from_bytes(&bytes, "attention", &crate::ImportLimits::default()).unwrap();
-        let compiler = OnnxCompiler::new(model, OnnxOptions::default());
         let h = cfg.heads * cfg.head_dim;
         let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
         let mut inputs = vec![Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap()];
@@ -441,12 +443,16 @@ fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
             inputs.push(Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(m)).unwrap());
         }
         let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-        assert_eq!(compiler.plan_summary(&dims, BackendKind::Cuda).unwrap().attention_groups, 1, "{cfg:?}");
-        let want = run_on_host(&compiler, &inputs).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
-        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_close(g, w, &format!("{cfg:?} batch {batch} seq {seq} output {k}"));
+        for kernel in [AttentionKernel::Rows, AttentionKernel::Tiled] {
+            let model = OnnxModel::from_bytes(&bytes, "attention", &crate::ImportLimits::default()).unwrap();
+            let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_attention(kernel));
+            assert_eq!(compiler.plan_summary(&dims, BackendKind::Cuda).unwrap().attention_groups, 1, "{cfg:?}");
+            let want = run_on_host(&compiler, &inputs).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(g, w, &format!("{kernel:?} {cfg:?} batch {batch} seq {seq} output {k}"));
+            }
         }
     }
 }

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
 
 use crate::attention;
+use crate::compiler::AttentionKernel;
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
@@ -294,16 +295,17 @@ fn gpu_form<'a>(graph: &Graph, info: &'a NodeInfo, node: usize, target: Target) 
 /// Lowers `graph` (specialised: every shape fixed) against the device weights `weights` for
 /// `target`, registering host kernels for the host. With `blas`, GEMMs the BLAS-Lt libraries can
 /// express become matmul steps ([`crate::lowering_blas`]) on every target, and the library's
-/// workspace is reserved at the end of scratch. Refuses programs whose scratch or any tensor
-/// exceeds `limit` bytes.
+/// workspace is reserved at the end of scratch. `fusion` is `None` for an unfused plan, else the
+/// attention kernel choice. Refuses programs whose scratch or any tensor exceeds `limit` bytes.
 pub(crate) fn lower(
     graph: &Graph,
     weights: &WeightLayout,
     limit: u64,
     target: Target,
     blas: Option<BlasLowering>,
-    fuse: bool,
+    fusion: Option<AttentionKernel>,
 ) -> Result<Lowered, OnnxError> {
+    let fuse = fusion.is_some();
     let info = fusion::describe(graph)?;
     let grouping = fusion::plan(graph, &info, fuse);
     let root = &grouping.root;
@@ -473,7 +475,7 @@ pub(crate) fn lower(
             summary.fused_groups += 1;
         } else if let Some(a) = grouping.attention.get(&step) {
             summary.attention_groups += 1;
-            attention::lower::emit(graph, a, &location, target, &mut emit)?;
+            attention::lower::emit(graph, a, &location, target, fusion.unwrap_or_default(), &mut emit)?;
         } else {
             emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
         }

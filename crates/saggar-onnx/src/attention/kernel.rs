@@ -1,6 +1,14 @@
-//! The fused attention kernel: CUDA/HIP C++ text and the host kernel running the same algorithm.
+//! The fused attention kernels: CUDA/HIP C++ text and the host kernel running the same algorithm.
 //!
-//! One block per (batch position, query row), grid-stride over rows, of a power of two threads (the
+//! Two GPU kernels compute the same online softmax:
+//! - [`gpu_tiled_kernel`]: one block of [`TILED_THREADS`] threads per (batch position, tile of query
+//!   rows); the tile's queries stay in shared memory while key and value tiles stream through it, so
+//!   every key is read once per tile of queries instead of once per query row. Each thread computes
+//!   a small register tile of scores and of the output. Used where there are enough tiles to fill
+//!   the GPU ([`TILED_MIN_TILES`]).
+//! - [`gpu_kernel`], the row kernel, below.
+//!
+//! The row kernel: one block per (batch position, query row), grid-stride over rows, of a power of two threads (the
 //! key count rounded up, 32 to 256): the query row is staged in shared memory, the keys are visited
 //! in chunks of one key per thread (score = scale · q·k + mask),
 //! and an online softmax (running maximum `m`, running sum `l`, the output row `acc` rescaled by
@@ -20,7 +28,144 @@ use crate::gpu_codegen::{BLOCK, kernel_name};
 /// Keys per chunk of the host kernel (the GPU kernel's chunk is its block size).
 const HOST_CHUNK: usize = BLOCK as usize;
 
-/// `(name, C++ definition)` of the attention kernel. Parameters: `meta, q, k, v, [mask,] out`
+/// Threads of a block of the tiled kernel (16 row groups by 8 key or column lanes).
+pub(crate) const TILED_THREADS: u32 = 128;
+
+/// Fewest tiles (batch positions × query tiles) for which the tiled kernel is launched; below it the
+/// row kernel's one block per query row keeps more of the GPU busy.
+pub(crate) const TILED_MIN_TILES: u64 = 64;
+
+/// Query rows and keys per tile for head sizes up to `head` (the larger of `D` and `Dv`): the
+/// largest tiles whose shared memory (queries, keys, values and scores of one tile) stays under
+/// 48 KiB.
+pub(crate) fn tile_shape(head: usize) -> (usize, usize) {
+    match head {
+        0..=64 => (64, 32),
+        65..=128 => (32, 16),
+        _ => (16, 8),
+    }
+}
+
+/// `(name, C++ definition)` of the tiled attention kernel for head sizes `d` (Q, K) and `dv` (V),
+/// both at most [`MAX_HEAD`]. Same parameters and `meta` table as [`gpu_kernel`]; launched with
+/// [`TILED_THREADS`] threads and grid-stride over `batch positions × ceil(Sq / rows per tile)`.
+pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize) -> (String, String) {
+    let (bq, bk) = tile_shape(d.max(dv));
+    let mask_param = if mask { ", const float* __restrict__ mask" } else { "" };
+    let mask_add = if mask { " + mask[mo + (i0 + r) * m_rs + j * m_cs]" } else { "" };
+    let result = if nan_to_zero { "l > 0.0f ? acc[i][cc] / l : 0.0f" } else { "acc[i][cc] / l" };
+    let text = format!(
+        r#"(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v{mask_param}, float* __restrict__ out) {{
+  constexpr int BQ = {bq}, BK = {bk}, D = {d}, DV = {dv}, RQ = BQ / 16, RK = BK / 8, CV = (DV + 7) / 8;
+  __shared__ float qs[D][BQ + 1];
+  __shared__ float ks[D][BK + 1];
+  __shared__ float vs[BK][DV];
+  __shared__ float ss[BQ][BK + 1];
+  __shared__ float row_m[BQ];
+  __shared__ float row_l[BQ];
+  __shared__ float row_c[BQ];
+  const int nb = (int)meta[0];
+  const onnx_i64 Sq = meta[1], Sk = meta[2];
+  const float scale = __int_as_float((int)meta[5]);
+  const onnx_i64* bd = meta + 6;
+  const onnx_i64* qm = bd + nb; const onnx_i64* km = qm + nb + 2; const onnx_i64* vm = km + nb + 2;
+  const onnx_i64* mm = vm + nb + 2; const onnx_i64* om = mm + nb + 2;
+  const onnx_i64 q_rs = qm[nb], q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
+  const onnx_i64 m_rs = mm[nb], m_cs = mm[nb + 1], o_rs = om[nb], o_cs = om[nb + 1];
+  (void)m_rs; (void)m_cs;
+  const int tid = threadIdx.x, tx = tid % 8, ty = tid / 8;
+  onnx_i64 positions = 1;
+  for (int a = 0; a < nb; ++a) positions *= bd[a];
+  const onnx_i64 tiles = (Sq + BQ - 1) / BQ;
+  ONNX_ROWS(unit, positions * tiles) {{
+    const onnx_i64 i0 = (unit % tiles) * BQ;
+    onnx_i64 rem = unit / tiles, qo = 0, ko = 0, vo = 0, mo = 0, oo = 0;
+    for (int a = nb - 1; a >= 0; --a) {{
+      const onnx_i64 c = rem % bd[a]; rem /= bd[a];
+      qo += c * qm[a]; ko += c * km[a]; vo += c * vm[a]; mo += c * mm[a]; oo += c * om[a];
+    }}
+    for (int e = tid; e < BQ * D; e += blockDim.x) {{
+      const int r = q_cs == 1 ? e / D : e % BQ, t = q_cs == 1 ? e % D : e / BQ;
+      qs[t][r] = i0 + r < Sq ? q[qo + (i0 + r) * q_rs + t * q_cs] : 0.0f;
+    }}
+    if (tid < BQ) {{ row_m[tid] = ONNX_NEG_INF; row_l[tid] = 0.0f; }}
+    float acc[RQ][CV];
+    for (int i = 0; i < RQ; ++i) for (int cc = 0; cc < CV; ++cc) acc[i][cc] = 0.0f;
+    for (onnx_i64 j0 = 0; j0 < Sk; j0 += BK) {{
+      __syncthreads();
+      for (int e = tid; e < BK * D; e += blockDim.x) {{
+        const int c = k_rs == 1 ? e / D : e % BK, t = k_rs == 1 ? e % D : e / BK;
+        ks[t][c] = j0 + c < Sk ? k[ko + t * k_rs + (j0 + c) * k_cs] : 0.0f;
+      }}
+      for (int e = tid; e < BK * DV; e += blockDim.x) {{
+        const int j = v_cs == 1 ? e / DV : e % BK, c = v_cs == 1 ? e % DV : e / BK;
+        vs[j][c] = j0 + j < Sk ? v[vo + (j0 + j) * v_rs + c * v_cs] : 0.0f;
+      }}
+      __syncthreads();
+      float s[RQ][RK];
+      for (int i = 0; i < RQ; ++i) for (int jj = 0; jj < RK; ++jj) s[i][jj] = 0.0f;
+#pragma unroll 4
+      for (int t = 0; t < D; ++t) {{
+        float a[RQ], b[RK];
+        for (int i = 0; i < RQ; ++i) a[i] = qs[t][ty * RQ + i];
+        for (int jj = 0; jj < RK; ++jj) b[jj] = ks[t][tx + 8 * jj];
+        for (int i = 0; i < RQ; ++i) for (int jj = 0; jj < RK; ++jj) s[i][jj] += a[i] * b[jj];
+      }}
+      for (int i = 0; i < RQ; ++i) for (int jj = 0; jj < RK; ++jj) {{
+        const int r = ty * RQ + i, c = tx + 8 * jj;
+        const onnx_i64 j = j0 + c;
+        ss[r][c] = i0 + r < Sq && j < Sk ? s[i][jj] * scale{mask_add} : ONNX_NEG_INF;
+      }}
+      __syncthreads();
+      if (tid < BQ) {{
+        float cm = ONNX_NEG_INF;
+        for (int c = 0; c < BK; ++c) cm = fmaxf(cm, ss[tid][c]);
+        const float m = row_m[tid], mn = fmaxf(m, cm);
+        float cs = 0.0f;
+        for (int c = 0; c < BK; ++c) {{
+          const float p = (j0 + c < Sk && mn != ONNX_NEG_INF) ? expf(ss[tid][c] - mn) : 0.0f;
+          ss[tid][c] = p;
+          cs += p;
+        }}
+        const float corr = m == ONNX_NEG_INF ? 0.0f : expf(m - mn);
+        row_l[tid] = row_l[tid] * corr + cs;
+        row_m[tid] = mn;
+        row_c[tid] = corr;
+      }}
+      __syncthreads();
+      for (int i = 0; i < RQ; ++i) {{
+        const float corr = row_c[ty * RQ + i];
+        for (int cc = 0; cc < CV; ++cc) acc[i][cc] *= corr;
+      }}
+      for (int j = 0; j < BK; ++j) {{
+        float p[RQ];
+        for (int i = 0; i < RQ; ++i) p[i] = ss[ty * RQ + i][j];
+        for (int cc = 0; cc < CV; ++cc) {{
+          const int c = tx + 8 * cc;
+          if (c < DV) {{ const float vv = vs[j][c]; for (int i = 0; i < RQ; ++i) acc[i][cc] += p[i] * vv; }}
+        }}
+      }}
+    }}
+    __syncthreads();
+    for (int i = 0; i < RQ; ++i) {{
+      const int r = ty * RQ + i;
+      if (i0 + r >= Sq) continue;
+      const float l = row_l[r];
+      for (int cc = 0; cc < CV; ++cc) {{
+        const int c = tx + 8 * cc;
+        if (c < DV) out[oo + (i0 + r) * o_rs + c * o_cs] = {result};
+      }}
+    }}
+    __syncthreads();
+  }}
+}}
+"#
+    );
+    let name = kernel_name("attention_tiled", &text);
+    (name.clone(), format!("SAGGAR_GLOBAL void {name}{text}"))
+}
+
+/// `(name, C++ definition)` of the row attention kernel. Parameters: `meta, q, k, v, [mask,] out`
 /// (meta: [`super::Attention::meta`]).
 pub(crate) fn gpu_kernel(mask: bool, nan_to_zero: bool) -> (String, String) {
     let (mask_param, mask_add) =
