@@ -148,6 +148,15 @@ fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Optio
                 continue;
             }
         };
+        // The device checks a launch's argument count against the kernel's signature; so does this.
+        let signature =
+            lowered.kernels.iter().find(|k| k.name == step.kernel).expect("every launched kernel is declared");
+        assert_eq!(
+            step.args.len(),
+            signature.params.len(),
+            "launch of `{}`: arguments against its signature",
+            step.kernel
+        );
         let args: Vec<String> = step.args.iter().map(|a| pointer(*a)).collect();
         let c = &step.config;
         let _ = writeln!(

@@ -73,7 +73,7 @@ pub(crate) fn emit(
                 [(tiled_kernel, choice != AttentionKernel::Rows), (row_kernel, choice != AttentionKernel::Tiled)]
             {
                 if defined {
-                    emit.kernel(gpu_codegen::signature(&kernel, args.len() + 1), Some(text));
+                    emit.kernel(gpu_codegen::signature(&kernel, args.len()), Some(text));
                 }
             }
             let config = if tiled {

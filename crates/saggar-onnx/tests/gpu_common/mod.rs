@@ -103,27 +103,34 @@ fn session<B: Backend>(device: &B::Device, compiler: Arc<OnnxCompiler>, what: &s
         .unwrap_or_else(|e| panic!("{what}: session on {:?}: {e}", B::KIND))
 }
 
-/// Fusion on the device: the checked-in BERT and a synthetic attention block (additive mask, one
-/// batch row masked entirely, the NaN guard) run through sessions with fusion on and off, each
-/// against the host backend's unfused run; the BERT session's buckets share one compile of the
-/// generated source. Prints a PASS line per model.
+/// Fusion on the device: the checked-in BERT and synthetic attention blocks (additive mask, one
+/// batch row masked entirely, the NaN guard; head sizes 32 and 80, many key tiles and ragged last
+/// tiles) run through sessions unfused and fused with each attention kernel (auto, rows, tiled),
+/// each against the host backend's unfused run; every session's buckets share one compile of the
+/// generated source. Prints a PASS line per model and option.
 pub fn check_fusion<B: Backend>(device: B::Device) {
     use saggar_onnx::synthetic::{AttentionConfig, attention_block};
-    use saggar_onnx::{ImportLimits, TensorData};
+    use saggar_onnx::{AttentionKernel, ImportLimits, TensorData};
     let bert = OnnxModel::load(model_dir("bert").join("model.onnx")).unwrap();
     let bert_inputs = data_sets(&model_dir("bert")).swap_remove(0).0;
-    let cfg =
+    let block = |cfg: AttentionConfig, batch: usize, seq: usize| {
+        let model =
+            OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
+        let h = cfg.heads * cfg.head_dim;
+        let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
+        let mask = (0..batch * seq)
+            .map(|i| if i / seq == batch - 1 || i % seq >= seq - 7 * (i / seq) { f32::NEG_INFINITY } else { 0.0 })
+            .collect();
+        let inputs = vec![
+            Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap(),
+            Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(mask)).unwrap(),
+        ];
+        (model, inputs)
+    };
+    let base =
         AttentionConfig { heads: 4, head_dim: 32, div_scale: false, mask: true, nan_guard: true, scores_output: false };
-    let block = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
-    let (batch, seq, h) = (3usize, 300usize, 128usize);
-    let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
-    let mask = (0..batch * seq)
-        .map(|i| if i / seq == batch - 1 || i % seq >= seq - 7 * (i / seq) { f32::NEG_INFINITY } else { 0.0 })
-        .collect();
-    let block_inputs = vec![
-        Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap(),
-        Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(mask)).unwrap(),
-    ];
+    let (block32, inputs32) = block(base, 3, 300);
+    let (block80, inputs80) = block(AttentionConfig { heads: 2, head_dim: 80, ..base }, 2, 45);
     // A batch-bucketed model: every bucket compiled at session creation from one source compile.
     let mlp = Arc::new(OnnxCompiler::new(
         OnnxModel::load(model_dir("mlp").join("model.onnx")).unwrap(),
@@ -143,27 +150,36 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         mlp.gpu_source_compiles(),
         buckets.stats().compiles
     );
-    for (name, model, inputs) in [("bert", bert, bert_inputs), ("attention", block, block_inputs)] {
+    let fused = OnnxOptions::default();
+    let variants = [
+        ("fused, auto attention", fused.clone()),
+        ("fused, row attention", fused.clone().with_attention(AttentionKernel::Rows)),
+        ("fused, tiled attention", fused.clone().with_attention(AttentionKernel::Tiled)),
+        ("unfused", fused.clone().with_fusion(false)),
+    ];
+    for (name, model, inputs) in
+        [("bert", bert, bert_inputs), ("attention32", block32, inputs32), ("attention80", block80, inputs80)]
+    {
         let unfused = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(false)));
         let want = run_on_host(&unfused, &inputs).unwrap_or_else(|e| panic!("{name} on host: {e}"));
         let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
         let request = Request::new(&names, &inputs);
-        for fusion in [true, false] {
-            let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(fusion)));
+        for (label, options) in &variants {
+            let compiler = Arc::new(OnnxCompiler::new(model.clone(), options.clone()));
             let session = session::<B>(&device, compiler.clone(), name);
             for attempt in 0..2 {
                 let outputs = session
                     .run(&request.host())
-                    .unwrap_or_else(|e| panic!("{name} fusion {fusion} run {attempt} on {:?}: {e}", B::KIND));
+                    .unwrap_or_else(|e| panic!("{name} {label} run {attempt} on {:?}: {e}", B::KIND));
                 for (k, o) in outputs.iter().enumerate() {
-                    let what = format!("{name} fusion {fusion} run {attempt} output {k} on {:?}", B::KIND);
+                    let what = format!("{name} {label} run {attempt} output {k} on {:?}", B::KIND);
                     assert_close(&owned_to_tensor(o), &want[k], &what);
                 }
             }
             let compiles = compiler.gpu_source_compiles();
-            assert_eq!(compiles, gpu, "{name} fusion {fusion}: compiles of the one generated source");
+            assert_eq!(compiles, gpu, "{name} {label}: compiles of the one generated source");
             println!(
-                "PASS {:?} {name} fusion {fusion}: matches the host's unfused run; {compiles} source compile(s) for {} session compiles",
+                "PASS {:?} {name} {label}: matches the host's unfused run; {compiles} source compile(s) for {} session compiles",
                 B::KIND,
                 session.stats().compiles
             );
