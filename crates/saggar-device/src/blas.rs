@@ -171,14 +171,31 @@ pub struct BlasConfig {
     /// The library file to load instead of the vendor's default names (`libcublasLt.so.13`,
     /// `libhipblaslt.so.1`, ...). The host backend loads nothing and ignores it.
     pub library_path: Option<PathBuf>,
+    /// How many of the library's heuristic candidates [`Blas::prepare`] times on the device for a
+    /// small problem (at most [`TUNE_MAX_FLOP`]) before keeping the fastest; 0 or 1 keeps the
+    /// heuristic's first choice. The libraries' first choice at a few hundred rows can be several
+    /// times slower than their best kernel (a 128 x 768 x 3072 strict-f32 GEMM: 64 us against 22
+    /// us on an H100).
+    pub tune_candidates: usize,
 }
+
+/// Largest problem (2·m·n·k·batch floating-point operations) whose candidates [`Blas::prepare`]
+/// times: above it the heuristics' first choice is near the best and timing would cost more.
+pub const TUNE_MAX_FLOP: u64 = 2_000_000_000;
+
+/// Default [`BlasConfig::tune_candidates`].
+pub const DEFAULT_TUNE_CANDIDATES: usize = 8;
 
 /// 32 MiB: what cuBLASLt's documentation recommends for Hopper (it lets the fastest kernels run).
 pub const DEFAULT_WORKSPACE_BYTES: usize = 32 << 20;
 
 impl Default for BlasConfig {
     fn default() -> Self {
-        BlasConfig { workspace_bytes: DEFAULT_WORKSPACE_BYTES, library_path: None }
+        BlasConfig {
+            workspace_bytes: DEFAULT_WORKSPACE_BYTES,
+            library_path: None,
+            tune_candidates: DEFAULT_TUNE_CANDIDATES,
+        }
     }
 }
 
@@ -203,7 +220,9 @@ pub trait Blas: Send + Sync + std::fmt::Debug {
     fn workspace_bytes(&self) -> usize;
 
     /// Makes the plan for `desc` now (algorithm choice included), so a later [`Blas::matmul`] with it,
-    /// during a capture for instance, only enqueues. Refuses a description no backend can run.
+    /// during a capture for instance, only enqueues. On a GPU a small problem's candidates are timed
+    /// here ([`BlasConfig::tune_candidates`]; scratch operands are allocated and freed, so this is
+    /// not for a capturing thread). Refuses a description no backend can run.
     fn prepare(&self, desc: &MatmulDesc) -> Result<()>;
 
     /// Enqueues the matmul `desc` on `operands` on `stream` (planning it first if

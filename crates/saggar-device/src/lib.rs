@@ -66,7 +66,9 @@ mod types;
 pub use api::{
     Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Kernel, Module, PinnedBuffer, Stream,
 };
-pub use blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision};
+pub use blas::{
+    Blas, BlasConfig, DEFAULT_TUNE_CANDIDATES, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, TUNE_MAX_FLOP,
+};
 pub use code::{CodeFormat, CodeObject, KernelSource};
 pub use error::{Error, Result};
 pub use pinning::{PinGuard, check_pinned, pinned_device};

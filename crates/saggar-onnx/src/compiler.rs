@@ -193,6 +193,7 @@ impl OnnxOptions {
         BlasConfig {
             workspace_bytes: self.blas_workspace_bytes,
             library_path: self.blas_library.clone().or(from_env.library_path),
+            ..from_env
         }
     }
 }

@@ -438,6 +438,9 @@ fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
         (AttentionConfig { heads: 1, head_dim: 4, ..base }, 1, 260),
         (AttentionConfig { heads: 2, head_dim: 80, ..base }, 2, 37),
         (AttentionConfig { heads: 1, head_dim: 136, nan_guard: false, ..base }, 1, 19),
+        // Enough blocks for the larger tiles: 512 tiles of 64 rows, 256 of 32.
+        (AttentionConfig { heads: 4, head_dim: 8, ..base }, 64, 64),
+        (AttentionConfig { heads: 2, head_dim: 72, nan_guard: false, ..base }, 128, 20),
     ] {
         let bytes = attention_block(cfg).to_bytes();
         let h = cfg.heads * cfg.head_dim;

@@ -34,6 +34,7 @@ pub(crate) static CUBLASLT: LtSpec = LtSpec {
     pref_max_workspace: 1,
     // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES .. _D_BYTES.
     pref_min_alignment: Some([5, 6, 7, 8]),
+    heuristic_result_bytes: 96,
     statuses: &[
         (1, "CUBLAS_STATUS_NOT_INITIALIZED"),
         (3, "CUBLAS_STATUS_ALLOC_FAILED"),

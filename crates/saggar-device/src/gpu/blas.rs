@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::api::Stream as _;
-use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision};
+use crate::api::{Device as _, DeviceBuffer as _, Event as _, Stream as _};
+use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, TUNE_MAX_FLOP};
 use crate::error::{Error, Result};
 use crate::gpu::device::{self, DeviceShared};
 use crate::gpu::driver::Driver;
@@ -51,6 +51,9 @@ pub struct LtSpec {
     pub pref_min_alignment: Option<[c_int; 4]>,
     /// Status codes and their vendor names.
     pub statuses: &'static [(c_int, &'static str)],
+    /// Bytes of one heuristic result (`cublasLtMatmulHeuristicResult_t`: 96,
+    /// `hipblasLtMatmulHeuristicResult_t`: 56); the algorithm is its first field.
+    pub heuristic_result_bytes: usize,
 }
 
 /// Epilogue numbers, the same in both libraries: DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS.
@@ -247,6 +250,30 @@ fn with_matmul(e: Error, desc: &MatmulDesc, ptrs: &[u64; 4], workspace: u64, wor
 /// Room for either library's heuristic result (cuBLASLt: 96 bytes; hipBLASLt: 56), 8-byte aligned.
 type HeuristicResult = [u64; 16];
 
+/// Most candidates asked of the heuristic when tuning.
+const MAX_TUNE_CANDIDATES: usize = 16;
+
+/// Timed runs of each candidate (after one untimed run).
+const TUNE_RUNS: u32 = 3;
+
+/// What a tuned choice depends on: the library, the device, the workspace, the description and
+/// the alignment it was planned for.
+type TunedKey = (&'static str, usize, usize, MatmulDesc, u32);
+
+/// The heuristic result kept for each tuned problem, process-wide: run contexts and sessions have
+/// their own handles, and a problem is timed once per process.
+static TUNED: Mutex<Option<HashMap<TunedKey, HeuristicResult>>> = Mutex::new(None);
+
+/// Floating-point operations of one call of `desc`.
+fn flop(desc: &MatmulDesc) -> u64 {
+    2u64.saturating_mul(desc.m).saturating_mul(desc.n).saturating_mul(desc.k).saturating_mul(desc.batch.max(1))
+}
+
+/// Elements a strided-batched operand of `rows x cols` spans.
+fn span(desc: &MatmulDesc, rows: u64, cols: u64, stride: u64) -> u64 {
+    (desc.batch.max(1) - 1).saturating_mul(stride).saturating_add(rows.saturating_mul(cols))
+}
+
 /// A planned matmul: the descriptor, the three layouts (C doubles as D) and the chosen algorithm.
 struct Plan {
     desc: Handle,
@@ -285,6 +312,8 @@ struct Shared<D: Driver> {
     api: Arc<LtApi>,
     handle: Handle,
     workspace_bytes: usize,
+    /// [`BlasConfig::tune_candidates`].
+    tune_candidates: usize,
     /// One plan per description and alignment. The lock is this handle's, never global, and held only
     /// to find a plan.
     plans: Mutex<HashMap<PlanKey, Arc<Plan>>>,
@@ -331,6 +360,7 @@ impl<D: Driver> GpuBlas<D> {
                 api,
                 handle,
                 workspace_bytes: config.workspace_bytes,
+                tune_candidates: config.tune_candidates.min(MAX_TUNE_CANDIDATES),
                 plans: Mutex::new(HashMap::new()),
             }),
         })
@@ -348,9 +378,10 @@ impl<D: Driver> Shared<D> {
         check::<D>(op, unsafe { set(object, attr, (value as *const T).cast(), bytes) })
     }
 
-    /// A new plan for `desc` (already checked). Host calls only: nothing is enqueued or allocated on
-    /// the device.
-    fn plan(&self, desc: &MatmulDesc, align: u32) -> Result<Plan> {
+    /// A new plan for `desc` (already checked). Without `tune`, host calls only: nothing is enqueued
+    /// or allocated on the device. With `tune`, a small problem's candidates are timed
+    /// ([`Shared::fastest`]) unless this process timed them before.
+    fn plan(&self, desc: &MatmulDesc, align: u32, tune: bool) -> Result<Plan> {
         let op = "blas.prepare";
         let spec = D::BLAS_LT;
         let api = &self.api;
@@ -413,12 +444,32 @@ impl<D: Driver> Shared<D> {
                 // SAFETY: as above; the attribute is a uint32_t.
                 unsafe { self.set(op, api.pref_set, pref, attr, &align)? };
             }
-            let p = plan.plan.as_mut().expect("set above");
+            let key: TunedKey = (spec.library, self.device.ordinal(), self.workspace_bytes, *desc, align);
+            let tune = tune && self.tune_candidates > 1 && flop(desc) <= TUNE_MAX_FLOP;
+            if tune && let Some(found) = TUNED.lock().as_ref().and_then(|t| t.get(&key)) {
+                *plan.plan.as_mut().expect("set above").algo = *found;
+                return Ok(());
+            }
+            let wanted = if tune { self.tune_candidates } else { 1 };
+            let size = spec.heuristic_result_bytes;
+            let mut results = vec![0u64; (wanted * size).div_ceil(8)];
+            let p = plan.plan.as_ref().expect("set above");
             let [a, b, c] = p.layouts;
             let mut returned: c_int = 0;
-            // SAFETY: every handle is live; the result buffer holds one result of either library.
+            // SAFETY: every handle is live; `results` holds `wanted` results of the library's size.
             check::<D>(op, unsafe {
-                (api.heuristic)(self.handle, p.desc, a, b, c, c, pref, 1, p.algo.as_mut_ptr().cast(), &mut returned)
+                (api.heuristic)(
+                    self.handle,
+                    p.desc,
+                    a,
+                    b,
+                    c,
+                    c,
+                    pref,
+                    wanted as c_int,
+                    results.as_mut_ptr().cast(),
+                    &mut returned,
+                )
             })?;
             if returned < 1 {
                 return Err(Error::InvalidMatmul {
@@ -429,6 +480,17 @@ impl<D: Driver> Shared<D> {
                     reason: format!("{} has no algorithm for it on this device", spec.library),
                 });
             }
+            let count = (returned as usize).min(wanted);
+            // A candidate that cannot be timed leaves the heuristic's first choice.
+            let chosen = if count > 1 { self.fastest(p, desc, &results, count).unwrap_or(0) } else { 0 };
+            // Results are a multiple of 8 bytes long, so each starts on a word of `results`.
+            let mut algo: HeuristicResult = [0; 16];
+            let words = size.div_ceil(8);
+            algo[..words].copy_from_slice(&results[chosen * size / 8..][..words]);
+            *plan.plan.as_mut().expect("set above").algo = algo;
+            if tune {
+                TUNED.lock().get_or_insert_with(HashMap::new).insert(key, algo);
+            }
             Ok(())
         })();
         // SAFETY: `pref` is live and not used again.
@@ -436,6 +498,84 @@ impl<D: Driver> Shared<D> {
         result?;
         destroyed?;
         Ok(plan.plan.take().expect("set above"))
+    }
+
+    /// The index of the fastest of the first `count` heuristic results in `results` (each
+    /// [`LtSpec::heuristic_result_bytes`] long, a multiple of 8) for `plan`: each runs once untimed and
+    /// [`TUNE_RUNS`] times between two events on a private stream, on zeroed scratch operands of
+    /// `desc`'s sizes and a workspace of this handle's size, all freed afterwards. A candidate the
+    /// library refuses is skipped.
+    fn fastest(&self, plan: &Plan, desc: &MatmulDesc, results: &[u64], count: usize) -> Result<usize> {
+        let op = "blas.tune";
+        device::forbid_during_capture::<D>(op)?;
+        let device = Device { shared: self.device.clone() };
+        let f32s = |elements: u64| usize::try_from(elements.saturating_mul(4).max(4)).unwrap_or(usize::MAX);
+        let (rows_a, cols_a) = if desc.trans_a { (desc.k, desc.m) } else { (desc.m, desc.k) };
+        let (rows_b, cols_b) = if desc.trans_b { (desc.n, desc.k) } else { (desc.k, desc.n) };
+        let a = device.alloc(f32s(span(desc, rows_a, cols_a, desc.stride_a)))?;
+        let b = device.alloc(f32s(span(desc, rows_b, cols_b, desc.stride_b)))?;
+        let c = device.alloc(f32s(span(desc, desc.m, desc.n, desc.stride_c)))?;
+        let bias = device.alloc(f32s(desc.n))?;
+        let workspace = device.alloc(self.workspace_bytes.max(4))?;
+        let stream = device.create_stream()?;
+        for buffer in [&a, &b, &c, &bias] {
+            stream.memset(buffer.as_slice(), 0)?;
+        }
+        if desc.bias {
+            let ptr = bias.as_slice().ptr().0 as *const c_void;
+            // SAFETY: the descriptor is live and not shared yet (the plan is being made).
+            unsafe { self.set(op, self.api.desc_set, plan.desc, D::BLAS_LT.desc_attrs[3], &ptr)? };
+        }
+        let [la, lb, lc] = plan.layouts;
+        let size = D::BLAS_LT.heuristic_result_bytes;
+        let run = |index: usize| -> Result<()> {
+            let algo = results[index * size / 8..].as_ptr();
+            stream.enqueue_library(op, |raw| {
+                // SAFETY: every handle is live; the scratch operands are live allocations of the
+                // sizes `desc` spans, kept until this function returns (after the last synchronize);
+                // the algorithm is one the heuristic returned for this descriptor and layouts.
+                check::<D>(op, unsafe {
+                    (self.api.matmul)(
+                        self.handle,
+                        plan.desc,
+                        (&plan.alpha as *const f32).cast(),
+                        b.as_slice().ptr().0 as *const c_void,
+                        la,
+                        a.as_slice().ptr().0 as *const c_void,
+                        lb,
+                        (&plan.beta as *const f32).cast(),
+                        c.as_slice().ptr().0 as *const c_void,
+                        lc,
+                        c.as_slice().ptr().0 as *mut c_void,
+                        lc,
+                        algo.cast(),
+                        workspace.as_slice().ptr().0 as *mut c_void,
+                        self.workspace_bytes,
+                        D::blas_stream(raw),
+                    )
+                })
+            })
+        };
+        let (start, end) = (device.create_event()?, device.create_event()?);
+        let mut best: Option<(std::time::Duration, usize)> = None;
+        for index in 0..count {
+            if run(index).is_err() {
+                continue;
+            }
+            stream.record(&start)?;
+            let timed = (0..TUNE_RUNS).try_for_each(|_| run(index));
+            stream.record(&end)?;
+            end.synchronize()?;
+            if timed.is_err() {
+                continue;
+            }
+            let took = end.elapsed_since(&start)?;
+            if best.is_none_or(|(t, _)| took < t) {
+                best = Some((took, index));
+            }
+        }
+        stream.synchronize()?;
+        Ok(best.map_or(0, |(_, index)| index))
     }
 
     /// Destroys a plan's objects, returning the first error.
@@ -503,7 +643,7 @@ impl<D: Driver> Blas for GpuBlas<D> {
 
     fn prepare(&self, desc: &MatmulDesc) -> Result<()> {
         rules::check_matmul_desc(desc)?;
-        self.shared.plan_for(desc, alignment(desc, &[])).map(drop)
+        self.shared.plan_for(desc, alignment(desc, &[]), true).map(drop)
     }
 
     unsafe fn matmul(&self, stream: &Stream<D>, desc: &MatmulDesc, operands: &MatmulOperands) -> Result<()> {
@@ -513,7 +653,7 @@ impl<D: Driver> Blas for GpuBlas<D> {
         rules::check_same_device(op, stream.device_ordinal(), shared.device.ordinal())?;
         let bias_ptr = operands.bias.map_or(0, |b| b.ptr().0);
         let ptrs = [operands.a.ptr().0, operands.b.ptr().0, operands.c.ptr().0, bias_ptr];
-        let plan = shared.plan_for(desc, alignment(desc, &ptrs))?;
+        let plan = shared.plan_for(desc, alignment(desc, &ptrs), false)?;
         let [a, b, c] = plan.layouts;
         stream.enqueue_library(op, |raw| {
             let _bias_guard = operands.bias.map(|bias| {
@@ -556,15 +696,16 @@ impl<D: Driver> Blas for GpuBlas<D> {
 }
 
 impl<D: Driver> Shared<D> {
-    /// The plan of `desc` for operands aligned to `align` bytes, made on first use (host calls only,
-    /// so a first use during a capture creates nothing on the device).
-    fn plan_for(&self, desc: &MatmulDesc, align: u32) -> Result<Arc<Plan>> {
+    /// The plan of `desc` for operands aligned to `align` bytes, made on first use: tuned when
+    /// `tune` ([`Blas::prepare`]), else host calls only, so a first use during a capture creates
+    /// nothing on the device.
+    fn plan_for(&self, desc: &MatmulDesc, align: u32, tune: bool) -> Result<Arc<Plan>> {
         let key = (*desc, align);
         if let Some(plan) = self.plans.lock().get(&key) {
             return Ok(plan.clone());
         }
         self.device.enter("blas.prepare")?;
-        let plan = self.plan(desc, align)?;
+        let plan = self.plan(desc, align, tune)?;
         let mut plans = self.plans.lock();
         if let Some(theirs) = plans.get(&key) {
             // Another thread planned it meanwhile; keep theirs.
@@ -611,6 +752,32 @@ mod tests {
         assert_eq!(alignment(&batched, &[0x1000]), 4, "a stride of 21 floats is 4-byte aligned");
         let even = MatmulDesc { batch: 2, stride_a: 24, stride_b: 40, stride_c: 16, ..desc };
         assert_eq!(alignment(&even, &[0x1000]), 16);
+    }
+
+    #[test]
+    fn flop_and_spans_of_a_strided_batch() {
+        let desc = MatmulDesc { batch: 3, stride_a: 100, ..MatmulDesc::gemm(4, 5, 6) };
+        assert_eq!(flop(&desc), 2 * 4 * 5 * 6 * 3);
+        assert_eq!(span(&desc, 4, 6, desc.stride_a), 2 * 100 + 24);
+        assert_eq!(span(&MatmulDesc::gemm(4, 5, 6), 4, 6, 0), 24);
+    }
+
+    /// Tuning copies results out of a `u64` buffer by words and keeps one in a [`HeuristicResult`].
+    fn result_size_fits<D: Driver>() {
+        let size = D::BLAS_LT.heuristic_result_bytes;
+        assert!(size % 8 == 0 && size <= std::mem::size_of::<HeuristicResult>(), "{size}");
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cublaslt_results_fit() {
+        result_size_fits::<crate::cuda::CudaDriver>();
+    }
+
+    #[cfg(feature = "hip")]
+    #[test]
+    fn hipblaslt_results_fit() {
+        result_size_fits::<crate::hip::HipDriver>();
     }
 
     #[test]

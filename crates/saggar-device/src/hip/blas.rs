@@ -25,6 +25,7 @@ pub(crate) static HIPBLASLT: LtSpec = LtSpec {
     pref_max_workspace: 1,
     // hipBLASLt has no alignment preferences.
     pref_min_alignment: None,
+    heuristic_result_bytes: 56,
     statuses: &[
         (1, "HIPBLAS_STATUS_NOT_INITIALIZED"),
         (2, "HIPBLAS_STATUS_ALLOC_FAILED"),

@@ -4,8 +4,8 @@
 //! - [`gpu_tiled_kernel`]: one block of [`TILED_THREADS`] threads per (batch position, tile of query
 //!   rows); the tile's queries stay in shared memory while key and value tiles stream through it, so
 //!   every key is read once per tile of queries instead of once per query row. Each thread computes
-//!   a small register tile of scores and of the output. Used where there are enough tiles to fill
-//!   the GPU ([`TILED_MIN_TILES`]).
+//!   a small register tile of scores and of the output. Tiles of 16, 32 or 64 query rows: the
+//!   largest that still gives [`TILED_FILL_TILES`] blocks.
 //! - [`gpu_kernel`], the row kernel, below.
 //!
 //! The row kernel: one block per (batch position, query row), grid-stride over rows, of a power of two threads (the
@@ -31,26 +31,31 @@ const HOST_CHUNK: usize = BLOCK as usize;
 /// Threads of a block of the tiled kernel (16 row groups by 8 key or column lanes).
 pub(crate) const TILED_THREADS: u32 = 128;
 
-/// Fewest tiles (batch positions × query tiles) for which the tiled kernel is launched; below it the
-/// row kernel's one block per query row keeps more of the GPU busy.
+/// Fewest blocks (batch positions × tiles of 16 query rows) for which the automatic choice
+/// launches the tiled kernel; below it the row kernel's one block per query row keeps more of the
+/// GPU busy.
 pub(crate) const TILED_MIN_TILES: u64 = 64;
 
-/// Query rows and keys per tile for head sizes up to `head` (the larger of `D` and `Dv`): the
-/// largest tiles whose shared memory (queries, keys, values and scores of one tile) stays under
-/// 48 KiB.
-pub(crate) fn tile_shape(head: usize) -> (usize, usize) {
+/// Blocks the tiled kernel aims for: it takes the largest tile that still gives this many.
+pub(crate) const TILED_FILL_TILES: u64 = 256;
+
+/// The query-row counts a tile may have for head sizes up to `head` (the larger of `D` and `Dv`),
+/// smallest first, and the keys per tile: the largest tiles' shared memory (queries, keys, values
+/// and scores of one tile) stays under 48 KiB.
+pub(crate) fn tile_shapes(head: usize) -> (&'static [usize], usize) {
     match head {
-        0..=64 => (64, 32),
-        65..=128 => (32, 16),
-        _ => (16, 8),
+        0..=64 => (&[16, 32, 64], 32),
+        65..=128 => (&[16, 32], 16),
+        _ => (&[16], 8),
     }
 }
 
 /// `(name, C++ definition)` of the tiled attention kernel for head sizes `d` (Q, K) and `dv` (V),
-/// both at most [`MAX_HEAD`]. Same parameters and `meta` table as [`gpu_kernel`]; launched with
-/// [`TILED_THREADS`] threads and grid-stride over `batch positions × ceil(Sq / rows per tile)`.
-pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize) -> (String, String) {
-    let (bq, bk) = tile_shape(d.max(dv));
+/// both at most [`MAX_HEAD`], with tiles of `bq` query rows (one of [`tile_shapes`]). Same
+/// parameters and `meta` table as [`gpu_kernel`]; launched with [`TILED_THREADS`] threads and
+/// grid-stride over `batch positions × ceil(Sq / bq)`.
+pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize, bq: usize) -> (String, String) {
+    let bk = tile_shapes(d.max(dv)).1;
     let mask_param = if mask { ", const float* __restrict__ mask" } else { "" };
     let mask_add = if mask { " + mask[mo + (i0 + r) * m_rs + j * m_cs]" } else { "" };
     let result = if nan_to_zero { "l > 0.0f ? acc[i][cc] / l : 0.0f" } else { "acc[i][cc] / l" };

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use saggar_device::{Dim3, LaunchConfig};
 
 use super::Attention;
-use super::kernel::{self, HostAttention, TILED_MIN_TILES, TILED_THREADS};
+use super::kernel::{self, HostAttention, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS};
 use crate::compiler::AttentionKernel;
 use crate::error::OnnxError;
 use crate::fusion::operand;
@@ -16,24 +16,28 @@ use crate::ir::{Graph, ValueId};
 use crate::lowering::{ArgSource, Emitter, PlanStep, Step, Target, host_config, launch_config};
 use crate::ops::gpu::{Work, numel};
 
-/// Tiles of the tiled kernel for `a`: batch positions × query tiles.
-fn tiles(a: &Attention) -> u64 {
-    let (rows, _) = kernel::tile_shape(a.d.max(a.dv));
+/// Blocks of the tiled kernel for `a` with tiles of `rows` query rows: batch positions × tiles.
+fn tiles(a: &Attention, rows: usize) -> u64 {
     a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq.div_ceil(rows) as u64
 }
 
-/// Whether `a` runs the tiled kernel: as asked, or under [`AttentionKernel::Auto`] when it has at
-/// least [`TILED_MIN_TILES`] tiles.
-pub(crate) fn choose(a: &Attention, kernel: AttentionKernel) -> bool {
-    match kernel {
-        AttentionKernel::Auto => tiles(a) >= TILED_MIN_TILES,
+/// The tile rows `a` runs the tiled kernel with, or `None` for the row kernel: as asked, or under
+/// [`AttentionKernel::Auto`] the tiled kernel when tiles of 16 rows give at least
+/// [`TILED_MIN_TILES`] blocks. The tile is the largest that gives [`TILED_FILL_TILES`] blocks, or
+/// the smallest.
+pub(crate) fn choose(a: &Attention, kernel: AttentionKernel) -> Option<usize> {
+    let (rows, _) = kernel::tile_shapes(a.d.max(a.dv));
+    let tiled = match kernel {
+        AttentionKernel::Auto => tiles(a, rows[0]) >= TILED_MIN_TILES,
         AttentionKernel::Rows => false,
         AttentionKernel::Tiled => true,
-    }
+    };
+    tiled.then(|| rows.iter().rev().copied().find(|&r| tiles(a, r) >= TILED_FILL_TILES).unwrap_or(rows[0]))
 }
 
-/// Emits the one launch of an attention group. Under [`AttentionKernel::Auto`] both GPU kernels are
-/// defined whichever one this shape launches, so every bucket of a model has the same source.
+/// Emits the one launch of an attention group. Every kernel the choice may pick for some shape (the
+/// row kernel, the tiled kernel of each tile size) is defined whichever one this shape launches, so
+/// every bucket of a model has the same source.
 pub(crate) fn emit(
     graph: &Graph,
     a: &Attention,
@@ -65,25 +69,35 @@ pub(crate) fn emit(
             emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
         }
         Target::Gpu(_) => {
-            let tiled = choose(a, choice);
-            let tiled_kernel = kernel::gpu_tiled_kernel(a.mask.is_some(), a.nan_to_zero, a.d, a.dv);
-            let row_kernel = kernel::gpu_kernel(a.mask.is_some(), a.nan_to_zero);
-            let name = if tiled { tiled_kernel.0.clone() } else { row_kernel.0.clone() };
-            for ((kernel, text), defined) in
-                [(tiled_kernel, choice != AttentionKernel::Rows), (row_kernel, choice != AttentionKernel::Tiled)]
-            {
-                if defined {
-                    emit.kernel(gpu_codegen::signature(&kernel, args.len()), Some(text));
+            let (mask, guard) = (a.mask.is_some(), a.nan_to_zero);
+            let mut kernels = Vec::new();
+            if choice != AttentionKernel::Tiled {
+                kernels.push((None, kernel::gpu_kernel(mask, guard)));
+            }
+            if choice != AttentionKernel::Rows {
+                for &rows in kernel::tile_shapes(a.d.max(a.dv)).0 {
+                    kernels.push((Some(rows), kernel::gpu_tiled_kernel(mask, guard, a.d, a.dv, rows)));
                 }
             }
-            let config = if tiled {
-                LaunchConfig { block: Dim3::x(TILED_THREADS), ..launch_config(Work::Rows(tiles(a))) }
-            } else {
-                let rows = a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq as u64;
-                // One key per thread per chunk: fewer keys than a block need a smaller
-                // (power-of-two) block.
-                let block = (a.sk.next_power_of_two() as u32).clamp(32, BLOCK);
-                LaunchConfig { block: Dim3::x(block), ..launch_config(Work::Rows(rows)) }
+            let chosen = choose(a, choice);
+            let mut name = String::new();
+            for (rows, (kernel, text)) in kernels {
+                if rows == chosen {
+                    name = kernel.clone();
+                }
+                emit.kernel(gpu_codegen::signature(&kernel, args.len()), Some(text));
+            }
+            let config = match chosen {
+                Some(rows) => {
+                    LaunchConfig { block: Dim3::x(TILED_THREADS), ..launch_config(Work::Rows(tiles(a, rows))) }
+                }
+                None => {
+                    let rows = a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq as u64;
+                    // One key per thread per chunk: fewer keys than a block need a smaller
+                    // (power-of-two) block.
+                    let block = (a.sk.next_power_of_two() as u32).clamp(32, BLOCK);
+                    LaunchConfig { block: Dim3::x(block), ..launch_config(Work::Rows(rows)) }
+                }
             };
             let mut all = vec![emit.meta(&a.meta())];
             all.extend(args);
@@ -134,40 +148,46 @@ mod tests {
     }
 
     #[test]
-    fn auto_runs_the_row_kernel_at_small_batches_and_the_tiled_one_at_large_from_one_source() {
+    fn auto_picks_the_row_kernel_or_the_largest_filling_tile_per_bucket_from_one_source() {
+        use super::kernel::{gpu_kernel, gpu_tiled_kernel};
         let auto = compiler(AttentionKernel::Auto);
-        // 4 heads x 2 query tiles per batch position: 8 tiles at batch 1, 512 at batch 64.
-        let (small, small_threads) = attention_launch(&auto, 1);
-        let (large, large_threads) = attention_launch(&auto, 64);
-        assert!(small.starts_with("onnx_attention_") && !small.starts_with("onnx_attention_tiled"), "{small}");
-        assert_eq!(small_threads, 128, "one key per thread, 128 keys");
-        assert!(large.starts_with("onnx_attention_tiled_"), "{large}");
-        assert_eq!(large_threads, super::TILED_THREADS);
+        let rows = gpu_kernel(true, false).0;
+        let tiled = |r: usize| gpu_tiled_kernel(true, false, 64, 64, r).0;
+        // 4 heads, 128 queries: batch 1 gives 32 tiles of 16 rows (row kernel); batch 4 gives 128
+        // tiles of 16 rows and fewer than 256 of any larger tile; batch 64 gives 512 tiles of 64.
+        assert_eq!(attention_launch(&auto, 1), (rows.clone(), 128), "one key per thread, 128 keys");
+        assert_eq!(attention_launch(&auto, 4), (tiled(16), super::TILED_THREADS));
+        assert_eq!(attention_launch(&auto, 16), (tiled(32), super::TILED_THREADS), "256 tiles of 32 rows");
+        assert_eq!(attention_launch(&auto, 64), (tiled(64), super::TILED_THREADS));
         let source = |batch: u64| auto.gpu_source(&[vec![batch, 128, 256], vec![batch, 1, 1, 128]]).unwrap();
         let one = source(1);
         assert_eq!(one, source(64), "every bucket compiles the same source");
-        assert!(one.contains(&small) && one.contains(&large));
-        // Forced, each bucket launches the one kernel asked for, and only it is generated.
-        for (kernel, prefix) in
-            [(AttentionKernel::Rows, "onnx_attention_"), (AttentionKernel::Tiled, "onnx_attention_tiled_")]
-        {
-            let c = compiler(kernel);
-            for batch in [1, 64] {
-                let (name, _) = attention_launch(&c, batch);
-                assert!(name.starts_with(prefix), "{kernel:?} batch {batch}: {name}");
-            }
-            let source = c.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
-            assert_eq!(source.contains("onnx_attention_tiled_"), kernel == AttentionKernel::Tiled);
+        for name in [rows.clone(), tiled(16), tiled(32), tiled(64)] {
+            assert!(one.contains(&name), "{name} is defined");
         }
+        // Forced, each bucket launches a kernel of the kind asked for, and only that kind is generated.
+        let rows_only = compiler(AttentionKernel::Rows);
+        let tiled_only = compiler(AttentionKernel::Tiled);
+        for batch in [1, 64] {
+            assert_eq!(attention_launch(&rows_only, batch).0, rows);
+        }
+        assert_eq!(attention_launch(&tiled_only, 1).0, tiled(16));
+        assert_eq!(attention_launch(&tiled_only, 64).0, tiled(64));
+        let source = |c: &OnnxCompiler| c.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
+        assert!(!source(&rows_only).contains("onnx_attention_tiled_"));
+        assert!(!source(&tiled_only).contains(&rows));
     }
 
     #[test]
     fn tile_shapes_keep_shared_memory_under_48_kib_for_every_head_size() {
         for head in 1..=super::super::MAX_HEAD {
-            let (rows, keys) = super::kernel::tile_shape(head);
-            assert_eq!((rows % 16, keys % 8), (0, 0), "16 row groups by 8 lanes");
-            let floats = head * (rows + 1) + head * (keys + 1) + keys * head + rows * (keys + 1) + 3 * rows;
-            assert!(floats * 4 <= 48 << 10, "head {head}: {} bytes", floats * 4);
+            let (all_rows, keys) = super::kernel::tile_shapes(head);
+            assert_eq!(all_rows[0], 16, "the smallest tile is 16 rows");
+            for &rows in all_rows {
+                assert_eq!((rows % 16, keys % 8), (0, 0), "16 row groups by 8 lanes");
+                let floats = head * (rows + 1) + head * (keys + 1) + keys * head + rows * (keys + 1) + 3 * rows;
+                assert!(floats * 4 <= 48 << 10, "head {head} rows {rows}: {} bytes", floats * 4);
+            }
         }
     }
 }

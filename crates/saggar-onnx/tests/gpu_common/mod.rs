@@ -105,7 +105,7 @@ fn session<B: Backend>(device: &B::Device, compiler: Arc<OnnxCompiler>, what: &s
 
 /// Fusion on the device: the checked-in BERT and synthetic attention blocks (additive mask, one
 /// batch row masked entirely, the NaN guard; head sizes 32 and 80, many key tiles and ragged last
-/// tiles) run through sessions unfused and fused with each attention kernel (auto, rows, tiled),
+/// tiles, tiles of 16 and 64 query rows) run through sessions unfused and fused with each attention kernel (auto, rows, tiled),
 /// each against the host backend's unfused run; every session's buckets share one compile of the
 /// generated source. Prints a PASS line per model and option.
 pub fn check_fusion<B: Backend>(device: B::Device) {
@@ -119,7 +119,11 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         let h = cfg.heads * cfg.head_dim;
         let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
         let mask = (0..batch * seq)
-            .map(|i| if i / seq == batch - 1 || i % seq >= seq - 7 * (i / seq) { f32::NEG_INFINITY } else { 0.0 })
+            .map(|i| {
+                // The last batch row masked entirely, row r masked from 7r keys before the end.
+                let (row, key) = (i / seq, i % seq);
+                if row == batch - 1 || key + 7 * row >= seq { f32::NEG_INFINITY } else { 0.0 }
+            })
             .collect();
         let inputs = vec![
             Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap(),
@@ -131,6 +135,8 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         AttentionConfig { heads: 4, head_dim: 32, div_scale: false, mask: true, nan_guard: true, scores_output: false };
     let (block32, inputs32) = block(base, 3, 300);
     let (block80, inputs80) = block(AttentionConfig { heads: 2, head_dim: 80, ..base }, 2, 45);
+    // 256 tiles of 64 query rows: the largest tile.
+    let (wide, wide_inputs) = block(AttentionConfig { heads: 4, ..base }, 64, 64);
     // A batch-bucketed model: every bucket compiled at session creation from one source compile.
     let mlp = Arc::new(OnnxCompiler::new(
         OnnxModel::load(model_dir("mlp").join("model.onnx")).unwrap(),
@@ -157,9 +163,12 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         ("fused, tiled attention", fused.clone().with_attention(AttentionKernel::Tiled)),
         ("unfused", fused.clone().with_fusion(false)),
     ];
-    for (name, model, inputs) in
-        [("bert", bert, bert_inputs), ("attention32", block32, inputs32), ("attention80", block80, inputs80)]
-    {
+    for (name, model, inputs) in [
+        ("bert", bert, bert_inputs),
+        ("attention32", block32, inputs32),
+        ("attention80", block80, inputs80),
+        ("attention32 batch 64", wide, wide_inputs),
+    ] {
         let unfused = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(false)));
         let want = run_on_host(&unfused, &inputs).unwrap_or_else(|e| panic!("{name} on host: {e}"));
         let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
