@@ -172,16 +172,21 @@ pub struct BlasConfig {
     /// `libhipblaslt.so.1`, ...). The host backend loads nothing and ignores it.
     pub library_path: Option<PathBuf>,
     /// How many of the library's heuristic candidates [`Blas::prepare`] times on the device for a
-    /// small problem (at most [`TUNE_MAX_FLOP`]) before keeping the fastest; 0 or 1 keeps the
-    /// heuristic's first choice. The libraries' first choice at a few hundred rows can be several
+    /// problem of [`TUNE_MIN_FLOP`] to [`TUNE_MAX_FLOP`] before keeping the fastest; 0 or 1 keeps
+    /// the heuristic's first choice. The libraries' first choice at a few hundred rows can be several
     /// times slower than their best kernel (a 128 x 768 x 3072 strict-f32 GEMM: 64 us against 22
     /// us on an H100).
     pub tune_candidates: usize,
 }
 
-/// Largest problem (2·m·n·k·batch floating-point operations) whose candidates [`Blas::prepare`]
-/// times: above it the heuristics' first choice is near the best and timing would cost more.
-pub const TUNE_MAX_FLOP: u64 = 2_000_000_000;
+/// Smallest problem (2·m·n·k·batch floating-point operations) whose candidates [`Blas::prepare`]
+/// times: below it a call is a few microseconds whichever kernel runs, and a load of many small
+/// buckets stays as fast as without timing.
+pub const TUNE_MIN_FLOP: u64 = 50_000_000;
+
+/// Largest problem whose candidates [`Blas::prepare`] times (each candidate runs four times, about
+/// a millisecond each at this size on an H100 in strict f32).
+pub const TUNE_MAX_FLOP: u64 = 64_000_000_000;
 
 /// Default [`BlasConfig::tune_candidates`].
 pub const DEFAULT_TUNE_CANDIDATES: usize = 8;

@@ -58,7 +58,7 @@ pub fn reference(desc: &MatmulDesc, a: &[f32], b: &[f32], c: &[f32], bias: Optio
 }
 
 /// The cases every backend runs: plain, transposed, batched with a broadcast operand, bias with each
-/// epilogue, scales, and TF32 allowed.
+/// epilogue, scales, TF32 allowed, and one in the range whose candidates a GPU handle times.
 pub fn cases() -> Vec<(&'static str, MatmulDesc)> {
     let base = MatmulDesc::gemm(33, 17, 65);
     vec![
@@ -74,6 +74,11 @@ pub fn cases() -> Vec<(&'static str, MatmulDesc)> {
         ("bias gelu", MatmulDesc { bias: true, epilogue: Epilogue::GeluTanh, ..base }),
         ("alpha 0.5 beta 1", base.with_scales(0.5, 1.0)),
         ("tf32", MatmulDesc { precision: MatmulPrecision::Tf32, ..MatmulDesc::gemm(64, 64, 64) }),
+        // Large enough (100 MFLOP) for a prepared GPU handle to time its candidates.
+        (
+            "timed candidates 128x512x768 bias gelu",
+            MatmulDesc { bias: true, epilogue: Epilogue::GeluTanh, ..MatmulDesc::gemm(128, 512, 768) },
+        ),
     ]
 }
 

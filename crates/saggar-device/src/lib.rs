@@ -68,6 +68,7 @@ pub use api::{
 };
 pub use blas::{
     Blas, BlasConfig, DEFAULT_TUNE_CANDIDATES, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, TUNE_MAX_FLOP,
+    TUNE_MIN_FLOP,
 };
 pub use code::{CodeFormat, CodeObject, KernelSource};
 pub use error::{Error, Result};

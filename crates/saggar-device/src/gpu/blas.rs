@@ -16,7 +16,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::api::{Device as _, DeviceBuffer as _, Event as _, Stream as _};
-use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, TUNE_MAX_FLOP};
+use crate::blas::{
+    Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, TUNE_MAX_FLOP, TUNE_MIN_FLOP,
+};
 use crate::error::{Error, Result};
 use crate::gpu::device::{self, DeviceShared};
 use crate::gpu::driver::Driver;
@@ -445,7 +447,7 @@ impl<D: Driver> Shared<D> {
                 unsafe { self.set(op, api.pref_set, pref, attr, &align)? };
             }
             let key: TunedKey = (spec.library, self.device.ordinal(), self.workspace_bytes, *desc, align);
-            let tune = tune && self.tune_candidates > 1 && flop(desc) <= TUNE_MAX_FLOP;
+            let tune = tune && self.tune_candidates > 1 && (TUNE_MIN_FLOP..=TUNE_MAX_FLOP).contains(&flop(desc));
             if tune && let Some(found) = TUNED.lock().as_ref().and_then(|t| t.get(&key)) {
                 *plan.plan.as_mut().expect("set above").algo = *found;
                 return Ok(());
@@ -760,6 +762,15 @@ mod tests {
         assert_eq!(flop(&desc), 2 * 4 * 5 * 6 * 3);
         assert_eq!(span(&desc, 4, 6, desc.stride_a), 2 * 100 + 24);
         assert_eq!(span(&MatmulDesc::gemm(4, 5, 6), 4, 6, 0), 24);
+    }
+
+    #[test]
+    fn a_conformance_case_is_in_the_timed_range() {
+        let timed = crate::conformance_blas::cases()
+            .iter()
+            .filter(|(_, desc)| (TUNE_MIN_FLOP..=TUNE_MAX_FLOP).contains(&flop(desc)))
+            .count();
+        assert!(timed >= 1, "the GPU conformance run must exercise timed candidates");
     }
 
     /// Tuning copies results out of a `u64` buffer by words and keeps one in a [`HeuristicResult`].
