@@ -172,8 +172,9 @@ pub struct BlasConfig {
     /// `libhipblaslt.so.1`, ...). The host backend loads nothing and ignores it.
     pub library_path: Option<PathBuf>,
     /// How many of the library's heuristic candidates [`Blas::prepare`] times on the device for a
-    /// problem of [`TUNE_MIN_FLOP`] to [`TUNE_MAX_FLOP`] before keeping the fastest; 0 or 1 keeps
-    /// the heuristic's first choice. The libraries' first choice at a few hundred rows can be several
+    /// problem of [`TUNE_MIN_FLOP`] to [`TUNE_MAX_FLOP`] before keeping the fastest; 0 or 1 (the
+    /// default, [`DEFAULT_TUNE_CANDIDATES`]) keeps the heuristic's first choice. Opt in with up to
+    /// 16 (8 is a good start); the GPU conformance suite runs a prepared handle with 8. The libraries' first choice at a few hundred rows can be several
     /// times slower than their best kernel (a 128 x 768 x 3072 strict-f32 GEMM: 64 us against 22
     /// us on an H100).
     pub tune_candidates: usize,
@@ -188,8 +189,8 @@ pub const TUNE_MIN_FLOP: u64 = 50_000_000;
 /// a millisecond each at this size on an H100 in strict f32).
 pub const TUNE_MAX_FLOP: u64 = 64_000_000_000;
 
-/// Default [`BlasConfig::tune_candidates`].
-pub const DEFAULT_TUNE_CANDIDATES: usize = 8;
+/// Default [`BlasConfig::tune_candidates`]: the heuristic's first choice, no timing.
+pub const DEFAULT_TUNE_CANDIDATES: usize = 1;
 
 /// 32 MiB: what cuBLASLt's documentation recommends for Hopper (it lets the fastest kernels run).
 pub const DEFAULT_WORKSPACE_BYTES: usize = 32 << 20;

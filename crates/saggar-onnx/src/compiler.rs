@@ -78,6 +78,10 @@ pub struct OnnxOptions {
     /// [`saggar_device::blas::BlasConfig::library_path`]); `None` reads
     /// [`saggar_device::blas::LIBRARY_ENV`].
     pub blas_library: Option<std::path::PathBuf>,
+    /// How many BLAS-Lt candidates a load times per matmul shape and keeps the fastest of
+    /// ([`saggar_device::BlasConfig::tune_candidates`]; 1, the default, takes the heuristic's
+    /// first choice). Not part of the compiler identity: it picks kernels, not results' layout.
+    pub blas_tune_candidates: usize,
     /// Whether nodes are fused (attention patterns and elementwise chains into one kernel each);
     /// off, every node is its own launch (for comparisons and benches). On by default.
     pub fusion: bool,
@@ -138,6 +142,7 @@ impl Default for OnnxOptions {
             precision: MatmulPrecision::default(),
             blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
             blas_library: None,
+            blas_tune_candidates: saggar_device::DEFAULT_TUNE_CANDIDATES,
             fusion: true,
             attention: AttentionKernel::Auto,
         }
@@ -154,6 +159,12 @@ impl OnnxOptions {
     /// The same options with fusion on or off ([`OnnxOptions::fusion`]).
     pub fn with_fusion(mut self, fusion: bool) -> OnnxOptions {
         self.fusion = fusion;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::blas_tune_candidates`].
+    pub fn with_blas_tuning(mut self, candidates: usize) -> OnnxOptions {
+        self.blas_tune_candidates = candidates;
         self
     }
 
@@ -193,7 +204,7 @@ impl OnnxOptions {
         BlasConfig {
             workspace_bytes: self.blas_workspace_bytes,
             library_path: self.blas_library.clone().or(from_env.library_path),
-            ..from_env
+            tune_candidates: self.blas_tune_candidates,
         }
     }
 }
