@@ -32,6 +32,28 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
     if (threadIdx.x < s_) { float a = sh[threadIdx.x]; float b = sh[threadIdx.x + s_]; sh[threadIdx.x] = (EXPR); } \
     __syncthreads(); } \
   v = sh[0]; __syncthreads(); }
+// Half precisions are bits in memory; Cast converts through f32 (exactly one way, rounding to
+// nearest even the other, as the host's `half` crate does).
+__device__ inline float onnx_f16_to_f32(unsigned short h) {
+  const unsigned sign = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
+  if (e == 0) { const float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }
+  if (e == 31) return __int_as_float((int)(sign | 0x7f800000u | (m << 13)));
+  return __int_as_float((int)(sign | ((e + 112u) << 23) | (m << 13)));
+}
+__device__ inline unsigned short onnx_f32_to_f16(float f) {
+  const unsigned x = (unsigned)__float_as_int(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x47800000u) return (unsigned short)(sign | 0x7c00u);
+  if (ax < 0x38800000u) return (unsigned short)(sign | (unsigned)rintf(__int_as_float((int)ax) * 16777216.0f));
+  const unsigned h = (ax >> 13) - (112u << 10), rem = ax & 0x1fffu;
+  return (unsigned short)(sign | (h + ((rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ? 1u : 0u)));
+}
+__device__ inline float onnx_bf16_to_f32(unsigned short h) { return __int_as_float((int)((unsigned)h << 16)); }
+__device__ inline unsigned short onnx_f32_to_bf16(float f) {
+  const unsigned x = (unsigned)__float_as_int(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
 "#;
 
 /// The unsigned C++ type of `bytes`-byte elements (copies move bits).

@@ -32,6 +32,7 @@ static saggar_dim3 blockDim, gridDim;
 static std::barrier<>* saggar_bar;
 inline void __syncthreads() { saggar_bar->arrive_and_wait(); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 "#;
 
 const DRIVER: &str = r#"
@@ -487,5 +488,120 @@ fn every_translation_unit_of_a_model_source_compiles_on_its_own() {
             return;
         };
         assert!(out.status.success(), "unit {u}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The GPU prelude's conversions against the host's (`half`, round to nearest even): every f16 and
+/// bf16 bit pattern widened, and f32 values narrowed at every kind of edge (ties to even at normal
+/// and subnormal spacing, the overflow threshold, the smallest subnormal's half, infinities, NaN,
+/// signed zeros), plus a spread of ordinary values. Bit for bit, NaNs as NaNs.
+#[test]
+fn half_precision_casts_match_the_host_bit_for_bit_when_run_on_the_cpu() {
+    use saggar_shape::{DType, Dim};
+
+    use crate::builder::ModelBuilder;
+    use crate::ops::Attribute::Int;
+    let mut edges: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e9,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        6.0e-8,
+        2.9802322e-8,
+        2.9802326e-8,
+        8.940697e-8,
+        6.1035156e-5,
+        6.097555e-5,
+        3.0e38,
+        f32::MAX,
+    ];
+    for k in 0..64u32 {
+        // Exactly halfway between neighbouring f16 values (ties), and just either side of them.
+        let tie = f32::from_bits(0x3f80_0000 + (2 * k + 1) * 0x1000);
+        edges.extend([tie, f32::from_bits(tie.to_bits() + 1), f32::from_bits(tie.to_bits() - 1)]);
+        // Halfway between bf16 neighbours.
+        edges.push(f32::from_bits(0x4040_0000 + (2 * k + 1) * 0x8000));
+        // Subnormal f16 ties: (2k + 1) * 2^-25.
+        edges.push((2 * k + 1) as f32 * 2.9802322e-8);
+    }
+    edges.extend((0..2000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+    let n = edges.len();
+    for (dtype, code) in [(DType::F16, 10i64), (DType::BF16, 16)] {
+        let mut b = ModelBuilder::new(18);
+        b.input("x", DType::F32, &[Dim::Fixed(n as u64)]);
+        b.input("h", dtype, &[Dim::Fixed(65536)]);
+        b.output("narrow", dtype, &[Dim::Fixed(n as u64)]);
+        b.output("wide", DType::F32, &[Dim::Fixed(65536)]);
+        b.node("Cast", &["x"], &["narrow"], &[("to", Int(code))]);
+        b.node("Cast", &["h"], &["wide"], &[("to", Int(1))]);
+        let model = OnnxModel::from_bytes(&b.to_bytes(), "casts", &crate::ImportLimits::default()).unwrap();
+        let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+        let every: Vec<u16> = (0..=u16::MAX).collect();
+        let h = if dtype == DType::F16 { TensorData::F16(every) } else { TensorData::BF16(every) };
+        let inputs =
+            vec![Tensor::new(vec![n], TensorData::F32(edges.clone())).unwrap(), Tensor::new(vec![65536], h).unwrap()];
+        let want = run_on_host(&compiler, &inputs).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+        let bits = |t: &Tensor| t.to_le_bytes();
+        assert_eq!(got[0], bits(&want[0]), "{dtype}: f32 narrowed on the GPU plan against the host");
+        let (g, w) = (
+            Tensor::from_le_bytes(DType::F32, vec![65536], &got[1]).unwrap().to_f32s().unwrap(),
+            want[1].to_f32s().unwrap(),
+        );
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan(), "{dtype} bits {i:#06x}: {a} vs {b}");
+        }
+    }
+}
+
+/// Half-precision exports of a BERT-style encoder and an attention block: their CUDA/HIP plans,
+/// run on the CPU, against the host backend (both compute in f32; the outputs, rounded to the half
+/// precision, within one or two of its units of the host's).
+#[test]
+fn half_models_gpu_plans_match_the_host_when_run_on_the_cpu() {
+    use saggar_shape::DType;
+
+    use crate::synthetic::{AttentionConfig, EncoderConfig, attention_block, bert_like_encoder, half_precision};
+    let encoder =
+        EncoderConfig { layers: 1, hidden: 32, heads: 2, intermediate: 64, vocab: 50, max_positions: 16, seq: None };
+    let (batch, seq) = (2usize, 5usize);
+    let ids = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i * 3 % 50).collect())).unwrap();
+    let mask = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i64::from(i % 5 < 4)).collect())).unwrap();
+    let cfg =
+        AttentionConfig { heads: 2, head_dim: 8, div_scale: true, mask: false, nan_guard: false, scores_output: false };
+    let x: Vec<f32> = (0..batch * seq * 16).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
+    for dtype in [DType::F16, DType::BF16] {
+        let x = Tensor::new(vec![batch, seq, 16], TensorData::F32(x.clone())).unwrap().narrowed(dtype).unwrap();
+        for (name, bytes, inputs) in [
+            ("encoder", bert_like_encoder(encoder).to_bytes(), vec![ids.clone(), mask.clone()]),
+            ("attention", attention_block(cfg).to_bytes(), vec![x]),
+        ] {
+            let half = half_precision(&bytes, dtype).unwrap();
+            let model = OnnxModel::from_bytes(&half, name, &crate::ImportLimits::default()).unwrap();
+            let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+            let want = run_on_host(&compiler, &inputs).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+            let unit = if dtype == DType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let g = Tensor::from_le_bytes(dtype, w.dims().to_vec(), g).unwrap().to_f32s().unwrap();
+                for (i, (a, b)) in g.iter().zip(w.to_f32s().unwrap()).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 2.0 * unit * b.abs().max(1e-3),
+                        "{name} {dtype} output {k} element {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 }

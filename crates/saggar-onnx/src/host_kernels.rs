@@ -148,6 +148,8 @@ fn view<'a>(op: &'a Operand, bytes: &'a [u8]) -> Option<TensorView<'a>> {
         DType::I64 => DataRef::I64(bytemuck::try_cast_slice(bytes).ok()?),
         DType::I32 => DataRef::I32(bytemuck::try_cast_slice(bytes).ok()?),
         DType::Bool => DataRef::Bool(bytes),
+        DType::F16 => DataRef::F16(bytemuck::try_cast_slice(bytes).ok()?),
+        DType::BF16 => DataRef::BF16(bytemuck::try_cast_slice(bytes).ok()?),
         _ => return None,
     };
     Some(TensorView { dims: &op.dims, data })
@@ -159,6 +161,8 @@ fn output_view<'a>(op: &'a Operand, words: &'a mut [u64], n: usize) -> Option<Te
         DType::I64 => DataMut::I64(bytemuck::cast_slice_mut(words).get_mut(..n)?),
         DType::I32 => DataMut::I32(bytemuck::cast_slice_mut(words).get_mut(..n)?),
         DType::Bool => DataMut::Bool(bytemuck::cast_slice_mut(words).get_mut(..n)?),
+        DType::F16 => DataMut::F16(bytemuck::cast_slice_mut(words).get_mut(..n)?),
+        DType::BF16 => DataMut::BF16(bytemuck::cast_slice_mut(words).get_mut(..n)?),
         _ => return None,
     };
     Some(TensorMut { dims: &op.dims, data })

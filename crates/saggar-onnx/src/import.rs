@@ -58,7 +58,7 @@ pub(crate) fn value_type(info: &ValueInfoProto, is_input: bool) -> Result<ValueT
         bad("is not a dense tensor (sequences, maps, optionals and sparse tensors are not supported)".into())
     })?;
     let dtype = dtype_from_onnx(i64::from(tensor.elem_type)).filter(|d| is_supported_dtype(*d)).ok_or_else(|| {
-        bad(format!("element type code {} is not supported (f32, i64, i32, bool are)", tensor.elem_type))
+        bad(format!("element type code {} is not supported (f32, i64, i32, bool, f16, bf16 are)", tensor.elem_type))
     })?;
     let shape = match &tensor.shape {
         Some(s) => s,
@@ -102,7 +102,8 @@ fn convert_attribute(a: &AttributeProto, limits: &ImportLimits) -> Result<Attrib
         attribute_type::STRING => Attribute::String(a.s.clone()),
         attribute_type::TENSOR => {
             let t = a.t.as_ref().ok_or("TENSOR attribute without a tensor")?;
-            Attribute::Tensor(tensor_from_proto(t, None, limits).map_err(|e| e.to_string())?)
+            // Half-precision attributes (a ConstantOfShape value) compute in f32, see `crate::half`.
+            Attribute::Tensor(tensor_from_proto(t, None, limits).map_err(|e| e.to_string())?.widened())
         }
         attribute_type::FLOATS => Attribute::Floats(a.floats.clone()),
         attribute_type::INTS => Attribute::Ints(a.ints.clone()),
@@ -203,7 +204,8 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
 
     let mut constant_bytes = 0u64;
     for init in &graph.initializer {
-        let tensor = tensor_from_proto(init, model_dir, limits)?;
+        // Half-precision weights are widened exactly: the model computes in f32 (`crate::half`).
+        let tensor = tensor_from_proto(init, model_dir, limits)?.widened();
         constant_bytes += (tensor.len() * tensor.dtype().size_bytes()) as u64;
         if constant_bytes > limits.max_initializer_bytes {
             return Err(OnnxError::TooLarge {

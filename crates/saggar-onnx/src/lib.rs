@@ -37,6 +37,7 @@ mod gpu_codegen;
 #[cfg(test)]
 mod gpu_emulation;
 mod gpu_prologue;
+mod half;
 mod host_kernels;
 mod import;
 pub mod ir;

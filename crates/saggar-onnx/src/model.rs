@@ -143,11 +143,12 @@ impl OnnxModel {
                 field: "max_file_bytes",
             });
         }
-        let proto = crate::proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
+        let mut proto = crate::proto::ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
             what: name.to_string(),
             message: "ModelProto",
             reason: e.to_string(),
         })?;
+        crate::half::widen(&mut proto);
         let mut graph = import::import(&proto, dir, limits)?;
         passes::optimise(&mut graph, limits.max_fold_elements)?;
         let mut hasher = blake3::Hasher::new();

@@ -255,3 +255,57 @@ pub fn attention_block(cfg: AttentionConfig) -> ModelBuilder {
     }
     b
 }
+
+/// The f32 ONNX model `bytes` as a half-precision export writes it (`model.half()` in PyTorch):
+/// every f32 initializer, graph input and output, value info and `Cast` target in `dtype` (f16 or
+/// bf16), the weights rounded to nearest even. Integer and bool parts stay as they are.
+pub fn half_precision(bytes: &[u8], dtype: DType) -> Result<Vec<u8>, crate::OnnxError> {
+    convert_floats(bytes, dtype, true)
+}
+
+/// The f32 ONNX model `bytes` with its f32 initializers rounded to `dtype` (f16 or bf16) and kept
+/// in f32: the f32 model computing exactly what [`half_precision`]'s model computes (saggar
+/// computes half-precision models in f32 between their input and output casts).
+pub fn rounded_weights(bytes: &[u8], dtype: DType) -> Result<Vec<u8>, crate::OnnxError> {
+    convert_floats(bytes, dtype, false)
+}
+
+fn convert_floats(bytes: &[u8], dtype: DType, retype: bool) -> Result<Vec<u8>, crate::OnnxError> {
+    use prost::Message;
+
+    use crate::proto::{ModelProto, data_type};
+    let bad = |reason: String| crate::OnnxError::Graph { reason };
+    let code = match dtype {
+        DType::F16 => data_type::FLOAT16,
+        DType::BF16 => data_type::BFLOAT16,
+        other => return Err(bad(format!("{other} is not a half precision"))),
+    };
+    let mut model = ModelProto::decode(bytes).map_err(|e| bad(format!("not a ModelProto: {e}")))?;
+    let graph = model.graph.as_mut().ok_or_else(|| bad("the model has no graph".into()))?;
+    let constants = graph
+        .node
+        .iter_mut()
+        .filter(|n| n.op_type == "Constant")
+        .flat_map(|n| n.attribute.iter_mut().filter_map(|a| a.t.as_mut()));
+    for init in graph.initializer.iter_mut().chain(constants).filter(|t| t.data_type == data_type::FLOAT) {
+        let tensor = crate::tensor_pb::tensor_from_proto(init, None, &crate::ImportLimits::default())?;
+        let narrowed = tensor.narrowed(dtype).map_err(|e| bad(e.to_string()))?;
+        let out = if retype { narrowed } else { narrowed.widened() };
+        *init = crate::tensor_pb::tensor_to_proto(&init.name, &out);
+    }
+    if retype {
+        for info in graph.input.iter_mut().chain(graph.output.iter_mut()).chain(graph.value_info.iter_mut()) {
+            if let Some(t) = info.r#type.as_mut().and_then(|t| t.tensor_type.as_mut())
+                && t.elem_type == data_type::FLOAT
+            {
+                t.elem_type = code;
+            }
+        }
+        for node in graph.node.iter_mut().filter(|n| n.op_type == "Cast") {
+            for a in node.attribute.iter_mut().filter(|a| a.name == "to" && a.i == i64::from(data_type::FLOAT)) {
+                a.i = i64::from(code);
+            }
+        }
+    }
+    Ok(model.encode_to_vec())
+}

@@ -1,16 +1,22 @@
 //! Host tensors: owned [`Tensor`]s (initializers, folded constants, test data) and the borrowed
 //! [`TensorView`] / [`TensorMut`] that op evaluation reads and writes.
 //!
-//! The element types are those of the declared op set: f32, i64, i32 and bool. Bools are stored as
-//! one byte each (0 or 1), as ONNX raw data and device memory hold them; reading any other byte value
-//! as `bool` would be undefined behaviour, so they stay `u8`.
+//! The element types are those of the declared op set: f32, i64, i32 and bool, and f16 and bf16 at a
+//! model's inputs and outputs (stored as their bits; the import computes half-precision models in
+//! f32 between casts at the inputs and outputs, weights widened). Bools are stored as one byte each
+//! (0 or 1), as ONNX raw data and device memory hold them; reading any other byte value as `bool`
+//! would be undefined behaviour, so they stay `u8`.
 
 use saggar_shape::DType;
 
 use crate::ops::OpError;
 
-/// The element types the declared op set computes with.
-pub const SUPPORTED_DTYPES: [DType; 4] = [DType::F32, DType::I64, DType::I32, DType::Bool];
+/// The element types a tensor may have: those the declared op set computes with, and the half
+/// precisions a model's inputs and outputs may have.
+pub const SUPPORTED_DTYPES: [DType; 6] = [DType::F32, DType::I64, DType::I32, DType::Bool, DType::F16, DType::BF16];
+
+/// The element types ops compute with (half-precision values are widened to f32 at import).
+pub const COMPUTE_DTYPES: [DType; 4] = [DType::F32, DType::I64, DType::I32, DType::Bool];
 
 /// Whether `dtype` is one the declared op set computes with.
 pub fn is_supported_dtype(dtype: DType) -> bool {
@@ -33,6 +39,10 @@ pub enum TensorData {
     I32(Vec<i32>),
     /// Booleans, one byte each, 0 or 1.
     Bool(Vec<u8>),
+    /// IEEE half precision, as bits.
+    F16(Vec<u16>),
+    /// bfloat16, as bits.
+    BF16(Vec<u16>),
 }
 
 /// An owned host tensor in row-major order.
@@ -68,9 +78,43 @@ impl Tensor {
             DType::I64 => TensorData::I64(vec![0; n]),
             DType::I32 => TensorData::I32(vec![0; n]),
             DType::Bool => TensorData::Bool(vec![0; n]),
+            DType::F16 => TensorData::F16(vec![0; n]),
+            DType::BF16 => TensorData::BF16(vec![0; n]),
             other => return Err(OpError::eval(format!("element type {other} is not supported"))),
         };
         Ok(Tensor { dims, data })
+    }
+
+    /// The tensor with half-precision elements widened to f32 (exactly); other tensors unchanged.
+    pub fn widened(self) -> Tensor {
+        let data = match self.data {
+            TensorData::F16(v) => TensorData::F32(v.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect()),
+            TensorData::BF16(v) => TensorData::F32(v.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect()),
+            other => other,
+        };
+        Tensor { dims: self.dims, data }
+    }
+
+    /// The f32 tensor rounded (to nearest even) to `dtype` when that is f16 or bf16; other tensors
+    /// and targets fail.
+    pub fn narrowed(self, dtype: DType) -> Result<Tensor, OpError> {
+        let TensorData::F32(v) = self.data else {
+            return Err(OpError::eval(format!("only f32 tensors narrow, not {}", self.data.dtype())));
+        };
+        let data = match dtype {
+            DType::F16 => TensorData::F16(v.into_iter().map(|x| half::f16::from_f32(x).to_bits()).collect()),
+            DType::BF16 => TensorData::BF16(v.into_iter().map(|x| half::bf16::from_f32(x).to_bits()).collect()),
+            other => return Err(OpError::eval(format!("{other} is not a half precision"))),
+        };
+        Ok(Tensor { dims: self.dims, data })
+    }
+
+    /// The elements as f32 when the tensor is floating point (f32, f16 or bf16): for comparisons.
+    pub fn to_f32s(&self) -> Option<Vec<f32>> {
+        match self.clone().widened().data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
     }
 
     /// A 1-D i64 tensor.
@@ -157,6 +201,8 @@ impl Tensor {
             DType::I64 => TensorData::I64(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(arr(c))).collect()),
             DType::I32 => TensorData::I32(bytes.chunks_exact(4).map(|c| i32::from_le_bytes(arr(c))).collect()),
             DType::Bool => TensorData::Bool(bytes.iter().map(|&b| u8::from(b != 0)).collect()),
+            DType::F16 => TensorData::F16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes(arr(c))).collect()),
+            DType::BF16 => TensorData::BF16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes(arr(c))).collect()),
             other => return Err(OpError::eval(format!("element type {other} is not supported"))),
         };
         Ok(Tensor { dims, data })
@@ -177,6 +223,8 @@ impl TensorData {
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
         }
     }
 
@@ -187,6 +235,7 @@ impl TensorData {
             TensorData::I64(v) => v.len(),
             TensorData::I32(v) => v.len(),
             TensorData::Bool(v) => v.len(),
+            TensorData::F16(v) | TensorData::BF16(v) => v.len(),
         }
     }
 
@@ -202,6 +251,8 @@ impl TensorData {
             TensorData::I64(v) => DataRef::I64(v),
             TensorData::I32(v) => DataRef::I32(v),
             TensorData::Bool(v) => DataRef::Bool(v),
+            TensorData::F16(v) => DataRef::F16(v),
+            TensorData::BF16(v) => DataRef::BF16(v),
         }
     }
 
@@ -212,6 +263,8 @@ impl TensorData {
             TensorData::I64(v) => DataMut::I64(v),
             TensorData::I32(v) => DataMut::I32(v),
             TensorData::Bool(v) => DataMut::Bool(v),
+            TensorData::F16(v) => DataMut::F16(v),
+            TensorData::BF16(v) => DataMut::BF16(v),
         }
     }
 }
@@ -227,6 +280,10 @@ pub enum DataRef<'a> {
     I32(&'a [i32]),
     /// Booleans, one byte each.
     Bool(&'a [u8]),
+    /// IEEE half precision, as bits.
+    F16(&'a [u16]),
+    /// bfloat16, as bits.
+    BF16(&'a [u16]),
 }
 
 impl DataRef<'_> {
@@ -237,6 +294,8 @@ impl DataRef<'_> {
             DataRef::I64(_) => DType::I64,
             DataRef::I32(_) => DType::I32,
             DataRef::Bool(_) => DType::Bool,
+            DataRef::F16(_) => DType::F16,
+            DataRef::BF16(_) => DType::BF16,
         }
     }
 
@@ -247,6 +306,7 @@ impl DataRef<'_> {
             DataRef::I64(v) => v.len(),
             DataRef::I32(v) => v.len(),
             DataRef::Bool(v) => v.len(),
+            DataRef::F16(v) | DataRef::BF16(v) => v.len(),
         }
     }
 
@@ -262,6 +322,7 @@ impl DataRef<'_> {
             DataRef::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             DataRef::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             DataRef::Bool(v) => v.to_vec(),
+            DataRef::F16(v) | DataRef::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
 }
@@ -277,6 +338,10 @@ pub enum DataMut<'a> {
     I32(&'a mut [i32]),
     /// Booleans, one byte each (write only 0 or 1).
     Bool(&'a mut [u8]),
+    /// IEEE half precision, as bits.
+    F16(&'a mut [u16]),
+    /// bfloat16, as bits.
+    BF16(&'a mut [u16]),
 }
 
 impl DataMut<'_> {
@@ -287,6 +352,8 @@ impl DataMut<'_> {
             DataMut::I64(_) => DType::I64,
             DataMut::I32(_) => DType::I32,
             DataMut::Bool(_) => DType::Bool,
+            DataMut::F16(_) => DType::F16,
+            DataMut::BF16(_) => DType::BF16,
         }
     }
 }
@@ -367,6 +434,8 @@ impl<'a> TensorView<'a> {
             DataRef::I64(v) => TensorData::I64(v.to_vec()),
             DataRef::I32(v) => TensorData::I32(v.to_vec()),
             DataRef::Bool(v) => TensorData::Bool(v.to_vec()),
+            DataRef::F16(v) => TensorData::F16(v.to_vec()),
+            DataRef::BF16(v) => TensorData::BF16(v.to_vec()),
         };
         Tensor { dims: self.dims.to_vec(), data }
     }

@@ -48,7 +48,7 @@ pub fn tensor_from_proto(
     let dtype = dtype_from_onnx(i64::from(proto.data_type))
         .ok_or_else(|| bad(format!("element type code {} is not supported", proto.data_type)))?;
     if !is_supported_dtype(dtype) {
-        return Err(bad(format!("element type {dtype} is not supported (f32, i64, i32, bool are)")));
+        return Err(bad(format!("element type {dtype} is not supported (f32, i64, i32, bool, f16, bf16 are)")));
     }
     let (dims, n) = checked_dims(proto, limits)?;
     if proto.data_location == data_location::EXTERNAL {
@@ -67,6 +67,15 @@ pub fn tensor_from_proto(
         DType::I64 => TensorData::I64(proto.int64_data.clone()),
         DType::I32 => TensorData::I32(proto.int32_data.clone()),
         DType::Bool => TensorData::Bool(proto.int32_data.iter().map(|&v| u8::from(v != 0)).collect()),
+        // ONNX stores each half-precision element's bits in one int32.
+        DType::F16 | DType::BF16 => {
+            let bits = proto
+                .int32_data
+                .iter()
+                .map(|&v| u16::try_from(v).map_err(|_| bad(format!("{dtype} element {v} is not 16 bits"))))
+                .collect::<Result<Vec<u16>, _>>()?;
+            if dtype == DType::F16 { TensorData::F16(bits) } else { TensorData::BF16(bits) }
+        }
         other => return Err(bad(format!("element type {other} is not supported"))),
     };
     Tensor::new(dims, data).map_err(|e| bad(e.to_string()))

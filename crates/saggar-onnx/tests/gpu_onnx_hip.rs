@@ -72,3 +72,11 @@ fn every_checked_in_model_profiles_one_row_per_step_on_hip() {
     };
     profile_common::check_models::<HipBackend>(&device);
 }
+
+#[test]
+fn half_precision_models_match_the_host_on_hip() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("half_precision_models_match_the_host_on_hip") else {
+        return;
+    };
+    gpu_common::check_half_models::<HipBackend>(device);
+}

@@ -84,9 +84,13 @@ pub(super) fn compare_with(
                 (TensorData::Bool(a), TensorData::Bool(b)) => {
                     a.iter().zip(b).map(|(&x, &y)| (f64::from(x), f64::from(y))).collect()
                 }
-                _ => Vec::new(),
+                // Half precisions compare as their f32 values.
+                _ => match (g.to_f32s(), w.to_f32s()) {
+                    (Some(a), Some(b)) => a.iter().zip(&b).map(|(&x, &y)| (f64::from(x), f64::from(y))).collect(),
+                    _ => Vec::new(),
+                },
             };
-            let float = g.dtype() == DType::F32;
+            let float = matches!(g.dtype(), DType::F32 | DType::F16 | DType::BF16);
             for (x, y) in pairs {
                 if x.is_nan() && y.is_nan() {
                     continue;

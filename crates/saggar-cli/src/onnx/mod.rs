@@ -185,10 +185,17 @@ pub(super) fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[Shape
                 DType::I64 => TensorData::I64((0..n).map(|_| (next() & 1) as i64).collect()),
                 DType::I32 => TensorData::I32((0..n).map(|_| (next() & 1) as i32).collect()),
                 DType::Bool => TensorData::Bool((0..n).map(|i| (i % 2) as u8).collect()),
+                DType::F16 | DType::BF16 => {
+                    let f32s = (0..n).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect();
+                    let narrowed = Tensor::new(vec![n], TensorData::F32(f32s))
+                        .and_then(|t| t.narrowed(spec.dtype()))
+                        .map_err(|e| CliError::failure(format!("generating `{}`: {e}", spec.name()), "this is a bug in saggar"))?;
+                    narrowed.data().clone()
+                }
                 other => {
                     return Err(CliError::usage(
                         format!("input `{}` is {other}, which saggar-onnx does not run", spec.name()),
-                        "use a model whose inputs are f32, i64, i32 or bool",
+                        "use a model whose inputs are f32, f16, bf16, i64, i32 or bool",
                     ));
                 }
             };

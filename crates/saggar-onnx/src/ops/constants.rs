@@ -41,7 +41,7 @@ fn scalar_f64(input: &InferInput<'_>) -> Option<f64> {
         TensorData::F32(v) => f64::from(v[0]),
         TensorData::I64(v) => v[0] as f64,
         TensorData::I32(v) => f64::from(v[0]),
-        TensorData::Bool(_) => return None,
+        TensorData::Bool(_) | TensorData::F16(_) | TensorData::BF16(_) => return None,
     })
 }
 
@@ -80,7 +80,7 @@ impl Op for Range {
                 let (s, d) = (s.i32s()?[0], d.i32s()?[0]);
                 o.iter_mut().enumerate().for_each(|(i, o)| *o = s.wrapping_add((i as i32).wrapping_mul(d)));
             }
-            DataMut::Bool(_) => return Err(OpError::eval("Range cannot make bools")),
+            other => return Err(OpError::eval(format!("Range cannot make {}", other.dtype()))),
         }
         Ok(())
     }

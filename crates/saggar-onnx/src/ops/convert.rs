@@ -111,7 +111,9 @@ fn scalar_bound(input: Option<&TensorView<'_>>) -> Result<Option<f64>, OpError> 
         DataRef::F32(v) => f64::from(v[0]),
         DataRef::I64(v) => v[0] as f64,
         DataRef::I32(v) => f64::from(v[0]),
-        DataRef::Bool(_) => return Err(OpError::eval("Clip bounds cannot be bool")),
+        DataRef::Bool(_) | DataRef::F16(_) | DataRef::BF16(_) => {
+            return Err(OpError::eval(format!("Clip bounds cannot be {}", t.data.dtype())));
+        }
     }))
 }
 
@@ -174,7 +176,9 @@ impl Op for Clip {
     }
 }
 
-/// `Cast` between the supported types.
+/// `Cast` between the supported types. Half-precision values (at a model's inputs and outputs) go
+/// through f32: widened exactly, narrowed rounding to nearest even, as `half` and the GPU prelude's
+/// `onnx_f32_to_f16` / `onnx_f32_to_bf16` do.
 #[derive(Debug)]
 struct Cast {
     to: DType,
@@ -184,9 +188,10 @@ fn build_cast(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     let to = ctx.int("to")?.ok_or_else(|| OpError::attribute("to", "required"))?;
     // `saturate` only affects float8 targets, which are not supported anyway.
     ctx.ignore("saturate");
-    let dtype = crate::proto::dtype_from_onnx(to)
-        .filter(|d| crate::tensor::is_supported_dtype(*d))
-        .ok_or_else(|| ctx.unsupported("to", to, "1 (FLOAT), 6 (INT32), 7 (INT64), 9 (BOOL)"))?;
+    let dtype =
+        crate::proto::dtype_from_onnx(to).filter(|d| crate::tensor::is_supported_dtype(*d)).ok_or_else(|| {
+            ctx.unsupported("to", to, "1 (FLOAT), 6 (INT32), 7 (INT64), 9 (BOOL), 10 (FLOAT16), 16 (BFLOAT16)")
+        })?;
     Ok(Box::new(Cast { to: dtype }))
 }
 
@@ -197,15 +202,42 @@ macro_rules! cast_from {
             DataMut::I64(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as i64),
             DataMut::I32(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as i32),
             DataMut::Bool(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = u8::from(v != Default::default())),
+            // Half-precision outputs are written from f32 before this match.
+            DataMut::F16(_) | DataMut::BF16(_) => return Err(OpError::eval("Cast to a half precision from f32 only")),
         }
     };
 }
 
+/// The elements of `x` as f32 (`as` for integers, 0 or 1 for bool, exact for half precisions).
+fn as_f32s(x: DataRef<'_>) -> Vec<f32> {
+    match x {
+        DataRef::F32(v) => v.to_vec(),
+        DataRef::I64(v) => v.iter().map(|&x| x as f32).collect(),
+        DataRef::I32(v) => v.iter().map(|&x| x as f32).collect(),
+        DataRef::Bool(v) => v.iter().map(|&x| f32::from(x)).collect(),
+        DataRef::F16(v) => v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect(),
+        DataRef::BF16(v) => v.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect(),
+    }
+}
+
 impl Op for Cast {
-    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::GpuNode::Elementwise;
+        let from = match ctx.input(0) {
+            Ok(x) => x.dtype,
+            Err(e) => return Some(Err(e)),
+        };
+        // Half-precision values are bits in memory (`unsigned short`); the prelude converts.
+        let x = match from {
+            DType::F16 => "onnx_f16_to_f32($0)",
+            DType::BF16 => "onnx_bf16_to_f32($0)",
+            _ => "$0",
+        };
         Some(match (self.to, crate::ops::gpu::ctype(self.to)) {
-            (DType::Bool, _) => Ok(crate::ops::gpu::GpuNode::Elementwise("(unsigned char)($0 != 0)".into())),
-            (_, Some(t)) => Ok(crate::ops::gpu::GpuNode::Elementwise(format!("({t})$0"))),
+            (DType::Bool, _) => Ok(Elementwise(format!("(unsigned char)({x} != 0)"))),
+            (DType::F16, _) => Ok(Elementwise(format!("onnx_f32_to_f16((float){x})"))),
+            (DType::BF16, _) => Ok(Elementwise(format!("onnx_f32_to_bf16((float){x})"))),
+            (_, Some(t)) => Ok(Elementwise(format!("({t}){x}"))),
             (to, None) => Err(OpError::eval(format!("Cast to {to} is not supported on GPU"))),
         })
     }
@@ -227,7 +259,28 @@ impl Op for Cast {
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let x = inputs.req(0)?;
         let o = &mut outputs[0].data;
-        match x.data {
+        match o {
+            DataMut::F16(o) => {
+                let x = as_f32s(x.data);
+                o.iter_mut().zip(x).for_each(|(o, v)| *o = half::f16::from_f32(v).to_bits());
+                return Ok(());
+            }
+            DataMut::BF16(o) => {
+                let x = as_f32s(x.data);
+                o.iter_mut().zip(x).for_each(|(o, v)| *o = half::bf16::from_f32(v).to_bits());
+                return Ok(());
+            }
+            _ => {}
+        }
+        let widened;
+        let data = match x.data {
+            DataRef::F16(_) | DataRef::BF16(_) => {
+                widened = as_f32s(x.data);
+                DataRef::F32(&widened)
+            }
+            other => other,
+        };
+        match data {
             DataRef::F32(x) => match o {
                 // NaN and out-of-range floats saturate (Rust `as`), where C would be undefined.
                 DataMut::Bool(o) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = u8::from(v != 0.0)),
@@ -236,11 +289,10 @@ impl Op for Cast {
             DataRef::I64(x) => cast_from!(x, o),
             DataRef::I32(x) => cast_from!(x, o),
             DataRef::Bool(x) => match o {
-                DataMut::F32(o) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = f32::from(v)),
-                DataMut::I64(o) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = i64::from(v)),
-                DataMut::I32(o) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = i32::from(v)),
                 DataMut::Bool(o) => o.copy_from_slice(x),
+                o => cast_from!(x, o),
             },
+            DataRef::F16(_) | DataRef::BF16(_) => return Err(OpError::eval("half precisions are widened above")),
         }
         Ok(())
     }

@@ -519,6 +519,7 @@ impl Op for Pad {
                     DataRef::I64(s) => s.first().map(|&x| x as f64),
                     DataRef::I32(s) => s.first().map(|&x| f64::from(x)),
                     DataRef::Bool(s) => s.first().map(|&x| f64::from(x)),
+                    DataRef::F16(_) | DataRef::BF16(_) => None,
                 });
                 (pads, value.flatten())
             }

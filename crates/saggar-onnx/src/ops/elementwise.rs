@@ -668,7 +668,10 @@ mod tests {
         let attrs = Attributes(vec![("to".into(), crate::ops::Attribute::Int(7))]);
         let cast = run_op("Cast", 13, &attrs, &[Some(&v)]).unwrap();
         assert_eq!(cast[0].data(), &TensorData::I64(vec![-1, 0, 9]));
-        let bad = Attributes(vec![("to".into(), crate::ops::Attribute::Int(10))]);
+        let half = Attributes(vec![("to".into(), crate::ops::Attribute::Int(10))]);
+        let cast = run_op("Cast", 13, &half, &[Some(&v)]).unwrap();
+        assert_eq!(cast[0].data(), &TensorData::F16(vec![0xbc00, 0x3800, 0x4880]), "-1, 0.5 and 9 in f16");
+        let bad = Attributes(vec![("to".into(), crate::ops::Attribute::Int(11))]);
         assert!(matches!(run_op("Cast", 13, &bad, &[Some(&v)]), Err(crate::ops::OpError::Unsupported { .. })));
 
         let erf = run_op("Erf", 13, &Attributes::default(), &[Some(&f32s(&[2], &[0.0, 1.0]))]).unwrap();

@@ -31,6 +31,8 @@ pub fn ctype(d: DType) -> Option<&'static str> {
         DType::I64 => Some("long long"),
         DType::I32 => Some("int"),
         DType::Bool => Some("unsigned char"),
+        // Bits; only Cast reads or writes them, through the prelude's conversions.
+        DType::F16 | DType::BF16 => Some("unsigned short"),
         _ => None,
     }
 }

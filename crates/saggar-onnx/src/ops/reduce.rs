@@ -394,7 +394,7 @@ impl Op for Arg {
             DataRef::F32(x) => arg_along(x, y, len, inner, |a, b| better(max, last, a, b)),
             DataRef::I64(x) => arg_along(x, y, len, inner, |a, b| better(max, last, a, b)),
             DataRef::I32(x) => arg_along(x, y, len, inner, |a, b| better(max, last, a, b)),
-            DataRef::Bool(_) => return Err(OpError::eval("ArgMax/ArgMin do not take bool inputs")),
+            other => return Err(OpError::eval(format!("ArgMax/ArgMin do not take {} inputs", other.dtype()))),
         }
         Ok(())
     }

@@ -152,7 +152,8 @@ fn run_set<B: Backend>(
 }
 
 /// `Ok` when `got` equals `want` under the ONNX runner's rule: same element type and shape; floats
-/// within `ATOL + RTOL * |want|` (NaN equals NaN, infinities equal themselves); others exactly.
+/// (f32, f16, bf16, compared as their f32 values) within `ATOL + RTOL * |want|` (NaN equals NaN,
+/// infinities equal themselves); others exactly.
 pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
     if got.dtype() != want.dtype() {
         return Err(format!("element type {}, expected {}", got.dtype(), want.dtype()));
@@ -164,15 +165,15 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
         None => Ok(()),
         Some(i) => Err(format!("{n} of {} elements differ; first at {i}: {}", want.len(), show(i))),
     };
+    if let (Some(g), Some(w)) = (got.to_f32s(), want.to_f32s()) {
+        let close = |a: f32, b: f32| {
+            let (a, b) = (f64::from(a), f64::from(b));
+            (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
+        };
+        let bad: Vec<usize> = (0..w.len()).filter(|&i| !close(g[i], w[i])).collect();
+        return mismatches(bad.first().copied(), bad.len(), &|i| format!("{} vs {}", g[i], w[i]));
+    }
     match (got.data(), want.data()) {
-        (TensorData::F32(g), TensorData::F32(w)) => {
-            let close = |a: f32, b: f32| {
-                let (a, b) = (f64::from(a), f64::from(b));
-                (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
-            };
-            let bad: Vec<usize> = (0..w.len()).filter(|&i| !close(g[i], w[i])).collect();
-            mismatches(bad.first().copied(), bad.len(), &|i| format!("{} vs {}", g[i], w[i]))
-        }
         (TensorData::I64(g), TensorData::I64(w)) => exact(g, w, &mismatches),
         (TensorData::I32(g), TensorData::I32(w)) => exact(g, w, &mismatches),
         (TensorData::Bool(g), TensorData::Bool(w)) => exact(g, w, &mismatches),

@@ -328,3 +328,71 @@ pub fn check_missing_blas_library_is_refused<B: Backend>(device: B::Device) {
     assert!(text.contains(path) && text.contains(library), "FAIL the error does not name both: {text}");
     println!("PASS missing BLAS library refused on {:?}: {text}", B::KIND);
 }
+
+/// Half-precision models on the device: f16 and bf16 exports (`synthetic::half_precision`) of a
+/// BERT-style encoder and of the checked-in MLP through sessions with graphs on, at batches 1 and 3,
+/// against the host backend's run of the same model: both compute in f32 between the casts at the
+/// inputs and outputs, so the outputs agree within two units of the half precision. Prints a PASS
+/// line per model and precision.
+pub fn check_half_models<B: Backend>(device: B::Device) {
+    use saggar_onnx::synthetic::{EncoderConfig, bert_like_encoder, half_precision};
+    use saggar_onnx::{ImportLimits, TensorData};
+    use saggar_shape::DType;
+    let encoder = EncoderConfig {
+        layers: 2,
+        hidden: 64,
+        heads: 2,
+        intermediate: 128,
+        vocab: 100,
+        max_positions: 32,
+        seq: Some(16),
+    };
+    let mlp = std::fs::read(model_dir("mlp").join("model.onnx")).unwrap();
+    let mlp_input = data_sets(&model_dir("mlp")).swap_remove(0).0.swap_remove(0);
+    for dtype in [DType::F16, DType::BF16] {
+        for batch in [1usize, 3] {
+            let ids = (0..batch * 16).map(|i| (i * 7 % 100) as i64).collect();
+            let mask = (0..batch * 16).map(|i| i64::from(i % 16 < 16 - i / 16)).collect();
+            let encoder_inputs = vec![
+                Tensor::new(vec![batch, 16], TensorData::I64(ids)).unwrap(),
+                Tensor::new(vec![batch, 16], TensorData::I64(mask)).unwrap(),
+            ];
+            let features = mlp_input.dims()[1];
+            let rows = mlp_input.to_f32s().unwrap().into_iter().cycle().take(batch * features).collect();
+            let mlp_inputs =
+                vec![Tensor::new(vec![batch, features], TensorData::F32(rows)).unwrap().narrowed(dtype).unwrap()];
+            for (name, bytes, inputs) in
+                [("encoder", bert_like_encoder(encoder).to_bytes(), encoder_inputs), ("mlp", mlp.clone(), mlp_inputs)]
+            {
+                let half = half_precision(&bytes, dtype).unwrap();
+                let model = OnnxModel::from_bytes(&half, name, &ImportLimits::default()).unwrap();
+                let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default()));
+                let want = run_on_host(&compiler, &inputs).unwrap_or_else(|e| panic!("{name} {dtype} on host: {e}"));
+                let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
+                let request = Request::new(&names, &inputs);
+                let session = session::<B>(&device, compiler, name);
+                let unit = if dtype == DType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
+                for attempt in 0..2 {
+                    let outputs = session
+                        .run(&request.host())
+                        .unwrap_or_else(|e| panic!("{name} {dtype} batch {batch} run {attempt} on {:?}: {e}", B::KIND));
+                    for (k, o) in outputs.iter().enumerate() {
+                        let got = owned_to_tensor(o);
+                        assert_eq!(got.dtype(), dtype, "{name} output {k}");
+                        for (i, (a, b)) in got.to_f32s().unwrap().iter().zip(want[k].to_f32s().unwrap()).enumerate() {
+                            assert!(
+                                (a - b).abs() <= 2.0 * unit * b.abs().max(1e-3),
+                                "{name} {dtype} batch {batch} output {k} element {i} on {:?}: {a} vs {b}",
+                                B::KIND
+                            );
+                        }
+                    }
+                }
+                println!(
+                    "PASS {:?} {name} {dtype} batch {batch}: matches the host within two units of {dtype}",
+                    B::KIND
+                );
+            }
+        }
+    }
+}
