@@ -268,3 +268,60 @@ fn bad_values_are_usage_errors_that_say_what_to_do() {
     );
     assert!(err.contains("no such file"), "{err}");
 }
+
+/// An f16 export of the MLP: `saggar perf` generates f16 inputs, runs with verification, and checks
+/// given f16 outputs (compared as f32 within the tolerance) from an f16 input file.
+#[test]
+fn half_precision_models_run_verify_and_check_their_outputs() {
+    let sandbox = Sandbox::new();
+    let set = model_dir("mlp").join("test_data_set_0");
+    let bytes = std::fs::read(model_dir("mlp").join("model.onnx")).unwrap();
+    let onnx = sandbox.path("mlp-f16.onnx");
+    std::fs::write(&onnx, saggar_onnx::synthetic::half_precision(&bytes, DType::F16).unwrap()).unwrap();
+    let json = sandbox.path("half.json");
+    let out = sandbox.run(&[
+        "perf",
+        "--backend",
+        "host",
+        "--onnx",
+        arg(&onnx),
+        "--requests",
+        "8",
+        "--max-batch",
+        "4",
+        "--json",
+        arg(&json),
+    ]);
+    assert_success(&out);
+    assert_eq!(u64_at(&read_json(&json), "/verify/mismatches"), 0);
+    let half_set = sandbox.path("half-set");
+    std::fs::create_dir_all(&half_set).unwrap();
+    for file in ["input_0.pb", "output_0.pb"] {
+        let t = read_tensor_pb(&set.join(file)).unwrap();
+        write_tensor_pb(&half_set.join(file), &t.name, &t.tensor.narrowed(DType::F16).unwrap()).unwrap();
+    }
+    let check = sandbox.path("check.json");
+    let out = sandbox.run(&[
+        "perf",
+        "--backend",
+        "host",
+        "--onnx",
+        arg(&onnx),
+        "--requests",
+        "3",
+        "--max-batch",
+        "4",
+        "--load-inputs",
+        arg(&half_set),
+        "--check-outputs",
+        arg(&half_set),
+        "--rtol",
+        "1e-2",
+        "--atol",
+        "1e-2",
+        "--json",
+        arg(&check),
+    ]);
+    assert_success(&out);
+    assert_eq!(read_json(&check)["check"]["passed"], true, "{}", String::from_utf8_lossy(&out.stderr));
+}
