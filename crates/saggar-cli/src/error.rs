@@ -233,6 +233,11 @@ impl From<DispatchError> for CliError {
             DispatchError::Compile { source, .. } => compile_error(message, source.as_ref()),
             DispatchError::Load { .. } => CliError::failure(message, HINT_CACHE_ENTRIES),
             DispatchError::Config(_) => CliError::usage(message, "check --buckets, --max-batch and --concurrency"),
+            DispatchError::RequestNeedsBuckets => CliError::usage(
+                message,
+                "use --binding pinned (the default) for a model with a padded or per-shape axis, or export it \
+                 with that axis fixed",
+            ),
             _ => CliError::failure(message, HINT_BUG),
         }
     }
@@ -249,6 +254,13 @@ mod tests {
         assert_eq!(e.hint(), "first; second");
         assert_eq!(e.exit_code(), EXIT_FAILURE);
         assert_eq!(e.context("perf").message(), "perf: compiling failed:; line 1; line 2");
+    }
+
+    #[test]
+    fn a_request_on_a_padded_model_is_a_usage_error_saying_what_to_use() {
+        let e = CliError::from(DispatchError::RequestNeedsBuckets);
+        assert_eq!(e.exit_code(), EXIT_USAGE);
+        assert!(e.hint().contains("--binding pinned"), "{}", e.hint());
     }
 
     #[test]

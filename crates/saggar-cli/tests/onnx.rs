@@ -252,6 +252,21 @@ fn bad_values_are_usage_errors_that_say_what_to_do() {
         (vec!["--onnx", arg(&mlp), "--load-inputs", arg(&set), "--check-outputs", arg(&set), "--atol=-1"], "-1"),
         (vec!["--onnx", arg(&mlp), "--model", "mlp"], "--model"),
         (vec!["--onnx", arg(&bert)], "--load-inputs"),
+        (
+            vec![
+                "--onnx",
+                arg(&bert),
+                "--shapes",
+                "input_ids:1x16",
+                "--shapes",
+                "attention_mask:1x16",
+                "--pad-axis",
+                "seq:16",
+                "--binding",
+                "request",
+            ],
+            "--binding pinned",
+        ),
     ];
     for (args, says) in cases {
         let out = perf(&args);
