@@ -293,21 +293,13 @@ fn half_precision_models_run_verify_and_check_their_outputs() {
     let bytes = std::fs::read(model_dir("mlp").join("model.onnx")).unwrap();
     let onnx = sandbox.path("mlp-f16.onnx");
     std::fs::write(&onnx, saggar_onnx::synthetic::half_precision(&bytes, DType::F16).unwrap()).unwrap();
+    let perf = |json: &Path, extra: &[&str]| {
+        let mut args = vec!["perf", "--backend", "host", "--onnx", arg(&onnx), "--max-batch", "4", "--json", arg(json)];
+        args.extend(extra);
+        sandbox.run(&args)
+    };
     let json = sandbox.path("half.json");
-    let out = sandbox.run(&[
-        "perf",
-        "--backend",
-        "host",
-        "--onnx",
-        arg(&onnx),
-        "--requests",
-        "8",
-        "--max-batch",
-        "4",
-        "--json",
-        arg(&json),
-    ]);
-    assert_success(&out);
+    assert_success(&perf(&json, &["--requests", "8"]));
     assert_eq!(u64_at(&read_json(&json), "/verify/mismatches"), 0);
     let half_set = sandbox.path("half-set");
     std::fs::create_dir_all(&half_set).unwrap();
@@ -316,27 +308,11 @@ fn half_precision_models_run_verify_and_check_their_outputs() {
         write_tensor_pb(&half_set.join(file), &t.name, &t.tensor.narrowed(DType::F16).unwrap()).unwrap();
     }
     let check = sandbox.path("check.json");
-    let out = sandbox.run(&[
-        "perf",
-        "--backend",
-        "host",
-        "--onnx",
-        arg(&onnx),
-        "--requests",
-        "3",
-        "--max-batch",
-        "4",
-        "--load-inputs",
-        arg(&half_set),
-        "--check-outputs",
-        arg(&half_set),
-        "--rtol",
-        "1e-2",
-        "--atol",
-        "1e-2",
-        "--json",
-        arg(&check),
-    ]);
+    let (inputs, outputs) = (arg(&half_set), arg(&half_set));
+    let out = perf(
+        &check,
+        &["--requests", "3", "--load-inputs", inputs, "--check-outputs", outputs, "--rtol", "1e-2", "--atol", "1e-2"],
+    );
     assert_success(&out);
     assert_eq!(read_json(&check)["check"]["passed"], true, "{}", String::from_utf8_lossy(&out.stderr));
 }
