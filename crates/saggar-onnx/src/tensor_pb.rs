@@ -133,6 +133,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn half_precision_elements_read_from_raw_data_and_int32_data_and_bad_bits_are_refused() {
+        let limits = ImportLimits::default();
+        let half = Tensor::new(vec![3], TensorData::F16(vec![0x3c00, 0xc000, 0x7c00])).unwrap();
+        let raw = tensor_to_proto("h", &half);
+        assert_eq!(tensor_from_proto(&raw, None, &limits).unwrap(), half);
+        let packed = TensorProto {
+            dims: vec![2],
+            data_type: crate::proto::data_type::BFLOAT16,
+            int32_data: vec![0x3f80, 0xbf80],
+            ..TensorProto::default()
+        };
+        let t = tensor_from_proto(&packed, None, &limits).unwrap();
+        assert_eq!(t.to_f32s().unwrap(), [1.0, -1.0]);
+        let bad = TensorProto { int32_data: vec![0x3f80, 0x1_0000], ..packed.clone() };
+        let err = tensor_from_proto(&bad, None, &limits).unwrap_err().to_string();
+        assert!(err.contains("not 16 bits"), "{err}");
+        let short = TensorProto { int32_data: vec![0x3f80], ..packed };
+        assert!(tensor_from_proto(&short, None, &limits).is_err(), "one element for a shape of two");
+    }
+
+    #[test]
     fn pb_files_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("input_0.pb");
