@@ -239,7 +239,8 @@ fi
 # REPORT_DIR/peers-onnx.md. SAGGAR_SKIP_ONNX_PEERS=1 skips it; SAGGAR_ONNX_PEERS_VARIANTS narrows the variants
 # (default eager,graphs,compile-max,compile-ro,ort); SAGGAR_ONNX_PEERS_COMPILE_TIMEOUT bounds each torch.compile
 # (seconds, default 90); SAGGAR_ONNX_PEERS_BUDGET (seconds, default 420) leaves torch.compile out of the runs
-# that start after it; SAGGAR_SKIP_BERT_BASE=1 leaves BERT-base out. About 8 minutes on an H100.
+# that start after it; SAGGAR_SKIP_BERT_BASE=1 leaves BERT-base out; SAGGAR_ONNX_PEERS_SAGGAR_FLAGS adds
+# flags to every saggar run (e.g. "--blas-tune 8" or "--attention rows"). About 8 minutes on an H100.
 if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] && [ -f "$here/peers/onnx_peers.py" ] \
   && [ -d "$here/onnx-models" ] && CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch, onnx; assert torch.cuda.is_available()' >/dev/null 2>&1; then
   onnx_started=$(date +%s)
@@ -257,7 +258,7 @@ if [ "${SAGGAR_SKIP_ONNX_PEERS:-0}" != 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/b
     fi
     set -- "$here/bin/saggar" perf --backend cuda --onnx "$file" --trace "$trace" --concurrency "$conc" \
       --cache-dir "$work/cache-$model" --export-times "$work/times-$tag.jsonl" --export-outputs "$work/out-$tag" \
-      --json "$runs/saggar-$tag.json" "$@"
+      --json "$runs/saggar-$tag.json" "$@" ${SAGGAR_ONNX_PEERS_SAGGAR_FLAGS:-}
     echo "CUDA_VISIBLE_DEVICES=0 $*" >> "$runs/commands.txt"
     echo "== onnx peers: saggar $tag"
     CUDA_VISIBLE_DEVICES=0 "$@" > "$report/logs/onnx-peers-saggar-$tag.log" 2>&1 || { status=1; tail -3 "$report/logs/onnx-peers-saggar-$tag.log"; return; }

@@ -323,7 +323,7 @@ fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
         .model
         .onnx
         .as_deref()
-        .map(|path| crate::onnx::key_parts(path, args.bucket, args.load_inputs.as_deref()))
+        .map(|path| crate::onnx::key_parts(&args.model, path, args.bucket, args.load_inputs.as_deref()))
         .transpose()?;
     let model = if onnx.is_none() { Some(model::load(&args.model)?) } else { None };
     let (backend, arch, device) = match &args.arch {

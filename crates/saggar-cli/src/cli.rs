@@ -192,6 +192,25 @@ pub struct ModelArgs {
     /// An ONNX model file (instead of --model), imported with saggar-onnx.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["model", "model_config"])]
     pub onnx: Option<PathBuf>,
+    /// With --onnx: the fused attention kernel on CUDA and HIP: auto (chosen per bucket), rows (a
+    /// block per query row) or tiled (a block per tile of query rows).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Auto)]
+    pub attention: AttentionArg,
+    /// With --onnx: BLAS-Lt candidates timed per matmul shape when a bucket loads, the fastest kept
+    /// (1: the library's first choice, untimed).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub blas_tune: u64,
+}
+
+/// `--attention`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttentionArg {
+    /// The tiled kernel where a bucket has enough query tiles, else the row kernel.
+    Auto,
+    /// A block per query row.
+    Rows,
+    /// A block per tile of query rows sharing key and value tiles.
+    Tiled,
 }
 
 /// The bucket flags.

@@ -32,8 +32,9 @@ impl LoadedModel {
 }
 
 /// Loads the model the arguments name. A missing, unreadable or malformed config, or a weights file
-/// that does not match it, is a usage error naming the file.
+/// that does not match it, is a usage error naming the file, and so are the ONNX compiler's flags.
 pub fn load(args: &ModelArgs) -> Result<LoadedModel> {
+    crate::onnx::reject_onnx_options(args)?;
     let (config, source) = match &args.model_config {
         Some(path) => {
             let config = ModelConfig::from_file(path).map_err(|e| CliError::model_config(path, e))?;

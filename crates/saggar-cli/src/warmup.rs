@@ -24,7 +24,7 @@ use crate::report::{self, WarmupDevice, WarmupReport};
 pub fn run(args: &WarmupArgs, env: &Environment) -> Result<()> {
     let (name, compiler) = match &args.model.onnx {
         Some(path) => {
-            let loaded = crate::onnx::load(path)?;
+            let loaded = crate::onnx::load(path, crate::onnx::options(&args.model))?;
             (loaded.model().name().to_string(), Compiler::Onnx(loaded.compiler))
         }
         None => {

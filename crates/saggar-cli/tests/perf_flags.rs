@@ -4,10 +4,11 @@
 
 mod common;
 
-use common::{Sandbox, assert_error, assert_success, f64_at, stderr, u64_at};
+use common::{Sandbox, assert_error, assert_success, f64_at, read_json, stderr, u64_at};
 
 const MLP_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/mlp/model.onnx");
 const BERT_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/bert/model.onnx");
+const BERT_SET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/bert/test_data_set_0");
 
 fn json(sandbox: &Sandbox, args: &[&str]) -> (serde_json::Value, String) {
     let out = sandbox.path("out.json");
@@ -311,6 +312,41 @@ fn bad_flag_values_exit_2_with_one_line() {
     }
     let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, "--pad-axis", "seq:8"]);
     assert!(assert_error(&output, 2).contains("--pad-axis needs --onnx"));
+    for (flag, value) in [("--attention", "fast"), ("--blas-tune", "0"), ("--blas-tune", "17"), ("--blas-tune", "x")] {
+        let output = sandbox.run(&["perf", "--backend", "host", "--onnx", MLP_ONNX, flag, value, "--quiet"]);
+        let error = assert_error(&output, 2);
+        assert!(error.contains(value) || error.contains(flag), "{flag} {value}: {error}");
+    }
+    for (flag, value) in [("--attention", "tiled"), ("--blas-tune", "4")] {
+        let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, flag, value]);
+        assert!(assert_error(&output, 2).contains("--onnx"), "{flag} without --onnx");
+    }
+}
+
+/// `--attention` and `--blas-tune` reach the ONNX compiler: a forced attention kernel changes the
+/// cache key (its code differs) and the runs still verify; the BLAS candidate count does not.
+#[test]
+fn onnx_attention_and_blas_tune_flags_run_and_key_the_cache_as_they_should() {
+    let sandbox = Sandbox::new();
+    let key = |extra: &[&str]| {
+        let mut args = vec!["cache", "key", "--onnx", BERT_ONNX, "--bucket", "2", "--backend", "host"];
+        args.extend(["--load-inputs", BERT_SET]);
+        args.extend(extra);
+        let out = sandbox.run(&args);
+        assert_success(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let auto = key(&[]);
+    assert_ne!(auto, key(&["--attention", "tiled"]), "a forced kernel is another artifact");
+    assert_eq!(auto, key(&["--blas-tune", "8"]), "timing BLAS candidates picks kernels, not artifacts");
+    for extra in [["--attention", "rows"], ["--attention", "tiled"], ["--blas-tune", "8"]] {
+        let json = sandbox.path("flags.json");
+        let mut args = vec!["perf", "--backend", "host", "--onnx", MLP_ONNX, "--requests", "4", "--quiet"];
+        args.extend(extra);
+        args.extend(["--json", json.to_str().unwrap()]);
+        assert_success(&sandbox.run(&args));
+        assert_eq!(read_json(&json)["verify"]["mismatches"], 0, "{extra:?}");
+    }
 }
 
 /// `--pad-axis`: BERT's sequence padded to buckets serves requests of a length between buckets from

@@ -16,14 +16,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use saggar_dispatch::ProgramCompiler;
-use saggar_onnx::{OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb};
+use saggar_onnx::{
+    AttentionKernel, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb,
+};
 use saggar_shape::{DType, TensorSpec};
 
 pub use check::Check;
 pub use perf::perf;
 pub use profile::ProfileReport;
 
-use crate::cli::ShapeArg;
+use crate::cli::{AttentionArg, ModelArgs, ShapeArg};
 use crate::error::{CliError, Result};
 
 /// An imported model with its compiler.
@@ -42,9 +44,35 @@ impl LoadedOnnx {
     }
 }
 
-/// Imports `path`. A missing file, one that is not an ONNX model, or a model outside the declared op
-/// set is a usage error (exit 2) naming the file.
-pub fn load(path: &Path) -> Result<LoadedOnnx> {
+/// Refuses `--attention` and `--blas-tune` for a model that is not `--onnx` (they set the ONNX
+/// compiler's options).
+pub fn reject_onnx_options(args: &ModelArgs) -> Result<()> {
+    let flag = if args.attention != AttentionArg::Auto {
+        "--attention"
+    } else if args.blas_tune != 1 {
+        "--blas-tune"
+    } else {
+        return Ok(());
+    };
+    Err(CliError::usage(
+        format!("{flag} needs --onnx"),
+        "the built-in models run saggar-models' reference kernels, which have no attention or BLAS-Lt steps",
+    ))
+}
+
+/// The compiler options the model flags ask for (`--attention`, `--blas-tune`).
+pub fn options(args: &ModelArgs) -> OnnxOptions {
+    let attention = match args.attention {
+        AttentionArg::Auto => AttentionKernel::Auto,
+        AttentionArg::Rows => AttentionKernel::Rows,
+        AttentionArg::Tiled => AttentionKernel::Tiled,
+    };
+    OnnxOptions::default().with_attention(attention).with_blas_tuning(args.blas_tune as usize)
+}
+
+/// Imports `path` for a compiler with `options`. A missing file, one that is not an ONNX model, or a
+/// model outside the declared op set is a usage error (exit 2) naming the file.
+pub fn load(path: &Path, options: OnnxOptions) -> Result<LoadedOnnx> {
     if !path.is_file() {
         return Err(CliError::usage(
             format!("--onnx {}: no such file", path.display()),
@@ -52,10 +80,7 @@ pub fn load(path: &Path) -> Result<LoadedOnnx> {
         ));
     }
     let model = OnnxModel::load(path).map_err(|e| import_error(path, &e))?;
-    Ok(LoadedOnnx {
-        compiler: Arc::new(OnnxCompiler::new(model, OnnxOptions::default())),
-        source: path.display().to_string(),
-    })
+    Ok(LoadedOnnx { compiler: Arc::new(OnnxCompiler::new(model, options)), source: path.display().to_string() })
 }
 
 fn import_error(path: &Path, error: &OnnxError) -> CliError {
@@ -211,8 +236,8 @@ pub type KeyParts = (String, saggar_dispatch::CompilerIdentity, Vec<TensorSpec>,
 /// What `saggar cache key --onnx FILE --bucket B` keys on: the model's name, the compiler identity
 /// (the same for every backend), the input specs and the input dimensions of bucket `B`, with every
 /// other symbolic dimension taken from the inputs in `load_inputs`.
-pub fn key_parts(path: &Path, bucket: u64, load_inputs: Option<&Path>) -> Result<KeyParts> {
-    let loaded = load(path)?;
+pub fn key_parts(args: &ModelArgs, path: &Path, bucket: u64, load_inputs: Option<&Path>) -> Result<KeyParts> {
+    let loaded = load(path, options(args))?;
     let model = loaded.model();
     let identity = ProgramCompiler::<saggar_device::host::HostBackend>::identity(&*loaded.compiler);
     let inputs = match load_inputs {

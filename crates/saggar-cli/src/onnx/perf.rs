@@ -28,7 +28,7 @@ use crate::runners::{self, Sets};
 /// `saggar perf --onnx FILE`.
 pub fn perf(args: &PerfArgs, env: &Environment, path: &Path) -> Result<()> {
     let imported = Instant::now();
-    let loaded = load(path)?;
+    let loaded = load(path, super::options(&args.model))?;
     let import_s = imported.elapsed().as_secs_f64();
     let model = loaded.model();
     let loaded_inputs = match &args.load_inputs {
