@@ -13,7 +13,9 @@ use crate::types::{CaptureMode, DeviceSlice};
 /// and enough for every algorithm the vendors pick at these sizes.
 const WORKSPACE: usize = 4 << 20;
 
-fn values(len: usize, seed: u32) -> Vec<f32> {
+/// `len` values in [-1, 1] from an xorshift stream seeded by `seed`: the operands of these tests,
+/// and of benches that want the same deterministic data.
+pub fn values(len: usize, seed: u32) -> Vec<f32> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
     (0..len)
         .map(|_| {

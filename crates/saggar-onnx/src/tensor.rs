@@ -87,10 +87,9 @@ impl Tensor {
 
     /// The tensor with half-precision elements widened to f32 (exactly); other tensors unchanged.
     pub fn widened(self) -> Tensor {
-        let data = match self.data {
-            TensorData::F16(v) => TensorData::F32(v.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect()),
-            TensorData::BF16(v) => TensorData::F32(v.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect()),
-            other => other,
+        let data = match self.data.as_ref() {
+            DataRef::F16(_) | DataRef::BF16(_) => TensorData::F32(self.data.as_ref().to_f32s().unwrap_or_default()),
+            _ => self.data,
         };
         Tensor { dims: self.dims, data }
     }
@@ -111,10 +110,7 @@ impl Tensor {
 
     /// The elements as f32 when the tensor is floating point (f32, f16 or bf16): for comparisons.
     pub fn to_f32s(&self) -> Option<Vec<f32>> {
-        match self.clone().widened().data {
-            TensorData::F32(v) => Some(v),
-            _ => None,
-        }
+        self.data.as_ref().to_f32s()
     }
 
     /// A 1-D i64 tensor.
@@ -313,6 +309,16 @@ impl DataRef<'_> {
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The elements as f32 when they are floating point (f32; f16 and bf16 widened exactly).
+    pub fn to_f32s(&self) -> Option<Vec<f32>> {
+        match self {
+            DataRef::F32(v) => Some(v.to_vec()),
+            DataRef::F16(v) => Some(v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect()),
+            DataRef::BF16(v) => Some(v.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect()),
+            _ => None,
+        }
     }
 
     /// The little-endian bytes of the elements.

@@ -264,7 +264,8 @@ type TunedKey = (&'static str, usize, usize, MatmulDesc, u32);
 
 /// The heuristic result kept for each tuned problem, process-wide: run contexts and sessions have
 /// their own handles, and a problem is timed once per process.
-static TUNED: Mutex<Option<HashMap<TunedKey, HeuristicResult>>> = Mutex::new(None);
+static TUNED: std::sync::LazyLock<Mutex<HashMap<TunedKey, HeuristicResult>>> =
+    std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Floating-point operations of one call of `desc`.
 fn flop(desc: &MatmulDesc) -> u64 {
@@ -448,7 +449,7 @@ impl<D: Driver> Shared<D> {
             }
             let key: TunedKey = (spec.library, self.device.ordinal(), self.workspace_bytes, *desc, align);
             let tune = tune && self.tune_candidates > 1 && (TUNE_MIN_FLOP..=TUNE_MAX_FLOP).contains(&flop(desc));
-            if tune && let Some(found) = TUNED.lock().as_ref().and_then(|t| t.get(&key)) {
+            if tune && let Some(found) = TUNED.lock().get(&key) {
                 *plan.plan.as_mut().expect("set above").algo = *found;
                 return Ok(());
             }
@@ -491,7 +492,7 @@ impl<D: Driver> Shared<D> {
             algo[..words].copy_from_slice(&results[chosen * size / 8..][..words]);
             *plan.plan.as_mut().expect("set above").algo = algo;
             if tune {
-                TUNED.lock().get_or_insert_with(HashMap::new).insert(key, algo);
+                TUNED.lock().insert(key, algo);
             }
             Ok(())
         })();

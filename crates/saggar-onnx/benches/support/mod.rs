@@ -40,19 +40,9 @@ fn json_path_from_args() -> Option<PathBuf> {
     positional
 }
 
-/// `n` values in [-1, 1] from an xorshift stream seeded by `seed`.
+/// `n` values in [-1, 1] from an xorshift stream seeded by `seed` (the BLAS conformance suite's).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
+pub use saggar_device::conformance_blas::values;
 
 /// Little-endian bytes of `values`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

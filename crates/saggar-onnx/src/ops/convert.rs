@@ -211,12 +211,10 @@ macro_rules! cast_from {
 /// The elements of `x` as f32 (`as` for integers, 0 or 1 for bool, exact for half precisions).
 fn as_f32s(x: DataRef<'_>) -> Vec<f32> {
     match x {
-        DataRef::F32(v) => v.to_vec(),
         DataRef::I64(v) => v.iter().map(|&x| x as f32).collect(),
         DataRef::I32(v) => v.iter().map(|&x| x as f32).collect(),
         DataRef::Bool(v) => v.iter().map(|&x| f32::from(x)).collect(),
-        DataRef::F16(v) => v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect(),
-        DataRef::BF16(v) => v.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect(),
+        floats => floats.to_f32s().unwrap_or_default(),
     }
 }
 

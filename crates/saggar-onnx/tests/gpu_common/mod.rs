@@ -68,20 +68,13 @@ pub fn check_models<B: Backend>(device: B::Device) {
         for (batch, inputs, expected) in cases {
             let request = Request::new(&names, &inputs);
             let host = run_on_host(&compiler, &inputs).unwrap_or_else(|e| panic!("{name} batch {batch} on host: {e}"));
-            // Twice: the second run replays the captured graph.
-            for attempt in 0..2 {
-                let outputs = session
-                    .run(&request.host())
-                    .unwrap_or_else(|e| panic!("{name} batch {batch} run {attempt} on {:?}: {e}", B::KIND));
-                for (k, o) in outputs.iter().enumerate() {
-                    let got = owned_to_tensor(o);
-                    let what = format!("{name} batch {batch} run {attempt} output {k} on {:?}", B::KIND);
-                    assert_close(&got, &host[k], &format!("{what} vs host"));
-                    if let Some(expected) = &expected {
-                        assert_close(&got, &expected[k], &format!("{what} vs expected"));
-                    }
+            run_twice(&session, &request, &format!("{name} batch {batch}"), |attempt, k, got| {
+                let what = format!("{name} batch {batch} run {attempt} output {k} on {:?}", B::KIND);
+                assert_close(&got, &host[k], &format!("{what} vs host"));
+                if let Some(expected) = &expected {
+                    assert_close(&got, &expected[k], &format!("{what} vs expected"));
                 }
-            }
+            });
         }
         let stats = session.stats();
         println!(
@@ -92,6 +85,23 @@ pub fn check_models<B: Backend>(device: B::Device) {
             stats.replays,
             stats.eager_runs
         );
+    }
+}
+
+/// Runs `request` on `session` twice (the second run replays the graph the first captured) and hands
+/// every output to `check(attempt, output index, output)`; `what` names the request in a failure.
+fn run_twice<B: Backend>(
+    session: &Session<B, OnnxCompiler>,
+    request: &Request,
+    what: &str,
+    mut check: impl FnMut(usize, usize, Tensor),
+) {
+    for attempt in 0..2 {
+        let outputs =
+            session.run(&request.host()).unwrap_or_else(|e| panic!("{what} run {attempt} on {:?}: {e}", B::KIND));
+        for (k, o) in outputs.iter().enumerate() {
+            check(attempt, k, owned_to_tensor(o));
+        }
     }
 }
 
@@ -176,15 +186,9 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         for (label, options) in &variants {
             let compiler = Arc::new(OnnxCompiler::new(model.clone(), options.clone()));
             let session = session::<B>(&device, compiler.clone(), name);
-            for attempt in 0..2 {
-                let outputs = session
-                    .run(&request.host())
-                    .unwrap_or_else(|e| panic!("{name} {label} run {attempt} on {:?}: {e}", B::KIND));
-                for (k, o) in outputs.iter().enumerate() {
-                    let what = format!("{name} {label} run {attempt} output {k} on {:?}", B::KIND);
-                    assert_close(&owned_to_tensor(o), &want[k], &what);
-                }
-            }
+            run_twice(&session, &request, &format!("{name} {label}"), |attempt, k, got| {
+                assert_close(&got, &want[k], &format!("{name} {label} run {attempt} output {k} on {:?}", B::KIND));
+            });
             let compiles = compiler.gpu_source_compiles();
             assert_eq!(compiles, gpu, "{name} {label}: compiles of the one generated source");
             println!(
@@ -372,22 +376,16 @@ pub fn check_half_models<B: Backend>(device: B::Device) {
                 let request = Request::new(&names, &inputs);
                 let session = session::<B>(&device, compiler, name);
                 let unit = if dtype == DType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
-                for attempt in 0..2 {
-                    let outputs = session
-                        .run(&request.host())
-                        .unwrap_or_else(|e| panic!("{name} {dtype} batch {batch} run {attempt} on {:?}: {e}", B::KIND));
-                    for (k, o) in outputs.iter().enumerate() {
-                        let got = owned_to_tensor(o);
-                        assert_eq!(got.dtype(), dtype, "{name} output {k}");
-                        for (i, (a, b)) in got.to_f32s().unwrap().iter().zip(want[k].to_f32s().unwrap()).enumerate() {
-                            assert!(
-                                (a - b).abs() <= 2.0 * unit * b.abs().max(1e-3),
-                                "{name} {dtype} batch {batch} output {k} element {i} on {:?}: {a} vs {b}",
-                                B::KIND
-                            );
-                        }
+                run_twice(&session, &request, &format!("{name} {dtype} batch {batch}"), |_, k, got| {
+                    assert_eq!(got.dtype(), dtype, "{name} output {k}");
+                    for (i, (a, b)) in got.to_f32s().unwrap().iter().zip(want[k].to_f32s().unwrap()).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 2.0 * unit * b.abs().max(1e-3),
+                            "{name} {dtype} batch {batch} output {k} element {i} on {:?}: {a} vs {b}",
+                            B::KIND
+                        );
                     }
-                }
+                });
                 println!(
                     "PASS {:?} {name} {dtype} batch {batch}: matches the host within two units of {dtype}",
                     B::KIND
