@@ -233,10 +233,10 @@ impl From<DispatchError> for CliError {
             DispatchError::Compile { source, .. } => compile_error(message, source.as_ref()),
             DispatchError::Load { .. } => CliError::failure(message, HINT_CACHE_ENTRIES),
             DispatchError::Config(_) => CliError::usage(message, "check --buckets, --max-batch and --concurrency"),
-            DispatchError::RequestNeedsBuckets => CliError::usage(
+            DispatchError::RequestNeedsBuckets | DispatchError::PaddedAxisNeedsHostTensors { .. } => CliError::usage(
                 message,
-                "use --binding pinned (the default) for a model with a padded or per-shape axis, or export it \
-                 with that axis fixed",
+                "--binding request serves a padded axis at its buckets only (make the request's extent a bucket \
+                 with --pad-axis) and no per-shape axis: use --binding pinned (the default) otherwise",
             ),
             _ => CliError::failure(message, HINT_BUG),
         }
@@ -258,9 +258,12 @@ mod tests {
 
     #[test]
     fn a_request_on_a_padded_model_is_a_usage_error_saying_what_to_use() {
-        let e = CliError::from(DispatchError::RequestNeedsBuckets);
-        assert_eq!(e.exit_code(), EXIT_USAGE);
-        assert!(e.hint().contains("--binding pinned"), "{}", e.hint());
+        let between = DispatchError::PaddedAxisNeedsHostTensors { symbol: "seq".into(), extent: 13, bucket: 16 };
+        for error in [DispatchError::RequestNeedsBuckets, between] {
+            let e = CliError::from(error);
+            assert_eq!(e.exit_code(), EXIT_USAGE);
+            assert!(e.hint().contains("--binding pinned"), "{}", e.hint());
+        }
     }
 
     #[test]

@@ -88,16 +88,15 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Pinned<'_, B, C> {
     }
 }
 
-/// Inputs written in place: one `Session::request` at a time per worker, leased again when the batch
-/// changes (the previous one returned first, so workers never hold more run contexts than there
-/// are). Each request's time covers the lease when there is one, writing its inputs, and the run.
+/// Inputs written in place: one `Session::request_shaped` at a time per worker, leased again when
+/// the request's shape changes (the previous one returned first, so workers never hold more run
+/// contexts than there are). Each request's time covers the lease when there is one, writing its
+/// inputs, and the run.
 pub struct Staged<'a, B: Backend, C: ProgramCompiler<B>> {
     /// The session.
     pub session: &'a Session<B, C>,
     /// The requests.
     pub sets: Sets<'a>,
-    /// Each set's batch.
-    pub batches: &'a [u64],
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Runner for Staged<'_, B, C> {
@@ -114,7 +113,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Staged<'_, B, C> {
     fn run<'w>(&'w self, current: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran<Kept>> {
         if current.as_ref().is_none_or(|(set, _)| *set != ask.set) {
             *current = None;
-            *current = Some((ask.set, self.session.request(self.batches[ask.set])?));
+            let dims: Vec<&[u64]> = self.sets.inputs[ask.set].iter().map(|t| t.dims).collect();
+            *current = Some((ask.set, self.session.request_shaped(&dims)?));
         }
         let Some((_, request)) = current.as_mut() else { unreachable!("leased above") };
         for (index, tensor) in self.sets.inputs[ask.set].iter().enumerate() {
@@ -251,13 +251,12 @@ pub struct Bound {
     pub stages_unavailable: Option<String>,
 }
 
-/// Runs the loop `plan` with the runner of `binding` (`batches[s]`: set `s`'s batch); `warm` runs
-/// between the warmup and the timed requests.
+/// Runs the loop `plan` with the runner of `binding`; `warm` runs between the warmup and the timed
+/// requests.
 pub fn run<B: Backend, C: ProgramCompiler<B>>(
     binding: crate::cli::BindingArg,
     session: &Session<B, C>,
     sets: Sets<'_>,
-    batches: &[u64],
     mut plan: crate::bench::LoopPlan<'_>,
     warm: impl FnOnce(),
 ) -> Result<Bound> {
@@ -272,7 +271,7 @@ pub fn run<B: Backend, C: ProgramCompiler<B>>(
         BindingArg::Request => {
             plan.stage_every = 0;
             Bound {
-                measured: crate::bench::run(&Staged { session, sets, batches }, &plan, warm)?,
+                measured: crate::bench::run(&Staged { session, sets }, &plan, warm)?,
                 binding: "request",
                 stages_unavailable: unavailable(),
             }

@@ -379,3 +379,38 @@ fn onnx_pad_axis_serves_a_sequence_between_buckets_from_the_grid() {
     assert!(u64_at(&report, "/graphs/replays") > 0, "graphs replayed: {report:#}");
     assert_eq!(u64_at(&report, "/verify/mismatches"), 0, "{report:#}");
 }
+
+/// `--binding request` on BERT's padded sequence axis: requests whose sequence is a bucket are
+/// written in place (no padding along the axis) and verify against the host reference.
+#[test]
+fn onnx_request_binding_serves_a_padded_axis_at_its_buckets() {
+    let sandbox = Sandbox::new();
+    let (report, _) = json(
+        &sandbox,
+        &[
+            "--backend",
+            "host",
+            "--onnx",
+            BERT_ONNX,
+            "--shapes",
+            "input_ids:1x16",
+            "--shapes",
+            "attention_mask:1x16",
+            "--pad-axis",
+            "seq:8,16",
+            "--trace",
+            "uniform:1..3",
+            "--requests",
+            "12",
+            "--binding",
+            "request",
+            "--verify",
+            "6",
+            "--quiet",
+        ],
+    );
+    assert_consistent(&report);
+    assert_eq!(report["binding"], "request");
+    assert_eq!(u64_at(&report, "/verify/checked"), 6, "{report:#}");
+    assert_eq!(u64_at(&report, "/verify/mismatches"), 0, "{report:#}");
+}

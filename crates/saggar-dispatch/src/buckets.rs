@@ -224,6 +224,13 @@ impl Grid {
         Ok(Chunks::Planned { plan, table, axis_index })
     }
 
+    /// Why a request whose batch a bucket serves has no single program: its padded-axis extent is
+    /// not a bucket, or is above the largest.
+    #[cold]
+    pub(crate) fn axis_error_of(&self, bindings: &Bindings<'_>) -> DispatchError {
+        self.axis_error(&self.table.load(), bindings)
+    }
+
     #[cold]
     fn axis_error(&self, table: &BucketTable, bindings: &Bindings<'_>) -> DispatchError {
         let (Some(axis), Some(extent), Some(policy)) = (&self.axis, self.axis_extent(bindings), &table.axis) else {
@@ -261,11 +268,11 @@ impl Grid {
         }
     }
 
-    /// [`Grid::observe`] for a request of a grid without a padded axis, known by its batch.
+    /// [`Grid::observe`] for a request known by its batch and padded-axis extent.
     #[inline]
-    pub(crate) fn observe_batch(&self, batch: u64) {
+    pub(crate) fn observe_request(&self, batch: u64, axis_extent: Option<u64>) {
         if let Some(live) = &self.live {
-            live.record(batch, None);
+            live.record(batch, axis_extent);
         }
     }
 }

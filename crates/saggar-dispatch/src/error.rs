@@ -149,7 +149,8 @@ pub enum DispatchError {
     /// only host requests are padded along that axis.
     #[error(
         "`{symbol}` is {extent}, which is not a bucket of the padded axis (the next is {bucket}): pad device \
-         tensors to a bucket, or use Session::run with host tensors"
+         tensors (or a request written in place) to a bucket with the session's pad values, or use Session::run \
+         with host tensors"
     )]
     PaddedAxisNeedsHostTensors {
         /// The padded axis's symbol.
@@ -160,10 +161,11 @@ pub enum DispatchError {
         bucket: u64,
     },
     /// A [`crate::Request`] on a model served per shape, which has no precompiled program to
-    /// write into.
+    /// write into, or one by batch alone on a model with a padded axis.
     #[error(
-        "requests written in place need precompiled programs of the batch alone; this model has symbolic \
-         dimensions besides its batch (compiled per shape, or padded along a padded axis): use Session::run"
+        "requests written in place need precompiled programs: a model compiled per shape has none (use \
+         Session::run), and one with a padded axis is leased by its inputs' dimensions \
+         (Session::request_shaped, at one of the axis's buckets)"
     )]
     RequestNeedsBuckets,
     /// A [`crate::Request`]'s outputs were read before a run of it succeeded.

@@ -129,7 +129,16 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
         let i = self.pick();
         self.in_flight[i].fetch_add(1, Ordering::Relaxed);
         let guard = InFlight(&self.in_flight[i]);
-        Ok((i, crate::Request::new(&self.sessions[i], batch, Some(guard))?))
+        Ok((i, crate::Request::new(&self.sessions[i], crate::staged::RequestShape::Batch(batch), Some(guard))?))
+    }
+
+    /// [`SessionGroup::request`] by the inputs' dimensions ([`Session::request_shaped`]).
+    pub fn request_shaped<S: AsRef<[u64]>>(&self, input_dims: &[S]) -> Result<(usize, crate::Request<'_, B, C>)> {
+        let i = self.pick();
+        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
+        let guard = InFlight(&self.in_flight[i]);
+        let dims = input_dims.iter().map(|d| d.as_ref().to_vec()).collect();
+        Ok((i, crate::Request::new(&self.sessions[i], crate::staged::RequestShape::Dims(dims), Some(guard))?))
     }
 
     /// Each session's counters, in device order.

@@ -72,7 +72,9 @@ impl TensorRef for &String {
 ///
 /// A request serves batches from 1 to the largest bucket: it is one chunk on one program, so a
 /// larger batch is refused when the request is made ([`DispatchError::RequestBatch`]); split it
-/// into several requests, or use [`Session::run`], which splits. Models served per shape have no
+/// into several requests, or use [`Session::run`], which splits. A model with a padded axis is
+/// served at the axis's buckets ([`Session::request_shaped`]): the inputs are written at a
+/// bucket's extent, so no padding along the axis is needed. Models served per shape have no
 /// precompiled program to write into ([`DispatchError::RequestNeedsBuckets`]).
 ///
 /// A view cannot outlive its request:
@@ -125,6 +127,8 @@ pub struct Request<'s, B: Backend, C: ProgramCompiler<B>> {
     lease: Lease<RunContext<B>>,
     route: Single,
     this: LastRun,
+    /// The padded axis's extent, for a model with one.
+    axis_extent: Option<u64>,
     input_dims: Vec<Vec<u64>>,
     output_dims: Vec<Vec<u64>>,
     /// Whether the read-back buffer holds this request's outputs (its last run succeeded).
@@ -145,29 +149,66 @@ impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for Request<'_, B, C> {
 
 impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Leases a run context and its arena for requests of `batch` rows written in place (see
-    /// [`Request`]). For a model without a batch axis, `batch` is 1. Waits for a free run context
-    /// as [`Session::run`] does.
+    /// [`Request`]). For a model without a batch axis, `batch` is 1; a model with a padded axis
+    /// takes [`Session::request_shaped`]. Waits for a free run context as [`Session::run`] does.
     pub fn request(&self, batch: u64) -> Result<Request<'_, B, C>> {
-        Request::new(self, batch, None)
+        Request::new(self, RequestShape::Batch(batch), None)
+    }
+
+    /// [`Session::request`] for requests whose inputs have the dimensions `input_dims` (in binding
+    /// order): the way to lease one for a model with a padded axis, whose extent must then be one
+    /// of the axis's buckets ([`DispatchError::PaddedAxisNeedsHostTensors`] otherwise: pad the
+    /// inputs to a bucket with the session's pad values, or use [`Session::run`], which pads). The
+    /// batch may be anything from 1 to the largest bucket, as for [`Session::request`].
+    pub fn request_shaped<S: AsRef<[u64]>>(&self, input_dims: &[S]) -> Result<Request<'_, B, C>> {
+        Request::new(self, RequestShape::Dims(input_dims.iter().map(|d| d.as_ref().to_vec()).collect()), None)
     }
 }
 
+/// What a [`Request`] is made for: a batch (of a model whose only symbol is its batch) or its
+/// inputs' dimensions.
+#[derive(Debug)]
+pub(crate) enum RequestShape {
+    Batch(u64),
+    Dims(Vec<Vec<u64>>),
+}
+
 impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
-    pub(crate) fn new(session: &'s Session<B, C>, batch: u64, in_flight: Option<InFlight<'s>>) -> Result<Self> {
+    pub(crate) fn new(
+        session: &'s Session<B, C>,
+        shape: RequestShape,
+        in_flight: Option<InFlight<'s>>,
+    ) -> Result<Self> {
         let inner = &*session.inner;
-        let largest = match &inner.model {
-            Model::Bucketed(grid) if grid.axis.is_none() => grid.table.load().batch.largest(),
-            Model::Bucketed(_) => return Err(DispatchError::RequestNeedsBuckets),
-            Model::Static => 1,
+        let (grid, largest) = match &inner.model {
+            Model::Bucketed(grid) => (Some(grid), grid.table.load().batch.largest()),
+            Model::Static => (None, 1),
             Model::PerShape => return Err(DispatchError::RequestNeedsBuckets),
         };
+        let input_dims = match shape {
+            RequestShape::Dims(dims) => dims,
+            RequestShape::Batch(_) if grid.is_some_and(|g| g.axis.is_some()) => {
+                return Err(DispatchError::RequestNeedsBuckets);
+            }
+            RequestShape::Batch(batch) => {
+                if batch == 0 || batch > largest {
+                    return Err(DispatchError::RequestBatch { batch, largest });
+                }
+                inner.signature.inputs().iter().map(|spec| dims_at(spec, batch)).collect()
+            }
+        };
+        let bindings = inner.signature.check(&input_dims)?;
+        inner.guard.check(&bindings, &input_dims)?;
+        let batch = bindings.batch().unwrap_or(1);
         if batch == 0 || batch > largest {
             return Err(DispatchError::RequestBatch { batch, largest });
         }
-        let input_dims: Vec<Vec<u64>> = inner.signature.inputs().iter().map(|spec| dims_at(spec, batch)).collect();
-        let bindings = inner.signature.check(&input_dims)?;
-        inner.guard.check(&bindings, &input_dims)?;
-        let route = inner.single(&bindings).ok_or(DispatchError::RequestBatch { batch, largest })?;
+        let route = match (inner.single(&bindings), grid) {
+            (Some(route), _) => route,
+            (None, Some(grid)) => return Err(grid.axis_error_of(&bindings)),
+            (None, None) => return Err(DispatchError::RequestBatch { batch, largest }),
+        };
+        let axis_extent = grid.and_then(|g| g.axis_extent(&bindings));
         let output_dims = (0..inner.signature.outputs().len())
             .map(|o| Ok(bindings.output_shape(o)?.to_vec()))
             .collect::<Result<Vec<_>>>()?;
@@ -182,7 +223,17 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         lease.last = None;
         let slots = lease.slots.as_mut().ok_or(DispatchError::RequestNeedsBuckets)?;
         inner.plan_chunk(slots, &input_dims, route.k, route.chunk)?;
-        Ok(Request { session, lease, route, this, input_dims, output_dims, ran: false, _in_flight: in_flight })
+        Ok(Request {
+            session,
+            lease,
+            route,
+            this,
+            axis_extent,
+            input_dims,
+            output_dims,
+            ran: false,
+            _in_flight: in_flight,
+        })
     }
 
     /// The session it runs on.
@@ -275,7 +326,7 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         self.ran = false;
         let (route, this) = (self.route, self.this);
         if let (Model::Bucketed(grid), Some(batch)) = (&inner.model, this.batch) {
-            grid.observe_batch(batch);
+            grid.observe_request(batch, self.axis_extent);
         }
         let info = inner.counted(|| {
             let _pin = inner.device.pin()?;

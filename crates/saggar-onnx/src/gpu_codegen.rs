@@ -14,6 +14,8 @@ use crate::ops::gpu::{GpuKind, ReduceOp, ctype};
 
 /// Threads per block of every element and row kernel.
 pub(crate) const BLOCK: u32 = 256;
+/// Threads sharing one row in row-group kernels (`ONNX_ROW_LANES` in the prelude).
+pub(crate) const ROW_LANES: u32 = 32;
 /// Tile edge of the generated GEMM (blocks are `TILE x TILE` threads).
 pub(crate) const TILE: u32 = 16;
 
@@ -26,6 +28,18 @@ typedef long long onnx_i64;
 #define ONNX_ROWS(r, n) for (onnx_i64 r = blockIdx.x; r < (n); r += gridDim.x)
 template <typename T> __device__ inline T gpu_max(T a, T b) { return b > a ? b : a; }
 template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b : a; }
+// Row groups: ONNX_ROW_LANES consecutive threads share one row and sum across it with xor
+// shuffles within the group (a width of 32 on HIP's 64-lane wavefronts too).
+#define ONNX_ROW_LANES 32
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_SHFL_XOR(v, o) __shfl_xor((v), (o), ONNX_ROW_LANES)
+#else
+#define ONNX_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o), ONNX_ROW_LANES)
+#endif
+__device__ inline float onnx_row_sum(float v) {
+  for (int o = ONNX_ROW_LANES / 2; o > 0; o >>= 1) v += ONNX_SHFL_XOR(v, o);
+  return v;
+}
 #define ONNX_BLOCK_REDUCE(v, sh, a, b, EXPR) { \
   sh[threadIdx.x] = v; __syncthreads(); \
   for (unsigned s_ = blockDim.x / 2; s_ > 0; s_ >>= 1) { \
@@ -248,6 +262,9 @@ fn kind_body(kind: &GpuKind) -> String {
                 ),
             };
             let eps = float_literal(epsilon_bits);
+            if !channels {
+                return layer_norm_rows_body(bias_param, &bias_add, stat_params, stat_stores, &eps);
+            }
             format!(
                 r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
   __shared__ float sh[{BLOCK}];
@@ -522,6 +539,37 @@ fn im2col_body() -> String {
     .to_string()
 }
 
+/// LayerNormalization over rows by groups of `ONNX_ROW_LANES` threads ([`Work::RowGroups`]): a row
+/// of a transformer (64 to a few thousand columns) keeps a whole group busy with coalesced reads,
+/// where a block per row would leave most of its threads idle and synchronise the block twice per
+/// row. Every thread of a block runs the same number of iterations (a group past the last row idles
+/// through them), so a group's lanes always meet at their shuffles.
+fn layer_norm_rows_body(bias_param: &str, bias_add: &str, stat_params: &str, stat_stores: &str, eps: &str) -> String {
+    let stat_stores = stat_stores.replace("threadIdx.x == 0", "lane == 0");
+    format!(
+        r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
+  const onnx_i64 rows = meta[0], cols = meta[1];
+  const int lane = (int)(threadIdx.x % ONNX_ROW_LANES);
+  const onnx_i64 groups = blockDim.x / ONNX_ROW_LANES;
+  for (onnx_i64 first = (onnx_i64)blockIdx.x * groups; first < rows; first += (onnx_i64)gridDim.x * groups) {{
+    const onnx_i64 row = first + threadIdx.x / ONNX_ROW_LANES;
+    const bool live = row < rows;
+    const float* xr = x + (live ? row : 0) * cols;
+    float s = 0.0f;
+    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) s += xr[j];
+    const float mean = onnx_row_sum(s) / (float)cols;
+    float v = 0.0f;
+    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) {{ const float d = xr[j] - mean; v += d * d; }}
+    const float inv = 1.0f / sqrtf(onnx_row_sum(v) / (float)cols + {eps});
+    if (live) {{{stat_stores}
+      for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) y[row * cols + j] = (xr[j] - mean) * inv * scale[j]{bias_add};
+    }}
+  }}
+}}
+"#
+    )
+}
+
 fn pool_body(max: bool) -> String {
     let (init, take, result) = if max {
         ("ONNX_NEG_INF", "if (v > acc || (inside == 0 && v != v)) acc = v;", "acc")
@@ -596,22 +644,43 @@ pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
 }
 
 /// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i`, with
-/// `rank` and `dims` in scope and the group's `meta` (`rank, n, dims[rank]`, then the broadcast
-/// strides of each external input) in `meta`. Only the inputs some node reads are loaded.
+/// `rank` and `dims` in scope and the group's `meta` in `meta`: `rank, n, dims[rank]`, the broadcast
+/// strides of each external input (`rank` each), then each input's broadcast mode and its divisor
+/// ([`crate::ops::gpu::broadcast_mode`]) and a flag saying whether the index and the divisors fit
+/// 32 bits. An input in a common pattern costs at most one division; only when some input is in no
+/// common pattern does the kernel walk the dimensions. Only the inputs some node reads are loaded.
 pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
     let used: Vec<usize> =
         (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect();
-    let mut body = String::from("    onnx_i64 rem = i");
-    for k in &used {
-        let _ = write!(body, ", o{k} = 0");
-    }
-    body.push_str(
-        ";\n    for (int d = rank - 1; d >= 0; --d) {\n      const onnx_i64 c = rem % dims[d]; rem /= dims[d];\n",
+    let externals = group.inputs.len();
+    let mut body = format!(
+        "    const onnx_i64* fm = meta + 2 + {} * rank;\n    const bool n32 = fm[{}] != 0;\n    bool walk = false;\n",
+        externals + 1,
+        2 * externals
     );
-    for k in &used {
-        let _ = writeln!(body, "      o{k} += c * meta[2 + {} * rank + d];", k + 1);
+    for &k in &used {
+        let (mode, m) = (2 * k, format!("fm[{}]", 2 * k + 1));
+        let _ = writeln!(body, "    onnx_i64 o{k} = 0;\n    switch ((int)fm[{mode}]) {{");
+        let _ = writeln!(body, "      case 1: o{k} = i; break;");
+        let _ = writeln!(body, "      case 2: o{k} = n32 ? (onnx_i64)((unsigned)i % (unsigned){m}) : i % {m}; break;");
+        let _ = writeln!(body, "      case 3: break;");
+        let _ = writeln!(body, "      case 4: o{k} = n32 ? (onnx_i64)((unsigned)i / (unsigned){m}) : i / {m}; break;");
+        let _ = writeln!(body, "      default: walk = true;\n    }}");
     }
-    body.push_str("    }\n");
+    if used.is_empty() {
+        body.push_str("    (void)n32; (void)walk;\n");
+    } else {
+        body.push_str("    if (walk) {\n      onnx_i64 rem = i;\n");
+        for k in &used {
+            let _ = writeln!(body, "      o{k} = 0;");
+        }
+        body.push_str("      for (int d = rank - 1; d >= 0; --d) {\n");
+        body.push_str("        const onnx_i64 c = rem % dims[d]; rem /= dims[d];\n");
+        for k in &used {
+            let _ = writeln!(body, "        o{k} += c * meta[2 + {} * rank + d];", k + 1);
+        }
+        body.push_str("      }\n    }\n");
+    }
     for &k in &used {
         let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(group.inputs[k])?);
     }
@@ -630,8 +699,7 @@ pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
     Some(body)
 }
 
-/// `(name, C++ definition)` of a fused group's kernel. Meta: `rank, n, dims[rank]`, then the
-/// broadcast strides of each external input (`rank` each).
+/// `(name, C++ definition)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
 pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     let last = group.nodes.last()?;
     let text = format!(
@@ -664,6 +732,8 @@ mod tests {
         assert!(text.contains("const float v1 = erff(v0);"), "{text}");
         assert!(text.contains("out[i] = v1;"), "{text}");
         assert!(text.contains("o1 += c * meta[2 + 2 * rank + d];"), "{text}");
+        assert!(text.contains("const onnx_i64* fm = meta + 2 + 3 * rank;"), "{text}");
+        assert!(text.contains("case 2: o1 = n32 ? (onnx_i64)((unsigned)i % (unsigned)fm[3]) : i % fm[3];"), "{text}");
         assert_eq!(fused_kernel(&group).unwrap().0, name, "deterministic");
     }
 

@@ -26,12 +26,12 @@ use crate::attention;
 use crate::compiler::AttentionKernel;
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
-use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, TILE};
+use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, ROW_LANES, TILE};
 use crate::gpu_prologue;
 use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
 use crate::lowering_blas::{self, BlasLowering, MatmulStep};
-use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, copy_launch, ext, numel};
+use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, broadcast_mode, copy_launch, ext, numel};
 use crate::step_labels::StepLabels;
 
 /// Alignment of every placed tensor, in bytes.
@@ -226,6 +226,11 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
     match work {
         Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, MAX_BLOCKS * BLOCK as u64), BLOCK),
         Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
+        Work::RowGroups(r) => LaunchConfig {
+            grid: Dim3::x(blocks(r.div_ceil(u64::from(BLOCK / ROW_LANES)))),
+            block: Dim3::x(BLOCK),
+            shared_mem_bytes: 0,
+        },
         Work::Tiles { m, n, batch } => {
             let t = TILE as u64;
             LaunchConfig {
@@ -648,6 +653,11 @@ fn emit_group(
                 for id in &externals {
                     meta.extend(broadcast(&operand(graph, *id)?.dims, &out_dims));
                 }
+                let n = numel(&out_dims);
+                for id in &externals {
+                    meta.extend(broadcast_mode(&operand(graph, *id)?.dims, &out_dims));
+                }
+                meta.push(i64::from(n <= u64::from(u32::MAX)));
                 let mut args = vec![emit.meta(&meta)];
                 args.extend(externals.iter().map(at));
                 args.push(at(&root_node.outputs[0]));

@@ -237,7 +237,7 @@ fn execute_perf<B: Backend>(plan: PerfPlan<'_>) -> Result<(PerfReport, Vec<Tenso
     let sets = Sets { inputs: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
     let loop_plan = measure::loop_plan(args, mode, &distinct, &set_of, &keep, args.stage_every);
     let warm = std::cell::Cell::new(after_build);
-    let bound = runners::run(args.binding, session, sets, &distinct, loop_plan, || warm.set(session.stats()))?;
+    let bound = runners::run(args.binding, session, sets, loop_plan, || warm.set(session.stats()))?;
     let measured = bound.measured;
     let snapshots = Snapshots { built: after_build, warm: warm.get(), done: session.stats() };
     let copies = measure::bucket_copies(session, &measured)?;

@@ -112,6 +112,8 @@ pub enum Work {
     Elements(u64),
     /// One block per row.
     Rows(u64),
+    /// One group of `ONNX_ROW_LANES` (32) threads per row, several rows per block.
+    RowGroups(u64),
     /// GEMM tiles: `m` rows, `n` columns, `batch` matrices.
     Tiles { m: u64, n: u64, batch: u64 },
 }
@@ -188,6 +190,34 @@ pub fn broadcast(dims: &[usize], out: &[usize]) -> Vec<i64> {
     (0..out.len()).map(|d| if d < lead || dims[d - lead] == 1 && out[d] != 1 { 0 } else { own[d - lead] }).collect()
 }
 
+/// How a fused kernel finds an input's element for output element `i`, when the input broadcasts
+/// against `out` in one of the common ways: `[mode, m]` with mode 1 the same shape (`i`), 2 a
+/// trailing block (a bias: `i % m`), 3 a single value (`0`), 4 a leading block repeated along the
+/// trailing axes (`i / m`), and 0 anything else (the kernel walks the dimensions with the
+/// broadcast strides). The kernel branches on the mode, the same for every thread.
+pub fn broadcast_mode(dims: &[usize], out: &[usize]) -> [i64; 2] {
+    let strides = broadcast(dims, out);
+    let own = contiguous(out);
+    let matters = |d: usize| out[d] != 1;
+    let inner = |j: usize| numel(&out[j..]) as i64;
+    let suffix =
+        |j: usize| (0..out.len()).filter(|&d| matters(d)).all(|d| strides[d] == if d < j { 0 } else { own[d] });
+    let prefix = |j: usize| {
+        (0..out.len()).filter(|&d| matters(d)).all(|d| strides[d] == if d < j { own[d] / inner(j) } else { 0 })
+    };
+    if suffix(0) {
+        [1, 0]
+    } else if numel(dims) == 1 {
+        [3, 0]
+    } else if let Some(j) = (1..out.len()).find(|&j| suffix(j)) {
+        [2, inner(j)]
+    } else if let Some(j) = (1..out.len()).find(|&j| prefix(j)) {
+        [4, inner(j)]
+    } else {
+        [0, 0]
+    }
+}
+
 /// Element count of `dims`.
 pub fn numel(dims: &[usize]) -> u64 {
     dims.iter().map(|&d| d as u64).product()
@@ -246,6 +276,40 @@ pub fn reduce_launch(op: ReduceOp, dims: &[usize], reduced: &[usize]) -> GpuNode
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broadcast_modes_name_the_common_patterns_and_index_like_the_strides() {
+        let out = [2, 3, 4];
+        assert_eq!(broadcast_mode(&[2, 3, 4], &out), [1, 0], "same shape");
+        assert_eq!(broadcast_mode(&[1, 3, 4], &[1, 3, 4]), [1, 0], "unit axes do not matter");
+        assert_eq!(broadcast_mode(&[1], &out), [3, 0], "scalar");
+        assert_eq!(broadcast_mode(&[4], &out), [2, 4], "bias");
+        assert_eq!(broadcast_mode(&[3, 4], &out), [2, 12], "trailing block");
+        assert_eq!(broadcast_mode(&[2, 3, 1], &out), [4, 4], "leading block");
+        assert_eq!(broadcast_mode(&[2, 1, 1], &out), [4, 12], "leading block");
+        assert_eq!(broadcast_mode(&[3, 1], &out), [0, 0], "a middle axis: general");
+        assert_eq!(broadcast_mode(&[2, 1, 4], &out), [0, 0], "a broadcast middle axis: general");
+        // Every mode reads what the broadcast strides read, at every output element.
+        for dims in [vec![2, 3, 4], vec![1], vec![4], vec![3, 4], vec![2, 3, 1], vec![2, 1, 1], vec![1, 1, 4]] {
+            let strides = broadcast(&dims, &out);
+            let [mode, m] = broadcast_mode(&dims, &out);
+            for i in 0..numel(&out) as i64 {
+                let (mut rem, mut by_strides) = (i, 0);
+                for d in (0..out.len()).rev() {
+                    by_strides += rem % out[d] as i64 * strides[d];
+                    rem /= out[d] as i64;
+                }
+                let by_mode = match mode {
+                    1 => i,
+                    2 => i % m,
+                    3 => 0,
+                    4 => i / m,
+                    _ => continue,
+                };
+                assert_eq!(by_mode, by_strides, "{dims:?} at {i}");
+            }
+        }
+    }
 
     #[test]
     fn broadcast_strides_zero_the_broadcast_axes() {

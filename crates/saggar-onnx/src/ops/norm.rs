@@ -162,7 +162,7 @@ impl Op for LayerNorm {
                     channels: false,
                 },
                 meta: vec![rows as i64, ext(cols as usize), 1],
-                work: Work::Rows(rows),
+                work: Work::RowGroups(rows),
                 slots,
             }]))
         })())
