@@ -36,8 +36,17 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 #else
 #define ONNX_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o), ONNX_ROW_LANES)
 #endif
-__device__ inline float onnx_row_sum(float v) {
+// The sum over a row's group: `blockDim.x` threads of one `threadIdx.y` (a warp's lanes, or with
+// `blockDim.y == 1` the whole block through `sh`). Every thread of the block calls it together.
+__device__ inline float onnx_row_sum(float v, float* sh) {
   for (int o = ONNX_ROW_LANES / 2; o > 0; o >>= 1) v += ONNX_SHFL_XOR(v, o);
+  if (blockDim.x > ONNX_ROW_LANES) {
+    __syncthreads();
+    if (threadIdx.x % ONNX_ROW_LANES == 0) sh[threadIdx.x / ONNX_ROW_LANES] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / ONNX_ROW_LANES; ++w) v += sh[w];
+  }
   return v;
 }
 #define ONNX_BLOCK_REDUCE(v, sh, a, b, EXPR) { \
@@ -548,21 +557,22 @@ fn layer_norm_rows_body(bias_param: &str, bias_add: &str, stat_params: &str, sta
     let stat_stores = stat_stores.replace("threadIdx.x == 0", "lane == 0");
     format!(
         r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
+  __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
   const onnx_i64 rows = meta[0], cols = meta[1];
-  const int lane = (int)(threadIdx.x % ONNX_ROW_LANES);
-  const onnx_i64 groups = blockDim.x / ONNX_ROW_LANES;
+  const int lane = (int)threadIdx.x, lanes = (int)blockDim.x;
+  const onnx_i64 groups = blockDim.y;
   for (onnx_i64 first = (onnx_i64)blockIdx.x * groups; first < rows; first += (onnx_i64)gridDim.x * groups) {{
-    const onnx_i64 row = first + threadIdx.x / ONNX_ROW_LANES;
+    const onnx_i64 row = first + threadIdx.y;
     const bool live = row < rows;
     const float* xr = x + (live ? row : 0) * cols;
     float s = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) s += xr[j];
-    const float mean = onnx_row_sum(s) / (float)cols;
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) s += xr[j];
+    const float mean = onnx_row_sum(s, sh) / (float)cols;
     float v = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) {{ const float d = xr[j] - mean; v += d * d; }}
-    const float inv = 1.0f / sqrtf(onnx_row_sum(v) / (float)cols + {eps});
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = xr[j] - mean; v += d * d; }}
+    const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
     if (live) {{{stat_stores}
-      for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) y[row * cols + j] = (xr[j] - mean) * inv * scale[j]{bias_add};
+      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = (xr[j] - mean) * inv * scale[j]{bias_add};
     }}
   }}
 }}

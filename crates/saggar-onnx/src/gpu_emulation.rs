@@ -35,8 +35,9 @@ inline void __syncthreads() { saggar_bar->arrive_and_wait(); }
 // (the kernels that shuffle keep their loops uniform across the block), so two barriers fence it.
 static float saggar_lanes[1024];
 inline float __shfl_xor_sync(unsigned, float v, int mask, int) {
-  saggar_lanes[threadIdx.x] = v; __syncthreads();
-  const float r = saggar_lanes[threadIdx.x ^ mask]; __syncthreads();
+  const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
+  saggar_lanes[t] = v; __syncthreads();
+  const float r = saggar_lanes[t ^ (unsigned)mask]; __syncthreads();
   return r;
 }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -294,6 +295,7 @@ fn every_kind_model() -> OnnxModel {
     init(&mut b, "lb", f32s(&[5], 9));
     init(&mut b, "pre", f32s(&[2, 3, 4, 1], 16));
     init(&mut b, "mid", f32s(&[3, 1, 1], 17));
+    init(&mut b, "tall_shape", Tensor::from_i64s(vec![86, 2, 3, 4, 5]));
     init(&mut b, "c3a", f32s(&[3], 10));
     init(&mut b, "c3b", f32s(&[3], 11));
     init(&mut b, "c3v", Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
@@ -344,6 +346,9 @@ fn every_kind_model() -> OnnxModel {
     // the normalisation's kernel (it is no output).
     b.node("Add", &["ma", "ma"], &["maa"], &[]);
     node(&mut b, "LayerNormalization", &["maa", "ls", "lb"], &["ln12"], &[], f);
+    // 2064 rows: a warp a row, eight rows a block, the last block with two live rows.
+    b.node("Expand", &["x", "tall_shape"], &["tall"], &[]);
+    node(&mut b, "LayerNormalization", &["tall", "ls", "lb"], &["lntall"], &[], f);
     // Each broadcast mode of a fused input: same shape, trailing block, leading block, general.
     node(&mut b, "Add", &["x", "ls"], &["xbias"], &[], f);
     node(&mut b, "Mul", &["x", "pre"], &["xpre"], &[], f);

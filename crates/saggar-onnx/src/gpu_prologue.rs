@@ -1,7 +1,7 @@
 //! LayerNormalization with its input computed in the kernel: the elementwise group producing `x`
 //! (a bias add and a residual add, typically) is evaluated where the normalisation reads `x`, so the
-//! group's result is never stored. Rows go to groups of `ONNX_ROW_LANES` threads, as in the plain
-//! LayerNormalization kernel. The group's values come from [`gpu_codegen::fused_values`] in a
+//! group's result is never stored. Rows go to groups of threads as in the plain LayerNormalization
+//! kernel. The group's values come from [`gpu_codegen::fused_values`] in a
 //! `__device__` function of the flat index; the normalisation reads it three times per element (sum,
 //! variance, output), recomputing a few adds instead of a round trip through memory.
 //!
@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use crate::gpu_codegen::{self, FusedGroup, kernel_name};
+use crate::gpu_codegen::{self, BLOCK, FusedGroup, kernel_name};
 
 /// `(name, C++ definitions)` of a LayerNormalization over the value of `group`'s last node, with
 /// scale `in{scale}`, bias `in{bias}` when present, and epsilon `epsilon_bits` (f32 bits).
@@ -38,21 +38,22 @@ pub(crate) fn layer_norm_kernel(
 {values}  return (float)v{last};
 }}
 SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}, float* __restrict__ y) {{
+  __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
   const onnx_i64 rows = meta[0], cols = meta[1];
   const onnx_i64* em = meta + 3;
-  const int lane = (int)(threadIdx.x % ONNX_ROW_LANES);
-  const onnx_i64 groups = blockDim.x / ONNX_ROW_LANES;
+  const int lane = (int)threadIdx.x, lanes = (int)blockDim.x;
+  const onnx_i64 groups = blockDim.y;
   for (onnx_i64 first = (onnx_i64)blockIdx.x * groups; first < rows; first += (onnx_i64)gridDim.x * groups) {{
-    const onnx_i64 row = first + threadIdx.x / ONNX_ROW_LANES;
+    const onnx_i64 row = first + threadIdx.y;
     const bool live = row < rows;
     const onnx_i64 base = row * cols;
     float s = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) s += NAME_x(em{args}, base + j);
-    const float mean = onnx_row_sum(s) / (float)cols;
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) s += NAME_x(em{args}, base + j);
+    const float mean = onnx_row_sum(s, sh) / (float)cols;
     float v = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES) {{ const float d = NAME_x(em{args}, base + j) - mean; v += d * d; }}
-    const float inv = 1.0f / sqrtf(onnx_row_sum(v) / (float)cols + {eps});
-    if (live) for (onnx_i64 j = lane; j < cols; j += ONNX_ROW_LANES)
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = NAME_x(em{args}, base + j) - mean; v += d * d; }}
+    const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes)
       y[base + j] = (NAME_x(em{args}, base + j) - mean) * inv * (float)in{scale}[j]{bias_add};
   }}
 }}

@@ -220,17 +220,26 @@ pub(crate) struct Lowered {
 }
 
 /// The launch shape of `work`.
+/// Rows from which row-group kernels take a warp a row (2048 warps: about 16 on each SM of an H100).
+const ROW_GROUP_MIN_ROWS: u64 = 2048;
+
 pub(crate) fn launch_config(work: Work) -> LaunchConfig {
     const MAX_BLOCKS: u64 = 65_535;
     let blocks = |n: u64| n.clamp(1, MAX_BLOCKS) as u32;
     match work {
         Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, MAX_BLOCKS * BLOCK as u64), BLOCK),
         Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
-        Work::RowGroups(r) => LaunchConfig {
-            grid: Dim3::x(blocks(r.div_ceil(u64::from(BLOCK / ROW_LANES)))),
-            block: Dim3::x(BLOCK),
+        // A warp a row while that makes enough warps to fill the GPU; below, a block a row, of
+        // up to one thread per 8 columns.
+        Work::RowGroups { rows, cols } if rows >= ROW_GROUP_MIN_ROWS => LaunchConfig {
+            grid: Dim3::x(blocks(rows.div_ceil(u64::from(BLOCK / ROW_LANES)))),
+            block: Dim3 { x: ROW_LANES, y: BLOCK / ROW_LANES, z: 1 },
             shared_mem_bytes: 0,
         },
+        Work::RowGroups { rows, cols } => {
+            let lanes = cols.div_ceil(8).next_power_of_two().clamp(u64::from(ROW_LANES), u64::from(BLOCK));
+            LaunchConfig { grid: Dim3::x(blocks(rows)), block: Dim3::x(lanes as u32), shared_mem_bytes: 0 }
+        }
         Work::Tiles { m, n, batch } => {
             let t = TILE as u64;
             LaunchConfig {

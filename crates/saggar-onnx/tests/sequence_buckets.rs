@@ -148,6 +148,40 @@ fn device_requests_run_at_axis_buckets_and_are_refused_between_them() {
     assert!(matches!(between, DispatchError::PaddedAxisNeedsHostTensors { extent: 5, bucket: 8, .. }), "{between}");
 }
 
+/// Requests written in place run at the axis's buckets: the inputs are written at a bucket's
+/// extent (no padding along the axis; the batch pads as usual) and the outputs read in place equal
+/// the exact run's; an extent between buckets, or a request by batch alone, is a typed error.
+#[test]
+fn requests_written_in_place_run_at_axis_buckets() {
+    use saggar_onnx::{Tensor, run_on_host};
+
+    let compiler = bert_compiler();
+    let session = bert_session::<HostBackend>(device(), compiler.clone());
+    for (batch, seq) in [(3, 8), (4, 16), (1, 16)] {
+        let inputs = bert_inputs(batch, seq, 5);
+        let exact = run_on_host(&compiler, &inputs).unwrap();
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        let mut request = session.request_shaped(&dims).unwrap();
+        assert_eq!(request.batch(), Some(batch as u64));
+        for (k, t) in inputs.iter().enumerate() {
+            request.write_input_bytes(k, &t.to_le_bytes()).unwrap();
+        }
+        request.run().unwrap();
+        for (k, e) in exact.iter().enumerate() {
+            let got = Tensor::from_le_bytes(e.dtype(), e.dims().to_vec(), request.output_bytes(k).unwrap()).unwrap();
+            assert_same(&got, e, &format!("request {batch}x{seq} output {k}"));
+        }
+    }
+    let between = session.request_shaped(&[[2u64, 5], [2, 5]]).unwrap_err();
+    assert!(matches!(between, DispatchError::PaddedAxisNeedsHostTensors { extent: 5, bucket: 8, .. }), "{between}");
+    let above = session.request_shaped(&[[2u64, 17], [2, 17]]).unwrap_err();
+    assert!(matches!(above, DispatchError::PaddedAxisAboveLargest { extent: 17, .. }), "{above}");
+    let by_batch = session.request(2).unwrap_err();
+    assert!(matches!(by_batch, DispatchError::RequestNeedsBuckets), "{by_batch}");
+    let mismatched = session.request_shaped(&[[2u64, 8], [2, 16]]).unwrap_err();
+    assert!(matches!(mismatched, DispatchError::Shape(_)), "{mismatched}");
+}
+
 /// Live re-bucketing fits both axes: traffic of sequences 5 and 6 at batches 1 and 2 moves the grid
 /// to batch buckets {2, 4} by sequence buckets {6, 16}, compiled in the background, and requests
 /// padded to the new cells still equal exact runs.

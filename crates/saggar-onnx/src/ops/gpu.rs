@@ -112,8 +112,9 @@ pub enum Work {
     Elements(u64),
     /// One block per row.
     Rows(u64),
-    /// One group of `ONNX_ROW_LANES` (32) threads per row, several rows per block.
-    RowGroups(u64),
+    /// A group of threads per row: a warp each and several rows a block when there are many rows
+    /// of `cols`, a block each when there are few ([`crate::lowering::launch_config`]).
+    RowGroups { rows: u64, cols: u64 },
     /// GEMM tiles: `m` rows, `n` columns, `batch` matrices.
     Tiles { m: u64, n: u64, batch: u64 },
 }
