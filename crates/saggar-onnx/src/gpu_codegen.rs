@@ -31,6 +31,10 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 // Row groups: ONNX_ROW_LANES consecutive threads share one row and sum across it with xor
 // shuffles within the group (a width of 32 on HIP's 64-lane wavefronts too).
 #define ONNX_ROW_LANES 32
+// Values of a row one thread keeps in registers (longer rows are recomputed for each pass).
+#ifndef ONNX_ROW_HELD
+#define ONNX_ROW_HELD 32
+#endif
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define ONNX_SHFL_XOR(v, o) __shfl_xor((v), (o), ONNX_ROW_LANES)
 #else

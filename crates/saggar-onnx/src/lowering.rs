@@ -231,7 +231,7 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
         Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
         // A warp a row while that makes enough warps to fill the GPU; below, a block a row, of
         // up to one thread per 8 columns.
-        Work::RowGroups { rows, cols } if rows >= ROW_GROUP_MIN_ROWS => LaunchConfig {
+        Work::RowGroups { rows, .. } if rows >= ROW_GROUP_MIN_ROWS => LaunchConfig {
             grid: Dim3::x(blocks(rows.div_ceil(u64::from(BLOCK / ROW_LANES)))),
             block: Dim3 { x: ROW_LANES, y: BLOCK / ROW_LANES, z: 1 },
             shared_mem_bytes: 0,

@@ -162,7 +162,7 @@ impl Op for LayerNorm {
                     channels: false,
                 },
                 meta: vec![rows as i64, ext(cols as usize), 1],
-                work: Work::RowGroups { rows, cols: cols as u64 },
+                work: Work::RowGroups { rows, cols },
                 slots,
             }]))
         })())
