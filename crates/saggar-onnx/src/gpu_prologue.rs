@@ -47,36 +47,13 @@ SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}, float* __restrict__ y) {{
     const onnx_i64 row = first + threadIdx.y;
     const bool live = row < rows;
     const onnx_i64 base = row * cols;
-    // A row of at most ONNX_ROW_HELD values a thread stays in registers: its inputs are read once,
-    // every load issued before the first is used. Longer rows are recomputed for each pass.
-    float xs[ONNX_ROW_HELD];
-    const bool held = cols <= (onnx_i64)lanes * ONNX_ROW_HELD;
     float s = 0.0f;
-    if (live && held) {{
-#pragma unroll
-      for (int k = 0; k < ONNX_ROW_HELD; ++k) {{
-        const onnx_i64 j = lane + (onnx_i64)k * lanes;
-        xs[k] = j < cols ? NAME_x(em{args}, base + j) : 0.0f;
-        s += xs[k];
-      }}
-    }} else if (live) for (onnx_i64 j = lane; j < cols; j += lanes) s += NAME_x(em{args}, base + j);
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) s += NAME_x(em{args}, base + j);
     const float mean = onnx_row_sum(s, sh) / (float)cols;
     float v = 0.0f;
-    if (live && held) {{
-#pragma unroll
-      for (int k = 0; k < ONNX_ROW_HELD; ++k) {{
-        const float d = xs[k] - mean;
-        if (lane + (onnx_i64)k * lanes < cols) v += d * d;
-      }}
-    }} else if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = NAME_x(em{args}, base + j) - mean; v += d * d; }}
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = NAME_x(em{args}, base + j) - mean; v += d * d; }}
     const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
-    if (live && held) {{
-#pragma unroll
-      for (int k = 0; k < ONNX_ROW_HELD; ++k) {{
-        const onnx_i64 j = lane + (onnx_i64)k * lanes;
-        if (j < cols) y[base + j] = (xs[k] - mean) * inv * (float)in{scale}[j]{bias_add};
-      }}
-    }} else if (live) for (onnx_i64 j = lane; j < cols; j += lanes)
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes)
       y[base + j] = (NAME_x(em{args}, base + j) - mean) * inv * (float)in{scale}[j]{bias_add};
   }}
 }}
