@@ -14,8 +14,6 @@ use crate::ops::gpu::{GpuKind, ReduceOp, ctype};
 
 /// Threads per block of every element and row kernel.
 pub(crate) const BLOCK: u32 = 256;
-/// Elements one thread of a fused elementwise kernel takes per pass (`ONNX_UNROLL` in the prelude).
-pub(crate) const UNROLL: u64 = 4;
 /// Threads sharing one row in row-group kernels (`ONNX_ROW_LANES` in the prelude).
 pub(crate) const ROW_LANES: u32 = 32;
 /// Tile edge of the generated GEMM (blocks are `TILE x TILE` threads).
@@ -32,7 +30,6 @@ template <typename T> __device__ inline T gpu_max(T a, T b) { return b > a ? b :
 template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b : a; }
 // Row groups: ONNX_ROW_LANES consecutive threads share one row and sum across it with xor
 // shuffles within the group (a width of 32 on HIP's 64-lane wavefronts too).
-#define ONNX_UNROLL 4
 #define ONNX_ROW_LANES 32
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define ONNX_SHFL_XOR(v, o) __shfl_xor((v), (o), ONNX_ROW_LANES)
@@ -656,25 +653,22 @@ pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
     Some(params)
 }
 
-/// The external inputs of `group` some node reads.
-fn used_inputs(group: &FusedGroup) -> Vec<usize> {
-    (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect()
-}
-
-/// Statements computing `o{k}`, the element offset of each used input `k` at the flat output index
-/// `i`, with `rank`, `dims` and the group's `meta` in scope: `rank, n, dims[rank]`, the broadcast
+/// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i`, with
+/// `rank` and `dims` in scope and the group's `meta` in `meta`: `rank, n, dims[rank]`, the broadcast
 /// strides of each external input (`rank` each), then each input's broadcast mode and its divisor
 /// ([`crate::ops::gpu::broadcast_mode`]) and a flag saying whether the index and the divisors fit
 /// 32 bits. An input in a common pattern costs at most one division; only when some input is in no
-/// common pattern does the kernel walk the dimensions.
-fn fused_offsets(group: &FusedGroup, used: &[usize]) -> String {
+/// common pattern does the kernel walk the dimensions. Only the inputs some node reads are loaded.
+pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
+    let used: Vec<usize> =
+        (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect();
     let externals = group.inputs.len();
     let mut body = format!(
         "    const onnx_i64* fm = meta + 2 + {} * rank;\n    const bool n32 = fm[{}] != 0;\n    bool walk = false;\n",
         externals + 1,
         2 * externals
     );
-    for &k in used {
+    for &k in &used {
         let (mode, m) = (2 * k, format!("fm[{}]", 2 * k + 1));
         let _ = writeln!(body, "    onnx_i64 o{k} = 0;\n    switch ((int)fm[{mode}]) {{");
         let _ = writeln!(body, "      case 1: o{k} = i; break;");
@@ -687,22 +681,19 @@ fn fused_offsets(group: &FusedGroup, used: &[usize]) -> String {
         body.push_str("    (void)n32; (void)walk;\n");
     } else {
         body.push_str("    if (walk) {\n      onnx_i64 rem = i;\n");
-        for k in used {
+        for k in &used {
             let _ = writeln!(body, "      o{k} = 0;");
         }
         body.push_str("      for (int d = rank - 1; d >= 0; --d) {\n");
         body.push_str("        const onnx_i64 c = rem % dims[d]; rem /= dims[d];\n");
-        for k in used {
+        for k in &used {
             let _ = writeln!(body, "        o{k} += c * meta[2 + {} * rank + d];", k + 1);
         }
         body.push_str("      }\n    }\n");
     }
-    body
-}
-
-/// Statements computing every node value `v0, v1, ..` of `group` from the inputs' values `a{k}`.
-fn fused_nodes(group: &FusedGroup) -> Option<String> {
-    let mut body = String::new();
+    for &k in &used {
+        let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(group.inputs[k])?);
+    }
     for (j, node) in group.nodes.iter().enumerate() {
         let mut expr = node.expr.clone();
         for (slot, operand) in node.operands.iter().enumerate().rev() {
@@ -718,49 +709,16 @@ fn fused_nodes(group: &FusedGroup) -> Option<String> {
     Some(body)
 }
 
-/// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i` (see
-/// [`fused_offsets`] for what must be in scope). Only the inputs some node reads are loaded.
-pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
-    let used = used_inputs(group);
-    let mut body = fused_offsets(group, &used);
-    for &k in &used {
-        let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(group.inputs[k])?);
-    }
-    body.push_str(&fused_nodes(group)?);
-    Some(body)
-}
-
-/// `(name, C++ definition)` of a fused group's kernel; its meta as [`fused_offsets`] reads it. Each
-/// thread takes [`UNROLL`] elements a block's width apart and loads all their inputs before
-/// computing any, so a memory-bound chain keeps [`UNROLL`] loads per input in flight per thread.
+/// `(name, C++ definition)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
 pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     let last = group.nodes.last()?;
-    let used = used_inputs(group);
-    let mut text = format!(
-        "(const onnx_i64* meta{}, {}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n  const onnx_i64 n = meta[1];\n",
+    let text = format!(
+        "(const onnx_i64* meta{}, {}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n  ONNX_LOOP(i, meta[1]) {{\n{}    out[i] = v{};\n  }}\n}}\n",
         fused_params(group)?,
         ctype(last.out)?,
+        fused_values(group)?,
+        group.nodes.len() - 1
     );
-    text.push_str("  const onnx_i64 step = (onnx_i64)gridDim.x * blockDim.x * ONNX_UNROLL;\n");
-    text.push_str(
-        "  for (onnx_i64 first = (onnx_i64)blockIdx.x * blockDim.x * ONNX_UNROLL + threadIdx.x; first < n; first += step) {\n",
-    );
-    for &k in &used {
-        let _ = writeln!(text, "  {} l{k}[ONNX_UNROLL];", ctype(group.inputs[k])?);
-    }
-    let each = "#pragma unroll\n  for (int u = 0; u < ONNX_UNROLL; ++u) {\n    const onnx_i64 i = first + (onnx_i64)u * blockDim.x;\n    if (i >= n) break;\n";
-    text.push_str(each);
-    text.push_str(&fused_offsets(group, &used));
-    for &k in &used {
-        let _ = writeln!(text, "    l{k}[u] = in{k}[o{k}];");
-    }
-    text.push_str("  }\n");
-    text.push_str(each);
-    for &k in &used {
-        let _ = writeln!(text, "    const {} a{k} = l{k}[u];", ctype(group.inputs[k])?);
-    }
-    text.push_str(&fused_nodes(group)?);
-    let _ = writeln!(text, "    out[i] = v{};\n  }}\n  }}\n}}", group.nodes.len() - 1);
     let name = kernel_name("fused", &text);
     Some((name.clone(), format!("SAGGAR_GLOBAL void {name}{text}")))
 }
@@ -786,9 +744,7 @@ mod tests {
         assert!(text.contains("o1 += c * meta[2 + 2 * rank + d];"), "{text}");
         assert!(text.contains("const onnx_i64* fm = meta + 2 + 3 * rank;"), "{text}");
         assert!(text.contains("case 2: o1 = n32 ? (onnx_i64)((unsigned)i % (unsigned)fm[3]) : i % fm[3];"), "{text}");
-        assert!(text.contains("l1[u] = in1[o1];"), "every load before any value: {text}");
         assert_eq!(fused_kernel(&group).unwrap().0, name, "deterministic");
-        assert!(ONNX_PRELUDE.contains(&format!("#define ONNX_UNROLL {UNROLL}\n")), "one unroll factor");
     }
 
     #[test]

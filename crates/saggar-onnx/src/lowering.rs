@@ -654,7 +654,7 @@ fn emit_group(
                     (name, text, ln.work)
                 } else {
                     let (name, text) = gpu_codegen::fused_kernel(&group).ok_or_else(no_device_form)?;
-                    (name, text, Work::Elements(numel(&out_dims).div_ceil(gpu_codegen::UNROLL)))
+                    (name, text, Work::Elements(numel(&out_dims)))
                 };
                 let name = emit.kernel(gpu_codegen::signature(&name, externals.len() + 1), Some(text));
                 meta.extend([ext(out_dims.len()), numel(&out_dims) as i64]);
