@@ -46,6 +46,7 @@ const SHIM: &str = r#"
 struct saggar_dim3 { unsigned x, y, z; };
 static saggar_dim3 blockIdx, threadIdx, blockDim, gridDim;
 inline void __syncthreads() {}
+inline float __shfl_xor_sync(unsigned, float v, int, int) { return v; }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 "#;
