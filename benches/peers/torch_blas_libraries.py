@@ -6,35 +6,13 @@ the median microseconds per call. It shows what each library's own heuristic pic
 (saggar's BLAS path is cuBLASLt). Usage: python3 torch_blas_libraries.py"""
 import torch
 
+from torch_gemm import median_us
+
 torch.backends.cuda.matmul.allow_tf32 = False
 
 # (rows, inner, columns) of x [rows, inner] @ w [inner, columns].
 SHAPES = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (8192, 768, 768), (8192, 768, 3072),
           (8192, 3072, 768), (8192, 64, 64), (8192, 64, 256), (8192, 256, 64)]
-
-
-def median_us(fn):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(20):
-                fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / 20)
-    times.sort()
-    return times[2]
 
 
 def main():
