@@ -113,7 +113,7 @@ pub enum Work {
     /// One block per row.
     Rows(u64),
     /// A group of threads per row: a warp each and several rows a block when there are many rows
-    /// of `cols`, a block each when there are few ([`crate::lowering::launch_config`]).
+    /// of `cols`, a block each when there are few (sized by `lowering::launch_config`).
     RowGroups { rows: u64, cols: u64 },
     /// GEMM tiles: `m` rows, `n` columns, `batch` matrices.
     Tiles { m: u64, n: u64, batch: u64 },
