@@ -267,6 +267,10 @@ type TunedKey = (&'static str, usize, usize, MatmulDesc, u32);
 static TUNED: std::sync::LazyLock<Mutex<HashMap<TunedKey, HeuristicResult>>> =
     std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// Held by the one thread timing candidates, process-wide: sessions load their buckets on several
+/// threads, and candidates timed side by side would measure each other's kernels.
+static TIMING: Mutex<()> = Mutex::new(());
+
 /// Floating-point operations of one call of `desc`.
 fn flop(desc: &MatmulDesc) -> u64 {
     2u64.saturating_mul(desc.m).saturating_mul(desc.n).saturating_mul(desc.k).saturating_mul(desc.batch.max(1))
@@ -449,6 +453,8 @@ impl<D: Driver> Shared<D> {
             }
             let key: TunedKey = (spec.library, self.device.ordinal(), self.workspace_bytes, *desc, align);
             let tune = tune && self.tune_candidates > 1 && (TUNE_MIN_FLOP..=TUNE_MAX_FLOP).contains(&flop(desc));
+            // Taken before looking the problem up, so a problem another thread is timing is timed once.
+            let _timing = tune.then(|| TIMING.lock());
             if tune && let Some(found) = TUNED.lock().get(&key) {
                 *plan.plan.as_mut().expect("set above").algo = *found;
                 return Ok(());
