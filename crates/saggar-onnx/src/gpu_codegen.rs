@@ -1,9 +1,10 @@
 //! CUDA/HIP C++ for the generated kernels of [`crate::ops::gpu::GpuKind`] and of fused elementwise
 //! groups. Every kernel is `extern "C"`, takes `const long long* meta` (extents, strides, offsets:
 //! see each kind's docs) then its tensor pointers, and loops over its work with grid-stride loops, so
-//! one kernel serves every shape and any grid size. Block reductions use shared memory only (no warp
-//! shuffles), so the text compiles unchanged under NVRTC and hipRTC and is correct at warp size 32 or
-//! 64; kernels with a block reduction assume [`BLOCK`] threads (a power of two).
+//! one kernel serves every shape and any grid size. The text compiles unchanged under NVRTC and
+//! hipRTC and is correct at warp size 32 or 64: block reductions use shared memory, and shuffles
+//! stay within groups of at most 32 adjacent lanes; kernels with a block reduction assume [`BLOCK`]
+//! threads (a power of two).
 
 use std::fmt::Write as _;
 
@@ -16,6 +17,9 @@ use crate::ops::gpu::{GpuKind, ReduceOp, ctype};
 pub(crate) const BLOCK: u32 = 256;
 /// Threads sharing one row in row-group kernels (`ONNX_ROW_LANES` in the prelude).
 pub(crate) const ROW_LANES: u32 = 32;
+/// Bytes of dynamic shared memory up to which a row-group LayerNorm keeps its block's rows there
+/// (`ONNX_ROW_CACHE_BYTES` in the prelude; the default limit of a launch without opting in).
+pub(crate) const ROW_CACHE_BYTES: u64 = 49_152;
 /// Tile edge of the generated GEMM (blocks are `TILE x TILE` threads).
 pub(crate) const TILE: u32 = 16;
 
@@ -35,6 +39,26 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 #define ONNX_SHFL_XOR(v, o) __shfl_xor((v), (o), ONNX_ROW_LANES)
 #else
 #define ONNX_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o), ONNX_ROW_LANES)
+#endif
+// A row group keeps its row in dynamic shared memory (the launch reserves it) while the block's
+// rows fit ONNX_ROW_CACHE_BYTES, so a row is read from global memory once instead of three times.
+#define ONNX_ROW_CACHE_BYTES 49152
+#ifndef ONNX_DYNAMIC_SHARED
+#define ONNX_DYNAMIC_SHARED(name) extern __shared__ float name[]
+#endif
+// Out-of-line device functions (a fused chain called from two loops is compiled once).
+#ifndef ONNX_NOINLINE
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_NOINLINE __attribute__((noinline))
+#else
+#define ONNX_NOINLINE __noinline__
+#endif
+#endif
+// Xor shuffles within groups of `w` adjacent lanes (a power of two up to 32).
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor((v), (o), (w))
+#else
+#define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor_sync(0xffffffffu, (v), (o), (w))
 #endif
 // The sum over a row's group: `blockDim.x` threads of one `threadIdx.y` (a warp's lanes, or with
 // `blockDim.y == 1` the whole block through `sh`). Every thread of the block calls it together.
@@ -558,21 +582,24 @@ fn layer_norm_rows_body(bias_param: &str, bias_add: &str, stat_params: &str, sta
     format!(
         r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
   __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
+  ONNX_DYNAMIC_SHARED(onnx_row_cache);
   const onnx_i64 rows = meta[0], cols = meta[1];
   const int lane = (int)threadIdx.x, lanes = (int)blockDim.x;
   const onnx_i64 groups = blockDim.y;
+  const bool cached = cols * groups * 4 <= ONNX_ROW_CACHE_BYTES;
+  float* cache = onnx_row_cache + (cached ? (onnx_i64)threadIdx.y * cols : 0);
   for (onnx_i64 first = (onnx_i64)blockIdx.x * groups; first < rows; first += (onnx_i64)gridDim.x * groups) {{
     const onnx_i64 row = first + threadIdx.y;
     const bool live = row < rows;
     const float* xr = x + (live ? row : 0) * cols;
     float s = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) s += xr[j];
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float e = xr[j]; if (cached) cache[j] = e; s += e; }}
     const float mean = onnx_row_sum(s, sh) / (float)cols;
     float v = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = xr[j] - mean; v += d * d; }}
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = (cached ? cache[j] : xr[j]) - mean; v += d * d; }}
     const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
     if (live) {{{stat_stores}
-      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = (xr[j] - mean) * inv * scale[j]{bias_add};
+      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = ((cached ? cache[j] : xr[j]) - mean) * inv * scale[j]{bias_add};
     }}
   }}
 }}
@@ -653,6 +680,11 @@ pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
     Some(params)
 }
 
+/// The external inputs some node of `group` reads.
+fn used_inputs(group: &FusedGroup) -> Vec<usize> {
+    (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect()
+}
+
 /// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i`, with
 /// `rank` and `dims` in scope and the group's `meta` in `meta`: `rank, n, dims[rank]`, the broadcast
 /// strides of each external input (`rank` each), then each input's broadcast mode and its divisor
@@ -660,8 +692,13 @@ pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
 /// 32 bits. An input in a common pattern costs at most one division; only when some input is in no
 /// common pattern does the kernel walk the dimensions. Only the inputs some node reads are loaded.
 pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
-    let used: Vec<usize> =
-        (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect();
+    Some(fused_loads(group)? + &fused_nodes(group)?)
+}
+
+/// The loads `a{k}` of [`fused_values`]: each used input's offset by its broadcast mode, then its
+/// element at that offset.
+fn fused_loads(group: &FusedGroup) -> Option<String> {
+    let used = used_inputs(group);
     let externals = group.inputs.len();
     let mut body = format!(
         "    const onnx_i64* fm = meta + 2 + {} * rank;\n    const bool n32 = fm[{}] != 0;\n    bool walk = false;\n",
@@ -694,6 +731,12 @@ pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
     for &k in &used {
         let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(group.inputs[k])?);
     }
+    Some(body)
+}
+
+/// The statements `const T v{j} = ...;` of `group`'s nodes over the loaded `a{k}`.
+fn fused_nodes(group: &FusedGroup) -> Option<String> {
+    let mut body = String::new();
     for (j, node) in group.nodes.iter().enumerate() {
         let mut expr = node.expr.clone();
         for (slot, operand) in node.operands.iter().enumerate().rev() {
@@ -709,18 +752,69 @@ pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
     Some(body)
 }
 
-/// `(name, C++ definition)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
+/// `(name, C++ definitions)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
+///
+/// The nodes are one `__device__` function of the loaded inputs (`NAME_v`), kept out of line so its
+/// text is compiled once. When every input and the output are `f32`, the kernel first tests whether
+/// this launch is contiguous (every used input the output's shape or a scalar, whole four-element
+/// vectors, 16-byte aligned pointers) and then moves four elements a thread a step with vector
+/// loads and stores: a thread keeps 16 bytes of each input in flight instead of 4, which is what a
+/// memory-bound chain (GELU over a transformer's FFN activations) waits on. Otherwise the thread
+/// reads one element a step at the offsets its broadcast modes give.
 pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     let last = group.nodes.last()?;
+    let used = used_inputs(group);
+    let out_type = ctype(last.out)?;
+    let mut params = String::new();
+    let mut args = String::new();
+    for &k in &used {
+        let _ = write!(params, "{}{} a{k}", if params.is_empty() { "" } else { ", " }, ctype(group.inputs[k])?);
+        let _ = write!(args, "{}a{k}", if args.is_empty() { "" } else { ", " });
+    }
+    let vector = used.iter().all(|&k| group.inputs[k] == DType::F32) && last.out == DType::F32;
+    let vector_path = if vector { vector_path(group, &used) } else { String::new() };
+    // NAME stands for the kernel's name, which hashes this text.
     let text = format!(
-        "(const onnx_i64* meta{}, {}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n  ONNX_LOOP(i, meta[1]) {{\n{}    out[i] = v{};\n  }}\n}}\n",
-        fused_params(group)?,
-        ctype(last.out)?,
-        fused_values(group)?,
-        group.nodes.len() - 1
+        "__device__ ONNX_NOINLINE {out_type} NAME_v({params}) {{\n{nodes}    return v{last_node};\n}}\n\
+         SAGGAR_GLOBAL void NAME(const onnx_i64* meta{inputs}, {out_type}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n{vector_path}  ONNX_LOOP(i, meta[1]) {{\n{loads}    out[i] = NAME_v({args});\n  }}\n}}\n",
+        nodes = fused_nodes(group)?,
+        last_node = group.nodes.len() - 1,
+        inputs = fused_params(group)?,
+        loads = fused_loads(group)?,
     );
     let name = kernel_name("fused", &text);
-    Some((name.clone(), format!("SAGGAR_GLOBAL void {name}{text}")))
+    Some((name.clone(), text.replace("NAME", &name)))
+}
+
+/// The contiguous four-element path of [`fused_kernel`] for an all-`f32` group reading `used`.
+fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
+    let externals = group.inputs.len();
+    let mut text = format!(
+        "  const onnx_i64* fm = meta + 2 + {} * rank;\n  bool vec = (meta[1] & 3) == 0 && ((saggar_u64)(const void*)out & 15) == 0;\n",
+        externals + 1
+    );
+    for &k in used {
+        let _ = writeln!(
+            text,
+            "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && ((saggar_u64)(const void*)in{k} & 15) == 0));",
+            m = 2 * k
+        );
+    }
+    text.push_str("  if (vec) {\n    ONNX_LOOP(q, meta[1] >> 2) {\n");
+    for &k in used {
+        let _ = writeln!(
+            text,
+            "      const float4 x{k} = fm[{m}] == 1 ? ((const float4*)in{k})[q] : make_float4(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);",
+            m = 2 * k
+        );
+    }
+    text.push_str("      float4 r;\n");
+    for c in ["x", "y", "z", "w"] {
+        let args: Vec<String> = used.iter().map(|k| format!("x{k}.{c}")).collect();
+        let _ = writeln!(text, "      r.{c} = NAME_v({});", args.join(", "));
+    }
+    text.push_str("      ((float4*)out)[q] = r;\n    }\n    return;\n  }\n");
+    text
 }
 
 #[cfg(test)]
@@ -740,11 +834,16 @@ mod tests {
         assert!(name.starts_with("onnx_fused_"));
         assert!(text.contains("const float v0 = (a0 + a1);"), "{text}");
         assert!(text.contains("const float v1 = erff(v0);"), "{text}");
-        assert!(text.contains("out[i] = v1;"), "{text}");
+        assert!(text.contains("return v1;"), "{text}");
+        assert!(text.contains(&format!("out[i] = {name}_v(a0, a1);")), "{text}");
+        assert!(text.contains(&format!("r.w = {name}_v(x0.w, x1.w);")), "an all-f32 chain has the vector path: {text}");
         assert!(text.contains("o1 += c * meta[2 + 2 * rank + d];"), "{text}");
         assert!(text.contains("const onnx_i64* fm = meta + 2 + 3 * rank;"), "{text}");
         assert!(text.contains("case 2: o1 = n32 ? (onnx_i64)((unsigned)i % (unsigned)fm[3]) : i % fm[3];"), "{text}");
         assert_eq!(fused_kernel(&group).unwrap().0, name, "deterministic");
+        let mixed = FusedGroup { inputs: vec![DType::F32, DType::I64], ..group };
+        let (_, text) = fused_kernel(&mixed).unwrap();
+        assert!(!text.contains("float4"), "only all-f32 chains move four elements at once: {text}");
     }
 
     #[test]

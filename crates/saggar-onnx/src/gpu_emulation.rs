@@ -40,6 +40,13 @@ inline float __shfl_xor_sync(unsigned, float v, int mask, int) {
   const float r = saggar_lanes[t ^ (unsigned)mask]; __syncthreads();
   return r;
 }
+// Dynamic shared memory: one block's worth at the largest size a plan asks for, shared by the
+// block's threads like a `__shared__` static.
+static float saggar_dynamic_shared[49152 / 4];
+#define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
+#define ONNX_NOINLINE
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 "#;
@@ -256,6 +263,10 @@ fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the
 /// steps, every Pad mode, transposed Gemm with a broadcast bias, broadcast batched MatMul, grouped
 /// dilated Conv, ceil-mode pooling, every reduction, ArgMax with select_last_index, ...), each a graph
 /// output.
+/// Columns of the emulation's wide LayerNormalization rows: one row is more than
+/// [`crate::gpu_codegen::ROW_CACHE_BYTES`].
+const WIDE: usize = 12_300;
+
 fn every_kind_model() -> OnnxModel {
     use crate::builder::ModelBuilder;
     use crate::ops::Attribute::{Float, Int, Ints, String as Str};
@@ -296,6 +307,12 @@ fn every_kind_model() -> OnnxModel {
     init(&mut b, "pre", f32s(&[2, 3, 4, 1], 16));
     init(&mut b, "mid", f32s(&[3, 1, 1], 17));
     init(&mut b, "tall_shape", Tensor::from_i64s(vec![86, 2, 3, 4, 5]));
+    init(&mut b, "axes123", Tensor::from_i64s(vec![1, 2, 3]));
+    init(&mut b, "shape21", Tensor::from_i64s(vec![2, 1]));
+    init(&mut b, "wrow", f32s(&[1, WIDE], 18));
+    init(&mut b, "wsrc", f32s(&[2, WIDE], 19));
+    init(&mut b, "wls", f32s(&[WIDE], 20));
+    init(&mut b, "wlb", f32s(&[WIDE], 21));
     init(&mut b, "c3a", f32s(&[3], 10));
     init(&mut b, "c3b", f32s(&[3], 11));
     init(&mut b, "c3v", Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
@@ -349,6 +366,14 @@ fn every_kind_model() -> OnnxModel {
     // 2064 rows: a warp a row, eight rows a block, the last block with two live rows.
     b.node("Expand", &["x", "tall_shape"], &["tall"], &[]);
     node(&mut b, "LayerNormalization", &["tall", "ls", "lb"], &["lntall"], &[], f);
+    // Rows too wide for shared memory (the kernels read their input three times): plain, and
+    // with an Add computed in the normalisation's kernel.
+    b.node("ReduceSum", &["x", "axes123"], &["xsum"], &[]);
+    b.node("Reshape", &["xsum", "shape21"], &["xsum21"], &[]);
+    b.node("MatMul", &["xsum21", "wrow"], &["wide"], &[]);
+    node(&mut b, "LayerNormalization", &["wide", "wls", "wlb"], &["lnwide"], &[], f);
+    b.node("Add", &["wide", "wsrc"], &["wide2"], &[]);
+    node(&mut b, "LayerNormalization", &["wide2", "wls", "wlb"], &["lnwide2"], &[], f);
     // Each broadcast mode of a fused input: same shape, trailing block, leading block, general.
     node(&mut b, "Add", &["x", "ls"], &["xbias"], &[], f);
     node(&mut b, "Mul", &["x", "pre"], &["xpre"], &[], f);

@@ -39,22 +39,32 @@ pub(crate) fn layer_norm_kernel(
 }}
 SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}, float* __restrict__ y) {{
   __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
+  ONNX_DYNAMIC_SHARED(onnx_row_cache);
   const onnx_i64 rows = meta[0], cols = meta[1];
   const onnx_i64* em = meta + 3;
   const int lane = (int)threadIdx.x, lanes = (int)blockDim.x;
   const onnx_i64 groups = blockDim.y;
+  const bool cached = cols * groups * 4 <= ONNX_ROW_CACHE_BYTES;
+  float* cache = onnx_row_cache + (cached ? (onnx_i64)threadIdx.y * cols : 0);
   for (onnx_i64 first = (onnx_i64)blockIdx.x * groups; first < rows; first += (onnx_i64)gridDim.x * groups) {{
     const onnx_i64 row = first + threadIdx.y;
     const bool live = row < rows;
     const onnx_i64 base = row * cols;
     float s = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) s += NAME_x(em{args}, base + j);
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{
+      const float e = NAME_x(em{args}, base + j);
+      if (cached) cache[j] = e;
+      s += e;
+    }}
     const float mean = onnx_row_sum(s, sh) / (float)cols;
     float v = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = NAME_x(em{args}, base + j) - mean; v += d * d; }}
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{
+      const float d = (cached ? cache[j] : NAME_x(em{args}, base + j)) - mean;
+      v += d * d;
+    }}
     const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
     if (live) for (onnx_i64 j = lane; j < cols; j += lanes)
-      y[base + j] = (NAME_x(em{args}, base + j) - mean) * inv * (float)in{scale}[j]{bias_add};
+      y[base + j] = ((cached ? cache[j] : NAME_x(em{args}, base + j)) - mean) * inv * (float)in{scale}[j]{bias_add};
   }}
 }}
 "#

@@ -230,15 +230,23 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
         Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, MAX_BLOCKS * BLOCK as u64), BLOCK),
         Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
         // A warp a row while that makes enough warps to fill the GPU; below, a block a row, of
-        // up to one thread per 8 columns.
-        Work::RowGroups { rows, .. } if rows >= ROW_GROUP_MIN_ROWS => LaunchConfig {
-            grid: Dim3::x(blocks(rows.div_ceil(u64::from(BLOCK / ROW_LANES)))),
-            block: Dim3 { x: ROW_LANES, y: BLOCK / ROW_LANES, z: 1 },
-            shared_mem_bytes: 0,
-        },
+        // up to one thread per 8 columns. The block's rows stay in dynamic shared memory while they
+        // fit (the kernel tests the same bound).
+        Work::RowGroups { rows, cols } if rows >= ROW_GROUP_MIN_ROWS => {
+            let groups = BLOCK / ROW_LANES;
+            LaunchConfig {
+                grid: Dim3::x(blocks(rows.div_ceil(u64::from(groups)))),
+                block: Dim3 { x: ROW_LANES, y: groups, z: 1 },
+                shared_mem_bytes: row_cache_bytes(groups, cols),
+            }
+        }
         Work::RowGroups { rows, cols } => {
             let lanes = cols.div_ceil(8).next_power_of_two().clamp(u64::from(ROW_LANES), u64::from(BLOCK));
-            LaunchConfig { grid: Dim3::x(blocks(rows)), block: Dim3::x(lanes as u32), shared_mem_bytes: 0 }
+            LaunchConfig {
+                grid: Dim3::x(blocks(rows)),
+                block: Dim3::x(lanes as u32),
+                shared_mem_bytes: row_cache_bytes(1, cols),
+            }
         }
         Work::Tiles { m, n, batch } => {
             let t = TILE as u64;
@@ -249,6 +257,13 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
             }
         }
     }
+}
+
+/// Dynamic shared memory of a row-group launch of `groups` rows of `cols` a block: the rows, when
+/// they fit [`gpu_codegen::ROW_CACHE_BYTES`] (the bound the kernels test to use it), else none.
+fn row_cache_bytes(groups: u32, cols: u64) -> u32 {
+    let bytes = u64::from(groups).saturating_mul(cols).saturating_mul(4);
+    if bytes <= gpu_codegen::ROW_CACHE_BYTES { bytes as u32 } else { 0 }
 }
 
 /// Kernels and launches being collected.
@@ -707,5 +722,19 @@ mod tests {
         assert_eq!(z, x, "the freed block is reused");
         assert!(y >= 128);
         assert_eq!(a.high_water, y + 64);
+    }
+
+    /// A row-group launch reserves its rows' shared memory exactly when the kernels' own test
+    /// (`cols * blockDim.y * 4 <= ONNX_ROW_CACHE_BYTES`) says they keep rows there.
+    #[test]
+    fn row_group_launches_reserve_the_rows_the_kernels_cache() {
+        let prelude_bound = format!("#define ONNX_ROW_CACHE_BYTES {}", gpu_codegen::ROW_CACHE_BYTES);
+        assert!(gpu_codegen::ONNX_PRELUDE.contains(&prelude_bound));
+        for (rows, cols) in [(12, 5), (12, 12_288), (12, 12_289), (4096, 768), (4096, 1536), (4096, 1537), (1, 0)] {
+            let config = launch_config(Work::RowGroups { rows, cols });
+            let cached = cols * u64::from(config.block.y) * 4 <= gpu_codegen::ROW_CACHE_BYTES;
+            let expected = if cached { cols * u64::from(config.block.y) * 4 } else { 0 };
+            assert_eq!(u64::from(config.shared_mem_bytes), expected, "{rows} rows of {cols}");
+        }
     }
 }

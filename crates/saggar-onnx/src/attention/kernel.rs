@@ -66,9 +66,6 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
   __shared__ float ks[D][BK + 1];
   __shared__ float vs[BK][DV];
   __shared__ float ss[BQ][BK + 1];
-  __shared__ float row_m[BQ];
-  __shared__ float row_l[BQ];
-  __shared__ float row_c[BQ];
   const int nb = (int)meta[0];
   const onnx_i64 Sq = meta[1], Sk = meta[2];
   const float scale = __int_as_float((int)meta[5]);
@@ -93,9 +90,11 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
       const int r = q_cs == 1 ? e / D : e % BQ, t = q_cs == 1 ? e % D : e / BQ;
       qs[t][r] = i0 + r < Sq ? q[qo + (i0 + r) * q_rs + t * q_cs] : 0.0f;
     }}
-    if (tid < BQ) {{ row_m[tid] = ONNX_NEG_INF; row_l[tid] = 0.0f; }}
-    float acc[RQ][CV];
-    for (int i = 0; i < RQ; ++i) for (int cc = 0; cc < CV; ++cc) acc[i][cc] = 0.0f;
+    float acc[RQ][CV], row_m[RQ], row_l[RQ];
+    for (int i = 0; i < RQ; ++i) {{
+      row_m[i] = ONNX_NEG_INF; row_l[i] = 0.0f;
+      for (int cc = 0; cc < CV; ++cc) acc[i][cc] = 0.0f;
+    }}
     for (onnx_i64 j0 = 0; j0 < Sk; j0 += BK) {{
       __syncthreads();
       for (int e = tid; e < BK * D; e += blockDim.x) {{
@@ -116,32 +115,33 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
         for (int jj = 0; jj < RK; ++jj) b[jj] = ks[t][tx + 8 * jj];
         for (int i = 0; i < RQ; ++i) for (int jj = 0; jj < RK; ++jj) s[i][jj] += a[i] * b[jj];
       }}
-      for (int i = 0; i < RQ; ++i) for (int jj = 0; jj < RK; ++jj) {{
-        const int r = ty * RQ + i, c = tx + 8 * jj;
-        const onnx_i64 j = j0 + c;
-        ss[r][c] = i0 + r < Sq && j < Sk ? s[i][jj] * scale{mask_add} : ONNX_NEG_INF;
-      }}
-      __syncthreads();
-      if (tid < BQ) {{
+      // The online softmax of each row in registers: a row's scores are spread over the 8 lanes
+      // of its row group (adjacent lanes of one warp), which meet at xor shuffles.
+      for (int i = 0; i < RQ; ++i) {{
+        const int r = ty * RQ + i;
         float cm = ONNX_NEG_INF;
-        for (int c = 0; c < BK; ++c) cm = fmaxf(cm, ss[tid][c]);
-        const float m = row_m[tid], mn = fmaxf(m, cm);
+        for (int jj = 0; jj < RK; ++jj) {{
+          const int c = tx + 8 * jj;
+          const onnx_i64 j = j0 + c;
+          s[i][jj] = i0 + r < Sq && j < Sk ? s[i][jj] * scale{mask_add} : ONNX_NEG_INF;
+          cm = fmaxf(cm, s[i][jj]);
+        }}
+        for (int o = 4; o > 0; o >>= 1) cm = fmaxf(cm, ONNX_SHFL_XOR_W(cm, o, 8));
+        const float m = row_m[i], mn = fmaxf(m, cm);
         float cs = 0.0f;
-        for (int c = 0; c < BK; ++c) {{
-          const float p = (j0 + c < Sk && mn != ONNX_NEG_INF) ? expf(ss[tid][c] - mn) : 0.0f;
-          ss[tid][c] = p;
+        for (int jj = 0; jj < RK; ++jj) {{
+          const int c = tx + 8 * jj;
+          const float p = (j0 + c < Sk && mn != ONNX_NEG_INF) ? expf(s[i][jj] - mn) : 0.0f;
+          ss[r][c] = p;
           cs += p;
         }}
+        for (int o = 4; o > 0; o >>= 1) cs += ONNX_SHFL_XOR_W(cs, o, 8);
         const float corr = m == ONNX_NEG_INF ? 0.0f : expf(m - mn);
-        row_l[tid] = row_l[tid] * corr + cs;
-        row_m[tid] = mn;
-        row_c[tid] = corr;
-      }}
-      __syncthreads();
-      for (int i = 0; i < RQ; ++i) {{
-        const float corr = row_c[ty * RQ + i];
+        row_l[i] = row_l[i] * corr + cs;
+        row_m[i] = mn;
         for (int cc = 0; cc < CV; ++cc) acc[i][cc] *= corr;
       }}
+      __syncthreads();
       for (int j = 0; j < BK; ++j) {{
         float p[RQ];
         for (int i = 0; i < RQ; ++i) p[i] = ss[ty * RQ + i][j];
@@ -155,7 +155,7 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
     for (int i = 0; i < RQ; ++i) {{
       const int r = ty * RQ + i;
       if (i0 + r >= Sq) continue;
-      const float l = row_l[r];
+      const float l = row_l[i];
       for (int cc = 0; cc < CV; ++cc) {{
         const int c = tx + 8 * cc;
         if (c < DV) out[oo + (i0 + r) * o_rs + c * o_cs] = {result};
