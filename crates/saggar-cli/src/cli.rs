@@ -200,7 +200,19 @@ pub struct ModelArgs {
     /// (1: the library's first choice, untimed).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub blas_tune: u64,
+    /// With --onnx: MiB of BLAS-Lt workspace each run context reserves on CUDA and HIP (the
+    /// libraries pick split-K kernels, the fast ones at a few hundred rows, only when it holds
+    /// their partial sums). Part of the cache key.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_BLAS_WORKSPACE_MIB,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_BLAS_WORKSPACE_MIB))]
+    pub blas_workspace: u64,
 }
+
+/// `--blas-workspace`'s default: saggar-onnx's.
+pub const DEFAULT_BLAS_WORKSPACE_MIB: u64 = (saggar_onnx::DEFAULT_BLAS_WORKSPACE_BYTES >> 20) as u64;
+
+/// The largest `--blas-workspace`: 1 GiB a run context.
+pub const MAX_BLAS_WORKSPACE_MIB: u64 = 1024;
 
 /// `--attention`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -312,19 +312,27 @@ fn bad_flag_values_exit_2_with_one_line() {
     }
     let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, "--pad-axis", "seq:8"]);
     assert!(assert_error(&output, 2).contains("--pad-axis needs --onnx"));
-    for (flag, value) in [("--attention", "fast"), ("--blas-tune", "0"), ("--blas-tune", "17"), ("--blas-tune", "x")] {
+    for (flag, value) in [
+        ("--attention", "fast"),
+        ("--blas-tune", "0"),
+        ("--blas-tune", "17"),
+        ("--blas-tune", "x"),
+        ("--blas-workspace", "1025"),
+        ("--blas-workspace", "-1"),
+    ] {
         let output = sandbox.run(&["perf", "--backend", "host", "--onnx", MLP_ONNX, flag, value, "--quiet"]);
         let error = assert_error(&output, 2);
         assert!(error.contains(value) || error.contains(flag), "{flag} {value}: {error}");
     }
-    for (flag, value) in [("--attention", "tiled"), ("--blas-tune", "4")] {
+    for (flag, value) in [("--attention", "tiled"), ("--blas-tune", "4"), ("--blas-workspace", "4")] {
         let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, flag, value]);
         assert!(assert_error(&output, 2).contains("--onnx"), "{flag} without --onnx");
     }
 }
 
-/// `--attention` and `--blas-tune` reach the ONNX compiler: a forced attention kernel changes the
-/// cache key (its code differs) and the runs still verify; the BLAS candidate count does not.
+/// `--attention`, `--blas-tune` and `--blas-workspace` reach the ONNX compiler: a forced attention
+/// kernel and another workspace change the cache key (the code, the scratch it plans), and the runs
+/// still verify; the BLAS candidate count does not.
 #[test]
 fn onnx_attention_and_blas_tune_flags_run_and_key_the_cache_as_they_should() {
     let sandbox = Sandbox::new();
@@ -339,7 +347,9 @@ fn onnx_attention_and_blas_tune_flags_run_and_key_the_cache_as_they_should() {
     let auto = key(&[]);
     assert_ne!(auto, key(&["--attention", "tiled"]), "a forced kernel is another artifact");
     assert_eq!(auto, key(&["--blas-tune", "8"]), "timing BLAS candidates picks kernels, not artifacts");
-    for extra in [["--attention", "rows"], ["--attention", "tiled"], ["--blas-tune", "8"]] {
+    assert_eq!(auto, key(&["--blas-workspace", "32"]), "32 MiB is the default");
+    assert_ne!(auto, key(&["--blas-workspace", "4"]), "another workspace is another plan");
+    for extra in [["--attention", "rows"], ["--attention", "tiled"], ["--blas-tune", "8"], ["--blas-workspace", "0"]] {
         let json = sandbox.path("flags.json");
         let mut args = vec!["perf", "--backend", "host", "--onnx", MLP_ONNX, "--requests", "4", "--quiet"];
         args.extend(extra);

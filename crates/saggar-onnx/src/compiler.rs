@@ -170,6 +170,12 @@ impl OnnxOptions {
         self
     }
 
+    /// The same options with another [`OnnxOptions::blas_workspace_bytes`].
+    pub fn with_blas_workspace(mut self, bytes: usize) -> OnnxOptions {
+        self.blas_workspace_bytes = bytes;
+        self
+    }
+
     /// The same options with another [`OnnxOptions::attention`].
     pub fn with_attention(mut self, attention: AttentionKernel) -> OnnxOptions {
         self.attention = attention;

@@ -55,7 +55,10 @@ pub mod tensor;
 pub mod tensor_pb;
 mod units;
 
-pub use compiler::{ARTIFACT_VERSION, AttentionKernel, COMPILER_NAME, OnnxCompiler, OnnxOptions, OnnxProgram};
+pub use compiler::{
+    ARTIFACT_VERSION, AttentionKernel, COMPILER_NAME, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions,
+    OnnxProgram,
+};
 pub use error::OnnxError;
 pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use lowering::PlanSummary;

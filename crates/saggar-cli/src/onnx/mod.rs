@@ -44,13 +44,15 @@ impl LoadedOnnx {
     }
 }
 
-/// Refuses `--attention` and `--blas-tune` for a model that is not `--onnx` (they set the ONNX
-/// compiler's options).
+/// Refuses `--attention`, `--blas-tune` and `--blas-workspace` for a model that is not `--onnx`
+/// (they set the ONNX compiler's options).
 pub fn reject_onnx_options(args: &ModelArgs) -> Result<()> {
     let flag = if args.attention != AttentionArg::Auto {
         "--attention"
     } else if args.blas_tune != 1 {
         "--blas-tune"
+    } else if args.blas_workspace != crate::cli::DEFAULT_BLAS_WORKSPACE_MIB {
+        "--blas-workspace"
     } else {
         return Ok(());
     };
@@ -60,14 +62,17 @@ pub fn reject_onnx_options(args: &ModelArgs) -> Result<()> {
     ))
 }
 
-/// The compiler options the model flags ask for (`--attention`, `--blas-tune`).
+/// The compiler options the model flags ask for (`--attention`, `--blas-tune`, `--blas-workspace`).
 pub fn options(args: &ModelArgs) -> OnnxOptions {
     let attention = match args.attention {
         AttentionArg::Auto => AttentionKernel::Auto,
         AttentionArg::Rows => AttentionKernel::Rows,
         AttentionArg::Tiled => AttentionKernel::Tiled,
     };
-    OnnxOptions::default().with_attention(attention).with_blas_tuning(args.blas_tune as usize)
+    OnnxOptions::default()
+        .with_attention(attention)
+        .with_blas_tuning(args.blas_tune as usize)
+        .with_blas_workspace((args.blas_workspace << 20) as usize)
 }
 
 /// Imports `path` for a compiler with `options`. A missing file, one that is not an ONNX model, or a
