@@ -67,23 +67,23 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
   __shared__ float vs[BK][DV];
   __shared__ float ss[BQ][BK + 1];
   const int nb = (int)meta[0];
-  const onnx_i64 Sq = meta[1], Sk = meta[2];
+  const int Sq = meta[1], Sk = meta[2];
   const float scale = __int_as_float((int)meta[5]);
   const onnx_i64* bd = meta + 6;
   const onnx_i64* qm = bd + nb; const onnx_i64* km = qm + nb + 2; const onnx_i64* vm = km + nb + 2;
   const onnx_i64* mm = vm + nb + 2; const onnx_i64* om = mm + nb + 2;
-  const onnx_i64 q_rs = qm[nb], q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
-  const onnx_i64 m_rs = mm[nb], m_cs = mm[nb + 1], o_rs = om[nb], o_cs = om[nb + 1];
+  const int q_rs = qm[nb], q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
+  const int m_rs = mm[nb], m_cs = mm[nb + 1], o_rs = om[nb], o_cs = om[nb + 1];
   (void)m_rs; (void)m_cs;
   const int tid = threadIdx.x, tx = tid % 8, ty = tid / 8;
-  onnx_i64 positions = 1;
+  int positions = 1;
   for (int a = 0; a < nb; ++a) positions *= bd[a];
-  const onnx_i64 tiles = (Sq + BQ - 1) / BQ;
+  const int tiles = (Sq + BQ - 1) / BQ;
   ONNX_ROWS(unit, positions * tiles) {{
-    const onnx_i64 i0 = (unit % tiles) * BQ;
-    onnx_i64 rem = unit / tiles, qo = 0, ko = 0, vo = 0, mo = 0, oo = 0;
+    const int i0 = (unit % tiles) * BQ;
+    int rem = unit / tiles, qo = 0, ko = 0, vo = 0, mo = 0, oo = 0;
     for (int a = nb - 1; a >= 0; --a) {{
-      const onnx_i64 c = rem % bd[a]; rem /= bd[a];
+      const int c = rem % bd[a]; rem /= bd[a];
       qo += c * qm[a]; ko += c * km[a]; vo += c * vm[a]; mo += c * mm[a]; oo += c * om[a];
     }}
     for (int e = tid; e < BQ * D; e += blockDim.x) {{
@@ -95,7 +95,7 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
       row_m[i] = ONNX_NEG_INF; row_l[i] = 0.0f;
       for (int cc = 0; cc < CV; ++cc) acc[i][cc] = 0.0f;
     }}
-    for (onnx_i64 j0 = 0; j0 < Sk; j0 += BK) {{
+    for (int j0 = 0; j0 < Sk; j0 += BK) {{
       __syncthreads();
       for (int e = tid; e < BK * D; e += blockDim.x) {{
         const int c = k_rs == 1 ? e / D : e % BK, t = k_rs == 1 ? e % D : e / BK;
@@ -122,7 +122,7 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
         float cm = ONNX_NEG_INF;
         for (int jj = 0; jj < RK; ++jj) {{
           const int c = tx + 8 * jj;
-          const onnx_i64 j = j0 + c;
+          const int j = j0 + c;
           s[i][jj] = i0 + r < Sq && j < Sk ? s[i][jj] * scale{mask_add} : ONNX_NEG_INF;
           cm = fmaxf(cm, s[i][jj]);
         }}

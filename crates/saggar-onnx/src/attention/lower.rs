@@ -22,13 +22,14 @@ fn tiles(a: &Attention, rows: usize) -> u64 {
 }
 
 /// The tile rows `a` runs the tiled kernel with, or `None` for the row kernel: as asked, or under
-/// [`AttentionKernel::Auto`] the tiled kernel when tiles of 16 rows give at least
+/// [`AttentionKernel::Auto`] the tiled kernel when its 32-bit offsets reach every element
+/// (`offsets32`: each operand has fewer than 2^31) and tiles of 16 rows give at least
 /// [`TILED_MIN_TILES`] blocks. The tile is the largest that gives [`TILED_FILL_TILES`] blocks, or
 /// the smallest.
-pub(crate) fn choose(a: &Attention, kernel: AttentionKernel) -> Option<usize> {
+pub(crate) fn choose(a: &Attention, kernel: AttentionKernel, offsets32: bool) -> Option<usize> {
     let (rows, _) = kernel::tile_shapes(a.d.max(a.dv));
     let tiled = match kernel {
-        AttentionKernel::Auto => tiles(a, rows[0]) >= TILED_MIN_TILES,
+        AttentionKernel::Auto => offsets32 && tiles(a, rows[0]) >= TILED_MIN_TILES,
         AttentionKernel::Rows => false,
         AttentionKernel::Tiled => true,
     };
@@ -68,7 +69,7 @@ pub(crate) fn emit(
             let name = emit.kernel(kernel.signature(), None);
             emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
         }
-        Target::Gpu(_) => {
+        Target::Gpu(backend) => {
             let (mask, guard) = (a.mask.is_some(), a.nan_to_zero);
             let mut kernels = Vec::new();
             if choice != AttentionKernel::Tiled {
@@ -79,7 +80,21 @@ pub(crate) fn emit(
                     kernels.push((Some(rows), kernel::gpu_tiled_kernel(mask, guard, a.d, a.dv, rows)));
                 }
             }
-            let chosen = choose(a, choice);
+            let mut offsets32 = true;
+            for &id in inputs.iter().chain([&a.out.value]) {
+                offsets32 &= elements(id)? <= i32::MAX as usize;
+            }
+            if choice == AttentionKernel::Tiled && !offsets32 {
+                return Err(OnnxError::UnsupportedOnBackend {
+                    backend,
+                    op: "fused attention".into(),
+                    node: graph.value(a.out.value).name.clone(),
+                    reason: "the tiled attention kernel indexes its operands with 32 bits and an operand has 2^31 \
+                             elements or more: use the automatic or the row attention kernel"
+                        .into(),
+                });
+            }
+            let chosen = choose(a, choice, offsets32);
             let mut name = String::new();
             for (rows, (kernel, text)) in kernels {
                 if rows == chosen {
@@ -178,6 +193,34 @@ mod tests {
         assert!(!source(&tiled_only).contains(&rows));
     }
 
+    /// The tiled kernel's offsets are 32-bit: where an operand has 2^31 elements or more, the
+    /// automatic choice runs the row kernel and a forced tiled kernel is refused, naming what to use.
+    #[test]
+    fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_is_forced() {
+        // Batch 65536, 128 tokens of 256: 2^31 elements in the activations.
+        let big = |c: &OnnxCompiler| c.lower(&[vec![1 << 16, 128, 256], vec![1 << 16, 1, 1, 128]], BackendKind::Cuda);
+        let unbounded = |kernel| {
+            let c = compiler(kernel);
+            OnnxCompiler::new(
+                c.onnx_model().clone(),
+                OnnxOptions::default().with_attention(kernel).with_max_program_bytes(u64::MAX),
+            )
+        };
+        let auto = big(&unbounded(AttentionKernel::Auto)).unwrap();
+        let rows = super::super::kernel::gpu_kernel(true, false).0;
+        assert!(
+            auto.steps.iter().any(|s| matches!(s, PlanStep::Launch(l) if l.kernel == rows)),
+            "the row kernel serves 2^31 elements"
+        );
+        match big(&unbounded(AttentionKernel::Tiled)) {
+            Err(crate::OnnxError::UnsupportedOnBackend { reason, .. }) => {
+                assert!(reason.contains("32 bits") && reason.contains("row attention kernel"), "{reason}")
+            }
+            Err(other) => panic!("expected UnsupportedOnBackend, got {other}"),
+            Ok(_) => panic!("a forced tiled kernel was planned for 2^31 elements"),
+        }
+    }
+
     #[test]
     fn tile_shapes_keep_shared_memory_under_48_kib_for_every_head_size() {
         for head in 1..=super::super::MAX_HEAD {
@@ -185,7 +228,7 @@ mod tests {
             assert_eq!(all_rows[0], 16, "the smallest tile is 16 rows");
             for &rows in all_rows {
                 assert_eq!((rows % 16, keys % 8), (0, 0), "16 row groups by 8 lanes");
-                let floats = head * (rows + 1) + head * (keys + 1) + keys * head + rows * (keys + 1) + 3 * rows;
+                let floats = head * (rows + 1) + head * (keys + 1) + keys * head + rows * (keys + 1);
                 assert!(floats * 4 <= 48 << 10, "head {head} rows {rows}: {} bytes", floats * 4);
             }
         }
