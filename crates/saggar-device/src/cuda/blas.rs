@@ -35,6 +35,8 @@ pub(crate) static CUBLASLT: LtSpec = LtSpec {
     // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES .. _D_BYTES.
     pref_min_alignment: Some([5, 6, 7, 8]),
     heuristic_result_bytes: 96,
+    // cublasLtMatmulAlgo_t: uint64_t data[8].
+    algo_bytes: 64,
     statuses: &[
         (1, "CUBLAS_STATUS_NOT_INITIALIZED"),
         (3, "CUBLAS_STATUS_ALLOC_FAILED"),

@@ -56,6 +56,9 @@ pub struct LtSpec {
     /// Bytes of one heuristic result (`cublasLtMatmulHeuristicResult_t`: 96,
     /// `hipblasLtMatmulHeuristicResult_t`: 56); the algorithm is its first field.
     pub heuristic_result_bytes: usize,
+    /// Bytes of the algorithm at the start of a heuristic result (`cublasLtMatmulAlgo_t`: 64,
+    /// `hipblasLtMatmulAlgo_t`: 24), a multiple of 8.
+    pub algo_bytes: usize,
 }
 
 /// Epilogue numbers, the same in both libraries: DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS.
@@ -267,6 +270,16 @@ type TunedKey = (&'static str, usize, usize, MatmulDesc, u32);
 static TUNED: std::sync::LazyLock<Mutex<HashMap<TunedKey, HeuristicResult>>> =
     std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// What decides which kernels of the library a plan launches, short of the problem's size: the
+/// library, the device, the algorithm (its configuration words), transposes, epilogue, bias,
+/// precision and operand alignment.
+type KernelKey = (&'static str, usize, [u64; 8], bool, bool, Epilogue, bool, MatmulPrecision, u32);
+
+/// The kernels [`Blas::prepare`] has launched once in this process (through [`LoadGate`]), so a
+/// launch during a capture never loads code.
+static LOADED_KERNELS: std::sync::LazyLock<Mutex<std::collections::HashSet<KernelKey>>> =
+    std::sync::LazyLock::new(|| Mutex::new(std::collections::HashSet::new()));
+
 /// Held by the one thread timing candidates, process-wide: sessions load their buckets on several
 /// threads, and candidates timed side by side would measure each other's kernels.
 static TIMING: Mutex<()> = Mutex::new(());
@@ -386,8 +399,10 @@ impl<D: Driver> Shared<D> {
     }
 
     /// A new plan for `desc` (already checked). Without `tune`, host calls only: nothing is enqueued
-    /// or allocated on the device. With `tune`, a small problem's candidates are timed
-    /// ([`Shared::fastest`]) unless this process timed them before.
+    /// or allocated on the device. With `tune` ([`Blas::prepare`]), a small problem's candidates
+    /// are timed ([`Shared::run_candidates`]) unless this process timed them before, and the chosen
+    /// kernels are launched once unless this process launched them before
+    /// ([`Shared::load_kernels`]), so a later launch during a capture loads no code.
     fn plan(&self, desc: &MatmulDesc, align: u32, tune: bool) -> Result<Plan> {
         let op = "blas.prepare";
         let spec = D::BLAS_LT;
@@ -452,6 +467,7 @@ impl<D: Driver> Shared<D> {
                 unsafe { self.set(op, api.pref_set, pref, attr, &align)? };
             }
             let key: TunedKey = (spec.library, self.device.ordinal(), self.workspace_bytes, *desc, align);
+            let prepared = tune;
             let tune = tune && self.tune_candidates > 1 && (TUNE_MIN_FLOP..=TUNE_MAX_FLOP).contains(&flop(desc));
             // Taken before looking the problem up, so a problem another thread is timing is timed once.
             let _timing = tune.then(|| TIMING.lock());
@@ -490,8 +506,13 @@ impl<D: Driver> Shared<D> {
                 });
             }
             let count = (returned as usize).min(wanted);
-            // A candidate that cannot be timed leaves the heuristic's first choice.
-            let chosen = if count > 1 { self.fastest(p, desc, &results, count).unwrap_or(0) } else { 0 };
+            // A candidate that cannot be timed leaves the heuristic's first choice. Timing launches
+            // every candidate, so it loads their code: kept apart from captures.
+            let chosen = if count > 1 {
+                D::globals().loads.load(|| self.run_candidates(p, desc, &results, count, TUNE_RUNS)).unwrap_or(0)
+            } else {
+                0
+            };
             // Results are a multiple of 8 bytes long, so each starts on a word of `results`.
             let mut algo: HeuristicResult = [0; 16];
             let words = size.div_ceil(8);
@@ -499,6 +520,9 @@ impl<D: Driver> Shared<D> {
             *plan.plan.as_mut().expect("set above").algo = algo;
             if tune {
                 TUNED.lock().insert(key, algo);
+            }
+            if prepared {
+                self.load_kernels(plan.plan.as_ref().expect("set above"), desc, align, count > 1);
             }
             Ok(())
         })();
@@ -509,12 +533,48 @@ impl<D: Driver> Shared<D> {
         Ok(plan.plan.take().expect("set above"))
     }
 
-    /// The index of the fastest of the first `count` heuristic results in `results` (each
-    /// [`LtSpec::heuristic_result_bytes`] long, a multiple of 8) for `plan`: each runs once untimed and
-    /// [`TUNE_RUNS`] times between two events on a private stream, on zeroed scratch operands of
-    /// `desc`'s sizes and a workspace of this handle's size, all freed afterwards. A candidate the
-    /// library refuses is skipped.
-    fn fastest(&self, plan: &Plan, desc: &MatmulDesc, results: &[u64], count: usize) -> Result<usize> {
+    /// Launches `plan`'s algorithm once, outside any capture ([`LoadGate`]), unless this process
+    /// has launched the same kernels before (`ran`: tuning just launched it): the library loads a
+    /// kernel's code at its first launch, which must not happen while a capture is open. A launch
+    /// that fails leaves the kernels unmarked, to be tried by the next plan that needs them.
+    fn load_kernels(&self, plan: &Plan, desc: &MatmulDesc, align: u32, ran: bool) {
+        let words = D::BLAS_LT.algo_bytes / 8;
+        let mut algo = [0u64; 8];
+        algo[..words].copy_from_slice(&plan.algo[..words]);
+        let key: KernelKey = (
+            D::BLAS_LT.library,
+            self.device.ordinal(),
+            algo,
+            desc.trans_a,
+            desc.trans_b,
+            desc.epilogue,
+            desc.bias,
+            desc.precision,
+            align,
+        );
+        if ran || LOADED_KERNELS.lock().contains(&key) {
+            LOADED_KERNELS.lock().insert(key);
+            return;
+        }
+        let launched = D::globals().loads.load(|| self.run_candidates(plan, desc, &plan.algo[..], 1, 0));
+        if launched.is_ok() {
+            LOADED_KERNELS.lock().insert(key);
+        }
+    }
+
+    /// Runs each of the first `count` heuristic results in `results` (each
+    /// [`LtSpec::heuristic_result_bytes`] long, a multiple of 8) for `plan` once untimed, then
+    /// `timed_runs` times between two events, on a private stream, on zeroed scratch operands of
+    /// `desc`'s sizes and a workspace of this handle's size, all freed afterwards; returns the
+    /// index of the fastest (0 when none is timed). A candidate the library refuses is skipped.
+    fn run_candidates(
+        &self,
+        plan: &Plan,
+        desc: &MatmulDesc,
+        results: &[u64],
+        count: usize,
+        timed_runs: u32,
+    ) -> Result<usize> {
         let op = "blas.tune";
         device::forbid_during_capture::<D>(op)?;
         let device = Device { shared: self.device.clone() };
@@ -568,11 +628,16 @@ impl<D: Driver> Shared<D> {
         let (start, end) = (device.create_event()?, device.create_event()?);
         let mut best: Option<(std::time::Duration, usize)> = None;
         for index in 0..count {
-            if run(index).is_err() {
+            let untimed = run(index);
+            if timed_runs == 0 {
+                untimed?;
+                continue;
+            }
+            if untimed.is_err() {
                 continue;
             }
             stream.record(&start)?;
-            let timed = (0..TUNE_RUNS).try_for_each(|_| run(index));
+            let timed = (0..timed_runs).try_for_each(|_| run(index));
             stream.record(&end)?;
             end.synchronize()?;
             if timed.is_err() {

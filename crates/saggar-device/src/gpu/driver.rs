@@ -18,6 +18,7 @@ use crate::code::{CodeObject, KernelSource};
 use crate::error::{Error, Result};
 use crate::gpu::capture_registry::CaptureRegistry;
 use crate::gpu::device::{DeviceShared, Release};
+use crate::gpu::load_gate::LoadGate;
 
 /// A release postponed during a capture: the device to run it on, the operation, the release.
 pub(crate) type Postponed<D> = (Arc<DeviceShared<D>>, &'static str, Release);
@@ -81,6 +82,8 @@ pub enum UpdateFailure {
 pub struct Globals<D: Driver> {
     /// The captures of this backend.
     pub(crate) captures: CaptureRegistry<StreamShared<D>>,
+    /// Captures against first launches of library code.
+    pub(crate) loads: LoadGate,
     /// Releases postponed because they were requested where the driver forbids unsafe calls.
     pub(crate) postponed: Mutex<Vec<Postponed<D>>>,
     /// `postponed.len()`, readable without the lock.
@@ -103,6 +106,7 @@ impl<D: Driver> Globals<D> {
     pub const fn new(thread_captures: &'static LocalKey<ThreadCaptures<D>>) -> Self {
         Globals {
             captures: CaptureRegistry::new(thread_captures),
+            loads: LoadGate::new(),
             postponed: Mutex::new(Vec::new()),
             postponed_count: AtomicUsize::new(0),
             orphaned: Mutex::new(Vec::new()),

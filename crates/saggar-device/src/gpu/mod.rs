@@ -34,6 +34,7 @@ mod driver;
 mod event;
 mod graph;
 mod launch;
+mod load_gate;
 mod memory;
 mod module;
 mod progress;

@@ -109,6 +109,7 @@ impl<D: Driver> StreamShared<D> {
         }
         self.capturing.store(false, Ordering::Release);
         D::globals().captures.unregister_global(self);
+        D::globals().loads.capture_ends();
         self.device.release_with("stream.drop", || {
             // SAFETY: `raw` is live until this stream's destructor finishes.
             match unsafe { D::end_capture("stream.drop", self.raw) } {
@@ -311,6 +312,7 @@ impl<D: Driver> Stream<D> {
         *self.shared.capture.lock() = Some(cap);
         self.shared.capturing.store(true, Ordering::Release);
         D::globals().captures.register(&self.shared, mode);
+        D::globals().loads.capture_resumes();
     }
 }
 
@@ -501,13 +503,17 @@ impl<D: Driver> api::Stream for Stream<D> {
     fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
         let op = "stream.begin_capture";
         self.enter(op)?;
+        // Before the stream's lock: a load being waited for may look at capturing streams.
+        D::globals().loads.capture_begins();
         {
             let mut capture = self.shared.capture.lock();
             if capture.is_some() {
+                D::globals().loads.capture_ends();
                 return Err(Error::CaptureState { op, reason: "the stream is already capturing" });
             }
             // SAFETY: `raw` is live while `self` is.
             if let Err(e) = unsafe { D::begin_capture(op, self.shared.raw, mode) } {
+                D::globals().loads.capture_ends();
                 drop(capture);
                 return Err(self.fault(op, e));
             }
@@ -548,6 +554,7 @@ impl<D: Driver> api::Stream for Stream<D> {
             cap
         };
         D::globals().captures.unregister(Arc::as_ptr(&self.shared));
+        D::globals().loads.capture_ends();
         // SAFETY: `raw` is live while `self` is.
         let ended = unsafe { D::end_capture(op, self.shared.raw) };
         device::flush_postponed_releases::<D>();

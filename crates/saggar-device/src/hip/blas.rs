@@ -26,6 +26,8 @@ pub(crate) static HIPBLASLT: LtSpec = LtSpec {
     // hipBLASLt has no alignment preferences.
     pref_min_alignment: None,
     heuristic_result_bytes: 56,
+    // hipblasLtMatmulAlgo_t: uint8_t data[16], size_t max_workspace_bytes.
+    algo_bytes: 24,
     statuses: &[
         (1, "HIPBLAS_STATUS_NOT_INITIALIZED"),
         (2, "HIPBLAS_STATUS_ALLOC_FAILED"),
