@@ -509,7 +509,7 @@ impl<D: Driver> Shared<D> {
             // A candidate that cannot be timed leaves the heuristic's first choice. Timing launches
             // every candidate, so it loads their code: kept apart from captures.
             let chosen = if count > 1 {
-                D::globals().loads.load(|| self.run_candidates(p, desc, &results, count, TUNE_RUNS)).unwrap_or(0)
+                device::loading_code::<D, _>(|| self.run_candidates(p, desc, &results, count, TUNE_RUNS)).unwrap_or(0)
             } else {
                 0
             };
@@ -556,7 +556,7 @@ impl<D: Driver> Shared<D> {
             LOADED_KERNELS.lock().insert(key);
             return;
         }
-        let launched = D::globals().loads.load(|| self.run_candidates(plan, desc, &plan.algo[..], 1, 0));
+        let launched = device::loading_code::<D, _>(|| self.run_candidates(plan, desc, &plan.algo[..], 1, 0));
         if launched.is_ok() {
             LOADED_KERNELS.lock().insert(key);
         }

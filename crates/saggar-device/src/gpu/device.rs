@@ -110,6 +110,14 @@ pub(crate) fn unsafe_calls_forbidden<D: Driver>() -> bool {
     D::globals().captures.unsafe_calls_forbidden()
 }
 
+/// Runs `load`, work that may load code (a module and its functions, a library's first launch of a
+/// kernel), apart from every capture of the process ([`crate::gpu::load_gate`]). Where this thread
+/// may not make unsafe calls (it is capturing) it runs at once: waiting would wait for itself, and
+/// the driver refuses what the capture forbids.
+pub(crate) fn loading_code<D: Driver, T>(load: impl FnOnce() -> T) -> T {
+    if unsafe_calls_forbidden::<D>() { load() } else { D::globals().loads.load(load) }
+}
+
 /// Fails, invalidating the captures concerned, if the driver forbids `op` on this thread right now.
 /// Called by every operation the driver counts as potentially unsafe (allocations, synchronous work).
 #[inline]
@@ -356,7 +364,7 @@ impl<D: Driver> api::Device for Device<D> {
 
     fn load_module(&self, code: &CodeObject) -> Result<Module<D>> {
         self.shared.enter("device.load_module")?;
-        Module::load(self.shared.clone(), code)
+        loading_code::<D, _>(|| Module::load(self.shared.clone(), code))
     }
 
     fn create_blas(&self, config: &crate::blas::BlasConfig) -> Result<crate::gpu::GpuBlas<D>> {

@@ -2,10 +2,11 @@
 //! default (lazy module loading), and loading may synchronize the context, which the driver refuses
 //! while a stream of the context is capturing, on any thread: the launching call fails (cuBLASLt
 //! reports `CUBLAS_STATUS_EXECUTION_FAILED`) or the capture is invalidated. Sessions load programs
-//! on some threads while capturing graphs on others, so a BLAS library's first launch of a kernel
-//! must not overlap any capture. [`LoadGate`] is that rule: a capture holds it shared from begin to
-//! end, a first launch of library code ([`LoadGate::load`]) holds it alone, and a waiting load keeps
-//! new captures from starting so a stream of captures cannot starve it.
+//! on some threads while capturing graphs on others, so loading a module, resolving its functions
+//! (where lazy loading loads them) and a BLAS library's first launch of a kernel must not overlap
+//! any capture. [`LoadGate`] is that rule: a capture holds it shared from begin to end, code loading
+//! ([`LoadGate::load`], through `device::loading_code`) holds it alone, and a waiting load keeps new
+//! captures from starting so a stream of captures cannot starve it.
 
 use std::time::Duration;
 

@@ -98,14 +98,18 @@ impl<D: Driver> api::Module for Module<D> {
         let signature = shared.signatures.iter().find(|s| s.name == name).cloned().ok_or_else(no_such)?;
         let c_name = CString::new(name).map_err(|_| no_such())?;
         shared.device.enter(op)?;
-        // SAFETY: the module is live while `shared` is.
-        let raw = match unsafe { D::get_function(op, shared.raw, &c_name) } {
-            Ok(raw) => raw,
-            Err(e) if D::classify(&e) == ErrorClass::NotFound => return Err(no_such()),
-            Err(e) => return Err(e),
-        };
-        // SAFETY: `raw` belongs to the live module.
-        let limits = unsafe { D::kernel_limits(op, raw, &shared.device.limits) }?;
+        // Lazy module loading loads the function here.
+        let (raw, limits) = device::loading_code::<D, _>(|| {
+            // SAFETY: the module is live while `shared` is.
+            let raw = match unsafe { D::get_function(op, shared.raw, &c_name) } {
+                Ok(raw) => raw,
+                Err(e) if D::classify(&e) == ErrorClass::NotFound => return Err(no_such()),
+                Err(e) => return Err(e),
+            };
+            // SAFETY: `raw` belongs to the live module.
+            let limits = unsafe { D::kernel_limits(op, raw, &shared.device.limits) }?;
+            Ok((raw, limits))
+        })?;
         Ok(Kernel { module: shared.clone(), raw, signature, limits })
     }
 }
