@@ -270,10 +270,11 @@ type TunedKey = (&'static str, usize, usize, MatmulDesc, u32);
 static TUNED: std::sync::LazyLock<Mutex<HashMap<TunedKey, HeuristicResult>>> =
     std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// What decides which kernels of the library a plan launches, short of the problem's size: the
-/// library, the device, the algorithm (its configuration words), transposes, epilogue, bias,
-/// precision and operand alignment.
-type KernelKey = (&'static str, usize, [u64; 8], bool, bool, Epilogue, bool, MatmulPrecision, u32);
+/// What decides which kernels of the library a plan launches: the library, the device, the
+/// description, the operand alignment and the algorithm (its configuration words). The size is part
+/// of it: the libraries launch other kernel instances (and reductions) for other sizes with the same
+/// configuration.
+type KernelKey = (&'static str, usize, MatmulDesc, u32, [u64; 8]);
 
 /// The kernels [`Blas::prepare`] has launched once in this process (through [`LoadGate`]), so a
 /// launch during a capture never loads code.
@@ -553,17 +554,7 @@ impl<D: Driver> Shared<D> {
         let words = D::BLAS_LT.algo_bytes / 8;
         let mut algo = [0u64; 8];
         algo[..words].copy_from_slice(&plan.algo[..words]);
-        let key: KernelKey = (
-            D::BLAS_LT.library,
-            self.device.ordinal(),
-            algo,
-            desc.trans_a,
-            desc.trans_b,
-            desc.epilogue,
-            desc.bias,
-            desc.precision,
-            align,
-        );
+        let key: KernelKey = (D::BLAS_LT.library, self.device.ordinal(), *desc, align, algo);
         if ran || LOADED_KERNELS.lock().contains(&key) {
             LOADED_KERNELS.lock().insert(key);
             return;
