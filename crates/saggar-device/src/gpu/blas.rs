@@ -384,8 +384,9 @@ impl<D: Driver> GpuBlas<D> {
         device::forbid_during_capture::<D>(op)?;
         let api = load(D::BLAS_LT, config.library_path.as_ref())?;
         let mut handle = std::ptr::null_mut();
+        // Creating a handle loads and allocates the library's device state: kept apart from captures.
         // SAFETY: `handle` is writable; the device's context is current (entered above).
-        check::<D>(op, unsafe { (api.create)(&mut handle) })?;
+        check::<D>(op, device::loading_code::<D, _>(|| unsafe { (api.create)(&mut handle) }))?;
         Ok(GpuBlas {
             shared: Arc::new(Shared {
                 device: device.shared.clone(),
@@ -702,8 +703,10 @@ impl<D: Driver> Drop for Shared<D> {
         }
         if !self.handle.is_null() {
             let handle = std::mem::replace(&mut self.handle, std::ptr::null_mut());
+            // Destroying it frees the library's device state: kept apart from captures.
             // SAFETY: the handle is live and destroyed once (replaced by null above).
-            first = first.and(check::<D>("blas.drop", unsafe { (self.api.destroy)(handle) }));
+            let destroyed = device::loading_code::<D, _>(|| unsafe { (self.api.destroy)(handle) });
+            first = first.and(check::<D>("blas.drop", destroyed));
         }
         if let Err(e) = first {
             self.device.defer(e);
