@@ -359,31 +359,22 @@ fn onnx_attention_and_blas_tune_flags_run_and_key_the_cache_as_they_should() {
     }
 }
 
+/// `perf` arguments for BERT on the host with its sequence padded to buckets of 8 and 16, requests
+/// of `seq` tokens, then `extra`.
+fn bert_padded_args(seq: u64, extra: &[&str]) -> Vec<String> {
+    let (ids, mask) = (format!("input_ids:1x{seq}"), format!("attention_mask:1x{seq}"));
+    let head =
+        ["--backend", "host", "--onnx", BERT_ONNX, "--shapes", &ids, "--shapes", &mask, "--pad-axis", "seq:8,16"];
+    head.iter().chain(extra).chain(&["--quiet"]).map(|a| a.to_string()).collect()
+}
+
 /// `--pad-axis`: BERT's sequence padded to buckets serves requests of a length between buckets from
 /// a batch x sequence grid with graphs (no per-shape programs), and its outputs verify.
 #[test]
 fn onnx_pad_axis_serves_a_sequence_between_buckets_from_the_grid() {
     let sandbox = Sandbox::new();
-    let (report, _) = json(
-        &sandbox,
-        &[
-            "--backend",
-            "host",
-            "--onnx",
-            BERT_ONNX,
-            "--shapes",
-            "input_ids:1x13",
-            "--shapes",
-            "attention_mask:1x13",
-            "--pad-axis",
-            "seq:8,16",
-            "--trace",
-            "const:2",
-            "--iterations",
-            "12",
-            "--quiet",
-        ],
-    );
+    let args = bert_padded_args(13, &["--trace", "const:2", "--iterations", "12"]);
+    let (report, _) = json(&sandbox, &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_consistent(&report);
     assert_eq!(u64_at(&report, "/graphs/shape_programs"), 0, "no per-shape programs: {report:#}");
     assert!(u64_at(&report, "/graphs/replays") > 0, "graphs replayed: {report:#}");
@@ -395,30 +386,9 @@ fn onnx_pad_axis_serves_a_sequence_between_buckets_from_the_grid() {
 #[test]
 fn onnx_request_binding_serves_a_padded_axis_at_its_buckets() {
     let sandbox = Sandbox::new();
-    let (report, _) = json(
-        &sandbox,
-        &[
-            "--backend",
-            "host",
-            "--onnx",
-            BERT_ONNX,
-            "--shapes",
-            "input_ids:1x16",
-            "--shapes",
-            "attention_mask:1x16",
-            "--pad-axis",
-            "seq:8,16",
-            "--trace",
-            "uniform:1..3",
-            "--requests",
-            "12",
-            "--binding",
-            "request",
-            "--verify",
-            "6",
-            "--quiet",
-        ],
-    );
+    let extra = ["--trace", "uniform:1..3", "--requests", "12", "--binding", "request", "--verify", "6"];
+    let args = bert_padded_args(16, &extra);
+    let (report, _) = json(&sandbox, &args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_consistent(&report);
     assert_eq!(report["binding"], "request");
     assert_eq!(u64_at(&report, "/verify/checked"), 6, "{report:#}");

@@ -286,18 +286,27 @@ fn kind_body(kind: &GpuKind) -> String {
             let p = if channels { "row % meta[2]" } else { "j" };
             let (bias_param, bias_add) =
                 if bias { (", const float* __restrict__ bias", format!(" + bias[{p}]")) } else { ("", String::new()) };
-            let (stat_params, stat_stores) = match stats {
+            let (stat_params, stats_written) = match stats {
                 0 => ("", ""),
-                1 => (", float* __restrict__ mean_out", "\n    if (threadIdx.x == 0) mean_out[row] = mean;"),
+                1 => (", float* __restrict__ mean_out", "mean_out[row] = mean;"),
                 _ => (
                     ", float* __restrict__ mean_out, float* __restrict__ inv_out",
-                    "\n    if (threadIdx.x == 0) { mean_out[row] = mean; inv_out[row] = inv; }",
+                    "mean_out[row] = mean; inv_out[row] = inv;",
                 ),
+            };
+            // The Mean and InvStdDev outputs, written by one thread of the row's (`writer`).
+            let stat_stores = |writer: &str| {
+                if stats_written.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n    if ({writer}) {{ {stats_written} }}")
+                }
             };
             let eps = float_literal(epsilon_bits);
             if !channels {
-                return layer_norm_rows_body(bias_param, &bias_add, stat_params, stat_stores, &eps);
+                return layer_norm_rows_body(bias_param, &bias_add, stat_params, &stat_stores("lane == 0"), &eps);
             }
+            let stat_stores = stat_stores("threadIdx.x == 0");
             format!(
                 r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
   __shared__ float sh[{BLOCK}];
@@ -578,7 +587,6 @@ fn im2col_body() -> String {
 /// row. Every thread of a block runs the same number of iterations (a group past the last row idles
 /// through them), so a group's lanes always meet at their shuffles.
 fn layer_norm_rows_body(bias_param: &str, bias_add: &str, stat_params: &str, stat_stores: &str, eps: &str) -> String {
-    let stat_stores = stat_stores.replace("threadIdx.x == 0", "lane == 0");
     format!(
         r#"(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale{bias_param}, float* __restrict__ y{stat_params}) {{
   __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
