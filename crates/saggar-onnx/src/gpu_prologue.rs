@@ -1,7 +1,7 @@
 //! LayerNormalization with its input computed in the kernel: the elementwise group producing `x`
 //! (a bias add and a residual add, typically) is evaluated where the normalisation reads `x`, so the
 //! group's result is never stored. Rows go to groups of threads as in the plain LayerNormalization
-//! kernel. The group's values come from [`gpu_codegen::fused_values`] in a
+//! kernel. The group's values come from [`gpu_fused::fused_values`] in a
 //! `__device__` function of the flat index; the normalisation reads it three times per element (sum,
 //! variance, output), recomputing a few adds instead of a round trip through memory.
 //!
@@ -11,7 +11,8 @@
 
 use std::fmt::Write as _;
 
-use crate::gpu_codegen::{self, BLOCK, FusedGroup, kernel_name};
+use crate::gpu_codegen::{BLOCK, kernel_name};
+use crate::gpu_fused::{self, FusedGroup};
 
 /// `(name, C++ definitions)` of a LayerNormalization over the value of `group`'s last node, with
 /// scale `in{scale}`, bias `in{bias}` when present, and epsilon `epsilon_bits` (f32 bits).
@@ -21,8 +22,8 @@ pub(crate) fn layer_norm_kernel(
     bias: Option<usize>,
     epsilon_bits: u32,
 ) -> Option<(String, String)> {
-    let params = gpu_codegen::fused_params(group)?;
-    let values = gpu_codegen::fused_values(group)?;
+    let params = gpu_fused::fused_params(group)?;
+    let values = gpu_fused::fused_values(group)?;
     let last = group.nodes.len().checked_sub(1)?;
     let args: String = (0..group.inputs.len()).fold(String::new(), |mut s, k| {
         let _ = write!(s, ", in{k}");
@@ -78,7 +79,7 @@ mod tests {
     use saggar_shape::DType;
 
     use super::*;
-    use crate::gpu_codegen::FusedNode;
+    use crate::gpu_fused::FusedNode;
 
     #[test]
     fn the_group_value_feeds_every_read_of_x() {

@@ -60,7 +60,7 @@ impl NodeKernel {
 /// node's output.
 #[derive(Debug, Clone)]
 pub(crate) struct FusedHostKernel {
-    pub(crate) nodes: Vec<(NodeKernel, crate::gpu_codegen::Wiring)>,
+    pub(crate) nodes: Vec<(NodeKernel, crate::gpu_fused::Wiring)>,
     pub(crate) externals: usize,
 }
 

@@ -36,6 +36,7 @@ mod fusion;
 mod gpu_codegen;
 #[cfg(test)]
 mod gpu_emulation;
+mod gpu_fused;
 mod gpu_prologue;
 mod half;
 mod host_kernels;

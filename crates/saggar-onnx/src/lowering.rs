@@ -26,7 +26,8 @@ use crate::attention;
 use crate::compiler::AttentionKernel;
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
-use crate::gpu_codegen::{self, BLOCK, FusedGroup, FusedNode, ROW_LANES, TILE};
+use crate::gpu_codegen::{self, BLOCK, ROW_LANES, TILE};
+use crate::gpu_fused::{self, FusedGroup, FusedNode};
 use crate::gpu_prologue;
 use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
@@ -668,7 +669,7 @@ fn emit_group(
                     meta.extend_from_slice(&ln.meta);
                     (name, text, ln.work)
                 } else {
-                    let (name, text) = gpu_codegen::fused_kernel(&group).ok_or_else(no_device_form)?;
+                    let (name, text) = gpu_fused::fused_kernel(&group).ok_or_else(no_device_form)?;
                     (name, text, Work::Elements(numel(&out_dims)))
                 };
                 let name = emit.kernel(gpu_codegen::signature(&name, externals.len() + 1), Some(text));
