@@ -290,10 +290,10 @@ fn flop(desc: &MatmulDesc) -> u64 {
     2u64.saturating_mul(desc.m).saturating_mul(desc.n).saturating_mul(desc.k).saturating_mul(desc.batch.max(1))
 }
 
-/// The most workspace the heuristic may plan for below [`TUNE_MIN_FLOP`]: with more, cuBLASLt picks
-/// split-K kernels whose extra reduction costs more than it saves on problems this small (the BERT
-/// test model at batch 1 on an H100: 180 us a request with 32 MiB offered, 146 us with 4 MiB), where
-/// larger problems at a few hundred rows need it (BERT-base at batch 1: 1.95 ms against 2.89 ms).
+/// The most workspace the heuristic may plan for below [`TUNE_MIN_FLOP`]: with more offered, its
+/// choices for problems this small ran slower (the BERT test model at batch 1 on an H100, GEMMs of
+/// 1 to 4 MFLOP: 180 us a request with 32 MiB, 146 us with 4 MiB), where larger problems at a few
+/// hundred rows need it for their split-K kernels (BERT-base at batch 1: 1.95 ms against 2.89 ms).
 const SMALL_PROBLEM_WORKSPACE: usize = 4 << 20;
 
 /// The workspace the heuristic is offered for `desc` by a handle with `workspace` bytes.
