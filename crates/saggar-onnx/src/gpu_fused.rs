@@ -155,21 +155,21 @@ fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
         "  const onnx_i64* fm = meta + 2 + {} * rank;\n  bool vec = (meta[1] & 3) == 0 && ((saggar_u64)(const void*)out & 15) == 0;\n",
         externals + 1
     );
+    // Per used input: its test (the output's shape and aligned, or a scalar) and its vector load.
+    let mut loads = String::new();
     for &k in used {
+        let m = 2 * k;
         let _ = writeln!(
             text,
-            "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && ((saggar_u64)(const void*)in{k} & 15) == 0));",
-            m = 2 * k
+            "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && ((saggar_u64)(const void*)in{k} & 15) == 0));"
+        );
+        let _ = writeln!(
+            loads,
+            "      const float4 x{k} = fm[{m}] == 1 ? ((const float4*)in{k})[q] : make_float4(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
         );
     }
     text.push_str("  if (vec) {\n    ONNX_LOOP(q, meta[1] >> 2) {\n");
-    for &k in used {
-        let _ = writeln!(
-            text,
-            "      const float4 x{k} = fm[{m}] == 1 ? ((const float4*)in{k})[q] : make_float4(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);",
-            m = 2 * k
-        );
-    }
+    text.push_str(&loads);
     text.push_str("      float4 r;\n");
     for c in ["x", "y", "z", "w"] {
         let args: Vec<String> = used.iter().map(|k| format!("x{k}.{c}")).collect();

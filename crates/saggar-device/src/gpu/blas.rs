@@ -556,9 +556,14 @@ impl<D: Driver> Shared<D> {
         let mut algo = [0u64; 8];
         algo[..words].copy_from_slice(&plan.algo[..words]);
         let key: KernelKey = (D::BLAS_LT.library, self.device.ordinal(), *desc, align, algo);
-        if ran || LOADED_KERNELS.lock().contains(&key) {
-            LOADED_KERNELS.lock().insert(key);
-            return;
+        {
+            let mut loaded = LOADED_KERNELS.lock();
+            if ran {
+                loaded.insert(key);
+            }
+            if loaded.contains(&key) {
+                return;
+            }
         }
         let launched = device::loading_code::<D, _>(|| self.run_candidates(plan, desc, &plan.algo[..], 1, 0));
         if launched.is_ok() {
