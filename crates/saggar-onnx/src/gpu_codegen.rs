@@ -41,15 +41,17 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 // A row group keeps its row in dynamic shared memory (the launch reserves it) while the block's
 // rows fit ONNX_ROW_CACHE_BYTES, so a row is read from global memory once instead of three times.
 #define ONNX_ROW_CACHE_BYTES 49152
+// Declared as float4 so that four-element paths may read it as such (16-byte aligned).
 #ifndef ONNX_DYNAMIC_SHARED
-#define ONNX_DYNAMIC_SHARED(name) extern __shared__ float name[]
+#define ONNX_DYNAMIC_SHARED(name) extern __shared__ float4 name##_float4[]; float* const name = (float*)name##_float4
 #endif
-// Out-of-line device functions (a fused chain called from two loops is compiled once).
-#ifndef ONNX_NOINLINE
+// Device functions inlined into every call (a fused chain in its kernel's loops: a call per element
+// would cost more than the chain's arithmetic).
+#ifndef ONNX_FORCEINLINE
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
-#define ONNX_NOINLINE __attribute__((noinline))
+#define ONNX_FORCEINLINE inline __attribute__((always_inline))
 #else
-#define ONNX_NOINLINE __noinline__
+#define ONNX_FORCEINLINE __forceinline__
 #endif
 #endif
 // Xor shuffles within groups of `w` adjacent lanes (a power of two up to 32).
@@ -58,6 +60,15 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 #else
 #define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor_sync(0xffffffffu, (v), (o), (w))
 #endif
+// Four consecutive f32 of row `row` at column `4 * q`, from an input of broadcast mode `mode`
+// (see the fused kernels' `meta`) whose divisor is the row length (`cols4` vectors): the row
+// itself (1), one row for every row (2), one value per row (4), or a scalar (3).
+__device__ ONNX_FORCEINLINE float4 onnx_row_load4(const float* __restrict__ p, onnx_i64 mode, onnx_i64 row, int cols4, int q) {
+  if (mode == 1) return ((const float4*)p)[row * cols4 + q];
+  if (mode == 2) return ((const float4*)p)[q];
+  const float x = p[mode == 4 ? row : 0];
+  return make_float4(x, x, x, x);
+}
 // The sum over a row's group: `blockDim.x` threads of one `threadIdx.y` (a warp's lanes, or with
 // `blockDim.y == 1` the whole block through `sh`). Every thread of the block calls it together.
 __device__ inline float onnx_row_sum(float v, float* sh) {

@@ -42,9 +42,9 @@ inline float __shfl_xor_sync(unsigned, float v, int mask, int) {
 }
 // Dynamic shared memory: one block's worth at the largest size a plan asks for, shared by the
 // block's threads like a `__shared__` static.
-static float saggar_dynamic_shared[49152 / 4];
+alignas(16) static float saggar_dynamic_shared[49152 / 4];
 #define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
-#define ONNX_NOINLINE
+#define ONNX_FORCEINLINE inline
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -313,6 +313,11 @@ fn every_kind_model() -> OnnxModel {
     init(&mut b, "wsrc", f32s(&[2, WIDE], 19));
     init(&mut b, "wls", f32s(&[WIDE], 20));
     init(&mut b, "wlb", f32s(&[WIDE], 21));
+    init(&mut b, "w58", f32s(&[5, 8], 22));
+    init(&mut b, "v8", f32s(&[8], 23));
+    init(&mut b, "ls8", f32s(&[8], 24));
+    init(&mut b, "lb8", f32s(&[8], 25));
+    init(&mut b, "tall8_shape", Tensor::from_i64s(vec![86, 2, 3, 4, 8]));
     init(&mut b, "c3a", f32s(&[3], 10));
     init(&mut b, "c3b", f32s(&[3], 11));
     init(&mut b, "c3v", Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
@@ -374,6 +379,18 @@ fn every_kind_model() -> OnnxModel {
     node(&mut b, "LayerNormalization", &["wide", "wls", "wlb"], &["lnwide"], &[], f);
     b.node("Add", &["wide", "wsrc"], &["wide2"], &[]);
     node(&mut b, "LayerNormalization", &["wide2", "wls", "wlb"], &["lnwide2"], &[], f);
+    // Rows of 8 (whole four-element vectors): the normalisation's four-element path, with its
+    // group reading each broadcast it takes (the row, a per-row value, a shared row, a scalar),
+    // a block a row and (2064 rows) eight rows a block.
+    b.node("MatMul", &["x", "w58"], &["mm8"], &[]);
+    b.node("Mul", &["mm8", "pre"], &["e8a"], &[]);
+    b.node("Add", &["e8a", "v8"], &["e8b"], &[]);
+    b.node("Mul", &["e8b", "two"], &["e8c"], &[]);
+    b.node("Add", &["e8c", "mm8"], &["e8d"], &[]);
+    node(&mut b, "LayerNormalization", &["e8d", "ls8", "lb8"], &["ln8"], &[], f);
+    b.node("Expand", &["mm8", "tall8_shape"], &["tall8"], &[]);
+    b.node("Add", &["tall8", "v8"], &["tall8b"], &[]);
+    node(&mut b, "LayerNormalization", &["tall8b", "ls8", "lb8"], &["ln8tall"], &[], f);
     // Each broadcast mode of a fused input: same shape, trailing block, leading block, general.
     node(&mut b, "Add", &["x", "ls"], &["xbias"], &[], f);
     node(&mut b, "Mul", &["x", "pre"], &["xpre"], &[], f);

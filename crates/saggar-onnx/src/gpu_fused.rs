@@ -1,5 +1,5 @@
 //! CUDA/HIP C++ of fused elementwise groups: a chain of elementwise nodes over broadcast inputs as one
-//! kernel. The chain is one out-of-line `__device__` function of the loaded inputs; the kernel loads
+//! kernel. The chain is one inlined `__device__` function of the loaded inputs; the kernel loads
 //! each input at the offset its broadcast mode gives ([`crate::ops::gpu::broadcast_mode`], chosen per
 //! bucket into the `meta` table), and an all-`f32` group moves four elements a step where a launch is
 //! contiguous. The LayerNormalization prologue (`gpu_prologue.rs`) evaluates the same loads and nodes
@@ -43,7 +43,7 @@ pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
 }
 
 /// The external inputs some node of `group` reads.
-fn used_inputs(group: &FusedGroup) -> Vec<usize> {
+pub(crate) fn used_inputs(group: &FusedGroup) -> Vec<usize> {
     (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect()
 }
 
@@ -114,10 +114,24 @@ fn fused_nodes(group: &FusedGroup) -> Option<String> {
     Some(body)
 }
 
+/// The `__device__` function `NAME_v` of the loaded inputs `a{k}` (`k` in `used`) returning the
+/// value of `group`'s last node, inlined where it is called.
+pub(crate) fn chain_function(group: &FusedGroup, used: &[usize]) -> Option<String> {
+    let last = group.nodes.len().checked_sub(1)?;
+    let mut params = String::new();
+    for &k in used {
+        let _ = write!(params, "{}{} a{k}", if params.is_empty() { "" } else { ", " }, ctype(group.inputs[k])?);
+    }
+    Some(format!(
+        "__device__ ONNX_FORCEINLINE {} NAME_v({params}) {{\n{}    return v{last};\n}}\n",
+        ctype(group.nodes[last].out)?,
+        fused_nodes(group)?
+    ))
+}
+
 /// `(name, C++ definitions)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
 ///
-/// The nodes are one `__device__` function of the loaded inputs (`NAME_v`), kept out of line so its
-/// text is compiled once. When every input and the output are `f32`, the kernel first tests whether
+/// The nodes are one `__device__` function of the loaded inputs ([`chain_function`]). When every input and the output are `f32`, the kernel first tests whether
 /// this launch is contiguous (every used input the output's shape or a scalar, whole four-element
 /// vectors, 16-byte aligned pointers) and then moves four elements a thread a step with vector
 /// loads and stores: a thread keeps 16 bytes of each input in flight instead of 4, which is what a
@@ -127,22 +141,16 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     let last = group.nodes.last()?;
     let used = used_inputs(group);
     let out_type = ctype(last.out)?;
-    let mut params = String::new();
-    let mut args = String::new();
-    for &k in &used {
-        let _ = write!(params, "{}{} a{k}", if params.is_empty() { "" } else { ", " }, ctype(group.inputs[k])?);
-        let _ = write!(args, "{}a{k}", if args.is_empty() { "" } else { ", " });
-    }
+    let args: Vec<String> = used.iter().map(|k| format!("a{k}")).collect();
     let vector = used.iter().all(|&k| group.inputs[k] == DType::F32) && last.out == DType::F32;
     let vector_path = if vector { vector_path(group, &used) } else { String::new() };
     // NAME stands for the kernel's name, which hashes this text.
     let text = format!(
-        "__device__ ONNX_NOINLINE {out_type} NAME_v({params}) {{\n{nodes}    return v{last_node};\n}}\n\
-         SAGGAR_GLOBAL void NAME(const onnx_i64* meta{inputs}, {out_type}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n{vector_path}  ONNX_LOOP(i, meta[1]) {{\n{loads}    out[i] = NAME_v({args});\n  }}\n}}\n",
-        nodes = fused_nodes(group)?,
-        last_node = group.nodes.len() - 1,
+        "{chain}SAGGAR_GLOBAL void NAME(const onnx_i64* meta{inputs}, {out_type}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n{vector_path}  ONNX_LOOP(i, meta[1]) {{\n{loads}    out[i] = NAME_v({args});\n  }}\n}}\n",
+        chain = chain_function(group, &used)?,
         inputs = fused_params(group)?,
         loads = fused_loads(group)?,
+        args = args.join(", "),
     );
     let name = kernel_name("fused", &text);
     Some((name.clone(), text.replace("NAME", &name)))

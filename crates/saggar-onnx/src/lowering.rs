@@ -220,15 +220,21 @@ pub(crate) struct Lowered {
     pub(crate) labels: StepLabels,
 }
 
-/// The launch shape of `work`.
 /// Rows from which row-group kernels take a warp a row (2048 warps: about 16 on each SM of an H100).
 const ROW_GROUP_MIN_ROWS: u64 = 2048;
 
+/// Blocks of an elementwise launch at most. Its threads stride over the elements, so each thread's
+/// setup (reading `meta`, testing the vector path) is paid once for many elements rather than once
+/// for a few; 2048 blocks of [`BLOCK`] threads fill an H100's 132 SMs twice over. Measured on an
+/// H100 (GELU over 25M f32): 175 us with a block per 256 elements, 100 us with 2048 blocks.
+const ELEMENT_BLOCKS: u64 = 2048;
+
+/// The launch shape of `work`.
 pub(crate) fn launch_config(work: Work) -> LaunchConfig {
     const MAX_BLOCKS: u64 = 65_535;
     let blocks = |n: u64| n.clamp(1, MAX_BLOCKS) as u32;
     match work {
-        Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, MAX_BLOCKS * BLOCK as u64), BLOCK),
+        Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, ELEMENT_BLOCKS * BLOCK as u64), BLOCK),
         Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
         // A warp a row while that makes enough warps to fill the GPU; below, a block a row, of
         // up to one thread per 8 columns. The block's rows stay in dynamic shared memory while they
