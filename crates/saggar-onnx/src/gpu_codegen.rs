@@ -54,6 +54,14 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 #define ONNX_FORCEINLINE __forceinline__
 #endif
 #endif
+// Launch bounds: at most `threads` a block, and on CUDA registers for `blocks` blocks an SM.
+#ifndef ONNX_BOUNDS
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_BOUNDS(threads, blocks) __launch_bounds__(threads)
+#else
+#define ONNX_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#endif
+#endif
 // Xor shuffles within groups of `w` adjacent lanes (a power of two up to 32).
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor((v), (o), (w))

@@ -45,6 +45,7 @@ inline float __shfl_xor_sync(unsigned, float v, int mask, int) {
 alignas(16) static float saggar_dynamic_shared[49152 / 4];
 #define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
 #define ONNX_FORCEINLINE inline
+#define ONNX_BOUNDS(threads, blocks)
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
