@@ -53,7 +53,7 @@ impl EmbeddingBag {
     }
 }
 
-/// The one launch of node `n`'s GPU form.
+/// The launch of a node whose GPU form is exactly one launch.
 fn single_launch(info: &NodeInfo) -> Option<&GpuLaunch> {
     match &info.gpu {
         Some(Ok(GpuNode::Launches(l))) => match l.as_slice() {
@@ -103,7 +103,11 @@ fn match_at(
         }
         expect = expect.checked_mul(d)?;
     }
-    if len <= 0 || n_idx % len != 0 || Some(n_out) != (n_idx / len).checked_mul(inner) {
+    if len <= 0
+        || Some(expect) != inner.checked_mul(len)
+        || n_idx % len != 0
+        || Some(n_out) != (n_idx / len).checked_mul(inner)
+    {
         return None;
     }
     Some(EmbeddingBag {
@@ -406,5 +410,42 @@ mod tests {
         assert_eq!(fused("ReduceSum", &[1, 2], none), (false, false), "over an index axis and the row's");
         assert_eq!(fused("ReduceSum", &[0], none), (false, false), "an outer index axis, the inner kept");
         assert_eq!(fused("ReduceMax", &[1], none), (false, false), "another reduction");
+    }
+
+    /// The DLRM model's 26 bags are one step each, labelled with both nodes, at batch 1 and 3.
+    #[test]
+    fn each_bag_of_the_dlrm_model_is_one_step_naming_both_nodes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join("dlrm");
+        let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+        for fusion in [true, false] {
+            let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_fusion(fusion));
+            for batch in [1u64, 3] {
+                let dims: Vec<Vec<u64>> =
+                    model.inputs().iter().enumerate().map(|(i, _)| vec![batch, if i == 0 { 13 } else { 4 }]).collect();
+                let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+                let labels = &lowered.labels;
+                let bag_steps: Vec<usize> = (0..lowered.steps.len())
+                    .filter(|&s| labels.groups[labels.step_group[s]].ops == ["Gather", "ReduceSum"])
+                    .collect();
+                assert_eq!(bag_steps.len(), if fusion { 26 } else { 0 }, "fusion {fusion}, batch {batch}");
+                for s in bag_steps {
+                    let PlanStep::Launch(l) = &lowered.steps[s] else { panic!("step {s} is a matmul") };
+                    assert!(l.kernel.starts_with("onnx_embedding_bag_"), "{}", l.kernel);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bag_launches_put_threads_along_the_row_and_the_rest_of_the_block_on_bags() {
+        let shape = |rows, cols| {
+            let c = launch_config(Work::Columns { rows, cols });
+            (c.grid.x, c.block.x, c.block.y, c.shared_mem_bytes)
+        };
+        assert_eq!(shape(1, 16), (1, 16, 1, 0), "one bag: one row of threads");
+        assert_eq!(shape(40, 16), (3, 16, 16, 0), "16 bags a block");
+        assert_eq!(shape(2, 300), (2, 256, 1, 0), "rows wider than a block loop");
+        assert_eq!(shape(3, 37), (1, 64, 4, 0), "rows of bags rounded up to a power of two");
+        assert_eq!(shape(10_000_000, 3), (65_535, 4, 64, 0), "the kernel loops over bags past the grid");
     }
 }
