@@ -148,6 +148,7 @@ pub(crate) fn kernel(index: DType, mean: bool) -> (String, String) {
     const {ix}* bag = idx + b * len;
     for (onnx_i64 d = threadIdx.x; d < width; d += blockDim.x) {{
       float acc = 0.0f;
+#pragma unroll 4
       for (onnx_i64 l = 0; l < len; ++l) {{
         onnx_i64 x = (onnx_i64)bag[l];
         if (x < 0) x += rows;
