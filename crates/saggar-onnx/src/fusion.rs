@@ -1,4 +1,4 @@
-//! Fusion: which nodes run as one kernel, decided in three passes.
+//! Fusion: which nodes run as one kernel, decided in four passes.
 //!
 //! 1. Attention patterns ([`crate::attention`]): each becomes one group rooted at its last node.
 //! 2. Elementwise chains, among the other nodes. Rule: a node whose GPU form is an elementwise
@@ -8,7 +8,9 @@
 //!    they run at the root's position. Intermediates are never stored: every group input is read at
 //!    the broadcast position of the root's output (broadcasting composes, so an intermediate of a
 //!    smaller shape is recomputed per output element instead).
-//! 3. A LayerNormalization without statistics outputs whose input is an elementwise group's result
+//! 3. An embedding bag: a Gather read only by a ReduceSum or ReduceMean over its index axes
+//!    ([`crate::embedding_bag`]) is one group rooted at the reduction.
+//! 4. A LayerNormalization without statistics outputs whose input is an elementwise group's result
 //!    read by nothing else takes that group in ([`crate::gpu_prologue`]).
 //!
 //! Without fusion ([`crate::OnnxOptions::fusion`] off) every node is its own group. The decision
@@ -20,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use saggar_shape::DType;
 
 use crate::attention::{self, Attention};
+use crate::embedding_bag::{self, EmbeddingBag};
 use crate::error::OnnxError;
 use crate::host_kernels::Operand;
 use crate::ir::{Graph, ValueId};
@@ -93,15 +96,18 @@ pub(crate) struct Grouping {
     pub(crate) root: Vec<usize>,
     /// The attention groups, by root.
     pub(crate) attention: HashMap<usize, Attention>,
+    /// The embedding bags, by root (the reduction).
+    pub(crate) bags: HashMap<usize, EmbeddingBag>,
 }
 
-/// Groups the nodes of `graph`: attention patterns first ([`crate::attention`]), then elementwise
-/// chains among the other nodes. Without `fuse` every node is its own group.
+/// Groups the nodes of `graph`: attention patterns first ([`crate::attention`]), embedding bags
+/// ([`crate::embedding_bag`]), then elementwise chains among the other nodes. Without `fuse` every
+/// node is its own group.
 pub(crate) fn plan(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
     let mut root: Vec<usize> = (0..graph.nodes.len()).collect();
     let mut attention = HashMap::new();
     if !fuse {
-        return Grouping { root, attention };
+        return Grouping { root, attention, bags: HashMap::new() };
     }
     let mut claimed = vec![false; graph.nodes.len()];
     for a in attention::find(graph, info) {
@@ -111,6 +117,12 @@ pub(crate) fn plan(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
             claimed[m] = true;
         }
         attention.insert(r, a);
+    }
+    let bags = embedding_bag::find(graph, info, &claimed);
+    for bag in bags.values() {
+        root[bag.gather] = bag.reduce;
+        claimed[bag.gather] = true;
+        claimed[bag.reduce] = true;
     }
     let uses = graph.use_counts();
     let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
@@ -159,7 +171,7 @@ pub(crate) fn plan(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
             }
         }
     }
-    Grouping { root, attention }
+    Grouping { root, attention, bags }
 }
 
 /// Whether node `n` is a LayerNormalization launching one kernel without its statistics outputs.

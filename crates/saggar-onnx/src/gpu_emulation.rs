@@ -98,7 +98,7 @@ static void store(const char* path, const unsigned char* p, size_t size) {
 "#;
 
 /// Runs `compiler` on `inputs` through its CUDA plan compiled for the CPU in `dir`; `None` without g++.
-fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Vec<u8>>> {
+pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Vec<u8>>> {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
     let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
     let source = compiler.source(&lowered).code;
@@ -207,7 +207,7 @@ fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Optio
     Some((0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap()).collect())
 }
 
-fn assert_close(got: &[u8], want: &Tensor, what: &str) {
+pub(crate) fn assert_close(got: &[u8], want: &Tensor, what: &str) {
     assert_eq!(got.len(), want.to_le_bytes().len(), "{what}: byte length");
     let got = Tensor::from_le_bytes(want.dtype(), want.dims().to_vec(), got).unwrap();
     match (got.data(), want.data()) {

@@ -30,6 +30,7 @@ mod artifact;
 mod attention;
 pub mod builder;
 mod compiler;
+mod embedding_bag;
 pub mod error;
 mod external;
 mod fusion;

@@ -4,8 +4,8 @@
 //! Nodes are first grouped ([`crate::fusion`]): a group is one step of the plan, with one memory
 //! plan for every target. On the host a step is one host kernel (a lone node's op, a fused group
 //! evaluating its nodes in order, or an attention group's kernel); on CUDA and HIP a step is one
-//! generated kernel per fused group (elementwise, LayerNormalization with its input group, or
-//! attention), or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
+//! generated kernel per fused group (elementwise, LayerNormalization with its input group, an
+//! embedding bag, or attention), or the launches the op describes ([`crate::ops::gpu`]), each with its `meta` table placed in the
 //! program's own constants.
 //!
 //! Locations: model inputs and outputs are the caller's bindings; the constants of the imported
@@ -24,6 +24,7 @@ use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
 
 use crate::attention;
 use crate::compiler::AttentionKernel;
+use crate::embedding_bag;
 use crate::error::OnnxError;
 use crate::fusion::{self, NodeInfo, operand};
 use crate::gpu_codegen::{self, BLOCK, ROW_LANES, TILE};
@@ -253,6 +254,17 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
                 grid: Dim3::x(blocks(rows)),
                 block: Dim3::x(lanes as u32),
                 shared_mem_bytes: row_cache_bytes(1, cols),
+            }
+        }
+        // Threads over a row's columns up to a block, the rest of the block over rows (no more rows
+        // a block than there are).
+        Work::Columns { rows, cols } => {
+            let x = cols.clamp(1, u64::from(BLOCK)).next_power_of_two();
+            let y = (u64::from(BLOCK) / x).min(rows.clamp(1, u64::from(BLOCK)).next_power_of_two());
+            LaunchConfig {
+                grid: Dim3::x(blocks(rows.div_ceil(y))),
+                block: Dim3 { x: x as u32, y: y as u32, z: 1 },
+                shared_mem_bytes: 0,
             }
         }
         Work::Tiles { m, n, batch } => {
@@ -512,6 +524,8 @@ pub(crate) fn lower(
         } else if let Some(a) = grouping.attention.get(&step) {
             summary.attention_groups += 1;
             attention::lower::emit(graph, a, &location, target, fusion.unwrap_or_default(), &mut emit)?;
+        } else if let (Some(bag), Target::Gpu(_)) = (grouping.bags.get(&step), target) {
+            embedding_bag::emit(graph, bag, &location, &mut emit)?;
         } else {
             emit_group(graph, &info, &members, &location, target, blas, &mut emit)?;
         }
