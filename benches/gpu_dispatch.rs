@@ -6,7 +6,9 @@
 //! written in place into pinned staging, streamed or through the views: one copy, the replay, one
 //! download) against the same device work done by hand (one prefilled copy of the bytes the request
 //! sends + the bare graph + one download, by stream calls and as one captured graph) and against a
-//! copy of the inputs' bytes alone, interleaved in one loop. `--json PATH` writes the figures.
+//! copy of the inputs' bytes alone, interleaved in one loop; each with the session's copies made by
+//! the default kernel through the mapped pinned buffers and by the copy engine. `--json PATH` writes
+//! the figures.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +45,8 @@ struct Figures {
 /// A `Request` against the pinned-copy path and the same device work by hand, for one model.
 struct RequestFigures {
     model: &'static str,
+    /// How the session's single copies are made: `kernel` (the default) or `copy engine`.
+    copies: &'static str,
     pinned_e2e_us: f64,
     request_e2e_us: f64,
     request_views_e2e_us: f64,
@@ -156,9 +160,14 @@ impl BackendVisitor for Bench {
             stream.synchronize().unwrap();
             bare_e2e.push(t.elapsed());
         }
+        // Each model with the default copies (by kernel through the mapped pinned buffers) and with
+        // the copy engine's.
         let requests = request_models()
             .into_iter()
-            .map(|(model, config)| request_figures::<B>(&device, &stream, model, config, n))
+            .flat_map(|(model, config)| {
+                [saggar::dispatch::DEFAULT_KERNEL_COPIES_UP_TO, 0].map(|copies| (model, config.clone(), copies))
+            })
+            .map(|(model, config, copies)| request_figures::<B>(&device, &stream, model, config, copies, n))
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Figures {
             device: format!("{} ({})", device.info().name, B::KIND),
@@ -217,6 +226,7 @@ fn request_figures<B: Backend>(
     stream: &B::Stream,
     model: &'static str,
     config: ModelConfig,
+    kernel_copies_up_to: usize,
     n: usize,
 ) -> Result<RequestFigures, String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
@@ -226,6 +236,7 @@ fn request_figures<B: Backend>(
         // while the Request holds the other.
         .buckets(BucketSpec::PowersOfTwo { max: 64 })
         .max_concurrency(2)
+        .kernel_copies_up_to(kernel_copies_up_to)
         .build()
         .map_err(|x| e(&x))?;
     let session = Session::<B, ReferenceCompiler>::new(device.clone(), compiler.clone(), session_config, &|_| {})
@@ -344,6 +355,7 @@ fn request_figures<B: Backend>(
         samples.map(median);
     Ok(RequestFigures {
         model,
+        copies: if kernel_copies_up_to > 0 { "kernel" } else { "copy engine" },
         pinned_e2e_us: pinned,
         request_e2e_us: request_e2e,
         request_views_e2e_us: request_views_e2e,
@@ -388,8 +400,8 @@ fn main() {
     }
     for r in &f.requests {
         println!(
-            "{}, buckets 1..64, host inputs: the request's copy sends {} bytes (its inputs: {} bytes)",
-            r.model, r.upload_bytes, r.input_bytes
+            "{}, buckets 1..64, copies by {}, host inputs: the request's copy sends {} bytes (its inputs: {} bytes)",
+            r.model, r.copies, r.upload_bytes, r.input_bytes
         );
         let prefilled = Some((r.prefilled_replay_us, "prefilled"));
         let pinned = Some((r.pinned_e2e_us, "pinned run_into"));
@@ -444,7 +456,7 @@ fn main() {
                     ("pinned_over_request", r.pinned_e2e_us / r.request_e2e_us),
                 ];
                 let numbers: Vec<String> = fields.iter().map(|(k, v)| format!("{k:?}:{v:.3}")).collect();
-                format!("{{\"model\":{:?},{}}}", r.model, numbers.join(","))
+                format!("{{\"model\":{:?},\"copies\":{:?},{}}}", r.model, r.copies, numbers.join(","))
             })
             .collect();
         numbers.push(format!("\"requests\":[{}]", requests.join(",")));

@@ -226,11 +226,13 @@ impl BackendVisitor for Bench {
                 .collect();
             // Inputs written in place (what a dispatcher `Request` does on the host): the caller's
             // writes into the staging slots (streamed, as `Request::write_input` does, or through the
-            // views with plain stores), ONE copy, the wait; measured in alternation with the
-            // prefilled copy.
+            // views with plain stores), ONE copy (by the copy engine, as the prefilled copy), the
+            // wait; measured in alternation with the prefilled copy.
             {
-                let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
-                    .map_err(|e| e.to_string())?;
+                let arena = ArenaOptions::default().with_kernel_copies_up_to(0);
+                let pool =
+                    ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig { arena, ..PoolConfig::default() })
+                        .map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
                 let lease = std::cell::RefCell::new(&mut lease);
                 // The inputs fill their slots (no padding): as a `Request` at its bucket's batch, no
@@ -289,7 +291,10 @@ impl BackendVisitor for Bench {
             for (label, gather, pause) in gather_configs() {
                 // Requests 1 ms apart: parked helpers; fewer iterations (each waits the pause).
                 let iterations = if pause.is_some() { self.iterations / 4 } else { self.iterations };
-                let config = PoolConfig { arena: ArenaOptions::default().with_gather(gather), ..PoolConfig::default() };
+                // The copy by the copy engine, as the prefilled copy it is measured against: these
+                // rows are the gather's cost. The kernel copy's rows follow.
+                let arena = ArenaOptions::default().with_gather(gather).with_kernel_copies_up_to(0);
+                let config = PoolConfig { arena, ..PoolConfig::default() };
                 let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), config).map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
                 let before = lease.gather_stats();
@@ -367,6 +372,52 @@ impl BackendVisitor for Bench {
                     vs_alone: None,
                 });
                 rows.extend(stage_rows);
+            }
+            // The default copy, by a kernel through the mapped staging buffer (every copy up to
+            // `DEFAULT_KERNEL_COPIES_UP_TO`), after the default gather, and alone from a prefilled
+            // staging buffer, against the prefilled copy-engine copy.
+            {
+                let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
+                    .map_err(|e| e.to_string())?;
+                let mut lease = pool.lease().map_err(|e| e.to_string())?;
+                let span = lease.layout().input_span();
+                let by_kernel = lease.copies_by_kernel(span);
+                let lease = std::cell::RefCell::new(&mut lease);
+                let [gathered_us, kernel_only_us, prefilled_alongside_us] = time_each(
+                    self.iterations,
+                    None,
+                    [
+                        &mut || {
+                            lease.borrow_mut().stage_inputs(&stream, &sources).unwrap();
+                            stream.synchronize().unwrap();
+                        },
+                        &mut || {
+                            // SAFETY: waited for right below, before the next write.
+                            unsafe { lease.borrow().enqueue_upload(&stream, span).unwrap() };
+                            stream.synchronize().unwrap();
+                        },
+                        &mut || {
+                            // SAFETY: as above.
+                            unsafe { stream.copy_h2d_async(&pinned, 0, target.as_slice()).unwrap() };
+                            stream.synchronize().unwrap();
+                        },
+                    ],
+                );
+                let how = if by_kernel { "kernel copy" } else { "copy engine (kernel copies unavailable)" };
+                for (label, us) in
+                    [(format!("default gather, {how}"), gathered_us), (format!("prefilled, {how}"), kernel_only_us)]
+                {
+                    rows.push(Row {
+                        case: case_name.clone(),
+                        gather: label,
+                        arena_us: us,
+                        gather_only_us: f64::NAN,
+                        per_input_us,
+                        single_prefilled_us: prefilled_alongside_us,
+                        stats: None,
+                        vs_alone: None,
+                    });
+                }
             }
             // Low load: the calling thread alone and the default gather (helpers parked between
             // requests), with the same stores (chosen by the backend), measured in alternation with

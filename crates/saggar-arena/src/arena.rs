@@ -5,7 +5,8 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam::utils::CachePadded;
 use saggar_device::{
-    Backend, Device, DeviceBuffer, DeviceSlice, Event, KernelArg, LaunchConfig, Module, PinnedBuffer, Stream, builtin,
+    Backend, CodeObject, Device, DeviceBuffer, DevicePtr, DeviceSlice, Event, KernelArg, LaunchConfig, Module,
+    PinnedBuffer, Stream, builtin,
 };
 use saggar_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
 use smallvec::SmallVec;
@@ -93,7 +94,18 @@ pub struct ArenaOptions {
     pub coalesce_outputs: bool,
     /// How the host side of a gather is spread over threads.
     pub gather: GatherOptions,
+    /// The single copies ([`Arena::enqueue_upload`], [`Arena::enqueue_download`]) of at most this many
+    /// bytes are made by a kernel (`saggar_copy_bytes`) that reads or writes the pinned buffer where
+    /// the device maps it, instead of by the copy engine; larger ones, and every copy where pinned
+    /// memory is not mapped or the kernel is unavailable, use the copy engine. 0: always the copy
+    /// engine. A small copy costs the copy engine several microseconds of start-up and hand-over to
+    /// and from the kernels around it, which the kernel does not; past about a megabyte the copy
+    /// engine's bandwidth wins (measurements: `docs/benchmarks.md`).
+    pub kernel_copies_up_to: usize,
 }
+
+/// [`ArenaOptions::kernel_copies_up_to`] by default: 1 MiB.
+pub const DEFAULT_KERNEL_COPIES_UP_TO: usize = 1 << 20;
 
 impl ArenaOptions {
     /// These options with (or without) the pinned read-back buffer for one-copy outputs.
@@ -107,17 +119,28 @@ impl ArenaOptions {
         self.gather = gather;
         self
     }
+
+    /// These options with the single copies of at most `bytes` made by a kernel
+    /// ([`ArenaOptions::kernel_copies_up_to`]; 0: always the copy engine).
+    pub fn with_kernel_copies_up_to(mut self, bytes: usize) -> ArenaOptions {
+        self.kernel_copies_up_to = bytes;
+        self
+    }
 }
 
 impl Default for ArenaOptions {
     fn default() -> ArenaOptions {
-        ArenaOptions { coalesce_outputs: true, gather: GatherOptions::default() }
+        ArenaOptions {
+            coalesce_outputs: true,
+            gather: GatherOptions::default(),
+            kernel_copies_up_to: DEFAULT_KERNEL_COPIES_UP_TO,
+        }
     }
 }
 
 /// What every arena of one pool shares: the device, the layouts (see [`crate::ArenaPool::with_layouts`]),
-/// the gather helpers and how each layout's inputs are split among them, and the padding kernel
-/// (compiled on first need).
+/// the gather helpers and how each layout's inputs are split among them, and the built-in kernels
+/// (compiled when the pool is made if kernel copies are on, else on first need by padding).
 pub(crate) struct ArenaContext<B: Backend> {
     pub(crate) device: B::Device,
     /// At least one; every layout has the same inputs and outputs, at its own offsets.
@@ -127,14 +150,35 @@ pub(crate) struct ArenaContext<B: Backend> {
     /// Per layout: part `p` of a gather is inputs `part_starts[p]..part_starts[p + 1]`, balanced by
     /// slot bytes.
     part_starts: Box<[Vec<usize>]>,
-    pad_kernel: OnceLock<std::result::Result<B::Kernel, saggar_device::Error>>,
+    builtins: OnceLock<std::result::Result<Builtins<B>, saggar_device::Error>>,
+}
+
+/// Loads the built-in kernels an arena launches from `code` (saggar-device's built-in source,
+/// compiled for `device`).
+fn load_builtins<B: Backend>(
+    device: &B::Device,
+    code: &CodeObject,
+) -> std::result::Result<Builtins<B>, saggar_device::Error> {
+    let module = device.load_module(code)?;
+    Ok(Builtins { pad: module.kernel(builtin::COPY_ROWS)?, copy: module.kernel(builtin::COPY_BYTES)? })
+}
+
+/// The built-in kernels an arena launches.
+struct Builtins<B: Backend> {
+    /// Device inputs padded into their slots.
+    pad: B::Kernel,
+    /// The single copies, where they are made by a kernel.
+    copy: B::Kernel,
 }
 
 impl<B: Backend> ArenaContext<B> {
+    /// A pool's shared state. `builtins`, the built-in kernels already compiled for `device` (from a
+    /// compile cache, say), saves compiling them here.
     pub(crate) fn new(
         device: B::Device,
         layouts: Vec<Arc<ArenaLayout>>,
         options: ArenaOptions,
+        builtins: Option<CodeObject>,
     ) -> Result<ArenaContext<B>> {
         let Some(first) = layouts.first() else {
             return Err(ArenaError::Layout { reason: "a pool needs at least one layout".into() });
@@ -163,26 +207,47 @@ impl<B: Backend> ArenaContext<B> {
                 balanced_parts(layout.inputs(), parts)
             })
             .collect();
-        Ok(ArenaContext {
+        let ctx = ArenaContext {
             device,
             layouts: layouts.into_boxed_slice(),
             options,
             gatherer,
             part_starts,
-            pad_kernel: OnceLock::new(),
-        })
+            builtins: OnceLock::new(),
+        };
+        // Code that does not load (compiled for another device, say) is compiled again below.
+        if let Some(loaded) = builtins.and_then(|code| load_builtins(&ctx.device, &code).ok()) {
+            let _ = ctx.builtins.set(Ok(loaded));
+        }
+        if options.kernel_copies_up_to > 0 {
+            // Now, not at the first copy: that one may be recorded into a graph, and a module load is
+            // no work to do during a capture. A failure leaves the copies to the copy engine.
+            let _ = ctx.builtins();
+        }
+        Ok(ctx)
     }
 
     pub(crate) fn gather_stats(&self) -> GatherStats {
         self.gatherer.stats()
     }
 
-    fn pad_kernel(&self) -> Result<&B::Kernel> {
-        let compiled = self.pad_kernel.get_or_init(|| {
-            let code = self.device.compile(&builtin::source())?;
-            self.device.load_module(&code)?.kernel(builtin::COPY_ROWS)
-        });
+    fn builtins(&self) -> Result<&Builtins<B>> {
+        let compiled =
+            self.builtins.get_or_init(|| load_builtins(&self.device, &self.device.compile(&builtin::source())?));
         compiled.as_ref().map_err(|e| ArenaError::Device(e.clone()))
+    }
+
+    fn pad_kernel(&self) -> Result<&B::Kernel> {
+        Ok(&self.builtins()?.pad)
+    }
+
+    /// The kernel for a single copy of `bytes` to or from mapped pinned memory, where one is made by
+    /// a kernel ([`ArenaOptions::kernel_copies_up_to`]); never compiles (the pool did, if ever).
+    fn copy_kernel(&self, bytes: usize) -> Option<&B::Kernel> {
+        if bytes > self.options.kernel_copies_up_to {
+            return None;
+        }
+        self.builtins.get()?.as_ref().ok().map(|b| &b.copy)
     }
 }
 
@@ -214,6 +279,24 @@ impl<B: Backend> std::fmt::Debug for Arena<B> {
             .field("pending", &self.pending)
             .finish_non_exhaustive()
     }
+}
+
+/// Enqueues the built-in copy kernel: `bytes` from `src` to `dst`.
+///
+/// # Safety
+/// Both ranges must stay live device memory (mapped pinned memory included) until the stream has
+/// passed the launch, and the host must keep off the pinned memory among them until then.
+unsafe fn launch_copy<B: Backend>(
+    stream: &B::Stream,
+    kernel: &B::Kernel,
+    src: DevicePtr,
+    dst: DevicePtr,
+    bytes: usize,
+) -> Result<()> {
+    let args = [KernelArg::Ptr(dst), KernelArg::Ptr(src), KernelArg::U64(bytes as u64)];
+    // SAFETY: the caller's promises; the kernel touches exactly `bytes` bytes of each range.
+    unsafe { stream.launch(kernel, &builtin::copy_bytes_config(bytes as u64), &args)? };
+    Ok(())
 }
 
 /// Checks a caller buffer's alignment. An empty buffer is never read or written, and Rust gives an
@@ -421,10 +504,35 @@ impl<B: Backend> Arena<B> {
         }
         let dst = self.device_memory.slice(0, span)?;
         store_fence();
+        if let Some((kernel, src)) = self.kernel_copy(&self.staging, span) {
+            // SAFETY: as below; the kernel reads `span` bytes of the mapped staging buffer and writes
+            // `span` bytes of the arena, both in range.
+            return Ok(unsafe { launch_copy::<B>(stream, kernel, src, dst.ptr(), span)? });
+        }
         // SAFETY: the staging buffer belongs to this arena and outlives the copy (drop waits for the
         // fence); the caller fences after enqueueing, per this function's contract.
         unsafe { stream.copy_h2d_async(&self.staging, 0, dst)? };
         Ok(())
+    }
+
+    /// Orders this thread's streaming stores into staging ([`Arena::write_staged_input`] leaves them
+    /// unfenced) before the device may read them through work the host does not enqueue one by one:
+    /// a replayed graph that holds the upload. [`Arena::enqueue_upload`] does the same for what it
+    /// enqueues, but a graph's replay runs none of the host code it was captured from.
+    pub fn publish_staged(&self) {
+        store_fence();
+    }
+
+    /// The copy kernel and `pinned`'s device address, when a copy of `bytes` to or from it is made by
+    /// a kernel.
+    fn kernel_copy(&self, pinned: &B::PinnedBuffer, bytes: usize) -> Option<(&B::Kernel, DevicePtr)> {
+        Some((self.ctx.copy_kernel(bytes)?, pinned.device_ptr()?))
+    }
+
+    /// Whether the single copies of `bytes` are made by a kernel rather than the copy engine (see
+    /// [`ArenaOptions::kernel_copies_up_to`]).
+    pub fn copies_by_kernel(&self, bytes: usize) -> bool {
+        self.kernel_copy(&self.staging, bytes).is_some()
     }
 
     /// Enqueues ONE device-to-host copy of the first `span` bytes of the output span into the pinned
@@ -436,6 +544,11 @@ impl<B: Backend> Arena<B> {
         let readback = self.readback.as_ref().ok_or(ArenaError::NotDownloaded)?;
         let layout = self.layout();
         let src = self.device_memory.slice(layout.output_offset(), span.min(layout.output_span()))?;
+        if let Some((kernel, dst)) = self.kernel_copy(readback, src.len()) {
+            // SAFETY: as below; the kernel reads `src` (in the arena) and writes as many bytes of
+            // the mapped read-back buffer, which is at least the output span long.
+            return Ok(unsafe { launch_copy::<B>(stream, kernel, src.ptr(), dst, src.len())? });
+        }
         // SAFETY: the read-back buffer belongs to this arena, which waits for the fence before the
         // host reads it or frees it; the caller fences per this function's contract.
         unsafe { stream.copy_d2h_async(src, readback, 0)? };

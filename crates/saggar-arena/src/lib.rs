@@ -28,7 +28,10 @@ mod layout;
 mod pool;
 mod staged;
 
-pub use arena::{Arena, ArenaOptions, BindingKind, DeviceInputMode, InputSource, OutputTarget, StageReport};
+pub use arena::{
+    Arena, ArenaOptions, BindingKind, DEFAULT_KERNEL_COPIES_UP_TO, DeviceInputMode, InputSource, OutputTarget,
+    StageReport,
+};
 pub use error::{ArenaError, Result};
 pub use gather::{GatherOptions, GatherStats, StagingStores};
 pub use layout::{ArenaLayout, DEFAULT_ALIGNMENT, Slot, SlotSpec};

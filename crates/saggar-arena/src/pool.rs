@@ -316,7 +316,21 @@ impl<B: Backend> ArenaPool<B> {
     /// each packed for that program's sizes, so a program's one copy sends only its own bytes instead
     /// of a span laid out for the largest program. The arena is sized for the largest layout.
     pub fn with_layouts(device: B::Device, layouts: Vec<Arc<ArenaLayout>>, config: PoolConfig) -> Result<ArenaPool<B>> {
-        let ctx = Arc::new(ArenaContext::new(device, layouts, config.arena)?);
+        Self::with_builtins(device, layouts, config, None)
+    }
+
+    /// [`ArenaPool::with_layouts`] with saggar-device's built-in kernels already compiled for
+    /// `device` (`builtins`, from a compile cache, say: [`saggar_device::builtin::source`] compiled
+    /// by [`saggar_device::Device::compile`]), so the pool need not compile them (a runtime compile
+    /// costs tens of milliseconds on a GPU backend). `None`: the pool compiles them when it needs
+    /// them; so does a code object that does not load.
+    pub fn with_builtins(
+        device: B::Device,
+        layouts: Vec<Arc<ArenaLayout>>,
+        config: PoolConfig,
+        builtins: Option<saggar_device::CodeObject>,
+    ) -> Result<ArenaPool<B>> {
+        let ctx = Arc::new(ArenaContext::new(device, layouts, config.arena, builtins)?);
         let factory_ctx = ctx.clone();
         let pool = Pool::new(config.max_arenas, config.when_exhausted, move || Arena::new(factory_ctx.clone()))?;
         Ok(ArenaPool { pool, ctx })

@@ -10,7 +10,7 @@ use saggar_arena::{
     OutputTarget, PoolConfig, SlotSpec, StagingStores, WhenExhausted,
 };
 use saggar_device::conformance::builtin_module;
-use saggar_device::host::{AddressReuse, HostBackend, HostConfig, HostDevice};
+use saggar_device::host::{AddressReuse, HostBackend, HostConfig, HostCounters, HostDevice};
 use saggar_device::{Device, DeviceBuffer, Event, KernelArg, LaunchConfig, Module, Stream, builtin};
 use saggar_shape::{Chunk, DType, PadPlan, SlicePlan, TensorShape};
 
@@ -21,6 +21,26 @@ fn device() -> HostDevice {
 fn pool(device: &HostDevice, inputs: &[SlotSpec], outputs: &[SlotSpec], config: PoolConfig) -> ArenaPool<HostBackend> {
     let layout = Arc::new(ArenaLayout::new(inputs, outputs, 256).unwrap());
     ArenaPool::new(device.clone(), layout, config).unwrap()
+}
+
+/// Pool settings with the single copies made by the copy engine (`by_kernel` false) or by the copy
+/// kernel through mapped pinned memory (the default for copies this small).
+fn copies(by_kernel: bool) -> PoolConfig {
+    let arena = if by_kernel { ArenaOptions::default() } else { ArenaOptions::default().with_kernel_copies_up_to(0) };
+    PoolConfig { arena, ..PoolConfig::default() }
+}
+
+/// Exactly one host-to-device copy of `bytes` since `before`: one engine copy of those bytes, or one
+/// launch (the copy kernel) and no engine copy.
+fn assert_one_upload(d: &HostDevice, before: &HostCounters, by_kernel: bool, bytes: usize, what: &str) {
+    let after = d.counters();
+    let (engine, launches) = (after.copies_h2d - before.copies_h2d, after.launches - before.launches);
+    if by_kernel {
+        assert_eq!((engine, launches), (0, 1), "{what}: one copy, by the kernel");
+    } else {
+        assert_eq!((engine, launches), (1, 0), "{what}: one copy, by the copy engine");
+        assert_eq!(after.bytes_h2d - before.bytes_h2d, bytes as u64, "{what}: the span's bytes");
+    }
 }
 
 /// Gathers split across three helpers whatever the layout's size, with plain or streaming stores.
@@ -83,17 +103,22 @@ fn as_bytes(v: &[u64], len: usize) -> &[u8] {
 
 #[test]
 fn one_copy_gathers_pads_and_round_trips() {
+    one_copy_gathers_pads_and_round_trips_with(false);
+    one_copy_gathers_pads_and_round_trips_with(true);
+}
+
+fn one_copy_gathers_pads_and_round_trips_with(by_kernel: bool) {
     let d = device();
     let stream = d.create_stream().unwrap();
     let (rows, bucket, width) = (3u64, 8u64, 5u64);
     let inputs = [SlotSpec::new("dense", (bucket * width * 4) as usize, 4), SlotSpec::new("table", 64, 4)];
     let outputs = [SlotSpec::new("out", (bucket * 16) as usize, 4)];
-    let pool = pool(&d, &inputs, &outputs, PoolConfig::default());
+    let pool = pool(&d, &inputs, &outputs, copies(by_kernel));
     let mut lease = pool.lease().unwrap();
     let dense = aligned(&bytes_of(1, (rows * width * 4) as usize));
     let table = aligned(&bytes_of(2, 64));
     let chunk = Chunk::whole(rows, bucket);
-    let before = d.counters().copies_h2d;
+    let before = d.counters();
     let report = lease
         .stage_inputs(
             &stream,
@@ -108,7 +133,8 @@ fn one_copy_gathers_pads_and_round_trips() {
         .unwrap();
     stream.synchronize().unwrap();
     assert_eq!(report.host_to_device_copies, 1);
-    assert_eq!(d.counters().copies_h2d - before, 1, "exactly one host-to-device copy");
+    assert_eq!(lease.copies_by_kernel(report.staged_bytes), by_kernel);
+    assert_one_upload(&d, &before, by_kernel, report.staged_bytes, "stage_inputs");
     // The padded rows repeat the last real row.
     let binding = lease.input_bindings()[0];
     assert_eq!(binding.len(), (bucket * width * 4) as usize);
@@ -608,12 +634,17 @@ proptest! {
 /// download may still be in flight and gives the real rows after.
 #[test]
 fn inputs_written_in_place_are_padded_in_place_and_sent_with_one_copy() {
+    inputs_written_in_place_with(false);
+    inputs_written_in_place_with(true);
+}
+
+fn inputs_written_in_place_with(by_kernel: bool) {
     let d = device();
     let stream = d.create_stream().unwrap();
     let (rows, bucket, width) = (3u64, 8u64, 5u64);
     let inputs = [SlotSpec::new("dense", (bucket * width * 4) as usize, 4), SlotSpec::new("table", 64, 4)];
     let outputs = [SlotSpec::new("out", (bucket * 16) as usize, 4)];
-    let pool = pool(&d, &inputs, &outputs, PoolConfig::default());
+    let pool = pool(&d, &inputs, &outputs, copies(by_kernel));
     let mut lease = pool.lease().unwrap();
     let chunk = Chunk::whole(rows, bucket);
     let plans =
@@ -624,12 +655,12 @@ fn inputs_written_in_place_are_padded_in_place_and_sent_with_one_copy() {
     lease.staged_input_mut(1, &plans[1]).unwrap().copy_from_slice(&table);
     assert_eq!(lease.staged_input_mut(0, &plans[0]).unwrap().len(), dense.len(), "the view holds the real rows");
     let span = lease.pad_staged(|i| plans[i]).unwrap();
-    let before = d.counters().copies_h2d;
+    let before = d.counters();
     // SAFETY: fenced right below.
     unsafe { lease.enqueue_upload(&stream, span).unwrap() };
     lease.fence(&stream).unwrap();
     lease.wait_idle().unwrap();
-    assert_eq!(d.counters().copies_h2d - before, 1, "exactly one host-to-device copy");
+    assert_one_upload(&d, &before, by_kernel, span, "enqueue_upload");
     let mut got = vec![0u8; (bucket * width * 4) as usize];
     stream.download(lease.input_slot(0).sub(0, got.len()).unwrap(), &mut got).unwrap();
     let row = (width * 4) as usize;
@@ -650,11 +681,54 @@ fn inputs_written_in_place_are_padded_in_place_and_sent_with_one_copy() {
     assert_eq!(lease.downloaded_output(0, &slice_plan).unwrap(), &produced[..(rows * 16) as usize]);
 }
 
+/// The limit of kernel copies is inclusive: a span of exactly `kernel_copies_up_to` bytes goes by
+/// the kernel, one byte more by the copy engine, both ways.
+#[test]
+fn copies_above_the_kernel_limit_use_the_copy_engine() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let inputs = [SlotSpec::new("x", 1024, 4)];
+    let outputs = [SlotSpec::new("y", 1024, 4)];
+    for (limit, by_kernel) in [(1024, true), (1023, false)] {
+        let config =
+            PoolConfig { arena: ArenaOptions::default().with_kernel_copies_up_to(limit), ..PoolConfig::default() };
+        let pool = pool(&d, &inputs, &outputs, config);
+        let mut lease = pool.lease().unwrap();
+        assert_eq!(lease.copies_by_kernel(1024), by_kernel, "limit {limit}");
+        let data = bytes_of(7, 1024);
+        let plan = plan("x", DType::F32, &[256], false, Chunk::whole(1, 1));
+        lease.write_staged_input(0, &plan, &data).unwrap();
+        let before = d.counters();
+        // SAFETY: fenced right below.
+        unsafe { lease.enqueue_upload(&stream, 1024).unwrap() };
+        lease.fence(&stream).unwrap();
+        lease.wait_idle().unwrap();
+        assert_one_upload(&d, &before, by_kernel, 1024, &format!("upload at limit {limit}"));
+        let mut got = vec![0u8; 1024];
+        stream.download(lease.input_slot(0), &mut got).unwrap();
+        assert_eq!(got, data, "upload at limit {limit}");
+        stream.upload(&data, lease.output_slot(0)).unwrap();
+        let before = d.counters();
+        lease.download_outputs(&stream).unwrap();
+        lease.wait_idle().unwrap();
+        let after = d.counters();
+        let engine = after.copies_d2h - before.copies_d2h;
+        assert_eq!((engine, after.launches - before.launches), if by_kernel { (0, 1) } else { (1, 0) });
+        let y = SlicePlan::new(TensorShape::new("y", DType::F32, &[256]), false, Chunk::whole(1, 1)).unwrap();
+        assert_eq!(lease.downloaded_output(0, &y).unwrap(), &data[..], "download at limit {limit}");
+    }
+}
+
 /// A pool of several layouts: each arena holds all of them in one memory, switches between them, and
 /// gathers, binds and sends each at its own offsets; a layout index out of range and layouts of
 /// different tensor counts are typed errors.
 #[test]
 fn arenas_of_several_layouts_gather_and_send_each_at_its_own_offsets() {
+    several_layouts_with(false);
+    several_layouts_with(true);
+}
+
+fn several_layouts_with(by_kernel: bool) {
     let d = device();
     let stream = d.create_stream().unwrap();
     // Two inputs of `rows` rows of 8 bytes: bucket 1 packs them 256 bytes apart, bucket 64 512 bytes
@@ -664,7 +738,7 @@ fn arenas_of_several_layouts_gather_and_send_each_at_its_own_offsets() {
         Arc::new(ArenaLayout::new(&inputs, &[SlotSpec::new("out", rows * 4, 4)], 256).unwrap())
     };
     let pool =
-        ArenaPool::<HostBackend>::with_layouts(d.clone(), vec![layout(1), layout(64)], PoolConfig::default()).unwrap();
+        ArenaPool::<HostBackend>::with_layouts(d.clone(), vec![layout(1), layout(64)], copies(by_kernel)).unwrap();
     assert_eq!(pool.layouts().len(), 2);
     let mut lease = pool.lease().unwrap();
     assert_eq!(lease.layout_index(), 0);
@@ -679,9 +753,9 @@ fn arenas_of_several_layouts_gather_and_send_each_at_its_own_offsets() {
         let before = d.counters();
         let report = lease.stage_inputs(&stream, &sources).unwrap();
         lease.wait_idle().unwrap();
-        let after = d.counters();
         let span = lease.layout().inputs()[1].offset + rows as usize * 8;
-        assert_eq!((report.staged_bytes, after.bytes_h2d - before.bytes_h2d), (span, span as u64), "rows {rows}");
+        assert_eq!(report.staged_bytes, span, "rows {rows}");
+        assert_one_upload(&d, &before, by_kernel, span, &format!("rows {rows}"));
         for (i, want) in data.iter().enumerate() {
             assert_eq!(lease.input_bindings()[i], lease.input_slot(i).sub(0, want.len()).unwrap());
             let mut got = vec![0u8; want.len()];

@@ -356,6 +356,11 @@ pub struct PerfArgs {
     /// How tensors are bound: pinned (host tensors, run_into), direct (device buffers, run_device), auto = pinned.
     #[arg(long, value_enum, default_value_t = BindingArg::Auto)]
     pub binding: BindingArg,
+    /// The single copies of a run between pinned staging and the device of at most BYTES are made by
+    /// a kernel through the mapped pinned buffers, larger ones by the copy engine; 0: always the copy
+    /// engine.
+    #[arg(long, value_name = "BYTES", default_value_t = saggar_dispatch::DEFAULT_KERNEL_COPIES_UP_TO as u64)]
+    pub kernel_copies_up_to: u64,
     /// Compile cache directory [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,

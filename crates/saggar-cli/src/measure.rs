@@ -204,6 +204,7 @@ pub fn report<B: Backend, C: ProgramCompiler<B>, K>(
         trace: described.trace,
         seed: args.trace.seed,
         binding: described.binding,
+        kernel_copies_up_to: args.kernel_copies_up_to,
         bucket_policy: args.buckets.buckets.to_string(),
         buckets: built.session.buckets(),
         warmup_s: built.session_s,

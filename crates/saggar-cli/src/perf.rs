@@ -248,6 +248,7 @@ pub(crate) fn session_config(
         .cache(cache)
         .max_concurrency(concurrency)
         .prewarm_contexts(concurrency)
+        .kernel_copies_up_to(usize::try_from(args.kernel_copies_up_to).unwrap_or(usize::MAX))
         .build()?)
 }
 

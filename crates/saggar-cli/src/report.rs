@@ -326,6 +326,8 @@ pub struct PerfReport {
     pub seed: u64,
     /// Binding: `pinned` or `direct`.
     pub binding: String,
+    /// `--kernel-copies-up-to`: the largest single copy made by a kernel (0: the copy engine only).
+    pub kernel_copies_up_to: u64,
     /// The bucket policy as given.
     pub bucket_policy: String,
     /// The buckets precompiled.
@@ -384,12 +386,17 @@ impl PerfReport {
         row(
             "workload",
             format!(
-                "trace {}, {} requests, concurrency {}, binding {}, graphs {}",
+                "trace {}, {} requests, concurrency {}, binding {}, graphs {}, copies {}",
                 self.trace,
                 self.requests,
                 self.concurrency,
                 self.binding,
-                if self.graphs.enabled { "on" } else { "off" }
+                if self.graphs.enabled { "on" } else { "off" },
+                if self.kernel_copies_up_to == 0 {
+                    "by the copy engine".to_string()
+                } else {
+                    format!("by kernel up to {} B", self.kernel_copies_up_to)
+                }
             ),
         );
         row("buckets", format!("{} ({})", buckets.join(","), self.bucket_policy));

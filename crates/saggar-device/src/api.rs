@@ -267,6 +267,15 @@ pub trait PinnedBuffer: Send + Sync + fmt::Debug {
     fn as_slice(&self) -> &[u8];
     /// The bytes, for writing on the host.
     fn as_mut_slice(&mut self) -> &mut [u8];
+    /// The buffer's address in the allocating device's address space, where that device's kernels
+    /// read and write it directly, with no copy engine (mapped pinned memory); `None` where the
+    /// backend could not map it. A kernel's access is asynchronous device access like a copy's: the
+    /// host must not touch the range until the stream has passed the kernel.
+    fn device_ptr(&self) -> Option<DevicePtr>;
+    /// The whole buffer as a device range ([`PinnedBuffer::device_ptr`]), for kernel arguments.
+    fn device_slice(&self) -> Option<DeviceSlice> {
+        self.device_ptr().map(|ptr| DeviceSlice::from_raw(ptr, self.len()))
+    }
 }
 
 /// A loaded module.

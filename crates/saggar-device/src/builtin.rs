@@ -7,6 +7,7 @@
 //! | kernel | parameters | effect |
 //! |---|---|---|
 //! | `saggar_fill_u32` | `ptr dst, u64 n, u32 value` | `dst[0..n] = value` (32-bit words) |
+//! | `saggar_copy_bytes` | `ptr dst, ptr src, u64 n` | `dst[0..n] = src[0..n]`, 16 bytes a load where both are 16-byte aligned (a copy done by the SMs: with mapped pinned memory, a host-device copy without the copy engine) |
 //! | `saggar_copy_rows` | `ptr dst, ptr src, u64 row_bytes, u64 real_rows, u64 total_rows` | copy `real_rows` rows, then repeat the last real row up to `total_rows` (batch padding) |
 //! | `saggar_axpy_f32` | `u64 n, f32 a, ptr x, ptr y` | `y = a * x + y` |
 //! | `saggar_gemm_bias_act_f32` | `ptr out, ptr a, ptr b, ptr bias, u32 m, u32 n, u32 k, u32 act` | `out[m,n] = act(a[m,k] * b[k,n] + bias[n])`; `bias` may be null; `act` 0 = identity, 1 = ReLU |
@@ -16,6 +17,10 @@ use crate::types::{KernelSignature, ParamKind};
 
 /// `saggar_fill_u32(ptr dst, u64 n, u32 value)`.
 pub const FILL_U32: &str = "saggar_fill_u32";
+/// `saggar_copy_bytes(ptr dst, ptr src, u64 n)`.
+pub const COPY_BYTES: &str = "saggar_copy_bytes";
+/// Threads a block of [`COPY_BYTES`] is best launched with (see [`copy_bytes_config`]).
+pub const COPY_BYTES_BLOCK: u32 = 256;
 /// `saggar_copy_rows(ptr dst, ptr src, u64 row_bytes, u64 real_rows, u64 total_rows)`.
 pub const COPY_ROWS: &str = "saggar_copy_rows";
 /// `saggar_axpy_f32(u64 n, f32 a, ptr x, ptr y)`.
@@ -44,6 +49,18 @@ typedef unsigned int saggar_u32;
 const BODY: &str = r#"
 SAGGAR_GLOBAL void saggar_fill_u32(saggar_u32* dst, saggar_u64 n, saggar_u32 value) {
   SAGGAR_GRID_STRIDE(i, n) { dst[i] = value; }
+}
+
+SAGGAR_GLOBAL void saggar_copy_bytes(unsigned char* dst, const unsigned char* src, saggar_u64 n) {
+  saggar_u64 whole = 0;
+  if ((((saggar_u64)dst | (saggar_u64)src) & 15) == 0) {
+    whole = n / 16;
+    const uint4* s = (const uint4*)src;
+    uint4* d = (uint4*)dst;
+    SAGGAR_GRID_STRIDE(i, whole) { d[i] = s[i]; }
+  }
+  saggar_u64 done = whole * 16;
+  SAGGAR_GRID_STRIDE(i, n - done) { dst[done + i] = src[done + i]; }
 }
 
 SAGGAR_GLOBAL void saggar_copy_rows(unsigned char* dst, const unsigned char* src, saggar_u64 row_bytes,
@@ -79,10 +96,20 @@ pub fn signatures() -> Vec<KernelSignature> {
     use ParamKind::*;
     vec![
         KernelSignature::new(FILL_U32, &[Ptr, U64, U32]),
+        KernelSignature::new(COPY_BYTES, &[Ptr, Ptr, U64]),
         KernelSignature::new(COPY_ROWS, &[Ptr, Ptr, U64, U64, U64]),
         KernelSignature::new(AXPY_F32, &[U64, F32, Ptr, Ptr]),
         KernelSignature::new(GEMM_BIAS_ACT_F32, &[Ptr, Ptr, Ptr, Ptr, U32, U32, U32, U32]),
     ]
+}
+
+/// The launch shape for [`COPY_BYTES`] of `n` bytes: a thread per 16 bytes, at most 256 blocks (the
+/// kernel strides over the rest; more blocks only add scheduling for a copy this kernel is meant for,
+/// one small enough that the copy engine's start-up would dominate).
+pub fn copy_bytes_config(n: u64) -> crate::LaunchConfig {
+    let threads = n.div_ceil(16).max(1);
+    let blocks = threads.div_ceil(COPY_BYTES_BLOCK as u64).clamp(1, 256) as u32;
+    crate::LaunchConfig { grid: crate::Dim3::x(blocks), block: crate::Dim3::x(COPY_BYTES_BLOCK), shared_mem_bytes: 0 }
 }
 
 /// The built-in kernels as one source, ready for [`crate::Device::compile`].

@@ -33,6 +33,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one $backend;
             alloc_copy_round_trip,
             pinned_async_round_trip,
+            kernels_reach_mapped_pinned_memory,
             events_order_work_across_streams,
             event_timing,
             untimed_event_orders_work_and_refuses_timing,
@@ -206,6 +207,81 @@ pub fn pinned_async_round_trip<B: Backend>(device: &B::Device) {
     }
     stream.synchronize().unwrap();
     assert_eq!(&dst.as_slice()[17..5017], &data[1000..6000]);
+}
+
+/// Enqueues `saggar_copy_bytes` of `n` bytes from `src` to `dst`.
+///
+/// # Safety
+/// Both ranges must be live device memory (mapped pinned memory included) of `n` bytes until the
+/// stream has passed the launch, and the host must not touch mapped pinned memory among them until then.
+pub unsafe fn copy_bytes<B: Backend>(stream: &B::Stream, kernel: &B::Kernel, src: DevicePtr, dst: DevicePtr, n: u64) {
+    let args = [KernelArg::Ptr(dst), KernelArg::Ptr(src), KernelArg::U64(n)];
+    // SAFETY: the caller's promises; the kernel touches exactly `n` bytes of each range.
+    unsafe { stream.launch(kernel, &builtin::copy_bytes_config(n), &args) }.expect("launch saggar_copy_bytes");
+}
+
+/// Pinned memory is mapped into its device: a kernel reads it and writes it at
+/// [`crate::PinnedBuffer::device_ptr`], eagerly and from a captured graph, at 16-byte aligned offsets
+/// (the four-word path) and odd ones (bytes), and a dropped buffer's mapping is gone.
+pub fn kernels_reach_mapped_pinned_memory<B: Backend>(device: &B::Device) {
+    let stream = device.create_stream().unwrap();
+    let module = builtin_module::<B>(device);
+    let copy = module.kernel(builtin::COPY_BYTES).unwrap();
+    let len = 48 * 1024 + 13;
+    let mut src = device.alloc_pinned(len).unwrap();
+    let mut dst = device.alloc_pinned(len).unwrap();
+    let (Some(src_ptr), Some(dst_ptr)) = (src.device_ptr(), dst.device_ptr()) else {
+        panic!("pinned memory of {:?} is not mapped into the device", device.info().backend);
+    };
+    assert_eq!(src.device_slice().map(|s| (s.ptr(), s.len())), Some((src_ptr, len)));
+    let on_device = device.alloc(len).unwrap();
+    let at = |ptr: DevicePtr, offset: u64| DevicePtr(ptr.0 + offset);
+    for (round, captured) in [false, true].into_iter().enumerate() {
+        let data = pattern(len, 11 + round as u32);
+        src.as_mut_slice().copy_from_slice(&data);
+        dst.as_mut_slice().fill(0);
+        let enqueue = || {
+            // SAFETY: every range lies inside `src`, `dst` or `on_device`, which outlive the
+            // synchronize below; the host does not touch the pinned buffers until then.
+            unsafe {
+                copy_bytes::<B>(&stream, &copy, src_ptr, on_device.ptr(), len as u64);
+                copy_bytes::<B>(&stream, &copy, on_device.ptr(), dst_ptr, 4096);
+                copy_bytes::<B>(&stream, &copy, at(on_device.ptr(), 4096), at(dst_ptr, 4096), 1000);
+                copy_bytes::<B>(&stream, &copy, at(on_device.ptr(), 5096), at(dst_ptr, 5096), (len - 5096) as u64);
+                copy_bytes::<B>(&stream, &copy, at(src_ptr, 3), at(dst_ptr, 7), 100);
+            }
+        };
+        if captured {
+            stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+            enqueue();
+            let graph = stream.end_capture().unwrap();
+            assert_eq!(graph.node_count(), 5);
+            let exec = device.instantiate(&graph).unwrap();
+            // SAFETY: the captured ranges are live until after the synchronize below.
+            unsafe { stream.launch_graph(&exec) }.unwrap();
+        } else {
+            enqueue();
+        }
+        stream.synchronize().unwrap();
+        let mut expected = data.clone();
+        expected.copy_within(3..103, 7);
+        assert!(dst.as_slice() == &expected[..], "round {round}: a kernel's copy through mapped pinned memory differs");
+        assert_eq!(download::<B>(&stream, on_device.as_slice()), data, "round {round}: the device copy differs");
+    }
+    drop(src);
+    if device.info().backend == crate::BackendKind::Host {
+        // The host backend checks every access: the dropped buffer's mapping must be gone.
+        // SAFETY: the host backend resolves the address and faults instead of touching memory.
+        let launched = unsafe {
+            stream.launch(
+                &copy,
+                &builtin::copy_bytes_config(64),
+                &[KernelArg::Ptr(on_device.ptr()), KernelArg::Ptr(src_ptr), KernelArg::U64(64)],
+            )
+        };
+        let waited = launched.and_then(|()| stream.synchronize());
+        assert!(waited.is_err(), "a kernel read a dropped pinned buffer's mapping");
+    }
 }
 
 /// Four rounds of eight fills on a producer stream, then `events` recorded there, a consumer stream

@@ -279,6 +279,7 @@ pub struct SessionConfig {
     pub(crate) arena_alignment: usize,
     pub(crate) request_limits: RequestLimits,
     pub(crate) gather: saggar_arena::GatherOptions,
+    pub(crate) kernel_copies_up_to: usize,
     pub(crate) padded_axis: Option<PaddedAxis>,
     pub(crate) live: Option<LiveBuckets>,
 }
@@ -302,6 +303,7 @@ impl SessionConfig {
                 arena_alignment: saggar_arena::DEFAULT_ALIGNMENT,
                 request_limits: RequestLimits::default(),
                 gather: saggar_arena::GatherOptions::auto(),
+                kernel_copies_up_to: saggar_arena::DEFAULT_KERNEL_COPIES_UP_TO,
                 padded_axis: None,
                 live: None,
             },
@@ -400,6 +402,15 @@ impl SessionConfigBuilder {
     /// gathers on the calling thread alone.
     pub fn gather(mut self, options: saggar_arena::GatherOptions) -> Self {
         self.config.gather = options;
+        self
+    }
+
+    /// The single copies of a run (staging to the device, the outputs back) of at most `bytes` are
+    /// made by a kernel that reaches the pinned buffers where the device maps them, larger ones by
+    /// the copy engine; 0: always the copy engine. Default:
+    /// [`crate::DEFAULT_KERNEL_COPIES_UP_TO`] (see [`saggar_arena::ArenaOptions::kernel_copies_up_to`]).
+    pub fn kernel_copies_up_to(mut self, bytes: usize) -> Self {
+        self.config.kernel_copies_up_to = bytes;
         self
     }
 

@@ -95,7 +95,7 @@ pub use error::{DispatchError, FailureKind, Result};
 pub use group::{Routing, SessionGroup};
 pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key, model_cache_key};
 pub use request::RequestLimits;
-pub use saggar_arena::{GatherOptions, GatherStats};
+pub use saggar_arena::{DEFAULT_KERNEL_COPIES_UP_TO, GatherOptions, GatherStats};
 pub use saggar_cache::ModelHash;
 pub use session::{Pending, Session};
 pub use staged::{Request, TensorRef};

@@ -242,14 +242,17 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         let wait = WhenExhausted::Wait { timeout: None };
         // A program serves at most one request per run context at a time.
         let concurrency = self.config.max_concurrency;
-        let arenas = ArenaPool::new(
+        let arenas = ArenaPool::with_builtins(
             self.device.clone(),
-            layout,
+            vec![layout],
             PoolConfig {
                 max_arenas: concurrency,
                 when_exhausted: wait,
-                arena: saggar_arena::ArenaOptions::default().with_gather(self.config.gather),
+                arena: saggar_arena::ArenaOptions::default()
+                    .with_gather(self.config.gather)
+                    .with_kernel_copies_up_to(self.config.kernel_copies_up_to),
             },
+            self.builtins.clone(),
         )?;
         let (device, scratch_bytes) = (self.device.clone(), entry.scratch_bytes);
         let runs = Pool::new(concurrency, wait, move || {

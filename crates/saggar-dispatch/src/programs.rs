@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use saggar_arena::SlotSpec;
 use saggar_cache::{Artifact, CacheKey, CompileCache, CompileExclusion, Origin};
-use saggar_device::{Backend, BackendKind, Device};
+use saggar_device::{Backend, BackendKind, CodeObject, Device};
 use saggar_shape::{Dim, TensorSpec};
 
 use crate::compiler::{CompileRequest, CompilerIdentity, ModelSpec, Program, ProgramCompiler};
@@ -21,6 +21,37 @@ use crate::stats::Stats;
 
 /// saggar's artifact format version, part of every cache key.
 pub const SAGGAR_FORMAT_VERSION: u32 = 1;
+
+/// saggar-device's built-in kernels compiled for `device`, for its arena pools (the copy kernel):
+/// from `cache` on GPU backends, where a runtime compile costs tens of milliseconds of every start
+/// (published on the first), else compiled here (the host backend's compile is free). `None` when
+/// they cannot be compiled: the pools then try once more themselves, and failing that make every
+/// copy with the copy engine.
+pub(crate) fn builtin_code<B: Backend>(device: &B::Device, cache: Option<&CompileCache>) -> Option<CodeObject> {
+    let _pin = device.pin().ok()?;
+    let source = saggar_device::builtin::source();
+    let compile = || device.compile(&source);
+    let Some(cache) = cache.filter(|_| B::KIND != BackendKind::Host) else {
+        return compile().ok();
+    };
+    let key = CacheKey::builder()
+        .model_hash(blake3::hash(source.code.as_bytes()).to_hex().as_str())
+        .shape("saggar-device-builtins")
+        .backend(B::KIND.name())
+        .arch(device.info().arch.as_str())
+        .compiler("saggar-device builtin")
+        .compiler_version(env!("CARGO_PKG_VERSION"))
+        .option("saggar_format", SAGGAR_FORMAT_VERSION.to_string())
+        .build()
+        .ok()?;
+    match cache.get_or_compile(&key, || compile().map(|code| code.to_bytes())) {
+        Ok(fetched) => CodeObject::from_bytes(&fetched.artifact).ok().or_else(|| compile().ok()),
+        Err(e) => {
+            tracing::warn!(error = %e, "saggar-dispatch: the built-in kernels did not come through the compile cache");
+            compile().ok()
+        }
+    }
+}
 
 static NEXT_PROGRAM_ID: AtomicUsize = AtomicUsize::new(1);
 

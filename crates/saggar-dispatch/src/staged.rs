@@ -1,9 +1,8 @@
 //! Requests written in place ([`Session::request`]): the caller writes its inputs straight into a
 //! leased run context's pinned staging buffer and reads its outputs straight from the pinned
-//! read-back buffer, so a run needs no gather and no scatter: it pads in place, enqueues one
-//! host-to-device copy, replays the bucket's program graph on the arena's slots (the entry the
-//! stabilized device path replays; the copies stay out of the graph, as a caller's own copy, replay
-//! and download would be), enqueues one download and waits.
+//! read-back buffer, so a run needs no gather and no scatter: it pads in place and launches the
+//! bucket's pinned-copy graph on the arena's slots (one host-to-device copy, the program, one
+//! download; the graph the pinned path replays after its gather), then waits.
 //!
 //! The views borrow the [`Request`]: an input view borrows it mutably and an output view shares
 //! it, so the borrow checker stops a view from outliving its request and a request from running
@@ -317,10 +316,12 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
     }
 
     /// Runs the request: pads every input in place to the bucket (repeating its last real row; no
-    /// work when the batch is the bucket), enqueues ONE host-to-device copy of the bucket's inputs,
-    /// replays the bucket's program graph on the arena's slots (or launches eagerly when graphs are
-    /// off), enqueues one download of the outputs, and waits for the stream: two copies, one graph
-    /// launch and one stream synchronize, no event, no gather, no allocation.
+    /// work when the batch is the bucket), replays the bucket's graph that holds ONE host-to-device
+    /// copy of the bucket's inputs, the program on the arena's slots and one download of the
+    /// outputs (or enqueues the same eagerly when graphs are off), and waits for the stream: one
+    /// graph launch and one stream synchronize, no event, no gather, no allocation. The copies are
+    /// made by the copy engine or, up to [`crate::SessionConfigBuilder::kernel_copies_up_to`], by a
+    /// kernel through the mapped pinned buffers.
     pub fn run(&mut self) -> Result<RunInfo> {
         let inner = &*self.session.inner;
         self.ran = false;
@@ -373,17 +374,13 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             let Slots { arena, pad_plans, .. } = &mut *slots;
             arena.pad_staged(|i| pad_plans[i])?;
         }
-        // The same device work as a caller's own one copy, graph and download: the upload of the
-        // bucket's packed span, the bucket's program-only graph on the arena's slots (the entry the
-        // stabilized device path replays), the download, and one wait, which covers both copies, so
+        // The pinned-copy path's graph: the upload of the bucket's packed span, the program on the
+        // arena's slots and the download, in one launch, then one wait, which covers both copies, so
         // no fence event is needed to keep the host off the pinned buffers while they are in flight.
+        // The streamed writes are published first: a replay runs none of the upload's host code.
+        slots.arena.publish_staged();
         let enqueued = (|| {
-            // SAFETY: the run waits for the stream below before the host touches the pinned buffers
-            // again, or, failing, fences the arena so that it waits before they are touched or freed.
-            unsafe { slots.arena.enqueue_upload(stream, self.upload_span[k])? };
-            let replayed = self.run_on_slots(stream, slots, k, BindingMode::Stabilized)?;
-            // SAFETY: as above.
-            unsafe { slots.arena.enqueue_download(stream, self.download_span[k])? };
+            let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
             stream.synchronize()?;
             Ok(replayed)
         })();

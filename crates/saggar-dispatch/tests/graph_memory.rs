@@ -9,11 +9,9 @@ use std::sync::Arc;
 use common::*;
 use saggar_dispatch::{BucketSpec, GRAPH_NODE_BYTES, GraphConfig, Session, SessionConfig};
 
-/// Graph memory of one pinned-copy graph of the sum model on the host: upload, kernel, download.
+/// Graph memory of one pinned-copy graph of the sum model on the host: upload, kernel, download
+/// (what a request replays too).
 const PINNED_GRAPH: u64 = 3 * GRAPH_NODE_BYTES;
-/// A request's graph holds the kernel alone: its one upload and one download are enqueued beside
-/// the replay, outside the graph.
-const REQUEST_GRAPH: u64 = GRAPH_NODE_BYTES;
 
 fn session(
     model: &Arc<SumModel>,
@@ -60,7 +58,7 @@ fn a_capture_trims_the_least_recently_used_graph_of_another_context() {
     // A request holds the first context and captures its graph of bucket 1 there.
     let mut held = s.request(1).unwrap();
     held.run().unwrap();
-    assert_eq!((s.stats().captures, s.stats().graph_bytes), (1, REQUEST_GRAPH));
+    assert_eq!((s.stats().captures, s.stats().graph_bytes), (1, PINNED_GRAPH));
     // A run on the second context needs room: its own cache is empty, so the other context's
     // idle graph goes.
     run_checked(&s, &model, 2, 7);

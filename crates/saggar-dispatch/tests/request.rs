@@ -281,11 +281,23 @@ fn packed(slots: &[usize]) -> usize {
 
 #[test]
 fn a_run_is_one_copy_each_way_of_its_own_bucket_one_graph_launch_and_one_wait() {
+    // Copies by the copy engine: counted with their bytes.
+    one_copy_each_way_with(0);
+    // Copies by the copy kernel through the mapped pinned buffers: two more kernels in each graph.
+    one_copy_each_way_with(saggar_arena::DEFAULT_KERNEL_COPIES_UP_TO);
+}
+
+fn one_copy_each_way_with(kernel_copies_up_to: usize) {
+    let by_kernel = kernel_copies_up_to > 0;
     // Buckets up to 64, so a batch-1 request would send 64 times its bytes if its copy covered a
     // span laid out for the largest bucket.
     let model = Arc::new(SumModel::new(6, 4, true));
-    let config =
-        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 64 }).max_concurrency(1).build().unwrap();
+    let config = SessionConfig::builder()
+        .buckets(BucketSpec::PowersOfTwo { max: 64 })
+        .max_concurrency(1)
+        .kernel_copies_up_to(kernel_copies_up_to)
+        .build()
+        .unwrap();
     let s = Session::builder(host_device(), model.clone()).config(config).build().unwrap();
     let device = s.device().clone();
     let names = names(&model);
@@ -320,9 +332,13 @@ fn a_run_is_one_copy_each_way_of_its_own_bucket_one_graph_launch_and_one_wait() 
         let after = device.counters();
         let per_run = |f: fn(&saggar_device::host::HostCounters) -> u64| (f(&after) - f(&before)) / runs;
         assert_eq!(per_run(|c| c.graph_launches), 1, "one replay per run, batch {batch}");
-        assert_eq!((per_run(|c| c.copies_h2d), per_run(|c| c.copies_d2h)), (1, 1), "one copy each way");
-        assert_eq!(per_run(|c| c.bytes_h2d), upload as u64, "the bucket's own bytes up, batch {batch}");
-        assert_eq!(per_run(|c| c.bytes_d2h), download as u64, "and down");
+        if by_kernel {
+            assert_eq!((per_run(|c| c.copies_h2d), per_run(|c| c.copies_d2h)), (0, 0), "no copy-engine copy");
+        } else {
+            assert_eq!((per_run(|c| c.copies_h2d), per_run(|c| c.copies_d2h)), (1, 1), "one copy each way");
+            assert_eq!(per_run(|c| c.bytes_h2d), upload as u64, "the bucket's own bytes up, batch {batch}");
+            assert_eq!(per_run(|c| c.bytes_d2h), download as u64, "and down");
+        }
         assert_eq!(per_run(|c| c.stream_synchronizes), 1, "one wait");
         assert_eq!(per_run(|c| c.event_records), 0, "no fence event");
         assert_eq!(after.copies_d2d + after.memsets, before.copies_d2d + before.memsets);

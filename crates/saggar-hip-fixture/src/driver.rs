@@ -73,6 +73,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemFree_v2",
     "cuMemHostAlloc",
     "cuMemFreeHost",
+    "cuMemHostGetDevicePointer_v2",
     "cuMemcpy",
     "cuMemcpyAsync",
     "cuMemcpyHtoD_v2",

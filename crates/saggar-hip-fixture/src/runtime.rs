@@ -464,6 +464,33 @@ pub unsafe extern "C" fn hipHostFree(ptr: *mut c_void) -> HipStatus {
     })
 }
 
+/// `hipHostGetDevicePointer` → `cuMemHostGetDevicePointer_v2`: the current device's address of
+/// mapped pinned memory (every allocation of [`hipHostMalloc`] with the default flags is mapped).
+/// Flags must be 0, as on AMD.
+///
+/// # Safety
+/// `device` must be null or writable; `host` must be null or a live allocation of [`hipHostMalloc`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipHostGetDevicePointer(
+    device: *mut *mut c_void,
+    host: *mut c_void,
+    flags: c_uint,
+) -> HipStatus {
+    ffi("hipHostGetDevicePointer", || {
+        if flags != 0 {
+            return Err(not_supported("hipHostGetDevicePointer with non-zero flags"));
+        }
+        enter()?;
+        let out = out(device)?;
+        let mut address: sys::CUdeviceptr = 0;
+        // SAFETY: writes one device pointer; the driver checks that `host` is mapped pinned memory.
+        cu("cuMemHostGetDevicePointer_v2", unsafe { sys::cuMemHostGetDevicePointer_v2(&mut address, host, 0) })?;
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { out.write(address as usize as *mut c_void) };
+        Ok(())
+    })
+}
+
 /// A copy direction, checked.
 fn copy_kind(kind: c_int) -> HipResult<c_int> {
     match kind {

@@ -49,6 +49,7 @@ pub const EXPORTS: &[(&str, Mapping)] = &[
     ("hipFree", Mapped("cuMemFree_v2")),
     ("hipHostMalloc", Mapped("cuMemHostAlloc")),
     ("hipHostFree", Mapped("cuMemFreeHost")),
+    ("hipHostGetDevicePointer", Mapped("cuMemHostGetDevicePointer_v2")),
     ("hipMemcpyAsync", Mapped("cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyDtoDAsync_v2, cuMemcpyAsync")),
     ("hipMemcpy", Mapped("cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyDtoD_v2, cuMemcpy")),
     ("hipMemsetAsync", Mapped("cuMemsetD8Async")),
@@ -252,6 +253,10 @@ mod tests {
             vec![
                 ("hipStreamCreateWithFlags(flags=2)", runtime::hipStreamCreateWithFlags(&mut stream, 2)),
                 ("hipHostMalloc(Coherent)", runtime::hipHostMalloc(&mut slot, 64, 0x4000_0000)),
+                (
+                    "hipHostGetDevicePointer(flags=1)",
+                    runtime::hipHostGetDevicePointer(&mut slot, std::ptr::null_mut(), 1),
+                ),
                 ("hipEventCreateWithFlags(ReleaseToDevice)", runtime::hipEventCreateWithFlags(&mut event, 0x4000_0000)),
                 ("hipStreamWaitEvent(flags=1)", runtime::hipStreamWaitEvent(stream, event, 1)),
                 (
@@ -339,6 +344,7 @@ mod tests {
                 ("hipFree", runtime::hipFree(buffer.as_mut_ptr().cast())),
                 ("hipHostMalloc", runtime::hipHostMalloc(&mut slot, 256, 0)),
                 ("hipHostFree", runtime::hipHostFree(buffer.as_mut_ptr().cast())),
+                ("hipHostGetDevicePointer", runtime::hipHostGetDevicePointer(&mut slot, buffer.as_mut_ptr().cast(), 0)),
                 ("hipMemcpyAsync", runtime::hipMemcpyAsync(slot, buffer.as_ptr().cast(), 4, 1, stream)),
                 ("hipMemcpy", runtime::hipMemcpy(slot, buffer.as_ptr().cast(), 4, 1)),
                 ("hipMemsetAsync", runtime::hipMemsetAsync(slot, 0, 4, stream)),

@@ -413,6 +413,8 @@ mod tests {
         let s = features_signature(150, 40);
         assert_eq!(s.params.len(), 2 + 150 + 40 + 5);
         assert_eq!(s.name, "saggar_models_features_f32_d150_s40");
-        assert_eq!(gemm_signature().params, saggar_device::builtin::signatures()[3].params);
+        let builtin = saggar_device::builtin::signatures();
+        let gemm = builtin.iter().find(|s| s.name == saggar_device::builtin::GEMM_BIAS_ACT_F32).expect("built in");
+        assert_eq!(gemm_signature().params, gemm.params);
     }
 }

@@ -123,6 +123,7 @@ pub(crate) mod library {
         "cuMemFree_v2",
         "cuMemHostAlloc",
         "cuMemFreeHost",
+        "cuMemHostGetDevicePointer_v2",
         "cuMemcpyHtoDAsync_v2",
         "cuMemcpyDtoHAsync_v2",
         "cuMemcpyDtoDAsync_v2",
@@ -457,12 +458,27 @@ pub(crate) mod memory {
         check(op, unsafe { sys::cuMemFree_v2(ptr) })
     }
 
-    /// `bytes` of page-locked host memory usable by every context (`CU_MEMHOSTALLOC_PORTABLE`).
+    /// `bytes` of page-locked host memory usable by every context (`CU_MEMHOSTALLOC_PORTABLE`) and
+    /// mapped into the device's address space (`CU_MEMHOSTALLOC_DEVICEMAP`), so kernels can read and
+    /// write it directly ([`device_pointer_of_host`]).
     pub(crate) fn alloc_host(op: &'static str, bytes: usize) -> Result<*mut c_void> {
         let mut ptr: *mut c_void = ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: writes one host pointer; the driver validates the size.
-        check(op, unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) })?;
+        check(op, unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, flags) })?;
         Ok(ptr)
+    }
+
+    /// The current context's device address of mapped page-locked host memory
+    /// (`cuMemHostGetDevicePointer`).
+    ///
+    /// # Safety
+    /// `ptr` must be a live allocation of [`alloc_host`].
+    pub(crate) unsafe fn device_pointer_of_host(op: &'static str, ptr: *mut c_void) -> Result<sys::CUdeviceptr> {
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: writes one device pointer; `ptr` is live by the caller's contract.
+        check(op, unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, ptr, 0) })?;
+        Ok(device)
     }
 
     /// Frees page-locked host memory.

@@ -228,8 +228,13 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// # Safety
     /// `ptr` came from [`Driver::alloc`] and is freed once.
     unsafe fn free(op: &'static str, ptr: u64) -> Result<()>;
-    /// Allocates pinned host memory, usable by every device.
+    /// Allocates pinned host memory, usable by every device and mapped into the device's address space.
     fn alloc_host(op: &'static str, bytes: usize) -> Result<*mut c_void>;
+    /// The current device's address of pinned host memory, for kernels that read and write it directly.
+    ///
+    /// # Safety
+    /// `ptr` came from [`Driver::alloc_host`] and is not freed yet.
+    unsafe fn device_pointer_of_host(op: &'static str, ptr: *mut c_void) -> Result<u64>;
     /// Frees pinned host memory.
     ///
     /// # Safety

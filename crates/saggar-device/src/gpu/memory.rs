@@ -56,7 +56,11 @@ pub(crate) fn alloc_pinned<D: Driver>(device: &Arc<DeviceShared<D>>, bytes: usiz
     // SAFETY: the driver returned `bytes` writable bytes at `ptr`; zeroing them makes every byte
     // initialised before any `&[u8]` is formed over them.
     unsafe { ptr.as_ptr().write_bytes(0, bytes) };
-    Ok(PinnedBuffer { device: device.clone(), ptr, len: bytes })
+    // SAFETY: `ptr` is the live allocation made above.
+    // Unmapped memory is still usable by copies: only kernels that would reach it directly lose it
+    // (`device_ptr` is `None`, and callers fall back to a copy).
+    let mapped = unsafe { D::device_pointer_of_host(op, ptr.as_ptr().cast::<c_void>()) }.ok();
+    Ok(PinnedBuffer { device: device.clone(), ptr, len: bytes, mapped })
 }
 
 /// Device memory of a GPU backend (`cuMemAlloc`, `hipMalloc`), freed on drop.
@@ -102,9 +106,10 @@ impl<D: Driver> Drop for DeviceBuffer<D> {
     }
 }
 
-/// Page-locked host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`, `hipHostMalloc` with
-/// `hipHostMallocDefault`: portable, so every device can copy to and from it asynchronously), zeroed
-/// at allocation and freed on drop.
+/// Page-locked host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP`,
+/// `hipHostMalloc` with `hipHostMallocDefault`: portable, so every device can copy to and from it
+/// asynchronously, and mapped, so the allocating device's kernels can also read and write it
+/// directly), zeroed at allocation and freed on drop.
 ///
 /// # Thread safety
 /// `Send + Sync`. Host access through [`api::PinnedBuffer::as_slice`] /
@@ -114,6 +119,8 @@ pub struct PinnedBuffer<D: Driver> {
     device: Arc<DeviceShared<D>>,
     ptr: NonNull<u8>,
     len: usize,
+    /// The device address of the mapping, where the driver gave one.
+    mapped: Option<u64>,
 }
 
 // SAFETY: the buffer owns its allocation exclusively; pinned host memory may be read, written and freed
@@ -152,6 +159,11 @@ impl<D: Driver> api::PinnedBuffer for PinnedBuffer<D> {
     fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`; `&mut self` excludes every other host access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    #[inline]
+    fn device_ptr(&self) -> Option<DevicePtr> {
+        self.mapped.map(DevicePtr)
     }
 }
 

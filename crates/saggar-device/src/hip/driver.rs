@@ -155,6 +155,11 @@ impl Driver for HipDriver {
         unsafe { result::memory::free_host(op, ptr) }
     }
 
+    unsafe fn device_pointer_of_host(op: &'static str, ptr: *mut c_void) -> Result<u64> {
+        // SAFETY: the caller's contract.
+        unsafe { result::memory::device_pointer_of_host(op, ptr) }
+    }
+
     #[inline]
     unsafe fn copy_htod_async(
         op: &'static str,

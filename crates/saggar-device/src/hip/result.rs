@@ -304,6 +304,17 @@ pub(crate) mod memory {
         check(op, unsafe { sys::hipHostFree(ptr) })
     }
 
+    /// The current device's address of mapped page-locked host memory (`hipHostGetDevicePointer`).
+    ///
+    /// # Safety
+    /// `ptr` must be a live allocation of [`alloc_host`].
+    pub(crate) unsafe fn device_pointer_of_host(op: &'static str, ptr: *mut c_void) -> Result<u64> {
+        let mut device: *mut c_void = ptr::null_mut();
+        // SAFETY: writes one device pointer; `ptr` is live by the caller's contract.
+        check(op, unsafe { sys::hipHostGetDevicePointer(&mut device, ptr, 0) })?;
+        Ok(device as u64)
+    }
+
     /// Enqueues a host-to-device copy.
     ///
     /// # Safety

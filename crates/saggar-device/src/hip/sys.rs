@@ -197,6 +197,7 @@ unsafe extern "C" {
     pub fn hipFree(ptr: *mut c_void) -> HipStatus;
     pub fn hipHostMalloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint) -> HipStatus;
     pub fn hipHostFree(ptr: *mut c_void) -> HipStatus;
+    pub fn hipHostGetDevicePointer(device: *mut *mut c_void, host: *mut c_void, flags: c_uint) -> HipStatus;
     pub fn hipMemcpyAsync(
         dst: *mut c_void,
         src: *const c_void,

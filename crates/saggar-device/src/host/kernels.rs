@@ -195,6 +195,11 @@ fn fill_u32(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]) -
     Ok(())
 }
 
+fn copy_bytes(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]) -> Result<()> {
+    let n = usize::try_from(arg_u64(args, 2)).map_err(|_| ctx.fault("n overflows"))?;
+    ctx.copy(arg_ptr(args, 1), arg_ptr(args, 0), n)
+}
+
 fn copy_rows(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelArg]) -> Result<()> {
     let (dst, src) = (arg_ptr(args, 0), arg_ptr(args, 1));
     let (row_bytes, real_rows, total_rows) = (arg_u64(args, 2), arg_u64(args, 3), arg_u64(args, 4));
@@ -252,8 +257,9 @@ fn gemm_bias_act_f32(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[Kern
 }
 
 fn builtins() -> Vec<(KernelSignature, Arc<HostKernelFn>)> {
-    let funcs: [(&str, Arc<HostKernelFn>); 4] = [
+    let funcs: [(&str, Arc<HostKernelFn>); 5] = [
         (builtin::FILL_U32, Arc::new(fill_u32)),
+        (builtin::COPY_BYTES, Arc::new(copy_bytes)),
         (builtin::COPY_ROWS, Arc::new(copy_rows)),
         (builtin::AXPY_F32, Arc::new(axpy_f32)),
         (builtin::GEMM_BIAS_ACT_F32, Arc::new(gemm_bias_act_f32)),

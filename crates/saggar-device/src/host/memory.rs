@@ -3,7 +3,9 @@
 //! Device memory lives in an address space of its own: a device pointer is a number handed out by
 //! [`AddressSpace::alloc`], never a host pointer. Every access is resolved against the live
 //! allocations, so touching freed or never-allocated memory is a typed error instead of undefined
-//! behaviour. Each device's space starts at a different base, so a pointer names its device.
+//! behaviour. Each device's space starts at a different base, so a pointer names its device. Pinned
+//! host memory is mapped into its device's space as well ([`AddressSpace::map_host`]), as GPUs map
+//! page-locked memory, so kernels reach it at an address of that space.
 //!
 //! The allocator can reuse a freed address for the very next allocation that fits
 //! ([`AddressReuse::Immediate`], what real caching allocators do, and what turns a stale pointer
@@ -15,6 +17,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::host::counters::Counters;
+use crate::host::pinned::PinnedAlloc;
 use crate::types::DevicePtr;
 
 /// Allocation granularity and alignment of simulated device memory, like a GPU's 256-byte alignment.
@@ -43,9 +46,35 @@ pub fn owner_of(ptr: DevicePtr) -> Option<usize> {
     (slot >= 1).then(|| (slot - 1) as usize)
 }
 
+/// What an allocation's addresses hold.
+enum Memory {
+    /// Device memory: the allocation's own bytes.
+    Device(Box<[u8]>),
+    /// Pinned host memory mapped into the space ([`AddressSpace::map_host`]).
+    Mapped(Arc<PinnedAlloc>),
+}
+
+impl Memory {
+    fn len(&self) -> usize {
+        match self {
+            Memory::Device(data) => data.len(),
+            Memory::Mapped(alloc) => alloc.len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Memory::Device(data) => write!(f, "Device({} bytes)", data.len()),
+            Memory::Mapped(alloc) => write!(f, "Mapped({} bytes)", alloc.len()),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Block {
-    data: Box<[u8]>,
+    data: Memory,
     /// Bytes of address range this block holds (at least the rounded length; more when a larger freed
     /// block was reused), handed back whole on free.
     reserved: u64,
@@ -130,36 +159,77 @@ impl AddressSpace {
             return Err(Error::OutOfMemory { op: "device.alloc", requested: bytes as u64, available: 0 });
         }
         data.resize(bytes, POISON);
-        self.live.insert(addr, Block { data: data.into_boxed_slice(), reserved });
+        self.live.insert(addr, Block { data: Memory::Device(data.into_boxed_slice()), reserved });
         self.used += rounded;
         self.counters.on_alloc(bytes as u64);
         Ok(DevicePtr(addr))
     }
 
     pub(crate) fn free(&mut self, ptr: DevicePtr) -> Result<()> {
-        let block = self.live.remove(&ptr.0).ok_or(Error::InvalidAddress {
-            op: "device.free",
-            ptr,
-            len: 0,
-            ordinal: self.ordinal,
-        })?;
+        let invalid = Error::InvalidAddress { op: "device.free", ptr, len: 0, ordinal: self.ordinal };
+        if !matches!(self.live.get(&ptr.0), Some(Block { data: Memory::Device(_), .. })) {
+            return Err(invalid);
+        }
+        let block = self.live.remove(&ptr.0).ok_or(invalid)?;
         self.used -= round_up(block.data.len() as u64);
         self.counters.on_free(block.data.len() as u64);
         self.free.push((ptr.0, block.reserved));
         Ok(())
     }
 
+    /// Maps pinned host memory into the space, as a GPU maps page-locked memory for its kernels: its
+    /// bytes become reachable at the returned address until [`AddressSpace::unmap_host`]. The mapping
+    /// takes no device memory.
+    pub(crate) fn map_host(&mut self, alloc: Arc<PinnedAlloc>) -> Result<DevicePtr> {
+        let reserved = round_up(alloc.len() as u64);
+        let addr = self.next;
+        let after = addr.checked_add(reserved + GUARD).filter(|a| *a <= self.end).ok_or(Error::OutOfMemory {
+            op: "device.alloc_pinned",
+            requested: alloc.len() as u64,
+            available: self.end.saturating_sub(self.next),
+        })?;
+        self.next = after;
+        self.live.insert(addr, Block { data: Memory::Mapped(alloc), reserved });
+        Ok(DevicePtr(addr))
+    }
+
+    /// Removes a mapping of [`AddressSpace::map_host`]; later accesses are invalid addresses.
+    pub(crate) fn unmap_host(&mut self, ptr: DevicePtr) -> Result<()> {
+        match self.live.remove(&ptr.0) {
+            Some(Block { data: Memory::Mapped(_), reserved }) => {
+                self.free.push((ptr.0, reserved));
+                Ok(())
+            }
+            other => {
+                if let Some(block) = other {
+                    self.live.insert(ptr.0, block);
+                }
+                Err(Error::InvalidAddress { op: "pinned_buffer.drop", ptr, len: 0, ordinal: self.ordinal })
+            }
+        }
+    }
+
     /// The bytes `ptr..ptr + len`, which must lie inside one live allocation.
     pub(crate) fn region(&self, op: &'static str, ptr: DevicePtr, len: usize) -> Result<&[u8]> {
-        let (base, data) = self.find(op, ptr, len)?;
+        let (base, block) = self.find(op, ptr, len)?;
         let start = (ptr.0 - base) as usize;
+        let data = match &block.data {
+            Memory::Device(data) => data,
+            // SAFETY: device access to mapped pinned memory is asynchronous device access, which the
+            // enqueuer promised does not overlap host access to the range (as for a copy).
+            Memory::Mapped(alloc) => unsafe { alloc.bytes() },
+        };
         Ok(&data[start..start + len])
     }
 
     /// The bytes `ptr..ptr + len`, mutable.
     pub(crate) fn region_mut(&mut self, op: &'static str, ptr: DevicePtr, len: usize) -> Result<&mut [u8]> {
         let (base, _) = self.find(op, ptr, len)?;
-        let data = &mut self.live.get_mut(&base).expect("found above").data;
+        let data = match &mut self.live.get_mut(&base).expect("found above").data {
+            Memory::Device(data) => &mut data[..],
+            // SAFETY: as in `region`; `&mut self` keeps every other device access out.
+            Memory::Mapped(alloc) => unsafe { alloc.bytes_mut() },
+        };
         let start = (ptr.0 - base) as usize;
         Ok(&mut data[start..start + len])
     }
@@ -171,15 +241,14 @@ impl AddressSpace {
         Ok(())
     }
 
-    fn find(&self, op: &'static str, ptr: DevicePtr, len: usize) -> Result<(u64, &[u8])> {
+    fn find(&self, op: &'static str, ptr: DevicePtr, len: usize) -> Result<(u64, &Block)> {
         let invalid = || Error::InvalidAddress { op, ptr, len: len as u64, ordinal: self.ordinal };
         let (base, block) = self.live.range(..=ptr.0).next_back().ok_or_else(invalid)?;
-        let data = &block.data;
         let offset = ptr.0 - base;
-        let fits = offset.checked_add(len as u64).is_some_and(|end| end <= data.len() as u64);
+        let fits = offset.checked_add(len as u64).is_some_and(|end| end <= block.data.len() as u64);
         if !fits {
             return Err(invalid());
         }
-        Ok((*base, data))
+        Ok((*base, block))
     }
 }

@@ -11,6 +11,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::api::PinnedBuffer;
 use crate::host::counters::Counters;
+use crate::host::device::DeviceShared;
+use crate::types::DevicePtr;
 
 /// One page of pinned memory: real pinned allocations (`cuMemHostAlloc`, `hipHostMalloc`) start on a
 /// page boundary, so offsets that are aligned inside a buffer are aligned in memory, and the host
@@ -69,6 +71,8 @@ impl Drop for PinnedAlloc {
 /// `Send + Sync`; see [`PinnedBuffer`].
 pub struct HostPinnedBuffer {
     pub(crate) alloc: Arc<PinnedAlloc>,
+    /// Where the allocating device maps it, removed again on drop.
+    pub(crate) mapping: Option<(Arc<DeviceShared>, DevicePtr)>,
 }
 
 impl std::fmt::Debug for HostPinnedBuffer {
@@ -86,6 +90,7 @@ impl HostPinnedBuffer {
         counters.live_pinned_bytes.fetch_add(len as u64, Relaxed);
         Some(HostPinnedBuffer {
             alloc: Arc::new(PinnedAlloc { pages: UnsafeCell::new(pages.into_boxed_slice()), len, counters }),
+            mapping: None,
         })
     }
 }
@@ -106,10 +111,19 @@ impl PinnedBuffer for HostPinnedBuffer {
         // excluded by the contracts of `copy_h2d_async` / `copy_d2h_async`.
         unsafe { self.alloc.bytes_mut() }
     }
+
+    fn device_ptr(&self) -> Option<DevicePtr> {
+        self.mapping.as_ref().map(|(_, ptr)| *ptr)
+    }
 }
 
 impl Drop for HostPinnedBuffer {
     fn drop(&mut self) {
+        if let Some((device, ptr)) = self.mapping.take()
+            && let Err(e) = device.memory.lock().unmap_host(ptr)
+        {
+            device.defer(e);
+        }
         if Arc::strong_count(&self.alloc) > 1 {
             self.alloc.counters.pinned_released_while_pending.fetch_add(1, Relaxed);
         }

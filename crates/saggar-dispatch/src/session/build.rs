@@ -101,7 +101,15 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let stats = Arc::new(Stats::default());
         let cache = config.cache.clone();
         let threads = Threads { load: config.load_threads, compile: config.compile_threads };
-        let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, threads, &stats, progress)?;
+        // The built-in kernels (the arenas' copy kernel) come from the cache or compile beside the
+        // programs.
+        let (main, builtins) = std::thread::scope(|scope| {
+            let builtins = (config.kernel_copies_up_to > 0)
+                .then(|| scope.spawn(|| programs::builtin_code::<B>(&device, cache.as_deref())));
+            let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, threads, &stats, progress);
+            (main, builtins.and_then(|b| b.join().ok().flatten()))
+        });
+        let main = main?;
 
         // One arena layout per main program, packed for that program's sizes, all in the same
         // memory (sized for the largest): a bucket's one copy sends its own bytes, not a span laid
@@ -156,14 +164,17 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let download_span = Slab::from_vec(download_span, capacity);
 
         let wait = WhenExhausted::Wait { timeout: None };
-        let arenas = ArenaPool::<B>::with_layouts(
+        let arenas = ArenaPool::<B>::with_builtins(
             device.clone(),
             layouts,
             PoolConfig {
                 max_arenas: config.max_concurrency,
                 when_exhausted: wait,
-                arena: saggar_arena::ArenaOptions::default().with_gather(config.gather),
+                arena: saggar_arena::ArenaOptions::default()
+                    .with_gather(config.gather)
+                    .with_kernel_copies_up_to(config.kernel_copies_up_to),
             },
+            builtins.clone(),
         )?;
         // Main programs run on every context's slots; a per-shape model has none, so its contexts
         // have no slots.
@@ -213,6 +224,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 guard,
                 stats,
                 graph_memory,
+                builtins,
             }),
         };
         if session.inner.config.graphs.enabled && session.inner.config.graphs.capture == CaptureWhen::Eager {

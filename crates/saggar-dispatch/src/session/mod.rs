@@ -50,6 +50,9 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     pub(crate) stats: Arc<Stats>,
     /// The session's graph-memory budget and its contexts' graph caches.
     pub(crate) graph_memory: Arc<GraphMemory<B>>,
+    /// saggar-device's built-in kernels compiled for the device, for the arena pools of programs
+    /// made later (per shape); `None` with kernel copies off.
+    pub(crate) builtins: Option<saggar_device::CodeObject>,
 }
 
 /// One model on one device. Created with every bucket precompiled; serves `run` calls from any
