@@ -373,14 +373,16 @@ impl BackendVisitor for Bench {
                 });
                 rows.extend(stage_rows);
             }
-            // The default copy, by a kernel through the mapped staging buffer (every copy up to
-            // `DEFAULT_KERNEL_COPIES_UP_TO`), after the default gather, and alone from a prefilled
+            // The copy by a kernel through the mapped staging buffer (the limit raised to this case's
+            // span, above the 64 KiB default), after the default gather, and alone from a prefilled
             // staging buffer, against the prefilled copy-engine copy.
             {
-                let pool = ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig::default())
-                    .map_err(|e| e.to_string())?;
+                let span = layout.input_span();
+                let arena = ArenaOptions::default().with_kernel_copies_up_to(span);
+                let pool =
+                    ArenaPool::<B>::new(device.clone(), layout.clone(), PoolConfig { arena, ..PoolConfig::default() })
+                        .map_err(|e| e.to_string())?;
                 let mut lease = pool.lease().map_err(|e| e.to_string())?;
-                let span = lease.layout().input_span();
                 let by_kernel = lease.copies_by_kernel(span);
                 let lease = std::cell::RefCell::new(&mut lease);
                 let [gathered_us, kernel_only_us, prefilled_alongside_us] = time_each(

@@ -99,13 +99,17 @@ pub struct ArenaOptions {
     /// the device maps it, instead of by the copy engine; larger ones, and every copy where pinned
     /// memory is not mapped or the kernel is unavailable, use the copy engine. 0: always the copy
     /// engine. A small copy costs the copy engine several microseconds of start-up and hand-over to
-    /// and from the kernels around it, which the kernel does not; past about a megabyte the copy
-    /// engine's bandwidth wins (measurements: `docs/benchmarks.md`).
+    /// and from the kernels around it, which the kernel does not. A large one is another matter: the
+    /// kernel takes SMs that other streams' work would use while a copy engine ran beside it, and
+    /// past about a megabyte the copy engine's bandwidth wins even alone. Measurements:
+    /// `docs/benchmarks.md`, "saggar-arena: copies by kernel through mapped pinned memory".
     pub kernel_copies_up_to: usize,
 }
 
-/// [`ArenaOptions::kernel_copies_up_to`] by default: 1 MiB.
-pub const DEFAULT_KERNEL_COPIES_UP_TO: usize = 1 << 20;
+/// [`ArenaOptions::kernel_copies_up_to`] by default: 64 KiB, the copies of small batches, whose
+/// latency the copy engine's start-up dominates. Larger limits (up to 1 MiB) serve one request at
+/// a time faster still, but cost throughput when several streams run at once.
+pub const DEFAULT_KERNEL_COPIES_UP_TO: usize = 64 << 10;
 
 impl ArenaOptions {
     /// These options with (or without) the pinned read-back buffer for one-copy outputs.
