@@ -12,7 +12,9 @@ use saggar_shape::{PadPlan, SlicePlan, pad_rows_into, slice_rows};
 use smallvec::SmallVec;
 
 use crate::error::{ArenaError, Result};
-use crate::gather::{GatherOptions, GatherStats, Gatherer, copy_bytes, on_helper_thread, prefetch_to_l2, store_fence};
+use crate::gather::{
+    GatherOptions, GatherStats, Gatherer, Plan, copy_bytes, on_helper_thread, prefetch_to_l2, store_fence,
+};
 use crate::layout::{ArenaLayout, Slot};
 
 /// Where one input comes from.
@@ -459,10 +461,15 @@ impl<B: Backend> Arena<B> {
         let streaming = ctx.options.gather.stores.streaming_for(B::KIND);
         let staging = staging.as_mut_slice();
         let starts = &ctx.part_starts[*variant];
-        if starts.len() <= 2 {
-            let mut part = Part { first: 0, base: 0, staging, bindings, kinds, outcome: None };
-            return gather_part(layout, &mut part, &source, slots, streaming, false);
-        }
+        // A gather that runs alone (one part, the helpers parked or busy) is one pass on this
+        // thread: the same code as a gather without helpers, so never slower than one.
+        let busy = match ctx.gatherer.plan(starts.len().saturating_sub(1)) {
+            Plan::Split(busy) => busy,
+            Plan::Alone => {
+                let mut part = Part { first: 0, base: 0, staging, bindings, kinds, outcome: None };
+                return gather_part(layout, &mut part, &source, slots, streaming, false);
+            }
+        };
         // Split the staging buffer, the bindings and the kinds at the parts' first inputs: each part
         // writes only its own.
         // One cache line (pair) per part: parts of neighbouring helpers must not share lines.
@@ -481,10 +488,14 @@ impl<B: Backend> Arena<B> {
         }
         let (slots, source) = (&slots[..], &source);
         ctx.gatherer
-            .run_parts_mut(&mut parts, &move |part: &mut CachePadded<Part<'_>>| {
-                let outcome = gather_part(layout, part, source, slots, streaming, true);
-                part.outcome = Some(outcome);
-            })
+            .run_split_mut(
+                &mut parts,
+                &move |part: &mut CachePadded<Part<'_>>| {
+                    let outcome = gather_part(layout, part, source, slots, streaming, true);
+                    part.outcome = Some(outcome);
+                },
+                busy,
+            )
             .map_err(|reason| ArenaError::Gather { reason })?;
         let mut span_end = 0;
         for part in parts {
@@ -511,7 +522,7 @@ impl<B: Backend> Arena<B> {
         if let Some((kernel, src)) = self.kernel_copy(&self.staging, span) {
             // SAFETY: as below; the kernel reads `span` bytes of the mapped staging buffer and writes
             // `span` bytes of the arena, both in range.
-            return Ok(unsafe { launch_copy::<B>(stream, kernel, src, dst.ptr(), span)? });
+            return unsafe { launch_copy::<B>(stream, kernel, src, dst.ptr(), span) };
         }
         // SAFETY: the staging buffer belongs to this arena and outlives the copy (drop waits for the
         // fence); the caller fences after enqueueing, per this function's contract.
@@ -551,7 +562,7 @@ impl<B: Backend> Arena<B> {
         if let Some((kernel, dst)) = self.kernel_copy(readback, src.len()) {
             // SAFETY: as below; the kernel reads `src` (in the arena) and writes as many bytes of
             // the mapped read-back buffer, which is at least the output span long.
-            return Ok(unsafe { launch_copy::<B>(stream, kernel, src.ptr(), dst, src.len())? });
+            return unsafe { launch_copy::<B>(stream, kernel, src.ptr(), dst, src.len()) };
         }
         // SAFETY: the read-back buffer belongs to this arena, which waits for the fence before the
         // host reads it or frees it; the caller fences per this function's contract.

@@ -246,7 +246,7 @@ fn try_claim(slot: &AtomicU64, epoch: u64) -> bool {
         && slot.compare_exchange(current, part_state(epoch, CLAIMED), Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
-/// A part's work, borrowed for the duration of one [`Gatherer::run_parts`] call.
+/// A part's work, borrowed for the duration of one [`Gatherer::run_split`] call.
 type Task = dyn Fn(usize) + Sync;
 
 /// What the calling thread writes to start a gather, on one cache line, so a helper that notices
@@ -258,7 +258,7 @@ struct Publication {
     task: UnsafeCell<Option<*const Task>>,
 }
 
-/// What the calling thread and the helpers share. One call of `run_parts` at a time uses it (the
+/// What the calling thread and the helpers share. One call of `run_split` at a time uses it (the
 /// gatherer's `busy` lock). Each field that one side writes while the other polls sits on its own
 /// cache lines.
 struct Shared {
@@ -355,16 +355,29 @@ impl Gatherer {
     /// helpers are busy with another gather or all parked. Returns when every part is done; fails
     /// only if a part panicked on a helper (a part that panics on the calling thread unwinds from
     /// here, once the helpers' parts are done).
+    #[cfg(test)]
     pub(crate) fn run_parts(&self, parts: usize, task: &(dyn Fn(usize) + Sync + '_)) -> Result<(), String> {
+        match self.plan(parts) {
+            Plan::Alone => {
+                (0..parts).for_each(task);
+                Ok(())
+            }
+            Plan::Split(busy) => self.run_split(parts, task, busy),
+        }
+    }
+
+    /// How a gather of `parts` parts runs: [`Plan::Alone`] when it cannot be split (one part, no
+    /// helpers, the helpers busy with another gather) or every helper is parked, else
+    /// [`Plan::Split`], which holds the helpers for it. Counts the gathers that run alone.
+    pub(crate) fn plan(&self, parts: usize) -> Plan<'_> {
         let shared = &*self.shared;
         let splittable = parts > 1 && !self.helpers.is_empty() && parts <= shared.parts.len();
         let guard = if splittable { self.busy.try_lock() } else { None };
-        let Some(_busy) = guard else {
+        let Some(busy) = guard else {
             if splittable {
                 shared.counters.alone_busy.fetch_add(1, Ordering::Relaxed);
             }
-            (0..parts).for_each(task);
-            return Ok(());
+            return Plan::Alone;
         };
         // The previous gather found helpers parked and nobody woke them (its caller never fenced a
         // copy: a gather without an upload, say): wake them now, or every later gather would run
@@ -373,9 +386,20 @@ impl Gatherer {
             self.wake_parked();
         }
         if self.alone_when_parked() {
-            (0..parts).for_each(task);
-            return Ok(());
+            return Plan::Alone;
         }
+        Plan::Split(busy)
+    }
+
+    /// Runs `task(p)` for every part `p` in `0..parts` on the calling thread and the awake helpers
+    /// at once, holding `_busy` (from [`Gatherer::plan`]) until every part is done.
+    fn run_split(
+        &self,
+        parts: usize,
+        task: &(dyn Fn(usize) + Sync + '_),
+        _busy: parking_lot::MutexGuard<'_, ()>,
+    ) -> Result<(), String> {
+        let shared = &*self.shared;
         let epoch = unpack_publication(shared.publication.word.load(Ordering::Relaxed)).0 + 1;
         // SAFETY: this thread holds `busy`, and no helper reads the cell: the previous gather left no
         // part to claim and waited for the helpers' parts. Erasing the borrow's lifetime is sound
@@ -443,22 +467,39 @@ impl Gatherer {
         true
     }
 
-    /// [`Gatherer::run_parts`] over `parts`: `task` gets each part, mutably, exactly once, on
+    /// A gather [`Gatherer::plan`] split: `task` gets each of `parts`, mutably, exactly once, on
     /// whichever thread claims it.
-    pub(crate) fn run_parts_mut<P: Send>(&self, parts: &mut [P], task: &(dyn Fn(&mut P) + Sync)) -> Result<(), String> {
+    pub(crate) fn run_split_mut<P: Send>(
+        &self,
+        parts: &mut [P],
+        task: &(dyn Fn(&mut P) + Sync),
+        busy: parking_lot::MutexGuard<'_, ()>,
+    ) -> Result<(), String> {
         let parts_at = PartsPtr(parts.as_mut_ptr());
         let count = parts.len();
         // `move`: the closure holds the pointer and the task reference themselves, so a helper
         // reaches a part through one line of the calling thread's stack, not a chain of them.
-        self.run_parts(count, &move |p| {
-            // SAFETY: `run_parts` calls this once per `p` in `0..count`, so no two calls alias, and
-            // `parts` stays mutably borrowed (by this function) until every call has returned.
-            task(unsafe { parts_at.part(p) })
-        })
+        self.run_split(
+            count,
+            &move |p| {
+                // SAFETY: `run_split` calls this once per `p` in `0..count`, so no two calls alias,
+                // and `parts` stays mutably borrowed (by this function) until every call has returned.
+                task(unsafe { parts_at.part(p) })
+            },
+            busy,
+        )
     }
 }
 
-/// The parts of a [`Gatherer::run_parts_mut`] call, shared with the threads that run them.
+/// How one gather runs ([`Gatherer::plan`]).
+pub(crate) enum Plan<'g> {
+    /// Every part on the calling thread, in order.
+    Alone,
+    /// Split among the calling thread and the awake helpers, which the guard holds for this gather.
+    Split(parking_lot::MutexGuard<'g, ()>),
+}
+
+/// The parts of a [`Gatherer::run_split_mut`] call, shared with the threads that run them.
 struct PartsPtr<P>(*mut P);
 
 impl<P> Clone for PartsPtr<P> {
@@ -479,7 +520,7 @@ impl<P> PartsPtr<P> {
     }
 }
 
-// SAFETY: each part is handed to one thread at a time (see `run_parts_mut`), so sharing the pointer
+// SAFETY: each part is handed to one thread at a time (see `run_split_mut`), so sharing the pointer
 // only moves parts between threads, which `P: Send` allows.
 unsafe impl<P: Send> Sync for PartsPtr<P> {}
 // SAFETY: as above.

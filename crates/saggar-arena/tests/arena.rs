@@ -415,6 +415,42 @@ fn a_parallel_gather_reports_the_first_bad_input_and_the_next_request_succeeds()
     check_staged(&mut lease, &stream, &data, "after the errors");
 }
 
+/// A gather that finds every helper parked runs alone, as one pass on the calling thread: the same
+/// staging and the same first bad input as a split gather, counted as run alone.
+#[test]
+fn a_gather_that_finds_the_helpers_parked_runs_alone_in_one_pass() {
+    let d = device();
+    let stream = d.create_stream().unwrap();
+    let specs: Vec<SlotSpec> = (0..40).map(|i| SlotSpec::new(format!("x{i}"), 200, 4)).collect();
+    // Options of this test alone (the spin), so no other test's gathers wake these helpers.
+    let mut config = parallel_gather(true);
+    config.arena.gather = config.arena.gather.with_spin(Duration::from_micros(31));
+    let pool = pool(&d, &specs, &[], config);
+    let plans: Vec<PadPlan> =
+        (0..40).map(|i| plan(&format!("x{i}"), DType::F32, &[50], false, Chunk::whole(1, 1))).collect();
+    let mut lease = pool.lease().unwrap();
+    for round in 0..4u32 {
+        // Far past the spin: every helper has parked.
+        std::thread::sleep(Duration::from_millis(20));
+        let data = tagged_inputs(round);
+        let before = lease.gather_stats();
+        if round % 2 == 1 {
+            let err = lease
+                .gather_host_with(|i| {
+                    let bytes = u32_bytes(&data[i]);
+                    InputSource::Host { data: if i == 3 || i == 37 { &bytes[..100] } else { bytes }, plan: plans[i] }
+                })
+                .unwrap_err();
+            assert!(matches!(&err, ArenaError::InputTooShort { input, .. } if &**input == "x3"), "{err:?}");
+        } else {
+            lease.gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] }).unwrap();
+            check_staged(&mut lease, &stream, &data, &format!("round {round}"));
+        }
+        let stats = lease.gather_stats().since(&before);
+        assert_eq!((stats.split, stats.alone_parked), (0, 1), "round {round}: {stats:?}");
+    }
+}
+
 #[test]
 fn pinned_memory_is_released_only_after_the_stream_finished() {
     let d = device();
