@@ -49,6 +49,22 @@ struct Row {
     vs_alone: Option<f64>,
 }
 
+impl Row {
+    /// A row of one timed variant beside the prefilled copy, with no gather-only time or stats.
+    fn alongside(case: &str, gather: String, arena_us: f64, per_input_us: f64, single_prefilled_us: f64) -> Row {
+        Row {
+            case: case.to_string(),
+            gather,
+            arena_us,
+            gather_only_us: f64::NAN,
+            per_input_us,
+            single_prefilled_us,
+            stats: None,
+            vs_alone: None,
+        }
+    }
+}
+
 /// The gather configurations measured: the calling thread alone with plain and with streaming
 /// stores, then 1, 3 and 7 helpers with streaming stores (as far as the machine has spare hardware
 /// threads), 7 with plain stores, and the default. The low-load rows ([`APART`]) are measured
@@ -204,16 +220,7 @@ impl BackendVisitor for Bench {
                 ("diag: prefilled copy, enqueue CPU only", enqueue_only_us),
                 ("diag: memcpy refill + copy", refill_and_copy_us),
             ] {
-                rows.push(Row {
-                    case: case_name.clone(),
-                    gather: label.to_string(),
-                    arena_us: us,
-                    gather_only_us: f64::NAN,
-                    per_input_us,
-                    single_prefilled_us,
-                    stats: None,
-                    vs_alone: None,
-                });
+                rows.push(Row::alongside(&case_name, label.to_string(), us, per_input_us, single_prefilled_us));
             }
             let sources: Vec<InputSource<'_>> = host
                 .iter()
@@ -276,16 +283,7 @@ impl BackendVisitor for Bench {
                 for (label, us) in
                     [("request: written in place, streamed", streamed_us), ("request: written through views", views_us)]
                 {
-                    rows.push(Row {
-                        case: case_name.clone(),
-                        gather: label.to_string(),
-                        arena_us: us,
-                        gather_only_us: f64::NAN,
-                        per_input_us,
-                        single_prefilled_us: prefilled_alongside_us,
-                        stats: None,
-                        vs_alone: None,
-                    });
+                    rows.push(Row::alongside(&case_name, label.to_string(), us, per_input_us, prefilled_alongside_us));
                 }
             }
             for (label, gather, pause) in gather_configs() {
@@ -349,16 +347,7 @@ impl BackendVisitor for Bench {
                         ("diag: fence (record untimed event)", median(fences)),
                     ]
                     .into_iter()
-                    .map(|(label, us)| Row {
-                        case: case.clone(),
-                        gather: label.to_string(),
-                        arena_us: us,
-                        gather_only_us: f64::NAN,
-                        per_input_us,
-                        single_prefilled_us,
-                        stats: None,
-                        vs_alone: None,
-                    })
+                    .map(|(label, us)| Row::alongside(&case, label.to_string(), us, per_input_us, single_prefilled_us))
                     .collect();
                 }
                 rows.push(Row {
@@ -409,16 +398,7 @@ impl BackendVisitor for Bench {
                 for (label, us) in
                     [(format!("default gather, {how}"), gathered_us), (format!("prefilled, {how}"), kernel_only_us)]
                 {
-                    rows.push(Row {
-                        case: case_name.clone(),
-                        gather: label,
-                        arena_us: us,
-                        gather_only_us: f64::NAN,
-                        per_input_us,
-                        single_prefilled_us: prefilled_alongside_us,
-                        stats: None,
-                        vs_alone: None,
-                    });
+                    rows.push(Row::alongside(&case_name, label, us, per_input_us, prefilled_alongside_us));
                 }
             }
             // Low load: the calling thread alone and the default gather (helpers parked between

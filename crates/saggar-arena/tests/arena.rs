@@ -391,6 +391,22 @@ fn parallel_gathers_on_sixteen_threads_never_mix() {
     }
 }
 
+/// Gathers `data` with inputs 3 and 37 (in different parts of a split gather) cut short: the error
+/// must name input 3, whichever part ends first.
+fn assert_first_bad_input_is_reported(
+    lease: &mut saggar_arena::Arena<HostBackend>,
+    data: &[Vec<u32>],
+    plans: &[PadPlan],
+) {
+    let err = lease
+        .gather_host_with(|i| {
+            let bytes = u32_bytes(&data[i]);
+            InputSource::Host { data: if i == 3 || i == 37 { &bytes[..100] } else { bytes }, plan: plans[i] }
+        })
+        .unwrap_err();
+    assert!(matches!(&err, ArenaError::InputTooShort { input, .. } if &**input == "x3"), "{err:?}");
+}
+
 #[test]
 fn a_parallel_gather_reports_the_first_bad_input_and_the_next_request_succeeds() {
     let d = device();
@@ -401,15 +417,8 @@ fn a_parallel_gather_reports_the_first_bad_input_and_the_next_request_succeeds()
         (0..40).map(|i| plan(&format!("x{i}"), DType::F32, &[50], false, Chunk::whole(1, 1))).collect();
     let data = tagged_inputs(7);
     let mut lease = pool.lease().unwrap();
-    // Inputs 3 and 37 (in different parts) are short: the error names input 3, whichever part ends first.
     for _ in 0..20 {
-        let err = lease
-            .gather_host_with(|i| {
-                let bytes = u32_bytes(&data[i]);
-                InputSource::Host { data: if i == 3 || i == 37 { &bytes[..100] } else { bytes }, plan: plans[i] }
-            })
-            .unwrap_err();
-        assert!(matches!(&err, ArenaError::InputTooShort { input, .. } if &**input == "x3"), "{err:?}");
+        assert_first_bad_input_is_reported(&mut lease, &data, &plans);
     }
     lease.gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] }).unwrap();
     check_staged(&mut lease, &stream, &data, "after the errors");
@@ -435,13 +444,7 @@ fn a_gather_that_finds_the_helpers_parked_runs_alone_in_one_pass() {
         let data = tagged_inputs(round);
         let before = lease.gather_stats();
         if round % 2 == 1 {
-            let err = lease
-                .gather_host_with(|i| {
-                    let bytes = u32_bytes(&data[i]);
-                    InputSource::Host { data: if i == 3 || i == 37 { &bytes[..100] } else { bytes }, plan: plans[i] }
-                })
-                .unwrap_err();
-            assert!(matches!(&err, ArenaError::InputTooShort { input, .. } if &**input == "x3"), "{err:?}");
+            assert_first_bad_input_is_reported(&mut lease, &data, &plans);
         } else {
             lease.gather_host_with(|i| InputSource::Host { data: u32_bytes(&data[i]), plan: plans[i] }).unwrap();
             check_staged(&mut lease, &stream, &data, &format!("round {round}"));

@@ -12,6 +12,7 @@ const CONTRACT: &[&str] = &[
     "/model",
     "/requests",
     "/concurrency",
+    "/kernel_copies_up_to",
     "/wall_s",
     "/throughput_rps",
     "/latency_us/p50",

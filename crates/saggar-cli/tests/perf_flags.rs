@@ -41,6 +41,29 @@ fn assert_consistent(report: &serde_json::Value) {
     }
 }
 
+/// `--kernel-copies-up-to`: with 0 every copy is the copy engine's, with the default the small
+/// ones are the copy kernel's; the report says which, and both verify; a value that is not a byte
+/// count exits 2.
+#[test]
+fn kernel_copy_limit_is_reported_and_both_copy_paths_verify() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.small_mlp();
+    for (limit, expected) in [(None, 65536), (Some("0"), 0), (Some("1048576"), 1048576)] {
+        let mut args =
+            vec!["--backend", "host", "--model-config", &config, "--trace", "uniform:1..8", "--requests", "40"];
+        args.extend(["--binding", "request", "--verify", "8", "--quiet"]);
+        if let Some(limit) = limit {
+            args.extend(["--kernel-copies-up-to", limit]);
+        }
+        let (report, _) = json(&sandbox, &args);
+        assert_eq!(u64_at(&report, "/kernel_copies_up_to"), expected, "{report:#}");
+        assert_eq!((u64_at(&report, "/verify/checked"), u64_at(&report, "/verify/mismatches")), (8, 0), "{report:#}");
+    }
+    let output =
+        sandbox.saggar().args(["perf", "--backend", "host", "--kernel-copies-up-to", "lots"]).output().unwrap();
+    assert_error(&output, 2);
+}
+
 #[test]
 fn warmup_iterations_and_stages_are_reported_consistently() {
     let sandbox = Sandbox::new();
