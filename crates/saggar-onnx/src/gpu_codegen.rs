@@ -68,6 +68,8 @@ template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b :
 #else
 #define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor_sync(0xffffffffu, (v), (o), (w))
 #endif
+// Whether `p` may be read or written as float4 (16-byte aligned).
+__device__ inline bool onnx_aligned16(const void* p) { return ((saggar_u64)p & 15) == 0; }
 // Four consecutive f32 of row `row` at column `4 * q`, from an input of broadcast mode `mode`
 // (see the fused kernels' `meta`) whose divisor is the row length (`cols4` vectors): the row
 // itself (1), one row for every row (2), one value per row (4), or a scalar (3).

@@ -160,17 +160,14 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
 fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
     let externals = group.inputs.len();
     let mut text = format!(
-        "  const onnx_i64* fm = meta + 2 + {} * rank;\n  bool vec = (meta[1] & 3) == 0 && ((saggar_u64)(const void*)out & 15) == 0;\n",
+        "  const onnx_i64* fm = meta + 2 + {} * rank;\n  bool vec = (meta[1] & 3) == 0 && onnx_aligned16(out);\n",
         externals + 1
     );
     // Per used input: its test (the output's shape and aligned, or a scalar) and its vector load.
     let mut loads = String::new();
     for &k in used {
         let m = 2 * k;
-        let _ = writeln!(
-            text,
-            "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && ((saggar_u64)(const void*)in{k} & 15) == 0));"
-        );
+        let _ = writeln!(text, "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && onnx_aligned16(in{k})));");
         let _ = writeln!(
             loads,
             "      const float4 x{k} = fm[{m}] == 1 ? ((const float4*)in{k})[q] : make_float4(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"

@@ -93,10 +93,10 @@ fn vector_path(group: &FusedGroup, scale: usize, bias: Option<usize>, eps: &str)
     {
         return None;
     }
-    let aligned = |k: usize| format!("((saggar_u64)(const void*)in{k} & 15) == 0");
+    let aligned = |k: usize| format!("onnx_aligned16(in{k})");
     let externals = group.inputs.len();
     let mut text = format!(
-        "  const onnx_i64* fm = em + 2 + {} * em[0];\n  bool vec = cached && (cols & 3) == 0 && ((saggar_u64)(const void*)y & 15) == 0 && {};\n",
+        "  const onnx_i64* fm = em + 2 + {} * em[0];\n  bool vec = cached && (cols & 3) == 0 && onnx_aligned16(y) && {};\n",
         externals + 1,
         aligned(scale)
     );

@@ -90,7 +90,7 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
   // Rows of Q, K and V contiguous and every offset a multiple of four floats: tiles are read
   // four floats a load.
   bool vec4 = D % 4 == 0 && DV % 4 == 0 && q_cs == 1 && k_rs == 1 && v_cs == 1 && q_rs % 4 == 0 && k_cs % 4 == 0 && v_rs % 4 == 0
-    && ((((saggar_u64)(const void*)q) | ((saggar_u64)(const void*)k) | ((saggar_u64)(const void*)v)) & 15) == 0;
+    && onnx_aligned16(q) && onnx_aligned16(k) && onnx_aligned16(v);
   for (int a = 0; a < nb; ++a) vec4 = vec4 && qm[a] % 4 == 0 && km[a] % 4 == 0 && vm[a] % 4 == 0;
   ONNX_ROWS(unit, positions * tiles) {{
     const int i0 = (unit % tiles) * BQ;
