@@ -287,24 +287,6 @@ impl<B: Backend> std::fmt::Debug for Arena<B> {
     }
 }
 
-/// Enqueues the built-in copy kernel: `bytes` from `src` to `dst`.
-///
-/// # Safety
-/// Both ranges must stay live device memory (mapped pinned memory included) until the stream has
-/// passed the launch, and the host must keep off the pinned memory among them until then.
-unsafe fn launch_copy<B: Backend>(
-    stream: &B::Stream,
-    kernel: &B::Kernel,
-    src: DevicePtr,
-    dst: DevicePtr,
-    bytes: usize,
-) -> Result<()> {
-    let args = [KernelArg::Ptr(dst), KernelArg::Ptr(src), KernelArg::U64(bytes as u64)];
-    // SAFETY: the caller's promises; the kernel touches exactly `bytes` bytes of each range.
-    unsafe { stream.launch(kernel, &builtin::copy_bytes_config(bytes as u64), &args)? };
-    Ok(())
-}
-
 /// Checks a caller buffer's alignment. An empty buffer is never read or written, and Rust gives an
 /// empty slice a dangling address aligned only to its own element type, so it is not checked.
 fn check_aligned(role: &'static str, name: &str, address: usize, len: usize, align: usize) -> Result<()> {
@@ -522,7 +504,8 @@ impl<B: Backend> Arena<B> {
         if let Some((kernel, src)) = self.kernel_copy(&self.staging, span) {
             // SAFETY: as below; the kernel reads `span` bytes of the mapped staging buffer and writes
             // `span` bytes of the arena, both in range.
-            return unsafe { launch_copy::<B>(stream, kernel, src, dst.ptr(), span) };
+            return unsafe { builtin::enqueue_copy_bytes::<B>(stream, kernel, src, dst.ptr(), span as u64) }
+                .map_err(Into::into);
         }
         // SAFETY: the staging buffer belongs to this arena and outlives the copy (drop waits for the
         // fence); the caller fences after enqueueing, per this function's contract.
@@ -562,7 +545,8 @@ impl<B: Backend> Arena<B> {
         if let Some((kernel, dst)) = self.kernel_copy(readback, src.len()) {
             // SAFETY: as below; the kernel reads `src` (in the arena) and writes as many bytes of
             // the mapped read-back buffer, which is at least the output span long.
-            return unsafe { launch_copy::<B>(stream, kernel, src.ptr(), dst, src.len()) };
+            return unsafe { builtin::enqueue_copy_bytes::<B>(stream, kernel, src.ptr(), dst, src.len() as u64) }
+                .map_err(Into::into);
         }
         // SAFETY: the read-back buffer belongs to this arena, which waits for the fence before the
         // host reads it or frees it; the caller fences per this function's contract.

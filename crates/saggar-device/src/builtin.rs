@@ -12,8 +12,10 @@
 //! | `saggar_axpy_f32` | `u64 n, f32 a, ptr x, ptr y` | `y = a * x + y` |
 //! | `saggar_gemm_bias_act_f32` | `ptr out, ptr a, ptr b, ptr bias, u32 m, u32 n, u32 k, u32 act` | `out[m,n] = act(a[m,k] * b[k,n] + bias[n])`; `bias` may be null; `act` 0 = identity, 1 = ReLU |
 
+use crate::api::{Backend, Stream};
 use crate::code::KernelSource;
-use crate::types::{KernelSignature, ParamKind};
+use crate::error::Result;
+use crate::types::{DevicePtr, KernelArg, KernelSignature, ParamKind};
 
 /// `saggar_fill_u32(ptr dst, u64 n, u32 value)`.
 pub const FILL_U32: &str = "saggar_fill_u32";
@@ -110,6 +112,25 @@ pub fn copy_bytes_config(n: u64) -> crate::LaunchConfig {
     let threads = n.div_ceil(16).max(1);
     let blocks = threads.div_ceil(COPY_BYTES_BLOCK as u64).clamp(1, 256) as u32;
     crate::LaunchConfig { grid: crate::Dim3::x(blocks), block: crate::Dim3::x(COPY_BYTES_BLOCK), shared_mem_bytes: 0 }
+}
+
+/// Enqueues [`COPY_BYTES`] (`kernel`, loaded from [`source`]) on `stream`: `n` bytes from `src` to
+/// `dst`, launched with [`copy_bytes_config`].
+///
+/// # Safety
+/// Both ranges must be live device memory (mapped pinned memory included) of at least `n` bytes until
+/// the stream has passed the launch, and the host must keep off the pinned memory among them until
+/// then.
+pub unsafe fn enqueue_copy_bytes<B: Backend>(
+    stream: &B::Stream,
+    kernel: &B::Kernel,
+    src: DevicePtr,
+    dst: DevicePtr,
+    n: u64,
+) -> Result<()> {
+    let args = [KernelArg::Ptr(dst), KernelArg::Ptr(src), KernelArg::U64(n)];
+    // SAFETY: the caller's promises; the kernel touches exactly `n` bytes of each range.
+    unsafe { stream.launch(kernel, &copy_bytes_config(n), &args) }
 }
 
 /// The built-in kernels as one source, ready for [`crate::Device::compile`].

@@ -209,17 +209,6 @@ pub fn pinned_async_round_trip<B: Backend>(device: &B::Device) {
     assert_eq!(&dst.as_slice()[17..5017], &data[1000..6000]);
 }
 
-/// Enqueues `saggar_copy_bytes` of `n` bytes from `src` to `dst`.
-///
-/// # Safety
-/// Both ranges must be live device memory (mapped pinned memory included) of `n` bytes until the
-/// stream has passed the launch, and the host must not touch mapped pinned memory among them until then.
-pub unsafe fn copy_bytes<B: Backend>(stream: &B::Stream, kernel: &B::Kernel, src: DevicePtr, dst: DevicePtr, n: u64) {
-    let args = [KernelArg::Ptr(dst), KernelArg::Ptr(src), KernelArg::U64(n)];
-    // SAFETY: the caller's promises; the kernel touches exactly `n` bytes of each range.
-    unsafe { stream.launch(kernel, &builtin::copy_bytes_config(n), &args) }.expect("launch saggar_copy_bytes");
-}
-
 /// Pinned memory is mapped into its device: a kernel reads it and writes it at
 /// [`crate::PinnedBuffer::device_ptr`], eagerly and from a captured graph, at 16-byte aligned offsets
 /// (the four-word path) and odd ones (bytes), and a dropped buffer's mapping is gone.
@@ -244,11 +233,19 @@ pub fn kernels_reach_mapped_pinned_memory<B: Backend>(device: &B::Device) {
             // SAFETY: every range lies inside `src`, `dst` or `on_device`, which outlive the
             // synchronize below; the host does not touch the pinned buffers until then.
             unsafe {
-                copy_bytes::<B>(&stream, &copy, src_ptr, on_device.ptr(), len as u64);
-                copy_bytes::<B>(&stream, &copy, on_device.ptr(), dst_ptr, 4096);
-                copy_bytes::<B>(&stream, &copy, at(on_device.ptr(), 4096), at(dst_ptr, 4096), 1000);
-                copy_bytes::<B>(&stream, &copy, at(on_device.ptr(), 5096), at(dst_ptr, 5096), (len - 5096) as u64);
-                copy_bytes::<B>(&stream, &copy, at(src_ptr, 3), at(dst_ptr, 7), 100);
+                builtin::enqueue_copy_bytes::<B>(&stream, &copy, src_ptr, on_device.ptr(), len as u64).unwrap();
+                builtin::enqueue_copy_bytes::<B>(&stream, &copy, on_device.ptr(), dst_ptr, 4096).unwrap();
+                builtin::enqueue_copy_bytes::<B>(&stream, &copy, at(on_device.ptr(), 4096), at(dst_ptr, 4096), 1000)
+                    .unwrap();
+                builtin::enqueue_copy_bytes::<B>(
+                    &stream,
+                    &copy,
+                    at(on_device.ptr(), 5096),
+                    at(dst_ptr, 5096),
+                    (len - 5096) as u64,
+                )
+                .unwrap();
+                builtin::enqueue_copy_bytes::<B>(&stream, &copy, at(src_ptr, 3), at(dst_ptr, 7), 100).unwrap();
             }
         };
         if captured {
@@ -272,13 +269,7 @@ pub fn kernels_reach_mapped_pinned_memory<B: Backend>(device: &B::Device) {
     if device.info().backend == crate::BackendKind::Host {
         // The host backend checks every access: the dropped buffer's mapping must be gone.
         // SAFETY: the host backend resolves the address and faults instead of touching memory.
-        let launched = unsafe {
-            stream.launch(
-                &copy,
-                &builtin::copy_bytes_config(64),
-                &[KernelArg::Ptr(on_device.ptr()), KernelArg::Ptr(src_ptr), KernelArg::U64(64)],
-            )
-        };
+        let launched = unsafe { builtin::enqueue_copy_bytes::<B>(&stream, &copy, src_ptr, on_device.ptr(), 64) };
         let waited = launched.and_then(|()| stream.synchronize());
         assert!(waited.is_err(), "a kernel read a dropped pinned buffer's mapping");
     }

@@ -343,6 +343,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         k: usize,
         mode: BindingMode,
     ) -> Result<bool> {
+        if mode == BindingMode::PinnedCopy {
+            // Streaming stores into staging (a gather's, a request's writes) reach memory before the
+            // upload reads them: a replayed graph runs none of `enqueue_upload`'s host code, which
+            // fences them when it enqueues.
+            slots.arena.publish_staged();
+        }
         if !self.config.graphs.enabled {
             self.enqueue_on_slots(stream, slots, k, mode == BindingMode::PinnedCopy)?;
             Stats::bump(&self.stats.eager_runs);

@@ -377,8 +377,6 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         // The pinned-copy path's graph: the upload of the bucket's packed span, the program on the
         // arena's slots and the download, in one launch, then one wait, which covers both copies, so
         // no fence event is needed to keep the host off the pinned buffers while they are in flight.
-        // The streamed writes are published first: a replay runs none of the upload's host code.
-        slots.arena.publish_staged();
         let enqueued = (|| {
             let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
             stream.synchronize()?;

@@ -56,9 +56,9 @@ pub(crate) fn alloc_pinned<D: Driver>(device: &Arc<DeviceShared<D>>, bytes: usiz
     // SAFETY: the driver returned `bytes` writable bytes at `ptr`; zeroing them makes every byte
     // initialised before any `&[u8]` is formed over them.
     unsafe { ptr.as_ptr().write_bytes(0, bytes) };
-    // SAFETY: `ptr` is the live allocation made above.
     // Unmapped memory is still usable by copies: only kernels that would reach it directly lose it
     // (`device_ptr` is `None`, and callers fall back to a copy).
+    // SAFETY: `ptr` is the live allocation made above.
     let mapped = unsafe { D::device_pointer_of_host(op, ptr.as_ptr().cast::<c_void>()) }.ok();
     Ok(PinnedBuffer { device: device.clone(), ptr, len: bytes, mapped })
 }

@@ -226,14 +226,7 @@ impl Device for HostDevice {
         self.check("device.alloc_pinned")?;
         forbid_during_capture(&self.shared, "device.alloc_pinned")?;
         crate::rules::check_pinned_size("device.alloc_pinned", bytes, self.shared.info.total_memory)?;
-        let mut buffer = HostPinnedBuffer::new(bytes, self.shared.counters.clone()).ok_or(Error::OutOfMemory {
-            op: "device.alloc_pinned",
-            requested: bytes as u64,
-            available: 0,
-        })?;
-        let mapped = self.shared.memory.lock().map_host(buffer.alloc.clone())?;
-        buffer.mapping = Some((self.shared.clone(), mapped));
-        Ok(buffer)
+        HostPinnedBuffer::new(bytes, &self.shared)
     }
 
     fn compile(&self, source: &KernelSource) -> Result<CodeObject> {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::api::PinnedBuffer;
+use crate::error::{Error, Result};
 use crate::host::counters::Counters;
 use crate::host::device::DeviceShared;
 use crate::types::DevicePtr;
@@ -71,8 +72,9 @@ impl Drop for PinnedAlloc {
 /// `Send + Sync`; see [`PinnedBuffer`].
 pub struct HostPinnedBuffer {
     pub(crate) alloc: Arc<PinnedAlloc>,
-    /// Where the allocating device maps it, removed again on drop.
-    pub(crate) mapping: Option<(Arc<DeviceShared>, DevicePtr)>,
+    /// The allocating device, whose address space maps the buffer at `mapped` until drop.
+    device: Arc<DeviceShared>,
+    mapped: DevicePtr,
 }
 
 impl std::fmt::Debug for HostPinnedBuffer {
@@ -82,16 +84,19 @@ impl std::fmt::Debug for HostPinnedBuffer {
 }
 
 impl HostPinnedBuffer {
-    pub(crate) fn new(len: usize, counters: Arc<Counters>) -> Option<HostPinnedBuffer> {
+    /// `len` zeroed bytes, mapped into `device`'s address space; out of memory when the host has not
+    /// the bytes or the space has no room for the mapping.
+    pub(crate) fn new(len: usize, device: &Arc<DeviceShared>) -> Result<HostPinnedBuffer> {
+        let oom = || Error::OutOfMemory { op: "device.alloc_pinned", requested: len as u64, available: 0 };
         let mut pages = Vec::new();
         let count = len.div_ceil(PAGE);
-        pages.try_reserve_exact(count).ok()?;
+        pages.try_reserve_exact(count).map_err(|_| oom())?;
         pages.resize(count, Page([0; PAGE]));
+        let counters = device.counters.clone();
         counters.live_pinned_bytes.fetch_add(len as u64, Relaxed);
-        Some(HostPinnedBuffer {
-            alloc: Arc::new(PinnedAlloc { pages: UnsafeCell::new(pages.into_boxed_slice()), len, counters }),
-            mapping: None,
-        })
+        let alloc = Arc::new(PinnedAlloc { pages: UnsafeCell::new(pages.into_boxed_slice()), len, counters });
+        let mapped = device.memory.lock().map_host(alloc.clone())?;
+        Ok(HostPinnedBuffer { alloc, device: device.clone(), mapped })
     }
 }
 
@@ -113,16 +118,14 @@ impl PinnedBuffer for HostPinnedBuffer {
     }
 
     fn device_ptr(&self) -> Option<DevicePtr> {
-        self.mapping.as_ref().map(|(_, ptr)| *ptr)
+        Some(self.mapped)
     }
 }
 
 impl Drop for HostPinnedBuffer {
     fn drop(&mut self) {
-        if let Some((device, ptr)) = self.mapping.take()
-            && let Err(e) = device.memory.lock().unmap_host(ptr)
-        {
-            device.defer(e);
+        if let Err(e) = self.device.memory.lock().unmap_host(self.mapped) {
+            self.device.defer(e);
         }
         if Arc::strong_count(&self.alloc) > 1 {
             self.alloc.counters.pinned_released_while_pending.fetch_add(1, Relaxed);
