@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! offset  size  field
-//!      0     8  magic "SAGGARCACH"
+//!      0     8  magic "SAGGARCE" (8 bytes, MAGIC)
 //!      8     4  format version, u32 LE (FORMAT_VERSION)
 //!     12     4  header length H, u32 LE (offset of the payload)
 //!     16     8  payload length P, u64 LE
