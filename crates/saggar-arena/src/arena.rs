@@ -104,7 +104,7 @@ pub struct ArenaOptions {
     /// and from the kernels around it, which the kernel does not. A large one is another matter: the
     /// kernel takes SMs that other streams' work would use while a copy engine ran beside it, and
     /// past about a megabyte the copy engine's bandwidth wins even alone. Measurements:
-    /// `docs/benchmarks.md`, "saggar-arena: copies by kernel through mapped pinned memory".
+    /// `docs/gpu-runs/kernel-copy-limits.md` and `docs/gpu-runs/cuda-harnesses.md`.
     pub kernel_copies_up_to: usize,
 }
 
