@@ -3,13 +3,13 @@
 use prost::Message;
 use saggar_shape::{DType, Dim};
 
-use crate::ops::Attribute;
-use crate::proto::{
+use crate::import::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeDimension, TensorShapeProto,
     TypeProto, TypeProtoTensor, ValueInfoProto, attribute_type, dtype_to_onnx,
 };
+use crate::import::tensor_pb::tensor_to_proto;
+use crate::ops::Attribute;
 use crate::tensor::Tensor;
-use crate::tensor_pb::tensor_to_proto;
 
 /// Builds a `ModelProto` node by node.
 #[derive(Debug, Clone)]

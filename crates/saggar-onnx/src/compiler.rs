@@ -1,8 +1,9 @@
 //! [`OnnxCompiler`]: saggar-dispatch's [`ProgramCompiler`] for ONNX models.
 //!
 //! `compile` specialises the imported graph to the request's input shapes and lowers it
-//! ([`crate::lowering`]): on the host backend to host kernels ("compiled" into a host plan), on CUDA
-//! and HIP to one generated C++ source for the model ([`crate::gpu_codegen`]) compiled by NVRTC or
+//! ([`crate::lower`]): on the host backend to host kernels ("compiled" into a host plan), on CUDA
+//! and HIP to one generated C++ source for the model (the kernels of [`crate::ops::gpu`] and
+//! [`crate::fuse`] after their shared prelude) compiled by NVRTC or
 //! hipRTC through the device. Generated kernels take every extent from their `meta` tables, so the
 //! source is the same for every input shape of the model: the compiler keeps the code object of each
 //! source it compiled (per backend and device ordinal) and every later bucket reuses it without
@@ -41,11 +42,13 @@ use saggar_dispatch::{
 
 use crate::artifact::Header;
 use crate::error::OnnxError;
-use crate::lowering::{self, ArgSource, Lowered, PlanStep, PlanSummary, Target, WeightLayout};
-use crate::lowering_blas::{BlasLowering, GemmEngine};
-use crate::model::OnnxModel;
-use crate::passes;
-use crate::passes::conv_gemm::ConvEngine;
+use crate::fuse::attention::AttentionKernel;
+use crate::graph::model::OnnxModel;
+use crate::graph::passes;
+use crate::graph::passes::conv_gemm::ConvEngine;
+use crate::lower::blas::{BlasLowering, GemmEngine};
+use crate::plan::memory::{self, WeightLayout};
+use crate::plan::{ArgSource, Lowered, PlanStep, PlanSummary, Target};
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
@@ -53,7 +56,7 @@ pub const COMPILER_NAME: &str = "saggar-onnx";
 pub const ARTIFACT_VERSION: u32 = 3;
 /// Bytes before the first constant in a device's weight buffer: the residency marker, padded to the
 /// constants' alignment.
-const CONSTANTS_OFFSET: usize = lowering::ALIGN;
+const CONSTANTS_OFFSET: usize = memory::ALIGN;
 const _: () = assert!(CONSTANTS_OFFSET >= MARKER_LEN);
 
 /// Options of an [`OnnxCompiler`].
@@ -88,45 +91,6 @@ pub struct OnnxOptions {
     /// Which kernel a fused attention pattern runs on CUDA and HIP. Part of the compiler identity
     /// unless [`AttentionKernel::Auto`].
     pub attention: AttentionKernel,
-}
-
-/// The GPU kernel of a fused attention pattern.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum AttentionKernel {
-    /// The tiled kernel where a shape has enough query tiles to fill the GPU, else the row kernel
-    /// (chosen per bucket; both kernels are in the model's one code object).
-    #[default]
-    Auto,
-    /// One block per query row, reading keys and values from global memory: the most parallelism
-    /// at small batches.
-    Rows,
-    /// One block per tile of query rows, sharing each tile of keys and values in shared memory:
-    /// each key and value is read once per tile instead of once per row.
-    Tiled,
-}
-
-impl AttentionKernel {
-    /// `auto`, `rows` or `tiled`.
-    pub fn name(self) -> &'static str {
-        match self {
-            AttentionKernel::Auto => "auto",
-            AttentionKernel::Rows => "rows",
-            AttentionKernel::Tiled => "tiled",
-        }
-    }
-}
-
-impl std::str::FromStr for AttentionKernel {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<AttentionKernel, String> {
-        match s {
-            "auto" => Ok(AttentionKernel::Auto),
-            "rows" => Ok(AttentionKernel::Rows),
-            "tiled" => Ok(AttentionKernel::Tiled),
-            other => Err(format!("unknown attention kernel `{other}`: use auto, rows or tiled")),
-        }
-    }
 }
 
 /// Default BLAS-Lt workspace per run context: [`saggar_device::blas::DEFAULT_WORKSPACE_BYTES`]
@@ -283,7 +247,7 @@ impl OnnxCompiler {
     /// A compiler for `model`.
     pub fn new(model: OnnxModel, options: OnnxOptions) -> OnnxCompiler {
         let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec());
-        let weights = lowering::weight_layout(model.graph());
+        let weights = memory::weight_layout(model.graph());
         let mut model_hash = [0u8; 32];
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
             model_hash = *h.as_bytes();
@@ -349,7 +313,7 @@ impl OnnxCompiler {
             workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
         });
         let fusion = self.options.fusion.then_some(self.options.attention);
-        lowering::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, fusion)
+        crate::lower::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, fusion)
     }
 
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
@@ -394,8 +358,7 @@ impl OnnxCompiler {
             lowered.kernels.len()
         );
         code.push_str(saggar_device::builtin::PRELUDE);
-        code.push_str(crate::gpu_codegen::ONNX_PRELUDE);
-        code.push_str(crate::gpu_codegen::HELPERS);
+        code.push_str(crate::ops::gpu::PRELUDE);
         code
     }
 
@@ -552,7 +515,7 @@ impl OnnxCompiler {
                 PlanStep::Matmul(m) => Ok(LoadedStep::Matmul(*m)),
             })
             .collect::<Result<Vec<_>, OnnxError>>()?;
-        let kinds = crate::step_labels::kinds(&lowered.steps);
+        let kinds = crate::plan::labels::kinds(&lowered.steps);
         let blas = self.blas::<B>(device, &steps)?;
         let weights = self.resident_weights::<B>(device)?;
         let local = if lowered.local_constants.is_empty() {
@@ -669,7 +632,7 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
 #[derive(Debug)]
 enum LoadedStep<B: Backend> {
     Launch { kernel: B::Kernel, args: Vec<ArgSource>, config: LaunchConfig },
-    Matmul(crate::lowering_blas::MatmulStep),
+    Matmul(crate::plan::MatmulStep),
 }
 
 /// A loaded program: one model at one input shape on one device.
@@ -696,7 +659,7 @@ pub struct OnnxProgram<B: Backend> {
     /// What each step runs (kernel name or matmul shape), for profiles.
     pub(crate) kinds: Vec<String>,
     /// The nodes each step computes, for profiles.
-    pub(crate) labels: crate::step_labels::StepLabels,
+    pub(crate) labels: crate::plan::labels::StepLabels,
 }
 
 impl<B: Backend> OnnxProgram<B> {

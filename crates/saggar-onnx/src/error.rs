@@ -1,11 +1,10 @@
 //! The errors of saggar-onnx.
 //!
-//! [`OnnxError`] covers reading, importing, checking and compiling a model. Each variant names what
+//! [`OnnxError`] covers reading, importing, checking and compiling a model; [`OpError`] is one op's
+//! error before the importer adds the node's context. Each variant names what
 //! the caller can act on: the file, the node with its op and opset, the tensor, the limit.
 
 use std::path::PathBuf;
-
-use crate::ops::OpError;
 
 /// What went wrong importing or compiling an ONNX model.
 #[non_exhaustive]
@@ -170,4 +169,51 @@ pub enum OnnxError {
     /// A device call failed.
     #[error(transparent)]
     Device(#[from] saggar_device::Error),
+}
+
+/// An error of one op, without the node's context (the importer adds it).
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    /// An attribute is missing, has the wrong type or an invalid value.
+    #[error("attribute `{name}`: {reason}")]
+    Attribute {
+        /// The attribute.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An attribute value (or attribute) the declared op set does not implement.
+    #[error("attribute `{name}` = {value} is not supported (supported: {supported})")]
+    Unsupported {
+        /// The attribute.
+        name: String,
+        /// The value found.
+        value: String,
+        /// What is supported.
+        supported: String,
+    },
+    /// Inputs the op cannot take (wrong count, type or shape).
+    #[error("{0}")]
+    Infer(String),
+    /// Evaluation failed (an index out of range, a size that overflows).
+    #[error("{0}")]
+    Eval(String),
+}
+
+impl OpError {
+    /// An inference error.
+    pub fn infer(reason: impl Into<String>) -> OpError {
+        OpError::Infer(reason.into())
+    }
+
+    /// An evaluation error.
+    pub fn eval(reason: impl Into<String>) -> OpError {
+        OpError::Eval(reason.into())
+    }
+
+    /// An attribute error.
+    pub fn attribute(name: &str, reason: impl Into<String>) -> OpError {
+        OpError::Attribute { name: name.to_string(), reason: reason.into() }
+    }
 }

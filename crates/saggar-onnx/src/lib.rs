@@ -6,18 +6,22 @@
 //!    graph: values with element types and symbolic dimensions from `dim_param`, nodes with their
 //!    parsed [`ops::Op`]. An op outside the declared op set, an opset outside 9..=21 or an attribute
 //!    value no op implements is an [`OnnxError`] here, at import, naming the node.
-//! 2. The passes infer shapes and types, fold constants (the Shape/Gather/Concat chains exporters
-//!    emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
+//! 2. The graph passes infer shapes and types, fold constants (the Shape/Gather/Concat chains
+//!    exporters emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.
 //! 3. [`OnnxCompiler`] implements saggar-dispatch's `ProgramCompiler`: per concrete input shape it
-//!    specialises the graph (every dimension known, every shape chain folded), groups elementwise
-//!    chains (`fusion`), plans activation memory by liveness and lowers each group: to a registered
-//!    host kernel on the host backend, to generated CUDA/HIP kernels (`gpu_codegen`, one source per
+//!    specialises the graph (every dimension known, every shape chain folded), groups nodes into
+//!    fused kernels (`fuse`), plans activation memory by liveness and lowers each group (`lower`):
+//!    to a registered host kernel on the host backend, to generated CUDA/HIP kernels (one source per
 //!    model, compiled once) on GPUs; MatMul and Gemm go through the backend's BLAS-Lt library
-//!    (cuBLASLt, hipBLASLt, the host's own GEMM) where the operands allow (`lowering_blas`). Initializers are uploaded once per device and shared by every
-//!    program.
-//!
+//!    (cuBLASLt, hipBLASLt, the host's own GEMM) where the operands allow. Initializers are uploaded
+//!    once per device and shared by every program.
 //! 4. [`OnnxCompiler::profile`] runs one program eagerly with timed events between its steps and
 //!    reports each step's median time with the ONNX nodes it computes (`saggar perf --dump-profile`).
+//!
+//! # Layers
+//! Each imports only the ones below it: `import` (the ONNX file format) < [`ops`] (the op set, one
+//! folder per family with its kernels) < `graph` (the IR, its import, the passes) < `plan` (what a
+//! lowered program is) < `fuse` (multi-node fusions) < `lower` (groups to steps) < the compiler.
 //!
 //! [`tensor_pb`] reads and writes ONNX `TensorProto` files (`input_0.pb`) for test data.
 
@@ -27,46 +31,37 @@
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 
 mod artifact;
-mod attention;
 pub mod builder;
 mod compiler;
-mod embedding_bag;
 pub mod error;
-mod external;
-mod fusion;
-mod gpu_codegen;
+mod fuse;
 #[cfg(test)]
 mod gpu_emulation;
-mod gpu_fused;
-mod gpu_prologue;
-mod half;
-mod host_kernels;
+mod graph;
 mod import;
-pub mod ir;
-mod lowering;
-mod lowering_blas;
-mod model;
+mod lower;
 pub mod ops;
-mod passes;
+mod plan;
 mod profile;
-pub mod proto;
 mod run;
-mod step_labels;
 pub mod synthetic;
 pub mod tensor;
-pub mod tensor_pb;
 mod units;
 
+pub use graph::ir;
+pub use import::{proto, tensor_pb};
+
 pub use compiler::{
-    ARTIFACT_VERSION, AttentionKernel, COMPILER_NAME, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions,
-    OnnxProgram,
+    ARTIFACT_VERSION, COMPILER_NAME, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions, OnnxProgram,
 };
 pub use error::OnnxError;
-pub use import::{MAX_IR_VERSION, MIN_IR_VERSION};
-pub use lowering::PlanSummary;
-pub use lowering_blas::GemmEngine;
-pub use model::{ImportLimits, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
-pub use passes::conv_gemm::ConvEngine;
+pub use fuse::attention::AttentionKernel;
+pub use graph::build::{MAX_IR_VERSION, MIN_IR_VERSION};
+pub use graph::model::{OnnxModel, RUN_ONCE_MAX_ELEMENTS};
+pub use graph::passes::conv_gemm::ConvEngine;
+pub use import::limits::ImportLimits;
+pub use lower::blas::GemmEngine;
+pub use plan::PlanSummary;
 pub use profile::{MAX_PROFILE_ITERATIONS, OpsTotal, ProgramProfile, StepProfile};
 pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use saggar_device::MatmulPrecision;

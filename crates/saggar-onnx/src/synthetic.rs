@@ -273,7 +273,7 @@ pub fn rounded_weights(bytes: &[u8], dtype: DType) -> Result<Vec<u8>, crate::Onn
 fn convert_floats(bytes: &[u8], dtype: DType, retype: bool) -> Result<Vec<u8>, crate::OnnxError> {
     use prost::Message;
 
-    use crate::proto::{ModelProto, data_type};
+    use crate::import::proto::{ModelProto, data_type};
     let bad = |reason: String| crate::OnnxError::Graph { reason };
     let code = match dtype {
         DType::F16 => data_type::FLOAT16,
@@ -288,10 +288,10 @@ fn convert_floats(bytes: &[u8], dtype: DType, retype: bool) -> Result<Vec<u8>, c
         .filter(|n| n.op_type == "Constant")
         .flat_map(|n| n.attribute.iter_mut().filter_map(|a| a.t.as_mut()));
     for init in graph.initializer.iter_mut().chain(constants).filter(|t| t.data_type == data_type::FLOAT) {
-        let tensor = crate::tensor_pb::tensor_from_proto(init, None, &crate::ImportLimits::default())?;
+        let tensor = crate::import::tensor_pb::tensor_from_proto(init, None, &crate::ImportLimits::default())?;
         let narrowed = tensor.narrowed(dtype).map_err(|e| bad(e.to_string()))?;
         let out = if retype { narrowed } else { narrowed.widened() };
-        *init = crate::tensor_pb::tensor_to_proto(&init.name, &out);
+        *init = crate::import::tensor_pb::tensor_to_proto(&init.name, &out);
     }
     if retype {
         for info in graph.input.iter_mut().chain(graph.output.iter_mut()).chain(graph.value_info.iter_mut()) {

@@ -9,7 +9,7 @@
 
 use saggar_shape::DType;
 
-use crate::ops::OpError;
+use crate::error::OpError;
 
 /// The element types a tensor may have: those the declared op set computes with, and the half
 /// precisions a model's inputs and outputs may have.
@@ -492,7 +492,7 @@ macro_rules! same_type {
             ($crate::tensor::DataRef::I64($s), $crate::tensor::DataMut::I64($d)) => $body,
             ($crate::tensor::DataRef::I32($s), $crate::tensor::DataMut::I32($d)) => $body,
             ($crate::tensor::DataRef::Bool($s), $crate::tensor::DataMut::Bool($d)) => $body,
-            _ => Err($crate::ops::OpError::eval("output element type differs from the input's")),
+            _ => Err($crate::error::OpError::eval("output element type differs from the input's")),
         }
     };
 }

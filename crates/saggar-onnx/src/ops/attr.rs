@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::ops::OpError;
+use crate::error::OpError;
 use crate::tensor::Tensor;
 
 /// One attribute value, as ONNX stores it (graph-valued attributes are refused at parse).

@@ -1,9 +1,10 @@
-//! The declared op set: one file per op family, each op with its attribute parsing, shape and type
-//! inference and host evaluation side by side.
+//! The declared op set: one folder per op family holding everything about it: each op's attribute
+//! parsing, shape and type inference and host evaluation, its GPU form with the kernels it launches
+//! (their C++ in `.cu` files beside the Rust), and its tests.
 //!
 //! # How an op family is added
-//! 1. Make `src/ops/<family>.rs` starting with a `//!` line. For each op write a struct holding its
-//!    parsed attributes and implement [`Op`] for it:
+//! 1. Make `src/ops/<family>/mod.rs` starting with a `//!` line. For each op write a struct holding
+//!    its parsed attributes and implement [`Op`] for it:
 //!    - [`Op::infer`] gets one [`InferInput`] per input slot ([`InferInputs::get`] is `None` for an
 //!      absent optional input) with its [`ValueType`] (element type and [`Dim`]s, which may be
 //!      symbolic) and, when the input is a constant, its value. It returns one [`ValueType`] per
@@ -18,9 +19,12 @@
 //!      element and must return [`OpError::eval`] rather than panic on any input (indices out of
 //!      range, a type `infer` did not promise).
 //!    - [`Op::gpu`] says what the node is on CUDA and HIP ([`gpu`]): an elementwise C++ expression
-//!      of `$0`, `$1`, ... (fused with its neighbours), or launches of a [`gpu::GpuKind`] with their
-//!      `meta` tables built from the concrete operands. Without it the op runs on the host only and
-//!      GPU backends refuse the model naming the op.
+//!      of `$0`, `$1`, ... (fused with its neighbours), or launches of kernel kinds with their `meta`
+//!      tables built from the concrete operands. A kind is a struct in the family's `gpu.rs`
+//!      implementing [`gpu::GpuKernel`] (its name prefix and its text, rendered from a `.cu`
+//!      template in the family folder by `gpu::render`; the template's leading `//` lines document
+//!      its `meta` table). Without `gpu` the op runs on the host only and GPU backends refuse the
+//!      model naming the op.
 //! 2. Write a builder `fn build_x(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError>` that reads
 //!    attributes through [`NodeCtx`] (`ctx.int_or("axis", 0)?`, `ctx.ints("perm")?`, ...). Every
 //!    attribute a node carries must be read by the builder (or passed to [`NodeCtx::ignore`]):
@@ -28,20 +32,22 @@
 //!    dropped. An attribute value the op does not implement is
 //!    `Err(ctx.unsupported("auto_pad", value, "NOTSET"))`. The importer adds the node name, op type
 //!    and opset to every error.
-//! 3. List the ops in `pub(crate) static OPS: &[OpEntry]` in the family file, with the opset range
-//!    (inclusive) each builder implements (one entry per range where the op's signature changed,
-//!    e.g. ReduceSum's `axes` attribute up to 12, input from 13), then declare the module below
-//!    (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the only
-//!    edits a family makes outside its own file. Families: `elementwise`, `shapes`,
-//!    `convert`, `shapes`, `constants`, `data_movement`, `gather` (import side) and `linalg`, `conv`, `pool`, `norm`, `reduce` (compute side).
-//! 4. Test in the family file (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`],
-//!    run `infer` and `eval` through [`testing::run_op`], and compare with hand-computed values. The
-//!    ONNX backend test suite exercises the same ops end to end.
+//! 3. List the ops in `pub(crate) static OPS: &[OpEntry]` in the family's `mod.rs`, with the opset
+//!    range (inclusive) each builder implements (one entry per range where the op's signature
+//!    changed, e.g. ReduceSum's `axes` attribute up to 12, input from 13), then declare the module
+//!    below (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the
+//!    only edits a family makes outside its own folder. Families: `elementwise`, `convert`,
+//!    `shapes`, `constants`, `data_movement`, `gather` (import side) and `linalg`, `conv`, `pool`,
+//!    `norm`, `reduce` (compute side).
+//! 4. Test in the family (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`], run
+//!    `infer` and `eval` through [`testing::run_op`], and compare with hand-computed values; render
+//!    each kernel kind's variants. The ONNX backend test suite exercises the same ops end to end, and
+//!    the emulation tests run every kind's generated C++ on the CPU.
 //!
 //! Broadcasting and axis helpers shared by families live in [`shape_util`]; GEMM goes through the
 //! `matrixmultiply` crate (`matrixmultiply::sgemm`, strided, so transposes cost nothing). Graph
 //! rewrites that look inside ops (BatchNormalization folded into Conv, Gemm normalised) work on the
-//! node's raw [`Attributes`] in `passes/`, so an op struct stays private to its family file.
+//! node's raw [`Attributes`] in the graph passes, so an op struct stays private to its family.
 //!
 //! Evaluation is reached three ways, all through [`Op::eval`]: [`evaluate::evaluate`] (constant
 //! folding, tests), and the host kernel `lowering` registers per node (inputs read in place from
@@ -58,7 +64,6 @@ pub mod evaluate;
 pub(crate) mod gather;
 #[doc(hidden)]
 pub mod gpu;
-pub(crate) mod im2col;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;
@@ -73,6 +78,8 @@ use saggar_shape::{DType, Dim};
 
 pub use attr::{Attribute, Attributes, NodeCtx};
 
+pub use crate::error::OpError;
+
 use crate::tensor::{Tensor, TensorMut, TensorView};
 
 /// The name of an extent that shape inference cannot know before concrete input shapes are given.
@@ -82,53 +89,6 @@ pub const UNKNOWN_DIM: &str = "?";
 /// A dimension whose extent is not known at import ([`UNKNOWN_DIM`]).
 pub fn unknown_dim() -> Dim {
     Dim::symbolic(UNKNOWN_DIM)
-}
-
-/// An error of one op, without the node's context (the importer adds it).
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OpError {
-    /// An attribute is missing, has the wrong type or an invalid value.
-    #[error("attribute `{name}`: {reason}")]
-    Attribute {
-        /// The attribute.
-        name: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// An attribute value (or attribute) the declared op set does not implement.
-    #[error("attribute `{name}` = {value} is not supported (supported: {supported})")]
-    Unsupported {
-        /// The attribute.
-        name: String,
-        /// The value found.
-        value: String,
-        /// What is supported.
-        supported: String,
-    },
-    /// Inputs the op cannot take (wrong count, type or shape).
-    #[error("{0}")]
-    Infer(String),
-    /// Evaluation failed (an index out of range, a size that overflows).
-    #[error("{0}")]
-    Eval(String),
-}
-
-impl OpError {
-    /// An inference error.
-    pub fn infer(reason: impl Into<String>) -> OpError {
-        OpError::Infer(reason.into())
-    }
-
-    /// An evaluation error.
-    pub fn eval(reason: impl Into<String>) -> OpError {
-        OpError::Eval(reason.into())
-    }
-
-    /// An attribute error.
-    pub fn attribute(name: &str, reason: impl Into<String>) -> OpError {
-        OpError::Attribute { name: name.to_string(), reason: reason.into() }
-    }
 }
 
 /// The element type and dimensions of a value.

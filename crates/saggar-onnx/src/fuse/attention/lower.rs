@@ -1,0 +1,238 @@
+//! Lowering of an attention group: one launch of a fused kernel (GPU: the tiled or the row kernel,
+//! [`choose`]) or of the host kernel running the same algorithm, with the operands' locations from
+//! the memory plan.
+
+use std::collections::HashMap;
+
+use saggar_device::{Dim3, LaunchConfig};
+
+use super::Attention;
+use super::kernel::{self, HostAttention, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS};
+use crate::error::OnnxError;
+use crate::fuse::attention::AttentionKernel;
+use crate::graph::ir::{Graph, ValueId};
+use crate::ops::gpu::{BLOCK, kernel_signature};
+use crate::ops::gpu::{Work, numel};
+use crate::plan::emitter::Emitter;
+use crate::plan::launch::{host_config, launch_config};
+use crate::plan::nodes::operand;
+use crate::plan::{ArgSource, PlanStep, Step, Target};
+
+/// Blocks of the tiled kernel for `a` with tiles of `rows` query rows: batch positions × tiles.
+fn tiles(a: &Attention, rows: usize) -> u64 {
+    a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq.div_ceil(rows) as u64
+}
+
+/// The tile rows `a` runs the tiled kernel with, or `None` for the row kernel: as asked, or under
+/// [`AttentionKernel::Auto`] the tiled kernel when its 32-bit offsets reach every element
+/// (`offsets32`: each operand has fewer than 2^31) and tiles of 16 rows give at least
+/// [`TILED_MIN_TILES`] blocks. The tile is the largest that gives [`TILED_FILL_TILES`] blocks, or
+/// the smallest.
+pub(crate) fn choose(a: &Attention, kernel: AttentionKernel, offsets32: bool) -> Option<usize> {
+    let (rows, _) = kernel::tile_shapes(a.d.max(a.dv));
+    let tiled = match kernel {
+        AttentionKernel::Auto => offsets32 && tiles(a, rows[0]) >= TILED_MIN_TILES,
+        AttentionKernel::Rows => false,
+        AttentionKernel::Tiled => true,
+    };
+    tiled.then(|| rows.iter().rev().copied().find(|&r| tiles(a, r) >= TILED_FILL_TILES).unwrap_or(rows[0]))
+}
+
+/// Emits the one launch of an attention group. Every kernel the choice may pick for some shape (the
+/// row kernel, the tiled kernel of each tile size) is defined whichever one this shape launches, so
+/// every bucket of a model has the same source.
+pub(crate) fn emit(
+    graph: &Graph,
+    a: &Attention,
+    location: &HashMap<ValueId, ArgSource>,
+    target: Target,
+    choice: AttentionKernel,
+    emit: &mut Emitter,
+) -> Result<(), OnnxError> {
+    let inputs = a.inputs();
+    let at = |id: &ValueId| {
+        location.get(id).copied().ok_or_else(|| OnnxError::Graph {
+            reason: format!("attention operand `{}` has no location", graph.value(*id).name),
+        })
+    };
+    let mut args = inputs.iter().map(at).collect::<Result<Vec<_>, _>>()?;
+    args.push(at(&a.out.value)?);
+    let elements = |id: ValueId| operand(graph, id).map(|o| numel(&o.dims) as usize);
+    match target {
+        Target::Host => {
+            let kernel = HostAttention {
+                meta: a.meta(),
+                mask: a.mask.is_some(),
+                nan_to_zero: a.nan_to_zero,
+                lens: inputs.iter().map(|&id| elements(id)).collect::<Result<_, _>>()?,
+                out_len: elements(a.out.value)?,
+            };
+            kernel.ensure_registered()?;
+            let name = emit.kernel(kernel.signature(), None);
+            emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
+        }
+        Target::Gpu(backend) => {
+            let (mask, guard) = (a.mask.is_some(), a.nan_to_zero);
+            let mut kernels = Vec::new();
+            if choice != AttentionKernel::Tiled {
+                kernels.push((None, kernel::gpu_kernel(mask, guard)));
+            }
+            if choice != AttentionKernel::Rows {
+                for &rows in kernel::tile_shapes(a.d.max(a.dv)).0 {
+                    kernels.push((Some(rows), kernel::gpu_tiled_kernel(mask, guard, a.d, a.dv, rows)));
+                }
+            }
+            let mut offsets32 = true;
+            for &id in inputs.iter().chain([&a.out.value]) {
+                offsets32 &= elements(id)? <= i32::MAX as usize;
+            }
+            if choice == AttentionKernel::Tiled && !offsets32 {
+                return Err(OnnxError::UnsupportedOnBackend {
+                    backend,
+                    op: "fused attention".into(),
+                    node: graph.value(a.out.value).name.clone(),
+                    reason: "the tiled attention kernel indexes its operands with 32 bits and an operand has 2^31 \
+                             elements or more: use the automatic or the row attention kernel"
+                        .into(),
+                });
+            }
+            let chosen = choose(a, choice, offsets32);
+            let mut name = String::new();
+            for (rows, (kernel, text)) in kernels {
+                if rows == chosen {
+                    name = kernel.clone();
+                }
+                emit.kernel(kernel_signature(&kernel, args.len()), Some(text));
+            }
+            let config = match chosen {
+                Some(rows) => {
+                    LaunchConfig { block: Dim3::x(TILED_THREADS), ..launch_config(Work::Rows(tiles(a, rows))) }
+                }
+                None => {
+                    let rows = a.batch.iter().map(|&b| b as u64).product::<u64>() * a.sq as u64;
+                    // One key per thread per chunk: fewer keys than a block need a smaller
+                    // (power-of-two) block.
+                    let block = (a.sk.next_power_of_two() as u32).clamp(32, BLOCK);
+                    LaunchConfig { block: Dim3::x(block), ..launch_config(Work::Rows(rows)) }
+                }
+            };
+            let mut all = vec![emit.meta(&a.meta())];
+            all.extend(args);
+            emit.steps.push(PlanStep::Launch(Step { kernel: name, args: all, config }));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use saggar_device::BackendKind;
+
+    use crate::plan::PlanStep;
+    use crate::synthetic::{AttentionConfig, attention_block};
+    use crate::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions};
+
+    fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
+        let cfg = AttentionConfig {
+            heads: 4,
+            head_dim: 64,
+            div_scale: true,
+            mask: true,
+            nan_guard: false,
+            scores_output: false,
+        };
+        let model =
+            OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
+        OnnxCompiler::new(model, OnnxOptions::default().with_attention(kernel))
+    }
+
+    /// The attention launch of the CUDA plan at `batch` (sequence 128): its kernel and threads.
+    fn attention_launch(c: &OnnxCompiler, batch: u64) -> (String, u32) {
+        let dims = vec![vec![batch, 128, 256], vec![batch, 1, 1, 128]];
+        let lowered = c.lower(&dims, BackendKind::Cuda).unwrap();
+        let launches: Vec<_> = lowered
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                PlanStep::Launch(l) if l.kernel.starts_with("onnx_attention") => {
+                    Some((l.kernel.clone(), l.config.block.x))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(launches.len(), 1, "{launches:?}");
+        launches[0].clone()
+    }
+
+    #[test]
+    fn auto_picks_the_row_kernel_or_the_largest_filling_tile_per_bucket_from_one_source() {
+        use super::kernel::{gpu_kernel, gpu_tiled_kernel};
+        let auto = compiler(AttentionKernel::Auto);
+        let rows = gpu_kernel(true, false).0;
+        let tiled = |r: usize| gpu_tiled_kernel(true, false, 64, 64, r).0;
+        // 4 heads, 128 queries: batch 1 gives 32 tiles of 16 rows (row kernel); batch 4 gives 128
+        // tiles of 16 rows and fewer than 256 of any larger tile; batch 64 gives 512 tiles of 64.
+        assert_eq!(attention_launch(&auto, 1), (rows.clone(), 128), "one key per thread, 128 keys");
+        assert_eq!(attention_launch(&auto, 4), (tiled(16), super::TILED_THREADS));
+        assert_eq!(attention_launch(&auto, 16), (tiled(32), super::TILED_THREADS), "256 tiles of 32 rows");
+        assert_eq!(attention_launch(&auto, 64), (tiled(64), super::TILED_THREADS));
+        let source = |batch: u64| auto.gpu_source(&[vec![batch, 128, 256], vec![batch, 1, 1, 128]]).unwrap();
+        let one = source(1);
+        assert_eq!(one, source(64), "every bucket compiles the same source");
+        for name in [rows.clone(), tiled(16), tiled(32), tiled(64)] {
+            assert!(one.contains(&name), "{name} is defined");
+        }
+        // Forced, each bucket launches a kernel of the kind asked for, and only that kind is generated.
+        let rows_only = compiler(AttentionKernel::Rows);
+        let tiled_only = compiler(AttentionKernel::Tiled);
+        for batch in [1, 64] {
+            assert_eq!(attention_launch(&rows_only, batch).0, rows);
+        }
+        assert_eq!(attention_launch(&tiled_only, 1).0, tiled(16));
+        assert_eq!(attention_launch(&tiled_only, 64).0, tiled(64));
+        let source = |c: &OnnxCompiler| c.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
+        assert!(!source(&rows_only).contains("onnx_attention_tiled_"));
+        assert!(!source(&tiled_only).contains(&rows));
+    }
+
+    /// The tiled kernel's offsets are 32-bit: where an operand has 2^31 elements or more, the
+    /// automatic choice runs the row kernel and a forced tiled kernel is refused, naming what to use.
+    #[test]
+    fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_is_forced() {
+        // Batch 65536, 128 tokens of 256: 2^31 elements in the activations.
+        let big = |c: &OnnxCompiler| c.lower(&[vec![1 << 16, 128, 256], vec![1 << 16, 1, 1, 128]], BackendKind::Cuda);
+        let unbounded = |kernel| {
+            let c = compiler(kernel);
+            OnnxCompiler::new(
+                c.onnx_model().clone(),
+                OnnxOptions::default().with_attention(kernel).with_max_program_bytes(u64::MAX),
+            )
+        };
+        let auto = big(&unbounded(AttentionKernel::Auto)).unwrap();
+        let rows = super::super::kernel::gpu_kernel(true, false).0;
+        assert!(
+            auto.steps.iter().any(|s| matches!(s, PlanStep::Launch(l) if l.kernel == rows)),
+            "the row kernel serves 2^31 elements"
+        );
+        match big(&unbounded(AttentionKernel::Tiled)) {
+            Err(crate::OnnxError::UnsupportedOnBackend { reason, .. }) => {
+                assert!(reason.contains("32 bits") && reason.contains("row attention kernel"), "{reason}")
+            }
+            Err(other) => panic!("expected UnsupportedOnBackend, got {other}"),
+            Ok(_) => panic!("a forced tiled kernel was planned for 2^31 elements"),
+        }
+    }
+
+    #[test]
+    fn tile_shapes_keep_shared_memory_under_48_kib_for_every_head_size() {
+        for head in 1..=super::super::MAX_HEAD {
+            let (all_rows, keys) = super::kernel::tile_shapes(head);
+            assert_eq!(all_rows[0], 16, "the smallest tile is 16 rows");
+            for &rows in all_rows {
+                assert_eq!((rows % 16, keys % 8), (0, 0), "16 row groups by 8 lanes");
+                let floats = head * (rows + 1) + head * (keys + 1) + keys * head + rows * (keys + 1);
+                assert!(floats * 4 <= 48 << 10, "head {head} rows {rows}: {} bytes", floats * 4);
+            }
+        }
+    }
+}

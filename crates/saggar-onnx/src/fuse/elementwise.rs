@@ -1,0 +1,215 @@
+//! CUDA/HIP C++ of fused elementwise groups: a chain of elementwise nodes over broadcast inputs as one
+//! kernel. The chain is one inlined `__device__` function of the loaded inputs; the kernel loads
+//! each input at the offset its broadcast mode gives ([`crate::ops::gpu::broadcast_mode`], chosen per
+//! bucket into the `meta` table), and an all-`f32` group moves four elements a step where a launch is
+//! contiguous. The LayerNormalization prologue (`fuse::layer_norm`) evaluates the same loads and nodes
+//! where it reads its input.
+
+use std::fmt::Write as _;
+
+use saggar_shape::DType;
+
+use crate::ops::gpu::ctype;
+use crate::ops::gpu::kernel_name;
+
+/// One fused elementwise group, as the lowering describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FusedGroup {
+    /// Element types of the external inputs (kernel parameters `in0..`).
+    pub(crate) inputs: Vec<DType>,
+    /// The nodes in evaluation order: expression template, operand per `$k` and result type.
+    pub(crate) nodes: Vec<FusedNode>,
+}
+
+/// Per input slot of a fused node: `None` absent, `Some(Ok(k))` external input `k`, `Some(Err(j))`
+/// the value of the group's node `j`.
+pub(crate) type Wiring = Vec<Option<Result<usize, usize>>>;
+
+/// One node of a [`FusedGroup`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FusedNode {
+    pub(crate) expr: String,
+    pub(crate) operands: Wiring,
+    pub(crate) out: DType,
+}
+
+/// The parameters `, const T0* __restrict__ in0, ...` of a group's external inputs.
+pub(crate) fn fused_params(group: &FusedGroup) -> Option<String> {
+    let mut params = String::new();
+    for (k, d) in group.inputs.iter().enumerate() {
+        let _ = write!(params, ", const {}* __restrict__ in{k}", ctype(*d)?);
+    }
+    Some(params)
+}
+
+/// The external inputs some node of `group` reads.
+pub(crate) fn used_inputs(group: &FusedGroup) -> Vec<usize> {
+    (0..group.inputs.len()).filter(|k| group.nodes.iter().any(|n| n.operands.contains(&Some(Ok(*k))))).collect()
+}
+
+/// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i`, with
+/// `rank` and `dims` in scope and the group's `meta` in `meta`: `rank, n, dims[rank]`, the broadcast
+/// strides of each external input (`rank` each), then each input's broadcast mode and its divisor
+/// ([`crate::ops::gpu::broadcast_mode`]) and a flag saying whether the index and the divisors fit
+/// 32 bits. An input in a common pattern costs at most one division; only when some input is in no
+/// common pattern does the kernel walk the dimensions. Only the inputs some node reads are loaded.
+pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
+    Some(fused_loads(group)? + &fused_nodes(group)?)
+}
+
+/// The loads `a{k}` of [`fused_values`]: each used input's offset by its broadcast mode, then its
+/// element at that offset.
+fn fused_loads(group: &FusedGroup) -> Option<String> {
+    let used = used_inputs(group);
+    let externals = group.inputs.len();
+    let mut body = format!(
+        "    const onnx_i64* fm = meta + 2 + {} * rank;\n    const bool n32 = fm[{}] != 0;\n    bool walk = false;\n",
+        externals + 1,
+        2 * externals
+    );
+    for &k in &used {
+        let (mode, m) = (2 * k, format!("fm[{}]", 2 * k + 1));
+        let _ = writeln!(body, "    onnx_i64 o{k} = 0;\n    switch ((int)fm[{mode}]) {{");
+        let _ = writeln!(body, "      case 1: o{k} = i; break;");
+        let _ = writeln!(body, "      case 2: o{k} = n32 ? (onnx_i64)((unsigned)i % (unsigned){m}) : i % {m}; break;");
+        let _ = writeln!(body, "      case 3: break;");
+        let _ = writeln!(body, "      case 4: o{k} = n32 ? (onnx_i64)((unsigned)i / (unsigned){m}) : i / {m}; break;");
+        let _ = writeln!(body, "      default: walk = true;\n    }}");
+    }
+    if used.is_empty() {
+        body.push_str("    (void)n32; (void)walk;\n");
+    } else {
+        body.push_str("    if (walk) {\n      onnx_i64 rem = i;\n");
+        for k in &used {
+            let _ = writeln!(body, "      o{k} = 0;");
+        }
+        body.push_str("      for (int d = rank - 1; d >= 0; --d) {\n");
+        body.push_str("        const onnx_i64 c = rem % dims[d]; rem /= dims[d];\n");
+        for k in &used {
+            let _ = writeln!(body, "        o{k} += c * meta[2 + {} * rank + d];", k + 1);
+        }
+        body.push_str("      }\n    }\n");
+    }
+    for &k in &used {
+        let _ = writeln!(body, "    const {} a{k} = in{k}[o{k}];", ctype(group.inputs[k])?);
+    }
+    Some(body)
+}
+
+/// The statements `const T v{j} = ...;` of `group`'s nodes over the loaded `a{k}`.
+fn fused_nodes(group: &FusedGroup) -> Option<String> {
+    let mut body = String::new();
+    for (j, node) in group.nodes.iter().enumerate() {
+        let mut expr = node.expr.clone();
+        for (slot, operand) in node.operands.iter().enumerate().rev() {
+            let name = match operand {
+                Some(Ok(k)) => format!("a{k}"),
+                Some(Err(n)) => format!("v{n}"),
+                None => continue,
+            };
+            expr = expr.replace(&format!("${slot}"), &name);
+        }
+        let _ = writeln!(body, "    const {} v{j} = {expr};", ctype(node.out)?);
+    }
+    Some(body)
+}
+
+/// The `__device__` function `NAME_v` of the loaded inputs `a{k}` (`k` in `used`) returning the
+/// value of `group`'s last node, inlined where it is called.
+pub(crate) fn chain_function(group: &FusedGroup, used: &[usize]) -> Option<String> {
+    let last = group.nodes.len().checked_sub(1)?;
+    let mut params = String::new();
+    for &k in used {
+        let _ = write!(params, "{}{} a{k}", if params.is_empty() { "" } else { ", " }, ctype(group.inputs[k])?);
+    }
+    Some(format!(
+        "__device__ ONNX_FORCEINLINE {} NAME_v({params}) {{\n{}    return v{last};\n}}\n",
+        ctype(group.nodes[last].out)?,
+        fused_nodes(group)?
+    ))
+}
+
+/// `(name, C++ definitions)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
+///
+/// The nodes are one `__device__` function of the loaded inputs ([`chain_function`]). When every input and the output are `f32`, the kernel first tests whether
+/// this launch is contiguous (every used input the output's shape or a scalar, whole four-element
+/// vectors, 16-byte aligned pointers) and then moves four elements a thread a step with vector
+/// loads and stores: a thread keeps 16 bytes of each input in flight instead of 4, which is what a
+/// memory-bound chain (GELU over a transformer's FFN activations) waits on. Otherwise the thread
+/// reads one element a step at the offsets its broadcast modes give.
+pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
+    let last = group.nodes.last()?;
+    let used = used_inputs(group);
+    let out_type = ctype(last.out)?;
+    let args: Vec<String> = used.iter().map(|k| format!("a{k}")).collect();
+    let vector = used.iter().all(|&k| group.inputs[k] == DType::F32) && last.out == DType::F32;
+    let vector_path = if vector { vector_path(group, &used) } else { String::new() };
+    // NAME stands for the kernel's name, which hashes this text.
+    let text = format!(
+        "{chain}SAGGAR_GLOBAL void NAME(const onnx_i64* meta{inputs}, {out_type}* __restrict__ out) {{\n  const int rank = (int)meta[0];\n  const onnx_i64* dims = meta + 2;\n{vector_path}  ONNX_LOOP(i, meta[1]) {{\n{loads}    out[i] = NAME_v({args});\n  }}\n}}\n",
+        chain = chain_function(group, &used)?,
+        inputs = fused_params(group)?,
+        loads = fused_loads(group)?,
+        args = args.join(", "),
+    );
+    let name = kernel_name("fused", &text);
+    Some((name.clone(), text.replace("NAME", &name)))
+}
+
+/// The contiguous four-element path of [`fused_kernel`] for an all-`f32` group reading `used`.
+fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
+    let externals = group.inputs.len();
+    let mut text = format!(
+        "  const onnx_i64* fm = meta + 2 + {} * rank;\n  bool vec = (meta[1] & 3) == 0 && onnx_aligned16(out);\n",
+        externals + 1
+    );
+    // Per used input: its test (the output's shape and aligned, or a scalar) and its vector load.
+    let mut loads = String::new();
+    for &k in used {
+        let m = 2 * k;
+        let _ = writeln!(text, "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && onnx_aligned16(in{k})));");
+        let _ = writeln!(
+            loads,
+            "      const float4 x{k} = fm[{m}] == 1 ? ((const float4*)in{k})[q] : make_float4(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
+        );
+    }
+    text.push_str("  if (vec) {\n    ONNX_LOOP(q, meta[1] >> 2) {\n");
+    text.push_str(&loads);
+    text.push_str("      float4 r;\n");
+    for c in ["x", "y", "z", "w"] {
+        let args: Vec<String> = used.iter().map(|k| format!("x{k}.{c}")).collect();
+        let _ = writeln!(text, "      r.{c} = NAME_v({});", args.join(", "));
+    }
+    text.push_str("      ((float4*)out)[q] = r;\n    }\n    return;\n  }\n");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_kernel_chains_node_values_and_names_by_text() {
+        let group = FusedGroup {
+            inputs: vec![DType::F32, DType::F32],
+            nodes: vec![
+                FusedNode { expr: "($0 + $1)".into(), operands: vec![Some(Ok(0)), Some(Ok(1))], out: DType::F32 },
+                FusedNode { expr: "erff($0)".into(), operands: vec![Some(Err(0))], out: DType::F32 },
+            ],
+        };
+        let (name, text) = fused_kernel(&group).unwrap();
+        assert!(name.starts_with("onnx_fused_"));
+        assert!(text.contains("const float v0 = (a0 + a1);"), "{text}");
+        assert!(text.contains("const float v1 = erff(v0);"), "{text}");
+        assert!(text.contains("return v1;"), "{text}");
+        assert!(text.contains(&format!("out[i] = {name}_v(a0, a1);")), "{text}");
+        assert!(text.contains(&format!("r.w = {name}_v(x0.w, x1.w);")), "an all-f32 chain has the vector path: {text}");
+        assert!(text.contains("o1 += c * meta[2 + 2 * rank + d];"), "{text}");
+        assert!(text.contains("const onnx_i64* fm = meta + 2 + 3 * rank;"), "{text}");
+        assert!(text.contains("case 2: o1 = n32 ? (onnx_i64)((unsigned)i % (unsigned)fm[3]) : i % fm[3];"), "{text}");
+        assert_eq!(fused_kernel(&group).unwrap().0, name, "deterministic");
+        let mixed = FusedGroup { inputs: vec![DType::F32, DType::I64], ..group };
+        let (_, text) = fused_kernel(&mixed).unwrap();
+        assert!(!text.contains("float4"), "only all-f32 chains move four elements at once: {text}");
+    }
+}

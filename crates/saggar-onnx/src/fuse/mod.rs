@@ -1,0 +1,185 @@
+//! Fusion: which nodes run as one kernel, decided in four passes, and the fused kernels themselves,
+//! one file or folder per fusion.
+//!
+//! 1. Attention patterns ([`crate::fuse::attention`]): each becomes one group rooted at its last node.
+//! 2. Elementwise chains, among the other nodes. Rule: a node whose GPU form is an elementwise
+//!    expression ([`GpuNode::Elementwise`]) and whose single output is read by exactly one node,
+//!    that node also elementwise, and is not a graph output, joins its reader's group. Groups are
+//!    therefore trees of elementwise nodes with one result (the root, the last node in graph order);
+//!    they run at the root's position. Intermediates are never stored: every group input is read at
+//!    the broadcast position of the root's output (broadcasting composes, so an intermediate of a
+//!    smaller shape is recomputed per output element instead).
+//! 3. An embedding bag: a Gather read only by a ReduceSum or ReduceMean over its index axes
+//!    ([`crate::fuse::embedding_bag`]) is one group rooted at the reduction.
+//! 4. A LayerNormalization without statistics outputs whose input is an elementwise group's result
+//!    read by nothing else takes that group in ([`crate::fuse::layer_norm`]).
+//!
+//! 5. A GEMM whose only reader is a bias add or ReLU group takes it into its BLAS-Lt epilogue
+//!    ([`blas_epilogue`]; decided by the lowering, which knows whether BLAS-Lt runs the GEMM).
+//!
+//! Without fusion ([`crate::OnnxOptions::fusion`] off) every node is its own group. The decision
+//! depends only on the graph and the ops, not on the backend, so the host backend runs the same
+//! grouping (each group one host kernel evaluating its nodes in order) as CUDA and HIP.
+
+pub(crate) mod attention;
+pub(crate) mod blas_epilogue;
+pub(crate) mod elementwise;
+pub(crate) mod embedding_bag;
+pub(crate) mod layer_norm;
+
+use std::collections::{HashMap, HashSet};
+
+use saggar_shape::DType;
+
+use self::attention::Attention;
+use self::embedding_bag::EmbeddingBag;
+use self::layer_norm::is_plain_layer_norm;
+use crate::graph::ir::{Graph, ValueId};
+use crate::plan::nodes::NodeInfo;
+
+/// Which nodes run together.
+#[derive(Debug, Clone)]
+pub(crate) struct Grouping {
+    /// `root[i]`: the node whose group node `i` belongs to (`root[i] == i` for a group's root).
+    pub(crate) root: Vec<usize>,
+    /// The attention groups, by root.
+    pub(crate) attention: HashMap<usize, Attention>,
+    /// The embedding bags, by root (the reduction).
+    pub(crate) bags: HashMap<usize, EmbeddingBag>,
+}
+
+/// Groups the nodes of `graph`: attention patterns first ([`crate::fuse::attention`]), embedding bags
+/// ([`crate::fuse::embedding_bag`]), then elementwise chains among the other nodes. Without `fuse` every
+/// node is its own group.
+pub(crate) fn group(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
+    let mut root: Vec<usize> = (0..graph.nodes.len()).collect();
+    let mut attention = HashMap::new();
+    if !fuse {
+        return Grouping { root, attention, bags: HashMap::new() };
+    }
+    let mut claimed = vec![false; graph.nodes.len()];
+    for a in attention::find(graph, info) {
+        let r = *a.members.last().expect("a pattern has nodes");
+        for &m in &a.members {
+            root[m] = r;
+            claimed[m] = true;
+        }
+        attention.insert(r, a);
+    }
+    let bags = embedding_bag::find(graph, info, &claimed);
+    for bag in bags.values() {
+        root[bag.gather] = bag.reduce;
+        claimed[bag.gather] = true;
+        claimed[bag.reduce] = true;
+    }
+    let uses = graph.use_counts();
+    let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+    let mut reader = vec![usize::MAX; graph.values.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for id in node.inputs.iter().flatten() {
+            reader[id.0] = i;
+        }
+    }
+    for i in (0..graph.nodes.len()).rev() {
+        let node = &graph.nodes[i];
+        let [out] = node.outputs.as_slice() else { continue };
+        if claimed[i] || info[i].elementwise().is_none() || uses[out.0] != 1 || graph_outputs.contains(out) {
+            continue;
+        }
+        let r = reader[out.0];
+        if r != usize::MAX && r > i && !claimed[r] && info[r].elementwise().is_some() {
+            root[i] = root[r];
+        }
+    }
+    // A LayerNormalization whose input is an elementwise group's result read by nothing else
+    // computes that group itself ([`layer_norm`]).
+    let mut producer = vec![usize::MAX; graph.values.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for o in &node.outputs {
+            producer[o.0] = i;
+        }
+    }
+    for ln in 0..graph.nodes.len() {
+        let Some(Some(x)) = graph.nodes[ln].inputs.first() else { continue };
+        let p = producer[x.0];
+        if !is_plain_layer_norm(graph, info, ln)
+            || p == usize::MAX
+            || claimed[p]
+            || root[p] != p
+            || info[p].elementwise().is_none()
+            || info[p].outputs[0].dtype != DType::F32
+            || uses[x.0] != 1
+            || graph_outputs.contains(x)
+        {
+            continue;
+        }
+        for r in root.iter_mut().take(p + 1) {
+            if *r == p {
+                *r = ln;
+            }
+        }
+    }
+    Grouping { root, attention, bags }
+}
+
+#[cfg(test)]
+mod tests {
+    use saggar_shape::{DType, Dim};
+
+    use super::*;
+    use crate::builder::ModelBuilder;
+    use crate::plan::nodes::describe;
+
+    fn specialised(b: &ModelBuilder, dims: &[Vec<u64>]) -> Graph {
+        let model = crate::OnnxModel::from_bytes(&b.to_bytes(), "m", &crate::ImportLimits::default()).unwrap();
+        crate::graph::passes::specialise(model.graph(), dims, "m").unwrap()
+    }
+
+    #[test]
+    fn a_chain_of_single_use_elementwise_nodes_is_one_group_and_a_shared_value_splits_it() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+        b.input("bias", DType::F32, &[Dim::Fixed(4)]);
+        b.node("MatMul", &["x", "w"], &["mm"], &[]);
+        b.initializer("w", &crate::Tensor::new(vec![4, 4], crate::TensorData::F32(vec![0.5; 16])).unwrap());
+        b.node("Add", &["mm", "bias"], &["a"], &[]);
+        b.node("Erf", &["a"], &["e"], &[]);
+        b.node("Mul", &["e", "a"], &["m"], &[]);
+        b.node("Relu", &["m"], &["r"], &[]);
+        b.output("r", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+        let g = specialised(&b, &[vec![3, 4], vec![4]]);
+        let info = describe(&g).unwrap();
+        let root = group(&g, &info, true).root;
+        let at = |op: &str| g.nodes.iter().position(|n| n.op_type == op).unwrap();
+        assert_eq!(root[at("MatMul")], at("MatMul"), "GEMMs are not fused");
+        // `a` has two readers (Erf and Mul): Add stays its own group; Erf, Mul and Relu fuse.
+        assert_eq!(root[at("Add")], at("Add"));
+        assert_eq!(root[at("Erf")], at("Relu"));
+        assert_eq!(root[at("Mul")], at("Relu"));
+        assert_eq!(root[at("Relu")], at("Relu"));
+    }
+
+    #[test]
+    fn the_elementwise_group_feeding_a_layer_norm_joins_it_unless_the_norm_has_statistics_outputs() {
+        for stats in [false, true] {
+            let mut b = ModelBuilder::new(17);
+            b.input("x", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            b.input("r", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            let t = |v: f32| crate::Tensor::new(vec![4], crate::TensorData::F32(vec![v; 4])).unwrap();
+            b.initializer("bias", &t(0.5));
+            b.initializer("scale", &t(2.0));
+            b.node("Add", &["x", "bias"], &["a"], &[]);
+            b.node("Add", &["a", "r"], &["s"], &[]);
+            let outs: &[&str] = if stats { &["y", "mean", "inv"] } else { &["y"] };
+            b.node("LayerNormalization", &["s", "scale", "bias"], outs, &[]);
+            b.output("y", DType::F32, &[]);
+            let g = specialised(&b, &[vec![3, 4], vec![3, 4]]);
+            let info = describe(&g).unwrap();
+            let root = group(&g, &info, true).root;
+            let ln = g.nodes.iter().position(|n| n.op_type == "LayerNormalization").unwrap();
+            let expect = if stats { 1 } else { ln };
+            assert_eq!((root[0], root[1], root[ln]), (expect, expect, ln), "statistics outputs: {stats}");
+            assert_eq!(group(&g, &info, false).root, (0..g.nodes.len()).collect::<Vec<_>>(), "fusion off");
+        }
+    }
+}

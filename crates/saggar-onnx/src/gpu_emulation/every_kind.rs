@@ -1,0 +1,260 @@
+//! A model with a node of every GPU kernel kind (and the fused forms around them), run through the
+//! emulation against the host backend.
+
+use saggar_shape::{DType, Dim};
+
+use super::{assert_close, run_emulated};
+use crate::builder::ModelBuilder;
+use crate::ops::Attribute::{self, Float, Int, Ints, String as Str};
+use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
+
+/// Columns of the rows too wide for a block's shared memory.
+const WIDE: usize = 12_300;
+
+/// The model being built and its outputs.
+struct Kinds {
+    b: ModelBuilder,
+    outputs: Vec<(&'static str, DType)>,
+}
+
+impl Kinds {
+    fn init(&mut self, name: &str, t: Tensor) {
+        self.b.initializer(name, &t);
+    }
+
+    /// A node whose outputs are model outputs of `dtype`.
+    fn node(&mut self, op: &str, ins: &[&str], outs: &[&'static str], attrs: &[(&str, Attribute)], dtype: DType) {
+        self.b.node(op, ins, outs, attrs);
+        self.outputs.extend(outs.iter().map(|o| (*o, dtype)));
+    }
+
+    /// A node whose outputs only feed other nodes.
+    fn hidden(&mut self, op: &str, ins: &[&str], outs: &[&str], attrs: &[(&str, Attribute)]) {
+        self.b.node(op, ins, outs, attrs);
+    }
+}
+
+fn f32s(dims: &[usize], seed: usize) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 211) as f32 / 105.0 - 1.0).collect();
+    Tensor::new(dims.to_vec(), TensorData::F32(v)).unwrap()
+}
+
+fn i64s(dims: &[usize], v: Vec<i64>) -> Tensor {
+    Tensor::new(dims.to_vec(), TensorData::I64(v)).unwrap()
+}
+
+fn initializers(k: &mut Kinds) {
+    k.init("starts", Tensor::from_i64s(vec![0, 3, 1]));
+    k.init("ends", Tensor::from_i64s(vec![2, -100, 5]));
+    k.init("axes_s", Tensor::from_i64s(vec![1, 2, 3]));
+    k.init("steps", Tensor::from_i64s(vec![1, -1, 2]));
+    k.init("split", Tensor::from_i64s(vec![2, 3]));
+    k.init("eb", f32s(&[3, 1, 1], 1));
+    k.init("eshape", Tensor::from_i64s(vec![2, 3, 4, 5]));
+    k.init("pads", Tensor::from_i64s(vec![0, 1, 2, -1, 0, 0, 1, 2]));
+    k.init("pv", Tensor::new(vec![], TensorData::F32(vec![1.5])).unwrap());
+    k.init("gi", Tensor::from_i64s(vec![-1, 1, 0]));
+    k.init("gei", i64s(&[2, 3, 4, 2], (0..48).map(|i| (i * 3 % 5) as i64 - 2).collect()));
+    k.init("gndi", i64s(&[2, 2], vec![1, -1, 0, 2]));
+    k.init("ga", f32s(&[3, 4], 2));
+    k.init("gb", f32s(&[5, 3], 3));
+    k.init("gc", f32s(&[1, 5], 4));
+    k.init("mw", f32s(&[5, 6], 5));
+    k.init("ma", f32s(&[3, 4, 5], 6));
+    k.init("mb", f32s(&[2, 1, 5, 4], 7));
+    k.init("ls", f32s(&[5], 8));
+    k.init("lb", f32s(&[5], 9));
+    k.init("pre", f32s(&[2, 3, 4, 1], 16));
+    k.init("mid", f32s(&[3, 1, 1], 17));
+    k.init("tall_shape", Tensor::from_i64s(vec![86, 2, 3, 4, 5]));
+    k.init("axes123", Tensor::from_i64s(vec![1, 2, 3]));
+    k.init("shape21", Tensor::from_i64s(vec![2, 1]));
+    k.init("wrow", f32s(&[1, WIDE], 18));
+    k.init("wsrc", f32s(&[2, WIDE], 19));
+    k.init("wls", f32s(&[WIDE], 20));
+    k.init("wlb", f32s(&[WIDE], 21));
+    k.init("w58", f32s(&[5, 8], 22));
+    k.init("v8", f32s(&[8], 23));
+    k.init("ls8", f32s(&[8], 24));
+    k.init("lb8", f32s(&[8], 25));
+    k.init("tall8_shape", Tensor::from_i64s(vec![86, 2, 3, 4, 8]));
+    k.init("c3a", f32s(&[3], 10));
+    k.init("c3b", f32s(&[3], 11));
+    k.init("c3v", Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
+    k.init("raxes", Tensor::from_i64s(vec![1, 3]));
+    k.init("cw", f32s(&[4, 3, 3, 3], 12));
+    k.init("cbias", f32s(&[4], 13));
+    k.init("gw", f32s(&[3, 1, 2, 2], 14));
+    k.init("pwc", f32s(&[4, 3, 1, 1], 15));
+    k.init("two", Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
+    k.init("zero", Tensor::new(vec![], TensorData::F32(vec![0.0])).unwrap());
+    k.init("three", Tensor::from_i64s(vec![3]));
+}
+
+/// Copies, gathers, GEMMs, Softmax and the normalisations.
+fn movement_and_matmul_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    k.node("Transpose", &["x"], &["t"], &[("perm", Ints(vec![0, 2, 3, 1]))], f);
+    k.node("Slice", &["x", "starts", "ends", "axes_s", "steps"], &["sl"], &[], f);
+    k.node("Concat", &["x", "x"], &["cat"], &[("axis", Int(1))], f);
+    k.node("Split", &["x", "split"], &["sp0", "sp1"], &[("axis", Int(3))], f);
+    k.node("Expand", &["eb", "eshape"], &["ex"], &[], f);
+    k.node("Pad", &["x", "pads", "pv"], &["pc"], &[], f);
+    k.node("Pad", &["x", "pads"], &["pr"], &[("mode", Str(b"reflect".to_vec()))], f);
+    k.node("Pad", &["x", "pads"], &["pe"], &[("mode", Str(b"edge".to_vec()))], f);
+    k.node("Gather", &["x", "gi"], &["ga_"], &[("axis", Int(2))], f);
+    k.node("GatherElements", &["x", "gei"], &["gel"], &[("axis", Int(3))], f);
+    k.node("GatherND", &["x", "gndi"], &["gnd"], &[], f);
+    k.node(
+        "Gemm",
+        &["ga", "gb", "gc"],
+        &["gm"],
+        &[("transA", Int(1)), ("transB", Int(1)), ("alpha", Float(0.5)), ("beta", Float(2.0))],
+        f,
+    );
+    k.node("MatMul", &["x", "mw"], &["mm"], &[], f);
+    k.node("MatMul", &["ma", "mb"], &["mmb"], &[], f);
+    k.node("Softmax", &["x"], &["sm"], &[("axis", Int(1))], f);
+    k.node("LogSoftmax", &["x"], &["lsm"], &[], f);
+    k.node("LayerNormalization", &["x", "ls", "lb"], &["ln", "lnm", "lni"], &[], f);
+    k.node("InstanceNormalization", &["x", "c3a", "c3b"], &["inn"], &[], f);
+}
+
+/// LayerNormalization's row-group paths: rows past the last, tall, too wide, four elements a step.
+fn layer_norm_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    // 12 rows: the second block of row groups has groups past the last row. The Add is computed in
+    // the normalisation's kernel (it is no output).
+    k.hidden("Add", &["ma", "ma"], &["maa"], &[]);
+    k.node("LayerNormalization", &["maa", "ls", "lb"], &["ln12"], &[], f);
+    // 2064 rows: a warp a row, eight rows a block, the last block with two live rows.
+    k.hidden("Expand", &["x", "tall_shape"], &["tall"], &[]);
+    k.node("LayerNormalization", &["tall", "ls", "lb"], &["lntall"], &[], f);
+    // Rows too wide for shared memory (the kernels read their input three times): plain, and
+    // with an Add computed in the normalisation's kernel.
+    k.hidden("ReduceSum", &["x", "axes123"], &["xsum"], &[]);
+    k.hidden("Reshape", &["xsum", "shape21"], &["xsum21"], &[]);
+    k.hidden("MatMul", &["xsum21", "wrow"], &["wide"], &[]);
+    k.node("LayerNormalization", &["wide", "wls", "wlb"], &["lnwide"], &[], f);
+    k.hidden("Add", &["wide", "wsrc"], &["wide2"], &[]);
+    k.node("LayerNormalization", &["wide2", "wls", "wlb"], &["lnwide2"], &[], f);
+    // Rows of 8 (whole four-element vectors): the normalisation's four-element path, with its
+    // group reading each broadcast it takes (the row, a per-row value, a shared row, a scalar),
+    // a block a row and (2064 rows) eight rows a block.
+    k.hidden("MatMul", &["x", "w58"], &["mm8"], &[]);
+    k.hidden("Mul", &["mm8", "pre"], &["e8a"], &[]);
+    k.hidden("Add", &["e8a", "v8"], &["e8b"], &[]);
+    k.hidden("Mul", &["e8b", "two"], &["e8c"], &[]);
+    k.hidden("Add", &["e8c", "mm8"], &["e8d"], &[]);
+    k.node("LayerNormalization", &["e8d", "ls8", "lb8"], &["ln8"], &[], f);
+    k.hidden("Expand", &["mm8", "tall8_shape"], &["tall8"], &[]);
+    k.hidden("Add", &["tall8", "v8"], &["tall8b"], &[]);
+    k.node("LayerNormalization", &["tall8b", "ls8", "lb8"], &["ln8tall"], &[], f);
+}
+
+/// Broadcast modes, channel norms, reductions.
+fn broadcast_and_reduce_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    // Each broadcast mode of a fused input: same shape, trailing block, leading block, general.
+    k.node("Add", &["x", "ls"], &["xbias"], &[], f);
+    k.node("Mul", &["x", "pre"], &["xpre"], &[], f);
+    k.node("Mul", &["x", "mid"], &["xmid"], &[], f);
+    k.node("BatchNormalization", &["x", "c3a", "c3b", "c3b", "c3v"], &["bn"], &[], f);
+    k.node("LRN", &["x"], &["lrn"], &[("size", Int(3)), ("alpha", Float(0.2))], f);
+    for (op, out) in [
+        ("ReduceSum", "rs"),
+        ("ReduceMean", "rme"),
+        ("ReduceMax", "rma"),
+        ("ReduceMin", "rmi"),
+        ("ReduceProd", "rp"),
+        ("ReduceL1", "rl1"),
+        ("ReduceL2", "rl2"),
+        ("ReduceSumSquare", "rss"),
+        ("ReduceLogSumExp", "rlse"),
+    ] {
+        k.node(op, &["x", "raxes"], &[out], &[("keepdims", Int(i64::from(out.len() % 2 == 0)))], f);
+    }
+    k.node("Abs", &["x"], &["ax"], &[], f);
+    k.node("ReduceLogSum", &["ax", "raxes"], &["rls"], &[], f);
+    k.node("ArgMax", &["x"], &["amax"], &[("axis", Int(2)), ("select_last_index", Int(1))], DType::I64);
+    k.node("ArgMin", &["x"], &["amin"], &[("axis", Int(1)), ("keepdims", Int(0))], DType::I64);
+}
+
+/// Convolutions, pooling, elementwise chains of mixed types.
+fn conv_pool_and_chain_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    k.node(
+        "Conv",
+        &["x", "cw", "cbias"],
+        &["cv"],
+        &[("pads", Ints(vec![1, 1, 1, 1])), ("strides", Ints(vec![1, 2]))],
+        f,
+    );
+    // 1x1 stride 1 without bias: a matmul over the input viewed [N, C, H*W], no im2col.
+    k.node("Conv", &["x", "pwc"], &["pcv"], &[], f);
+    k.node("Conv", &["x", "gw"], &["gcv"], &[("group", Int(3)), ("dilations", Ints(vec![2, 2]))], f);
+    k.node(
+        "MaxPool",
+        &["x"],
+        &["mp"],
+        &[("kernel_shape", Ints(vec![2, 2])), ("strides", Ints(vec![2, 2])), ("ceil_mode", Int(1))],
+        f,
+    );
+    k.node(
+        "AveragePool",
+        &["x"],
+        &["ap"],
+        &[("kernel_shape", Ints(vec![3, 3])), ("pads", Ints(vec![1, 1, 1, 1])), ("count_include_pad", Int(1))],
+        f,
+    );
+    k.node("AveragePool", &["x"], &["ap0"], &[("kernel_shape", Ints(vec![2, 3])), ("pads", Ints(vec![1, 0, 1, 1]))], f);
+    k.node("GlobalAveragePool", &["x"], &["gap"], &[], f);
+    k.node("GlobalMaxPool", &["x"], &["gmp"], &[], f);
+    // Elementwise chains (fused), mixed types.
+    k.hidden("Greater", &["x", "zero"], &["pos"], &[]);
+    k.hidden("Neg", &["x"], &["nx"], &[]);
+    k.node("Where", &["pos", "x", "nx"], &["wh"], &[], f);
+    k.hidden("Mul", &["x", "two"], &["x2"], &[]);
+    k.hidden("Cast", &["x2"], &["xi"], &[("to", Int(7))]);
+    k.node("Div", &["xi", "three"], &["di"], &[], DType::I64);
+    k.hidden("Pow", &["x", "two"], &["pw"], &[]);
+    k.hidden("Clip", &["pw", "zero", "two"], &["cl"], &[]);
+    k.hidden("Erf", &["cl"], &["er"], &[]);
+    k.node("Sigmoid", &["er"], &["sg"], &[], f);
+    k.hidden("IsNaN", &["x"], &["nan"], &[]);
+    k.hidden("Not", &["nan"], &["nn"], &[]);
+    k.node("And", &["nn", "pos"], &["an"], &[], DType::Bool);
+}
+
+fn every_kind_model() -> OnnxModel {
+    let mut k = Kinds { b: ModelBuilder::new(18), outputs: Vec::new() };
+    let fixed = |d: &[u64]| d.iter().map(|&v| Dim::Fixed(v)).collect::<Vec<_>>();
+    k.b.input("x", DType::F32, &fixed(&[2, 3, 4, 5]));
+    initializers(&mut k);
+    movement_and_matmul_nodes(&mut k);
+    layer_norm_nodes(&mut k);
+    broadcast_and_reduce_nodes(&mut k);
+    conv_pool_and_chain_nodes(&mut k);
+    for (name, dtype) in &k.outputs {
+        k.b.output(name, *dtype, &[]);
+    }
+    OnnxModel::from_bytes(&k.b.to_bytes(), "every_kind", &crate::ImportLimits::default()).unwrap()
+}
+
+#[test]
+fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
+    let model = every_kind_model();
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    let x =
+        Tensor::new(vec![2, 3, 4, 5], TensorData::F32((0..120).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect()))
+            .unwrap();
+    let want = run_on_host(&compiler, std::slice::from_ref(&x)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(got) = run_emulated(&compiler, &[x], dir.path()) else { return };
+    assert_eq!((got.len(), want.len()), (model.outputs().len(), model.outputs().len()));
+    assert!(got.len() >= 45, "{} outputs", got.len());
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(g, w, &format!("output {k} `{}`", model.outputs()[k].name()));
+    }
+}

@@ -1,0 +1,452 @@
+//! Tests that run the CUDA/HIP plan of the checked-in models on the CPU: the generated source is
+//! compiled by g++ with a shim (a block's threads are OS threads meeting at a barrier for
+//! `__syncthreads`; they run the blocks one after another, so `__shared__` statics are per block), driven by
+//! a generated `main` that makes every launch of the plan with its launch shape, `meta` tables and
+//! memory plan; the outputs must match the host backend's. Skipped with a message when g++ is absent.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use saggar_device::BackendKind;
+
+use crate::plan::{ArgSource, PlanStep};
+use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
+
+mod every_kind;
+
+const SHIM: &str = r#"
+#include <barrier>
+#include <math.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+#define __global__
+#define __device__
+#define __shared__ static
+#define __restrict__ __restrict
+struct saggar_dim3 { unsigned x, y, z; };
+static thread_local saggar_dim3 blockIdx, threadIdx;
+static saggar_dim3 blockDim, gridDim;
+static std::barrier<>* saggar_bar;
+inline void __syncthreads() { saggar_bar->arrive_and_wait(); }
+// A shuffle among the block's threads through memory: every thread of the block calls it together
+// (the kernels that shuffle keep their loops uniform across the block), so two barriers fence it.
+static float saggar_lanes[1024];
+inline float __shfl_xor_sync(unsigned, float v, int mask, int) {
+  const unsigned t = threadIdx.x + threadIdx.y * blockDim.x;
+  saggar_lanes[t] = v; __syncthreads();
+  const float r = saggar_lanes[t ^ (unsigned)mask]; __syncthreads();
+  return r;
+}
+// Dynamic shared memory: one block's worth at the largest size a plan asks for, shared by the
+// block's threads like a `__shared__` static.
+alignas(16) static float saggar_dynamic_shared[49152 / 4];
+#define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
+#define ONNX_FORCEINLINE inline
+#define ONNX_BOUNDS(threads, blocks)
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+"#;
+
+const DRIVER: &str = r#"
+template <typename... P, size_t... I>
+static void saggar_call(void (*f)(P...), void** a, std::index_sequence<I...>) { f((P)a[I]...); }
+template <typename... P>
+static void launch(void (*f)(P...), unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, std::vector<void*> a) {
+  gridDim = {gx, gy, gz}; blockDim = {bx, by, 1};
+  std::barrier<> bar(bx * by); saggar_bar = &bar;
+  std::vector<std::thread> ts;
+  for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx)
+    ts.emplace_back([&, tx, ty] {
+      threadIdx = {tx, ty, 0};
+      for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
+        blockIdx = {x, y, z};
+        saggar_call(f, a.data(), std::index_sequence_for<P...>{});
+        bar.arrive_and_wait();  // the block is done before the next one reuses __shared__
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+static unsigned char* load(const char* path, size_t size) {
+  unsigned char* p = (unsigned char*)std::aligned_alloc(64, (size + 64) / 64 * 64);
+  std::memset(p, 0, (size + 64) / 64 * 64);
+  if (path) { FILE* f = std::fopen(path, "rb"); if (!f || std::fread(p, 1, size, f) != size) std::abort(); std::fclose(f); }
+  return p;
+}
+// A matmul step of the plan (beta is always 0 in a plan), as the BLAS-Lt libraries define it.
+static void blas(const void* av, const void* bv, void* cv, const void* biasv, long m, long n, long k, long batch,
+                 long sa, long sb, long sc, int ta, int tb, float alpha, int epi) {
+  const float* a = (const float*)av; const float* b = (const float*)bv; const float* bias = (const float*)biasv;
+  float* c = (float*)cv;
+  for (long q = 0; q < batch; ++q) for (long i = 0; i < m; ++i) for (long j = 0; j < n; ++j) {
+    double acc = 0;
+    for (long p = 0; p < k; ++p)
+      acc += (double)a[q * sa + (ta ? p * m + i : i * k + p)] * b[q * sb + (tb ? j * k + p : p * n + j)];
+    float v = alpha * (float)acc + (bias ? bias[j] : 0.f);
+    if (epi == 1) v = v > 0 ? v : 0;
+    if (epi == 2) v = 0.5f * v * (1 + tanhf(0.7978846f * (v + 0.044715f * v * v * v)));
+    c[q * sc + i * n + j] = v;
+  }
+}
+static void store(const char* path, const unsigned char* p, size_t size) {
+  FILE* f = std::fopen(path, "wb"); if (!f || std::fwrite(p, 1, size, f) != size) std::abort(); std::fclose(f);
+}
+"#;
+
+/// Runs `compiler` on `inputs` through its CUDA plan compiled for the CPU in `dir`; `None` without g++.
+pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Vec<u8>>> {
+    let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+    let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+    let source = compiler.source(&lowered).code;
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    std::fs::write(file("weights.bin"), &compiler.weight_layout().bytes).unwrap();
+    std::fs::write(file("local.bin"), &lowered.local_constants).unwrap();
+    let mut main = String::from("int main() {\n");
+    for (i, t) in inputs.iter().enumerate() {
+        std::fs::write(file(&format!("in{i}.bin")), t.to_le_bytes()).unwrap();
+        let _ = writeln!(
+            main,
+            "  unsigned char* in{i} = load(\"{}\", {});",
+            file(&format!("in{i}.bin")),
+            lowered.input_bytes[i]
+        );
+    }
+    for (i, n) in lowered.output_bytes.iter().enumerate() {
+        let _ = writeln!(main, "  unsigned char* out{i} = load(nullptr, {n});");
+    }
+    let _ = writeln!(
+        main,
+        "  unsigned char* weights = load(\"{}\", {});",
+        file("weights.bin"),
+        compiler.weight_layout().bytes.len()
+    );
+    let _ =
+        writeln!(main, "  unsigned char* local = load(\"{}\", {});", file("local.bin"), lowered.local_constants.len());
+    let _ = writeln!(main, "  unsigned char* scratch = load(nullptr, {});", lowered.scratch_bytes);
+    let pointer = |a: ArgSource| match a {
+        ArgSource::Input(i) => format!("(void*)in{i}"),
+        ArgSource::Output(i) => format!("(void*)out{i}"),
+        ArgSource::Scratch(o) => format!("(void*)(scratch + {o})"),
+        ArgSource::Weights(o) => format!("(void*)(weights + {o})"),
+        ArgSource::Local(o) => format!("(void*)(local + {o})"),
+        ArgSource::Bytes(n) => panic!("a GPU plan passes no byte counts ({n})"),
+    };
+    for step in &lowered.steps {
+        let step = match step {
+            PlanStep::Launch(step) => step,
+            PlanStep::Matmul(mm) => {
+                let d = &mm.desc;
+                let epi = match d.epilogue {
+                    saggar_device::Epilogue::None => 0,
+                    saggar_device::Epilogue::Relu => 1,
+                    saggar_device::Epilogue::GeluTanh => 2,
+                };
+                let bias = mm.bias.map_or("nullptr".to_string(), pointer);
+                let _ = writeln!(
+                    main,
+                    "  blas({}, {}, {}, {bias}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {epi});",
+                    pointer(mm.a),
+                    pointer(mm.b),
+                    pointer(mm.c),
+                    d.m,
+                    d.n,
+                    d.k,
+                    d.batch,
+                    d.stride_a,
+                    d.stride_b,
+                    d.stride_c,
+                    i32::from(d.trans_a),
+                    i32::from(d.trans_b),
+                    d.alpha()
+                );
+                continue;
+            }
+        };
+        // The device checks a launch's argument count against the kernel's signature; so does this.
+        let signature =
+            lowered.kernels.iter().find(|k| k.name == step.kernel).expect("every launched kernel is declared");
+        assert_eq!(
+            step.args.len(),
+            signature.params.len(),
+            "launch of `{}`: arguments against its signature",
+            step.kernel
+        );
+        let args: Vec<String> = step.args.iter().map(|a| pointer(*a)).collect();
+        let c = &step.config;
+        let _ = writeln!(
+            main,
+            "  launch({}, {}, {}, {}, {}, {}, {{{}}});",
+            step.kernel,
+            c.grid.x,
+            c.grid.y,
+            c.grid.z,
+            c.block.x,
+            c.block.y,
+            args.join(", ")
+        );
+    }
+    for (i, n) in lowered.output_bytes.iter().enumerate() {
+        let _ = writeln!(main, "  store(\"{}\", out{i}, {n});", file(&format!("out{i}.bin")));
+    }
+    main.push_str("  return 0;\n}\n");
+    std::fs::write(file("plan.cpp"), format!("{SHIM}\n{source}\n{DRIVER}\n{main}")).unwrap();
+    let built = Command::new("g++")
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o", &file("plan"), &file("plan.cpp")])
+        .output();
+    let Ok(built) = built else {
+        println!("g++ not found: the CPU run of the GPU plan is skipped");
+        return None;
+    };
+    assert!(built.status.success(), "g++: {}", String::from_utf8_lossy(&built.stderr));
+    let ran = Command::new(file("plan")).output().unwrap();
+    assert!(ran.status.success(), "the emulated plan failed: {}", String::from_utf8_lossy(&ran.stderr));
+    Some((0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap()).collect())
+}
+
+pub(crate) fn assert_close(got: &[u8], want: &Tensor, what: &str) {
+    assert_eq!(got.len(), want.to_le_bytes().len(), "{what}: byte length");
+    let got = Tensor::from_le_bytes(want.dtype(), want.dims().to_vec(), got).unwrap();
+    match (got.data(), want.data()) {
+        (TensorData::F32(g), TensorData::F32(w)) => {
+            for (k, (a, b)) in g.iter().zip(w).enumerate() {
+                let both_nan = a.is_nan() && b.is_nan();
+                assert!(both_nan || (a - b).abs() <= 1e-4 + 1e-3 * b.abs(), "{what}: element {k}: {a} vs {b}");
+            }
+        }
+        (g, w) => assert_eq!(g, w, "{what}"),
+    }
+}
+
+#[test]
+fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    // Data set 1 is batch 1, data set 0 batch 3.
+    for (name, set) in [("mlp", 1), ("cnn", 1), ("dlrm", 1), ("bert", 1), ("bert", 0)] {
+        let model = OnnxModel::load(root.join(name).join("model.onnx")).unwrap();
+        let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+        let set = root.join(name).join(format!("test_data_set_{set}"));
+        let inputs: Vec<Tensor> = (0..)
+            .map(|k| set.join(format!("input_{k}.pb")))
+            .take_while(|p| p.exists())
+            .map(|p| read_tensor_pb(&p).unwrap().tensor)
+            .collect();
+        let want = run_on_host(&compiler, &inputs).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, w, &format!("{name} {} output {k}", set.display()));
+        }
+    }
+}
+
+#[test]
+fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the_cpu() {
+    use crate::ConvEngine;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join("cnn");
+    let model = OnnxModel::load(root.join("model.onnx")).unwrap();
+    // Batch 3: the im2col plan's matmul is a strided batch over the images.
+    let x = read_tensor_pb(&root.join("test_data_set_0").join("input_0.pb")).unwrap().tensor;
+    let direct = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(ConvEngine::Direct));
+    let want = run_on_host(&direct, std::slice::from_ref(&x)).unwrap();
+    for engine in [ConvEngine::Im2col, ConvEngine::Direct] {
+        let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(engine));
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, std::slice::from_ref(&x), dir.path()) else { return };
+        assert_close(&got[0], &want[0], &format!("cnn conv={}", engine.name()));
+    }
+}
+
+/// One model holding a node of every GPU kernel kind with non-trivial attributes (negative slice
+/// steps, every Pad mode, transposed Gemm with a broadcast bias, broadcast batched MatMul, grouped
+/// dilated Conv, ceil-mode pooling, every reduction, ArgMax with select_last_index, ...), each a graph
+/// output.
+/// Columns of the emulation's wide LayerNormalization rows: one row is more than
+/// `crate::ops::gpu::ROW_CACHE_BYTES`.
+#[test]
+fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
+    use crate::AttentionKernel;
+    use crate::synthetic::{AttentionConfig, attention_block};
+    let base =
+        AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    // (config, batch, seq): the NaN guard with a row masked entirely, a Div scale without a guard,
+    // no mask, more keys than one block-sized chunk (and than many key tiles), and head sizes of
+    // each tile shape of the tiled kernel (up to 64, 128 and 256) with ragged last tiles.
+    for (cfg, batch, seq) in [
+        (base, 3, 10),
+        (AttentionConfig { div_scale: true, nan_guard: false, ..base }, 2, 7),
+        (AttentionConfig { mask: false, nan_guard: false, ..base }, 1, 5),
+        (AttentionConfig { heads: 1, head_dim: 4, ..base }, 1, 260),
+        (AttentionConfig { heads: 2, head_dim: 80, ..base }, 2, 37),
+        (AttentionConfig { heads: 1, head_dim: 136, nan_guard: false, ..base }, 1, 19),
+        // Enough blocks for the larger tiles: 512 tiles of 64 rows, 256 of 32.
+        (AttentionConfig { heads: 4, head_dim: 8, ..base }, 64, 64),
+        (AttentionConfig { heads: 2, head_dim: 72, nan_guard: false, ..base }, 128, 20),
+    ] {
+        let bytes = attention_block(cfg).to_bytes();
+        let h = cfg.heads * cfg.head_dim;
+        let x = (0..batch * seq * h).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
+        let mut inputs = vec![Tensor::new(vec![batch, seq, h], TensorData::F32(x)).unwrap()];
+        if cfg.mask {
+            let m = (0..batch * seq)
+                .map(|i| {
+                    if i / seq == batch - 1 && batch > 1 || i % seq + i / seq >= seq { f32::NEG_INFINITY } else { 0.0 }
+                })
+                .collect();
+            inputs.push(Tensor::new(vec![batch, 1, 1, seq], TensorData::F32(m)).unwrap());
+        }
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        for kernel in [AttentionKernel::Rows, AttentionKernel::Tiled] {
+            let model = OnnxModel::from_bytes(&bytes, "attention", &crate::ImportLimits::default()).unwrap();
+            let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_attention(kernel));
+            assert_eq!(compiler.plan_summary(&dims, BackendKind::Cuda).unwrap().attention_groups, 1, "{cfg:?}");
+            let want = run_on_host(&compiler, &inputs).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(g, w, &format!("{kernel:?} {cfg:?} batch {batch} seq {seq} output {k}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_translation_unit_of_a_model_source_compiles_on_its_own() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let model = OnnxModel::load(root.join("bert").join("model.onnx")).unwrap();
+    let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+    let lowered = compiler.lower(&[vec![2, 16], vec![2, 16]], BackendKind::Cuda).unwrap();
+    let source = compiler.source(&lowered);
+    let units = compiler.units(&lowered, &source);
+    assert!(units.len() > 1, "the BERT source is split");
+    let dir = tempfile::tempdir().unwrap();
+    for (u, unit) in units.iter().enumerate() {
+        let file = dir.path().join(format!("unit{u}.cpp"));
+        std::fs::write(&file, format!("{SHIM}\n{}", unit.code)).unwrap();
+        let Ok(out) = Command::new("g++").args(["-std=c++20", "-fsyntax-only", "-w"]).arg(&file).output() else {
+            println!("g++ not found: the unit syntax check is skipped");
+            return;
+        };
+        assert!(out.status.success(), "unit {u}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The GPU prelude's conversions against the host's (`half`, round to nearest even): every f16 and
+/// bf16 bit pattern widened, and f32 values narrowed at every kind of edge (ties to even at normal
+/// and subnormal spacing, the overflow threshold, the smallest subnormal's half, infinities, NaN,
+/// signed zeros), plus a spread of ordinary values. Bit for bit, NaNs as NaNs.
+#[test]
+fn half_precision_casts_match_the_host_bit_for_bit_when_run_on_the_cpu() {
+    use saggar_shape::{DType, Dim};
+
+    use crate::builder::ModelBuilder;
+    use crate::ops::Attribute::Int;
+    let mut edges: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e9,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        6.0e-8,
+        2.9802322e-8,
+        2.9802326e-8,
+        8.940697e-8,
+        6.1035156e-5,
+        6.097555e-5,
+        3.0e38,
+        f32::MAX,
+    ];
+    for k in 0..64u32 {
+        // Exactly halfway between neighbouring f16 values (ties), and just either side of them.
+        let tie = f32::from_bits(0x3f80_0000 + (2 * k + 1) * 0x1000);
+        edges.extend([tie, f32::from_bits(tie.to_bits() + 1), f32::from_bits(tie.to_bits() - 1)]);
+        // Halfway between bf16 neighbours.
+        edges.push(f32::from_bits(0x4040_0000 + (2 * k + 1) * 0x8000));
+        // Subnormal f16 ties: (2k + 1) * 2^-25.
+        edges.push((2 * k + 1) as f32 * 2.9802322e-8);
+    }
+    edges.extend((0..2000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+    let n = edges.len();
+    for (dtype, code) in [(DType::F16, 10i64), (DType::BF16, 16)] {
+        let mut b = ModelBuilder::new(18);
+        b.input("x", DType::F32, &[Dim::Fixed(n as u64)]);
+        b.input("h", dtype, &[Dim::Fixed(65536)]);
+        b.output("narrow", dtype, &[Dim::Fixed(n as u64)]);
+        b.output("wide", DType::F32, &[Dim::Fixed(65536)]);
+        b.node("Cast", &["x"], &["narrow"], &[("to", Int(code))]);
+        b.node("Cast", &["h"], &["wide"], &[("to", Int(1))]);
+        let model = OnnxModel::from_bytes(&b.to_bytes(), "casts", &crate::ImportLimits::default()).unwrap();
+        let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+        let every: Vec<u16> = (0..=u16::MAX).collect();
+        let h = if dtype == DType::F16 { TensorData::F16(every) } else { TensorData::BF16(every) };
+        let inputs =
+            vec![Tensor::new(vec![n], TensorData::F32(edges.clone())).unwrap(), Tensor::new(vec![65536], h).unwrap()];
+        let want = run_on_host(&compiler, &inputs).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+        let bits = |t: &Tensor| t.to_le_bytes();
+        assert_eq!(got[0], bits(&want[0]), "{dtype}: f32 narrowed on the GPU plan against the host");
+        let (g, w) = (
+            Tensor::from_le_bytes(DType::F32, vec![65536], &got[1]).unwrap().to_f32s().unwrap(),
+            want[1].to_f32s().unwrap(),
+        );
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan(), "{dtype} bits {i:#06x}: {a} vs {b}");
+        }
+    }
+}
+
+/// Half-precision exports of a BERT-style encoder and an attention block: their CUDA/HIP plans,
+/// run on the CPU, against the host backend (both compute in f32; the outputs, rounded to the half
+/// precision, within one or two of its units of the host's).
+#[test]
+fn half_models_gpu_plans_match_the_host_when_run_on_the_cpu() {
+    use saggar_shape::DType;
+
+    use crate::synthetic::{AttentionConfig, EncoderConfig, attention_block, bert_like_encoder, half_precision};
+    let encoder =
+        EncoderConfig { layers: 1, hidden: 32, heads: 2, intermediate: 64, vocab: 50, max_positions: 16, seq: None };
+    let (batch, seq) = (2usize, 5usize);
+    let ids = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i * 3 % 50).collect())).unwrap();
+    let mask = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i64::from(i % 5 < 4)).collect())).unwrap();
+    let cfg =
+        AttentionConfig { heads: 2, head_dim: 8, div_scale: true, mask: false, nan_guard: false, scores_output: false };
+    let x: Vec<f32> = (0..batch * seq * 16).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
+    for dtype in [DType::F16, DType::BF16] {
+        let x = Tensor::new(vec![batch, seq, 16], TensorData::F32(x.clone())).unwrap().narrowed(dtype).unwrap();
+        for (name, bytes, inputs) in [
+            ("encoder", bert_like_encoder(encoder).to_bytes(), vec![ids.clone(), mask.clone()]),
+            ("attention", attention_block(cfg).to_bytes(), vec![x]),
+        ] {
+            let half = half_precision(&bytes, dtype).unwrap();
+            let model = OnnxModel::from_bytes(&half, name, &crate::ImportLimits::default()).unwrap();
+            let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+            let want = run_on_host(&compiler, &inputs).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
+            let unit = if dtype == DType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let g = Tensor::from_le_bytes(dtype, w.dims().to_vec(), g).unwrap().to_f32s().unwrap();
+                for (i, (a, b)) in g.iter().zip(w.to_f32s().unwrap()).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 2.0 * unit * b.abs().max(1e-3),
+                        "{name} {dtype} output {k} element {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}

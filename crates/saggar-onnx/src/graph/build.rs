@@ -1,0 +1,328 @@
+//! From a decoded `ModelProto` to the [`Graph`]: version and opset checks, initializers, inputs,
+//! nodes with their ops built and attributes checked, names resolved, topological order.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use saggar_shape::Dim;
+
+use crate::error::OnnxError;
+use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
+use crate::import::limits::ImportLimits;
+use crate::import::proto::{AttributeProto, ModelProto, NodeProto, ValueInfoProto, attribute_type, dtype_from_onnx};
+use crate::import::tensor_pb::tensor_from_proto;
+use crate::ops::{self, Attribute, Attributes, MAX_OPSET, MIN_OPSET, NodeCtx, ValueType};
+use crate::tensor::is_supported_dtype;
+
+/// Oldest IR version read (ONNX 1.0 files with opset imports).
+pub const MIN_IR_VERSION: i64 = 3;
+/// Newest IR version read.
+pub const MAX_IR_VERSION: i64 = 11;
+
+fn graph_err(reason: impl Into<String>) -> OnnxError {
+    OnnxError::Graph { reason: reason.into() }
+}
+
+/// The default-domain opset `model` imports, checked.
+fn default_opset(model: &ModelProto) -> Result<u32, OnnxError> {
+    let mut found = None;
+    for set in &model.opset_import {
+        if set.domain.is_empty() || set.domain == "ai.onnx" {
+            if found.is_some() {
+                return Err(graph_err("the default domain is imported twice"));
+            }
+            found = Some(set.version);
+        }
+    }
+    let version = found.ok_or_else(|| OnnxError::Opset {
+        domain: String::new(),
+        version: 0,
+        supported: "the model imports no default-domain opset".into(),
+    })?;
+    if !(i64::from(MIN_OPSET)..=i64::from(MAX_OPSET)).contains(&version) {
+        return Err(OnnxError::Opset {
+            domain: String::new(),
+            version,
+            supported: format!("default domain opsets {MIN_OPSET} to {MAX_OPSET}"),
+        });
+    }
+    Ok(version as u32)
+}
+
+/// The type of a graph input or output.
+pub(crate) fn value_type(info: &ValueInfoProto, is_input: bool) -> Result<ValueType, OnnxError> {
+    let bad = |reason: String| OnnxError::ValueType { name: info.name.clone(), reason };
+    let ty = info.r#type.as_ref().ok_or_else(|| bad("has no type".into()))?;
+    let tensor = ty.tensor_type.as_ref().ok_or_else(|| {
+        bad("is not a dense tensor (sequences, maps, optionals and sparse tensors are not supported)".into())
+    })?;
+    let dtype = dtype_from_onnx(i64::from(tensor.elem_type)).filter(|d| is_supported_dtype(*d)).ok_or_else(|| {
+        bad(format!("element type code {} is not supported (f32, i64, i32, bool, f16, bf16 are)", tensor.elem_type))
+    })?;
+    let shape = match &tensor.shape {
+        Some(s) => s,
+        None if is_input => return Err(bad("has no shape (the rank must be known)".into())),
+        None => return Ok(ValueType::new(dtype, Vec::new())),
+    };
+    let dims = shape
+        .dim
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match (d.dim_value, &d.dim_param) {
+            (Some(v), _) => u64::try_from(v).map(Dim::Fixed).map_err(|_| bad(format!("axis {i} has extent {v}"))),
+            (None, Some(p)) if !p.is_empty() => Ok(Dim::symbolic(p.as_str())),
+            // An axis with neither gets a symbol of its own.
+            _ => Ok(Dim::symbolic(format!("{}_{i}", info.name))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ValueType::new(dtype, dims))
+}
+
+fn convert_attribute(a: &AttributeProto, limits: &ImportLimits) -> Result<Attribute, String> {
+    if !a.ref_attr_name.is_empty() {
+        return Err("refers to a function attribute".into());
+    }
+    let ty = if a.r#type != 0 {
+        a.r#type
+    } else if a.t.is_some() {
+        attribute_type::TENSOR
+    } else if !a.ints.is_empty() {
+        attribute_type::INTS
+    } else if !a.floats.is_empty() {
+        attribute_type::FLOATS
+    } else if !a.s.is_empty() {
+        attribute_type::STRING
+    } else {
+        attribute_type::INT
+    };
+    Ok(match ty {
+        attribute_type::FLOAT => Attribute::Float(a.f),
+        attribute_type::INT => Attribute::Int(a.i),
+        attribute_type::STRING => Attribute::String(a.s.clone()),
+        attribute_type::TENSOR => {
+            let t = a.t.as_ref().ok_or("TENSOR attribute without a tensor")?;
+            // Half-precision attributes (a ConstantOfShape value) compute in f32, see `crate::import::half`.
+            Attribute::Tensor(tensor_from_proto(t, None, limits).map_err(|e| e.to_string())?.widened())
+        }
+        attribute_type::FLOATS => Attribute::Floats(a.floats.clone()),
+        attribute_type::INTS => Attribute::Ints(a.ints.clone()),
+        attribute_type::STRINGS => Attribute::Strings(a.strings.clone()),
+        attribute_type::GRAPH | attribute_type::GRAPHS => {
+            return Err("subgraphs (If, Loop, Scan) are not supported".into());
+        }
+        other => return Err(format!("attribute type {other} is not supported")),
+    })
+}
+
+/// Builds a node's op; the error names the node, its op and the opset.
+fn build_node(
+    proto: &NodeProto,
+    name: &str,
+    opset: u32,
+    limits: &ImportLimits,
+) -> Result<(Arc<dyn ops::Op>, Attributes), OnnxError> {
+    let node_err = |source: ops::OpError| OnnxError::Node {
+        node: name.to_string(),
+        op: proto.op_type.clone(),
+        opset,
+        source: Box::new(source),
+    };
+    if !(proto.domain.is_empty() || proto.domain == "ai.onnx") {
+        return Err(OnnxError::UnsupportedOp {
+            node: name.to_string(),
+            op: proto.op_type.clone(),
+            domain: proto.domain.clone(),
+            opset,
+            supported: "only the default domain is supported".into(),
+        });
+    }
+    let entry = ops::lookup(&proto.op_type, opset).ok_or_else(|| OnnxError::UnsupportedOp {
+        node: name.to_string(),
+        op: proto.op_type.clone(),
+        domain: proto.domain.clone(),
+        opset,
+        supported: match ops::supported_opsets(&proto.op_type).as_str() {
+            "none" => format!("declared ops: {}", ops::declared_ops().join(", ")),
+            ranges => format!("implemented for opsets {ranges}"),
+        },
+    })?;
+    let mut attrs = Attributes::default();
+    for a in &proto.attribute {
+        if attrs.get(&a.name).is_some() {
+            return Err(node_err(ops::OpError::attribute(&a.name, "is given twice")));
+        }
+        let value =
+            convert_attribute(a, limits).map_err(|reason| node_err(ops::OpError::attribute(&a.name, reason)))?;
+        attrs.0.push((a.name.clone(), value));
+    }
+    let mut ctx = NodeCtx::new(&attrs, opset, proto.input.len(), proto.output.len());
+    let op = (entry.build)(&mut ctx).map_err(node_err)?;
+    if let Some(unread) = ctx.unread().first() {
+        let value = attrs.get(unread).map(ToString::to_string).unwrap_or_default();
+        return Err(node_err(ops::OpError::Unsupported {
+            name: unread.to_string(),
+            value,
+            supported: format!("{} does not implement this attribute", proto.op_type),
+        }));
+    }
+    Ok((Arc::from(op), attrs))
+}
+
+/// Builds the graph of `model`. Types of node outputs are filled in by inference afterwards.
+pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &ImportLimits) -> Result<Graph, OnnxError> {
+    if !(MIN_IR_VERSION..=MAX_IR_VERSION).contains(&model.ir_version) {
+        return Err(OnnxError::IrVersion { found: model.ir_version, min: MIN_IR_VERSION, max: MAX_IR_VERSION });
+    }
+    let opset = default_opset(model)?;
+    let graph = model.graph.as_ref().ok_or_else(|| graph_err("the model has no graph"))?;
+    if !graph.sparse_initializer.is_empty() {
+        return Err(graph_err("sparse initializers are not supported"));
+    }
+    if graph.node.len() > limits.max_nodes {
+        return Err(OnnxError::TooLarge {
+            what: "the node count".into(),
+            size: graph.node.len() as u64,
+            limit: limits.max_nodes as u64,
+            field: "max_nodes",
+        });
+    }
+    let mut values: Vec<Value> = Vec::new();
+    let mut by_name: HashMap<String, ValueId> = HashMap::new();
+    let mut define = |values: &mut Vec<Value>, name: &str, value: Value| -> Result<ValueId, OnnxError> {
+        if name.is_empty() {
+            return Err(graph_err("a value has an empty name"));
+        }
+        if by_name.contains_key(name) {
+            return Err(graph_err(format!("the name `{name}` is defined twice")));
+        }
+        values.push(value);
+        let id = ValueId(values.len() - 1);
+        by_name.insert(name.to_string(), id);
+        Ok(id)
+    };
+
+    let mut constant_bytes = 0u64;
+    for init in &graph.initializer {
+        // Half-precision weights are widened exactly: the model computes in f32 (`crate::import::half`).
+        let tensor = tensor_from_proto(init, model_dir, limits)?.widened();
+        constant_bytes += (tensor.len() * tensor.dtype().size_bytes()) as u64;
+        if constant_bytes > limits.max_initializer_bytes {
+            return Err(OnnxError::TooLarge {
+                what: "the initializers".into(),
+                size: constant_bytes,
+                limit: limits.max_initializer_bytes,
+                field: "max_initializer_bytes",
+            });
+        }
+        let ty = ValueType::fixed(tensor.dtype(), tensor.dims());
+        define(
+            &mut values,
+            &init.name,
+            Value { name: init.name.clone(), ty: Some(ty), constant: Some(Arc::new(tensor)), dims_value: None },
+        )?;
+    }
+    let initializer_names: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let mut inputs = Vec::new();
+    for info in &graph.input {
+        // IR version 3 files list initializers among the inputs: those are constants, not inputs.
+        if initializer_names.contains(info.name.as_str()) {
+            continue;
+        }
+        let ty = value_type(info, true)?;
+        let id = define(
+            &mut values,
+            &info.name,
+            Value { name: info.name.clone(), ty: Some(ty), constant: None, dims_value: None },
+        )?;
+        inputs.push(id);
+    }
+
+    // Nodes: outputs defined first (so inputs may name later nodes), then sorted.
+    let mut nodes = Vec::with_capacity(graph.node.len());
+    for (index, proto) in graph.node.iter().enumerate() {
+        let name = if proto.name.is_empty() { format!("{}_{index}", proto.op_type) } else { proto.name.clone() };
+        let (op, attrs) = build_node(proto, &name, opset, limits)?;
+        let mut outputs = Vec::with_capacity(proto.output.len());
+        for (k, out) in proto.output.iter().enumerate() {
+            let value_name = if out.is_empty() { format!("{name}:unused{k}") } else { out.clone() };
+            outputs.push(define(
+                &mut values,
+                &value_name,
+                Value { name: value_name.clone(), ty: None, constant: None, dims_value: None },
+            )?);
+        }
+        nodes.push((proto, Node { name, op_type: proto.op_type.clone(), attrs, inputs: Vec::new(), outputs, op }));
+    }
+    for (proto, node) in &mut nodes {
+        node.inputs = proto
+            .input
+            .iter()
+            .map(|n| {
+                if n.is_empty() {
+                    return Ok(None);
+                }
+                by_name.get(n).copied().map(Some).ok_or_else(|| {
+                    graph_err(format!(
+                        "node `{}` reads `{n}`, which no input, initializer or node defines (a missing initializer?)",
+                        node.name
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    let nodes = topological_order(nodes.into_iter().map(|(_, n)| n).collect(), values.len())?;
+    let outputs = graph
+        .output
+        .iter()
+        .map(|o| {
+            let value =
+                *by_name.get(&o.name).ok_or_else(|| graph_err(format!("output `{}` is never defined", o.name)))?;
+            let declared = value_type(o, false).ok().filter(|t| t.rank() > 0);
+            Ok(GraphOutput { name: o.name.clone(), value, declared })
+        })
+        .collect::<Result<Vec<_>, OnnxError>>()?;
+    if outputs.is_empty() {
+        return Err(graph_err("the graph has no outputs"));
+    }
+    Ok(Graph { name: graph.name.clone(), opset, values, nodes, inputs, outputs })
+}
+
+/// Sorts `nodes` so every node comes after the producers of its inputs (Kahn's algorithm, stable
+/// for already sorted files); a cycle is an error naming a node on it.
+fn topological_order(nodes: Vec<Node>, value_count: usize) -> Result<Vec<Node>, OnnxError> {
+    let mut producer = vec![usize::MAX; value_count];
+    for (i, n) in nodes.iter().enumerate() {
+        for o in &n.outputs {
+            producer[o.0] = i;
+        }
+    }
+    let mut pending = vec![0usize; nodes.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for id in n.inputs.iter().flatten() {
+            let p = producer[id.0];
+            if p != usize::MAX {
+                pending[i] += 1;
+                consumers[p].push(i);
+            }
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..nodes.len()).filter(|&i| pending[i] == 0).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &c in &consumers[i] {
+            pending[c] -= 1;
+            if pending[c] == 0 {
+                ready.insert(c);
+            }
+        }
+    }
+    if order.len() != nodes.len() {
+        let stuck = (0..nodes.len()).find(|i| pending[*i] > 0).map(|i| nodes[i].name.clone()).unwrap_or_default();
+        return Err(graph_err(format!("the graph has a cycle through node `{stuck}`")));
+    }
+    let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
+    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
+}

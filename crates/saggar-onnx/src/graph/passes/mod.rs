@@ -1,0 +1,39 @@
+//! Graph passes: inference with constant folding, clean-up, canonicalisation, and specialisation
+//! to concrete input shapes.
+//!
+//! At import (`optimise`): infer symbolically and fold (initializer-only subgraphs included, up
+//! to [`crate::ImportLimits::max_fold_elements`] per tensor), remove Identity/Dropout, fold
+//! BatchNormalization into Conv, normalise Gemm, remove dead nodes. Per compile (`specialise`):
+//! bind the request's input shapes, infer again with every extent known, fold what became constant
+//! (the shape chains) and remove dead nodes again.
+
+pub(crate) mod conv_gemm;
+mod fuse;
+pub(crate) mod infer;
+mod simplify;
+
+use crate::error::OnnxError;
+use crate::graph::ir::Graph;
+
+/// Largest tensor folded per compile: shape vectors and small masks, not activations, so programs
+/// do not each carry large per-shape constants.
+pub(crate) const SPECIALISE_FOLD_LIMIT: usize = 1 << 16;
+
+/// The import-time pipeline.
+pub(crate) fn optimise(graph: &mut Graph, fold_limit: usize) -> Result<(), OnnxError> {
+    infer::infer_and_fold(graph, infer::Mode::Symbolic, fold_limit)?;
+    simplify::remove_identities(graph);
+    fuse::fold_batch_norm_into_conv(graph);
+    fuse::normalise_gemm(graph);
+    simplify::remove_dead_nodes(graph);
+    Ok(())
+}
+
+/// A copy of `graph` for concrete `input_dims`, every extent known and shape chains folded.
+pub(crate) fn specialise(graph: &Graph, input_dims: &[Vec<u64>], model: &str) -> Result<Graph, OnnxError> {
+    let mut g = graph.clone();
+    infer::bind_inputs(&mut g, input_dims, model)?;
+    infer::infer_and_fold(&mut g, infer::Mode::Concrete, SPECIALISE_FOLD_LIMIT)?;
+    simplify::remove_dead_nodes(&mut g);
+    Ok(g)
+}

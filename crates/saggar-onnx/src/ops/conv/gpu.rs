@@ -1,0 +1,55 @@
+//! The GPU kernels of the convolution family: the direct convolution (`conv.cu`), the im2col patch
+//! matrix of the conv-to-GEMM rewrite (`im2col.cu`) and inference BatchNormalization
+//! (`batch_norm.cu`).
+
+use crate::ops::gpu::{GpuKernel, MAX_SPATIAL, float_literal, render};
+
+/// Direct convolution, one thread per output element, with a bias input when `bias`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvKernel {
+    pub(crate) bias: bool,
+}
+
+impl GpuKernel for ConvKernel {
+    fn prefix(&self) -> &'static str {
+        "conv"
+    }
+
+    fn source(&self) -> String {
+        let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
+        render(
+            include_str!("conv.cu"),
+            &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
+        )
+    }
+}
+
+/// The im2col patch matrix of a convolution's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Im2colKernel;
+
+impl GpuKernel for Im2colKernel {
+    fn prefix(&self) -> &'static str {
+        "im2col"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("im2col.cu"), &[])
+    }
+}
+
+/// Inference BatchNormalization with epsilon `epsilon_bits` (inputs x, scale, bias, mean, var).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchNormKernel {
+    pub(crate) epsilon_bits: u32,
+}
+
+impl GpuKernel for BatchNormKernel {
+    fn prefix(&self) -> &'static str {
+        "batch_norm"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("batch_norm.cu"), &[("EPS", &float_literal(self.epsilon_bits))])
+    }
+}

@@ -1,0 +1,759 @@
+//! Convolution (Conv as im2col plus one `matrixmultiply` product per image and group) and
+//! inference-mode BatchNormalization, with the sliding-window geometry (kernel, strides,
+//! dilations, pads, `auto_pad`, `ceil_mode`) that pooling shares.
+
+pub(crate) mod gpu;
+pub(crate) mod im2col;
+
+use std::cell::RefCell;
+
+use saggar_shape::{DType, Dim};
+
+use self::gpu::{BatchNormKernel, ConvKernel};
+use crate::ops::linalg::Gemm;
+use crate::ops::shape_util::strides;
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType, unknown_dim};
+use crate::tensor::{TensorMut, TensorView};
+
+/// The ops of this family.
+pub(crate) static OPS: &[OpEntry] = &[
+    OpEntry { op_type: "Conv", since: 1, until: 21, build: build_conv },
+    OpEntry { op_type: "BatchNormalization", since: 9, until: 21, build: build_batch_norm },
+];
+
+/// The largest im2col buffer a convolution builds, in elements (1 GiB of f32).
+const MAX_COL_ELEMENTS: usize = 1 << 28;
+
+/// How a window op pads its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AutoPad {
+    /// Explicit `pads`.
+    NotSet,
+    /// Output extent `ceil(in / stride)`, odd padding at the end.
+    SameUpper,
+    /// Output extent `ceil(in / stride)`, odd padding at the start.
+    SameLower,
+    /// No padding.
+    Valid,
+}
+
+/// The sliding-window attributes of Conv and the pooling ops, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// `kernel_shape` (empty when Conv takes it from its weights).
+    pub kernel: Vec<usize>,
+    /// Per-axis strides (empty: all 1).
+    pub strides: Vec<usize>,
+    /// Per-axis dilations (empty: all 1).
+    pub dilations: Vec<usize>,
+    /// Begin pads then end pads (empty: all 0).
+    pub pads: Vec<usize>,
+    /// Padding mode.
+    pub auto_pad: AutoPad,
+    /// Round output extents up rather than down (pooling).
+    pub ceil_mode: bool,
+}
+
+/// The concrete geometry of one spatial axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Axis {
+    /// Input extent.
+    pub input: usize,
+    /// Kernel extent.
+    pub kernel: usize,
+    /// Stride.
+    pub stride: usize,
+    /// Dilation.
+    pub dilation: usize,
+    /// Padding before the first element.
+    pub pad_begin: usize,
+    /// Padding after the last element.
+    pub pad_end: usize,
+    /// Output extent.
+    pub output: usize,
+}
+
+impl Axis {
+    /// The input coordinate of output position `o` and kernel tap `k` (negative or past the end in
+    /// the padding).
+    pub fn coord(&self, o: usize, k: usize) -> isize {
+        (o * self.stride + k * self.dilation) as isize - self.pad_begin as isize
+    }
+}
+
+fn positive_ints(ctx: &NodeCtx<'_>, name: &str) -> Result<Vec<usize>, OpError> {
+    let v = ctx.ints(name)?.unwrap_or_default();
+    v.iter()
+        .map(|&x| {
+            usize::try_from(x)
+                .ok()
+                .filter(|x| (1..=1 << 20).contains(x))
+                .ok_or_else(|| OpError::attribute(name, format!("values must be in 1..=2^20, found {v:?}")))
+        })
+        .collect()
+}
+
+impl Window {
+    /// Reads the window attributes; `ceil_mode` only where the op has it.
+    pub fn parse(ctx: &NodeCtx<'_>, with_ceil_mode: bool) -> Result<Window, OpError> {
+        let kernel = positive_ints(ctx, "kernel_shape")?;
+        let strides = positive_ints(ctx, "strides")?;
+        let dilations = positive_ints(ctx, "dilations")?;
+        let raw_pads = ctx.ints("pads")?.unwrap_or_default();
+        let pads = raw_pads
+            .iter()
+            .map(|&p| usize::try_from(p).ok().filter(|&p| p <= 1 << 20))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| OpError::attribute("pads", format!("values must be in 0..=2^20, found {raw_pads:?}")))?;
+        let auto_pad = match ctx.string_or("auto_pad", "NOTSET")?.as_str() {
+            "NOTSET" => AutoPad::NotSet,
+            "SAME_UPPER" => AutoPad::SameUpper,
+            "SAME_LOWER" => AutoPad::SameLower,
+            "VALID" => AutoPad::Valid,
+            other => return Err(ctx.unsupported("auto_pad", other, "NOTSET, SAME_UPPER, SAME_LOWER, VALID")),
+        };
+        let ceil_mode = if with_ceil_mode {
+            match ctx.int_or("ceil_mode", 0)? {
+                0 => false,
+                1 => true,
+                other => return Err(OpError::attribute("ceil_mode", format!("must be 0 or 1, found {other}"))),
+            }
+        } else {
+            false
+        };
+        if pads.len() % 2 != 0 {
+            return Err(OpError::attribute("pads", "must hold a begin and an end value per spatial axis"));
+        }
+        Ok(Window { kernel, strides, dilations, pads, auto_pad, ceil_mode })
+    }
+
+    /// Checks that the per-axis attributes have `rank` entries each (when given).
+    fn check_rank(&self, rank: usize) -> Result<(), OpError> {
+        for (name, len) in [
+            ("kernel_shape", self.kernel.len()),
+            ("strides", self.strides.len()),
+            ("dilations", self.dilations.len()),
+            ("pads", self.pads.len() / 2),
+        ] {
+            if len != 0 && len != rank {
+                return Err(OpError::infer(format!("`{name}` has {len} entries for {rank} spatial axes")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The geometry of spatial axis `i` of extent `input` with kernel extent `kernel`.
+    pub fn axis(&self, i: usize, input: usize, kernel: usize) -> Result<Axis, OpError> {
+        let stride = self.strides.get(i).copied().unwrap_or(1);
+        let dilation = self.dilations.get(i).copied().unwrap_or(1);
+        let span = (kernel.max(1) - 1) * dilation + 1;
+        let (pad_begin, pad_end, output) = match self.auto_pad {
+            AutoPad::NotSet | AutoPad::Valid => {
+                let (pb, pe) = if self.auto_pad == AutoPad::Valid {
+                    (0, 0)
+                } else {
+                    let rank = self.pads.len() / 2;
+                    (self.pads.get(i).copied().unwrap_or(0), self.pads.get(rank + i).copied().unwrap_or(0))
+                };
+                let total = input + pb + pe;
+                if total < span {
+                    return Err(OpError::infer(format!(
+                        "spatial axis {i}: the window ({span}) is larger than the padded input ({total})"
+                    )));
+                }
+                let mut out =
+                    if self.ceil_mode { (total - span).div_ceil(stride) + 1 } else { (total - span) / stride + 1 };
+                // A last window that would start in the end padding is dropped (as PyTorch and the
+                // ONNX reference do).
+                if self.ceil_mode && out > 1 && (out - 1) * stride >= input + pb {
+                    out -= 1;
+                }
+                (pb, pe, out)
+            }
+            AutoPad::SameUpper | AutoPad::SameLower => {
+                let out = input.div_ceil(stride);
+                let total = ((out.max(1) - 1) * stride + span).saturating_sub(input);
+                let small = total / 2;
+                if self.auto_pad == AutoPad::SameUpper {
+                    (small, total - small, out)
+                } else {
+                    (total - small, small, out)
+                }
+            }
+        };
+        Ok(Axis { input, kernel, stride, dilation, pad_begin, pad_end, output })
+    }
+
+    /// Output spatial dimensions for symbolic input extents and kernel extents (`None` where the
+    /// kernel is not known): unknown wherever an extent is symbolic.
+    pub fn infer_spatial(&self, input: &[Dim], kernel: &[Option<usize>]) -> Result<Vec<Dim>, OpError> {
+        self.check_rank(input.len())?;
+        input
+            .iter()
+            .zip(kernel)
+            .enumerate()
+            .map(|(i, (d, k))| match (d.as_fixed().and_then(|v| usize::try_from(v).ok()), k) {
+                (Some(d), Some(k)) => Ok(Dim::Fixed(self.axis(i, d, *k)?.output as u64)),
+                _ => Ok(unknown_dim()),
+            })
+            .collect()
+    }
+
+    /// The concrete geometry of every spatial axis.
+    pub fn resolve(&self, input: &[usize], kernel: &[usize]) -> Result<Vec<Axis>, OpError> {
+        self.check_rank(input.len()).map_err(|e| OpError::eval(e.to_string()))?;
+        input.iter().zip(kernel).enumerate().map(|(i, (&d, &k))| self.axis(i, d, k)).collect()
+    }
+}
+
+/// The dims of a window op's input `(N, C, spatial...)`, which must be f32 of rank ≥ 3.
+pub(crate) fn image_dims<'a>(op: &str, ty: &'a ValueType) -> Result<&'a [Dim], OpError> {
+    if ty.dtype != DType::F32 {
+        return Err(OpError::infer(format!("{op} takes f32 inputs, not {}", ty.dtype)));
+    }
+    if ty.rank() < 3 {
+        return Err(OpError::infer(format!("{op} takes an (N, C, spatial...) input of rank 3 or more, found {ty}")));
+    }
+    Ok(&ty.dims)
+}
+
+/// Checks that `out` (as inference shaped it) holds `expected` dims.
+pub(crate) fn check_out_dims(
+    op: &str,
+    out: &[usize],
+    expected: impl IntoIterator<Item = usize>,
+) -> Result<(), OpError> {
+    if out.iter().copied().ne(expected) {
+        return Err(OpError::eval(format!("{op}: output shape {out:?} does not match the inputs")));
+    }
+    Ok(())
+}
+
+/// Checks that a view's element count matches its dims.
+pub(crate) fn check_len(op: &str, v: &TensorView<'_>) -> Result<(), OpError> {
+    if v.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(v.len()) {
+        return Err(OpError::eval(format!("{op}: an input's data does not match its shape {:?}", v.dims)));
+    }
+    Ok(())
+}
+
+/// `Conv`.
+#[derive(Debug)]
+struct Conv {
+    window: Window,
+    group: usize,
+}
+
+fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    let window = Window::parse(ctx, false)?;
+    let group = ctx.int_or("group", 1)?;
+    let group = usize::try_from(group)
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| OpError::attribute("group", format!("must be at least 1, found {group}")))?;
+    Ok(Box::new(Conv { window, group }))
+}
+
+impl Op for Conv {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let (x, w) = (ctx.input(0)?, ctx.input(1)?);
+            let (xd, wd) = (&x.dims, &w.dims);
+            if xd.len() < 3 || wd.len() != xd.len() {
+                return Err(OpError::eval("Conv: input and weight ranks differ"));
+            }
+            let (n, c, m, g) = (xd[0], xd[1], wd[0], self.group);
+            if wd[1].checked_mul(g) != Some(c) || m % g != 0 {
+                return Err(OpError::eval("Conv: channels and groups disagree"));
+            }
+            let axes = self.window.resolve(&xd[2..], &wd[2..])?;
+            let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
+            let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(g)];
+            for field in [
+                (|a: &Axis| a.input) as fn(&Axis) -> usize,
+                |a| a.output,
+                |a| a.kernel,
+                |a| a.stride,
+                |a| a.pad_begin,
+                |a| a.dilation,
+            ] {
+                meta.extend(axes.iter().map(|a| ext(field(a))));
+            }
+            let mut slots = vec![Slot::In(0), Slot::In(1)];
+            if bias {
+                slots.push(Slot::In(2));
+            }
+            slots.push(Slot::Out(0));
+            Ok(GpuNode::Launches(vec![GpuLaunch::new(
+                ConvKernel { bias },
+                meta,
+                Work::Elements(numel(&ctx.output(0)?.dims)),
+                slots,
+            )]))
+        })())
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let x = image_dims("Conv", inputs.req(0)?.ty)?;
+        let w = inputs.req(1)?.ty;
+        if w.dtype != DType::F32 || w.rank() != x.len() {
+            return Err(OpError::infer(format!("Conv weights must be f32 of the input's rank, found {w}")));
+        }
+        let fixed = |d: &Dim| d.as_fixed().and_then(|v| usize::try_from(v).ok());
+        let g = self.group;
+        if let (Some(c), Some(cg)) = (fixed(&x[1]), fixed(&w.dims[1]))
+            && cg.checked_mul(g) != Some(c)
+        {
+            return Err(OpError::infer(format!("Conv: {c} input channels, weights take {cg} x {g} groups")));
+        }
+        if let Some(m) = fixed(&w.dims[0])
+            && m % g != 0
+        {
+            return Err(OpError::infer(format!("Conv: {m} output channels do not split into {g} groups")));
+        }
+        let mut kernel: Vec<Option<usize>> = w.dims[2..].iter().map(fixed).collect();
+        if !self.window.kernel.is_empty() {
+            for (k, &attr) in kernel.iter_mut().zip(&self.window.kernel) {
+                if k.is_some_and(|k| k != attr) {
+                    return Err(OpError::infer(format!(
+                        "Conv: kernel_shape {:?} differs from the weights {w}",
+                        self.window.kernel
+                    )));
+                }
+                *k = Some(attr);
+            }
+        }
+        if let Some(b) = inputs.get(2) {
+            let ok = b.ty.dtype == DType::F32
+                && b.ty.rank() == 1
+                && !matches!((fixed(&b.ty.dims[0]), fixed(&w.dims[0])), (Some(p), Some(q)) if p != q);
+            if !ok {
+                return Err(OpError::infer(format!("Conv bias must be f32 [M], found {}", b.ty)));
+            }
+        }
+        let mut dims = vec![x[0].clone(), w.dims[0].clone()];
+        dims.extend(self.window.infer_spatial(&x[2..], &kernel)?);
+        Ok(vec![ValueType::new(DType::F32, dims)])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let (xv, wv) = (inputs.req(0)?, inputs.req(1)?);
+        check_len("Conv", xv)?;
+        check_len("Conv", wv)?;
+        let (xd, wd) = (xv.dims, wv.dims);
+        if xd.len() < 3 || wd.len() != xd.len() {
+            return Err(OpError::eval(format!("Conv: input {xd:?} and weights {wd:?} ranks differ")));
+        }
+        let (n, c, m, cg, g) = (xd[0], xd[1], wd[0], wd[1], self.group);
+        if cg.checked_mul(g) != Some(c) || m % g != 0 {
+            return Err(OpError::eval(format!("Conv: input {xd:?}, weights {wd:?} and {g} groups disagree")));
+        }
+        let kernel = &wd[2..];
+        if !self.window.kernel.is_empty() && self.window.kernel != kernel {
+            return Err(OpError::eval("Conv: kernel_shape differs from the weights"));
+        }
+        let axes = self.window.resolve(&xd[2..], kernel)?;
+        check_out_dims("Conv", outputs[0].dims, [n, m].into_iter().chain(axes.iter().map(|a| a.output)))?;
+        let bias = match inputs.get(2) {
+            Some(b) if b.len() == m => Some(b.f32s()?),
+            Some(_) => return Err(OpError::eval(format!("Conv bias must hold {m} values"))),
+            None => None,
+        };
+        let (x, w) = (xv.f32s()?, wv.f32s()?);
+        let y = outputs[0].f32s()?;
+        let d_in: usize = xd[2..].iter().product();
+        let k_taps: usize = kernel.iter().product();
+        let plane: usize = axes.iter().map(|a| a.output).product();
+        let (mg, rows) = (m / g, cg * k_taps);
+        let pointwise = axes.iter().all(|a| a.kernel == 1 && a.stride == 1 && a.pad_begin == 0 && a.output == a.input);
+        let col_len = rows.checked_mul(plane).filter(|&l| l <= MAX_COL_ELEMENTS).ok_or_else(|| {
+            OpError::eval(format!("Conv: the im2col buffer ({rows} x {plane}) exceeds {MAX_COL_ELEMENTS} elements"))
+        })?;
+        COL_SCRATCH.with_borrow_mut(|col| -> Result<(), OpError> {
+            if !pointwise && col.len() < col_len {
+                col.resize(col_len, 0.0);
+            }
+            for image in 0..n {
+                for group in 0..g {
+                    let x_off = (image * c + group * cg) * d_in;
+                    let b = if pointwise {
+                        (x, x_off, plane, 1)
+                    } else {
+                        im2col(&x[x_off..x_off + cg * d_in], cg, &axes, &mut col[..col_len]);
+                        (&col[..], 0, plane, 1)
+                    };
+                    let gemm = Gemm { m: mg, k: rows, n: plane, a: (w, group * mg * rows, rows, 1), b };
+                    gemm.run(1.0, 0.0, y, (image * m + group * mg) * plane, plane)?;
+                }
+            }
+            Ok(())
+        })?;
+        if let Some(bias) = bias
+            && plane > 0
+        {
+            for (channel_plane, &b) in y.chunks_exact_mut(plane).zip(bias.iter().cycle()) {
+                channel_plane.iter_mut().for_each(|v| *v += b);
+            }
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// The im2col buffer of this thread, grown to the largest convolution it ran.
+    static COL_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Advances a row-major multi-index over `extents`; false once it wraps to all zeros.
+fn advance(index: &mut [usize], extents: impl Fn(usize) -> usize) -> bool {
+    for a in (0..index.len()).rev() {
+        index[a] += 1;
+        if index[a] < extents(a) {
+            return true;
+        }
+        index[a] = 0;
+    }
+    false
+}
+
+/// Lays out the `channels` planes of `x` as an im2col matrix: one row per (channel, kernel tap),
+/// one column per output position; taps in the padding read 0.
+pub(crate) fn im2col(x: &[f32], channels: usize, axes: &[Axis], col: &mut [f32]) {
+    let rank = axes.len();
+    let last = axes[rank - 1];
+    if axes.iter().any(|a| a.input == 0) {
+        // Every tap reads padding.
+        col.fill(0.0);
+        return;
+    }
+    let in_dims: Vec<usize> = axes.iter().map(|a| a.input).collect();
+    let in_strides = strides(&in_dims);
+    let d_in: usize = in_dims.iter().product();
+    let plane: usize = axes.iter().map(|a| a.output).product();
+    let mut tap = vec![0usize; rank];
+    let mut outer = vec![0usize; rank - 1];
+    // The output positions `o` of the last axis whose tap `k` reads inside the input.
+    let valid_range = |k: usize| {
+        let first = (0..last.output).find(|&o| last.coord(o, k) >= 0).unwrap_or(last.output);
+        let end = (first..last.output).find(|&o| last.coord(o, k) >= last.input as isize).unwrap_or(last.output);
+        (first, end)
+    };
+    let mut rows = col.chunks_exact_mut(plane.max(1));
+    for xc in x.chunks_exact(d_in.max(1)).take(channels) {
+        tap.fill(0);
+        loop {
+            let Some(row) = rows.next() else { return };
+            let (lo, hi) = valid_range(tap[rank - 1]);
+            outer.fill(0);
+            for run in row.chunks_exact_mut(last.output.max(1)) {
+                let mut base = 0usize;
+                let mut inside = true;
+                for a in 0..rank - 1 {
+                    let i = axes[a].coord(outer[a], tap[a]);
+                    if i < 0 || i >= axes[a].input as isize {
+                        inside = false;
+                        break;
+                    }
+                    base += i as usize * in_strides[a];
+                }
+                if !inside || lo >= hi {
+                    run.fill(0.0);
+                } else {
+                    run[..lo].fill(0.0);
+                    run[hi..].fill(0.0);
+                    let start = base + last.coord(lo, tap[rank - 1]) as usize;
+                    if last.stride == 1 {
+                        run[lo..hi].copy_from_slice(&xc[start..start + (hi - lo)]);
+                    } else {
+                        for (v, &s) in run[lo..hi].iter_mut().zip(xc[start..].iter().step_by(last.stride)) {
+                            *v = s;
+                        }
+                    }
+                }
+                advance(&mut outer, |a| axes[a].output);
+            }
+            if !advance(&mut tap, |a| axes[a].kernel) {
+                break;
+            }
+        }
+    }
+}
+
+/// `BatchNormalization` in inference mode: `y = (x - mean) / sqrt(var + epsilon) * scale + bias`
+/// per channel (axis 1).
+#[derive(Debug)]
+struct BatchNorm {
+    epsilon: f32,
+}
+
+fn build_batch_norm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    let epsilon = ctx.float_or("epsilon", 1e-5)?;
+    ctx.ignore("momentum");
+    let training = ctx.int_or("training_mode", 0)?;
+    if training != 0 {
+        return Err(ctx.unsupported("training_mode", training, "0 (inference)"));
+    }
+    if ctx.num_outputs() > 1 {
+        return Err(ctx.unsupported(
+            "outputs",
+            ctx.num_outputs(),
+            "1 (inference mode; running statistics are training)",
+        ));
+    }
+    Ok(Box::new(BatchNorm { epsilon }))
+}
+
+impl Op for BatchNorm {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dims.len() < 2 || (1..5).any(|i| ctx.input(i).map(|p| numel(&p.dims)).ok() != Some(x.dims[1] as u64)) {
+                return Err(OpError::eval("BatchNormalization takes (N, C, ...) and four parameters of C values"));
+            }
+            Ok(GpuNode::Launches(vec![GpuLaunch::new(
+                BatchNormKernel { epsilon_bits: self.epsilon.to_bits() },
+                vec![ext(x.dims[0]), ext(x.dims[1]), numel(&x.dims[2..]) as i64, 0, 0],
+                Work::Elements(numel(&x.dims)),
+                vec![Slot::In(0), Slot::In(1), Slot::In(2), Slot::In(3), Slot::In(4), Slot::Out(0)],
+            )]))
+        })())
+    }
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let x = inputs.req(0)?.ty;
+        if x.dtype != DType::F32 || x.rank() < 2 {
+            return Err(OpError::infer(format!("BatchNormalization takes an f32 (N, C, ...) input, found {x}")));
+        }
+        for i in 1..5 {
+            let p = inputs.req(i)?.ty;
+            let ok = p.dtype == DType::F32
+                && p.rank() == 1
+                && !matches!((p.dims[0].as_fixed(), x.dims[1].as_fixed()), (Some(a), Some(b)) if a != b);
+            if !ok {
+                return Err(OpError::infer(format!("BatchNormalization input {i} must be f32 [C], found {p}")));
+            }
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let xv = inputs.req(0)?;
+        check_len("BatchNormalization", xv)?;
+        if xv.dims.len() < 2 {
+            return Err(OpError::eval("BatchNormalization takes an (N, C, ...) input"));
+        }
+        let c = xv.dims[1];
+        let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| inputs.req(i).and_then(TensorView::f32s));
+        let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+        if [scale, bias, mean, var].iter().any(|p| p.len() != c) {
+            return Err(OpError::eval(format!("BatchNormalization parameters must hold {c} values")));
+        }
+        let x = xv.f32s()?;
+        let y = outputs[0].f32s()?;
+        if y.len() != x.len() {
+            return Err(OpError::eval("BatchNormalization output does not match the input"));
+        }
+        let plane: usize = xv.dims[2..].iter().product();
+        if plane == 0 {
+            return Ok(());
+        }
+        for (i, (yp, xp)) in y.chunks_exact_mut(plane).zip(x.chunks_exact(plane)).enumerate() {
+            let ch = i % c;
+            let s = scale[ch] / (var[ch] + self.epsilon).sqrt();
+            let shift = bias[ch] - mean[ch] * s;
+            yp.iter_mut().zip(xp).for_each(|(y, &x)| *y = x * s + shift);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{run_op, run_op_outputs};
+    use crate::ops::{Attribute, Attributes, OpError};
+    use crate::tensor::{Tensor, TensorData};
+
+    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
+        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
+    }
+
+    fn values(t: &Tensor) -> &[f32] {
+        match t.data() {
+            TensorData::F32(v) => v,
+            other => panic!("expected f32, found {other:?}"),
+        }
+    }
+
+    fn ints(v: &[i64]) -> Attribute {
+        Attribute::Ints(v.to_vec())
+    }
+
+    /// A direct 2-D convolution, the oracle for the im2col path.
+    #[allow(clippy::too_many_arguments)]
+    fn direct_conv2d(
+        x: &[f32],
+        xd: [usize; 4],
+        w: &[f32],
+        wd: [usize; 4],
+        group: usize,
+        stride: [usize; 2],
+        dil: [usize; 2],
+        pads: [usize; 4],
+    ) -> (Vec<usize>, Vec<f32>) {
+        let [n, c, h, wi] = xd;
+        let [m, cg, kh, kw] = wd;
+        let oh = (h + pads[0] + pads[2] - ((kh - 1) * dil[0] + 1)) / stride[0] + 1;
+        let ow = (wi + pads[1] + pads[3] - ((kw - 1) * dil[1] + 1)) / stride[1] + 1;
+        let mg = m / group;
+        let mut out = vec![0.0; n * m * oh * ow];
+        for b in 0..n {
+            for oc in 0..m {
+                let g = oc / mg;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut acc = 0.0;
+                        for ic in 0..cg {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (oy * stride[0] + ky * dil[0]) as isize - pads[0] as isize;
+                                    let ix = (ox * stride[1] + kx * dil[1]) as isize - pads[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= wi as isize {
+                                        continue;
+                                    }
+                                    let xi = ((b * c + g * cg + ic) * h + iy as usize) * wi + ix as usize;
+                                    acc += x[xi] * w[((oc * cg + ic) * kh + ky) * kw + kx];
+                                }
+                            }
+                        }
+                        out[((b * m + oc) * oh + oy) * ow + ox] = acc;
+                    }
+                }
+            }
+        }
+        (vec![n, m, oh, ow], out)
+    }
+
+    fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn padded_strided_conv_with_bias_by_hand() {
+        let x = f32s(&[1, 1, 3, 3], &(0..9).map(|v| v as f32).collect::<Vec<_>>());
+        let w = f32s(&[1, 1, 2, 2], &[1.0; 4]);
+        let b = f32s(&[1], &[1.0]);
+        let attrs = Attributes(vec![("pads".into(), ints(&[1, 1, 1, 1])), ("strides".into(), ints(&[2, 2]))]);
+        let out = run_op("Conv", 11, &attrs, &[Some(&x), Some(&w), Some(&b)]).unwrap();
+        assert_eq!(out[0].dims(), &[1, 1, 2, 2]);
+        assert_eq!(values(&out[0]), &[1.0, 4.0, 10.0, 25.0]);
+    }
+
+    #[test]
+    fn grouped_dilated_padded_conv_matches_direct_convolution() {
+        // (group, stride, dilation, pads, channels in, channels out, kernel)
+        let cases = [
+            (2, [1, 1], [2, 2], [2, 1, 2, 1], 4, 6, [3, 3]),
+            (1, [2, 1], [1, 2], [0, 1, 1, 0], 3, 2, [2, 3]),
+            (3, [1, 2], [1, 1], [1, 1, 1, 1], 3, 3, [3, 3]), // depthwise
+            (1, [1, 1], [1, 1], [0, 0, 0, 0], 5, 4, [1, 1]), // pointwise
+        ];
+        for (i, (group, stride, dil, pads, c, m, k)) in cases.into_iter().enumerate() {
+            let xd = [2, c, 5, 6];
+            let wd = [m, c / group, k[0], k[1]];
+            let x = pseudo_random(xd.iter().product(), 1 + i as u32);
+            let w = pseudo_random(wd.iter().product(), 100 + i as u32);
+            let (dims, want) = direct_conv2d(&x, xd, &w, wd, group, stride, dil, pads);
+            let attrs = Attributes(vec![
+                ("group".into(), Attribute::Int(group as i64)),
+                ("strides".into(), ints(&stride.map(|v| v as i64))),
+                ("dilations".into(), ints(&dil.map(|v| v as i64))),
+                ("pads".into(), ints(&pads.map(|v| v as i64))),
+                ("kernel_shape".into(), ints(&k.map(|v| v as i64))),
+            ]);
+            let out = run_op("Conv", 11, &attrs, &[Some(&f32s(&xd, &x)), Some(&f32s(&wd, &w))]).unwrap();
+            assert_eq!(out[0].dims(), dims.as_slice(), "case {i}");
+            for (got, want) in values(&out[0]).iter().zip(&want) {
+                assert!((got - want).abs() < 1e-5, "case {i}: {got} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn auto_pad_same_and_valid_and_1d() {
+        // 1-D, length 5, kernel 2, stride 2: SAME gives 3 outputs with the odd pad at the end
+        // (SAME_UPPER) or at the start (SAME_LOWER).
+        let x = f32s(&[1, 1, 5], &[1.0, 2.0, 3.0, 4.0, 5.0]);
+        let w = f32s(&[1, 1, 2], &[1.0, 10.0]);
+        let run = |mode: &str| {
+            let attrs = Attributes(vec![
+                ("auto_pad".into(), Attribute::String(mode.as_bytes().to_vec())),
+                ("strides".into(), ints(&[2])),
+            ]);
+            run_op("Conv", 11, &attrs, &[Some(&x), Some(&w)]).unwrap().remove(0)
+        };
+        assert_eq!(values(&run("SAME_UPPER")), &[21.0, 43.0, 5.0]);
+        assert_eq!(values(&run("SAME_LOWER")), &[10.0, 32.0, 54.0]);
+        assert_eq!(values(&run("VALID")), &[21.0, 43.0]);
+        let bad = Attributes(vec![("auto_pad".into(), Attribute::String(b"SAME".to_vec()))]);
+        assert!(matches!(run_op("Conv", 11, &bad, &[Some(&x), Some(&w)]), Err(OpError::Unsupported { .. })));
+        let wrong_groups = Attributes(vec![("group".into(), Attribute::Int(2))]);
+        assert!(matches!(run_op("Conv", 11, &wrong_groups, &[Some(&x), Some(&w)]), Err(OpError::Infer(_))));
+    }
+
+    #[test]
+    fn conv_3d_matches_a_sum_of_taps() {
+        let x = f32s(&[1, 1, 2, 2, 2], &(0..8).map(|v| v as f32).collect::<Vec<_>>());
+        let w = f32s(&[1, 1, 2, 2, 2], &[1.0; 8]);
+        let out = run_op("Conv", 11, &Attributes::default(), &[Some(&x), Some(&w)]).unwrap();
+        assert_eq!(out[0].dims(), &[1, 1, 1, 1, 1]);
+        assert_eq!(values(&out[0]), &[28.0]);
+    }
+
+    #[test]
+    fn eval_refuses_outputs_and_weights_that_do_not_match() {
+        use crate::ops::{EvalInputs, NodeCtx, lookup};
+        let attrs = Attributes::default();
+        let conv = (lookup("Conv", 11).unwrap().build)(&mut NodeCtx::for_test(&attrs, 11, 2)).unwrap();
+        let x = f32s(&[1, 2, 3, 3], &[1.0; 18]);
+        let w = f32s(&[1, 2, 2, 2], &[1.0; 8]);
+        let mut small = Tensor::zeros(saggar_shape::DType::F32, vec![1, 1, 1, 1]).unwrap();
+        let ins = [Some(x.view()), Some(w.view())];
+        let res = conv.eval(&EvalInputs::new(&ins), &mut [small.view_mut()]);
+        assert!(matches!(res, Err(OpError::Eval(_))));
+        // Weights whose channels do not divide into the input's.
+        let w3 = f32s(&[1, 3, 2, 2], &[1.0; 12]);
+        let mut out = Tensor::zeros(saggar_shape::DType::F32, vec![1, 1, 2, 2]).unwrap();
+        let ins = [Some(x.view()), Some(w3.view())];
+        assert!(conv.eval(&EvalInputs::new(&ins), &mut [out.view_mut()]).is_err());
+        // An integer input where f32 is required.
+        let xi = Tensor::new(vec![1, 2, 3, 3], TensorData::I64(vec![1; 18])).unwrap();
+        let ins = [Some(xi.view()), Some(w.view())];
+        assert!(conv.eval(&EvalInputs::new(&ins), &mut [out.view_mut()]).is_err());
+    }
+
+    #[test]
+    fn batch_norm_inference_and_training_refused() {
+        let x = f32s(&[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let scale = f32s(&[2], &[1.0, 2.0]);
+        let bias = f32s(&[2], &[0.0, 1.0]);
+        let mean = f32s(&[2], &[1.0, 3.0]);
+        let var = f32s(&[2], &[4.0, 1.0]);
+        let attrs = Attributes(vec![("epsilon".into(), Attribute::Float(0.0))]);
+        let ins = [Some(&x), Some(&scale), Some(&bias), Some(&mean), Some(&var)];
+        let out = run_op("BatchNormalization", 15, &attrs, &ins).unwrap();
+        assert_eq!(values(&out[0]), &[0.0, 0.5, 1.0, 3.0]);
+        let training = Attributes(vec![("training_mode".into(), Attribute::Int(1))]);
+        assert!(matches!(run_op("BatchNormalization", 15, &training, &ins), Err(OpError::Unsupported { .. })));
+        assert!(matches!(
+            run_op_outputs("BatchNormalization", 9, &Attributes::default(), &ins, 5),
+            Err(OpError::Unsupported { .. })
+        ));
+    }
+}

@@ -1,0 +1,297 @@
+//! Selection and conversion: Where (broadcast select), Clip and Cast.
+
+use saggar_shape::DType;
+
+use crate::ops::elementwise::{check_broadcast, output_mismatch, require_dtype};
+use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
+use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
+
+/// The ops of this family.
+pub(crate) static OPS: &[OpEntry] = &[
+    OpEntry { op_type: "Where", since: 9, until: 21, build: |_| Ok(Box::new(Where)) },
+    OpEntry { op_type: "Clip", since: 6, until: 10, build: build_clip_attrs },
+    OpEntry { op_type: "Clip", since: 11, until: 21, build: |_| Ok(Box::new(Clip { min: None, max: None })) },
+    OpEntry { op_type: "Cast", since: 6, until: 21, build: build_cast },
+];
+
+/// `Where(condition, x, y)`.
+#[derive(Debug)]
+struct Where;
+
+fn where_typed<T: Copy>(
+    (c, cd): (&[u8], &[usize]),
+    (x, xd): (&[T], &[usize]),
+    (y, yd): (&[T], &[usize]),
+    (o, od): (&mut [T], &[usize]),
+) -> Result<(), OpError> {
+    let rank = od.len();
+    for d in [cd, xd, yd] {
+        if d.len() > rank {
+            return Err(OpError::eval("input rank exceeds the output rank"));
+        }
+        check_broadcast(d, od)?;
+    }
+    let (sc, sx, sy) = (broadcast_strides(cd, rank), broadcast_strides(xd, rank), broadcast_strides(yd, rank));
+    for_each_broadcast(od, [&sc, &sx, &sy], |i, [oc, ox, oy]| o[i] = if c[oc] != 0 { x[ox] } else { y[oy] });
+    Ok(())
+}
+
+impl Op for Where {
+    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise("($0 ? $1 : $2)".into())))
+    }
+
+    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
+        // Selecting between shape vectors (`Where(Equal(shape, -1), ones, shape)`, as exporters
+        // write Expand targets): known where the condition is.
+        let (c, x, y) =
+            (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?, inputs.req(2).ok()?.sym_ints()?);
+        let n = c.len().max(x.len()).max(y.len());
+        let at = |v: &[SymInt], i: usize| if v.len() == 1 { v.first().cloned() } else { v.get(i).cloned() };
+        (0..n)
+            .map(|i| match at(&c, i)? {
+                SymInt::Int(0) => at(&y, i),
+                SymInt::Int(_) => at(&x, i),
+                SymInt::Sym(_) => Some(SymInt::Sym(crate::ops::UNKNOWN_DIM.into())),
+            })
+            .collect()
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let (c, x, y) = (inputs.req(0)?, inputs.req(1)?, inputs.req(2)?);
+        require_dtype("Where condition", c.ty.dtype, &[DType::Bool])?;
+        if x.ty.dtype != y.ty.dtype {
+            return Err(OpError::infer(format!("Where branches differ in type: {} and {}", x.ty.dtype, y.ty.dtype)));
+        }
+        let dims = broadcast_all([c.ty.dims.as_slice(), x.ty.dims.as_slice(), y.ty.dims.as_slice()])?;
+        Ok(vec![ValueType::new(x.ty.dtype, dims)])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let (c, x, y) = (inputs.req(0)?, inputs.req(1)?, inputs.req(2)?);
+        let cv = c.bools()?;
+        let out = &mut outputs[0];
+        let od = out.dims;
+        match (x.data, y.data, &mut out.data) {
+            (DataRef::F32(a), DataRef::F32(b), DataMut::F32(o)) => {
+                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
+            }
+            (DataRef::I64(a), DataRef::I64(b), DataMut::I64(o)) => {
+                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
+            }
+            (DataRef::I32(a), DataRef::I32(b), DataMut::I32(o)) => {
+                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
+            }
+            (DataRef::Bool(a), DataRef::Bool(b), DataMut::Bool(o)) => {
+                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
+            }
+            _ => Err(output_mismatch()),
+        }
+    }
+}
+
+/// `Clip`: bounds from attributes (opset 6-10) or from optional scalar inputs 1 and 2 (opset 11+).
+#[derive(Debug)]
+struct Clip {
+    min: Option<f32>,
+    max: Option<f32>,
+}
+
+fn build_clip_attrs(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(Clip { min: ctx.float("min")?, max: ctx.float("max")? }))
+}
+
+fn scalar_bound(input: Option<&TensorView<'_>>) -> Result<Option<f64>, OpError> {
+    let Some(t) = input else { return Ok(None) };
+    if t.len() != 1 {
+        return Err(OpError::eval("Clip bounds must be scalars"));
+    }
+    Ok(Some(match t.data {
+        DataRef::F32(v) => f64::from(v[0]),
+        DataRef::I64(v) => v[0] as f64,
+        DataRef::I32(v) => f64::from(v[0]),
+        DataRef::Bool(_) | DataRef::F16(_) | DataRef::BF16(_) => {
+            return Err(OpError::eval(format!("Clip bounds cannot be {}", t.data.dtype())));
+        }
+    }))
+}
+
+impl Op for Clip {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        let Ok(x) = ctx.input(0) else { return Some(Err(OpError::eval("Clip needs an input"))) };
+        let f = x.dtype == DType::F32;
+        let bound = |slot: usize, attr: Option<f32>| match (ctx.inputs.get(slot).and_then(Option::as_ref), attr) {
+            (Some(_), _) => Some(format!("${slot}")),
+            (None, Some(v)) if v.is_finite() => Some(format!("{v:?}f")),
+            _ => None,
+        };
+        let mut expr = "$0".to_string();
+        if let Some(lo) = bound(1, self.min) {
+            expr = if f { format!("fmaxf({expr}, {lo})") } else { format!("gpu_max({expr}, {lo})") };
+        }
+        if let Some(hi) = bound(2, self.max) {
+            expr = if f { format!("fminf({expr}, {hi})") } else { format!("gpu_min({expr}, {hi})") };
+        }
+        Some(Ok(crate::ops::gpu::GpuNode::Elementwise(expr)))
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let x = inputs.req(0)?;
+        require_dtype("Clip", x.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
+        for i in [1, 2] {
+            if let Some(b) = inputs.get(i)
+                && (b.ty.dtype != x.ty.dtype || b.ty.dims.iter().any(|d| d.as_fixed() != Some(1)))
+            {
+                return Err(OpError::infer(format!("Clip bound {i} must be a scalar of the input's type")));
+            }
+        }
+        Ok(vec![x.ty.clone()])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let x = inputs.req(0)?;
+        let lo = scalar_bound(inputs.get(1))?.or(self.min.map(f64::from));
+        let hi = scalar_bound(inputs.get(2))?.or(self.max.map(f64::from));
+        match (x.data, &mut outputs[0].data) {
+            (DataRef::F32(x), DataMut::F32(o)) => {
+                let (lo, hi) = (lo.map_or(f32::NEG_INFINITY, |v| v as f32), hi.map_or(f32::INFINITY, |v| v as f32));
+                // min(max(x, lo), hi): with lo > hi every element is hi, as ONNX says; NaN stays NaN.
+                o.iter_mut().zip(x).for_each(|(o, &v)| {
+                    let t = if v < lo { lo } else { v };
+                    *o = if t > hi { hi } else { t };
+                });
+            }
+            (DataRef::I64(x), DataMut::I64(o)) => {
+                let (lo, hi) = (lo.map_or(i64::MIN, |v| v as i64), hi.map_or(i64::MAX, |v| v as i64));
+                o.iter_mut().zip(x).for_each(|(o, &v)| *o = v.max(lo).min(hi));
+            }
+            (DataRef::I32(x), DataMut::I32(o)) => {
+                let (lo, hi) = (lo.map_or(i32::MIN, |v| v as i32), hi.map_or(i32::MAX, |v| v as i32));
+                o.iter_mut().zip(x).for_each(|(o, &v)| *o = v.max(lo).min(hi));
+            }
+            _ => return Err(output_mismatch()),
+        }
+        Ok(())
+    }
+}
+
+/// `Cast` between the supported types. Half-precision values (at a model's inputs and outputs) go
+/// through f32: widened exactly, narrowed rounding to nearest even, as `half` and the GPU prelude's
+/// `onnx_f32_to_f16` / `onnx_f32_to_bf16` do.
+#[derive(Debug)]
+struct Cast {
+    to: DType,
+}
+
+fn build_cast(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    let to = ctx.int("to")?.ok_or_else(|| OpError::attribute("to", "required"))?;
+    // `saturate` only affects float8 targets, which are not supported anyway.
+    ctx.ignore("saturate");
+    let dtype =
+        crate::import::proto::dtype_from_onnx(to).filter(|d| crate::tensor::is_supported_dtype(*d)).ok_or_else(
+            || ctx.unsupported("to", to, "1 (FLOAT), 6 (INT32), 7 (INT64), 9 (BOOL), 10 (FLOAT16), 16 (BFLOAT16)"),
+        )?;
+    Ok(Box::new(Cast { to: dtype }))
+}
+
+macro_rules! cast_from {
+    ($x:expr, $o:expr) => {
+        match $o {
+            DataMut::F32(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as f32),
+            DataMut::I64(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as i64),
+            DataMut::I32(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as i32),
+            DataMut::Bool(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = u8::from(v != Default::default())),
+            // Half-precision outputs are written from f32 before this match.
+            DataMut::F16(_) | DataMut::BF16(_) => return Err(OpError::eval("Cast to a half precision from f32 only")),
+        }
+    };
+}
+
+/// The elements of `x` as f32 (`as` for integers, 0 or 1 for bool, exact for half precisions).
+fn as_f32s(x: DataRef<'_>) -> Vec<f32> {
+    match x {
+        DataRef::I64(v) => v.iter().map(|&x| x as f32).collect(),
+        DataRef::I32(v) => v.iter().map(|&x| x as f32).collect(),
+        DataRef::Bool(v) => v.iter().map(|&x| f32::from(x)).collect(),
+        floats => floats.to_f32s().unwrap_or_default(),
+    }
+}
+
+impl Op for Cast {
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::GpuNode::Elementwise;
+        let from = match ctx.input(0) {
+            Ok(x) => x.dtype,
+            Err(e) => return Some(Err(e)),
+        };
+        // Half-precision values are bits in memory (`unsigned short`); the prelude converts.
+        let x = match from {
+            DType::F16 => "onnx_f16_to_f32($0)",
+            DType::BF16 => "onnx_bf16_to_f32($0)",
+            _ => "$0",
+        };
+        Some(match (self.to, crate::ops::gpu::ctype(self.to)) {
+            (DType::Bool, _) => Ok(Elementwise(format!("(unsigned char)({x} != 0)"))),
+            (DType::F16, _) => Ok(Elementwise(format!("onnx_f32_to_f16((float){x})"))),
+            (DType::BF16, _) => Ok(Elementwise(format!("onnx_f32_to_bf16((float){x})"))),
+            (_, Some(t)) => Ok(Elementwise(format!("({t}){x}"))),
+            (to, None) => Err(OpError::eval(format!("Cast to {to} is not supported on GPU"))),
+        })
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let x = inputs.req(0)?;
+        require_dtype("Cast", x.ty.dtype, &crate::tensor::SUPPORTED_DTYPES)?;
+        Ok(vec![ValueType::new(self.to, x.ty.dims.clone())])
+    }
+
+    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
+        if matches!(self.to, DType::I64 | DType::I32) {
+            inputs.req(0).ok()?.dims_value.map(<[_]>::to_vec)
+        } else {
+            None
+        }
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let x = inputs.req(0)?;
+        let o = &mut outputs[0].data;
+        match o {
+            DataMut::F16(o) => {
+                let x = as_f32s(x.data);
+                o.iter_mut().zip(x).for_each(|(o, v)| *o = half::f16::from_f32(v).to_bits());
+                return Ok(());
+            }
+            DataMut::BF16(o) => {
+                let x = as_f32s(x.data);
+                o.iter_mut().zip(x).for_each(|(o, v)| *o = half::bf16::from_f32(v).to_bits());
+                return Ok(());
+            }
+            _ => {}
+        }
+        let widened;
+        let data = match x.data {
+            DataRef::F16(_) | DataRef::BF16(_) => {
+                widened = as_f32s(x.data);
+                DataRef::F32(&widened)
+            }
+            other => other,
+        };
+        match data {
+            DataRef::F32(x) => match o {
+                // NaN and out-of-range floats saturate (Rust `as`), where C would be undefined.
+                DataMut::Bool(o) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = u8::from(v != 0.0)),
+                o => cast_from!(x, o),
+            },
+            DataRef::I64(x) => cast_from!(x, o),
+            DataRef::I32(x) => cast_from!(x, o),
+            DataRef::Bool(x) => match o {
+                DataMut::Bool(o) => o.copy_from_slice(x),
+                o => cast_from!(x, o),
+            },
+            DataRef::F16(_) | DataRef::BF16(_) => return Err(OpError::eval("half precisions are widened above")),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+// The definitions every generated source shares, after saggar-device's builtin prelude.
+
+typedef long long onnx_i64;
+#define ONNX_NEG_INF __int_as_float(0xff800000)
+#define ONNX_POS_INF __int_as_float(0x7f800000)
+#define ONNX_LOOP(i, n) for (onnx_i64 i = (onnx_i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (onnx_i64)gridDim.x * blockDim.x)
+#define ONNX_ROWS(r, n) for (onnx_i64 r = blockIdx.x; r < (n); r += gridDim.x)
+template <typename T> __device__ inline T gpu_max(T a, T b) { return b > a ? b : a; }
+template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b : a; }
+// Row groups: ONNX_ROW_LANES consecutive threads share one row and sum across it with xor
+// shuffles within the group (a width of 32 on HIP's 64-lane wavefronts too).
+#define ONNX_ROW_LANES 32
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_SHFL_XOR(v, o) __shfl_xor((v), (o), ONNX_ROW_LANES)
+#else
+#define ONNX_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o), ONNX_ROW_LANES)
+#endif
+// A row group keeps its row in dynamic shared memory (the launch reserves it) while the block's
+// rows fit ONNX_ROW_CACHE_BYTES, so a row is read from global memory once instead of three times.
+#define ONNX_ROW_CACHE_BYTES 49152
+// Declared as float4 so that four-element paths may read it as such (16-byte aligned).
+#ifndef ONNX_DYNAMIC_SHARED
+#define ONNX_DYNAMIC_SHARED(name) extern __shared__ float4 name##_float4[]; float* const name = (float*)name##_float4
+#endif
+// Device functions inlined into every call (a fused chain in its kernel's loops: a call per element
+// would cost more than the chain's arithmetic).
+#ifndef ONNX_FORCEINLINE
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_FORCEINLINE inline __attribute__((always_inline))
+#else
+#define ONNX_FORCEINLINE __forceinline__
+#endif
+#endif
+// Launch bounds: at most `threads` a block, and on CUDA registers for `blocks` blocks an SM.
+#ifndef ONNX_BOUNDS
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_BOUNDS(threads, blocks) __launch_bounds__(threads)
+#else
+#define ONNX_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#endif
+#endif
+// Xor shuffles within groups of `w` adjacent lanes (a power of two up to 32).
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor((v), (o), (w))
+#else
+#define ONNX_SHFL_XOR_W(v, o, w) __shfl_xor_sync(0xffffffffu, (v), (o), (w))
+#endif
+// Whether `p` may be read or written as float4 (16-byte aligned).
+__device__ inline bool onnx_aligned16(const void* p) { return ((saggar_u64)p & 15) == 0; }
+// Four consecutive f32 of row `row` at column `4 * q`, from an input of broadcast mode `mode`
+// (see the fused kernels' `meta`) whose divisor is the row length (`cols4` vectors): the row
+// itself (1), one row for every row (2), one value per row (4), or a scalar (3).
+__device__ ONNX_FORCEINLINE float4 onnx_row_load4(const float* __restrict__ p, onnx_i64 mode, onnx_i64 row, int cols4, int q) {
+  if (mode == 1) return ((const float4*)p)[row * cols4 + q];
+  if (mode == 2) return ((const float4*)p)[q];
+  const float x = p[mode == 4 ? row : 0];
+  return make_float4(x, x, x, x);
+}
+// The sum over a row's group: `blockDim.x` threads of one `threadIdx.y` (a warp's lanes, or with
+// `blockDim.y == 1` the whole block through `sh`). Every thread of the block calls it together.
+__device__ inline float onnx_row_sum(float v, float* sh) {
+  for (int o = ONNX_ROW_LANES / 2; o > 0; o >>= 1) v += ONNX_SHFL_XOR(v, o);
+  if (blockDim.x > ONNX_ROW_LANES) {
+    __syncthreads();
+    if (threadIdx.x % ONNX_ROW_LANES == 0) sh[threadIdx.x / ONNX_ROW_LANES] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / ONNX_ROW_LANES; ++w) v += sh[w];
+  }
+  return v;
+}
+#define ONNX_BLOCK_REDUCE(v, sh, a, b, EXPR) { \
+  sh[threadIdx.x] = v; __syncthreads(); \
+  for (unsigned s_ = blockDim.x / 2; s_ > 0; s_ >>= 1) { \
+    if (threadIdx.x < s_) { float a = sh[threadIdx.x]; float b = sh[threadIdx.x + s_]; sh[threadIdx.x] = (EXPR); } \
+    __syncthreads(); } \
+  v = sh[0]; __syncthreads(); }
+// Half precisions are bits in memory; Cast converts through f32 (exactly one way, rounding to
+// nearest even the other, as the host's `half` crate does).
+__device__ inline float onnx_f16_to_f32(unsigned short h) {
+  const unsigned sign = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
+  if (e == 0) { const float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }
+  if (e == 31) return __int_as_float((int)(sign | 0x7f800000u | (m << 13)));
+  return __int_as_float((int)(sign | ((e + 112u) << 23) | (m << 13)));
+}
+__device__ inline unsigned short onnx_f32_to_f16(float f) {
+  const unsigned x = (unsigned)__float_as_int(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x47800000u) return (unsigned short)(sign | 0x7c00u);
+  if (ax < 0x38800000u) return (unsigned short)(sign | (unsigned)rintf(__int_as_float((int)ax) * 16777216.0f));
+  const unsigned h = (ax >> 13) - (112u << 10), rem = ax & 0x1fffu;
+  return (unsigned short)(sign | (h + ((rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ? 1u : 0u)));
+}
+__device__ inline float onnx_bf16_to_f32(unsigned short h) { return __int_as_float((int)((unsigned)h << 16)); }
+__device__ inline unsigned short onnx_f32_to_bf16(float f) {
+  const unsigned x = (unsigned)__float_as_int(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+__device__ inline onnx_i64 red_offset(onnx_i64 j, int nr, const onnx_i64* rd, const onnx_i64* rs) {
+  onnx_i64 off = 0;
+  for (int d = nr - 1; d >= 0; --d) { off += (j % rd[d]) * rs[d]; j /= rd[d]; }
+  return off;
+}

@@ -1,0 +1,30 @@
+// LayerNormalization over rows by groups of `ONNX_ROW_LANES` threads (`Work::RowGroups`): a row of
+// a transformer (64 to a few thousand columns) keeps a whole group busy with coalesced reads, where
+// a block per row would leave most of its threads idle and synchronise the block twice per row.
+// Every thread of a block runs the same number of iterations (a group past the last row idles
+// through them), so a group's lanes always meet at their shuffles. The block's rows stay in dynamic
+// shared memory while they fit ONNX_ROW_CACHE_BYTES.
+// meta: rows, cols
+(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale@BIAS_PARAM@, float* __restrict__ y@STAT_PARAMS@) {
+  __shared__ float sh[@BLOCK@ / ONNX_ROW_LANES];
+  ONNX_DYNAMIC_SHARED(onnx_row_cache);
+  const onnx_i64 rows = meta[0], cols = meta[1];
+  const int lane = (int)threadIdx.x, lanes = (int)blockDim.x;
+  const onnx_i64 groups = blockDim.y;
+  const bool cached = cols * groups * 4 <= ONNX_ROW_CACHE_BYTES;
+  float* cache = onnx_row_cache + (cached ? (onnx_i64)threadIdx.y * cols : 0);
+  for (onnx_i64 first = (onnx_i64)blockIdx.x * groups; first < rows; first += (onnx_i64)gridDim.x * groups) {
+    const onnx_i64 row = first + threadIdx.y;
+    const bool live = row < rows;
+    const float* xr = x + (live ? row : 0) * cols;
+    float s = 0.0f;
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) { const float e = xr[j]; if (cached) cache[j] = e; s += e; }
+    const float mean = onnx_row_sum(s, sh) / (float)cols;
+    float v = 0.0f;
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) { const float d = (cached ? cache[j] : xr[j]) - mean; v += d * d; }
+    const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + @EPS@);
+    if (live) {@STAT_STORES@
+      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = ((cached ? cache[j] : xr[j]) - mean) * inv * scale[j]@BIAS_ADD@;
+    }
+  }
+}
