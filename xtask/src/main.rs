@@ -272,7 +272,7 @@ fn copy_peer_scripts(dir: &Path) -> Result<Vec<String>, String> {
     for entry in std::fs::read_dir(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))? {
         let path = entry.map_err(|e| e.to_string())?.path();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if path.is_file() && (name.ends_with(".py") || name == "README.md") {
+        if path.is_file() && (name.ends_with(".py") || name.ends_with(".sh") || name == "README.md") {
             files.push((name, path));
         }
     }
