@@ -791,6 +791,20 @@ mod tests {
         assert_eq!(paths, refused, "only `lowering` may import `fuse` and `ops`");
     }
 
+    /// The real tree: no file under `crates/*/src` has more than [`MAX_FILE_LINES`] lines of code
+    /// unless it says why ([`LONG_FILE_MARKER`]).
+    #[test]
+    fn real_tree_files_are_at_most_600_lines_of_code() {
+        assert_none(real_tree().iter().filter_map(|f| long_file(&f.path, &f.text)).collect());
+    }
+
+    /// The real tree: no function under `crates/*/src` spans more than [`MAX_FN_LINES`] lines unless
+    /// it says why ([`LONG_FN_MARKER`]).
+    #[test]
+    fn real_tree_functions_are_at_most_120_lines() {
+        assert_none(real_tree().iter().flat_map(|f| long_functions(&f.path, &f.text)).collect());
+    }
+
     /// The real tree: every marker under `crates/*/src` gives its reason.
     #[test]
     fn real_tree_markers_give_reasons() {
