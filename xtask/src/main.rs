@@ -10,6 +10,8 @@
 //!   cache folder and runs it through saggar-onnx (see `onnx_tests.rs`).
 //! - `cargo xtask publish-check`: packages and verifies every published crate as `cargo publish`
 //!   would, without publishing (see `publish.rs`).
+//! - `cargo xtask tidy`: prints every violation of the source-tree rules that `cargo test --workspace`
+//!   also checks (file and function length, module docs, saggar-onnx's layers; see `tidy.rs`).
 //!
 //! The bundle also carries the PyTorch peers: `bin/export_peer_data` (the example
 //! `crates/saggar-models/examples/export_peer_data.rs`, which exports a model's weights, config and a
@@ -48,6 +50,7 @@
 mod onnx_bundle;
 mod onnx_tests;
 mod publish;
+mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
             flag(&args, "--out").ok_or_else(usage).and_then(|out| gpu_bundle(Path::new(&out), machine))
         }
         (Some("publish-check"), _) => publish::publish_check(&workspace_root()),
+        (Some("tidy"), _) => tidy::run(&workspace_root()),
         (Some("gpu"), Ok(machine)) => {
             let bundle = PathBuf::from("target/gpu-bundle");
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
@@ -86,7 +90,7 @@ fn main() -> ExitCode {
 fn usage() -> String {
     "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
      cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--report FILE] [--fetch-only]\n       \
-     cargo xtask publish-check"
+     cargo xtask publish-check | cargo xtask tidy"
         .into()
 }
 

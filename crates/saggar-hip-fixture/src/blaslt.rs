@@ -1,4 +1,4 @@
-//! The hipBLASLt entry points saggar's HIP backend calls (`crates/saggar-device/src/gpu/blas.rs` with the
+//! The hipBLASLt entry points saggar's HIP backend calls (`crates/saggar-device/src/gpu/blas/` with the
 //! numbering of `crates/saggar-device/src/hip/blas.rs`), mapped onto cuBLASLt through cudarc's
 //! `cublaslt::sys` (libcublasLt loaded at run time).
 //!

@@ -134,11 +134,18 @@ fn the_exports_are_exactly_the_fixtures_table() {
 }
 
 /// The hipBLASLt functions saggar's shared BLAS layer resolves by name (`sym!("...")` in
-/// `crates/saggar-device/src/gpu/blas.rs`, under the prefix `hip/blas.rs` gives) are all exported.
+/// `crates/saggar-device/src/gpu/blas/`, under the prefix `hip/blas.rs` gives) are all exported.
 #[test]
 fn every_hipblaslt_function_the_backend_resolves_is_exported() {
     let device = Path::new(env!("CARGO_MANIFEST_DIR")).join("../saggar-device/src");
-    let shared = std::fs::read_to_string(device.join("gpu/blas.rs")).expect("saggar-device's gpu/blas.rs");
+    let folder = device.join("gpu/blas");
+    let mut files: Vec<_> = std::fs::read_dir(&folder)
+        .expect("saggar-device's gpu/blas/")
+        .map(|entry| entry.expect("an entry of gpu/blas/").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    let shared: String = files.iter().map(|f| std::fs::read_to_string(f).expect("a file of gpu/blas/")).collect();
     let spec = std::fs::read_to_string(device.join("hip/blas.rs")).expect("saggar-device's hip/blas.rs");
     assert!(spec.contains("prefix: \"hipblasLt\""), "the HIP backend's hipBLASLt prefix");
     let resolved: BTreeSet<String> = shared
