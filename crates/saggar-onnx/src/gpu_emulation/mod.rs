@@ -13,6 +13,7 @@ use saggar_device::BackendKind;
 use crate::plan::{ArgSource, PlanStep};
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
 
+mod embedding_bag;
 mod every_kind;
 
 const SHIM: &str = r#"

@@ -325,3 +325,61 @@ impl Lowering<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use saggar_device::{BackendKind, MatmulPrecision};
+
+    use super::*;
+    use crate::graph::model::OnnxModel;
+    use crate::graph::passes;
+    use crate::plan::memory::weight_layout;
+
+    /// Every node of the specialised graph is named by exactly one group or listed as untimed, and
+    /// every step has a group: on the host and CUDA lowerings, fused and not, for every checked-in
+    /// model.
+    #[test]
+    fn labels_name_every_specialised_node_once_on_every_target() {
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        for name in ["mlp", "cnn", "dlrm", "bert"] {
+            let dir = models.join(name);
+            let inputs: Vec<Vec<u64>> = (0..)
+                .map(|i| dir.join(format!("test_data_set_0/input_{i}.pb")))
+                .take_while(|p| p.is_file())
+                .map(|p| crate::read_tensor_pb(&p).unwrap().tensor.dims().iter().map(|&d| d as u64).collect())
+                .collect();
+            let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+            let weights = weight_layout(model.graph());
+            let mut graph = passes::specialise(model.graph(), &inputs, name).unwrap();
+            // The nodes lowering sees: each Conv rewritten into im2col, matmul and bias steps.
+            passes::conv_gemm::convs_as_gemms(&mut graph);
+            let mut want: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
+            want.sort_unstable();
+            for fusion in [true, false] {
+                for (backend, target) in
+                    [(BackendKind::Host, Target::Host), (BackendKind::Cuda, Target::Gpu(BackendKind::Cuda))]
+                {
+                    let blas = BlasLowering { precision: MatmulPrecision::default(), workspace_bytes: 0 };
+                    let fused = fusion.then_some(AttentionKernel::Auto);
+                    let lowered = lower(&graph, &weights, 8 << 30, target, Some(blas), fused).unwrap();
+                    let labels = &lowered.labels;
+                    assert_eq!(labels.step_group.len(), lowered.steps.len(), "{name} {backend:?}: a group per step");
+                    assert!(labels.step_group.windows(2).all(|w| w[0] <= w[1]), "groups in program order");
+                    let mut got: Vec<&str> = labels
+                        .groups
+                        .iter()
+                        .filter(|g| g.ops != ["OutputCopy"])
+                        .flat_map(|g| g.nodes.iter())
+                        .chain(&labels.untimed)
+                        .map(String::as_str)
+                        .collect();
+                    got.sort_unstable();
+                    assert_eq!(got, want, "{name} {backend:?} fusion {fusion}: every node exactly once");
+                    if fusion && name != "mlp" {
+                        assert!(labels.groups.iter().any(|g| g.nodes.len() > 1), "{name}: fused groups labelled");
+                    }
+                }
+            }
+        }
+    }
+}

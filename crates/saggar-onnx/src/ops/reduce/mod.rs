@@ -58,7 +58,9 @@ impl ReduceOp {
     fn dtypes(self) -> &'static [DType] {
         match self {
             ReduceOp::Max | ReduceOp::Min => &[DType::F32, DType::I64, DType::I32, DType::Bool],
-            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::L1 | ReduceOp::SumSquare => &[DType::F32, DType::I64, DType::I32],
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::L1 | ReduceOp::SumSquare => {
+                &[DType::F32, DType::I64, DType::I32]
+            }
             ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp => &[DType::F32],
         }
     }
