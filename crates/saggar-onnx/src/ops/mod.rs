@@ -50,8 +50,8 @@
 //! node's raw [`Attributes`] in the graph passes, so an op struct stays private to its family.
 //!
 //! Evaluation is reached three ways, all through [`Op::eval`]: [`evaluate::evaluate`] (constant
-//! folding, tests), and the host kernel `lowering` registers per node (inputs read in place from
-//! device memory, outputs written through a per-thread buffer). Keep `eval` free of per-call
+//! folding, tests), and the host kernel the lowering registers per node (`lower::host`: inputs read
+//! in place from device memory, outputs written through a per-thread buffer). Keep `eval` free of per-call
 //! allocations proportional to the data where you can (scratch per thread is fine).
 
 mod attr;

@@ -107,7 +107,7 @@ pub enum Work {
     /// One block per row.
     Rows(u64),
     /// A group of threads per row: a warp each and several rows a block when there are many rows
-    /// of `cols`, a block each when there are few (sized by `lowering::launch_config`).
+    /// of `cols`, a block each when there are few (sized by `plan::launch::launch_config`).
     RowGroups { rows: u64, cols: u64 },
     /// A thread per column of a row, several rows a block: `threadIdx.x` along the `cols` of a row
     /// (looping past the block's width), `threadIdx.y` and the blocks along the `rows`.
