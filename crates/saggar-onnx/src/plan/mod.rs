@@ -63,7 +63,6 @@ pub(crate) enum Target {
     Gpu(BackendKind),
 }
 
-/// What the plan is lowered for.
 /// One matmul of a plan: the description and where its operands are.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct MatmulStep {
