@@ -33,7 +33,7 @@ pub struct Built<B: Backend, C: ProgramCompiler<B>> {
 
 /// The progress mode of `saggar perf`.
 pub fn progress_mode(args: &PerfArgs, stderr_is_terminal: bool) -> ProgressMode {
-    ProgressMode::new(stderr_is_terminal, args.quiet)
+    ProgressMode::new(stderr_is_terminal, args.progress)
 }
 
 /// Creates the session of `saggar perf` on `device`, with a progress bar and the time each program

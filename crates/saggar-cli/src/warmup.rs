@@ -87,7 +87,7 @@ fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: A
     let config =
         SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
     let bar = Bar::new(
-        crate::progress::ProgressMode::new(env.stderr_is_terminal, false),
+        crate::progress::ProgressMode::new(env.stderr_is_terminal, args.progress),
         "warmup",
         (buckets.list.len() * devices.len()) as u64,
     );
