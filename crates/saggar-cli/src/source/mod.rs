@@ -32,7 +32,7 @@ pub const VERIFY_TOLERANCE: f64 = 1e-3;
 /// compiler, the batches and inputs of its requests, and the eager reference its outputs are
 /// checked against. Sources are chosen at run time and used through generic functions (the trait
 /// has generic methods, so it is not a trait object).
-pub trait ModelSource: Sync {
+pub trait ModelSource {
     /// What the source says about its model in reports.
     fn info(&self) -> &ModelInfo;
 

@@ -26,9 +26,7 @@ use super::profile::{self, ProfileReport};
 use super::{KeptRun, ModelInfo, ModelSource, Trace, VERIFY_TOLERANCE, Verify};
 use crate::cli::{AttentionArg, ModelArgs, PadAxisArg, PerfArgs, ShapeArg, TraceArgs};
 use crate::error::{CliError, Result};
-
-/// Requests of a run on `--load-inputs` when `--requests` is not given.
-const DEFAULT_REQUESTS: u64 = 2000;
+use crate::trace::DEFAULT_REQUESTS;
 
 /// An imported model with its compiler, and what `saggar perf` asks of it besides the model.
 #[derive(Debug)]
