@@ -1,7 +1,6 @@
-//! `saggar cache ls | verify | gc | key`, and opening the compile cache for the other commands.
+//! `saggar cache ls | verify | gc | key`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use saggar_cache::{CacheConfig, CompileCache, ENTRY_EXTENSION, EntryInfo};
@@ -14,13 +13,10 @@ use serde::Serialize;
 use crate::cli::{BackendArg, CacheCommand, CacheGcArgs, CacheKeyArgs, CacheLsArgs, CacheVerifyArgs};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
-use crate::model;
-use crate::report::{self, Table, format_age, format_bytes};
-
-/// Opens (creating if needed) the compile cache at `dir` for sessions.
-pub fn open_cache(dir: &Path) -> Result<Arc<CompileCache>> {
-    Ok(Arc::new(CompileCache::open(CacheConfig::builder(dir).build())?))
-}
+use crate::output::{Table, emit, format_age, format_bytes};
+use crate::source::ModelSource as _;
+use crate::source::builtin::Builtin;
+use crate::source::onnx;
 
 /// Opens an existing cache directory for maintenance; a missing one is an error rather than being
 /// created, since it is most likely a typo.
@@ -140,7 +136,7 @@ fn ls(args: &CacheLsArgs, env: &Environment) -> Result<()> {
         total_bytes: entries.iter().map(|e| e.size_bytes).sum(),
         entries,
     };
-    report::emit(args.json.as_deref(), &listing, || {
+    emit(args.json.as_deref(), &listing, || {
         let mut t = Table::with_header(&[
             "ID", "BACKEND", "ARCH", "COMPILER", "MODEL", "SHAPE", "OPTIONS", "SIZE", "AGE", "USED",
         ]);
@@ -212,7 +208,7 @@ fn verify(args: &CacheVerifyArgs, env: &Environment) -> Result<()> {
             .collect(),
         untrusted: report.untrusted.iter().map(|p| p.display().to_string()).collect(),
     };
-    report::emit(args.json.as_deref(), &output, || {
+    emit(args.json.as_deref(), &output, || {
         let mut text = String::new();
         for bad in &output.corrupt {
             text.push_str(&format!("corrupt    {}: {}\n", bad.file, bad.reason));
@@ -272,7 +268,7 @@ fn gc(args: &CacheGcArgs, env: &Environment) -> Result<()> {
         lru_evicted_bytes: collected.lru_evicted_bytes,
         remaining_bytes: collected.remaining_bytes,
     };
-    report::emit(args.json.as_deref(), &output, || {
+    emit(args.json.as_deref(), &output, || {
         let mut text = format!(
             "removed {} corrupt entries, {} stale temp files, {} orphan lock files; evicted {} entries ({}) by size; {} remain in {}\n",
             output.corrupt_removed,
@@ -323,9 +319,9 @@ fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
         .model
         .onnx
         .as_deref()
-        .map(|path| crate::onnx::key_parts(&args.model, path, args.bucket, args.load_inputs.as_deref()))
+        .map(|path| onnx::key_parts(&args.model, path, args.bucket, args.load_inputs.as_deref()))
         .transpose()?;
-    let model = if onnx.is_none() { Some(model::load(&args.model)?) } else { None };
+    let model = if onnx.is_none() { Some(Builtin::load(&args.model)?) } else { None };
     let (backend, arch, device) = match &args.arch {
         Some(arch) => {
             let backend = match args.backend {
@@ -357,7 +353,7 @@ fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
     let (model_name, identity, specs, dims) = match (onnx, &model) {
         (Some(parts), _) => parts,
         (None, Some(model)) => (
-            model.name().to_string(),
+            model.info().name.clone(),
             saggar_device::visit_backend(backend, IdentityOn(&model.compiler))
                 .unwrap_or_else(|_| ProgramCompiler::<HostBackend>::identity(&*model.compiler)),
             model.config.input_specs(),
@@ -387,7 +383,7 @@ fn key(args: &CacheKeyArgs, env: &Environment) -> Result<()> {
         present: path.is_file(),
         path: path.display().to_string(),
     };
-    report::emit(args.json.as_deref(), &output, || {
+    emit(args.json.as_deref(), &output, || {
         format!(
             "{}entry id: {}\nentry file: {} ({})\n",
             output.key_text,

@@ -50,7 +50,7 @@ Examples:
   saggar warmup --cache-dir /var/cache/saggar --json warmup.json
   saggar warmup --cache-dir /var/cache/saggar --backend cuda --devices 0,1,2,3 --buckets stepped --max-batch 128
   saggar warmup --cache-dir /var/cache/saggar --buckets adaptive:6 --trace zipf:1.1:64
-  saggar warmup --backend host --onnx model.onnx --max-batch 16";
+  saggar warmup --backend host --onnx model.onnx --max-batch 16 --quiet";
 
 const CACHE_EXAMPLES: &str = "\
 Examples:
@@ -306,6 +306,14 @@ pub struct TraceArgs {
     pub seed: u64,
 }
 
+/// The progress flag of every command that shows progress (`saggar perf`, `saggar warmup`).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ProgressArgs {
+    /// No progress on stderr (the report and errors are printed as usual).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
 /// `saggar devices`.
 #[derive(Debug, Clone, Args)]
 pub struct DevicesArgs {
@@ -411,9 +419,9 @@ pub struct PerfArgs {
     /// (ONNX TensorProto files); for --onnx models also its inputs as input_K.pb.
     #[arg(long, value_name = "DIR")]
     pub export_outputs: Option<PathBuf>,
-    /// No progress on stderr.
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
+    /// Progress on stderr.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
     /// With --onnx: after the trace, time every step (kernel or matmul) of one program eagerly with
     /// events between steps, --iterations runs [default: 100], and print them by time with the ONNX
     /// nodes each computes (JSON field `profile`).
@@ -531,6 +539,9 @@ pub struct WarmupArgs {
     /// Also write the summary as JSON to FILE (`-`: stdout instead of the table).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Progress on stderr.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `saggar cache ...`.

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::cli::DevicesArgs;
 use crate::error::Result;
-use crate::report::{self, Table, format_bytes};
+use crate::output::{Table, emit, format_bytes};
 
 /// One device, as JSON.
 #[derive(Debug, Serialize)]
@@ -69,7 +69,7 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
         .collect();
     let auto = backends.iter().find(|b| b.available).map_or(BackendKind::Host.name(), |b| b.backend.as_str());
     let output = DevicesOutput { auto: auto.to_string(), backends };
-    report::emit(args.json.as_deref(), &output, || table(&output))
+    emit(args.json.as_deref(), &output, || table(&output))
 }
 
 fn table(output: &DevicesOutput) -> String {

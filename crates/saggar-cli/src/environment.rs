@@ -5,6 +5,9 @@
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use saggar_cache::{CacheConfig, CompileCache};
 
 use crate::error::{CliError, Result};
 
@@ -49,6 +52,12 @@ impl Environment {
             "no cache directory: --cache-dir is not given and neither XDG_CACHE_HOME nor HOME is set",
             "pass --cache-dir DIR",
         ))
+    }
+
+    /// Opens (creating if needed) the compile cache of [`Environment::cache_dir`] for sessions.
+    pub fn open_cache(&self, explicit: Option<&Path>) -> Result<Arc<CompileCache>> {
+        let dir = self.cache_dir(explicit)?;
+        Ok(Arc::new(CompileCache::open(CacheConfig::builder(&dir).build())?))
     }
 }
 

@@ -14,9 +14,14 @@
 //! | `saggar warmup` | `warmup` | precompile buckets into a cache directory for one or more devices |
 //! | `saggar cache ls\|verify\|gc\|key` | `cache` | list, verify and clean a compile cache; print the key a model, bucket and device would use |
 //!
-//! The flags are declared in `cli`; traces in `trace`, bucket policies in `buckets`, the model in
-//! `model`; tables and JSON in `report`; errors in `error`. The process environment is read once,
-//! in `environment`.
+//! Modules import downward only, in three layers:
+//! - the commands (`perf`, `warmup`, `cache`, `devices`), which import no other command;
+//! - the model sources (`source`): the `ModelSource` trait, implemented by the built-in families
+//!   (`source::builtin`) and ONNX files (`source::onnx`), which `saggar perf` runs through one
+//!   pipeline (`perf::pipeline`) and `saggar warmup` precompiles;
+//! - the foundations: flags (`cli`), traces (`trace`), bucket policies (`buckets`), progress
+//!   (`progress`), tables and JSON (`output`), errors (`error`), and the process environment,
+//!   read once (`environment`).
 //!
 //! # Errors and exit codes
 //! Every failure ends as one `error: ...` line and one `hint: ...` line on stderr, with exit code 2
@@ -33,21 +38,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Parser as _;
 use clap::error::ErrorKind;
 
-mod bench;
 mod buckets;
 mod cache;
 mod cli;
 mod devices;
 mod environment;
 mod error;
-mod measure;
-mod model;
-mod onnx;
+mod output;
 mod perf;
 mod progress;
-mod report;
-mod runners;
-mod stages;
+mod source;
 mod trace;
 mod warmup;
 

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use saggar_dispatch::{ProgramSource, Progress};
 
+use crate::cli::ProgressArgs;
+
 /// Seconds between two plain progress lines.
 pub const PLAIN_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -23,9 +25,9 @@ pub enum ProgressMode {
 }
 
 impl ProgressMode {
-    /// Bars on a terminal, lines otherwise, nothing when `quiet`.
-    pub fn new(stderr_is_terminal: bool, quiet: bool) -> ProgressMode {
-        match (quiet, stderr_is_terminal) {
+    /// Bars on a terminal, lines otherwise, nothing with `--quiet`.
+    pub fn new(stderr_is_terminal: bool, args: ProgressArgs) -> ProgressMode {
+        match (args.quiet, stderr_is_terminal) {
             (true, _) => ProgressMode::Quiet,
             (false, true) => ProgressMode::Bars,
             (false, false) => ProgressMode::Lines,

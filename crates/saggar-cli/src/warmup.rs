@@ -9,71 +9,62 @@ use std::time::Instant;
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor, Device as _};
 use saggar_dispatch::{ProgramCompiler, Routing, Session, SessionConfig, SessionGroup, StatsSnapshot};
-use saggar_models::ReferenceCompiler;
-use saggar_onnx::OnnxCompiler;
+use serde::Serialize;
 
 use crate::buckets::{BucketArg, Buckets};
 use crate::cli::{DeviceList, WarmupArgs};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
-use crate::model;
-use crate::progress::Bar;
-use crate::report::{self, WarmupDevice, WarmupReport};
+use crate::output::{Table, emit};
+use crate::progress::{Bar, ProgressMode};
+use crate::source::ModelSource;
+use crate::source::builtin::Builtin;
+use crate::source::onnx::{self, Onnx};
 
 /// Runs `saggar warmup`.
 pub fn run(args: &WarmupArgs, env: &Environment) -> Result<()> {
-    let (name, compiler) = match &args.model.onnx {
-        Some(path) => {
-            let loaded = crate::onnx::load(path, crate::onnx::options(&args.model))?;
-            (loaded.model().name().to_string(), Compiler::Onnx(loaded.compiler))
-        }
-        None => {
-            let model = model::load(&args.model)?;
-            (model.name().to_string(), Compiler::Reference(model.compiler))
-        }
-    };
+    match &args.model.onnx {
+        Some(path) => warm(&Onnx::load(path, onnx::options(&args.model))?, args, env),
+        None => warm(&Builtin::load(&args.model)?, args, env),
+    }
+}
+
+/// Warms `source`'s buckets and prints the report.
+fn warm<S: ModelSource>(source: &S, args: &WarmupArgs, env: &Environment) -> Result<()> {
     // Only an adaptive policy needs the trace; do not read a trace file otherwise.
     let trace = match args.buckets.buckets {
         BucketArg::Adaptive(_) => args.trace.trace.generate(args.trace.requests, args.trace.seed)?,
         _ => Vec::new(),
     };
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace)?;
-    let cache_dir = env.cache_dir(args.cache_dir.as_deref())?;
-    let cache = crate::cache::open_cache(&cache_dir)?;
+    let cache = env.open_cache(args.cache_dir.as_deref())?;
     let backend = saggar_device::resolve(args.backend.choice())?;
-    let plan = WarmupPlan { args, env, name: &name, compiler, buckets: &buckets, cache };
+    let plan = WarmupPlan { args, env, source, buckets: &buckets, cache };
     let report = saggar_device::visit_backend(backend, plan)??;
-    report::emit(args.json.as_deref(), &report, || report.table())
+    emit(args.json.as_deref(), &report, || report.table())
 }
 
-/// The model's compiler: the reference models or an ONNX file.
-enum Compiler {
-    Reference(Arc<ReferenceCompiler>),
-    Onnx(Arc<OnnxCompiler>),
-}
-
-struct WarmupPlan<'a> {
+struct WarmupPlan<'a, S> {
     args: &'a WarmupArgs,
     env: &'a Environment,
-    name: &'a str,
-    compiler: Compiler,
+    source: &'a S,
     buckets: &'a Buckets,
     cache: Arc<CompileCache>,
 }
 
-impl BackendVisitor for WarmupPlan<'_> {
+impl<S: ModelSource> BackendVisitor for WarmupPlan<'_, S> {
     type Output = Result<WarmupReport>;
 
     fn visit<B: Backend>(self) -> Result<WarmupReport> {
-        match &self.compiler {
-            Compiler::Reference(c) => execute::<B, _>(&self, c.clone()),
-            Compiler::Onnx(c) => execute::<B, _>(&self, c.clone()),
-        }
+        execute::<B, _, _>(&self, self.source.compiler::<B>())
     }
 }
 
-fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: Arc<C>) -> Result<WarmupReport> {
-    let WarmupPlan { args, env, name, buckets, cache, .. } = plan;
+fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
+    plan: &WarmupPlan<'_, S>,
+    compiler: Arc<C>,
+) -> Result<WarmupReport> {
+    let WarmupPlan { args, env, source, buckets, cache } = plan;
     let ordinals: Vec<usize> = match &args.devices {
         DeviceList::All => (0..B::enumerate()?.len()).collect(),
         DeviceList::Some(list) => list.clone(),
@@ -87,7 +78,7 @@ fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: A
     let config =
         SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
     let bar = Bar::new(
-        crate::progress::ProgressMode::new(env.stderr_is_terminal, false),
+        ProgressMode::new(env.stderr_is_terminal, args.progress),
         "warmup",
         (buckets.list.len() * devices.len()) as u64,
     );
@@ -124,7 +115,7 @@ fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: A
         .collect();
     Ok(WarmupReport {
         backend: B::KIND.name().to_string(),
-        model: name.to_string(),
+        model: source.info().name.clone(),
         cache_dir: cache.dir().display().to_string(),
         buckets: buckets.list.clone(),
         compiles: devices.iter().map(|d| d.compiles).sum(),
@@ -133,4 +124,74 @@ fn execute<B: Backend, C: ProgramCompiler<B>>(plan: &WarmupPlan<'_>, compiler: A
         devices,
         wall_s,
     })
+}
+
+/// A device of a warmup.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WarmupDevice {
+    /// Its ordinal.
+    pub ordinal: usize,
+    /// Its name.
+    pub name: String,
+    /// Its architecture.
+    pub arch: String,
+    /// Programs compiled for it.
+    pub compiles: u64,
+    /// Programs loaded from disk for it.
+    pub disk_loads: u64,
+    /// Programs found in the cache's memory tier for it.
+    pub memory_hits: u64,
+}
+
+/// The `saggar warmup` report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WarmupReport {
+    /// Backend name.
+    pub backend: String,
+    /// The devices warmed.
+    pub devices: Vec<WarmupDevice>,
+    /// Model name.
+    pub model: String,
+    /// The cache directory.
+    pub cache_dir: String,
+    /// The buckets precompiled.
+    pub buckets: Vec<u64>,
+    /// Programs compiled, all devices together.
+    pub compiles: u64,
+    /// Programs loaded from disk, all devices together.
+    pub disk_loads: u64,
+    /// Programs found in the cache's memory tier, all devices together.
+    pub memory_hits: u64,
+    /// Seconds from start to every device ready.
+    pub wall_s: f64,
+}
+
+impl WarmupReport {
+    /// The report for people.
+    pub fn table(&self) -> String {
+        let buckets: Vec<String> = self.buckets.iter().map(u64::to_string).collect();
+        let mut out = format!(
+            "warmed model `{}` into {} in {:.3} s: buckets {}; {} compiled, {} loaded from disk, {} from memory\n",
+            self.model,
+            self.cache_dir,
+            self.wall_s,
+            buckets.join(","),
+            self.compiles,
+            self.disk_loads,
+            self.memory_hits
+        );
+        let mut t = Table::with_header(&["DEVICE", "NAME", "ARCH", "COMPILED", "DISK LOADS", "MEMORY HITS"]);
+        for d in &self.devices {
+            t.row(vec![
+                format!("{} {}", self.backend, d.ordinal),
+                d.name.clone(),
+                d.arch.clone(),
+                d.compiles.to_string(),
+                d.disk_loads.to_string(),
+                d.memory_hits.to_string(),
+            ]);
+        }
+        out.push_str(&t.render());
+        out
+    }
 }

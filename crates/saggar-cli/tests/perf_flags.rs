@@ -417,3 +417,19 @@ fn onnx_request_binding_serves_a_padded_axis_at_its_buckets() {
     assert_eq!(u64_at(&report, "/verify/checked"), 6, "{report:#}");
     assert_eq!(u64_at(&report, "/verify/mismatches"), 0, "{report:#}");
 }
+
+/// Stage-timed requests of a model with a padded axis run the padded path as untimed ones do, at a
+/// bucket's length as between buckets: their outputs verify, and only their queue wait and check
+/// are timed (no device span).
+#[test]
+fn onnx_pad_axis_timed_requests_take_the_padded_path() {
+    let sandbox = Sandbox::new();
+    for seq in [16, 13] {
+        let args = bert_padded_args(seq, &["--trace", "const:2", "--iterations", "6", "--stage-every", "1"]);
+        let (report, _) = json(&sandbox, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_consistent(&report);
+        assert_eq!(u64_at(&report, "/stages/sampled"), 6, "seq {seq}: {report:#}");
+        assert!(report["stages"]["mean"]["device_us"].is_null(), "seq {seq}: {report:#}");
+        assert_eq!(u64_at(&report, "/verify/mismatches"), 0, "seq {seq}: {report:#}");
+    }
+}

@@ -3,6 +3,9 @@
 //! (the context's last run had the same program, mode and batch: its plans are reused) or fast (the
 //! plans are made); any other is standard (split into chunks, or run by a per-shape program). Each
 //! chunk is gathered into pinned staging, run in pinned-copy mode, and scattered back.
+//!
+//! [`Session::run_into_timed`] takes this path too, with a [`StageClock`] that times the stages of
+//! an ultra-fast or fast request (`timing.rs`); untimed requests pass `None`.
 
 use saggar_arena::InputSource;
 use saggar_device::Backend;
@@ -14,6 +17,7 @@ use crate::plan::{Model, Single};
 use crate::request::{self, Checked};
 use crate::session::{Inner, Session};
 use crate::tensors::{BindingMode, HostTensor, OwnedTensor, RunInfo, RunPath};
+use crate::timing::StageClock;
 
 /// Whether a host request's buffers were checked before its run (outputs allocated at the request's
 /// sizes after its inputs were checked) or are the caller's, still to check.
@@ -39,7 +43,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 .zip(&dims)
                 .map(|(spec, d)| Ok(AlignedBuffer::new(request::request_bytes(spec, d)?)))
                 .collect::<Result<_>>()?;
-            let info = inner.run_host_checked(ctx, &request, &mut buffers, HostBuffers::Checked)?;
+            let info = inner.run_host_checked(ctx, &request, &mut buffers, HostBuffers::Checked, None)?;
             let outputs = specs
                 .iter()
                 .zip(dims)
@@ -61,11 +65,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Runs one request from host memory into the caller's output buffers (binding order, each sized
     /// for the request's real batch). Allocates nothing on the ultra-fast and fast paths.
     pub fn run_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
-        let (result, _lease) = self.inner.instrumented(|inner, ctx| {
-            request::check_output_count(&inner.signature, outputs.len())?;
-            let request = request::check(&inner.signature, &inner.guard, inputs)?;
-            inner.run_host_checked(ctx, &request, outputs, HostBuffers::Unchecked)
-        });
+        let (result, _lease) = self.inner.instrumented(|inner, ctx| inner.run_host_into(ctx, inputs, outputs, None));
         let info = result?;
         self.inner.stats.record_path(info.path);
         Ok(info)
@@ -97,32 +97,52 @@ impl AsMut<[u8]> for AlignedBuffer {
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// Checks a host request into the caller's output buffers and runs it ([`Session::run_into`],
+    /// and [`Session::run_into_timed`] with a clock).
+    pub(crate) fn run_host_into<T: AsMut<[u8]>>(
+        &self,
+        ctx: &mut RunContext<B>,
+        inputs: &[HostTensor<'_>],
+        outputs: &mut [T],
+        clock: Option<&mut StageClock<'_, B>>,
+    ) -> Result<RunInfo> {
+        request::check_output_count(&self.signature, outputs.len())?;
+        let request = request::check(&self.signature, &self.guard, inputs)?;
+        self.run_host_checked(ctx, &request, outputs, HostBuffers::Unchecked, clock)
+    }
+
     /// Runs a checked host request: recorded for live re-bucketing, padded along the padded axis
-    /// when the model has one (`path_padded.rs`), then run exactly.
+    /// when the model has one (`path_padded.rs`; its stages are not timed), then run exactly.
     pub(crate) fn run_host_checked<T: AsMut<[u8]>>(
         &self,
         ctx: &mut RunContext<B>,
         request: &Checked<'_, '_, HostTensor<'_>>,
         outputs: &mut [T],
         buffers: HostBuffers,
+        clock: Option<&mut StageClock<'_, B>>,
     ) -> Result<RunInfo> {
         if let Model::Bucketed(grid) = &self.model {
             grid.observe(&request.bindings);
             if let Some(axis) = &grid.axis {
+                if let Some(clock) = clock {
+                    clock.checked();
+                }
                 return self.run_host_padded(ctx, grid, axis, request, outputs, buffers);
             }
         }
-        self.run_host_exact(ctx, request, outputs, buffers)
+        self.run_host_exact(ctx, request, outputs, buffers, clock)
     }
 
     /// Runs a checked host request whose extents are a grid cell's (but for the batch): ultra-fast
-    /// or fast when it came in binding order and one main program serves it, standard otherwise.
+    /// or fast when it came in binding order and one main program serves it (with its stages timed
+    /// on `clock`), standard otherwise (only the check timed).
     pub(crate) fn run_host_exact<T: AsMut<[u8]>>(
         &self,
         ctx: &mut RunContext<B>,
         request: &Checked<'_, '_, HostTensor<'_>>,
         outputs: &mut [T],
         buffers: HostBuffers,
+        mut clock: Option<&mut StageClock<'_, B>>,
     ) -> Result<RunInfo> {
         let bindings = &request.bindings;
         if request.in_order
@@ -137,7 +157,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 self.plan_chunk(slots, &request.ordered, k, chunk)?;
             }
             *last = None;
-            let replayed = self.pinned_chunk(stream, slots, k, &request.ordered, outputs)?;
+            if let Some(clock) = clock.as_deref_mut() {
+                clock.checked();
+            }
+            let replayed = self.pinned_chunk(stream, slots, k, &request.ordered, outputs, clock)?;
             *last = Some(this);
             self.count_chunk(chunk);
             return Ok(RunInfo {
@@ -148,6 +171,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
                 chunks: 1,
                 replayed,
             });
+        }
+        if let Some(clock) = clock {
+            clock.checked();
         }
         ctx.last = None;
         if buffers == HostBuffers::Unchecked {
@@ -186,7 +212,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             let k = chunks.program(chunk)?;
             first = first.or(self.main[k].bucket);
             self.plan_chunk(slots, ordered, k, chunk)?;
-            replayed &= self.pinned_chunk(stream, slots, k, ordered, outputs)?;
+            replayed &= self.pinned_chunk(stream, slots, k, ordered, outputs, None)?;
             self.count_chunk(chunk);
         }
         if !chunks.is_split()
@@ -206,7 +232,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         })
     }
 
-    /// One chunk of a host request on main program `k`, with the plans already in the slots.
+    /// One chunk of a host request on main program `k`, with the plans already in the slots: its
+    /// inputs gathered, run, and its outputs scattered, each stage timed on `clock` if given.
     fn pinned_chunk<T: AsMut<[u8]>>(
         &self,
         stream: &B::Stream,
@@ -214,15 +241,28 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         k: usize,
         inputs: &[HostTensor<'_>],
         outputs: &mut [T],
+        mut clock: Option<&mut StageClock<'_, B>>,
     ) -> Result<bool> {
         {
             let Slots { arena, pad_plans, .. } = &mut *slots;
             arena.gather_host_with(|i| InputSource::Host { data: inputs[i].data, plan: pad_plans[i] })?;
         }
+        if let Some(clock) = clock.as_deref_mut() {
+            clock.gathered(stream)?;
+        }
         let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
+        if let Some(clock) = clock.as_deref_mut() {
+            clock.enqueued(stream)?;
+        }
         let Slots { arena, slice_plans, .. } = slots;
         arena.fence(stream)?;
+        if let Some(clock) = clock.as_deref_mut() {
+            clock.synchronize()?;
+        }
         arena.scatter_outputs_with(outputs, |o| slice_plans[o])?;
+        if let Some(clock) = clock {
+            clock.scattered();
+        }
         Ok(replayed)
     }
 }

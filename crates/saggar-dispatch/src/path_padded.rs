@@ -90,7 +90,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             buffer.resize(request::request_bytes(spec, &bindings.output_shape(o)?)?, 0);
         }
         let padded_request = Checked { ordered: Cow::Borrowed(&padded[..]), bindings, in_order: true };
-        let info = self.run_host_exact(ctx, &padded_request, produced, HostBuffers::Checked)?;
+        let info = self.run_host_exact(ctx, &padded_request, produced, HostBuffers::Checked, None)?;
         for (o, (spec, out)) in self.signature.outputs().iter().zip(outputs.iter_mut()).enumerate() {
             let (src, dst) = (&produced[o], out.as_mut());
             match axis.outputs[o] {

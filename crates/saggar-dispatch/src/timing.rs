@@ -10,22 +10,20 @@
 //! the three together; [`Session::copy_times`] times the two copies of a bucket with events around each
 //! (same bytes, same arena, same stream), which splits the span into H2D, compute and D2H.
 //!
-//! Untimed requests pay nothing for this: the timed run is a separate entry point, and the events
-//! belong to the caller's [`StageTimer`], created once per caller thread.
+//! A timed request runs through the same host path as an untimed one, which takes an optional
+//! [`StageClock`]: untimed requests pass none and pay one untaken branch per stage for it (no clock
+//! read, no allocation, no lock); the events belong to the caller's [`StageTimer`], created once per
+//! caller thread.
 
 use std::time::{Duration, Instant};
 
-use saggar_arena::InputSource;
 use saggar_device::{Backend, Device as _, Event as _, Stream as _};
 
 use crate::compiler::ProgramCompiler;
-use crate::context::{LastRun, RunContext, Slots};
+use crate::context::RunContext;
 use crate::error::Result;
-use crate::path_host::HostBuffers;
-use crate::plan::{Model, Single};
-use crate::request;
-use crate::session::{Inner, Session};
-use crate::tensors::{BindingMode, HostTensor, RunInfo, RunPath};
+use crate::session::Session;
+use crate::tensors::{HostTensor, RunInfo};
 
 /// The device events a timed run records, created once per caller thread ([`Session::stage_timer`]).
 ///
@@ -94,15 +92,20 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         outputs: &mut [T],
     ) -> Result<(RunInfo, StageTimes)> {
         let inner = &*self.inner;
-        let mut times = StageTimes::default();
+        let mut queue_wait = Duration::ZERO;
         let result = inner.counted(|| {
             let _pin = inner.device.pin()?;
             let waited = Instant::now();
             let mut ctx = inner.contexts.lease()?;
-            times.queue_wait = waited.elapsed();
-            inner.run_on(&mut ctx, |inner, ctx| inner.run_host_timed(ctx, timer, inputs, outputs, &mut times))
+            queue_wait = waited.elapsed();
+            inner.run_on(&mut ctx, |inner, ctx| {
+                let mut clock = StageClock::start(timer);
+                let info = inner.run_host_into(ctx, inputs, outputs, Some(&mut clock))?;
+                Ok((info, clock.times))
+            })
         });
-        let info = result?;
+        let (info, mut times) = result?;
+        times.queue_wait = queue_wait;
         inner.stats.record_path(info.path);
         Ok((info, times))
     }
@@ -144,73 +147,59 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     }
 }
 
-impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
-    /// The timed twin of the host path's single-program branch; any other request runs untimed
-    /// through the host path (only its check time and queue wait are filled in).
-    fn run_host_timed<T: AsMut<[u8]>>(
-        &self,
-        ctx: &mut RunContext<B>,
-        timer: &StageTimer<B>,
-        inputs: &[HostTensor<'_>],
-        outputs: &mut [T],
-        times: &mut StageTimes,
-    ) -> Result<RunInfo> {
-        let checked = Instant::now();
-        request::check_output_count(&self.signature, outputs.len())?;
-        let request = request::check(&self.signature, &self.guard, inputs)?;
-        let bindings = &request.bindings;
-        if request.in_order
-            && let Some(Single { k, chunk }) = self.single(bindings)
-            && let RunContext { slots: Some(slots), last, stream, .. } = ctx
-        {
-            if let Model::Bucketed(grid) = &self.model {
-                grid.observe(bindings);
-            }
-            let batch = bindings.batch();
-            let this = LastRun { mode: BindingMode::PinnedCopy, batch, program: self.main[k].id };
-            let path = if *last == Some(this) { RunPath::UltraFast } else { RunPath::Fast };
-            if path == RunPath::Fast {
-                self.plan_chunk(slots, &request.ordered, k, chunk)?;
-            }
-            *last = None;
-            times.check = checked.elapsed();
+/// The clock of one timed request on the host path ([`Session::run_into_timed`]): the caller's
+/// events, the stages timed so far, and when the current stage started. Each stage ends where the
+/// next begins, so the host stages add up to the time since the clock started.
+pub(crate) struct StageClock<'t, B: Backend> {
+    timer: &'t StageTimer<B>,
+    times: StageTimes,
+    stage_started: Instant,
+}
 
-            let gathered = Instant::now();
-            {
-                let Slots { arena, pad_plans, .. } = &mut *slots;
-                let ordered = &request.ordered;
-                arena.gather_host_with(|i| InputSource::Host { data: ordered[i].data, plan: pad_plans[i] })?;
-            }
-            times.gather = gathered.elapsed();
+impl<'t, B: Backend> StageClock<'t, B> {
+    /// A clock whose first stage (the check) starts now.
+    fn start(timer: &'t StageTimer<B>) -> StageClock<'t, B> {
+        StageClock { timer, times: StageTimes::default(), stage_started: Instant::now() }
+    }
 
-            let enqueued = Instant::now();
-            stream.record(&timer.start)?;
-            let replayed = self.run_on_slots(stream, slots, k, BindingMode::PinnedCopy)?;
-            stream.record(&timer.end)?;
-            slots.arena.fence(stream)?;
-            times.enqueue = enqueued.elapsed();
+    /// The time since the current stage started; the next stage starts now.
+    fn lap(&mut self) -> Duration {
+        let now = Instant::now();
+        let stage = now - self.stage_started;
+        self.stage_started = now;
+        stage
+    }
 
-            let synced = Instant::now();
-            timer.end.synchronize()?;
-            times.sync = synced.elapsed();
-            times.device = Some(timer.end.elapsed_since(&timer.start)?);
+    /// Ends the check (and planning) stage.
+    pub(crate) fn checked(&mut self) {
+        self.times.check = self.lap();
+    }
 
-            let scattered = Instant::now();
-            let Slots { arena, slice_plans, .. } = slots;
-            arena.scatter_outputs_with(outputs, |o| slice_plans[o])?;
-            times.scatter = scattered.elapsed();
-            *last = Some(this);
-            self.count_chunk(chunk);
-            return Ok(RunInfo {
-                path,
-                mode: BindingMode::PinnedCopy,
-                batch,
-                bucket: self.main[k].bucket,
-                chunks: 1,
-                replayed,
-            });
-        }
-        times.check = checked.elapsed();
-        self.run_host_checked(ctx, &request, outputs, HostBuffers::Unchecked)
+    /// Ends the gather stage and records the event before the device work on `stream`.
+    pub(crate) fn gathered(&mut self, stream: &B::Stream) -> Result<()> {
+        self.times.gather = self.lap();
+        stream.record(&self.timer.start)?;
+        Ok(())
+    }
+
+    /// Records the event after the device work on `stream`.
+    pub(crate) fn enqueued(&mut self, stream: &B::Stream) -> Result<()> {
+        stream.record(&self.timer.end)?;
+        Ok(())
+    }
+
+    /// Ends the enqueue stage (the device work and the fence enqueued), waits for the device (the
+    /// sync stage) and reads the device span between the two events.
+    pub(crate) fn synchronize(&mut self) -> Result<()> {
+        self.times.enqueue = self.lap();
+        self.timer.end.synchronize()?;
+        self.times.sync = self.lap();
+        self.times.device = Some(self.timer.end.elapsed_since(&self.timer.start)?);
+        Ok(())
+    }
+
+    /// Ends the scatter stage.
+    pub(crate) fn scattered(&mut self) {
+        self.times.scatter = self.lap();
     }
 }

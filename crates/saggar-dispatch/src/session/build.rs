@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use saggar_arena::{ArenaLayout, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
-use saggar_device::{Backend, Device};
+use saggar_arena::{ArenaLayout, ArenaOptions, ArenaPool, Pool, PoolConfig, SlotSpec, WhenExhausted};
+use saggar_device::{Backend, CodeObject, Device};
 use saggar_shape::{BucketPolicy, Signature, TensorSpec};
 
 use super::{Inner, Session};
 use crate::buckets::{AxisLayout, BucketTable, Grid, Live, cell_spec, concrete_dims, grid_serves};
-use crate::compiler::ProgramCompiler;
+use crate::compiler::{ModelSpec, ProgramCompiler};
 use crate::config::{CaptureWhen, SessionConfig};
 use crate::context::{DeviceIo, RunContext, Slots};
 use crate::error::{DispatchError, Result};
@@ -30,6 +30,12 @@ use crate::tensors::BindingMode;
 fn program_slots(specs: &[TensorSpec], bytes: Option<&[usize]>) -> Vec<SlotSpec> {
     specs.iter().enumerate().map(|(i, s)| slot(s, bytes.map_or(0, |b| b[i]))).collect()
 }
+
+/// A session's main programs, as precompiled.
+type MainPrograms<P> = Vec<Arc<ProgramEntry<P>>>;
+
+/// A grid cell: a batch bucket and the padded axis's bucket, if the model has a padded axis.
+type Cell = (u64, Option<u64>);
 
 /// How a session serves a model, before its programs exist.
 #[allow(clippy::large_enum_variant, reason = "built once per session and consumed at once")]
@@ -67,6 +73,156 @@ fn kind_of(signature: &Signature, config: &SessionConfig) -> Result<Kind> {
     }
 }
 
+/// The arena layouts of a session's main programs, and what each program's one upload and one
+/// download span in them.
+struct ArenaPlan {
+    /// One layout per main program (one for a model without main programs).
+    layouts: Vec<Arc<ArenaLayout>>,
+    upload_span: Vec<usize>,
+    download_span: Vec<usize>,
+    /// The layout with the largest slots.
+    largest: usize,
+    /// The most scratch memory any main program needs.
+    max_scratch: usize,
+}
+
+impl ArenaPlan {
+    /// One arena layout per main program, packed for that program's sizes, all in the same memory
+    /// (sized for the largest): a bucket's one copy sends its own bytes, not a span laid out for the
+    /// largest bucket (a batch-1 request of 190 small inputs with buckets up to 64 would otherwise
+    /// send 64 times its bytes).
+    fn new<P>(model: &ModelSpec, main: &[Arc<ProgramEntry<P>>], alignment: usize) -> Result<ArenaPlan> {
+        let layout_for = |entry: Option<&ProgramEntry<P>>| -> Result<Arc<ArenaLayout>> {
+            let inputs = program_slots(&model.inputs, entry.map(|e| &e.input_bytes[..]));
+            let outputs = program_slots(&model.outputs, entry.map(|e| &e.output_bytes[..]));
+            Ok(Arc::new(ArenaLayout::new(&inputs, &outputs, alignment)?))
+        };
+        let layouts = if main.is_empty() {
+            vec![layout_for(None)?]
+        } else {
+            main.iter().map(|e| layout_for(Some(e))).collect::<Result<_>>()?
+        };
+        let span = |slots: &[saggar_arena::Slot], bytes: &[usize]| {
+            slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
+        };
+        let upload_span = main.iter().zip(&layouts).map(|(e, l)| span(l.inputs(), &e.input_bytes)).collect();
+        let download_span = main.iter().zip(&layouts).map(|(e, l)| span(l.outputs(), &e.output_bytes)).collect();
+        // Every grid cell fits the layout with the largest slots, so programs added later (by live
+        // re-bucketing) run on it.
+        let largest = (0..layouts.len())
+            .max_by_key(|&i| layouts[i].inputs().iter().chain(layouts[i].outputs()).map(|s| s.capacity).sum::<usize>())
+            .unwrap_or(0);
+        let max_scratch = main.iter().map(|e| e.scratch_bytes).max().unwrap_or(0);
+        Ok(ArenaPlan { layouts, upload_span, download_span, largest, max_scratch })
+    }
+}
+
+/// The grid cells of a bucketed model (empty for other kinds), and the program spec of each main
+/// program: one per cell, or the one program of a static model.
+fn program_specs(
+    kind: &Kind,
+    model: &ModelSpec,
+    signature: &Signature,
+    config: &SessionConfig,
+) -> (Vec<Cell>, Vec<ProgramSpec>) {
+    let layout = signature.batch_layout();
+    let batch_symbol = layout.symbol();
+    let axis_symbol = config.padded_axis.as_ref().map(|a| a.symbol.as_str());
+    match kind {
+        Kind::Grid { batch, axis } => {
+            let cells = BucketTable::cells(batch, axis.as_ref().map(|(p, _)| p));
+            let specs = cells.iter().map(|&cell| cell_spec(&model.inputs, batch_symbol, axis_symbol, cell)).collect();
+            (cells, specs)
+        }
+        Kind::Static => {
+            let input_dims = model.inputs.iter().map(|s| concrete_dims(s, &[])).collect();
+            (Vec::new(), vec![ProgramSpec { bucket: None, input_dims }])
+        }
+        Kind::PerShape => (Vec::new(), Vec::new()),
+    }
+}
+
+/// Precompiles the main programs through the cache and, beside them, the built-in kernels (the
+/// arenas' copy kernel) when kernel copies are on.
+fn precompile_all<B: Backend, C: ProgramCompiler<B>>(
+    compiler: &C,
+    device: &B::Device,
+    config: &SessionConfig,
+    specs: &[ProgramSpec],
+    stats: &Stats,
+    progress: &(dyn Fn(&Progress) + Sync),
+) -> Result<(MainPrograms<C::Program>, Option<CodeObject>)> {
+    let cache = config.cache.as_deref();
+    let threads = Threads { load: config.load_threads, compile: config.compile_threads };
+    let (main, builtins) = std::thread::scope(|scope| {
+        let builtins =
+            (config.kernel_copies_up_to > 0).then(|| scope.spawn(|| programs::builtin_code::<B>(device, cache)));
+        let main = programs::precompile(compiler, device, cache, specs, threads, stats, progress);
+        (main, builtins.and_then(|b| b.join().ok().flatten()))
+    });
+    Ok((main?, builtins))
+}
+
+/// How the session serves its model, with the bucket table of a grid's main programs (and live
+/// re-bucketing's state, when on).
+fn model_of<P>(
+    kind: Kind,
+    cells: &[Cell],
+    main: &[Arc<ProgramEntry<P>>],
+    arena: &ArenaPlan,
+    config: &SessionConfig,
+) -> Model {
+    match kind {
+        Kind::Static => Model::Static,
+        Kind::PerShape => Model::PerShape,
+        Kind::Grid { batch, axis } => {
+            let (axis_policy, axis_layout) = axis.map_or((None, None), |(p, l)| (Some(p), Some(l)));
+            let table =
+                BucketTable::new(batch, axis_policy, (0..main.len()).collect(), main.iter().map(|e| e.id).collect(), 0);
+            let live = config.live.map(|live| {
+                let known = cells.iter().copied().zip(0..).collect();
+                Live::new(live, &table, known, arena.layouts[arena.largest].clone(), arena.max_scratch)
+            });
+            Model::Bucketed(Box::new(Grid { table: ArcSwap::from_pointee(table), axis: axis_layout, live }))
+        }
+    }
+}
+
+/// The pool of run contexts: each with its stream and, for a model with main programs, its slots (an
+/// arena from `arenas`, scratch memory, a graph cache); a per-shape model's contexts have no slots.
+fn run_contexts<B: Backend>(
+    device: &B::Device,
+    arenas: ArenaPool<B>,
+    config: &SessionConfig,
+    has_main: bool,
+    max_scratch: usize,
+    graph_memory: &Arc<GraphMemory<B>>,
+    stats: &Arc<Stats>,
+) -> Result<Pool<RunContext<B>>> {
+    let (device, graphs, stats) = (device.clone(), graph_memory.clone(), stats.clone());
+    let contexts = Pool::new(config.max_concurrency, WhenExhausted::Wait { timeout: None }, move || {
+        let _pin = device.pin()?;
+        let stream = device.create_stream()?;
+        let slots = if has_main {
+            let arena = arenas.lease()?;
+            let scratch = if max_scratch > 0 { Some(device.alloc(max_scratch)?) } else { None };
+            Some(Slots::new(arena, scratch, graphs.new_cache()))
+        } else {
+            None
+        };
+        Ok(RunContext {
+            stream,
+            last: None,
+            io: DeviceIo::default(),
+            stats: stats.clone(),
+            slots,
+            padded: PaddedIo::default(),
+        })
+    })?;
+    contexts.prewarm(config.prewarm_contexts)?;
+    Ok(contexts)
+}
+
 impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Creates a session: detects the batch axis, chooses buckets, and precompiles every bucket
     /// through the cache (disk hits loaded in parallel, misses compiled one at a time), all pinned to
@@ -81,147 +237,46 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let model_spec = compiler.model().clone();
         let signature = Signature::new(model_spec.inputs.clone(), model_spec.outputs.clone())?;
         let kind = kind_of(&signature, &config)?;
-        let batch_symbol = signature.batch_layout().symbol().map(str::to_string);
-        let axis_symbol = config.padded_axis.as_ref().map(|a| a.symbol.clone());
-        let cells = match &kind {
-            Kind::Grid { batch, axis } => BucketTable::cells(batch, axis.as_ref().map(|(p, _)| p)),
-            Kind::Static | Kind::PerShape => Vec::new(),
-        };
-        let specs: Vec<ProgramSpec> = match &kind {
-            Kind::Grid { .. } => cells
-                .iter()
-                .map(|&cell| cell_spec(&model_spec.inputs, batch_symbol.as_deref(), axis_symbol.as_deref(), cell))
-                .collect(),
-            Kind::Static => vec![ProgramSpec {
-                bucket: None,
-                input_dims: model_spec.inputs.iter().map(|s| concrete_dims(s, &[])).collect(),
-            }],
-            Kind::PerShape => Vec::new(),
-        };
+        let (cells, specs) = program_specs(&kind, &model_spec, &signature, &config);
         let stats = Arc::new(Stats::default());
-        let cache = config.cache.clone();
-        let threads = Threads { load: config.load_threads, compile: config.compile_threads };
-        // The built-in kernels (the arenas' copy kernel) come from the cache or compile beside the
-        // programs.
-        let (main, builtins) = std::thread::scope(|scope| {
-            let builtins = (config.kernel_copies_up_to > 0)
-                .then(|| scope.spawn(|| programs::builtin_code::<B>(&device, cache.as_deref())));
-            let main = programs::precompile(&*compiler, &device, cache.as_deref(), &specs, threads, &stats, progress);
-            (main, builtins.and_then(|b| b.join().ok().flatten()))
-        });
-        let main = main?;
-
-        // One arena layout per main program, packed for that program's sizes, all in the same
-        // memory (sized for the largest): a bucket's one copy sends its own bytes, not a span laid
-        // out for the largest bucket (a batch-1 request of 190 small inputs with buckets up to 64
-        // would otherwise send 64 times its bytes).
-        let layout_for = |entry: Option<&ProgramEntry<C::Program>>| -> Result<Arc<ArenaLayout>> {
-            let inputs = program_slots(&model_spec.inputs, entry.map(|e| &e.input_bytes[..]));
-            let outputs = program_slots(&model_spec.outputs, entry.map(|e| &e.output_bytes[..]));
-            Ok(Arc::new(ArenaLayout::new(&inputs, &outputs, config.arena_alignment)?))
-        };
-        let layouts = if main.is_empty() {
-            vec![layout_for(None)?]
-        } else {
-            main.iter().map(|e| layout_for(Some(e))).collect::<Result<_>>()?
-        };
-        let span = |slots: &[saggar_arena::Slot], bytes: &[usize]| {
-            slots.iter().zip(bytes).map(|(s, b)| s.offset + b).max().unwrap_or(0)
-        };
-        let upload_span: Vec<usize> =
-            main.iter().zip(&layouts).map(|(e, l)| span(l.inputs(), &e.input_bytes)).collect();
-        let download_span: Vec<usize> =
-            main.iter().zip(&layouts).map(|(e, l)| span(l.outputs(), &e.output_bytes)).collect();
-        // The layout with the largest slots: every grid cell fits it, so programs added later (by
-        // live re-bucketing) run on it.
-        let layout_count = layouts.len();
-        let largest_layout = (0..layouts.len())
-            .max_by_key(|&i| layouts[i].inputs().iter().chain(layouts[i].outputs()).map(|s| s.capacity).sum::<usize>())
-            .unwrap_or(0);
-        let max_scratch = main.iter().map(|e| e.scratch_bytes).max().unwrap_or(0);
+        let (main, builtins) = precompile_all(&*compiler, &device, &config, &specs, &stats, progress)?;
+        let arena = ArenaPlan::new(&model_spec, &main, config.arena_alignment)?;
         let capacity = main.len() + config.live.map_or(0, |l| l.max_programs.saturating_sub(main.len()));
-        let model = match kind {
-            Kind::Static => Model::Static,
-            Kind::PerShape => Model::PerShape,
-            Kind::Grid { batch, axis } => {
-                let (axis_policy, axis_layout) = axis.map_or((None, None), |(p, l)| (Some(p), Some(l)));
-                let table = BucketTable::new(
-                    batch,
-                    axis_policy,
-                    (0..main.len()).collect(),
-                    main.iter().map(|e| e.id).collect(),
-                    0,
-                );
-                let live = config.live.map(|live| {
-                    let known = cells.iter().copied().zip(0..).collect();
-                    Live::new(live, &table, known, layouts[largest_layout].clone(), max_scratch)
-                });
-                Model::Bucketed(Box::new(Grid { table: ArcSwap::from_pointee(table), axis: axis_layout, live }))
-            }
-        };
+        let model = model_of(kind, &cells, &main, &arena, &config);
+        let ArenaPlan { layouts, upload_span, download_span, largest, max_scratch } = arena;
+        let layout_count = layouts.len();
         let main = Slab::from_vec(main, capacity);
-        let upload_span = Slab::from_vec(upload_span, capacity);
-        let download_span = Slab::from_vec(download_span, capacity);
-
-        let wait = WhenExhausted::Wait { timeout: None };
         let arenas = ArenaPool::<B>::with_builtins(
             device.clone(),
             layouts,
             PoolConfig {
                 max_arenas: config.max_concurrency,
-                when_exhausted: wait,
-                arena: saggar_arena::ArenaOptions::default()
+                when_exhausted: WhenExhausted::Wait { timeout: None },
+                arena: ArenaOptions::default()
                     .with_gather(config.gather)
                     .with_kernel_copies_up_to(config.kernel_copies_up_to),
             },
             builtins.clone(),
         )?;
-        // Main programs run on every context's slots; a per-shape model has none, so its contexts
-        // have no slots.
-        let has_main = !main.is_empty();
         let gather = arenas.clone();
         let graph_memory = Arc::new(GraphMemory::new(config.graphs.memory_budget_bytes, stats.clone()));
-        let ctx_graphs = graph_memory.clone();
-        let ctx_device = device.clone();
-        let ctx_stats = stats.clone();
-        let contexts = Pool::new(config.max_concurrency, wait, move || {
-            let _pin = ctx_device.pin()?;
-            let stream = ctx_device.create_stream()?;
-            let slots = if has_main {
-                let arena = arenas.lease()?;
-                let scratch = if max_scratch > 0 { Some(ctx_device.alloc(max_scratch)?) } else { None };
-                Some(Slots::new(arena, scratch, ctx_graphs.new_cache()))
-            } else {
-                None
-            };
-            Ok(RunContext {
-                stream,
-                last: None,
-                io: DeviceIo::default(),
-                stats: ctx_stats.clone(),
-                slots,
-                padded: PaddedIo::default(),
-            })
-        })?;
-        contexts.prewarm(config.prewarm_contexts)?;
-        let guard = RequestGuard::new(&signature, config.request_limits);
-        let shape_programs = ShapeTable::new(config.max_shape_programs);
+        let contexts = run_contexts(&device, arenas, &config, !main.is_empty(), max_scratch, &graph_memory, &stats)?;
         let session = Session {
             inner: Arc::new(Inner {
+                guard: RequestGuard::new(&signature, config.request_limits),
+                shape_programs: ShapeTable::new(config.max_shape_programs),
                 device,
                 compiler,
                 config,
                 signature,
                 model,
                 main,
-                upload_span,
-                download_span,
+                upload_span: Slab::from_vec(upload_span, capacity),
+                download_span: Slab::from_vec(download_span, capacity),
                 layouts: layout_count,
-                largest_layout,
-                shape_programs,
+                largest_layout: largest,
                 contexts,
                 gather,
-                guard,
                 stats,
                 graph_memory,
                 builtins,

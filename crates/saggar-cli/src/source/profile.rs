@@ -3,12 +3,11 @@
 //! the steps summed per op pattern ([`saggar_onnx::OnnxCompiler::profile`]).
 
 use saggar_device::Backend;
-use saggar_onnx::{MAX_PROFILE_ITERATIONS, ProgramProfile, Tensor};
+use saggar_onnx::{MAX_PROFILE_ITERATIONS, OnnxCompiler, ProgramProfile, Tensor};
 use serde::Serialize;
 
-use super::LoadedOnnx;
 use crate::error::{CliError, Result};
-use crate::report::Table;
+use crate::output::Table;
 
 /// Profiled runs when `--iterations` is not given.
 const DEFAULT_ITERATIONS: u64 = 100;
@@ -71,9 +70,9 @@ pub struct ProfilePattern {
     pub percent: f64,
 }
 
-/// Profiles the program of `batch` (inputs `inputs`) on a fresh handle of device `ordinal`.
+/// Profiles `compiler`'s program of `batch` (inputs `inputs`) on a fresh handle of device `ordinal`.
 pub fn run<B: Backend>(
-    loaded: &LoadedOnnx,
+    compiler: &OnnxCompiler,
     ordinal: usize,
     batch: u64,
     inputs: &[Tensor],
@@ -81,7 +80,7 @@ pub fn run<B: Backend>(
 ) -> Result<ProfileReport> {
     let iterations = requests.unwrap_or(DEFAULT_ITERATIONS).min(MAX_PROFILE_ITERATIONS as u64) as usize;
     let device = B::open(ordinal)?;
-    let profile = loaded.compiler.profile::<B>(&device, inputs, iterations).map_err(|e| {
+    let profile = compiler.profile::<B>(&device, inputs, iterations).map_err(|e| {
         CliError::failure(
             format!("--dump-profile at batch {batch}: {e}"),
             "the same program runs in the session; rerun without --dump-profile to see whether it fails there too",

@@ -48,7 +48,7 @@ pub fn compare(names: &[&str], got: &[Tensor], want: &[Tensor], rtol: f64, atol:
 }
 
 /// [`compare`] with the float tolerance a function of the expected value.
-pub(super) fn compare_with(
+pub fn compare_with(
     names: &[&str],
     got: &[Tensor],
     want: &[Tensor],

@@ -1,116 +1,17 @@
-//! Output: aligned tables for people on stdout, JSON for scripts (`--json FILE`, `-` for stdout),
-//! and the report types of `saggar perf` and `saggar warmup`, whose JSON field names are a contract
-//! (docs/cli.md): fields may be added, never renamed.
+//! The `saggar perf` report: its types, whose JSON field names are a contract (docs/cli.md), the
+//! table for people, and the report assembled from what a run measured and the session's counters.
 
-use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::Path;
-use std::time::Duration;
-
+use saggar_cache::CompileCache;
+use saggar_dispatch::StatsSnapshot;
 use serde::Serialize;
 
-use crate::error::{CliError, Result};
-
-/// Writes `text` to stdout. A closed pipe (`saggar cache ls | head`) is not an error.
-pub fn print_stdout(text: &str) -> Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(CliError::failure(format!("cannot write to stdout: {e}"), "check where stdout is redirected")),
-    }
-}
-
-/// Whether `--json` names stdout.
-pub fn json_to_stdout(json: Option<&Path>) -> bool {
-    json.is_some_and(|p| p.as_os_str() == "-")
-}
-
-/// Writes `value` as pretty JSON to `path` (`-`: stdout).
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(value)
-        .map_err(|e| CliError::failure(format!("cannot encode the JSON report: {e}"), "this is a bug in saggar"))?;
-    text.push('\n');
-    if path.as_os_str() == "-" {
-        return print_stdout(&text);
-    }
-    std::fs::write(path, text).map_err(|e| {
-        CliError::failure(
-            format!("cannot write the JSON report to {}: {e}", path.display()),
-            "check that the folder exists and is writable",
-        )
-    })
-}
-
-/// Prints the table `table()` (unless `--json -` takes stdout) and writes the JSON if asked.
-pub fn emit<T: Serialize>(json: Option<&Path>, value: &T, table: impl FnOnce() -> String) -> Result<()> {
-    if !json_to_stdout(json) {
-        print_stdout(&table())?;
-    }
-    match json {
-        Some(path) => write_json(path, value),
-        None => Ok(()),
-    }
-}
-
-/// A table of left-aligned columns separated by two spaces.
-#[derive(Debug, Default)]
-pub struct Table {
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    /// A table with a header row.
-    pub fn with_header(header: &[&str]) -> Table {
-        Table { rows: vec![header.iter().map(|h| h.to_string()).collect()] }
-    }
-
-    /// Adds a row.
-    pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    /// The rows, aligned, each ending in a newline; trailing spaces trimmed.
-    pub fn render(&self) -> String {
-        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..columns)
-            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-            .collect();
-        let mut out = String::new();
-        for row in &self.rows {
-            let mut line = String::new();
-            for (c, cell) in row.iter().enumerate() {
-                let _ = write!(line, "{cell:<width$}  ", width = widths[c]);
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
-    }
-}
-
-/// `1536` -> `1.5 KiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
-}
-
-/// `90 s` -> `1m`, the largest whole unit.
-pub fn format_age(age: Duration) -> String {
-    let s = age.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86400),
-    }
-}
+use super::bench::Measured;
+use super::stages::{BucketCopies, ProgramReady, Stages, Startup, first_runs};
+use crate::cli::{PerfArgs, Toggle};
+use crate::output::Table;
+use crate::source::check::Check;
+use crate::source::profile::ProfileReport;
+use crate::source::{ModelInfo, Verify};
 
 /// Latency statistics of `saggar perf`, in microseconds.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
@@ -201,20 +102,6 @@ pub struct Failures {
     pub other: u64,
 }
 
-impl From<&saggar_dispatch::StatsSnapshot> for Failures {
-    fn from(stats: &saggar_dispatch::StatsSnapshot) -> Failures {
-        let f = &stats.failures;
-        Failures {
-            failed: stats.failed,
-            request: f.request,
-            limit: f.limit,
-            device: f.device,
-            compile: f.compile,
-            other: f.other,
-        }
-    }
-}
-
 /// Rows computed for requests and for padding.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Padding {
@@ -282,23 +169,6 @@ pub struct Graphs {
     pub shape_overflow_runs: u64,
 }
 
-/// The check against the eager reference.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Verify {
-    /// Requests checked.
-    pub checked: u64,
-    /// Requests with at least one value outside the tolerance.
-    pub mismatches: u64,
-    /// The relative tolerance: `|actual - expected| <= tolerance * max(1, |expected|)`.
-    pub tolerance: f64,
-    /// Output values compared.
-    pub values_checked: u64,
-    /// Output values outside the tolerance.
-    pub value_mismatches: u64,
-    /// The largest relative error seen (`null` if a value was NaN).
-    pub max_rel_error: f64,
-}
-
 /// The `saggar perf` report.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PerfReport {
@@ -338,9 +208,9 @@ pub struct PerfReport {
     /// `--duration` in seconds, when given.
     pub duration_s: Option<f64>,
     /// Startup: import, session creation per program, warmup runs and first runs per batch.
-    pub startup: crate::stages::Startup,
+    pub startup: Startup,
     /// Per-stage times of the sampled requests.
-    pub stages: crate::stages::Stages,
+    pub stages: Stages,
     /// Time from the first request to the last response, in seconds.
     pub wall_s: f64,
     /// Requests per second of wall time.
@@ -365,10 +235,10 @@ pub struct PerfReport {
     pub verify: Verify,
     /// `--check-outputs` (ONNX models): the outputs compared with the expected ones.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub check: Option<crate::onnx::Check>,
+    pub check: Option<Check>,
     /// `--dump-profile` (ONNX models): each step's device time in one program.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub profile: Option<crate::onnx::ProfileReport>,
+    pub profile: Option<ProfileReport>,
 }
 
 fn percent(part: u64, whole: u64) -> f64 {
@@ -491,73 +361,168 @@ impl PerfReport {
     }
 }
 
-/// A device of a warmup.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct WarmupDevice {
-    /// Its ordinal.
-    pub ordinal: usize,
-    /// Its name.
-    pub name: String,
-    /// Its architecture.
-    pub arch: String,
-    /// Programs compiled for it.
-    pub compiles: u64,
-    /// Programs loaded from disk for it.
-    pub disk_loads: u64,
-    /// Programs found in the cache's memory tier for it.
-    pub memory_hits: u64,
+/// The session's counters at three moments: after creation, after the warmup, after the timed runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshots {
+    /// After creation.
+    pub built: StatsSnapshot,
+    /// After the warmup.
+    pub warm: StatsSnapshot,
+    /// After the timed runs.
+    pub done: StatsSnapshot,
 }
 
-/// The `saggar warmup` report.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct WarmupReport {
-    /// Backend name.
-    pub backend: String,
-    /// The devices warmed.
-    pub devices: Vec<WarmupDevice>,
-    /// Model name.
-    pub model: String,
-    /// The cache directory.
-    pub cache_dir: String,
-    /// The buckets precompiled.
+/// What one run did, as its report tells it.
+pub struct RunFacts<'a, K> {
+    /// The device the session ran on.
+    pub device: &'a saggar_device::DeviceInfo,
+    /// The buckets the session serves at the end.
     pub buckets: Vec<u64>,
-    /// Programs compiled, all devices together.
-    pub compiles: u64,
-    /// Programs loaded from disk, all devices together.
-    pub disk_loads: u64,
-    /// Programs found in the cache's memory tier, all devices together.
-    pub memory_hits: u64,
-    /// Seconds from start to every device ready.
-    pub wall_s: f64,
+    /// Session creation time.
+    pub session_s: f64,
+    /// Each program as it became ready during session creation.
+    pub programs: &'a [ProgramReady],
+    /// The session's compile cache.
+    pub cache: &'a CompileCache,
+    /// What the model source says about the model.
+    pub model: &'a ModelInfo,
+    /// How the model source names the trace.
+    pub trace: &'a str,
+    /// `pinned`, `request` or `direct`.
+    pub binding: &'static str,
+    /// Why no stages were timed, for bindings that do not time them.
+    pub stages_unavailable: Option<String>,
+    /// The warmup and the timed requests.
+    pub measured: &'a Measured<K>,
+    /// The trace's distinct batches, ascending.
+    pub distinct: &'a [u64],
+    /// The session's counters around the warmup and the timed requests.
+    pub snapshots: Snapshots,
+    /// Each used bucket's copies timed on their own.
+    pub copies: Vec<BucketCopies>,
+    /// The check against the model's eager reference.
+    pub verify: Verify,
 }
 
-impl WarmupReport {
-    /// The report for people.
-    pub fn table(&self) -> String {
-        let buckets: Vec<String> = self.buckets.iter().map(u64::to_string).collect();
-        let mut out = format!(
-            "warmed model `{}` into {} in {:.3} s: buckets {}; {} compiled, {} loaded from disk, {} from memory\n",
-            self.model,
-            self.cache_dir,
-            self.wall_s,
-            buckets.join(","),
-            self.compiles,
-            self.disk_loads,
-            self.memory_hits
-        );
-        let mut t = Table::with_header(&["DEVICE", "NAME", "ARCH", "COMPILED", "DISK LOADS", "MEMORY HITS"]);
-        for d in &self.devices {
-            t.row(vec![
-                format!("{} {}", self.backend, d.ordinal),
-                d.name.clone(),
-                d.arch.clone(),
-                d.compiles.to_string(),
-                d.disk_loads.to_string(),
-                d.memory_hits.to_string(),
-            ]);
+impl PerfReport {
+    /// The report of a run with the flags `args` (without `check` and `profile`).
+    pub fn new<K>(args: &PerfArgs, run: RunFacts<'_, K>) -> PerfReport {
+        let RunFacts { measured, snapshots, .. } = run;
+        let Counters { paths, split_requests, failures, padding, cache, graphs } =
+            Counters::timed(&snapshots.done, &snapshots.warm, run.cache, args.graphs == Toggle::On);
+        let mut latencies: Vec<u64> = measured.records.iter().map(|r| r.latency_ns).collect();
+        let requests = measured.records.len() as u64;
+        let rows: u64 = measured.records.iter().map(|r| r.batch).sum();
+        let wall_s = measured.wall.as_secs_f64();
+        let startup = Startup {
+            import_s: run.model.import_s,
+            session_s: run.session_s,
+            programs: run.programs.to_vec(),
+            warmup_runs: measured.warmup_runs,
+            warmup_s: measured.warmup_wall.as_secs_f64(),
+            warmup_captures: snapshots.warm.captures.saturating_sub(snapshots.built.captures),
+            first_runs: first_runs(measured, run.distinct),
+            timed_captures: snapshots.done.captures.saturating_sub(snapshots.warm.captures),
+        };
+        PerfReport {
+            backend: run.device.backend.name().to_string(),
+            device: run.device.name.clone(),
+            device_ordinal: run.device.ordinal,
+            arch: run.device.arch.clone(),
+            model: run.model.name.clone(),
+            model_source: run.model.origin.clone(),
+            model_inputs: run.model.inputs,
+            requests,
+            concurrency: args.concurrency,
+            trace: run.trace.to_string(),
+            seed: args.trace.seed,
+            binding: run.binding.to_string(),
+            kernel_copies_up_to: args.kernel_copies_up_to,
+            bucket_policy: args.buckets.buckets.to_string(),
+            buckets: run.buckets,
+            warmup_s: run.session_s,
+            duration_s: args.duration,
+            startup,
+            stages: Stages::summarize(args.stage_every, &measured.records, run.copies, run.stages_unavailable),
+            wall_s,
+            throughput_rps: requests as f64 / wall_s.max(1e-9),
+            rows_per_s: rows as f64 / wall_s.max(1e-9),
+            latency_us: Latency::from_nanos(&mut latencies),
+            paths,
+            split_requests,
+            failures,
+            padding,
+            cache,
+            graphs,
+            verify: run.verify,
+            check: None,
+            profile: None,
         }
-        out.push_str(&t.render());
-        out
+    }
+}
+
+/// The counters every perf report carries, read once after the run from the session and its cache.
+struct Counters {
+    paths: Paths,
+    split_requests: u64,
+    failures: Failures,
+    padding: Padding,
+    cache: CacheCounters,
+    graphs: Graphs,
+}
+
+impl Counters {
+    /// The counters of the work between `before` and `after` (the timed requests), with the cache's
+    /// counters for the whole session.
+    fn timed(after: &StatsSnapshot, before: &StatsSnapshot, cache: &CompileCache, graphs_enabled: bool) -> Counters {
+        let cache_stats = cache.stats();
+        let d = |f: fn(&StatsSnapshot) -> u64| f(after).saturating_sub(f(before));
+        let (useful_rows, padded_rows) = (d(|s| s.useful_rows), d(|s| s.padded_rows));
+        let total_rows = useful_rows + padded_rows;
+        Counters {
+            paths: Paths { ultra_fast: d(|s| s.ultra_fast), fast: d(|s| s.fast), standard: d(|s| s.standard) },
+            split_requests: d(|s| s.split_requests),
+            failures: Failures {
+                failed: d(|s| s.failed),
+                request: d(|s| s.failures.request),
+                limit: d(|s| s.failures.limit),
+                device: d(|s| s.failures.device),
+                compile: d(|s| s.failures.compile),
+                other: d(|s| s.failures.other),
+            },
+            padding: Padding {
+                useful_rows,
+                padded_rows,
+                waste_ratio: if total_rows == 0 { 0.0 } else { padded_rows as f64 / total_rows as f64 },
+                refits: d(|s| s.refits),
+                refit_failures: d(|s| s.refit_failures),
+            },
+            cache: CacheCounters {
+                memory_hits: after.memory_hits,
+                disk_loads: after.disk_loads,
+                compiles: after.compiles,
+                corrupt_evicted: cache_stats.corrupt_evicted,
+                publish_failures: cache_stats.publish_failures,
+                dir_sync_failures: cache_stats.dir_sync_failures,
+                dir: cache.dir().display().to_string(),
+            },
+            graphs: Graphs {
+                enabled: graphs_enabled,
+                captures: d(|s| s.captures),
+                replays: d(|s| s.replays),
+                updates: d(|s| s.updates),
+                recaptures: d(|s| s.recaptures),
+                eager_fallbacks: d(|s| s.eager_fallbacks),
+                eager_runs: d(|s| s.eager_runs),
+                evicted: d(|s| s.evicted_graphs),
+                memory_bytes: after.graph_bytes,
+                peak_memory_bytes: after.graph_bytes_peak,
+                over_budget: d(|s| s.graphs_over_budget),
+                shape_programs: after.shape_programs,
+                shape_program_evictions: d(|s| s.shape_program_evictions),
+                shape_overflow_runs: d(|s| s.shape_overflow_runs),
+            },
+        }
     }
 }
 
@@ -575,23 +540,5 @@ mod tests {
         assert!((l.stddev - 28.866).abs() < 1e-3, "{}", l.stddev);
         let one = Latency::from_nanos(&mut [7000]);
         assert_eq!((one.p50, one.p99, one.max, one.stddev), (7.0, 7.0, 7.0, 0.0));
-    }
-
-    #[test]
-    fn tables_align_columns() {
-        let mut t = Table::with_header(&["A", "LONG HEADER"]);
-        t.row(vec!["wide cell".into(), "x".into()]);
-        assert_eq!(t.render(), "A          LONG HEADER\nwide cell  x\n");
-    }
-
-    #[test]
-    fn sizes_and_ages_are_human() {
-        assert_eq!(format_bytes(512), "512 B");
-        assert_eq!(format_bytes(1536), "1.5 KiB");
-        assert_eq!(format_bytes(3 << 30), "3.0 GiB");
-        assert_eq!(format_age(Duration::from_secs(59)), "59s");
-        assert_eq!(format_age(Duration::from_secs(90)), "1m");
-        assert_eq!(format_age(Duration::from_secs(7200)), "2h");
-        assert_eq!(format_age(Duration::from_secs(200_000)), "2d");
     }
 }

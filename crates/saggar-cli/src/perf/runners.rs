@@ -13,7 +13,8 @@
 use saggar_device::{Backend, Device as _, DeviceBuffer as _, Stream as _};
 use saggar_dispatch::{DeviceTensor, HostTensor, ProgramCompiler, Session, StageTimer};
 
-use crate::bench::{Ask, Ran, Runner};
+use super::bench::{self, Ask, LoopPlan, Measured, Ran, Runner};
+use crate::cli::BindingArg;
 use crate::error::Result;
 
 /// Outputs of one kept request, one byte vector per output.
@@ -244,7 +245,7 @@ impl<'a, B: Backend, C: ProgramCompiler<B>> Runner for Direct<'a, B, C> {
 /// What [`run`] measured, and how it bound the tensors.
 pub struct Bound {
     /// The loop's measurements.
-    pub measured: crate::bench::Measured<Kept>,
+    pub measured: Measured<Kept>,
     /// `pinned`, `request` or `direct`.
     pub binding: &'static str,
     /// Why no stages were timed, for bindings that do not time them.
@@ -254,24 +255,23 @@ pub struct Bound {
 /// Runs the loop `plan` with the runner of `binding`; `warm` runs between the warmup and the timed
 /// requests.
 pub fn run<B: Backend, C: ProgramCompiler<B>>(
-    binding: crate::cli::BindingArg,
+    binding: BindingArg,
     session: &Session<B, C>,
     sets: Sets<'_>,
-    mut plan: crate::bench::LoopPlan<'_>,
+    mut plan: LoopPlan<'_>,
     warm: impl FnOnce(),
 ) -> Result<Bound> {
-    use crate::cli::BindingArg;
     let unavailable = || Some("stages are timed with --binding pinned only".to_string());
     Ok(match binding {
         BindingArg::Pinned | BindingArg::Auto => Bound {
-            measured: crate::bench::run(&Pinned { session, sets }, &plan, warm)?,
+            measured: bench::run(&Pinned { session, sets }, &plan, warm)?,
             binding: "pinned",
             stages_unavailable: None,
         },
         BindingArg::Request => {
             plan.stage_every = 0;
             Bound {
-                measured: crate::bench::run(&Staged { session, sets }, &plan, warm)?,
+                measured: bench::run(&Staged { session, sets }, &plan, warm)?,
                 binding: "request",
                 stages_unavailable: unavailable(),
             }
@@ -281,7 +281,7 @@ pub fn run<B: Backend, C: ProgramCompiler<B>>(
             let buffers = upload_sets::<B>(session.device(), &sets)?;
             let device_inputs = device_sets::<B>(&sets, &buffers);
             Bound {
-                measured: crate::bench::run(&Direct { session, sets, device_inputs: &device_inputs }, &plan, warm)?,
+                measured: bench::run(&Direct { session, sets, device_inputs: &device_inputs }, &plan, warm)?,
                 binding: "direct",
                 stages_unavailable: unavailable(),
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::bench::{Measured, Record, StageRecord};
+use super::bench::{Measured, Record, StageRecord};
 
 /// One program made ready during session creation.
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -1,0 +1,126 @@
+//! The session of a `saggar perf` run, for every model source: its configuration from the flags,
+//! its creation with progress and the time each program became ready, and each used bucket's copies
+//! timed on their own after the run.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use saggar_cache::CompileCache;
+use saggar_device::Backend;
+use saggar_dispatch::{
+    CaptureWhen, GraphConfig, LiveBuckets, PaddedAxis, ProgramCompiler, ProgramSource, Session, SessionConfig,
+};
+
+use super::bench::Measured;
+use super::stages::{BucketCopies, ProgramReady, secs};
+use crate::buckets::Buckets;
+use crate::cli::{CaptureArg, PerfArgs, Toggle};
+use crate::error::Result;
+use crate::progress::{Bar, ProgressMode};
+
+/// Device-event samples per bucket when its copies are timed on their own.
+const COPY_SAMPLES: usize = 21;
+
+/// The session configuration of `saggar perf` (every model source): buckets, graphs, the cache, and
+/// one prewarmed run context per worker thread.
+fn session_config(
+    args: &PerfArgs,
+    buckets: &Buckets,
+    cache: Arc<CompileCache>,
+    padded_axis: Option<PaddedAxis>,
+) -> Result<SessionConfig> {
+    let concurrency = args.concurrency as usize;
+    let mut builder = SessionConfig::builder();
+    if let Some(live) = args.live_buckets {
+        builder = builder.live_buckets(LiveBuckets::new(live.every, live.budget));
+    }
+    if let Some(axis) = padded_axis {
+        builder = builder.padded_axis(axis);
+    }
+    Ok(builder
+        .buckets(buckets.spec.clone())
+        .graphs(GraphConfig::default().with_enabled(args.graphs == Toggle::On).with_capture(match args.capture {
+            CaptureArg::Lazy => CaptureWhen::Lazy,
+            CaptureArg::Eager => CaptureWhen::Eager,
+        }))
+        .cache(cache)
+        .max_concurrency(concurrency)
+        .prewarm_contexts(concurrency)
+        .kernel_copies_up_to(usize::try_from(args.kernel_copies_up_to).unwrap_or(usize::MAX))
+        .build()?)
+}
+
+/// A session and how its creation went.
+pub struct Built<B: Backend, C: ProgramCompiler<B>> {
+    /// The session.
+    pub session: Session<B, C>,
+    /// Each program as it became ready.
+    pub programs: Vec<ProgramReady>,
+    /// Session creation time.
+    pub session_s: f64,
+}
+
+/// Creates the session of `saggar perf` on `device`, with a progress bar and the time each program
+/// became ready.
+pub fn build<B: Backend, C: ProgramCompiler<B>>(
+    args: &PerfArgs,
+    mode: ProgressMode,
+    device: B::Device,
+    compiler: Arc<C>,
+    buckets: &Buckets,
+    cache: Arc<CompileCache>,
+    padded_axis: Option<PaddedAxis>,
+) -> Result<Built<B, C>> {
+    let config = session_config(args, buckets, cache, padded_axis)?;
+    let bar = Bar::new(mode, "compile", buckets.list.len() as u64);
+    let programs = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let session = Session::builder(device, compiler)
+        .config(config)
+        .on_progress(|p| {
+            if let Ok(mut programs) = programs.lock() {
+                programs.push(ProgramReady {
+                    bucket: p.bucket,
+                    source: match p.source {
+                        ProgramSource::Loaded => "loaded",
+                        ProgramSource::Compiled => "compiled",
+                    },
+                    ready_at_s: started.elapsed().as_secs_f64(),
+                });
+            }
+            bar.program_ready(None, p);
+        })
+        .build();
+    let session_s = started.elapsed().as_secs_f64();
+    bar.finish();
+    let programs = programs.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok(Built { session: session?, programs, session_s })
+}
+
+/// Each bucket that served a timed request with stages, its copies timed on their own.
+pub fn bucket_copies<B: Backend, C: ProgramCompiler<B>, K>(
+    session: &Session<B, C>,
+    measured: &Measured<K>,
+) -> Result<Vec<BucketCopies>> {
+    let mut buckets: Vec<u64> =
+        measured.records.iter().filter(|r| r.stages.is_some()).filter_map(|r| r.bucket).collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    if buckets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let timer = session.stage_timer()?;
+    let mut copies = Vec::with_capacity(buckets.len());
+    for bucket in buckets {
+        if let Some(t) = session.copy_times(&timer, bucket, COPY_SAMPLES)? {
+            copies.push(BucketCopies {
+                bucket,
+                upload_bytes: t.upload_bytes,
+                download_bytes: t.download_bytes,
+                h2d_us: secs(t.h2d) * 1e6,
+                d2h_us: secs(t.d2h) * 1e6,
+            });
+        }
+    }
+    Ok(copies)
+}
