@@ -1,17 +1,43 @@
-//! Programs that run as a list of steps: the binding check and the enqueue loop every compiler
-//! lowering a model to steps shares (saggar-models' reference compiler, saggar-onnx).
+//! Programs that run as a list of steps: the runtime every compiler lowering a model to kernel
+//! launches and BLAS-Lt matmuls shares (saggar-models' reference compiler, saggar-onnx).
 //!
-//! A [`Program`](crate::Program) of that kind holds, per step, either a kernel with its launch
-//! configuration and where each argument comes from (an input, an output, an offset in scratch or in
-//! the weights), or a BLAS-Lt matmul with its operands and workspace (a range of the run's scratch,
-//! so concurrent runs never share one and nothing is allocated during capture).
-//! [`check_bindings`] checks the buffers a launch was given against the sizes the plan needs, and
-//! [`enqueue_steps`] resolves each step's arguments into one per-thread buffer and enqueues it, so a
-//! run allocates nothing.
+//! A compiler plans each request as a [`ProgramPlan`]: its [`PlanStep`]s in order (a
+//! [`LaunchStep`]: a kernel, its launch shape and where each argument comes from, an
+//! [`ArgSource`]; or a [`MatmulStep`]: a `MatmulDesc`, its operands and a workspace range of the
+//! run's scratch), the kernels they launch and the sizes of the memory they touch. It compiles the
+//! kernels into code objects and stores them in a [`StepArtifact`] (a checked container with the
+//! compiler's own [`ArtifactFormat`]); a load parses the artifact, plans the request again and hands
+//! both to its [`ProgramLoader`], which finds each kernel in the code object declaring it with the
+//! same signature, loads the modules (once per GPU device and source), uploads the weights once
+//! per device and makes the matmuls' BLAS-Lt handle ready.
+//!
+//! The result is a [`StepProgram`], which implements [`Program`](crate::Program) itself: a launch
+//! checks the bindings against the plan's sizes, resolves every argument into one per-thread buffer
+//! and enqueues the steps, so a run allocates nothing and calls back into no compiler.
+//!
+//! - `plan.rs`: the planned steps and [`ProgramPlan`];
+//! - `program.rs`: [`StepProgram`] and [`LoadedStep`], the run path;
+//! - `artifact.rs`: [`StepArtifact`], its byte layout and [`ArtifactError`];
+//! - `load.rs`: [`ProgramLoader`] and [`LoadError`].
+//!
+//! [`check_bindings`] and [`enqueue_steps`] are the binding check and enqueue loop of programs that
+//! resolve their own steps through a callback ([`StepWork`]).
 
 use std::cell::RefCell;
 
 use saggar_device::{Backend, Blas, DeviceSlice, KernelArg, LaunchConfig, MatmulDesc, MatmulOperands, Stream};
+
+mod artifact;
+mod load;
+mod plan;
+mod program;
+
+pub use artifact::{
+    ArtifactError, ArtifactFormat, MAX_CODE_OBJECTS, MAX_FIELDS, MAX_INPUTS, MAX_RANK, StepArtifact, source_hash,
+};
+pub use load::{LoadError, ProgramLoader};
+pub use plan::{ArgSource, LaunchStep, MatmulStep, PlanStep, ProgramPlan};
+pub use program::{LoadedStep, StepProgram};
 
 thread_local! {
     /// Kernel arguments of the launch being enqueued on this thread, reused so launches do not allocate.
