@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 
 use saggar_device::{BackendKind, Dim3, KernelSignature, LaunchConfig};
+pub(crate) use saggar_dispatch::steps::{ArgSource, LaunchStep as Step, PlanStep};
 
 use crate::attention;
 use crate::compiler::AttentionKernel;
@@ -32,7 +33,7 @@ use crate::gpu_fused::{self, FusedGroup, FusedNode};
 use crate::gpu_prologue;
 use crate::host_kernels::{self, FusedHostKernel, NodeKernel};
 use crate::ir::{Graph, ValueId};
-use crate::lowering_blas::{self, BlasLowering, MatmulStep};
+use crate::lowering_blas::{self, BlasLowering};
 use crate::ops::gpu::{GpuKind, GpuNode, Slot, Work, broadcast, broadcast_mode, copy_launch, ext, numel};
 use crate::step_labels::StepLabels;
 
@@ -41,38 +42,6 @@ pub(crate) const ALIGN: usize = 64;
 
 fn align(n: usize) -> Option<usize> {
     n.checked_add(ALIGN - 1).map(|v| v / ALIGN * ALIGN)
-}
-
-/// Where a kernel argument points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ArgSource {
-    /// The caller's input binding `i`.
-    Input(usize),
-    /// The caller's output binding `i`.
-    Output(usize),
-    /// Scratch memory at this offset.
-    Scratch(usize),
-    /// The device's shared weight buffer at this offset.
-    Weights(usize),
-    /// The program's own constants at this offset.
-    Local(usize),
-    /// A byte count (the copy kernel's length).
-    Bytes(u64),
-}
-
-/// One launch.
-#[derive(Debug, Clone)]
-pub(crate) struct Step {
-    pub(crate) kernel: String,
-    pub(crate) args: Vec<ArgSource>,
-    pub(crate) config: LaunchConfig,
-}
-
-/// One step of a plan: a kernel launch, or a matmul through the backend's BLAS-Lt handle.
-#[derive(Debug, Clone)]
-pub(crate) enum PlanStep {
-    Launch(Step),
-    Matmul(MatmulStep),
 }
 
 /// What the plan is lowered for.

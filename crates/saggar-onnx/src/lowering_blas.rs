@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 
 use saggar_device::{Epilogue, MatmulDesc, MatmulPrecision};
+use saggar_dispatch::steps::MatmulStep;
 use saggar_shape::DType;
 
 use crate::error::OnnxError;
@@ -55,18 +56,6 @@ pub(crate) struct BlasLowering {
     pub(crate) precision: MatmulPrecision,
     /// Scratch reserved for the library's workspace (0 on the host backend, which needs none).
     pub(crate) workspace_bytes: usize,
-}
-
-/// One matmul of a plan: the description and where its operands are.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct MatmulStep {
-    pub(crate) desc: MatmulDesc,
-    pub(crate) a: ArgSource,
-    pub(crate) b: ArgSource,
-    pub(crate) c: ArgSource,
-    pub(crate) bias: Option<ArgSource>,
-    /// Offset of the workspace in scratch (set once the memory plan is complete).
-    pub(crate) workspace: usize,
 }
 
 /// Places the library's workspace past the memory plan (`high_water` bytes of scratch), so no step's
