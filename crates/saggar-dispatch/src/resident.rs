@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use saggar_device::{Backend, BackendKind, Device, DeviceBuffer, Stream};
+use saggar_device::{Backend, BackendKind, Device, DeviceBuffer, DevicePtr, Stream};
 
 /// Bytes of the residency marker at the start of every [`ResidentBuffer`]: a compiler places its
 /// bytes at an offset of at least this much, or leaves this much room at their start (offset 0),
@@ -25,15 +25,56 @@ pub const MARKER_LEN: usize = 16;
 /// `Send + Sync`: loads on several threads share one upload (the first uploads under a lock).
 #[derive(Debug, Default)]
 pub struct PerDevice {
-    entries: Mutex<Vec<Entry>>,
+    buffers: DeviceMap<()>,
 }
 
-/// A buffer on one device, type-erased so one compiler serves every backend.
+/// Values kept per device (its backend and ordinal) and key, type-erased so one compiler serves
+/// every backend.
 #[derive(Debug)]
-struct Entry {
+pub(crate) struct DeviceMap<K> {
+    entries: Mutex<Vec<Entry<K>>>,
+}
+
+/// A value of one device under one key.
+#[derive(Debug)]
+struct Entry<K> {
     backend: BackendKind,
     ordinal: usize,
-    buffer: Arc<dyn Any + Send + Sync>,
+    key: K,
+    value: Arc<dyn Any + Send + Sync>,
+}
+
+impl<K> Default for DeviceMap<K> {
+    fn default() -> Self {
+        DeviceMap { entries: Mutex::new(Vec::new()) }
+    }
+}
+
+impl<K: PartialEq> DeviceMap<K> {
+    /// `device`'s value under `key`: the one stored for the device's backend and ordinal if it is a
+    /// `T` that `reuse` accepts, else `make()`, stored in its place. The map stays locked while
+    /// `make` runs, so concurrent loads on one device make one value.
+    pub(crate) fn get_or_make<B: Backend, T: Send + Sync + 'static, E>(
+        &self,
+        device: &B::Device,
+        key: K,
+        reuse: impl FnOnce(&T) -> bool,
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
+        let ordinal = device.info().ordinal;
+        let mut entries = self.entries.lock();
+        if let Some(pos) = entries.iter().position(|e| e.backend == B::KIND && e.ordinal == ordinal && e.key == key) {
+            if let Ok(value) = entries[pos].value.clone().downcast::<T>()
+                && reuse(&value)
+            {
+                return Ok(value);
+            }
+            entries.swap_remove(pos);
+        }
+        let value = Arc::new(make()?);
+        entries.push(Entry { backend: B::KIND, ordinal, key, value: value.clone() });
+        Ok(value)
+    }
 }
 
 /// A buffer uploaded by [`PerDevice::get_or_upload`]: the residency marker in its first
@@ -41,6 +82,7 @@ struct Entry {
 #[derive(Debug)]
 pub struct ResidentBuffer<B: Backend> {
     buffer: B::DeviceBuffer,
+    offset: usize,
     marker: [u8; MARKER_LEN],
 }
 
@@ -48,6 +90,11 @@ impl<B: Backend> ResidentBuffer<B> {
     /// The device buffer (marker included).
     pub fn buffer(&self) -> &B::DeviceBuffer {
         &self.buffer
+    }
+
+    /// The address of the caller's bytes (the buffer's start plus the offset they were uploaded at).
+    pub fn data_ptr(&self) -> DevicePtr {
+        DevicePtr(self.buffer.ptr().0 + self.offset as u64)
     }
 
     fn upload(device: &B::Device, offset: usize, bytes: &[u8]) -> saggar_device::Result<ResidentBuffer<B>> {
@@ -64,7 +111,7 @@ impl<B: Backend> ResidentBuffer<B> {
         }
         stream.upload(&marker, buffer.slice(0, MARKER_LEN)?)?;
         stream.synchronize()?;
-        Ok(ResidentBuffer { buffer, marker })
+        Ok(ResidentBuffer { buffer, offset, marker })
     }
 
     /// Whether `device` is the device this buffer lives on (it reads the marker back).
@@ -84,26 +131,20 @@ impl PerDevice {
 
     /// `device`'s buffer, uploading `bytes()` at `offset` first if this device does not hold it yet.
     /// `bytes` is called only for an upload. The marker takes the buffer's first [`MARKER_LEN`]
-    /// bytes, so `offset` is at least that, or `bytes` leaves that much room at its start.
+    /// bytes, so `offset` is at least that, or `bytes` leaves that much room at its start. One
+    /// `PerDevice` serves one kind of buffer: every call passes the same offset.
     pub fn get_or_upload<'a, B: Backend>(
         &self,
         device: &B::Device,
         offset: usize,
         bytes: impl FnOnce() -> &'a [u8],
     ) -> saggar_device::Result<Arc<ResidentBuffer<B>>> {
-        let ordinal = device.info().ordinal;
-        let mut entries = self.entries.lock();
-        if let Some(pos) = entries.iter().position(|e| e.backend == B::KIND && e.ordinal == ordinal) {
-            if let Ok(buffer) = entries[pos].buffer.clone().downcast::<ResidentBuffer<B>>()
-                && buffer.is_resident_on(device)
-            {
-                return Ok(buffer);
-            }
-            entries.swap_remove(pos);
-        }
-        let buffer = Arc::new(ResidentBuffer::<B>::upload(device, offset, bytes())?);
-        entries.push(Entry { backend: B::KIND, ordinal, buffer: buffer.clone() });
-        Ok(buffer)
+        self.buffers.get_or_make::<B, _, _>(
+            device,
+            (),
+            |buffer: &ResidentBuffer<B>| buffer.is_resident_on(device),
+            || ResidentBuffer::<B>::upload(device, offset, bytes()),
+        )
     }
 }
 
@@ -144,6 +185,7 @@ mod tests {
         let stream = device.create_stream().unwrap();
         stream.download(first.buffer().as_slice(), &mut back).unwrap();
         assert_eq!(&back[MARKER_LEN..], &bytes[MARKER_LEN..], "the bytes after the marker are the caller's");
+        assert_eq!(first.data_ptr(), first.buffer().ptr(), "uploaded at offset 0");
         assert_eq!(uploads, 1);
     }
 }

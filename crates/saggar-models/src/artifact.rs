@@ -1,27 +1,21 @@
-//! The artifact format: a small header, the code object, and a checksum.
+//! The artifact format: saggar-dispatch's step-program container
+//! ([`saggar_dispatch::steps::StepArtifact`], whose byte layout its module documents) in this
+//! compiler's [`ARTIFACT_FORMAT`], holding
 //!
-//! All integers are little-endian.
+//! - as the model hash, the config hash: BLAKE3 of the config's canonical JSON (the weights are not
+//!   in the artifact: a load uploads them once per device);
+//! - as the source hash, BLAKE3 of the source compiled: the model's CUDA/HIP C++ (the same for
+//!   every batch), or the host plan's description;
+//! - two compiler fields: the GEMM variant tag (1 naive, 2 split-K; recorded for host artifacts too,
+//!   where it changes nothing), then the batch the program computes;
+//! - exactly one code object.
 //!
-//! | offset | size | field |
-//! |---|---|---|
-//! | 0 | 8 | magic `SAGGARMD` |
-//! | 8 | 4 | format version, [`ARTIFACT_VERSION`] |
-//! | 12 | 1 | backend: 1 CUDA, 2 HIP, 3 host |
-//! | 13 | 1 | GEMM variant: 1 naive, 2 split-K |
-//! | 14 | 2 | reserved, zero |
-//! | 16 | 32 | config hash: BLAKE3 of the config's canonical JSON |
-//! | 48 | 8 | batch (rows the program computes) |
-//! | 56 | 8 | bucket (0 when the request named none) |
-//! | 64 | 4 | input count `n` |
-//! | 68 | ... | per input: rank (u32), then `rank` extents (u64 each) |
-//! | ... | 8 | code object length `L` |
-//! | ... | L | `CodeObject::to_bytes()` |
-//! | ... | 32 | BLAKE3 of every byte before it |
-//!
-//! [`ArtifactHeader::parse`] checks every length before reading, then the checksum, so truncated,
-//! extended or bit-flipped bytes give an [`ArtifactError`], never a panic.
+//! [`ArtifactHeader`] is this compiler's view of it. [`ArtifactHeader::parse`] fails with an
+//! [`ArtifactError`] on bytes the container refuses (every length checked before reading, then
+//! the checksum) and on fields no writer of this format produces.
 
 use saggar_device::{BackendKind, CodeObject};
+use saggar_dispatch::steps::{ArtifactFormat, StepArtifact};
 
 use crate::error::ArtifactError;
 use crate::plan::GemmVariant;
@@ -29,8 +23,9 @@ use crate::plan::GemmVariant;
 /// The first eight bytes of every artifact.
 pub const ARTIFACT_MAGIC: [u8; 8] = *b"SAGGARMD";
 /// The artifact format this build writes and reads.
-pub const ARTIFACT_VERSION: u32 = 2;
-const CHECKSUM_LEN: usize = 32;
+pub const ARTIFACT_VERSION: u32 = 3;
+/// The magic and version together, as the container takes them.
+pub const ARTIFACT_FORMAT: ArtifactFormat = ArtifactFormat { magic: ARTIFACT_MAGIC, version: ARTIFACT_VERSION };
 
 /// What an artifact says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,131 +42,60 @@ pub struct ArtifactHeader {
     pub bucket: Option<u64>,
     /// Concrete input dimensions, in binding order.
     pub input_dims: Vec<Vec<u64>>,
-}
-
-fn backend_tag(kind: BackendKind) -> u8 {
-    match kind {
-        BackendKind::Cuda => 1,
-        BackendKind::Hip => 2,
-        BackendKind::Host => 3,
-    }
-}
-
-fn backend_from_tag(tag: u8) -> Option<BackendKind> {
-    match tag {
-        1 => Some(BackendKind::Cuda),
-        2 => Some(BackendKind::Hip),
-        3 => Some(BackendKind::Host),
-        _ => None,
-    }
+    /// BLAKE3 of the source the code object was compiled from.
+    pub source_hash: [u8; 32],
 }
 
 impl ArtifactHeader {
-    /// The artifact: this header, `code`, and the checksum.
+    /// The artifact: this header and `code`, checksummed.
     pub fn encode(&self, code: &CodeObject) -> Vec<u8> {
-        let code = code.to_bytes();
-        let mut out = Vec::with_capacity(128 + code.len());
-        out.extend_from_slice(&ARTIFACT_MAGIC);
-        out.extend_from_slice(&ARTIFACT_VERSION.to_le_bytes());
-        out.push(backend_tag(self.backend));
-        out.push(self.gemm.tag());
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.config_hash);
-        out.extend_from_slice(&self.batch.to_le_bytes());
-        out.extend_from_slice(&self.bucket.unwrap_or(0).to_le_bytes());
-        out.extend_from_slice(&(self.input_dims.len() as u32).to_le_bytes());
-        for dims in &self.input_dims {
-            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-            for d in dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
+        StepArtifact {
+            backend: self.backend,
+            model_hash: self.config_hash,
+            bucket: self.bucket,
+            input_dims: self.input_dims.clone(),
+            source_hash: self.source_hash,
+            fields: ArtifactHeader::fields(self.gemm, self.batch),
+            codes: vec![code.clone()],
         }
-        out.extend_from_slice(&(code.len() as u64).to_le_bytes());
-        out.extend_from_slice(&code);
-        let checksum = blake3::hash(&out);
-        out.extend_from_slice(checksum.as_bytes());
-        out
+        .encode(ARTIFACT_FORMAT)
     }
 
     /// Parses an artifact into its header and code object.
     pub fn parse(bytes: &[u8]) -> Result<(ArtifactHeader, CodeObject), ArtifactError> {
-        let mut r = Reader { bytes, pos: 0 };
-        if r.take(8, "magic")? != ARTIFACT_MAGIC {
-            return Err(ArtifactError::BadMagic);
-        }
-        let version = r.u32("format version")?;
-        if version != ARTIFACT_VERSION {
-            return Err(ArtifactError::UnsupportedVersion { found: version, supported: ARTIFACT_VERSION });
-        }
-        let fixed = r.take(4, "backend and GEMM tags")?;
-        let backend =
-            backend_from_tag(fixed[0]).ok_or_else(|| malformed(format!("unknown backend tag {}", fixed[0])))?;
-        let gemm = GemmVariant::from_tag(fixed[1])
-            .ok_or_else(|| malformed(format!("unknown GEMM variant tag {}", fixed[1])))?;
-        if fixed[2..] != [0, 0] {
-            return Err(malformed("reserved bytes are not zero".into()));
-        }
-        let config_hash: [u8; 32] = r.take(32, "config hash")?.try_into().expect("32 bytes");
-        let batch = r.u64("batch")?;
-        let bucket = match r.u64("bucket")? {
-            0 => None,
-            b => Some(b),
+        let artifact = StepArtifact::parse(bytes, ARTIFACT_FORMAT)?;
+        let header = ArtifactHeader::of(&artifact)?;
+        let code = artifact.codes.into_iter().next().expect("`of` checked there is exactly one code object");
+        Ok((header, code))
+    }
+
+    /// The compiler fields of an artifact of `gemm` code computing `batch` rows.
+    pub(crate) fn fields(gemm: GemmVariant, batch: u64) -> Vec<u64> {
+        vec![u64::from(gemm.tag()), batch]
+    }
+
+    /// This compiler's view of a parsed container: its two fields and one code object checked.
+    pub(crate) fn of(artifact: &StepArtifact) -> Result<ArtifactHeader, ArtifactError> {
+        let malformed = |reason: String| ArtifactError::Malformed { reason };
+        let [gemm, batch] = artifact.fields[..] else {
+            return Err(malformed(format!("{} compiler fields, 2 expected", artifact.fields.len())));
         };
-        let count = r.u32("input count")? as usize;
-        let mut input_dims = Vec::with_capacity(count.min(4096));
-        for _ in 0..count {
-            let rank = r.u32("input rank")? as usize;
-            if rank > 16 {
-                return Err(malformed(format!("input rank {rank} is implausible")));
-            }
-            let mut dims = Vec::with_capacity(rank);
-            for _ in 0..rank {
-                dims.push(r.u64("input extent")?);
-            }
-            input_dims.push(dims);
+        let gemm = u8::try_from(gemm)
+            .ok()
+            .and_then(GemmVariant::from_tag)
+            .ok_or_else(|| malformed(format!("unknown GEMM variant tag {gemm}")))?;
+        if artifact.codes.len() != 1 {
+            return Err(malformed(format!("{} code objects, 1 expected", artifact.codes.len())));
         }
-        let code_len = usize::try_from(r.u64("code object length")?)
-            .map_err(|_| malformed("code object length overflows".into()))?;
-        let code = r.take(code_len, "code object")?;
-        let body_end = r.pos;
-        let checksum = r.take(CHECKSUM_LEN, "checksum")?;
-        if r.pos != bytes.len() {
-            return Err(ArtifactError::TrailingBytes { extra: (bytes.len() - r.pos) as u64 });
-        }
-        if blake3::hash(&bytes[..body_end]).as_bytes() != checksum {
-            return Err(ArtifactError::Checksum);
-        }
-        let code = CodeObject::from_bytes(code).map_err(|e| ArtifactError::CodeObject { reason: e.to_string() })?;
-        Ok((ArtifactHeader { backend, gemm, config_hash, batch, bucket, input_dims }, code))
-    }
-}
-
-fn malformed(reason: String) -> ArtifactError {
-    ArtifactError::Malformed { reason }
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ArtifactError> {
-        let available = self.bytes.len() - self.pos;
-        if n > available {
-            return Err(ArtifactError::Truncated { what, needed: n as u64, available: available as u64 });
-        }
-        let out = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
-    }
-
-    fn u32(&mut self, what: &'static str) -> Result<u32, ArtifactError> {
-        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
-    }
-
-    fn u64(&mut self, what: &'static str) -> Result<u64, ArtifactError> {
-        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+        Ok(ArtifactHeader {
+            backend: artifact.backend,
+            gemm,
+            config_hash: artifact.model_hash,
+            batch,
+            bucket: artifact.bucket,
+            input_dims: artifact.input_dims.clone(),
+            source_hash: artifact.source_hash,
+        })
     }
 }
 
@@ -188,6 +112,7 @@ mod tests {
             batch: 4,
             bucket: Some(4),
             input_dims: vec![vec![4, 8], vec![4, 2]],
+            source_hash: [3; 32],
         };
         let code = CodeObject {
             format: CodeFormat::HostPlan,
@@ -220,5 +145,34 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert_eq!(ArtifactHeader::parse(&longer), Err(ArtifactError::TrailingBytes { extra: 1 }));
+    }
+
+    #[test]
+    fn containers_this_compiler_never_writes_are_malformed() {
+        let (header, code) = sample();
+        let container = |fields: Vec<u64>, codes: Vec<CodeObject>| {
+            let artifact = StepArtifact {
+                backend: header.backend,
+                model_hash: header.config_hash,
+                bucket: header.bucket,
+                input_dims: header.input_dims.clone(),
+                source_hash: header.source_hash,
+                fields,
+                codes,
+            };
+            ArtifactHeader::parse(&artifact.encode(ARTIFACT_FORMAT))
+        };
+        let malformed = |r: Result<_, ArtifactError>| matches!(r, Err(ArtifactError::Malformed { .. }));
+        assert!(malformed(container(vec![2], vec![code.clone()])), "one field");
+        assert!(malformed(container(vec![9, 4], vec![code.clone()])), "unknown GEMM tag");
+        assert!(malformed(container(vec![2 + (1 << 8), 4], vec![code.clone()])), "a tag past u8");
+        assert!(malformed(container(vec![2, 4], vec![code.clone(), code.clone()])), "two code objects");
+        assert!(container(vec![2, 4], vec![code]).is_ok());
+    }
+
+    #[test]
+    fn the_cache_key_document_lists_this_format() {
+        let row = format!("| `saggar-models` | `SAGGARMD` | {ARTIFACT_VERSION} |");
+        assert!(include_str!("../../../docs/cache-key.md").contains(&row), "docs/cache-key.md must list {row}");
     }
 }

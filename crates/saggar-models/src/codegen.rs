@@ -242,7 +242,7 @@ mod tests {
                     assert_eq!(step.args.len(), signature.params.len(), "batch {batch}: `{}` arguments", step.kernel);
                     assert_eq!(
                         step.args.last(),
-                        Some(&plan::ArgSource::U32(batch as u32)),
+                        Some(&saggar_dispatch::steps::ArgSource::U32(batch as u32)),
                         "the batch is the last argument"
                     );
                 }

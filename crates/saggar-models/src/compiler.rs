@@ -9,35 +9,33 @@
 //! - On the host backend it makes a plan of host kernels ([`crate::host_kernels`], registered once per
 //!   process) and "compiles" that, which checks every kernel is registered.
 //!
-//! Either way the artifact is a header plus the code object ([`crate::artifact`]). Weights are not in
-//! the artifact: [`ProgramCompiler::load`] uploads them once per device and shares them between the
-//! programs (buckets) of that device.
+//! Either way the artifact is saggar-dispatch's step-program container holding the code object
+//! ([`crate::artifact`]). Weights are not in the artifact: [`ProgramCompiler::load`] plans the
+//! request again and hands the plan to saggar-dispatch's
+//! [`ProgramLoader`], which uploads the weights once per device (shared by the programs, the
+//! buckets, of that device) and returns the [`StepProgram`] a [`ModelProgram`] runs.
 //!
 //! # Which device holds the weights
-//! The compiler keeps one weight buffer per device in a [`PerDevice`] (saggar-dispatch): two handles
-//! with the same ordinal are not always the same device (each host-backend `open` makes an
-//! independent simulated device), so each upload carries a residency marker read back on reuse;
-//! programs still holding a replaced buffer keep it alive.
+//! The loader keeps one weight buffer per device: two handles with the same ordinal are not always
+//! the same device (each host-backend `open` makes an independent simulated device), so each upload
+//! carries a residency marker read back on reuse; programs still holding a replaced buffer keep it
+//! alive. On CUDA and HIP the programs of a device also share the module of the model's source.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use saggar_device::{
-    Backend, BackendKind, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg, KernelSource,
-    LaunchConfig, Module as _,
-};
-use saggar_dispatch::resident::{PerDevice, ResidentBuffer};
-use saggar_dispatch::steps;
+use saggar_device::{Backend, BackendKind, Device as _, DeviceSlice, KernelSource};
+use saggar_dispatch::steps::{PlanStep, ProgramLoader, ProgramPlan, StepArtifact, StepProgram};
 use saggar_dispatch::{
     CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program,
     ProgramCompiler,
 };
 
-use crate::artifact::{ARTIFACT_VERSION, ArtifactHeader};
+use crate::artifact::{ARTIFACT_FORMAT, ARTIFACT_VERSION, ArtifactHeader};
 use crate::codegen;
 use crate::config::{MAX_BATCH, ModelConfig};
 use crate::error::{ArtifactError, ModelError};
 use crate::host_kernels;
-use crate::plan::{self, ArgSource, GemmVariant, Target, WeightLayout, WeightPacking};
+use crate::plan::{self, GemmVariant, Target, WeightLayout, WeightPacking};
 use crate::weights::Weights;
 
 /// The compiler's name in its identity.
@@ -59,7 +57,9 @@ pub struct ReferenceCompiler {
     row_major_weights: Vec<u8>,
     /// The weights as host kernels read them (panel-packed layers), made on first use.
     panel_weights: OnceLock<Vec<u8>>,
-    resident: PerDevice,
+    /// Loads programs, sharing each device's weights (which start at offset 0 of its buffer: the
+    /// layout leaves room for the residency marker).
+    loader: ProgramLoader,
 }
 
 impl std::fmt::Debug for ReferenceCompiler {
@@ -87,7 +87,7 @@ impl ReferenceCompiler {
             gemm: GemmVariant::default(),
             row_major_weights,
             panel_weights: OnceLock::new(),
-            resident: PerDevice::new(),
+            loader: ProgramLoader::new(0),
             config,
             weights,
         })
@@ -177,16 +177,14 @@ impl ReferenceCompiler {
         Ok(batch as usize)
     }
 
-    /// This device's weights, uploading them if the device does not hold them yet.
-    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<ResidentBuffer<B>>, ModelError> {
-        Ok(self.resident.get_or_upload::<B>(device, 0, || {
-            match WeightPacking::for_target(self.target(B::KIND, self.gemm)) {
-                WeightPacking::RowMajor => &self.row_major_weights,
-                WeightPacking::Panels => self.panel_weights.get_or_init(|| {
-                    WeightLayout::new(&self.config, WeightPacking::Panels).pack(&self.config, &self.weights)
-                }),
-            }
-        })?)
+    /// The weights as `backend`'s kernels read them.
+    fn weight_bytes(&self, backend: BackendKind) -> &[u8] {
+        match WeightPacking::for_target(self.target(backend, self.gemm)) {
+            WeightPacking::RowMajor => &self.row_major_weights,
+            WeightPacking::Panels => self.panel_weights.get_or_init(|| {
+                WeightLayout::new(&self.config, WeightPacking::Panels).pack(&self.config, &self.weights)
+            }),
+        }
     }
 
     fn compile_impl<B: Backend>(
@@ -195,7 +193,7 @@ impl ReferenceCompiler {
         request: &CompileRequest<'_>,
     ) -> Result<Vec<u8>, ModelError> {
         let batch = self.check_dims(request.input_dims, request.bucket)?;
-        let code = match B::KIND {
+        let source = match B::KIND {
             BackendKind::Host => {
                 self.ensure_host_kernels()?;
                 let plan = plan::plan(&self.config, batch, Target::Host);
@@ -204,24 +202,18 @@ impl ReferenceCompiler {
                     self.config.name(),
                     plan.steps.len()
                 );
-                let source = KernelSource::new(
+                KernelSource::new(
                     format!("saggar_models_{}_b{batch}.plan", self.config.kind()),
                     description,
                     plan.kernels,
-                );
-                device.compile(&source)?
+                )
             }
-            BackendKind::Cuda | BackendKind::Hip => device.compile(&codegen::gpu_source(&self.config, self.gemm))?,
+            BackendKind::Cuda | BackendKind::Hip => codegen::gpu_source(&self.config, self.gemm),
         };
-        let header = ArtifactHeader {
-            backend: B::KIND,
-            gemm: self.gemm,
-            config_hash: self.config_hash,
-            batch: batch as u64,
-            bucket: request.bucket,
-            input_dims: request.input_dims.to_vec(),
-        };
-        Ok(header.encode(&code))
+        let code = device.compile(&source)?;
+        let mut artifact = StepArtifact::for_request(B::KIND, self.config_hash, request, &source, vec![code]);
+        artifact.fields = ArtifactHeader::fields(self.gemm, batch as u64);
+        Ok(artifact.encode(ARTIFACT_FORMAT))
     }
 
     fn load_impl<B: Backend>(
@@ -230,17 +222,9 @@ impl ReferenceCompiler {
         request: &CompileRequest<'_>,
         artifact: &[u8],
     ) -> Result<ModelProgram<B>, ModelError> {
-        let (header, code) = ArtifactHeader::parse(artifact)?;
-        if header.backend != B::KIND {
-            return Err(ArtifactError::WrongBackend { artifact: header.backend, device: B::KIND }.into());
-        }
-        if header.config_hash != self.config_hash {
-            return Err(ArtifactError::ConfigMismatch {
-                artifact: blake3::Hash::from(header.config_hash).to_hex().to_string(),
-                compiler: blake3::Hash::from(self.config_hash).to_hex().to_string(),
-            }
-            .into());
-        }
+        let artifact = StepArtifact::parse(artifact, ARTIFACT_FORMAT)?;
+        let header = ArtifactHeader::of(&artifact)?;
+        artifact.check_made_for(B::KIND, &self.config_hash)?;
         let header_batch = self
             .check_dims(&header.input_dims, header.bucket)
             .map_err(|e| ArtifactError::Malformed { reason: format!("input dimensions do not fit the model: {e}") })?;
@@ -267,33 +251,19 @@ impl ReferenceCompiler {
             self.check_dims(request.input_dims, request.bucket)?
         };
         let plan = plan::plan(&self.config, batch, self.target(B::KIND, header.gemm));
-        for signature in &plan.kernels {
-            if code.signature(&signature.name) != Some(signature) {
-                return Err(ArtifactError::CodeObject {
-                    reason: format!("kernel `{}` is missing or has another signature", signature.name),
-                }
-                .into());
-            }
-        }
-        let module = device.load_module(&code)?;
-        let steps = plan
-            .steps
-            .into_iter()
-            .map(|step| Ok(LoadedStep { kernel: module.kernel(&step.kernel)?, config: step.config, args: step.args }))
-            .collect::<Result<Vec<_>, saggar_device::Error>>()?;
-        let weights = self.resident_weights::<B>(device)?;
         let row_bytes = |rows: Vec<usize>| rows.into_iter().map(|r| r * batch).collect::<Vec<_>>();
-        Ok(ModelProgram {
-            model: self.config.name().to_string(),
-            batch,
+        let plan = ProgramPlan {
+            label: format!("saggar-models program `{}` (batch {batch})", self.config.name()),
+            steps: plan.steps.into_iter().map(PlanStep::Launch).collect(),
+            kernels: plan.kernels,
             output_dims: self.config.output_dims(batch as u64),
             input_bytes: row_bytes(self.config.input_row_bytes()),
             output_bytes: row_bytes(self.config.output_row_bytes()),
             scratch_bytes: plan.scratch_bytes,
-            steps,
-            weights,
-            _module: module,
-        })
+            local_constants: Vec::new(),
+        };
+        let program = self.loader.load::<B>(device, &artifact, plan, || self.weight_bytes(B::KIND))?;
+        Ok(ModelProgram { batch, program })
     }
 }
 
@@ -331,15 +301,8 @@ impl<B: Backend> ProgramCompiler<B> for ReferenceCompiler {
     }
 }
 
-/// One launch of a loaded program.
-#[derive(Debug)]
-struct LoadedStep<B: Backend> {
-    kernel: B::Kernel,
-    config: LaunchConfig,
-    args: Vec<ArgSource>,
-}
-
-/// A loaded program: one model at one batch on one device.
+/// A loaded program: one model at one batch on one device, run by saggar-dispatch's
+/// [`StepProgram`] (which checks the bindings on every launch).
 ///
 /// It holds the device's weight buffer (shared with the device's other programs), so the weights
 /// stay allocated while any program lives; drop a program only after the work it enqueued has run.
@@ -349,15 +312,8 @@ struct LoadedStep<B: Backend> {
 /// bindings and scratch, do not interfere.
 #[derive(Debug)]
 pub struct ModelProgram<B: Backend> {
-    model: String,
     batch: usize,
-    output_dims: Vec<Vec<u64>>,
-    input_bytes: Vec<usize>,
-    output_bytes: Vec<usize>,
-    scratch_bytes: usize,
-    steps: Vec<LoadedStep<B>>,
-    weights: Arc<ResidentBuffer<B>>,
-    _module: B::Module,
+    program: StepProgram<B>,
 }
 
 impl<B: Backend> ModelProgram<B> {
@@ -368,48 +324,17 @@ impl<B: Backend> ModelProgram<B> {
 
     /// Kernel launches per run.
     pub fn launches(&self) -> usize {
-        self.steps.len()
-    }
-
-    fn binding_error(&self, reason: String) -> saggar_device::Error {
-        saggar_device::Error::InvalidLaunchConfig { kernel: format!("saggar-models program `{}`", self.model), reason }
-    }
-
-    fn check_bindings(
-        &self,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> saggar_device::Result<()> {
-        steps::check_bindings(inputs, outputs, scratch, &self.input_bytes, &self.output_bytes, self.scratch_bytes)
-            .map_err(|reason| self.binding_error(format!("batch {}: {reason}", self.batch)))
-    }
-
-    fn resolve(
-        &self,
-        arg: ArgSource,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> KernelArg {
-        let offset = |base: DevicePtr, bytes: usize| KernelArg::Ptr(DevicePtr(base.0 + bytes as u64));
-        match arg {
-            ArgSource::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
-            ArgSource::Output(i) => KernelArg::Ptr(outputs[i].ptr()),
-            ArgSource::Scratch(bytes) => offset(scratch.ptr(), bytes),
-            ArgSource::Weights(bytes) => offset(self.weights.buffer().ptr(), bytes),
-            ArgSource::U32(v) => KernelArg::U32(v),
-        }
+        self.program.launches()
     }
 }
 
 impl<B: Backend> Program<B> for ModelProgram<B> {
     fn output_dims(&self) -> &[Vec<u64>] {
-        &self.output_dims
+        self.program.output_dims()
     }
 
     fn scratch_bytes(&self) -> usize {
-        self.scratch_bytes
+        self.program.scratch_bytes()
     }
 
     unsafe fn launch(
@@ -419,20 +344,9 @@ impl<B: Backend> Program<B> for ModelProgram<B> {
         outputs: &[DeviceSlice],
         scratch: DeviceSlice,
     ) -> Result<(), saggar_device::Error> {
-        // This repeats the sizes a dispatcher has already checked, and stays: a `ModelProgram` is
-        // also launched on its own (tests, benches, downstream code), where this check is all that
-        // turns a short buffer into a typed error instead of kernels writing past it. It costs one
-        // length comparison per binding, against the kernel launches that follow.
-        self.check_bindings(inputs, outputs, scratch)?;
-        // SAFETY: forwarded from this function's contract; `check_bindings` verified each binding
-        // holds what the plan's kernels touch for this batch, the kernels were generated (or
-        // parameterised) for exactly these sizes, and `self.weights` keeps the weight buffer alive.
-        unsafe {
-            steps::enqueue_steps::<B, _>(stream, &self.steps, |step, args| {
-                args.extend(step.args.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
-                steps::StepWork::Launch { kernel: &step.kernel, config: &step.config }
-            })
-        }
+        // SAFETY: forwarded from this function's contract; the step program checks the bindings
+        // against the plan's sizes, and the kernels were generated (or parameterised) for them.
+        unsafe { self.program.launch(stream, inputs, outputs, scratch) }
     }
 }
 

@@ -1,13 +1,15 @@
 //! The errors of saggar-models.
 //!
 //! [`ModelError`] covers configs, weights, inputs, compile requests and device failures;
-//! [`ArtifactError`] covers artifact bytes that do not load. Both name what the caller can act on
+//! [`ArtifactError`] (saggar-dispatch's, shared by every step-program compiler) covers artifact bytes
+//! that do not load. Both name what the caller can act on
 //! (the field, the tensor with its expected and actual shape, the input). The compiler returns them
 //! boxed as [`saggar_dispatch::CompilerError`]; `downcast_ref::<ModelError>()` recovers them.
 
 use std::path::PathBuf;
 
-use saggar_device::BackendKind;
+pub use saggar_dispatch::steps::ArtifactError;
+use saggar_dispatch::steps::LoadError;
 
 /// What went wrong in saggar-models.
 #[non_exhaustive]
@@ -100,76 +102,13 @@ pub enum ModelError {
     Device(#[from] saggar_device::Error),
 }
 
-/// Why artifact bytes cannot be loaded. The layout is in `docs/models.md` and [`crate::artifact`].
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ArtifactError {
-    /// Fewer bytes than the header or a length field promises.
-    #[error("truncated: {needed} bytes needed for {what}, {available} available")]
-    Truncated {
-        /// The part being read.
-        what: &'static str,
-        /// Bytes needed from the start of that part.
-        needed: u64,
-        /// Bytes left.
-        available: u64,
-    },
-    /// Not a saggar-models artifact.
-    #[error("not a saggar-models artifact (bad magic)")]
-    BadMagic,
-    /// Made by a saggar-models with another artifact format.
-    #[error("artifact format version {found} is not supported (this build reads version {supported})")]
-    UnsupportedVersion {
-        /// The version in the artifact.
-        found: u32,
-        /// The version this build reads.
-        supported: u32,
-    },
-    /// The bytes were modified after they were written.
-    #[error("checksum mismatch: the artifact is corrupted")]
-    Checksum,
-    /// Bytes after the checksum.
-    #[error("{extra} unexpected trailing bytes")]
-    TrailingBytes {
-        /// How many.
-        extra: u64,
-    },
-    /// A field holds a value no writer produces.
-    #[error("malformed: {reason}")]
-    Malformed {
-        /// Which field and why.
-        reason: String,
-    },
-    /// Compiled for another backend.
-    #[error("compiled for the {artifact} backend, cannot load on {device}")]
-    WrongBackend {
-        /// The artifact's backend.
-        artifact: BackendKind,
-        /// The device's backend.
-        device: BackendKind,
-    },
-    /// Compiled from another model architecture.
-    #[error("compiled for model config {artifact}, but this compiler's config hashes to {compiler}")]
-    ConfigMismatch {
-        /// The artifact's config hash (hex).
-        artifact: String,
-        /// This compiler's config hash (hex).
-        compiler: String,
-    },
-    /// Compiled for other input shapes or another bucket than the program being loaded.
-    #[error("compiled for {artifact}, but loaded for {requested}; the cache key must include every input shape")]
-    RequestMismatch {
-        /// The input dimensions and bucket the artifact was compiled for.
-        artifact: String,
-        /// The input dimensions and bucket of the load.
-        requested: String,
-    },
-    /// The embedded code object does not parse or lacks a kernel.
-    #[error("code object: {reason}")]
-    CodeObject {
-        /// Why.
-        reason: String,
-    },
+impl From<LoadError> for ModelError {
+    fn from(error: LoadError) -> ModelError {
+        match error {
+            LoadError::Artifact(e) => ModelError::Artifact(e),
+            LoadError::Device(e) => ModelError::Device(e),
+        }
+    }
 }
 
 impl From<safetensors::SafeTensorError> for ModelError {

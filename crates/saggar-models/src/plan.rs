@@ -20,6 +20,7 @@
 //! weights are `[in, out]` row-major; host weights are packed in column panels ([`WeightPacking`]).
 
 use saggar_device::{Dim3, KernelSignature, LaunchConfig, ParamKind};
+use saggar_dispatch::steps::{ArgSource, LaunchStep};
 
 use crate::config::ModelConfig;
 use crate::host_kernels;
@@ -183,37 +184,11 @@ impl WeightLayout {
     }
 }
 
-/// One kernel argument of a planned launch, resolved at launch time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ArgSource {
-    /// The start of input `i`.
-    Input(usize),
-    /// The start of output `i`.
-    Output(usize),
-    /// Scratch memory at this byte offset.
-    Scratch(usize),
-    /// The weight buffer at this byte offset.
-    Weights(usize),
-    /// A constant.
-    U32(u32),
-}
-
-/// One planned launch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Step {
-    /// The kernel's name.
-    pub(crate) kernel: String,
-    /// How it is launched.
-    pub(crate) config: LaunchConfig,
-    /// Its arguments.
-    pub(crate) args: Vec<ArgSource>,
-}
-
 /// Everything one program does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Plan {
     /// Launches in order.
-    pub(crate) steps: Vec<Step>,
+    pub(crate) steps: Vec<LaunchStep>,
     /// The kernels the code object must contain.
     pub(crate) kernels: Vec<KernelSignature>,
     /// Scratch bytes one run needs.
@@ -298,7 +273,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                 let scalars = [batch, c.dense_width, c.bag_size, c.table_rows, c.embedding_dim];
                 args.extend(scalars.iter().map(|v| ArgSource::U32(*v as u32)));
                 let signature = host_kernels::features_signature(c.dense_inputs, c.sparse_inputs);
-                steps.push(Step {
+                steps.push(LaunchStep {
                     kernel: signature.name.clone(),
                     config: LaunchConfig::for_elements((batch * c.feature_width()) as u64, BLOCK as u32),
                     args,
@@ -314,7 +289,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                 let per_input = batch * widest;
                 let block = per_input.div_ceil(32).clamp(1, BLOCK / 32) * 32;
                 args.push(ArgSource::U32(batch as u32));
-                steps.push(Step {
+                steps.push(LaunchStep {
                     kernel: GPU_FEATURES.into(),
                     config: LaunchConfig {
                         grid: Dim3 { x: grid_blocks(per_input, block), y: inputs as u32, z: 1 },
@@ -347,7 +322,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
             Target::Host => {
                 let act = if layer.relu { saggar_device::builtin::ACT_RELU } else { saggar_device::builtin::ACT_NONE };
                 args.extend([batch as u32, layer.outputs as u32, layer.inputs as u32, act].map(ArgSource::U32));
-                steps.push(Step {
+                steps.push(LaunchStep {
                     kernel: host_kernels::GEMM.into(),
                     config: LaunchConfig::for_elements((batch * layer.outputs) as u64, BLOCK as u32),
                     args,
@@ -368,7 +343,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                 };
                 let name = gpu_layer_name(l, variant, splitk_rows(batch));
                 args.push(ArgSource::U32(batch as u32));
-                steps.push(Step { kernel: name.clone(), config, args });
+                steps.push(LaunchStep { kernel: name.clone(), config, args });
                 kernels.push(gpu_layer_signature(name));
             }
         }

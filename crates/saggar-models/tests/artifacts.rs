@@ -78,7 +78,7 @@ fn artifacts_of_another_model_or_backend_are_refused() {
     let mlp =
         ReferenceCompiler::from_config(ModelConfig::Mlp(MlpConfig { input: 15, ..MlpConfig::default() })).unwrap();
     let bytes = compile::<HostBackend>(&small, &device, 2);
-    assert!(matches!(artifact_error(&mlp, &device, &bytes), ArtifactError::ConfigMismatch { .. }));
+    assert!(matches!(artifact_error(&mlp, &device, &bytes), ArtifactError::ModelMismatch { .. }));
 
     // The same artifact relabelled as CUDA (with a valid checksum) is refused on the host.
     let (mut header, code) = ArtifactHeader::parse(&bytes).unwrap();

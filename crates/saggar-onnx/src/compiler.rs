@@ -8,52 +8,47 @@
 //! source is the same for every input shape of the model: the compiler keeps the code object of each
 //! source it compiled (per backend and device ordinal) and every later bucket reuses it without
 //! compiling ([`OnnxCompiler::gpu_source_compiles`] counts them). The source is compiled as several
-//! translation units at once ([`crate::units`]); each bucket's artifact carries the same code objects
-//! (one per unit) and the source hash, and loads on one GPU device share the loaded modules (found by
-//! that hash and the unit). The artifact
-//! records the shapes ([`crate::artifact`]); `load` lowers again from the recorded shapes (computing
-//! launch shapes and `meta` tables), checks the code object and resolves the kernels.
+//! translation units at once ([`crate::units`]); each bucket's artifact (saggar-dispatch's
+//! step-program container, [`crate::artifact`]) carries the same code objects (one per unit), the
+//! source hash and the request's shapes. `load` lowers again for the request's shapes (computing
+//! launch shapes and `meta` tables), checks that the request's code is the artifact's, and hands the
+//! plan to saggar-dispatch's `ProgramLoader`, which finds each kernel in its code object, loads the
+//! modules (on a GPU device once per source hash and unit, shared by every bucket) and returns the
+//! `StepProgram` that runs it.
 //!
-//! The model's constants are uploaded once per device through saggar-dispatch's `PerDevice` (a
-//! residency marker read back on reuse: host-backend devices with one ordinal may be distinct
-//! simulated devices), and shared by every
+//! The loader uploads the model's constants once per device (a residency marker read back on reuse:
+//! host-backend devices with one ordinal may be distinct simulated devices), shared by every
 //! program of that device; constants that exist for one shape only (folded shape vectors) and the
 //! `meta` tables are uploaded with their program. A node with no GPU lowering is an
 //! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
-use std::any::Any;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use saggar_device::blas::BlasConfig;
-use saggar_device::{
-    Backend, BackendKind, Blas as _, CodeObject, Device as _, DeviceBuffer as _, DevicePtr, DeviceSlice, KernelArg,
-    KernelSource, LaunchConfig, MatmulDesc, MatmulOperands, MatmulPrecision, Module as _, Stream as _,
-};
-use saggar_dispatch::resident::{MARKER_LEN, PerDevice, ResidentBuffer};
-use saggar_dispatch::steps;
+use saggar_device::{Backend, BackendKind, CodeObject, Device as _, KernelSource, MatmulPrecision};
+use saggar_dispatch::resident::MARKER_LEN;
+use saggar_dispatch::steps::{LoadError, ProgramLoader, ProgramPlan, StepArtifact, StepProgram, source_hash};
 use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
 use saggar_dispatch::{
-    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program,
-    ProgramCompiler,
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, ProgramCompiler,
 };
 
-use crate::artifact::Header;
+use crate::artifact;
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
+use crate::lower::blas::{BlasLowering, GemmEngine};
+use crate::plan::memory::{self, WeightLayout};
+use crate::plan::{Lowered, PlanSummary, Target};
 use crate::graph::model::OnnxModel;
 use crate::graph::passes;
 use crate::graph::passes::conv_gemm::ConvEngine;
-use crate::lower::blas::{BlasLowering, GemmEngine};
-use crate::plan::memory::{self, WeightLayout};
-use crate::plan::{ArgSource, Lowered, PlanStep, PlanSummary, Target};
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
 /// The artifact format version, part of the identity.
-pub const ARTIFACT_VERSION: u32 = 3;
+pub const ARTIFACT_VERSION: u32 = 4;
 /// Bytes before the first constant in a device's weight buffer: the residency marker, padded to the
 /// constants' alignment.
 const CONSTANTS_OFFSET: usize = memory::ALIGN;
@@ -191,38 +186,14 @@ pub struct OnnxCompiler {
     spec: ModelSpec,
     weights: WeightLayout,
     model_hash: [u8; 32],
-    resident: PerDevice,
+    /// Loads programs, sharing per device the constants, the modules of the model's source (one per
+    /// translation unit) and a BLAS-Lt handle (each run passes its own workspace).
+    loader: ProgramLoader,
     /// Code objects compiled from generated sources.
     compiled: Mutex<Vec<Compiled>>,
     /// Generated sources compiled (each once per backend and device ordinal).
     source_compiles: AtomicUsize,
-    /// Modules loaded from generated sources, shared by every bucket on a GPU device.
-    modules: Mutex<Vec<LoadedModule>>,
-    /// BLAS-Lt handles, one per GPU device, shared by every bucket (each run passes its own workspace).
-    blas_handles: Mutex<Vec<SharedHandle>>,
 }
-
-/// A module loaded on one GPU device (one translation unit of a source), type-erased like [`Resident`].
-struct LoadedModule {
-    backend: BackendKind,
-    ordinal: usize,
-    source_hash: [u8; 32],
-    unit: usize,
-    module: Arc<dyn Any + Send + Sync>,
-}
-
-/// The typed module inside a [`LoadedModule`].
-struct SharedModule<B: Backend>(Arc<B::Module>);
-
-/// A BLAS-Lt handle of one GPU device, type-erased like [`LoadedModule`].
-struct SharedHandle {
-    backend: BackendKind,
-    ordinal: usize,
-    handle: Arc<dyn Any + Send + Sync>,
-}
-
-/// The typed handle inside a [`SharedHandle`].
-struct SharedBlas<B: Backend>(Arc<B::Blas>);
 
 /// The code objects (one per translation unit) compiled from a generated source on one device.
 #[derive(Debug)]
@@ -252,17 +223,16 @@ impl OnnxCompiler {
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
             model_hash = *h.as_bytes();
         }
+        let loader = ProgramLoader::new(CONSTANTS_OFFSET).with_blas(options.blas_config());
         OnnxCompiler {
             model: Arc::new(model),
             options,
             spec,
             weights,
             model_hash,
-            resident: PerDevice::new(),
+            loader,
             compiled: Mutex::new(Vec::new()),
             source_compiles: AtomicUsize::new(0),
-            modules: Mutex::new(Vec::new()),
-            blas_handles: Mutex::new(Vec::new()),
         }
     }
 
@@ -386,7 +356,7 @@ impl OnnxCompiler {
         source: &KernelSource,
         units: &[KernelSource],
     ) -> Result<Vec<CodeObject>, OnnxError> {
-        let hash = *blake3::hash(source.code.as_bytes()).as_bytes();
+        let hash = source_hash(source);
         let ordinal = device.info().ordinal;
         // Held while compiling: buckets compiled concurrently wait for the first compile of a source.
         let mut compiled = self.compiled.lock();
@@ -415,46 +385,7 @@ impl OnnxCompiler {
         } else {
             self.compile_source::<B>(device, &source, &self.units(&lowered, &source))?
         };
-        let header = Header {
-            backend: B::KIND,
-            model_hash: self.model_hash,
-            bucket: request.bucket,
-            input_dims: request.input_dims.to_vec(),
-            source_hash: *blake3::hash(source.code.as_bytes()).as_bytes(),
-        };
-        Ok(header.encode(&codes))
-    }
-
-    /// Loads `code` (unit `unit` of a source) on `device`, or on a GPU returns the module an earlier
-    /// bucket loaded from the same unit on the same backend and ordinal (the driver would otherwise
-    /// JIT the same code per bucket).
-    fn module<B: Backend>(
-        &self,
-        device: &B::Device,
-        source_hash: &[u8; 32],
-        unit: usize,
-        code: &CodeObject,
-    ) -> Result<Arc<B::Module>, OnnxError> {
-        if B::KIND == BackendKind::Host {
-            return Ok(Arc::new(device.load_module(code)?));
-        }
-        let ordinal = device.info().ordinal;
-        let mut modules = self.modules.lock();
-        let found = modules
-            .iter()
-            .filter(|m| m.backend == B::KIND && m.ordinal == ordinal && &m.source_hash == source_hash && m.unit == unit)
-            .find_map(|m| m.module.clone().downcast::<SharedModule<B>>().ok());
-        if let Some(shared) = found {
-            return Ok(shared.0.clone());
-        }
-        let module = Arc::new(device.load_module(code)?);
-        let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedModule::<B>(module.clone()));
-        modules.push(LoadedModule { backend: B::KIND, ordinal, source_hash: *source_hash, unit, module: shared });
-        Ok(module)
-    }
-
-    fn resident_weights<B: Backend>(&self, device: &B::Device) -> Result<Arc<ResidentBuffer<B>>, OnnxError> {
-        Ok(self.resident.get_or_upload::<B>(device, CONSTANTS_OFFSET, || &self.weights.bytes)?)
+        Ok(StepArtifact::for_request(B::KIND, self.model_hash, request, &source, codes).encode(artifact::FORMAT))
     }
 
     pub(crate) fn load_impl<B: Backend>(
@@ -463,123 +394,50 @@ impl OnnxCompiler {
         request: &CompileRequest<'_>,
         artifact: &[u8],
     ) -> Result<OnnxProgram<B>, OnnxError> {
-        let (header, codes) = Header::parse(artifact)?;
-        if header.backend != B::KIND {
-            return Err(OnnxError::Artifact {
-                reason: format!("made for {:?}, loaded on {:?}", header.backend, B::KIND),
-            });
-        }
-        if header.model_hash != self.model_hash {
-            return Err(OnnxError::Artifact { reason: "made for another model".into() });
-        }
+        let artifact = self.parse_artifact::<B>(artifact)?;
+        let lowered = self.lower(request.input_dims, B::KIND)?;
+        self.load_lowered(device, request, &artifact, lowered)
+    }
+
+    /// Parses artifact bytes and checks they were compiled from this model for `B`.
+    pub(crate) fn parse_artifact<B: Backend>(&self, bytes: &[u8]) -> Result<StepArtifact, OnnxError> {
+        let artifact = StepArtifact::parse(bytes, artifact::FORMAT).map_err(artifact::error)?;
+        artifact.check_made_for(B::KIND, &self.model_hash).map_err(artifact::error)?;
+        Ok(artifact)
+    }
+
+    /// Loads `artifact` for `request`, whose lowering is `lowered`.
+    pub(crate) fn load_lowered<B: Backend>(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+        artifact: &StepArtifact,
+        lowered: Lowered,
+    ) -> Result<OnnxProgram<B>, OnnxError> {
         // One artifact serves every shape whose generated code is the same text (the shapes are kernel
         // arguments): the check is that this request's code is the artifact's.
-        let lowered = self.lower(request.input_dims, B::KIND)?;
-        if *blake3::hash(self.source(&lowered).code.as_bytes()).as_bytes() != header.source_hash {
+        if source_hash(&self.source(&lowered)) != artifact.source_hash {
             return Err(OnnxError::Artifact {
                 reason: format!(
                     "made for input shapes {:?}, whose code differs from that of {:?}",
-                    header.input_dims, request.input_dims
+                    artifact.input_dims, request.input_dims
                 ),
             });
         }
-        // The unit holding each kernel.
-        let mut unit_of: HashMap<&str, usize> = HashMap::new();
-        for signature in &lowered.kernels {
-            let unit = codes.iter().position(|c| c.signature(&signature.name) == Some(signature)).ok_or_else(|| {
-                OnnxError::Artifact {
-                    reason: format!("kernel `{}` is missing or has another signature", signature.name),
-                }
-            })?;
-            unit_of.insert(&signature.name, unit);
-        }
-        let modules = codes
-            .iter()
-            .enumerate()
-            .map(|(u, code)| self.module::<B>(device, &header.source_hash, u, code))
-            .collect::<Result<Vec<_>, _>>()?;
-        let steps = lowered
-            .steps
-            .iter()
-            .map(|s| match s {
-                PlanStep::Launch(s) => {
-                    let unit = unit_of.get(s.kernel.as_str()).copied().ok_or_else(|| OnnxError::Artifact {
-                        reason: format!("kernel `{}` is in no code object", s.kernel),
-                    })?;
-                    Ok(LoadedStep::Launch {
-                        kernel: modules[unit].kernel(&s.kernel)?,
-                        args: s.args.clone(),
-                        config: s.config,
-                    })
-                }
-                PlanStep::Matmul(m) => Ok(LoadedStep::Matmul(*m)),
-            })
-            .collect::<Result<Vec<_>, OnnxError>>()?;
-        let kinds = crate::plan::labels::kinds(&lowered.steps);
-        let blas = self.blas::<B>(device, &steps)?;
-        let weights = self.resident_weights::<B>(device)?;
-        let local = if lowered.local_constants.is_empty() {
-            None
-        } else {
-            let buffer = device.alloc(lowered.local_constants.len())?;
-            let stream = device.create_stream()?;
-            stream.upload(&lowered.local_constants, buffer.as_slice())?;
-            stream.synchronize()?;
-            Some(buffer)
-        };
-        Ok(OnnxProgram {
-            model: self.model.name().to_string(),
+        let plan = ProgramPlan {
+            label: format!("saggar-onnx program `{}`", self.model.name()),
+            steps: lowered.steps,
+            kernels: lowered.kernels,
             output_dims: lowered.output_dims,
             input_bytes: lowered.input_bytes,
             output_bytes: lowered.output_bytes,
             scratch_bytes: lowered.scratch_bytes,
-            steps,
-            weights,
-            local,
-            blas,
-            _modules: modules,
-            kinds,
-            labels: lowered.labels,
-        })
-    }
-
-    /// The BLAS-Lt handle the program's matmul steps run on, every description planned (`None` when
-    /// it has none). GPU handles are shared by every program of a device; on the host each program
-    /// gets its own (host-backend devices of one ordinal may be distinct simulated devices).
-    fn blas<B: Backend>(&self, device: &B::Device, steps: &[LoadedStep<B>]) -> Result<Option<Arc<B::Blas>>, OnnxError> {
-        let descs: Vec<&MatmulDesc> = steps
-            .iter()
-            .filter_map(|s| match s {
-                LoadedStep::Matmul(m) => Some(&m.desc),
-                LoadedStep::Launch { .. } => None,
-            })
-            .collect();
-        if descs.is_empty() {
-            return Ok(None);
-        }
-        let ordinal = device.info().ordinal;
-        let blas = if B::KIND == BackendKind::Host {
-            Arc::new(device.create_blas(&self.options.blas_config())?)
-        } else {
-            let mut handles = self.blas_handles.lock();
-            let found = handles
-                .iter()
-                .filter(|h| h.backend == B::KIND && h.ordinal == ordinal)
-                .find_map(|h| h.handle.clone().downcast::<SharedBlas<B>>().ok());
-            match found {
-                Some(shared) => shared.0.clone(),
-                None => {
-                    let blas = Arc::new(device.create_blas(&self.options.blas_config())?);
-                    let shared: Arc<dyn Any + Send + Sync> = Arc::new(SharedBlas::<B>(blas.clone()));
-                    handles.push(SharedHandle { backend: B::KIND, ordinal, handle: shared });
-                    blas
-                }
-            }
+            local_constants: lowered.local_constants,
         };
-        for desc in descs {
-            blas.prepare(desc)?;
-        }
-        Ok(Some(blas))
+        self.loader.load::<B>(device, artifact, plan, || &self.weights.bytes).map_err(|e| match e {
+            LoadError::Artifact(e) => artifact::error(e),
+            LoadError::Device(e) => OnnxError::Device(e),
+        })
     }
 }
 
@@ -629,155 +487,10 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
     }
 }
 
-#[derive(Debug)]
-enum LoadedStep<B: Backend> {
-    Launch { kernel: B::Kernel, args: Vec<ArgSource>, config: LaunchConfig },
-    Matmul(crate::plan::MatmulStep),
-}
-
-/// A loaded program: one model at one input shape on one device.
-///
-/// It holds the device's constant buffer (shared with the device's other programs); drop a program
-/// only after the work it enqueued has run.
-///
-/// # Thread safety
-/// `Send + Sync` and stateless between runs: concurrent launches with their own bindings and
-/// scratch do not interfere.
-#[derive(Debug)]
-pub struct OnnxProgram<B: Backend> {
-    model: String,
-    output_dims: Vec<Vec<u64>>,
-    input_bytes: Vec<usize>,
-    output_bytes: Vec<usize>,
-    scratch_bytes: usize,
-    steps: Vec<LoadedStep<B>>,
-    weights: Arc<ResidentBuffer<B>>,
-    local: Option<B::DeviceBuffer>,
-    /// The BLAS-Lt handle of the matmul steps, when there are any.
-    blas: Option<Arc<B::Blas>>,
-    _modules: Vec<Arc<B::Module>>,
-    /// What each step runs (kernel name or matmul shape), for profiles.
-    pub(crate) kinds: Vec<String>,
-    /// The nodes each step computes, for profiles.
-    pub(crate) labels: crate::plan::labels::StepLabels,
-}
-
-impl<B: Backend> OnnxProgram<B> {
-    /// Kernel launches and matmuls per run.
-    pub fn launches(&self) -> usize {
-        self.steps.len()
-    }
-
-    /// Matmuls per run that go through the BLAS-Lt library.
-    pub fn blas_matmuls(&self) -> usize {
-        self.steps.iter().filter(|s| matches!(s, LoadedStep::Matmul(_))).count()
-    }
-
-    /// The scratch bytes and the bytes of each input and output binding a launch needs.
-    pub(crate) fn binding_bytes(&self) -> (usize, &[usize], &[usize]) {
-        (self.scratch_bytes, &self.input_bytes, &self.output_bytes)
-    }
-
-    fn check_bindings(
-        &self,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> saggar_device::Result<()> {
-        steps::check_bindings(inputs, outputs, scratch, &self.input_bytes, &self.output_bytes, self.scratch_bytes)
-            .map_err(|reason| saggar_device::Error::InvalidLaunchConfig {
-                kernel: format!("saggar-onnx program `{}`", self.model),
-                reason,
-            })
-    }
-
-    fn resolve(
-        &self,
-        arg: ArgSource,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> KernelArg {
-        let at = |base: DevicePtr, bytes: usize| KernelArg::Ptr(DevicePtr(base.0 + bytes as u64));
-        match arg {
-            ArgSource::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
-            ArgSource::Output(i) => KernelArg::Ptr(outputs[i].ptr()),
-            ArgSource::Scratch(off) => at(scratch.ptr(), off),
-            ArgSource::Weights(off) => at(self.weights.buffer().ptr(), CONSTANTS_OFFSET + off),
-            ArgSource::Local(off) => at(self.local.as_ref().map_or(DevicePtr::NULL, |b| b.ptr()), off),
-            ArgSource::Bytes(n) => KernelArg::U64(n),
-        }
-    }
-}
-
-impl<B: Backend> Program<B> for OnnxProgram<B> {
-    fn output_dims(&self) -> &[Vec<u64>] {
-        &self.output_dims
-    }
-
-    fn scratch_bytes(&self) -> usize {
-        self.scratch_bytes
-    }
-
-    unsafe fn launch(
-        &self,
-        stream: &B::Stream,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> Result<(), saggar_device::Error> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.enqueue(stream, 0..self.steps.len(), inputs, outputs, scratch) }
-    }
-}
-
-impl<B: Backend> OnnxProgram<B> {
-    /// Enqueues the steps in `range` (of `0..launches()`) on `stream`, after checking the bindings.
-    ///
-    /// # Safety
-    /// As [`Program::launch`].
-    pub(crate) unsafe fn enqueue(
-        &self,
-        stream: &B::Stream,
-        range: std::ops::Range<usize>,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> Result<(), saggar_device::Error> {
-        self.check_bindings(inputs, outputs, scratch)?;
-        let steps = self.steps.get(range).unwrap_or(&[]);
-        // SAFETY: forwarded from this function's contract; `check_bindings` verified each binding
-        // holds what the plan reads and writes (the plan placed every tensor inside those lengths),
-        // and the weight and local constant buffers are kept alive by `self`, sized by the same layout.
-        unsafe {
-            steps::enqueue_steps::<B, _>(stream, steps, |step, args| match step {
-                LoadedStep::Launch { kernel, args: sources, config } => {
-                    args.extend(sources.iter().map(|a| self.resolve(*a, inputs, outputs, scratch)));
-                    steps::StepWork::Launch { kernel, config }
-                }
-                LoadedStep::Matmul(m) => {
-                    let blas = self.blas.as_deref().expect("a program with matmul steps holds a BLAS handle");
-                    let slice = |src: ArgSource, bytes: u64| {
-                        let ptr = self.resolve(src, inputs, outputs, scratch).as_ptr().unwrap_or(DevicePtr::NULL);
-                        DeviceSlice::from_raw(ptr, bytes as usize)
-                    };
-                    let d = &m.desc;
-                    let span = |stride: u64, elements: u64| ((d.batch - 1) * stride + elements) * 4;
-                    let workspace =
-                        DeviceSlice::from_raw(DevicePtr(scratch.ptr().0 + m.workspace as u64), blas.workspace_bytes());
-                    let operands = MatmulOperands {
-                        a: slice(m.a, span(d.stride_a, d.m * d.k)),
-                        b: slice(m.b, span(d.stride_b, d.k * d.n)),
-                        c: slice(m.c, span(d.stride_c, d.m * d.n)),
-                        bias: m.bias.map(|b| slice(b, d.n * 4)),
-                        workspace,
-                    };
-                    steps::StepWork::Matmul { blas, desc: d, operands }
-                }
-            })
-        }
-    }
-}
+/// A loaded program: one model at one input shape on one device, run by saggar-dispatch's step
+/// runtime. It holds the device's constant buffer (shared with the device's other programs); drop a
+/// program only after the work it enqueued has run.
+pub type OnnxProgram<B> = StepProgram<B>;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@
 //! the sum of the steps is at most the time of the whole run between the first and last event.
 
 use saggar_device::{Backend, Device as _, DeviceBuffer as _, Event as _, Stream as _};
-use saggar_dispatch::CompileRequest;
+use saggar_dispatch::{CompileRequest, Program as _};
 
 use crate::compiler::{OnnxCompiler, OnnxProgram};
 use crate::error::OnnxError;
@@ -130,9 +130,13 @@ impl OnnxCompiler {
         }
         let input_dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
         let request = CompileRequest::new(&input_dims, None);
-        let artifact = self.compile_impl::<B>(device, &request)?;
-        let program: OnnxProgram<B> = self.load_impl::<B>(device, &request, &artifact)?;
-        let (scratch_bytes, input_bytes, output_bytes) = program.binding_bytes();
+        let artifact = self.parse_artifact::<B>(&self.compile_impl::<B>(device, &request)?)?;
+        let lowered = self.lower(&input_dims, B::KIND)?;
+        let kinds = crate::plan::labels::kinds(&lowered.steps);
+        let labels = lowered.labels.clone();
+        let program: OnnxProgram<B> = self.load_lowered::<B>(device, &request, &artifact, lowered)?;
+        let (scratch_bytes, input_bytes, output_bytes) =
+            (program.scratch_bytes(), program.input_bytes(), program.output_bytes());
         let stream = device.create_stream()?;
         let mut input_buffers = Vec::with_capacity(inputs.len());
         for (tensor, &need) in inputs.iter().zip(input_bytes) {
@@ -153,7 +157,7 @@ impl OnnxCompiler {
         let n = program.launches();
         let events = (0..=n).map(|_| device.create_event()).collect::<Result<Vec<_>, _>>()?;
         // SAFETY: the bindings are buffers of this device sized by the program's own plan
-        // (`binding_bytes`), alive until the stream is synchronised below; the program checks them.
+        // (its binding sizes), alive until the stream is synchronised below; the program checks them.
         unsafe { program.enqueue(&stream, 0..n, &ins, &outs, scratch.as_slice())? };
         stream.synchronize()?;
         let mut times: Vec<Vec<f64>> = (0..n).map(|_| Vec::with_capacity(iterations)).collect();
@@ -175,7 +179,6 @@ impl OnnxCompiler {
             totals.push(us(&events[n], &events[0])?);
         }
         stream.synchronize()?;
-        let labels = &program.labels;
         let steps = times
             .iter_mut()
             .enumerate()
@@ -184,7 +187,7 @@ impl OnnxCompiler {
                 let label = labels.groups.get(group);
                 StepProfile {
                     index,
-                    kind: program.kinds.get(index).cloned().unwrap_or_default(),
+                    kind: kinds.get(index).cloned().unwrap_or_default(),
                     group,
                     ops: label.map(|l| l.ops.clone()).unwrap_or_default(),
                     nodes: label.map(|l| l.nodes.clone()).unwrap_or_default(),

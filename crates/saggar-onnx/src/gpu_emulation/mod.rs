@@ -136,7 +136,7 @@ pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Pat
         ArgSource::Scratch(o) => format!("(void*)(scratch + {o})"),
         ArgSource::Weights(o) => format!("(void*)(weights + {o})"),
         ArgSource::Local(o) => format!("(void*)(local + {o})"),
-        ArgSource::Bytes(n) => panic!("a GPU plan passes no byte counts ({n})"),
+        ArgSource::Bytes(_) | ArgSource::U32(_) => panic!("a GPU plan passes no scalars ({a:?})"),
     };
     for step in &lowered.steps {
         let step = match step {

@@ -17,7 +17,7 @@ use crate::ops::norm::gpu::LayerNormKernel;
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::{NodeInfo, operand};
-use crate::plan::{ArgSource, PlanStep, Step, Target};
+use crate::plan::{ArgSource, PlanStep, LaunchStep, Target};
 
 /// A group being emitted: its members (graph order, the root last), the values it reads from
 /// outside in order of first read, and how each member's inputs are wired.
@@ -118,7 +118,7 @@ impl Members<'_> {
             fused.signature()
         };
         let name = emit.kernel(signature, None);
-        emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
+        emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: host_config() }));
         Ok(())
     }
 
@@ -182,7 +182,7 @@ impl Members<'_> {
         let mut args = vec![emit.meta(&meta)];
         args.extend(self.externals.iter().map(|id| self.at(id)));
         args.push(self.at(&graph.nodes[self.root].outputs[0]));
-        emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: launch_config(work) }));
+        emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: launch_config(work) }));
         Ok(())
     }
 

@@ -34,7 +34,7 @@ use crate::plan::labels::StepLabels;
 use crate::plan::launch::host_config;
 use crate::plan::memory::{MemoryPlan, WeightLayout, bytes_of};
 use crate::plan::nodes::{NodeInfo, describe, operand};
-use crate::plan::{ArgSource, Lowered, PlanStep, PlanSummary, Step, Target};
+use crate::plan::{ArgSource, Lowered, PlanStep, PlanSummary, LaunchStep, Target};
 
 fn unsupported(target: Target, graph: &Graph, node: usize, reason: String) -> OnnxError {
     let n = &graph.nodes[node];
@@ -281,7 +281,7 @@ impl Lowering<'_> {
                     host::ensure_copy_registered()?;
                     let name = self.emit.kernel(host::copy_signature(), None);
                     let args = vec![ArgSource::Output(i), src, ArgSource::Bytes(outputs.bytes[i] as u64)];
-                    self.emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
+                    self.emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: host_config() }));
                 }
                 Target::Gpu(_) => {
                     let l = copy_launch(1, &[outputs.bytes[i]], (Slot::In(0), 0, &[1]), (Slot::Out(0), 0, &[1]));

@@ -6,7 +6,7 @@ use saggar_device::KernelSignature;
 use crate::ops::gpu::{GpuKernel, Work, kernel_definition, kernel_signature};
 use crate::plan::launch::launch_config;
 use crate::plan::memory::pack;
-use crate::plan::{ArgSource, PlanStep, Step};
+use crate::plan::{ArgSource, PlanStep, LaunchStep};
 
 /// Kernels and launches being collected.
 #[derive(Default)]
@@ -57,6 +57,6 @@ impl Emitter {
         let name = self.kernel(kernel_signature(&name, pointers.len()), Some(text));
         let mut args = vec![self.meta(meta)];
         args.extend(pointers);
-        self.steps.push(PlanStep::Launch(Step { kernel: name, args, config: launch_config(work) }));
+        self.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: launch_config(work) }));
     }
 }

@@ -1,6 +1,6 @@
 //! The plan a lowering produces for one concrete input shape: its steps (kernel launches and BLAS-Lt
-//! matmuls, [`PlanStep`]) with where each argument lives ([`ArgSource`]), the kernels they need, and
-//! the memory plan.
+//! matmuls, saggar-dispatch's [`PlanStep`], the one step-program form every compiler shares) with
+//! where each argument lives ([`ArgSource`]), the kernels they need, and the memory plan.
 //!
 //! Locations: model inputs and outputs are the caller's bindings; the constants of the imported
 //! model live in one weight buffer per device ([`memory::WeightLayout`], shared by every program);
@@ -18,41 +18,10 @@ pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod nodes;
 
-use saggar_device::{BackendKind, KernelSignature, LaunchConfig, MatmulDesc};
+use saggar_device::{BackendKind, KernelSignature};
+pub(crate) use saggar_dispatch::steps::{ArgSource, LaunchStep, MatmulStep, PlanStep};
 
 use self::labels::StepLabels;
-
-/// Where a kernel argument points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ArgSource {
-    /// The caller's input binding `i`.
-    Input(usize),
-    /// The caller's output binding `i`.
-    Output(usize),
-    /// Scratch memory at this offset.
-    Scratch(usize),
-    /// The device's shared weight buffer at this offset.
-    Weights(usize),
-    /// The program's own constants at this offset.
-    Local(usize),
-    /// A byte count (the copy kernel's length).
-    Bytes(u64),
-}
-
-/// One launch.
-#[derive(Debug, Clone)]
-pub(crate) struct Step {
-    pub(crate) kernel: String,
-    pub(crate) args: Vec<ArgSource>,
-    pub(crate) config: LaunchConfig,
-}
-
-/// One step of a plan: a kernel launch, or a matmul through the backend's BLAS-Lt handle.
-#[derive(Debug, Clone)]
-pub(crate) enum PlanStep {
-    Launch(Step),
-    Matmul(MatmulStep),
-}
 
 /// What the plan is lowered for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,18 +30,6 @@ pub(crate) enum Target {
     Host,
     /// Generated CUDA/HIP C++ (the backend only names errors).
     Gpu(BackendKind),
-}
-
-/// One matmul of a plan: the description and where its operands are.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct MatmulStep {
-    pub(crate) desc: MatmulDesc,
-    pub(crate) a: ArgSource,
-    pub(crate) b: ArgSource,
-    pub(crate) c: ArgSource,
-    pub(crate) bias: Option<ArgSource>,
-    /// Offset of the workspace in scratch (set once the memory plan is complete).
-    pub(crate) workspace: usize,
 }
 
 /// Kernel counts of one lowered program.

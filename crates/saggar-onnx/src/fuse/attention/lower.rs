@@ -16,7 +16,7 @@ use crate::ops::gpu::{Work, numel};
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::operand;
-use crate::plan::{ArgSource, PlanStep, Step, Target};
+use crate::plan::{ArgSource, PlanStep, LaunchStep, Target};
 
 /// Blocks of the tiled kernel for `a` with tiles of `rows` query rows: batch positions × tiles.
 fn tiles(a: &Attention, rows: usize) -> u64 {
@@ -69,7 +69,7 @@ pub(crate) fn emit(
             };
             kernel.ensure_registered()?;
             let name = emit.kernel(kernel.signature(), None);
-            emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config: host_config() }));
+            emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: host_config() }));
         }
         Target::Gpu(backend) => {
             let (mask, guard) = (a.mask.is_some(), a.nan_to_zero);
@@ -118,7 +118,7 @@ pub(crate) fn emit(
             };
             let mut all = vec![emit.meta(&a.meta())];
             all.extend(args);
-            emit.steps.push(PlanStep::Launch(Step { kernel: name, args: all, config }));
+            emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args: all, config }));
         }
     }
     Ok(())

@@ -27,7 +27,7 @@ use crate::ops::reduce::gpu::ReduceKernel;
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::launch_config;
 use crate::plan::nodes::NodeInfo;
-use crate::plan::{ArgSource, PlanStep, Step};
+use crate::plan::{ArgSource, PlanStep, LaunchStep};
 
 /// A recognised Gather → ReduceSum / ReduceMean pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +184,7 @@ pub(crate) fn emit(
     let (name, text) = kernel_definition(&EmbeddingBagKernel { index: bag.index, mean: bag.mean });
     let name = emit.kernel(kernel_signature(&name, 3), Some(text));
     let config = launch_config(Work::Columns { rows: bag.bags, cols: bag.width });
-    emit.steps.push(PlanStep::Launch(Step { kernel: name, args, config }));
+    emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config }));
     Ok(())
 }
 
