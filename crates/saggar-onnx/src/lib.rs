@@ -30,7 +30,6 @@
 #[cfg(target_endian = "big")]
 compile_error!("saggar-onnx reads tensors in place as little-endian bytes");
 
-mod artifact;
 pub mod builder;
 mod compiler;
 pub mod error;
@@ -42,15 +41,14 @@ mod import;
 mod lower;
 pub mod ops;
 mod plan;
-mod profile;
-mod run;
 pub mod synthetic;
 pub mod tensor;
-mod units;
 
 pub use graph::ir;
 pub use import::{proto, tensor_pb};
 
+pub use compiler::profile::{MAX_PROFILE_ITERATIONS, OpsTotal, ProgramProfile, StepProfile};
+pub use compiler::run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use compiler::{
     ARTIFACT_VERSION, COMPILER_NAME, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions, OnnxProgram,
 };
@@ -62,8 +60,6 @@ pub use graph::passes::conv_gemm::ConvEngine;
 pub use import::limits::ImportLimits;
 pub use lower::blas::GemmEngine;
 pub use plan::PlanSummary;
-pub use profile::{MAX_PROFILE_ITERATIONS, OpsTotal, ProgramProfile, StepProfile};
-pub use run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
 pub use saggar_device::MatmulPrecision;
 pub use tensor::{Tensor, TensorData};
 pub use tensor_pb::{NamedTensor, read_tensor_pb, write_tensor_pb};

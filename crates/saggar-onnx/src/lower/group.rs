@@ -17,7 +17,7 @@ use crate::ops::norm::gpu::LayerNormKernel;
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::{NodeInfo, operand};
-use crate::plan::{ArgSource, PlanStep, LaunchStep, Target};
+use crate::plan::{ArgSource, LaunchStep, PlanStep, Target};
 
 /// A group being emitted: its members (graph order, the root last), the values it reads from
 /// outside in order of first read, and how each member's inputs are wired.

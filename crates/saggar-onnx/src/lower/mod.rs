@@ -34,7 +34,7 @@ use crate::plan::labels::StepLabels;
 use crate::plan::launch::host_config;
 use crate::plan::memory::{MemoryPlan, WeightLayout, bytes_of};
 use crate::plan::nodes::{NodeInfo, describe, operand};
-use crate::plan::{ArgSource, Lowered, PlanStep, PlanSummary, LaunchStep, Target};
+use crate::plan::{ArgSource, LaunchStep, Lowered, PlanStep, PlanSummary, Target};
 
 fn unsupported(target: Target, graph: &Graph, node: usize, reason: String) -> OnnxError {
     let n = &graph.nodes[node];

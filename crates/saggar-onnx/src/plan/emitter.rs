@@ -6,7 +6,7 @@ use saggar_device::KernelSignature;
 use crate::ops::gpu::{GpuKernel, Work, kernel_definition, kernel_signature};
 use crate::plan::launch::launch_config;
 use crate::plan::memory::pack;
-use crate::plan::{ArgSource, PlanStep, LaunchStep};
+use crate::plan::{ArgSource, LaunchStep, PlanStep};
 
 /// Kernels and launches being collected.
 #[derive(Default)]

@@ -16,7 +16,7 @@ use crate::ops::gpu::{Work, numel};
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::operand;
-use crate::plan::{ArgSource, PlanStep, LaunchStep, Target};
+use crate::plan::{ArgSource, LaunchStep, PlanStep, Target};
 
 /// Blocks of the tiled kernel for `a` with tiles of `rows` query rows: batch positions × tiles.
 fn tiles(a: &Attention, rows: usize) -> u64 {

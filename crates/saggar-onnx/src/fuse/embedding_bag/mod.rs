@@ -27,7 +27,7 @@ use crate::ops::reduce::gpu::ReduceKernel;
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::launch_config;
 use crate::plan::nodes::NodeInfo;
-use crate::plan::{ArgSource, PlanStep, LaunchStep};
+use crate::plan::{ArgSource, LaunchStep, PlanStep};
 
 /// A recognised Gather → ReduceSum / ReduceMean pair.
 #[derive(Debug, Clone, PartialEq, Eq)]

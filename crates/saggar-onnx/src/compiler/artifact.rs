@@ -65,6 +65,6 @@ mod tests {
     #[test]
     fn the_cache_key_document_lists_this_format() {
         let row = format!("| `saggar-onnx` | `SAGGARON` | {ARTIFACT_VERSION} |");
-        assert!(include_str!("../../../docs/cache-key.md").contains(&row), "docs/cache-key.md must list {row}");
+        assert!(include_str!("../../../../docs/cache-key.md").contains(&row), "docs/cache-key.md must list {row}");
     }
 }

@@ -8,8 +8,8 @@
 //! source is the same for every input shape of the model: the compiler keeps the code object of each
 //! source it compiled (per backend and device ordinal) and every later bucket reuses it without
 //! compiling ([`OnnxCompiler::gpu_source_compiles`] counts them). The source is compiled as several
-//! translation units at once ([`crate::units`]); each bucket's artifact (saggar-dispatch's
-//! step-program container, [`crate::artifact`]) carries the same code objects (one per unit), the
+//! translation units at once ([`crate::compiler::units`]); each bucket's artifact (saggar-dispatch's
+//! step-program container, [`crate::compiler::artifact`]) carries the same code objects (one per unit), the
 //! source hash and the request's shapes. `load` lowers again for the request's shapes (computing
 //! launch shapes and `meta` tables), checks that the request's code is the artifact's, and hands the
 //! plan to saggar-dispatch's `ProgramLoader`, which finds each kernel in its code object, loads the
@@ -22,12 +22,17 @@
 //! `meta` tables are uploaded with their program. A node with no GPU lowering is an
 //! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
+pub(crate) mod artifact;
+mod options;
+pub(crate) mod profile;
+pub(crate) mod run;
+pub(crate) mod units;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
-use saggar_device::blas::BlasConfig;
-use saggar_device::{Backend, BackendKind, CodeObject, Device as _, KernelSource, MatmulPrecision};
+use saggar_device::{Backend, BackendKind, CodeObject, Device as _, KernelSource};
 use saggar_dispatch::resident::MARKER_LEN;
 use saggar_dispatch::steps::{LoadError, ProgramLoader, ProgramPlan, StepArtifact, StepProgram, source_hash};
 use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
@@ -35,15 +40,15 @@ use saggar_dispatch::{
     CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, ProgramCompiler,
 };
 
-use crate::artifact;
+pub use self::options::{DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions};
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
-use crate::lower::blas::{BlasLowering, GemmEngine};
-use crate::plan::memory::{self, WeightLayout};
-use crate::plan::{Lowered, PlanSummary, Target};
 use crate::graph::model::OnnxModel;
 use crate::graph::passes;
 use crate::graph::passes::conv_gemm::ConvEngine;
+use crate::lower::blas::{BlasLowering, GemmEngine};
+use crate::plan::memory::{self, WeightLayout};
+use crate::plan::{Lowered, PlanSummary, Target};
 
 /// The compiler's name in its identity.
 pub const COMPILER_NAME: &str = "saggar-onnx";
@@ -53,128 +58,6 @@ pub const ARTIFACT_VERSION: u32 = 4;
 /// constants' alignment.
 const CONSTANTS_OFFSET: usize = memory::ALIGN;
 const _: () = assert!(CONSTANTS_OFFSET >= MARKER_LEN);
-
-/// Options of an [`OnnxCompiler`].
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OnnxOptions {
-    /// Largest scratch memory, and largest single tensor, a program may need; requests above it are
-    /// refused at compile before anything is allocated.
-    pub max_program_bytes: u64,
-    /// How MatMul and Gemm run: through the backend's BLAS-Lt library (default) or the generated
-    /// kernel. Part of the compiler identity.
-    pub gemm: GemmEngine,
-    /// How Conv runs: one-group convolutions as im2col plus a GEMM (default) or always the direct
-    /// kernel. Part of the compiler identity.
-    pub conv: ConvEngine,
-    /// Whether BLAS-Lt GEMMs may use TF32 (default: strict `f32`). Part of the compiler identity.
-    pub precision: MatmulPrecision,
-    /// Scratch each run reserves for the BLAS-Lt library's workspace on CUDA and HIP (the host
-    /// backend needs none). Part of the compiler identity.
-    pub blas_workspace_bytes: usize,
-    /// The BLAS-Lt library to load instead of the vendor's default names (see
-    /// [`saggar_device::blas::BlasConfig::library_path`]); `None` reads
-    /// [`saggar_device::blas::LIBRARY_ENV`].
-    pub blas_library: Option<std::path::PathBuf>,
-    /// How many BLAS-Lt candidates a load times per matmul shape and keeps the fastest of
-    /// ([`saggar_device::BlasConfig::tune_candidates`]; 1, the default, takes the heuristic's
-    /// first choice). Not part of the compiler identity: it picks kernels, not results' layout.
-    pub blas_tune_candidates: usize,
-    /// Whether nodes are fused (attention patterns and elementwise chains into one kernel each);
-    /// off, every node is its own launch (for comparisons and benches). On by default.
-    pub fusion: bool,
-    /// Which kernel a fused attention pattern runs on CUDA and HIP. Part of the compiler identity
-    /// unless [`AttentionKernel::Auto`].
-    pub attention: AttentionKernel,
-}
-
-/// Default BLAS-Lt workspace per run context: [`saggar_device::blas::DEFAULT_WORKSPACE_BYTES`]
-/// (32 MiB). The libraries choose split-K kernels only when the workspace holds their partial sums:
-/// at 128 rows cuBLASLt's first choice with 4 MiB runs BERT-base's 128 x 768 x 3072 GEMM in 63 us on
-/// an H100, with 32 MiB in 24 us.
-pub const DEFAULT_BLAS_WORKSPACE_BYTES: usize = saggar_device::blas::DEFAULT_WORKSPACE_BYTES;
-
-impl Default for OnnxOptions {
-    fn default() -> OnnxOptions {
-        OnnxOptions {
-            max_program_bytes: 8 << 30,
-            gemm: GemmEngine::default(),
-            conv: ConvEngine::default(),
-            precision: MatmulPrecision::default(),
-            blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
-            blas_library: None,
-            blas_tune_candidates: saggar_device::DEFAULT_TUNE_CANDIDATES,
-            fusion: true,
-            attention: AttentionKernel::Auto,
-        }
-    }
-}
-
-impl OnnxOptions {
-    /// The same options with another [`OnnxOptions::max_program_bytes`].
-    pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
-        self.max_program_bytes = bytes;
-        self
-    }
-
-    /// The same options with fusion on or off ([`OnnxOptions::fusion`]).
-    pub fn with_fusion(mut self, fusion: bool) -> OnnxOptions {
-        self.fusion = fusion;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::blas_tune_candidates`].
-    pub fn with_blas_tuning(mut self, candidates: usize) -> OnnxOptions {
-        self.blas_tune_candidates = candidates;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::blas_workspace_bytes`].
-    pub fn with_blas_workspace(mut self, bytes: usize) -> OnnxOptions {
-        self.blas_workspace_bytes = bytes;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::attention`].
-    pub fn with_attention(mut self, attention: AttentionKernel) -> OnnxOptions {
-        self.attention = attention;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::gemm`].
-    pub fn with_gemm(mut self, gemm: GemmEngine) -> OnnxOptions {
-        self.gemm = gemm;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::conv`].
-    pub fn with_conv(mut self, conv: ConvEngine) -> OnnxOptions {
-        self.conv = conv;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::precision`].
-    pub fn with_precision(mut self, precision: MatmulPrecision) -> OnnxOptions {
-        self.precision = precision;
-        self
-    }
-
-    /// The same options with another [`OnnxOptions::blas_library`].
-    pub fn with_blas_library(mut self, path: impl Into<std::path::PathBuf>) -> OnnxOptions {
-        self.blas_library = Some(path.into());
-        self
-    }
-
-    /// The BLAS-Lt handle configuration these options ask for.
-    fn blas_config(&self) -> BlasConfig {
-        let from_env = BlasConfig::from_env();
-        BlasConfig {
-            workspace_bytes: self.blas_workspace_bytes,
-            library_path: self.blas_library.clone().or(from_env.library_path),
-            tune_candidates: self.blas_tune_candidates,
-        }
-    }
-}
 
 /// Compiles one imported ONNX model for sessions. See the module docs.
 ///
@@ -306,13 +189,13 @@ impl OnnxCompiler {
     }
 
     /// The translation units compiled for `lowered`: on GPUs the generated source split by
-    /// [`crate::units`], on the host the plan source.
+    /// [`crate::compiler::units`], on the host the plan source.
     pub(crate) fn units(&self, lowered: &Lowered, source: &KernelSource) -> Vec<KernelSource> {
         if lowered.definitions.iter().all(String::is_empty) {
             return vec![source.clone()];
         }
         let prelude = self.prelude(lowered);
-        crate::units::split(
+        crate::compiler::units::split(
             &format!("saggar_onnx_{}", self.model.name()),
             &prelude,
             &lowered.definitions,
@@ -367,7 +250,7 @@ impl OnnxCompiler {
         if let Some(codes) = found {
             return Ok(codes);
         }
-        let codes = crate::units::compile_all(device, units)?;
+        let codes = crate::compiler::units::compile_all(device, units)?;
         self.source_compiles.fetch_add(1, Ordering::Relaxed);
         compiled.push(Compiled { backend: B::KIND, ordinal, source_hash: hash, codes: codes.clone() });
         Ok(codes)

@@ -1,0 +1,131 @@
+//! [`OnnxOptions`]: how an [`OnnxCompiler`](super::OnnxCompiler) lowers a model; the options that
+//! change the generated code are part of its identity.
+
+use saggar_device::MatmulPrecision;
+use saggar_device::blas::BlasConfig;
+
+use crate::fuse::attention::AttentionKernel;
+use crate::graph::passes::conv_gemm::ConvEngine;
+use crate::lower::blas::GemmEngine;
+
+/// Options of an [`OnnxCompiler`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnnxOptions {
+    /// Largest scratch memory, and largest single tensor, a program may need; requests above it are
+    /// refused at compile before anything is allocated.
+    pub max_program_bytes: u64,
+    /// How MatMul and Gemm run: through the backend's BLAS-Lt library (default) or the generated
+    /// kernel. Part of the compiler identity.
+    pub gemm: GemmEngine,
+    /// How Conv runs: one-group convolutions as im2col plus a GEMM (default) or always the direct
+    /// kernel. Part of the compiler identity.
+    pub conv: ConvEngine,
+    /// Whether BLAS-Lt GEMMs may use TF32 (default: strict `f32`). Part of the compiler identity.
+    pub precision: MatmulPrecision,
+    /// Scratch each run reserves for the BLAS-Lt library's workspace on CUDA and HIP (the host
+    /// backend needs none). Part of the compiler identity.
+    pub blas_workspace_bytes: usize,
+    /// The BLAS-Lt library to load instead of the vendor's default names (see
+    /// [`saggar_device::blas::BlasConfig::library_path`]); `None` reads
+    /// [`saggar_device::blas::LIBRARY_ENV`].
+    pub blas_library: Option<std::path::PathBuf>,
+    /// How many BLAS-Lt candidates a load times per matmul shape and keeps the fastest of
+    /// ([`saggar_device::BlasConfig::tune_candidates`]; 1, the default, takes the heuristic's
+    /// first choice). Not part of the compiler identity: it picks kernels, not results' layout.
+    pub blas_tune_candidates: usize,
+    /// Whether nodes are fused (attention patterns and elementwise chains into one kernel each);
+    /// off, every node is its own launch (for comparisons and benches). On by default.
+    pub fusion: bool,
+    /// Which kernel a fused attention pattern runs on CUDA and HIP. Part of the compiler identity
+    /// unless [`AttentionKernel::Auto`].
+    pub attention: AttentionKernel,
+}
+
+/// Default BLAS-Lt workspace per run context: [`saggar_device::blas::DEFAULT_WORKSPACE_BYTES`]
+/// (32 MiB). The libraries choose split-K kernels only when the workspace holds their partial sums:
+/// at 128 rows cuBLASLt's first choice with 4 MiB runs BERT-base's 128 x 768 x 3072 GEMM in 63 us on
+/// an H100, with 32 MiB in 24 us.
+pub const DEFAULT_BLAS_WORKSPACE_BYTES: usize = saggar_device::blas::DEFAULT_WORKSPACE_BYTES;
+
+impl Default for OnnxOptions {
+    fn default() -> OnnxOptions {
+        OnnxOptions {
+            max_program_bytes: 8 << 30,
+            gemm: GemmEngine::default(),
+            conv: ConvEngine::default(),
+            precision: MatmulPrecision::default(),
+            blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
+            blas_library: None,
+            blas_tune_candidates: saggar_device::DEFAULT_TUNE_CANDIDATES,
+            fusion: true,
+            attention: AttentionKernel::Auto,
+        }
+    }
+}
+
+impl OnnxOptions {
+    /// The same options with another [`OnnxOptions::max_program_bytes`].
+    pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
+        self.max_program_bytes = bytes;
+        self
+    }
+
+    /// The same options with fusion on or off ([`OnnxOptions::fusion`]).
+    pub fn with_fusion(mut self, fusion: bool) -> OnnxOptions {
+        self.fusion = fusion;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::blas_tune_candidates`].
+    pub fn with_blas_tuning(mut self, candidates: usize) -> OnnxOptions {
+        self.blas_tune_candidates = candidates;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::blas_workspace_bytes`].
+    pub fn with_blas_workspace(mut self, bytes: usize) -> OnnxOptions {
+        self.blas_workspace_bytes = bytes;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::attention`].
+    pub fn with_attention(mut self, attention: AttentionKernel) -> OnnxOptions {
+        self.attention = attention;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::gemm`].
+    pub fn with_gemm(mut self, gemm: GemmEngine) -> OnnxOptions {
+        self.gemm = gemm;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::conv`].
+    pub fn with_conv(mut self, conv: ConvEngine) -> OnnxOptions {
+        self.conv = conv;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::precision`].
+    pub fn with_precision(mut self, precision: MatmulPrecision) -> OnnxOptions {
+        self.precision = precision;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::blas_library`].
+    pub fn with_blas_library(mut self, path: impl Into<std::path::PathBuf>) -> OnnxOptions {
+        self.blas_library = Some(path.into());
+        self
+    }
+
+    /// The BLAS-Lt handle configuration these options ask for.
+    pub(super) fn blas_config(&self) -> BlasConfig {
+        let from_env = BlasConfig::from_env();
+        BlasConfig {
+            workspace_bytes: self.blas_workspace_bytes,
+            library_path: self.blas_library.clone().or(from_env.library_path),
+            tune_candidates: self.blas_tune_candidates,
+        }
+    }
+}
