@@ -2,7 +2,16 @@
 //! matrix of the conv-to-GEMM rewrite (`im2col.cu`) and inference BatchNormalization
 //! (`batch_norm.cu`).
 
-use crate::ops::gpu::{GpuKernel, MAX_SPATIAL, float_literal, render};
+use super::Axis;
+use crate::ops::gpu::{GpuKernel, MAX_SPATIAL, ext, float_literal, render};
+
+/// The spatial part of a convolution's or im2col's `meta` table: per axis the input and output
+/// extents, then kernel, stride, leading pad and dilation, each field for every axis in turn.
+pub(crate) fn axes_meta(axes: &[Axis]) -> Vec<i64> {
+    let fields: [fn(&Axis) -> usize; 6] =
+        [|a| a.input, |a| a.output, |a| a.kernel, |a| a.stride, |a| a.pad_begin, |a| a.dilation];
+    fields.iter().flat_map(|field| axes.iter().map(|a| ext(field(a)))).collect()
+}
 
 /// Direct convolution, one thread per output element, with a bias input when `bias`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

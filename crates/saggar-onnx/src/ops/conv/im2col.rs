@@ -7,7 +7,7 @@
 
 use saggar_shape::DType;
 
-use crate::ops::conv::gpu::Im2colKernel;
+use crate::ops::conv::gpu::{Im2colKernel, axes_meta};
 use crate::ops::conv::{Axis, check_len, im2col};
 use crate::ops::{EvalInputs, InferInputs, Op, OpError, ValueType};
 use crate::tensor::TensorMut;
@@ -73,16 +73,7 @@ impl Op for Im2col {
             let x = &ctx.input(0)?.dims;
             let dims = self.output_dims(x).ok_or_else(|| OpError::eval("Im2col: input does not fit the axes"))?;
             let mut meta = vec![ext(self.axes.len()), ext(x[0]), ext(x[1])];
-            for field in [
-                (|a: &Axis| a.input) as fn(&Axis) -> usize,
-                |a| a.output,
-                |a| a.kernel,
-                |a| a.stride,
-                |a| a.pad_begin,
-                |a| a.dilation,
-            ] {
-                meta.extend(self.axes.iter().map(|a| ext(field(a))));
-            }
+            meta.extend(axes_meta(&self.axes));
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
                 Im2colKernel,
                 meta,

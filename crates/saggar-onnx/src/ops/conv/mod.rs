@@ -270,16 +270,7 @@ impl Op for Conv {
             let axes = self.window.resolve(&xd[2..], &wd[2..])?;
             let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
             let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(g)];
-            for field in [
-                (|a: &Axis| a.input) as fn(&Axis) -> usize,
-                |a| a.output,
-                |a| a.kernel,
-                |a| a.stride,
-                |a| a.pad_begin,
-                |a| a.dilation,
-            ] {
-                meta.extend(axes.iter().map(|a| ext(field(a))));
-            }
+            meta.extend(gpu::axes_meta(&axes));
             let mut slots = vec![Slot::In(0), Slot::In(1)];
             if bias {
                 slots.push(Slot::In(2));
