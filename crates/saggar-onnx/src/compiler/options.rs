@@ -8,7 +8,7 @@ use crate::fuse::attention::AttentionKernel;
 use crate::graph::passes::conv_gemm::ConvEngine;
 use crate::lower::blas::GemmEngine;
 
-/// Options of an [`OnnxCompiler`].
+/// Options of an [`OnnxCompiler`](super::OnnxCompiler).
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OnnxOptions {
