@@ -318,10 +318,12 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
 
     /// What the node is on CUDA and HIP ([`gpu`]): `None` when the op has no GPU lowering (the
     /// compiler then refuses the model for GPU backends, naming the op), `Some(Err(..))` when these
-    /// operands are not supported there.
+    /// operands are not supported there. By default a view ([`Op::is_view`]) is a copy of its input,
+    /// for where it must materialise (the lowering otherwise launches nothing for it), and any
+    /// other op has none.
     #[doc(hidden)]
-    fn gpu(&self, _ctx: &gpu::GpuCtx<'_>) -> Option<Result<gpu::GpuNode, OpError>> {
-        None
+    fn gpu(&self, ctx: &gpu::GpuCtx<'_>) -> Option<Result<gpu::GpuNode, OpError>> {
+        self.is_view().then(|| data_movement::gpu::contiguous_copy(ctx))
     }
 }
 

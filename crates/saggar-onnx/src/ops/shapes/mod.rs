@@ -186,10 +186,6 @@ fn cancel_symbols(whole: &[Dim], part: &[Dim]) -> Dim {
 }
 
 impl Op for Reshape {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some(crate::ops::data_movement::gpu::contiguous_copy(ctx))
-    }
-
     fn is_view(&self) -> bool {
         true
     }
@@ -232,10 +228,6 @@ fn build_flatten(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Flatten {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some(crate::ops::data_movement::gpu::contiguous_copy(ctx))
-    }
-
     fn is_view(&self) -> bool {
         true
     }
@@ -311,10 +303,6 @@ impl AxesOp {
 }
 
 impl Op for AxesOp {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some(crate::ops::data_movement::gpu::contiguous_copy(ctx))
-    }
-
     fn is_view(&self) -> bool {
         true
     }
