@@ -19,9 +19,11 @@
 //!
 //! The checks read source as text, not as a syntax tree: [`code_only`] blanks comments and string
 //! and character literals so that braces, `fn` and `crate::` are found in code only. Imports are
-//! found as `crate::` paths (`use crate::x`, `crate::{x, y}`, or a path in an expression); `super::`
-//! paths and items the crate root re-exports are not followed.
+//! found as `crate::` paths (`use crate::x`, `crate::{x, y}`, or a path in an expression); an item
+//! the crate root re-exports (`crate::Compiler`, from `pub use compiler::Compiler;` in `lib.rs`)
+//! counts as an import of the module it comes from. `super::` paths are not followed.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
@@ -411,24 +413,59 @@ fn matching_bracket(attr: &str) -> Option<usize> {
 pub(crate) fn layer_violations(files: &[SourceFile], layering: &Layering) -> Vec<Violation> {
     let prefix = format!("{}/", layering.src);
     let rank = |module: &str| layering.layers.iter().find(|(m, _)| *m == module).map(|&(_, r)| r);
+    let lib = files.iter().find(|f| f.path == format!("{prefix}lib.rs"));
+    let reexports = lib.map(|f| root_reexports(&f.text)).unwrap_or_default();
+    // A root item's module, through re-exports of re-exports (`pub use import::tensor_pb;` then
+    // `pub use tensor_pb::NamedTensor;`).
+    let module_of = |head: &str| {
+        let mut at = head.to_string();
+        for _ in 0..8 {
+            match reexports.get(&at) {
+                Some(module) if rank(&at).is_none() => at = module.clone(),
+                _ => break,
+            }
+        }
+        at
+    };
     let mut found = Vec::new();
     for file in files {
         let Some(in_src) = file.path.strip_prefix(&prefix) else { continue };
         let Some(module) = top_module(in_src) else { continue };
         let Some(own) = rank(module) else { continue };
-        for (line, target) in crate_imports(&file.text) {
+        for (line, head) in crate_imports(&file.text) {
+            let target = module_of(&head);
             if layering.known_upward.contains(&(module, target.as_str())) {
                 continue;
             }
             if let Some(theirs) = rank(&target).filter(|&r| r > own) {
+                let via = if head == target { String::new() } else { format!(" (through the root's `{head}`)") };
                 let message = format!(
-                    "`{module}` (layer {own}) imports `crate::{target}` (layer {theirs}): a layer may import only its own and lower ones"
+                    "`{module}` (layer {own}) imports `crate::{target}` (layer {theirs}){via}: a layer may import only its own and lower ones"
                 );
                 found.push(violation(&file.path, line, message));
             }
         }
     }
     found
+}
+
+/// The names a crate root re-exports from its own modules, each with the module it comes from:
+/// `pub use compiler::{Compiler, Options as Opts};` gives `Compiler`, `Options` and `Opts` →
+/// `compiler`. Read from the code of `pub use` items only (names of path segments come along, which
+/// is harmless: a path segment is not an item the root defines).
+pub(crate) fn root_reexports(lib: &str) -> HashMap<String, String> {
+    let code = code_only(lib);
+    let mut map = HashMap::new();
+    for item in code.split(';') {
+        let Some(path) = item.trim().strip_prefix("pub use ") else { continue };
+        let path = path.trim_start();
+        let path = path.strip_prefix("crate::").or_else(|| path.strip_prefix("self::")).unwrap_or(path);
+        let head: String = path.chars().take_while(|&c| is_ident(c)).collect();
+        for (_, name) in words(&path[head.len()..]).filter(|&(_, w)| w != "as" && w != head) {
+            map.insert(name.to_string(), head.clone());
+        }
+    }
+    map
 }
 
 /// The module at the top of `src/` that a file (given relative to `src/`) belongs to; `None` for
@@ -758,6 +795,33 @@ mod tests {
             file("c/src/lowering.rs", "use crate::{fuse, ops::conv, ir::Graph};\n"),
         ];
         assert!(layer_violations(&files, &LAYERS).is_empty());
+    }
+
+    #[test]
+    fn an_item_re_exported_by_the_root_counts_as_its_module() {
+        let files = [
+            file(
+                "c/src/lib.rs",
+                "mod compiler;\npub use compiler::{Compiler, options::Options as Opts};\npub use ir::Graph;\n",
+            ),
+            file(
+                "c/src/fuse/mod.rs",
+                "//! Fuse.\n#[cfg(test)]\nmod tests {\n    use crate::{Graph, Opts};\n    use crate::Compiler;\n}\n",
+            ),
+            file("c/src/ops/x.rs", "//! X.\nfn f() -> crate::Graph { todo!() }\n"),
+        ];
+        let found = layer_violations(&files, &LAYERS);
+        let at: Vec<(&str, usize)> = found.iter().map(|v| (v.path.as_str(), v.line)).collect();
+        assert_eq!(at, [("c/src/fuse/mod.rs", 4), ("c/src/fuse/mod.rs", 5)]);
+        assert!(
+            found[1].message.contains("`crate::compiler` (layer 4) (through the root's `Compiler`)"),
+            "{}",
+            found[1]
+        );
+        let map = root_reexports("pub use crate::ops::{conv::Conv, Pool};\n// pub use compiler::X;\n");
+        assert_eq!(map.get("Conv").map(String::as_str), Some("ops"));
+        assert_eq!(map.get("Pool").map(String::as_str), Some("ops"));
+        assert!(!map.contains_key("X"), "comments are not code");
     }
 
     /// saggar-onnx's table refuses `ops` and `fuse` importing the lowering or the compiler, and an

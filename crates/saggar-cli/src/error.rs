@@ -174,7 +174,7 @@ impl From<ModelError> for CliError {
             ModelError::InvalidConfig { .. } => {
                 CliError::usage(message, "docs/models.md lists every config field with its limits")
             }
-            ModelError::Io { .. } => CliError::usage(message, "check that the file exists and is readable"),
+            ModelError::Io(_) => CliError::usage(message, "check that the file exists and is readable"),
             ModelError::Safetensors { .. }
             | ModelError::MissingTensor { .. }
             | ModelError::TensorShape { .. }

@@ -287,3 +287,24 @@ impl DispatchError {
 
 /// Result with [`DispatchError`].
 pub type Result<T, E = DispatchError> = std::result::Result<T, E>;
+
+/// An I/O failure on one file: what was being done, the file, and the operating system's error.
+/// Compilers use it for the model files they read and write.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} `{}`: {source}", path.display())]
+pub struct FileError {
+    /// What was being done (`"reading model config"`, `"writing tensor file"`).
+    pub op: &'static str,
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// The operating system's error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl FileError {
+    /// The error of doing `op` on `path`, for `map_err`: `std::fs::read(p).map_err(FileError::at("reading", p))`.
+    pub fn at<'a>(op: &'static str, path: &'a std::path::Path) -> impl Fn(std::io::Error) -> FileError + Copy + 'a {
+        move |source| FileError { op, path: path.to_path_buf(), source }
+    }
+}

@@ -91,7 +91,7 @@ pub use config::{
     BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, LiveBuckets, PadValue, PaddedAxis, SessionConfig,
     SessionConfigBuilder,
 };
-pub use error::{DispatchError, FailureKind, Result};
+pub use error::{DispatchError, FailureKind, FileError, Result};
 pub use group::{Routing, SessionGroup};
 pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key, model_cache_key};
 pub use request::RequestLimits;

@@ -1,19 +1,19 @@
-//! The reference compiler: [`ReferenceCompiler`] implements saggar-dispatch's
-//! [`ProgramCompiler`] for every backend.
+//! The reference compiler: [`ReferenceCompiler`] is a saggar-dispatch [`StepCompiler`], which makes
+//! it a `ProgramCompiler` for every backend.
 //!
-//! - On CUDA and HIP, [`ProgramCompiler::compile`] generates C++ for the model whose kernels take the
+//! - On CUDA and HIP, `ProgramCompiler::compile` generates C++ for the model whose kernels take the
 //!   batch as an argument ([`crate::codegen`]) and compiles it with NVRTC or hipRTC through
 //!   [`Device::compile`]: one artifact serves every bucket (the compiler declares
-//!   [`CompilerCapabilities::one_artifact_per_model`] there), loaded once per bucket with that
+//!   `CompilerCapabilities::one_artifact_per_model` there), loaded once per bucket with that
 //!   bucket's plan.
 //! - On the host backend it makes a plan of host kernels ([`crate::host_kernels`], registered once per
 //!   process) and "compiles" that, which checks every kernel is registered.
 //!
 //! Either way the artifact is saggar-dispatch's step-program container holding the code object
-//! ([`crate::artifact`]). Weights are not in the artifact: [`ProgramCompiler::load`] plans the
+//! ([`crate::artifact`]). Weights are not in the artifact: `ProgramCompiler::load` plans the
 //! request again and hands the plan to saggar-dispatch's
 //! [`ProgramLoader`], which uploads the weights once per device (shared by the programs, the
-//! buckets, of that device) and returns the [`StepProgram`] a [`ModelProgram`] runs.
+//! buckets, of that device) and returns the [`StepProgram`] (a [`ModelProgram`]).
 //!
 //! # Which device holds the weights
 //! The loader keeps one weight buffer per device: two handles with the same ordinal are not always
@@ -23,12 +23,9 @@
 
 use std::sync::OnceLock;
 
-use saggar_device::{Backend, BackendKind, Device as _, DeviceSlice, KernelSource};
-use saggar_dispatch::steps::{PlanStep, ProgramLoader, ProgramPlan, StepArtifact, StepProgram};
-use saggar_dispatch::{
-    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, Program,
-    ProgramCompiler,
-};
+use saggar_device::{Backend, BackendKind, Device as _, KernelSource};
+use saggar_dispatch::steps::{PlanStep, ProgramLoader, ProgramPlan, StepArtifact, StepCompiler, StepProgram};
+use saggar_dispatch::{CompileRequest, CompilerIdentity, ModelHash, ModelSpec};
 
 use crate::artifact::{ARTIFACT_FORMAT, ARTIFACT_VERSION, ArtifactHeader};
 use crate::codegen;
@@ -186,8 +183,22 @@ impl ReferenceCompiler {
             }),
         }
     }
+}
 
-    fn compile_impl<B: Backend>(
+impl StepCompiler for ReferenceCompiler {
+    type Error = ModelError;
+
+    fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    fn code_identity(&self) -> CompilerIdentity {
+        CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), self.model_hash.clone())
+            .with_option("gemm", self.gemm.name())
+            .with_option("artifact", ARTIFACT_VERSION.to_string())
+    }
+
+    fn compile_steps<B: Backend>(
         &self,
         device: &B::Device,
         request: &CompileRequest<'_>,
@@ -216,7 +227,7 @@ impl ReferenceCompiler {
         Ok(artifact.encode(ARTIFACT_FORMAT))
     }
 
-    fn load_impl<B: Backend>(
+    fn load_steps<B: Backend>(
         &self,
         device: &B::Device,
         request: &CompileRequest<'_>,
@@ -262,93 +273,15 @@ impl ReferenceCompiler {
             scratch_bytes: plan.scratch_bytes,
             local_constants: Vec::new(),
         };
-        let program = self.loader.load::<B>(device, &artifact, plan, || self.weight_bytes(B::KIND))?;
-        Ok(ModelProgram { batch, program })
+        Ok(self.loader.load::<B>(device, &artifact, plan, || self.weight_bytes(B::KIND))?)
     }
 }
 
-impl<B: Backend> ProgramCompiler<B> for ReferenceCompiler {
-    type Program = ModelProgram<B>;
-
-    fn model(&self) -> &ModelSpec {
-        &self.spec
-    }
-
-    fn identity(&self) -> CompilerIdentity {
-        CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), self.model_hash.clone())
-            .with_option("gemm", self.gemm.name())
-            .with_option("artifact", ARTIFACT_VERSION.to_string())
-    }
-
-    /// Thread-safe: compiling is a pure function of the config, the weights and the request (plus
-    /// the device's NVRTC/hipRTC, which compiles concurrently), so a session's host plans compile in
-    /// parallel. On CUDA and HIP one artifact serves every bucket (the batch is a kernel argument).
-    fn capabilities(&self) -> CompilerCapabilities {
-        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
-    }
-
-    fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
-        Ok(self.compile_impl::<B>(device, request)?)
-    }
-
-    fn load(
-        &self,
-        device: &B::Device,
-        request: &CompileRequest<'_>,
-        artifact: &[u8],
-    ) -> Result<ModelProgram<B>, CompilerError> {
-        Ok(self.load_impl::<B>(device, request, artifact)?)
-    }
-}
-
-/// A loaded program: one model at one batch on one device, run by saggar-dispatch's
-/// [`StepProgram`] (which checks the bindings on every launch).
-///
-/// It holds the device's weight buffer (shared with the device's other programs), so the weights
-/// stay allocated while any program lives; drop a program only after the work it enqueued has run.
-///
-/// # Thread safety
-/// `Send + Sync` and stateless between runs: concurrent launches on different streams, with their own
-/// bindings and scratch, do not interfere.
-#[derive(Debug)]
-pub struct ModelProgram<B: Backend> {
-    batch: usize,
-    program: StepProgram<B>,
-}
-
-impl<B: Backend> ModelProgram<B> {
-    /// Rows this program computes.
-    pub fn batch(&self) -> usize {
-        self.batch
-    }
-
-    /// Kernel launches per run.
-    pub fn launches(&self) -> usize {
-        self.program.launches()
-    }
-}
-
-impl<B: Backend> Program<B> for ModelProgram<B> {
-    fn output_dims(&self) -> &[Vec<u64>] {
-        self.program.output_dims()
-    }
-
-    fn scratch_bytes(&self) -> usize {
-        self.program.scratch_bytes()
-    }
-
-    unsafe fn launch(
-        &self,
-        stream: &B::Stream,
-        inputs: &[DeviceSlice],
-        outputs: &[DeviceSlice],
-        scratch: DeviceSlice,
-    ) -> Result<(), saggar_device::Error> {
-        // SAFETY: forwarded from this function's contract; the step program checks the bindings
-        // against the plan's sizes, and the kernels were generated (or parameterised) for them.
-        unsafe { self.program.launch(stream, inputs, outputs, scratch) }
-    }
-}
+/// A loaded program: one model at one batch on one device, a saggar-dispatch [`StepProgram`] (which
+/// checks the bindings on every launch). It holds the device's weight buffer (shared with the
+/// device's other programs), so the weights stay allocated while any program lives; drop a program
+/// only after the work it enqueued has run.
+pub type ModelProgram<B> = StepProgram<B>;
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use saggar_dispatch::ModelSpec;
+use saggar_dispatch::{FileError, ModelSpec};
 use saggar_shape::{DType, Dim, TensorSpec};
 use serde::{Deserialize, Serialize};
 
@@ -208,11 +208,7 @@ impl ModelConfig {
     /// Reads, parses and validates a config file; a relative safetensors path in it becomes relative
     /// to the file's folder.
     pub fn from_file(path: &Path) -> Result<ModelConfig, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
-            op: "reading model config",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(FileError::at("reading model config", path))?;
         let mut config = ModelConfig::from_json(&text)?;
         if let WeightSource::Safetensors(file) = config.weights_mut()
             && file.is_relative()

@@ -6,8 +6,6 @@
 //! (the field, the tensor with its expected and actual shape, the input). The compiler returns them
 //! boxed as [`saggar_dispatch::CompilerError`]; `downcast_ref::<ModelError>()` recovers them.
 
-use std::path::PathBuf;
-
 pub use saggar_dispatch::steps::ArtifactError;
 use saggar_dispatch::steps::LoadError;
 
@@ -31,16 +29,8 @@ pub enum ModelError {
         reason: String,
     },
     /// A file could not be read or written.
-    #[error("{op} `{path}`: {source}")]
-    Io {
-        /// What was being done (`"reading model config"`, `"writing safetensors"`).
-        op: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] saggar_dispatch::FileError),
     /// A safetensors file that the safetensors crate rejects (bad header, bad offsets).
     #[error("unreadable safetensors data: {source}")]
     Safetensors {

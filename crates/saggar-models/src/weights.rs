@@ -18,7 +18,7 @@ use std::path::Path;
 
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
-use saggar_dispatch::ModelHash;
+use saggar_dispatch::{FileError, ModelHash};
 
 use crate::config::{ModelConfig, WeightSource};
 use crate::error::ModelError;
@@ -156,11 +156,7 @@ impl Weights {
 
     /// Weights from a safetensors file (see [`Weights::from_safetensors`]).
     pub fn load_safetensors(config: &ModelConfig, path: &Path) -> Result<Weights, ModelError> {
-        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-            op: "reading safetensors weights",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(FileError::at("reading safetensors weights", path))?;
         Weights::from_safetensors(config, &bytes)
     }
 
@@ -187,11 +183,7 @@ impl Weights {
     /// Writes [`Weights::to_safetensors`] to `path`.
     pub fn save_safetensors(&self, config: &ModelConfig, path: &Path) -> Result<(), ModelError> {
         let bytes = self.to_safetensors(config)?;
-        std::fs::write(path, bytes).map_err(|source| ModelError::Io {
-            op: "writing safetensors weights",
-            path: path.to_path_buf(),
-            source,
-        })
+        Ok(std::fs::write(path, bytes).map_err(FileError::at("writing safetensors weights", path))?)
     }
 
     /// Checks that these weights have exactly the tensors `config` implies.

@@ -4,23 +4,13 @@
 //! error before the importer adds the node's context. Each variant names what
 //! the caller can act on: the file, the node with its op and opset, the tensor, the limit.
 
-use std::path::PathBuf;
-
 /// What went wrong importing or compiling an ONNX model.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
     /// A file could not be read or written.
-    #[error("{op} `{path}`: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] saggar_dispatch::FileError),
     /// The bytes are not a valid protobuf message of the expected type (truncated, not protobuf).
     #[error("`{what}` is not a valid ONNX {message}: {reason}")]
     Decode {

@@ -3,7 +3,7 @@
 //! the steps summed per op pattern ([`saggar_onnx::OnnxCompiler::profile`]).
 
 use saggar_device::Backend;
-use saggar_onnx::{MAX_PROFILE_ITERATIONS, OnnxCompiler, ProgramProfile, Tensor};
+use saggar_onnx::{MAX_PROFILE_ITERATIONS, OnnxCompiler, ProgramProfile, StepProfile, Tensor};
 use serde::Serialize;
 
 use crate::error::{CliError, Result};
@@ -38,21 +38,12 @@ pub struct ProfileReport {
     pub folded_nodes: Vec<String>,
 }
 
-/// One step.
+/// One step, with its share of the time.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ProfileStep {
-    /// Position in the program.
-    pub index: usize,
-    /// Kernel name or `matmul M×N×K×BATCH`.
-    pub kind: String,
-    /// The group of steps (fused nodes) it belongs to.
-    pub group: usize,
-    /// Op types of the group's nodes.
-    pub ops: Vec<String>,
-    /// Names of the group's nodes.
-    pub nodes: Vec<String>,
-    /// Median time, in microseconds.
-    pub median_us: f64,
+    /// The step (its fields appear at this level in the JSON).
+    #[serde(flatten)]
+    pub step: StepProfile,
     /// Share of the sum of the steps, in percent.
     pub percent: f64,
 }
@@ -104,15 +95,7 @@ fn report(batch: u64, profile: &ProgramProfile) -> ProfileReport {
         steps: profile
             .steps
             .iter()
-            .map(|s| ProfileStep {
-                index: s.index,
-                kind: s.kind.clone(),
-                group: s.group,
-                ops: s.ops.clone(),
-                nodes: s.nodes.clone(),
-                median_us: s.median_us,
-                percent: share(s.median_us, steps_us),
-            })
+            .map(|s| ProfileStep { step: s.clone(), percent: share(s.median_us, steps_us) })
             .collect(),
         op_patterns: profile
             .by_ops()
@@ -136,14 +119,14 @@ impl ProfileReport {
             self.total_us
         );
         let mut by_time: Vec<&ProfileStep> = self.steps.iter().collect();
-        by_time.sort_by(|a, b| b.median_us.total_cmp(&a.median_us));
+        by_time.sort_by(|a, b| b.step.median_us.total_cmp(&a.step.median_us));
         let mut t = Table::with_header(&["STEP", "KIND", "NODES", "US", "%"]);
         for s in by_time {
             t.row(vec![
-                s.index.to_string(),
-                s.kind.clone(),
-                format!("{} ({})", s.ops.join("+"), s.nodes.join(", ")),
-                format!("{:.2}", s.median_us),
+                s.step.index.to_string(),
+                s.step.kind.clone(),
+                s.step.label(),
+                format!("{:.2}", s.step.median_us),
                 format!("{:.1}", s.percent),
             ]);
         }

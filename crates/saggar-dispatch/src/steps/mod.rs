@@ -18,9 +18,11 @@
 //! - `plan.rs`: the planned steps and [`ProgramPlan`];
 //! - `program.rs`: [`StepProgram`] and [`LoadedStep`], the run path;
 //! - `artifact.rs`: [`StepArtifact`], its byte layout and [`ArtifactError`];
+//! - `compiler.rs`: [`StepCompiler`], the [`ProgramCompiler`](crate::ProgramCompiler) of such compilers;
 //! - `load.rs`: [`ProgramLoader`] and [`LoadError`].
 
 mod artifact;
+mod compiler;
 mod load;
 mod plan;
 mod program;
@@ -28,6 +30,7 @@ mod program;
 pub use artifact::{
     ArtifactError, ArtifactFormat, MAX_CODE_OBJECTS, MAX_FIELDS, MAX_INPUTS, MAX_RANK, StepArtifact, source_hash,
 };
+pub use compiler::StepCompiler;
 pub use load::{LoadError, ProgramLoader};
 pub use plan::{ArgSource, LaunchStep, MatmulStep, PlanStep, ProgramPlan};
 pub use program::{LoadedStep, StepProgram};

@@ -1,4 +1,4 @@
-//! [`OnnxCompiler`]: saggar-dispatch's [`ProgramCompiler`] for ONNX models.
+//! [`OnnxCompiler`]: saggar-dispatch's `ProgramCompiler` for ONNX models (a [`StepCompiler`]).
 //!
 //! `compile` specialises the imported graph to the request's input shapes and lowers it
 //! ([`crate::lower`]): on the host backend to host kernels ("compiled" into a host plan), on CUDA
@@ -23,6 +23,8 @@
 //! [`OnnxError::UnsupportedOnBackend`] naming the op at the first compile for CUDA or HIP.
 
 pub(crate) mod artifact;
+#[cfg(test)]
+mod attention_choice;
 mod options;
 pub(crate) mod profile;
 pub(crate) mod run;
@@ -34,11 +36,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use saggar_device::{Backend, BackendKind, CodeObject, Device as _, KernelSource};
 use saggar_dispatch::resident::MARKER_LEN;
-use saggar_dispatch::steps::{LoadError, ProgramLoader, ProgramPlan, StepArtifact, StepProgram, source_hash};
-use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
-use saggar_dispatch::{
-    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelHash, ModelSpec, ProgramCompiler,
+use saggar_dispatch::steps::{
+    LoadError, ProgramLoader, ProgramPlan, StepArtifact, StepCompiler, StepProgram, source_hash,
 };
+use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
+use saggar_dispatch::{CompileRequest, CompilerIdentity, ModelHash, ModelSpec};
 
 pub use self::options::{DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions};
 use crate::error::OnnxError;
@@ -256,32 +258,6 @@ impl OnnxCompiler {
         Ok(codes)
     }
 
-    pub(crate) fn compile_impl<B: Backend>(
-        &self,
-        device: &B::Device,
-        request: &CompileRequest<'_>,
-    ) -> Result<Vec<u8>, OnnxError> {
-        let lowered = self.lower(request.input_dims, B::KIND)?;
-        let source = self.source(&lowered);
-        let codes = if B::KIND == BackendKind::Host {
-            vec![device.compile(&source)?]
-        } else {
-            self.compile_source::<B>(device, &source, &self.units(&lowered, &source))?
-        };
-        Ok(StepArtifact::for_request(B::KIND, self.model_hash, request, &source, codes).encode(artifact::FORMAT))
-    }
-
-    pub(crate) fn load_impl<B: Backend>(
-        &self,
-        device: &B::Device,
-        request: &CompileRequest<'_>,
-        artifact: &[u8],
-    ) -> Result<OnnxProgram<B>, OnnxError> {
-        let artifact = self.parse_artifact::<B>(artifact)?;
-        let lowered = self.lower(request.input_dims, B::KIND)?;
-        self.load_lowered(device, request, &artifact, lowered)
-    }
-
     /// Parses artifact bytes and checks they were compiled from this model for `B`.
     pub(crate) fn parse_artifact<B: Backend>(&self, bytes: &[u8]) -> Result<StepArtifact, OnnxError> {
         let artifact = StepArtifact::parse(bytes, artifact::FORMAT).map_err(artifact::error)?;
@@ -324,14 +300,14 @@ impl OnnxCompiler {
     }
 }
 
-impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
-    type Program = OnnxProgram<B>;
+impl StepCompiler for OnnxCompiler {
+    type Error = OnnxError;
 
-    fn model(&self) -> &ModelSpec {
+    fn spec(&self) -> &ModelSpec {
         &self.spec
     }
 
-    fn identity(&self) -> CompilerIdentity {
+    fn code_identity(&self) -> CompilerIdentity {
         let identity =
             CompilerIdentity::new(COMPILER_NAME, env!("CARGO_PKG_VERSION"), ModelHash::from_digest(self.model_hash))
                 .with_option("artifact", ARTIFACT_VERSION.to_string())
@@ -348,25 +324,30 @@ impl<B: Backend> ProgramCompiler<B> for OnnxCompiler {
         }
     }
 
-    /// Thread-safe (compiles share the model's code objects under a lock). On CUDA and HIP one
-    /// artifact serves every bucket: the generated code takes the batch as an argument, and a load
-    /// checks that the request's code is the artifact's. The host backend's plans are specialised
-    /// per shape, so there each bucket has its own artifact.
-    fn capabilities(&self) -> CompilerCapabilities {
-        CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
+    fn compile_steps<B: Backend>(
+        &self,
+        device: &B::Device,
+        request: &CompileRequest<'_>,
+    ) -> Result<Vec<u8>, OnnxError> {
+        let lowered = self.lower(request.input_dims, B::KIND)?;
+        let source = self.source(&lowered);
+        let codes = if B::KIND == BackendKind::Host {
+            vec![device.compile(&source)?]
+        } else {
+            self.compile_source::<B>(device, &source, &self.units(&lowered, &source))?
+        };
+        Ok(StepArtifact::for_request(B::KIND, self.model_hash, request, &source, codes).encode(artifact::FORMAT))
     }
 
-    fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {
-        Ok(self.compile_impl::<B>(device, request)?)
-    }
-
-    fn load(
+    fn load_steps<B: Backend>(
         &self,
         device: &B::Device,
         request: &CompileRequest<'_>,
         artifact: &[u8],
-    ) -> Result<OnnxProgram<B>, CompilerError> {
-        Ok(self.load_impl::<B>(device, request, artifact)?)
+    ) -> Result<OnnxProgram<B>, OnnxError> {
+        let artifact = self.parse_artifact::<B>(artifact)?;
+        let lowered = self.lower(request.input_dims, B::KIND)?;
+        self.load_lowered(device, request, &artifact, lowered)
     }
 }
 

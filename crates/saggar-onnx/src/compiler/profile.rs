@@ -8,6 +8,7 @@
 //! the sum of the steps is at most the time of the whole run between the first and last event.
 
 use saggar_device::{Backend, Device as _, DeviceBuffer as _, Event as _, Stream as _};
+use saggar_dispatch::steps::StepCompiler as _;
 use saggar_dispatch::{CompileRequest, Program as _};
 
 use crate::compiler::{OnnxCompiler, OnnxProgram};
@@ -18,7 +19,7 @@ use crate::tensor::Tensor;
 pub const MAX_PROFILE_ITERATIONS: usize = 1_000_000;
 
 /// One step of a profiled program.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct StepProfile {
     /// The step's position in the program.
@@ -130,7 +131,7 @@ impl OnnxCompiler {
         }
         let input_dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
         let request = CompileRequest::new(&input_dims, None);
-        let artifact = self.parse_artifact::<B>(&self.compile_impl::<B>(device, &request)?)?;
+        let artifact = self.parse_artifact::<B>(&self.compile_steps::<B>(device, &request)?)?;
         let lowered = self.lower(&input_dims, B::KIND)?;
         let kinds = crate::plan::labels::kinds(&lowered.steps);
         let labels = lowered.labels.clone();

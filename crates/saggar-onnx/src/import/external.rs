@@ -5,6 +5,7 @@
 //! leading out is refused before the file is opened. Offsets and lengths are checked against the
 //! file's size and the tensor's byte size before a buffer is allocated.
 
+use saggar_dispatch::FileError;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
@@ -51,11 +52,7 @@ pub(crate) fn read(
             field: "max_external_bytes",
         });
     }
-    let dir = model_dir.canonicalize().map_err(|source| OnnxError::Io {
-        op: "resolving the model folder",
-        path: model_dir.to_path_buf(),
-        source,
-    })?;
+    let dir = model_dir.canonicalize().map_err(FileError::at("resolving the model folder", model_dir))?;
     let joined = dir.join(relative);
     let path = joined.canonicalize().map_err(|e| bad(format!("file `{}` cannot be opened: {e}", joined.display())))?;
     if !path.starts_with(&dir) {

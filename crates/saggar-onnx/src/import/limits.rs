@@ -1,6 +1,7 @@
 //! [`ImportLimits`], the bounds that keep a hostile file from exhausting memory, and the bounded
 //! file read every importer uses.
 
+use saggar_dispatch::FileError;
 use std::io::Read;
 use std::path::Path;
 
@@ -39,7 +40,7 @@ impl Default for ImportLimits {
 
 /// Reads at most `limit` bytes of `path`, refusing a larger file before reading it.
 pub(crate) fn read_limited(path: &Path, limit: u64, op: &'static str) -> Result<Vec<u8>, OnnxError> {
-    let io = |source| OnnxError::Io { op, path: path.to_path_buf(), source };
+    let io = FileError::at(op, path);
     let file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     if len > limit {

@@ -5,6 +5,7 @@
 //! [`ImportLimits::max_tensor_elements`] is refused, and element data must be exactly as long as the
 //! dimensions say.
 
+use saggar_dispatch::FileError;
 use std::path::Path;
 
 use prost::Message;
@@ -121,11 +122,8 @@ pub fn read_tensor_pb(path: &Path) -> Result<NamedTensor, OnnxError> {
 
 /// Writes `tensor` named `name` as a `.pb` file.
 pub fn write_tensor_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), OnnxError> {
-    std::fs::write(path, tensor_to_proto(name, tensor).encode_to_vec()).map_err(|source| OnnxError::Io {
-        op: "writing tensor file",
-        path: path.to_path_buf(),
-        source,
-    })
+    Ok(std::fs::write(path, tensor_to_proto(name, tensor).encode_to_vec())
+        .map_err(FileError::at("writing tensor file", path))?)
 }
 
 #[cfg(test)]

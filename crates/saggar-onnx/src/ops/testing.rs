@@ -1,7 +1,7 @@
 //! Test helpers for op families: build an op from attributes and run it on tensors.
 
-use crate::ops::{Attributes, NodeCtx, OpError, evaluate::evaluate, lookup};
-use crate::tensor::Tensor;
+use crate::ops::{Attribute, Attributes, NodeCtx, OpError, evaluate::evaluate, lookup};
+use crate::tensor::{Tensor, TensorData};
 
 /// Builds `op_type` at `opset` from `attrs` (every attribute must be read by the builder) and
 /// evaluates it on `inputs`, through the same inference and evaluation the importer uses.
@@ -34,4 +34,28 @@ pub fn run_op_outputs(
         });
     }
     evaluate(op.as_ref(), inputs, 1 << 24)
+}
+
+/// An f32 tensor of `dims` holding `v`.
+pub fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
+    Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
+}
+
+/// An f32 tensor of `dims` holding 0, 1, 2, ... in row-major order.
+pub fn iota(dims: &[usize]) -> Tensor {
+    let n = dims.iter().product::<usize>();
+    Tensor::new(dims.to_vec(), TensorData::F32((0..n).map(|i| i as f32).collect())).unwrap()
+}
+
+/// The values of an f32 tensor (panics on another type).
+pub fn values(t: &Tensor) -> &[f32] {
+    match t.data() {
+        TensorData::F32(v) => v,
+        other => panic!("expected f32, found {other:?}"),
+    }
+}
+
+/// An `ints` attribute.
+pub fn ints(v: &[i64]) -> Attribute {
+    Attribute::Ints(v.to_vec())
 }

@@ -236,13 +236,9 @@ impl Op for Dropout {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::run_op;
+    use crate::ops::testing::{iota, run_op};
     use crate::ops::{Attribute, Attributes};
     use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize], n: usize) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32((0..n).map(|i| i as f32).collect())).unwrap()
-    }
 
     #[test]
     fn range_constant_of_shape_constant_dropout() {
@@ -262,7 +258,7 @@ mod tests {
         let k = run_op("Constant", 13, &attrs, &[]).unwrap();
         assert_eq!(k[0], Tensor::from_i64s(vec![3, 4]));
 
-        let x = f32s(&[3], 3);
+        let x = iota(&[3]);
         let dr = run_op("Dropout", 13, &Attributes(vec![("seed".into(), Attribute::Int(1))]), &[Some(&x)]).unwrap();
         assert_eq!(dr[0], x);
         let train = Tensor::new(vec![], TensorData::Bool(vec![1])).unwrap();

@@ -561,24 +561,9 @@ impl Op for BatchNorm {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{run_op, run_op_outputs};
+    use crate::ops::testing::{f32s, ints, run_op, run_op_outputs, values};
     use crate::ops::{Attribute, Attributes, OpError};
     use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
-    }
-
-    fn values(t: &Tensor) -> &[f32] {
-        match t.data() {
-            TensorData::F32(v) => v,
-            other => panic!("expected f32, found {other:?}"),
-        }
-    }
-
-    fn ints(v: &[i64]) -> Attribute {
-        Attribute::Ints(v.to_vec())
-    }
 
     /// A direct 2-D convolution, the oracle for the im2col path.
     #[allow(clippy::too_many_arguments)]

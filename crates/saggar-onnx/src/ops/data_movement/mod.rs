@@ -589,25 +589,13 @@ impl Op for Pad {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{run_op, run_op_outputs};
+    use crate::ops::testing::{iota, run_op, run_op_outputs, values};
     use crate::ops::{Attribute, Attributes};
-    use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize]) -> Tensor {
-        let n = dims.iter().product::<usize>();
-        Tensor::new(dims.to_vec(), TensorData::F32((0..n).map(|i| i as f32).collect())).unwrap()
-    }
-
-    fn values(t: &Tensor) -> Vec<f32> {
-        match t.data() {
-            TensorData::F32(v) => v.clone(),
-            other => panic!("expected f32, got {other:?}"),
-        }
-    }
+    use crate::tensor::Tensor;
 
     #[test]
     fn slice_with_negative_step_and_clamping() {
-        let x = f32s(&[2, 4]);
+        let x = iota(&[2, 4]);
         let (s, e, a, st) = (
             Tensor::from_i64s(vec![-1]),
             Tensor::from_i64s(vec![i64::MIN]),
@@ -622,7 +610,7 @@ mod tests {
 
     #[test]
     fn split_gather_and_out_of_range_indices() {
-        let x = f32s(&[2, 3]);
+        let x = iota(&[2, 3]);
         let attrs = Attributes(vec![("axis".into(), Attribute::Int(1))]);
         let split = Tensor::from_i64s(vec![1, 2]);
         let parts = run_op_outputs("Split", 13, &attrs, &[Some(&x), Some(&split)], 2).unwrap();
@@ -637,12 +625,12 @@ mod tests {
 
     #[test]
     fn transpose_and_pad_modes() {
-        let x = f32s(&[2, 3]);
+        let x = iota(&[2, 3]);
         let t = run_op("Transpose", 13, &Attributes::default(), &[Some(&x)]).unwrap();
         assert_eq!(t[0].dims(), &[3, 2]);
         assert_eq!(values(&t[0]), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
 
-        let row = f32s(&[3]);
+        let row = iota(&[3]);
         let pads = Tensor::from_i64s(vec![2, 1]);
         for (mode, want) in [
             ("constant", vec![0.0, 0.0, 0.0, 1.0, 2.0, 0.0]),

@@ -607,12 +607,8 @@ fn fold_step<T: Copy>(
 #[cfg(test)]
 mod tests {
     use crate::ops::Attributes;
-    use crate::ops::testing::run_op;
+    use crate::ops::testing::{f32s, run_op};
     use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
-    }
 
     #[test]
     fn add_broadcasts_rows_and_columns() {

@@ -273,25 +273,13 @@ impl Op for GatherNd {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::run_op;
+    use crate::ops::testing::{iota, run_op, values};
     use crate::ops::{Attribute, Attributes};
     use crate::tensor::{Tensor, TensorData};
 
-    fn f32s(dims: &[usize]) -> Tensor {
-        let n = dims.iter().product::<usize>();
-        Tensor::new(dims.to_vec(), TensorData::F32((0..n).map(|i| i as f32).collect())).unwrap()
-    }
-
-    fn values(t: &Tensor) -> Vec<f32> {
-        match t.data() {
-            TensorData::F32(v) => v.clone(),
-            other => panic!("expected f32, got {other:?}"),
-        }
-    }
-
     #[test]
     fn gather_elements_and_gather_nd() {
-        let x = f32s(&[2, 2]);
+        let x = iota(&[2, 2]);
         let idx = Tensor::new(vec![2, 2], TensorData::I64(vec![1, 0, 0, 0])).unwrap();
         let attrs = Attributes(vec![("axis".into(), Attribute::Int(1))]);
         let g = run_op("GatherElements", 13, &attrs, &[Some(&x), Some(&idx)]).unwrap();

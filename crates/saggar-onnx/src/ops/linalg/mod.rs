@@ -339,21 +339,9 @@ impl Op for GemmOp {
 #[cfg(test)]
 mod tests {
     use crate::ops::NodeCtx;
-    use crate::ops::testing::run_op;
+    use crate::ops::testing::{f32s, run_op, values};
     use crate::ops::{Attribute, Attributes, InferInput, InferInputs, OpError, ValueType, lookup, unknown_dim};
-    use crate::tensor::{Tensor, TensorData};
     use saggar_shape::{DType, Dim};
-
-    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
-    }
-
-    fn values(t: &Tensor) -> &[f32] {
-        match t.data() {
-            TensorData::F32(v) => v,
-            other => panic!("expected f32, found {other:?}"),
-        }
-    }
 
     fn seq(n: usize) -> Vec<f32> {
         (0..n).map(|i| i as f32).collect()

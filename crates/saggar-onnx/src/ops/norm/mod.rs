@@ -331,20 +331,8 @@ impl Op for InstanceNorm {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{run_op, run_op_outputs};
+    use crate::ops::testing::{f32s, run_op, run_op_outputs, values};
     use crate::ops::{Attribute, Attributes, OpError};
-    use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
-    }
-
-    fn values(t: &Tensor) -> &[f32] {
-        match t.data() {
-            TensorData::F32(v) => v,
-            other => panic!("expected f32, found {other:?}"),
-        }
-    }
 
     fn close(got: &[f32], want: &[f32]) {
         assert_eq!(got.len(), want.len());

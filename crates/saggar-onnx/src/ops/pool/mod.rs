@@ -378,24 +378,9 @@ impl Op for Lrn {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{run_op, run_op_outputs};
+    use crate::ops::testing::{f32s, ints, run_op, run_op_outputs, values};
     use crate::ops::{Attribute, Attributes, OpError};
     use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
-    }
-
-    fn values(t: &Tensor) -> &[f32] {
-        match t.data() {
-            TensorData::F32(v) => v,
-            other => panic!("expected f32, found {other:?}"),
-        }
-    }
-
-    fn ints(v: &[i64]) -> Attribute {
-        Attribute::Ints(v.to_vec())
-    }
 
     fn grid4() -> Tensor {
         f32s(&[1, 1, 4, 4], &(1..=16).map(|v| v as f32).collect::<Vec<_>>())

@@ -419,13 +419,9 @@ fn arg_along<T: Copy>(x: &[T], y: &mut [i64], len: usize, inner: usize, better: 
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::run_op;
+    use crate::ops::testing::{f32s, run_op};
     use crate::ops::{Attribute, Attributes, OpError};
     use crate::tensor::{Tensor, TensorData};
-
-    fn f32s(dims: &[usize], v: &[f32]) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32(v.to_vec())).unwrap()
-    }
 
     fn grid() -> Tensor {
         // [[1, 2, 3], [4, 5, 6]]

@@ -491,17 +491,13 @@ impl Op for Concat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::testing::run_op;
+    use crate::ops::testing::{iota, run_op};
     use crate::ops::{Attribute, Attributes, InferInput};
     use crate::tensor::{Tensor, TensorData};
 
-    fn f32s(dims: &[usize], n: usize) -> Tensor {
-        Tensor::new(dims.to_vec(), TensorData::F32((0..n).map(|i| i as f32).collect())).unwrap()
-    }
-
     #[test]
     fn reshape_with_zero_and_minus_one() {
-        let x = f32s(&[2, 3, 4], 24);
+        let x = iota(&[2, 3, 4]);
         let shape = Tensor::from_i64s(vec![0, -1]);
         let out = run_op("Reshape", 14, &Attributes::default(), &[Some(&x), Some(&shape)]).unwrap();
         assert_eq!(out[0].dims(), &[2, 12]);
@@ -524,8 +520,8 @@ mod tests {
 
     #[test]
     fn concat_unsqueeze_squeeze_expand_flatten() {
-        let a = f32s(&[2, 1], 2);
-        let b = f32s(&[2, 2], 4);
+        let a = iota(&[2, 1]);
+        let b = iota(&[2, 2]);
         let attrs = Attributes(vec![("axis".into(), Attribute::Int(1))]);
         let c = run_op("Concat", 13, &attrs, &[Some(&a), Some(&b)]).unwrap();
         assert_eq!(c[0].data(), &TensorData::F32(vec![0.0, 0.0, 1.0, 1.0, 2.0, 3.0]));
@@ -537,13 +533,13 @@ mod tests {
         let shape = Tensor::from_i64s(vec![2, 3]);
         let e = run_op("Expand", 13, &Attributes::default(), &[Some(&a), Some(&shape)]).unwrap();
         assert_eq!(e[0].data(), &TensorData::F32(vec![0.0, 0.0, 0.0, 1.0, 1.0, 1.0]));
-        let f = run_op("Flatten", 13, &Attributes::default(), &[Some(&f32s(&[2, 3, 4], 24))]).unwrap();
+        let f = run_op("Flatten", 13, &Attributes::default(), &[Some(&iota(&[2, 3, 4]))]).unwrap();
         assert_eq!(f[0].dims(), &[2, 12]);
     }
 
     #[test]
     fn shape_slices_and_unknown_attributes_are_reported() {
-        let x = f32s(&[2, 3, 4], 24);
+        let x = iota(&[2, 3, 4]);
         let attrs = Attributes(vec![("start".into(), Attribute::Int(-2))]);
         let s = run_op("Shape", 15, &attrs, &[Some(&x)]).unwrap();
         assert_eq!(s[0], Tensor::from_i64s(vec![3, 4]));

@@ -1,0 +1,91 @@
+//! Which attention kernel the compiler plans per bucket (the row kernel or a tile size), from one
+//! generated source, and what it refuses.
+
+use saggar_device::BackendKind;
+
+use crate::fuse::attention::kernel::TILED_THREADS;
+use crate::plan::PlanStep;
+use crate::synthetic::{AttentionConfig, attention_block};
+use crate::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions};
+
+fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
+    let cfg =
+        AttentionConfig { heads: 4, head_dim: 64, div_scale: true, mask: true, nan_guard: false, scores_output: false };
+    let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
+    OnnxCompiler::new(model, OnnxOptions::default().with_attention(kernel))
+}
+
+/// The attention launch of the CUDA plan at `batch` (sequence 128): its kernel and threads.
+fn attention_launch(c: &OnnxCompiler, batch: u64) -> (String, u32) {
+    let dims = vec![vec![batch, 128, 256], vec![batch, 1, 1, 128]];
+    let lowered = c.lower(&dims, BackendKind::Cuda).unwrap();
+    let launches: Vec<_> = lowered
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            PlanStep::Launch(l) if l.kernel.starts_with("onnx_attention") => Some((l.kernel.clone(), l.config.block.x)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches.len(), 1, "{launches:?}");
+    launches[0].clone()
+}
+
+#[test]
+fn auto_picks_the_row_kernel_or_the_largest_filling_tile_per_bucket_from_one_source() {
+    use crate::fuse::attention::kernel::{gpu_kernel, gpu_tiled_kernel};
+    let auto = compiler(AttentionKernel::Auto);
+    let rows = gpu_kernel(true, false).0;
+    let tiled = |r: usize| gpu_tiled_kernel(true, false, 64, 64, r).0;
+    // 4 heads, 128 queries: batch 1 gives 32 tiles of 16 rows (row kernel); batch 4 gives 128
+    // tiles of 16 rows and fewer than 256 of any larger tile; batch 64 gives 512 tiles of 64.
+    assert_eq!(attention_launch(&auto, 1), (rows.clone(), 128), "one key per thread, 128 keys");
+    assert_eq!(attention_launch(&auto, 4), (tiled(16), TILED_THREADS));
+    assert_eq!(attention_launch(&auto, 16), (tiled(32), TILED_THREADS), "256 tiles of 32 rows");
+    assert_eq!(attention_launch(&auto, 64), (tiled(64), TILED_THREADS));
+    let source = |batch: u64| auto.gpu_source(&[vec![batch, 128, 256], vec![batch, 1, 1, 128]]).unwrap();
+    let one = source(1);
+    assert_eq!(one, source(64), "every bucket compiles the same source");
+    for name in [rows.clone(), tiled(16), tiled(32), tiled(64)] {
+        assert!(one.contains(&name), "{name} is defined");
+    }
+    // Forced, each bucket launches a kernel of the kind asked for, and only that kind is generated.
+    let rows_only = compiler(AttentionKernel::Rows);
+    let tiled_only = compiler(AttentionKernel::Tiled);
+    for batch in [1, 64] {
+        assert_eq!(attention_launch(&rows_only, batch).0, rows);
+    }
+    assert_eq!(attention_launch(&tiled_only, 1).0, tiled(16));
+    assert_eq!(attention_launch(&tiled_only, 64).0, tiled(64));
+    let source = |c: &OnnxCompiler| c.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
+    assert!(!source(&rows_only).contains("onnx_attention_tiled_"));
+    assert!(!source(&tiled_only).contains(&rows));
+}
+
+/// The tiled kernel's offsets are 32-bit: where an operand has 2^31 elements or more, the
+/// automatic choice runs the row kernel and a forced tiled kernel is refused, naming what to use.
+#[test]
+fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_is_forced() {
+    // Batch 65536, 128 tokens of 256: 2^31 elements in the activations.
+    let big = |c: &OnnxCompiler| c.lower(&[vec![1 << 16, 128, 256], vec![1 << 16, 1, 1, 128]], BackendKind::Cuda);
+    let unbounded = |kernel| {
+        let c = compiler(kernel);
+        OnnxCompiler::new(
+            c.onnx_model().clone(),
+            OnnxOptions::default().with_attention(kernel).with_max_program_bytes(u64::MAX),
+        )
+    };
+    let auto = big(&unbounded(AttentionKernel::Auto)).unwrap();
+    let rows = crate::fuse::attention::kernel::gpu_kernel(true, false).0;
+    assert!(
+        auto.steps.iter().any(|s| matches!(s, PlanStep::Launch(l) if l.kernel == rows)),
+        "the row kernel serves 2^31 elements"
+    );
+    match big(&unbounded(AttentionKernel::Tiled)) {
+        Err(crate::OnnxError::UnsupportedOnBackend { reason, .. }) => {
+            assert!(reason.contains("32 bits") && reason.contains("row attention kernel"), "{reason}")
+        }
+        Err(other) => panic!("expected UnsupportedOnBackend, got {other}"),
+        Ok(_) => panic!("a forced tiled kernel was planned for 2^31 elements"),
+    }
+}
