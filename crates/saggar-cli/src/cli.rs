@@ -14,6 +14,7 @@ use crate::trace::{MAX_REQUESTS, TraceSpec};
 const ROOT_EXAMPLES: &str = "\
 Examples:
   saggar devices
+  saggar check --onnx model.onnx
   saggar perf
   saggar perf --backend host --trace uniform:1..64 --requests 5000 --json perf.json
   saggar warmup --cache-dir /var/cache/saggar --devices all --json warmup.json
@@ -51,6 +52,15 @@ Examples:
   saggar warmup --cache-dir /var/cache/saggar --backend cuda --devices 0,1,2,3 --buckets stepped --max-batch 128
   saggar warmup --cache-dir /var/cache/saggar --buckets adaptive:6 --trace zipf:1.1:64
   saggar warmup --backend host --onnx model.onnx --max-batch 16 --quiet";
+
+const CHECK_EXAMPLES: &str = "\
+Exits with 1 if a backend checked refuses the model (every refused node is listed), 2 if the file
+is not a readable ONNX model.
+
+Examples:
+  saggar check --onnx model.onnx
+  saggar check --onnx model.onnx --backend cuda --json check.json
+  saggar check --onnx bert.onnx --shapes input_ids:1x128 --shapes attention_mask:1x128";
 
 const CACHE_EXAMPLES: &str = "\
 Examples:
@@ -105,6 +115,10 @@ pub enum Command {
     /// Precompile a model's buckets into a cache directory for one or more devices, then exit.
     #[command(after_help = WARMUP_EXAMPLES)]
     Warmup(WarmupArgs),
+    /// Say, without running it, whether an ONNX model is supported on each backend, listing every
+    /// node a backend refuses (op, opset, node, why).
+    #[command(after_help = CHECK_EXAMPLES)]
+    Check(CheckArgs),
     /// Inspect and maintain a compile cache directory.
     #[command(subcommand, after_help = CACHE_EXAMPLES)]
     Cache(CacheCommand),
@@ -320,6 +334,37 @@ pub struct DevicesArgs {
     /// Also write the list as JSON to FILE (`-`: stdout instead of the table).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `saggar check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The ONNX model file.
+    #[arg(long, value_name = "FILE")]
+    pub onnx: PathBuf,
+    /// The backend to check (all: host, cuda and hip). No device is needed: nothing is compiled.
+    #[arg(long, value_enum, default_value_t = CheckBackendArg::All)]
+    pub backend: CheckBackendArg,
+    /// The shape of an input, NAME:DIMS such as input_ids:1x128 (repeatable); other symbolic
+    /// dimensions are checked at 1.
+    #[arg(long, value_name = "NAME:DIMS")]
+    pub shapes: Vec<ShapeArg>,
+    /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar check --backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckBackendArg {
+    /// Host, CUDA and HIP.
+    All,
+    /// The host backend.
+    Host,
+    /// CUDA.
+    Cuda,
+    /// HIP.
+    Hip,
 }
 
 /// `saggar perf`.

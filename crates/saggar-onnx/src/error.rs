@@ -156,9 +156,41 @@ pub enum OnnxError {
         /// Why.
         reason: String,
     },
+    /// Several nodes cannot be imported, or run on the chosen backend: every one is listed (each
+    /// an [`OnnxError::UnsupportedOp`], [`OnnxError::Node`] or [`OnnxError::UnsupportedOnBackend`]),
+    /// so one look at the model says all that is missing. One such node is reported as itself.
+    #[error("{} nodes are not supported{}", errors.len(), list(errors))]
+    Nodes {
+        /// One error per node, in graph order.
+        errors: Vec<OnnxError>,
+    },
     /// A device call failed.
     #[error(transparent)]
     Device(#[from] saggar_device::Error),
+}
+
+fn list(errors: &[OnnxError]) -> String {
+    errors.iter().map(|e| format!("\n  - {e}")).collect()
+}
+
+impl OnnxError {
+    /// The errors of several refused nodes as one: the error itself when there is one, else
+    /// [`OnnxError::Nodes`]. `None` when `errors` is empty.
+    pub fn refused(mut errors: Vec<OnnxError>) -> Option<OnnxError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(OnnxError::Nodes { errors }),
+        }
+    }
+
+    /// The per-node errors this error stands for: the list of [`OnnxError::Nodes`], else itself.
+    pub fn node_errors(&self) -> &[OnnxError] {
+        match self {
+            OnnxError::Nodes { errors } => errors,
+            other => std::slice::from_ref(other),
+        }
+    }
 }
 
 /// An error of one op, without the node's context (the importer adds it).

@@ -105,6 +105,33 @@ fn shape_inference_rejects_incompatible_shapes_naming_the_node() {
     assert!(err.to_string().contains("Add:y"), "{err}");
 }
 
+/// An import refusal lists every node that cannot be built (unknown op, unknown attribute), so one
+/// look says all that a model is missing.
+#[test]
+fn every_node_that_cannot_be_imported_is_listed() {
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &[Dim::Fixed(2)]);
+    b.node("SaggarNoSuchOp", &["x"], &["a"], &[]);
+    b.node("Relu", &["a"], &["r"], &[("bogus", Attribute::Int(1))]);
+    b.node("SaggarNoSuchOpEither", &["r"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    let err = import(&b).unwrap_err();
+    let listed: Vec<String> = err
+        .node_errors()
+        .iter()
+        .map(|e| match e {
+            OnnxError::UnsupportedOp { op, .. } => op.clone(),
+            OnnxError::Node { op, source, .. } => format!("{op}: {source}"),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(listed.len(), 3, "{err}");
+    assert_eq!(listed[0], "SaggarNoSuchOp");
+    assert!(listed[1].starts_with("Relu: ") && listed[1].contains("bogus"), "{}", listed[1]);
+    assert_eq!(listed[2], "SaggarNoSuchOpEither");
+    assert!(err.to_string().starts_with("3 nodes are not supported\n  - "), "{err}");
+}
+
 #[test]
 fn unsupported_ops_and_attribute_values_are_import_errors() {
     let mut b = ModelBuilder::new(13);

@@ -155,6 +155,31 @@ fn an_op_the_gpu_does_not_lower_is_refused_naming_it() {
     }
 }
 
+/// A GPU refusal lists every node the lowering cannot run, not only the first.
+#[test]
+fn a_gpu_refusal_names_every_node_it_cannot_lower() {
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::Bool, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+    b.node("ReduceMax", &["x"], &["hi"], &[("axes", Attribute::Ints(vec![1]))]);
+    b.node("ReduceMin", &["x"], &["lo"], &[("axes", Attribute::Ints(vec![1]))]);
+    b.node("Or", &["hi", "lo"], &["y"], &[]);
+    b.output("y", DType::Bool, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "two_refusals", &ImportLimits::default()).unwrap();
+    let c = OnnxCompiler::new(model, OnnxOptions::default());
+    c.plan_summary(&[vec![2, 4]], BackendKind::Host).expect("the host runs both");
+    let err = c.plan_summary(&[vec![2, 4]], BackendKind::Cuda).unwrap_err();
+    let ops: Vec<&str> = err
+        .node_errors()
+        .iter()
+        .map(|e| match e {
+            OnnxError::UnsupportedOnBackend { op, .. } => op.as_str(),
+            other => panic!("expected UnsupportedOnBackend, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(ops, ["ReduceMax", "ReduceMin"], "{err}");
+    assert!(err.to_string().starts_with("2 nodes are not supported\n  - "), "{err}");
+}
+
 #[test]
 #[ignore = "writes the generated source of every model to target/onnx-gpu-sources for inspection"]
 fn dump_sources() {

@@ -168,7 +168,17 @@ impl OnnxCompiler {
             workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
         });
         let fusion = self.options.fusion.then_some(self.options.attention);
-        crate::lower::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, fusion)
+        match crate::lower::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, fusion) {
+            // A refusal names every node the GPU lowering cannot run, not only the first it met.
+            Err(first @ OnnxError::UnsupportedOnBackend { .. }) if backend != BackendKind::Host => {
+                let mut all = crate::lower::gpu_refusals(&graph, backend)?;
+                if !all.iter().any(|e| same_node(e, &first)) {
+                    all.insert(0, first);
+                }
+                Err(OnnxError::refused(all).expect("at least the first refusal"))
+            }
+            lowered => lowered,
+        }
     }
 
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
@@ -349,6 +359,11 @@ impl StepCompiler for OnnxCompiler {
         let lowered = self.lower(request.input_dims, B::KIND)?;
         self.load_lowered(device, request, &artifact, lowered)
     }
+}
+
+/// Whether two refusals name the same node.
+fn same_node(a: &OnnxError, b: &OnnxError) -> bool {
+    matches!((a, b), (OnnxError::UnsupportedOnBackend { node: x, .. }, OnnxError::UnsupportedOnBackend { node: y, .. }) if x == y)
 }
 
 /// A loaded program: one model at one input shape on one device, run by saggar-dispatch's step

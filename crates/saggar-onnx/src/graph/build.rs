@@ -239,10 +239,18 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
     }
 
     // Nodes: outputs defined first (so inputs may name later nodes), then sorted.
+    // Every node that cannot be built is reported, not only the first.
     let mut nodes = Vec::with_capacity(graph.node.len());
+    let mut refused = Vec::new();
     for (index, proto) in graph.node.iter().enumerate() {
         let name = if proto.name.is_empty() { format!("{}_{index}", proto.op_type) } else { proto.name.clone() };
-        let (op, attrs) = build_node(proto, &name, opset, limits)?;
+        let (op, attrs) = match build_node(proto, &name, opset, limits) {
+            Ok(built) => built,
+            Err(e) => {
+                refused.push(e);
+                continue;
+            }
+        };
         let mut outputs = Vec::with_capacity(proto.output.len());
         for (k, out) in proto.output.iter().enumerate() {
             let value_name = if out.is_empty() { format!("{name}:unused{k}") } else { out.clone() };
@@ -253,6 +261,9 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
             )?);
         }
         nodes.push((proto, Node { name, op_type: proto.op_type.clone(), attrs, inputs: Vec::new(), outputs, op }));
+    }
+    if let Some(e) = OnnxError::refused(refused) {
+        return Err(e);
     }
     for (proto, node) in &mut nodes {
         node.inputs = proto

@@ -45,6 +45,22 @@ fn unsupported(target: Target, graph: &Graph, node: usize, reason: String) -> On
     OnnxError::UnsupportedOnBackend { backend, op: n.op_type.clone(), node: n.name.clone(), reason }
 }
 
+/// Every node of `graph` (specialised) with no GPU form for its operands on `backend`, as errors
+/// naming each: what a GPU lowering refuses, listed at once.
+pub(crate) fn gpu_refusals(graph: &Graph, backend: BackendKind) -> Result<Vec<OnnxError>, OnnxError> {
+    let info = describe(graph)?;
+    let reason = |gpu: &Option<Result<GpuNode, crate::error::OpError>>| match gpu {
+        None => Some("the op has no GPU lowering".to_string()),
+        Some(Err(e)) => Some(e.to_string()),
+        Some(Ok(_)) => None,
+    };
+    Ok(info
+        .iter()
+        .enumerate()
+        .filter_map(|(node, n)| reason(&n.gpu).map(|why| unsupported(Target::Gpu(backend), graph, node, why)))
+        .collect())
+}
+
 /// Lowers `graph` (specialised: every shape fixed) against the device weights `weights` for
 /// `target`, registering host kernels for the host. With `blas`, GEMMs the BLAS-Lt libraries can
 /// express become matmul steps ([`blas`]) on every target, and the library's workspace is reserved

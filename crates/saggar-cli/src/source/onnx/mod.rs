@@ -256,8 +256,8 @@ fn import_error(path: &Path, error: &OnnxError) -> CliError {
         OnnxError::Decode { .. } => {
             "the file is not an ONNX model (a serialized ModelProto); export one with torch.onnx.export or check the path"
         }
-        OnnxError::UnsupportedOp { .. } | OnnxError::Node { .. } => {
-            "the model uses an op or attribute outside saggar-onnx's declared op set (docs/onnx.md lists it)"
+        OnnxError::UnsupportedOp { .. } | OnnxError::Node { .. } | OnnxError::Nodes { .. } => {
+            "the model uses ops or attributes outside saggar-onnx's declared op set (docs/onnx.md lists it); `saggar check --onnx FILE` lists every such node per backend"
         }
         _ => "check that the file is a complete ONNX model (with its external data files next to it)",
     };

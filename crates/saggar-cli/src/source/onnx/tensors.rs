@@ -67,9 +67,15 @@ pub fn batch_of(model: &OnnxModel, inputs: &[Tensor]) -> u64 {
         .unwrap_or(1)
 }
 
-/// Generated inputs for `batch` rows (see the module docs), or a usage error for a symbolic
-/// dimension other than the batch.
-pub fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[ShapeArg]) -> Result<Vec<Tensor>> {
+/// The input dimensions of `batch` rows: fixed extents as declared, the batch symbol `batch`,
+/// other symbols from `--shapes`, else `other_symbols` (or a usage error naming the flag when it is
+/// `None`).
+pub fn input_dims(
+    model: &OnnxModel,
+    batch: u64,
+    shapes: &[ShapeArg],
+    other_symbols: Option<u64>,
+) -> Result<Vec<Vec<usize>>> {
     for shape in shapes {
         if !model.inputs().iter().any(|spec| spec.name() == shape.name) {
             let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
@@ -80,13 +86,6 @@ pub fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[ShapeArg]) -
         }
     }
     let layout = model.batch_layout();
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
     model
         .inputs()
         .iter()
@@ -100,24 +99,45 @@ pub fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[ShapeArg]) -
                     "give one extent per dimension, such as input_ids:1x128",
                 ));
             }
-            let dims: Vec<usize> = spec
-                .dims()
+            spec.dims()
                 .iter()
                 .enumerate()
                 .map(|(axis, d)| match (d.as_fixed(), d.symbol()) {
                     (Some(v), _) => Ok(v as usize),
                     (None, s) if s.is_some() && s == layout.symbol() => Ok(batch as usize),
                     (None, _) if given.is_some() => Ok(given.map_or(1, |g| g.dims[axis]) as usize),
-                    (None, s) => Err(CliError::usage(
-                        format!(
-                            "input `{}` has the symbolic dimension `{}` besides the batch",
-                            spec.name(),
-                            s.unwrap_or("?")
-                        ),
-                        "give its shape with --shapes NAME:DIMS (such as input_ids:1x128) or the inputs with --load-inputs DIR",
-                    )),
+                    (None, s) => other_symbols.map(|v| v as usize).ok_or_else(|| {
+                        CliError::usage(
+                            format!(
+                                "input `{}` has the symbolic dimension `{}` besides the batch",
+                                spec.name(),
+                                s.unwrap_or("?")
+                            ),
+                            "give its shape with --shapes NAME:DIMS (such as input_ids:1x128) or the inputs with --load-inputs DIR",
+                        )
+                    }),
                 })
-                .collect::<Result<_>>()?;
+                .collect()
+        })
+        .collect()
+}
+
+/// Generated inputs for `batch` rows (see the module docs), or a usage error for a symbolic
+/// dimension other than the batch.
+pub fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[ShapeArg]) -> Result<Vec<Tensor>> {
+    let all_dims = input_dims(model, batch, shapes, None)?;
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    model
+        .inputs()
+        .iter()
+        .zip(all_dims)
+        .map(|(spec, dims)| {
             let n: usize = dims.iter().product();
             let data = match spec.dtype() {
                 DType::F32 => {
@@ -130,7 +150,9 @@ pub fn generate(model: &OnnxModel, batch: u64, seed: u64, shapes: &[ShapeArg]) -
                     let f32s = (0..n).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect();
                     let narrowed = Tensor::new(vec![n], TensorData::F32(f32s))
                         .and_then(|t| t.narrowed(spec.dtype()))
-                        .map_err(|e| CliError::failure(format!("generating `{}`: {e}", spec.name()), "this is a bug in saggar"))?;
+                        .map_err(|e| {
+                        CliError::failure(format!("generating `{}`: {e}", spec.name()), "this is a bug in saggar")
+                    })?;
                     narrowed.data().clone()
                 }
                 other => {

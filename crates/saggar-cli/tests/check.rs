@@ -1,0 +1,99 @@
+//! The contract of `saggar check --onnx FILE`: a verdict per backend without running anything, every
+//! refused node listed (op, opset, node, why) in the table and the JSON, exit 1 when a backend
+//! checked refuses the model, exit 2 for a file that is not a model.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Sandbox, assert_error, assert_success, read_json, stdout};
+use saggar_onnx::builder::ModelBuilder;
+use saggar_onnx::ops::Attribute;
+use saggar_shape::{DType, Dim};
+
+fn repo_model(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../saggar-onnx/models").join(name).join("model.onnx");
+    path.to_str().expect("UTF-8 paths").to_string()
+}
+
+#[test]
+fn every_repository_model_is_supported_on_every_backend() {
+    let sandbox = Sandbox::new();
+    for model in ["mlp", "cnn", "dlrm", "bert"] {
+        let json = sandbox.path("check.json");
+        let out = sandbox.run(&["check", "--onnx", &repo_model(model), "--json", json.to_str().unwrap()]);
+        assert_success(&out);
+        let report = read_json(&json);
+        let backends = report["backends"].as_array().expect("backends");
+        let names: Vec<&str> = backends.iter().map(|b| b["backend"].as_str().unwrap()).collect();
+        assert_eq!(names, ["host", "cuda", "hip"], "{model}");
+        assert!(backends.iter().all(|b| b["supported"] == true && b["refused"].as_array().unwrap().is_empty()));
+        assert!(report["opset"].as_u64().is_some() && report["nodes"].as_u64() > Some(0), "{report:#}");
+        assert!(stdout(&out).contains("supported"), "the table is printed too");
+    }
+}
+
+/// A model with two nodes no backend imports: both are listed, on every backend, and the command
+/// exits 1 with the usual error and hint lines.
+#[test]
+fn every_refused_node_is_listed_and_the_exit_code_is_1() {
+    let sandbox = Sandbox::new();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &[Dim::symbolic("batch"), Dim::Fixed(4)]);
+    b.node("SaggarNoSuchOp", &["x"], &["a"], &[]);
+    b.node("Relu", &["a"], &["y"], &[("bogus", Attribute::Int(1))]);
+    b.output("y", DType::F32, &[]);
+    let path = sandbox.path("refused.onnx");
+    std::fs::write(&path, b.to_bytes()).unwrap();
+    let json = sandbox.path("check.json");
+    let out = sandbox.run(&["check", "--onnx", path.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    let error = assert_error(&out, 1);
+    assert!(error.contains("not supported on 3 of 3 backends"), "{error}");
+    let report = read_json(&json);
+    for backend in report["backends"].as_array().unwrap() {
+        assert_eq!(backend["supported"], false);
+        let refused = backend["refused"].as_array().unwrap();
+        let ops: Vec<&str> = refused.iter().map(|r| r["op"].as_str().unwrap()).collect();
+        assert_eq!(ops, ["SaggarNoSuchOp", "Relu"], "{report:#}");
+        assert!(refused.iter().all(|r| r["opset"] == 17 && !r["node"].as_str().unwrap().is_empty()));
+        assert!(refused[1]["reason"].as_str().unwrap().contains("bogus"), "{report:#}");
+    }
+}
+
+/// A model the host runs but the GPU lowering refuses: only the GPU backends fail, naming both nodes.
+#[test]
+fn a_gpu_only_refusal_fails_the_gpu_backends_alone() {
+    let sandbox = Sandbox::new();
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::Bool, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+    b.node("ReduceMax", &["x"], &["hi"], &[("axes", Attribute::Ints(vec![1]))]);
+    b.node("ReduceMin", &["x"], &["lo"], &[("axes", Attribute::Ints(vec![1]))]);
+    b.node("Or", &["hi", "lo"], &["y"], &[]);
+    b.output("y", DType::Bool, &[]);
+    let path = sandbox.path("bool_reduce.onnx");
+    std::fs::write(&path, b.to_bytes()).unwrap();
+    let out = sandbox.run(&["check", "--onnx", path.to_str().unwrap(), "--json", "-"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    let verdicts: Vec<(String, usize)> = report["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["backend"].as_str().unwrap().to_string(), b["refused"].as_array().unwrap().len()))
+        .collect();
+    assert_eq!(verdicts, [("host".to_string(), 0), ("cuda".to_string(), 2), ("hip".to_string(), 2)]);
+    let why = report["backends"][1]["refused"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("bool"), "the reason names the element type: {why}");
+    let only_host = sandbox.run(&["check", "--onnx", path.to_str().unwrap(), "--backend", "host"]);
+    assert_success(&only_host);
+}
+
+#[test]
+fn a_file_that_is_not_a_model_is_a_usage_error() {
+    let sandbox = Sandbox::new();
+    let path = sandbox.write("junk.onnx", "this is not protobuf \u{ff}");
+    assert_error(&sandbox.run(&["check", "--onnx", &path]), 2);
+    assert_error(&sandbox.run(&["check", "--onnx", &sandbox.path("missing.onnx").display().to_string()]), 2);
+    let out = sandbox.run(&["check", "--onnx", &repo_model("bert"), "--shapes", "nope:1x2"]);
+    assert!(assert_error(&out, 2).contains("no input `nope`"));
+}
