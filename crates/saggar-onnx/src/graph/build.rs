@@ -10,7 +10,9 @@ use saggar_shape::Dim;
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
 use crate::import::limits::ImportLimits;
-use crate::import::proto::{AttributeProto, ModelProto, NodeProto, ValueInfoProto, attribute_type, dtype_from_onnx};
+use crate::import::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto, attribute_type, dtype_from_onnx,
+};
 use crate::import::tensor_pb::tensor_from_proto;
 use crate::ops::{self, Attribute, Attributes, MAX_OPSET, MIN_OPSET, NodeCtx, ValueType};
 use crate::tensor::is_supported_dtype;
@@ -187,20 +189,7 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
             field: "max_nodes",
         });
     }
-    let mut values: Vec<Value> = Vec::new();
-    let mut by_name: HashMap<String, ValueId> = HashMap::new();
-    let mut define = |values: &mut Vec<Value>, name: &str, value: Value| -> Result<ValueId, OnnxError> {
-        if name.is_empty() {
-            return Err(graph_err("a value has an empty name"));
-        }
-        if by_name.contains_key(name) {
-            return Err(graph_err(format!("the name `{name}` is defined twice")));
-        }
-        values.push(value);
-        let id = ValueId(values.len() - 1);
-        by_name.insert(name.to_string(), id);
-        Ok(id)
-    };
+    let mut table = ValueTable::default();
 
     let mut constant_bytes = 0u64;
     for init in &graph.initializer {
@@ -216,11 +205,12 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
             });
         }
         let ty = ValueType::fixed(tensor.dtype(), tensor.dims());
-        define(
-            &mut values,
-            &init.name,
-            Value { name: init.name.clone(), ty: Some(ty), constant: Some(Arc::new(tensor)), dims_value: None },
-        )?;
+        table.define(Value {
+            name: init.name.clone(),
+            ty: Some(ty),
+            constant: Some(Arc::new(tensor)),
+            dims_value: None,
+        })?;
     }
     let initializer_names: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
     let mut inputs = Vec::new();
@@ -230,16 +220,61 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
             continue;
         }
         let ty = value_type(info, true)?;
-        let id = define(
-            &mut values,
-            &info.name,
-            Value { name: info.name.clone(), ty: Some(ty), constant: None, dims_value: None },
-        )?;
+        let id = table.define(Value { name: info.name.clone(), ty: Some(ty), constant: None, dims_value: None })?;
         inputs.push(id);
     }
 
     // Nodes: outputs defined first (so inputs may name later nodes), then sorted.
-    // Every node that cannot be built is reported, not only the first.
+    let nodes = build_nodes(graph, opset, limits, &mut table)?;
+    let nodes = topological_order(nodes, table.values.len())?;
+    let outputs = graph
+        .output
+        .iter()
+        .map(|o| {
+            let value = *table
+                .by_name
+                .get(&o.name)
+                .ok_or_else(|| graph_err(format!("output `{}` is never defined", o.name)))?;
+            let declared = value_type(o, false).ok().filter(|t| t.rank() > 0);
+            Ok(GraphOutput { name: o.name.clone(), value, declared })
+        })
+        .collect::<Result<Vec<_>, OnnxError>>()?;
+    if outputs.is_empty() {
+        return Err(graph_err("the graph has no outputs"));
+    }
+    Ok(Graph { name: graph.name.clone(), opset, values: table.values, nodes, inputs, outputs })
+}
+
+/// The values defined so far, by name; a name is defined once.
+#[derive(Default)]
+struct ValueTable {
+    values: Vec<Value>,
+    by_name: HashMap<String, ValueId>,
+}
+
+impl ValueTable {
+    fn define(&mut self, value: Value) -> Result<ValueId, OnnxError> {
+        if value.name.is_empty() {
+            return Err(graph_err("a value has an empty name"));
+        }
+        if self.by_name.contains_key(&value.name) {
+            return Err(graph_err(format!("the name `{}` is defined twice", value.name)));
+        }
+        let id = ValueId(self.values.len());
+        self.by_name.insert(value.name.clone(), id);
+        self.values.push(value);
+        Ok(id)
+    }
+}
+
+/// The graph's nodes with their outputs defined in `table` and their inputs resolved. Every node
+/// that cannot be built is reported, not only the first.
+fn build_nodes(
+    graph: &GraphProto,
+    opset: u32,
+    limits: &ImportLimits,
+    table: &mut ValueTable,
+) -> Result<Vec<Node>, OnnxError> {
     let mut nodes = Vec::with_capacity(graph.node.len());
     let mut refused = Vec::new();
     for (index, proto) in graph.node.iter().enumerate() {
@@ -254,11 +289,7 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
         let mut outputs = Vec::with_capacity(proto.output.len());
         for (k, out) in proto.output.iter().enumerate() {
             let value_name = if out.is_empty() { format!("{name}:unused{k}") } else { out.clone() };
-            outputs.push(define(
-                &mut values,
-                &value_name,
-                Value { name: value_name.clone(), ty: None, constant: None, dims_value: None },
-            )?);
+            outputs.push(table.define(Value { name: value_name, ty: None, constant: None, dims_value: None })?);
         }
         nodes.push((proto, Node { name, op_type: proto.op_type.clone(), attrs, inputs: Vec::new(), outputs, op }));
     }
@@ -273,7 +304,7 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
                 if n.is_empty() {
                     return Ok(None);
                 }
-                by_name.get(n).copied().map(Some).ok_or_else(|| {
+                table.by_name.get(n).copied().map(Some).ok_or_else(|| {
                     graph_err(format!(
                         "node `{}` reads `{n}`, which no input, initializer or node defines (a missing initializer?)",
                         node.name
@@ -282,21 +313,7 @@ pub(crate) fn import(model: &ModelProto, model_dir: Option<&Path>, limits: &Impo
             })
             .collect::<Result<_, _>>()?;
     }
-    let nodes = topological_order(nodes.into_iter().map(|(_, n)| n).collect(), values.len())?;
-    let outputs = graph
-        .output
-        .iter()
-        .map(|o| {
-            let value =
-                *by_name.get(&o.name).ok_or_else(|| graph_err(format!("output `{}` is never defined", o.name)))?;
-            let declared = value_type(o, false).ok().filter(|t| t.rank() > 0);
-            Ok(GraphOutput { name: o.name.clone(), value, declared })
-        })
-        .collect::<Result<Vec<_>, OnnxError>>()?;
-    if outputs.is_empty() {
-        return Err(graph_err("the graph has no outputs"));
-    }
-    Ok(Graph { name: graph.name.clone(), opset, values, nodes, inputs, outputs })
+    Ok(nodes.into_iter().map(|(_, n)| n).collect())
 }
 
 /// Sorts `nodes` so every node comes after the producers of its inputs (Kahn's algorithm, stable
