@@ -10,6 +10,9 @@
 //!   cache folder and runs it through saggar-onnx (see `onnx_tests.rs`).
 //! - `cargo xtask publish-check`: packages and verifies every published crate as `cargo publish`
 //!   would, without publishing (see `publish.rs`).
+//! - `cargo xtask zoo [FLAGS]`: exports the zoo's architectures (`benches/zoo`) and runs them through
+//!   `saggar` against PyTorch and ONNX Runtime, where PyTorch is (the GPU machine: there it runs from
+//!   the bundle, `SAGGAR_ZOO=1 bash run.sh REPORT`).
 //! - `cargo xtask tidy`: prints every violation of the source-tree rules that `cargo test --workspace`
 //!   also checks (file and function length, module docs, saggar-onnx's layers; see `tidy.rs`).
 //!
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
             gpu_bundle(&bundle, machine).and_then(|()| run_bundle(&bundle, Path::new(&report)))
         }
+        (Some("zoo"), Ok(_)) => zoo(&args[1..]),
         (Some("onnx-tests"), Ok(_)) => onnx_tests::OnnxTestOptions::from_args(&args, |name| flag(&args, name))
             .and_then(|options| onnx_tests::run(&options, &env_cargo())),
         _ => Err(usage()),
@@ -90,8 +94,48 @@ fn main() -> ExitCode {
 fn usage() -> String {
     "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
      cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--report FILE] [--fetch-only]\n       \
+     cargo xtask zoo [zoo.py flags: --only A,B --exporters torchscript,dynamo --tiny --export-only ...]\n       \
      cargo xtask publish-check | cargo xtask tidy"
         .into()
+}
+
+/// `cargo xtask zoo [FLAGS]`: builds `saggar` (release, CUDA) and runs `benches/zoo/zoo.py` with it into
+/// `target/zoo` (FLAGS are passed on). It needs PyTorch, torchvision, transformers and onnx, which the
+/// GPU machine has: where they are missing it says how to run the zoo from a GPU bundle instead.
+fn zoo(flags: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    let probe = Command::new("python3")
+        .args(["-c", "import torch, torchvision, transformers, onnx"])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        return Err("the zoo needs PyTorch, torchvision, transformers and onnx (python3 -c 'import torch, torchvision, \
+                    transformers, onnx' fails here). Run it where they are: `HIP_PATH=/usr cargo xtask gpu-bundle --out \
+                    bundle`, carry bundle/ to the GPU machine, then `SAGGAR_ZOO=1 bash bundle/run.sh REPORT` \
+                    (SAGGAR_ZOO_ONLY=a,b for some architectures); see benches/zoo/README.md"
+            .into());
+    }
+    let bins =
+        cargo_artifacts(&["build", "--release", "-p", "saggar-cli", "--bins", "--features", GPU_FEATURES], |m| {
+            m["target"]["kind"][0] == "bin" && m["target"]["name"] == "saggar"
+        })?;
+    let saggar = bins.first().map(|(_, path)| path.clone()).ok_or("cargo built no `saggar` binary")?;
+    let out = root.join("target/zoo");
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let status = Command::new("python3")
+        .arg(root.join("benches/zoo/zoo.py"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--saggar")
+        .arg(&saggar)
+        .args(flags)
+        .status()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    if !status.success() {
+        return Err(format!("zoo.py failed ({status})"));
+    }
+    eprintln!("xtask: zoo report in {}", out.join("zoo.md").display());
+    Ok(())
 }
 
 /// The workspace root (xtask's manifest directory is one below it).
@@ -224,7 +268,7 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     })?;
     // The subdirectories are the bundle's own: clear them, so no binary of an earlier build (a HIP test
     // in `tests/`, say) is run by mistake.
-    for sub in ["tests", "benches", "bin", "hip-fixture", "peers"] {
+    for sub in ["tests", "benches", "bin", "hip-fixture", "peers", "zoo"] {
         let dir = out.join(sub);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
@@ -234,9 +278,11 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     let bench_names = copy_into(&out.join("benches"), &benches)?;
     copy_into(&out.join("bin"), &bins)?;
     copy_into(&out.join("bin"), &peer_export)?;
-    let peer_scripts = copy_peer_scripts(&out.join("peers"))?;
+    let peer_scripts = copy_scripts("peers", &out.join("peers"))?;
+    let zoo_scripts = copy_scripts("zoo", &out.join("zoo"))?;
     copy_onnx_models(&out.join("onnx-models"))?;
     eprintln!("xtask: PyTorch peers: bin/{PEER_EXPORT} and peers/{}", peer_scripts.join(" peers/"));
+    eprintln!("xtask: the zoo (opt-in, SAGGAR_ZOO=1): zoo/{}", zoo_scripts.join(" zoo/"));
     let hip = if machine == Machine::Amd {
         "the HIP backend on the machine's ROCm, in the ordinary loop".to_string()
     } else if hip_enabled() {
@@ -269,9 +315,10 @@ fn gpu_bundle(out: &Path, machine: Machine) -> Result<(), String> {
     Ok(())
 }
 
-/// Copies the PyTorch peers (`benches/peers/*.py` and its README) into `dir`; returns the file names.
-fn copy_peer_scripts(dir: &Path) -> Result<Vec<String>, String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/peers");
+/// Copies the scripts of `benches/<folder>` (`*.py`, `*.sh` and its README: the PyTorch peers, the zoo)
+/// into `dir`; returns the file names.
+fn copy_scripts(folder: &str, dir: &Path) -> Result<Vec<String>, String> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches").join(folder);
     let mut files = Vec::new();
     for entry in std::fs::read_dir(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))? {
         let path = entry.map_err(|e| e.to_string())?.path();
@@ -282,7 +329,7 @@ fn copy_peer_scripts(dir: &Path) -> Result<Vec<String>, String> {
     }
     files.sort();
     if !files.iter().any(|(n, _)| n.ends_with(".py")) {
-        return Err(format!("no peer scripts (*.py) in {}", source.display()));
+        return Err(format!("no scripts (*.py) in {}", source.display()));
     }
     copy_into(dir, &files)
 }
@@ -360,6 +407,13 @@ fn hip_fixture_bundle(dir: &Path) -> Result<(Vec<String>, Vec<String>), String> 
         }
     }
     let test_names = copy_into(&dir.join("tests"), &tests)?;
+    // The CLI with the HIP backend, for the zoo on the HIP backend via the fixture. It is built last:
+    // it replaces the CUDA-only `saggar` in target/release, which the bundle has copied already.
+    let cli =
+        cargo_artifacts(&["build", "--release", "-p", "saggar-cli", "--bins", "--features", HIP_FEATURES], |m| {
+            m["target"]["kind"][0] == "bin" && m["target"]["name"] == "saggar"
+        })?;
+    copy_into(&dir.join("bin"), &cli)?;
     // Copies, not symlinks: the bundle travels as plain files. Each name is a separate file, so a process
     // may load the library twice (as libamdhip64.so.5 for the runtime, as libhiprtc.so for hipRTC); the
     // two copies share nothing, and need not: a hipRTC program never meets the runtime's state.

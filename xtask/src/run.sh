@@ -300,5 +300,25 @@ else
   echo "== onnx peers: skipped (SAGGAR_SKIP_ONNX_PEERS=1, no GPU, no bin/saggar or onnx-models/, or no torch+CUDA+onnx)"
 fi
 
+# The zoo (benches/zoo, zoo/ here): real architectures from torchvision and transformers exported with
+# both exporters, run by saggar on CUDA and (with hip-fixture/bin/saggar) on the HIP backend via the
+# fixture, checked against PyTorch fp32 and timed against ONNX Runtime's CUDA provider when it imports.
+# Opt-in, it takes long: SAGGAR_ZOO=1; SAGGAR_ZOO_ONLY=a,b picks architectures, SAGGAR_ZOO_EXPORTERS
+# (default torchscript,dynamo) the exporters, SAGGAR_ZOO_REQUESTS (default 200) the timed runs.
+if [ "${SAGGAR_ZOO:-0}" = 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] && [ -f "$here/zoo/zoo.py" ]; then
+  zoo_started=$(date +%s)
+  zoo_args=(--out "$report/zoo" --saggar "$here/bin/saggar" --exporters "${SAGGAR_ZOO_EXPORTERS:-torchscript,dynamo}"
+    --requests "${SAGGAR_ZOO_REQUESTS:-200}")
+  [ -x "$here/hip-fixture/bin/saggar" ] && zoo_args+=(--saggar-hip "$here/hip-fixture/bin/saggar" --hip-fixture "$here/hip-fixture")
+  [ -n "${SAGGAR_ZOO_ONLY:-}" ] && zoo_args+=(--only "$SAGGAR_ZOO_ONLY")
+  mkdir -p "$report/zoo"
+  echo "== zoo: python3 zoo/zoo.py ${zoo_args[*]}"
+  CUDA_VISIBLE_DEVICES=0 python3 "$here/zoo/zoo.py" "${zoo_args[@]}" > "$report/logs/zoo.log" 2>&1 || status=1
+  grep '^zoo: ' "$report/logs/zoo.log" | sed 's/^/   /'
+  echo "   zoo step: $(( $(date +%s) - zoo_started )) s; table in $report/zoo/zoo.md"
+else
+  echo "== zoo: skipped (opt-in with SAGGAR_ZOO=1; needs a GPU, bin/saggar and zoo/)"
+fi
+
 python3 "$here/report.py" "$report" || status=1
 exit $status

@@ -145,7 +145,7 @@ fn build_node(
         domain: proto.domain.clone(),
         opset,
         supported: match ops::supported_opsets(&proto.op_type).as_str() {
-            "none" => format!("declared ops: {}", ops::declared_ops().join(", ")),
+            "none" => "saggar-onnx does not implement it; `saggar check --onnx FILE` lists every such node".to_string(),
             ranges => format!("implemented for opsets {ranges}"),
         },
     })?;
