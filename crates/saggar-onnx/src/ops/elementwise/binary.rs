@@ -4,7 +4,7 @@
 
 use saggar_shape::DType;
 
-use super::{NUMBERS, broadcast2, output_mismatch, require_dtype};
+use super::{NUMBERS, broadcast2, output_mismatch, require_dtype, sym_pairs};
 use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
 use crate::ops::shape_util::broadcast_all;
 use crate::ops::{EvalInputs, InferInputs, Op, OpError, SymInt, ValueType};
@@ -140,32 +140,24 @@ impl Op for Binary {
         {
             return None;
         }
-        let (a, b) = (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?);
-        let n = a.len().max(b.len());
-        if (a.len() != n && a.len() != 1) || (b.len() != n && b.len() != 1) {
-            return None;
-        }
         let unknown = || SymInt::Sym(crate::ops::UNKNOWN_DIM.into());
-        (0..n)
-            .map(|i| {
-                let (x, y) = (&a[if a.len() == 1 { 0 } else { i }], &b[if b.len() == 1 { 0 } else { i }]);
-                Some(match (x.as_int(), y.as_int(), self.0) {
-                    (Some(p), Some(q), BinaryKind::Add) => SymInt::Int(p.checked_add(q)?),
-                    (Some(p), Some(q), BinaryKind::Sub) => SymInt::Int(p.checked_sub(q)?),
-                    (Some(p), Some(q), BinaryKind::Mul) => SymInt::Int(p.checked_mul(q)?),
-                    (Some(p), Some(q), BinaryKind::Div) => SymInt::Int(p.checked_div(q)?),
-                    (None, Some(1), BinaryKind::Mul | BinaryKind::Div) => x.clone(),
-                    (Some(1), None, BinaryKind::Mul) => y.clone(),
-                    (None, Some(0), BinaryKind::Add | BinaryKind::Sub) => x.clone(),
-                    // Comparisons of shape vectors (exporters test for -1): decided where extents are
-                    // known, where a symbol meets a negative value, or where one symbol meets itself.
-                    (Some(p), Some(q), BinaryKind::Equal) => SymInt::Int(i64::from(p == q)),
-                    (None, Some(q), BinaryKind::Equal) | (Some(q), None, BinaryKind::Equal) if q < 0 => SymInt::Int(0),
-                    (None, None, BinaryKind::Equal) if x == y && !is_unnamed_sym(x) => SymInt::Int(1),
-                    _ => unknown(),
-                })
+        sym_pairs(inputs, |x, y| {
+            Some(match (x.as_int(), y.as_int(), self.0) {
+                (Some(p), Some(q), BinaryKind::Add) => SymInt::Int(p.checked_add(q)?),
+                (Some(p), Some(q), BinaryKind::Sub) => SymInt::Int(p.checked_sub(q)?),
+                (Some(p), Some(q), BinaryKind::Mul) => SymInt::Int(p.checked_mul(q)?),
+                (Some(p), Some(q), BinaryKind::Div) => SymInt::Int(p.checked_div(q)?),
+                (None, Some(1), BinaryKind::Mul | BinaryKind::Div) => x.clone(),
+                (Some(1), None, BinaryKind::Mul) => y.clone(),
+                (None, Some(0), BinaryKind::Add | BinaryKind::Sub) => x.clone(),
+                // Comparisons of shape vectors (exporters test for -1): decided where extents are
+                // known, where a symbol meets a negative value, or where one symbol meets itself.
+                (Some(p), Some(q), BinaryKind::Equal) => SymInt::Int(i64::from(p == q)),
+                (None, Some(q), BinaryKind::Equal) | (Some(q), None, BinaryKind::Equal) if q < 0 => SymInt::Int(0),
+                (None, None, BinaryKind::Equal) if x == y && !is_unnamed_sym(x) => SymInt::Int(1),
+                _ => unknown(),
             })
-            .collect()
+        })
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {

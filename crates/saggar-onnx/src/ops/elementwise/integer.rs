@@ -12,10 +12,10 @@
 
 use saggar_shape::DType;
 
-use super::{NUMBERS, broadcast2, output_mismatch, require_dtype};
+use super::{NUMBERS, broadcast2, output_mismatch, require_dtype, sym_pairs};
 use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
 use crate::ops::shape_util::broadcast_all;
-use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, SymInt, ValueType};
 use crate::tensor::{DataMut, DataRef, TensorMut};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +137,18 @@ impl Op for IntegerOp {
         Ok(vec![ValueType::new(a.ty.dtype, dims)])
     }
 
+    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
+        // Shape arithmetic (`(window - width % window) % window`, as Swin pads): known where both
+        // sides are.
+        let kind = self.0;
+        sym_pairs(inputs, |x, y| {
+            Some(match (x.as_int(), y.as_int()) {
+                (Some(p), Some(q)) => SymInt::Int(int_op!(kind, p, q, u64)),
+                _ => SymInt::Sym(crate::ops::UNKNOWN_DIM.into()),
+            })
+        })
+    }
+
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let (a, b) = (inputs.req(0)?, inputs.req(1)?);
         let kind = self.0;
@@ -240,6 +252,22 @@ mod tests {
         let f = f32s(&[1], &[1.0]);
         assert!(run_op("BitwiseAnd", 18, &Attributes::default(), &[Some(&f), Some(&f)]).is_err());
         assert!(run_op("BitwiseOr", 17, &Attributes::default(), &[Some(&a), Some(&b)]).is_err(), "from opset 18");
+    }
+
+    #[test]
+    fn mod_of_shape_vectors_is_known_where_both_sides_are() {
+        use crate::ops::{InferInput, InferInputs, NodeCtx, SymInt, ValueType, lookup};
+        use saggar_shape::DType;
+        let attrs = Attributes::default();
+        let op = (lookup("Mod", 13).unwrap().build)(&mut NodeCtx::for_test(&attrs, 13, 2)).unwrap();
+        let (ta, tb) = (ValueType::fixed(DType::I64, &[2]), ValueType::fixed(DType::I64, &[1]));
+        let (a, b) = ([SymInt::Int(-7), SymInt::Sym("w".into())], [SymInt::Int(4)]);
+        let inputs = [
+            Some(InferInput { ty: &ta, value: None, dims_value: Some(&a) }),
+            Some(InferInput { ty: &tb, value: None, dims_value: Some(&b) }),
+        ];
+        let got = op.dims_value(&InferInputs::new(&inputs)).unwrap();
+        assert_eq!(got, vec![SymInt::Int(1), SymInt::Sym(crate::ops::UNKNOWN_DIM.into())]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod variadic;
 use saggar_shape::DType;
 
 use crate::ops::shape_util::{broadcast_strides, for_each_broadcast};
-use crate::ops::{OpEntry, OpError};
+use crate::ops::{InferInputs, OpEntry, OpError, SymInt};
 use activation::{Activation, build_celu, build_prelu, build_shrink};
 use binary::{Binary, BinaryKind};
 use integer::{IntegerKind, bitwise, build_bitshift, build_mod};
@@ -155,6 +155,17 @@ fn broadcast2<A: Copy, B: Copy, O>(
         for_each_broadcast(out_dims, [&sa, &sb], |i, [oa, ob]| out[i] = f(a[oa], b[ob]));
     }
     Ok(())
+}
+
+/// The shape-vector elements ([`crate::ops::Op::dims_value`]) of a binary op over two known vectors,
+/// elementwise or with a scalar: `f` of each pair (`None` from `f` gives none at all).
+fn sym_pairs(inputs: &InferInputs<'_>, f: impl Fn(&SymInt, &SymInt) -> Option<SymInt>) -> Option<Vec<SymInt>> {
+    let (a, b) = (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?);
+    let n = a.len().max(b.len());
+    if (a.len() != n && a.len() != 1) || (b.len() != n && b.len() != 1) {
+        return None;
+    }
+    (0..n).map(|i| f(&a[if a.len() == 1 { 0 } else { i }], &b[if b.len() == 1 { 0 } else { i }])).collect()
 }
 
 /// Fails unless `dims` broadcasts to exactly `out_dims`.
