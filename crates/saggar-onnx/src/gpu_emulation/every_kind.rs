@@ -227,6 +227,87 @@ fn conv_pool_and_chain_nodes(k: &mut Kinds) {
     k.node("And", &["nn", "pos"], &["an"], &[], DType::Bool);
 }
 
+/// Activations and math of one f32 input, each its own fused expression (or a short chain).
+fn activation_and_math_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    k.init("half", Tensor::new(vec![], TensorData::F32(vec![0.5])).unwrap());
+    k.init("ten", Tensor::new(vec![], TensorData::F32(vec![10.0])).unwrap());
+    k.hidden("Mul", &["x", "ten"], &["x10"], &[]);
+    k.hidden("Mul", &["x", "half"], &["xh"], &[]);
+    k.hidden("Add", &["x", "two"], &["xp2"], &[]);
+    for (op, input, out) in [
+        ("Sin", "x", "sin"),
+        ("Cos", "x", "cos"),
+        ("Tan", "x", "tan"),
+        ("Asin", "xh", "asin"),
+        ("Acos", "xh", "acos"),
+        ("Atan", "x10", "atan"),
+        ("Sinh", "x", "sinh"),
+        ("Cosh", "x", "cosh"),
+        ("Asinh", "x10", "asinh"),
+        ("Acosh", "xp2", "acosh"),
+        ("Atanh", "xh", "atanh"),
+        ("Floor", "x10", "floor"),
+        ("Ceil", "x10", "ceil"),
+        ("Sign", "x", "signf"),
+        ("HardSwish", "x10", "hswish"),
+        ("Softplus", "x10", "softplus"),
+        ("Softsign", "x10", "softsign"),
+        ("Mish", "x10", "mish"),
+        ("Selu", "x", "selu"),
+    ] {
+        k.node(op, &[input], &[out], &[], f);
+    }
+    k.node("HardSigmoid", &["x10"], &["hsig"], &[("alpha", Float(0.3)), ("beta", Float(0.4))], f);
+    k.node("LeakyRelu", &["x"], &["leaky"], &[("alpha", Float(0.2))], f);
+    k.node("Elu", &["x"], &["elu"], &[("alpha", Float(1.5))], f);
+    k.node("Celu", &["x"], &["celu"], &[("alpha", Float(0.7))], f);
+    k.node("ThresholdedRelu", &["x"], &["trelu"], &[("alpha", Float(0.3))], f);
+    k.node("Shrink", &["x"], &["shrink"], &[("lambd", Float(0.4)), ("bias", Float(0.1))], f);
+    // The slope as a trailing block and in a middle axis (the fused kernel's general walk).
+    k.node("PRelu", &["x", "ls"], &["prelu"], &[], f);
+    k.node("PRelu", &["x", "mid"], &["prelum"], &[], f);
+    k.node("Mod", &["x", "ls"], &["fmodf"], &[("fmod", Int(1))], f);
+    // Exact halves (integers times 0.5): Round goes to even.
+    k.hidden("Cast", &["x10"], &["x10i"], &[("to", Int(7))]);
+    k.hidden("Cast", &["x10i"], &["x10r"], &[("to", Int(1))]);
+    k.hidden("Mul", &["x10r", "half"], &["halves"], &[]);
+    k.node("Round", &["halves"], &["round"], &[], f);
+    // Infinities of both signs (and NaN at 0) for IsInf.
+    k.hidden("Div", &["x", "zero"], &["xinf"], &[]);
+    k.node("IsInf", &["xinf"], &["isinf"], &[], DType::Bool);
+    k.node("IsInf", &["xinf"], &["isposinf"], &[("detect_negative", Int(0))], DType::Bool);
+    k.node("IsInf", &["xinf"], &["isneginf"], &[("detect_positive", Int(0))], DType::Bool);
+}
+
+/// Mod, BitShift, the bitwise ops, Sign, Shrink and PRelu on i64 and i32 values made from the input,
+/// with divisors and shift amounts at the edges C leaves undefined (0, -1, the width, negative).
+fn integer_nodes(k: &mut Kinds) {
+    let i32s = |v: Vec<i32>| Tensor::new(vec![v.len()], TensorData::I32(v)).unwrap();
+    k.init("dl", Tensor::from_i64s(vec![3, -4, 0, -1, 7]));
+    k.init("ds", i32s(vec![3, -4, 0, -1, 7]));
+    k.init("shl", Tensor::from_i64s(vec![0, 1, 63, 64, -1]));
+    k.init("shs", i32s(vec![0, 3, 31, 32, -2]));
+    k.init("bl", Tensor::from_i64s(vec![0x0f, -1, 0, 0x55, -16]));
+    k.init("bs", i32s(vec![0x0f, -1, 0, 0x55, -16]));
+    k.hidden("Cast", &["x10"], &["xl"], &[("to", Int(7))]);
+    k.hidden("Cast", &["x10"], &["xs"], &[("to", Int(6))]);
+    for (ty, x, d, sh, b) in [(DType::I64, "xl", "dl", "shl", "bl"), (DType::I32, "xs", "ds", "shs", "bs")] {
+        let name = |s: &str| -> &'static str { format!("{s}_{x}").leak() };
+        k.node("Mod", &[x, d], &[name("mod")], &[], ty);
+        k.node("Mod", &[x, d], &[name("fmod")], &[("fmod", Int(1))], ty);
+        k.node("BitShift", &[x, sh], &[name("shl")], &[("direction", Str(b"LEFT".to_vec()))], ty);
+        k.node("BitShift", &[x, sh], &[name("shr")], &[("direction", Str(b"RIGHT".to_vec()))], ty);
+        k.node("BitwiseAnd", &[x, b], &[name("and")], &[], ty);
+        k.node("BitwiseOr", &[x, b], &[name("or")], &[], ty);
+        k.node("BitwiseXor", &[x, b], &[name("xor")], &[], ty);
+        k.node("BitwiseNot", &[x], &[name("not")], &[], ty);
+        k.node("Sign", &[x], &[name("sign")], &[], ty);
+        k.node("PRelu", &[x, d], &[name("prelu")], &[], ty);
+        k.node("Shrink", &[x], &[name("shrink")], &[("lambd", Float(2.0)), ("bias", Float(0.5))], ty);
+    }
+}
+
 fn every_kind_model() -> OnnxModel {
     let mut k = Kinds { b: ModelBuilder::new(18), outputs: Vec::new() };
     let fixed = |d: &[u64]| d.iter().map(|&v| Dim::Fixed(v)).collect::<Vec<_>>();
@@ -236,6 +317,8 @@ fn every_kind_model() -> OnnxModel {
     layer_norm_nodes(&mut k);
     broadcast_and_reduce_nodes(&mut k);
     conv_pool_and_chain_nodes(&mut k);
+    activation_and_math_nodes(&mut k);
+    integer_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

@@ -2,7 +2,7 @@
 
 use saggar_shape::DType;
 
-use crate::ops::elementwise::{check_broadcast, output_mismatch, require_dtype};
+use crate::ops::elementwise::{c_float, check_broadcast, output_mismatch, require_dtype};
 use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
 use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
@@ -123,7 +123,7 @@ impl Op for Clip {
         let f = x.dtype == DType::F32;
         let bound = |slot: usize, attr: Option<f32>| match (ctx.inputs.get(slot).and_then(Option::as_ref), attr) {
             (Some(_), _) => Some(format!("${slot}")),
-            (None, Some(v)) if v.is_finite() => Some(format!("{v:?}f")),
+            (None, Some(v)) if v.is_finite() => Some(c_float(v)),
             _ => None,
         };
         let mut expr = "$0".to_string();

@@ -1,11 +1,28 @@
-//! Elementwise ops with numpy broadcasting: unary math and activations, binary arithmetic,
-//! comparisons and logic, the variadic Sum/Max/Min/Mean, IsNaN and Not.
+//! Elementwise ops with numpy broadcasting, each one fused C++ expression on GPU: unary math
+//! ([`unary`]: roots, exponentials, trigonometry, rounding, Sign, IsNaN, IsInf, Not, BitwiseNot),
+//! the activations ([`activation`]: Relu's relatives with their attributes, PRelu), binary
+//! arithmetic, comparisons and logic ([`binary`]), the integer-minded binary ops Mod, BitShift and
+//! BitwiseAnd/Or/Xor ([`integer`]), and the variadic Sum/Max/Min/Mean ([`variadic`]).
+//!
+//! Host and GPU compute the same function: the host kernel of each op sits next to its C++
+//! expression, and where C would trap or leave a result undefined (integer division or remainder by
+//! zero, shifts by the width or more) both define the result the same way.
+
+mod activation;
+mod binary;
+mod integer;
+mod unary;
+mod variadic;
 
 use saggar_shape::DType;
 
-use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
-use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::ops::shape_util::{broadcast_strides, for_each_broadcast};
+use crate::ops::{InferInputs, OpEntry, OpError, SymInt};
+use activation::{Activation, build_celu, build_prelu, build_shrink};
+use binary::{Binary, BinaryKind};
+use integer::{IntegerKind, bitwise, build_bitshift, build_mod};
+use unary::{Unary, build_gelu, build_is_inf, is_nan, not, unary};
+use variadic::{Variadic, VariadicKind};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -19,28 +36,65 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Exp", since: 6, until: 21, build: |c| unary(c, Unary::Exp) },
     OpEntry { op_type: "Log", since: 6, until: 21, build: |c| unary(c, Unary::Log) },
     OpEntry { op_type: "Reciprocal", since: 6, until: 21, build: |c| unary(c, Unary::Reciprocal) },
+    OpEntry { op_type: "Sin", since: 7, until: 21, build: |c| unary(c, Unary::Sin) },
+    OpEntry { op_type: "Cos", since: 7, until: 21, build: |c| unary(c, Unary::Cos) },
+    OpEntry { op_type: "Tan", since: 7, until: 21, build: |c| unary(c, Unary::Tan) },
+    OpEntry { op_type: "Asin", since: 7, until: 21, build: |c| unary(c, Unary::Asin) },
+    OpEntry { op_type: "Acos", since: 7, until: 21, build: |c| unary(c, Unary::Acos) },
+    OpEntry { op_type: "Atan", since: 7, until: 21, build: |c| unary(c, Unary::Atan) },
+    OpEntry { op_type: "Sinh", since: 9, until: 21, build: |c| unary(c, Unary::Sinh) },
+    OpEntry { op_type: "Cosh", since: 9, until: 21, build: |c| unary(c, Unary::Cosh) },
+    OpEntry { op_type: "Asinh", since: 9, until: 21, build: |c| unary(c, Unary::Asinh) },
+    OpEntry { op_type: "Acosh", since: 9, until: 21, build: |c| unary(c, Unary::Acosh) },
+    OpEntry { op_type: "Atanh", since: 9, until: 21, build: |c| unary(c, Unary::Atanh) },
+    OpEntry { op_type: "Floor", since: 6, until: 21, build: |c| unary(c, Unary::Floor) },
+    OpEntry { op_type: "Ceil", since: 6, until: 21, build: |c| unary(c, Unary::Ceil) },
+    OpEntry { op_type: "Round", since: 11, until: 21, build: |c| unary(c, Unary::Round) },
+    OpEntry { op_type: "Sign", since: 9, until: 21, build: |c| unary(c, Unary::Sign) },
+    OpEntry { op_type: "BitwiseNot", since: 18, until: 21, build: |c| unary(c, Unary::BitwiseNot) },
     OpEntry { op_type: "Gelu", since: 20, until: 21, build: build_gelu },
-    OpEntry { op_type: "IsNaN", since: 9, until: 21, build: |_| Ok(Box::new(IsNan)) },
-    OpEntry { op_type: "Not", since: 1, until: 21, build: |_| Ok(Box::new(Not)) },
-    OpEntry { op_type: "Add", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Add))) },
-    OpEntry { op_type: "Sub", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Sub))) },
-    OpEntry { op_type: "Mul", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Mul))) },
-    OpEntry { op_type: "Div", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Div))) },
-    OpEntry { op_type: "Pow", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Pow))) },
-    OpEntry { op_type: "Equal", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Equal))) },
-    OpEntry { op_type: "Greater", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Greater))) },
-    OpEntry { op_type: "Less", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Less))) },
-    OpEntry { op_type: "GreaterOrEqual", since: 12, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::GreaterEq))) },
-    OpEntry { op_type: "LessOrEqual", since: 12, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::LessEq))) },
-    OpEntry { op_type: "And", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::And))) },
-    OpEntry { op_type: "Or", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Or))) },
-    OpEntry { op_type: "Xor", since: 7, until: 21, build: |_| Ok(Box::new(Binary(BinaryKind::Xor))) },
-    OpEntry { op_type: "Sum", since: 8, until: 21, build: |_| Ok(Box::new(Variadic(VariadicKind::Sum))) },
-    OpEntry { op_type: "Mean", since: 8, until: 21, build: |_| Ok(Box::new(Variadic(VariadicKind::Mean))) },
-    OpEntry { op_type: "Max", since: 8, until: 21, build: |_| Ok(Box::new(Variadic(VariadicKind::Max))) },
-    OpEntry { op_type: "Min", since: 8, until: 21, build: |_| Ok(Box::new(Variadic(VariadicKind::Min))) },
+    OpEntry { op_type: "IsNaN", since: 9, until: 21, build: is_nan },
+    OpEntry { op_type: "IsInf", since: 10, until: 21, build: build_is_inf },
+    OpEntry { op_type: "Not", since: 1, until: 21, build: not },
+    OpEntry { op_type: "HardSigmoid", since: 6, until: 21, build: Activation::build_hard_sigmoid },
+    OpEntry { op_type: "HardSwish", since: 14, until: 21, build: |_| Activation::HardSwish.boxed() },
+    OpEntry { op_type: "LeakyRelu", since: 6, until: 21, build: Activation::build_leaky_relu },
+    OpEntry { op_type: "Elu", since: 6, until: 21, build: Activation::build_elu },
+    OpEntry { op_type: "Selu", since: 6, until: 21, build: Activation::build_selu },
+    OpEntry { op_type: "Celu", since: 12, until: 21, build: build_celu },
+    OpEntry { op_type: "Softplus", since: 1, until: 21, build: |_| Activation::Softplus.boxed() },
+    OpEntry { op_type: "Softsign", since: 1, until: 21, build: |_| Activation::Softsign.boxed() },
+    OpEntry { op_type: "Mish", since: 18, until: 21, build: |_| Activation::Mish.boxed() },
+    OpEntry { op_type: "ThresholdedRelu", since: 10, until: 21, build: Activation::build_thresholded_relu },
+    OpEntry { op_type: "Shrink", since: 9, until: 21, build: build_shrink },
+    // Unidirectional broadcasting of the slope from 7, integer types from 9.
+    OpEntry { op_type: "PRelu", since: 7, until: 8, build: |c| build_prelu(c, false) },
+    OpEntry { op_type: "PRelu", since: 9, until: 21, build: |c| build_prelu(c, true) },
+    OpEntry { op_type: "Add", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Add) },
+    OpEntry { op_type: "Sub", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Sub) },
+    OpEntry { op_type: "Mul", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Mul) },
+    OpEntry { op_type: "Div", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Div) },
+    OpEntry { op_type: "Pow", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Pow) },
+    OpEntry { op_type: "Equal", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Equal) },
+    OpEntry { op_type: "Greater", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Greater) },
+    OpEntry { op_type: "Less", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Less) },
+    OpEntry { op_type: "GreaterOrEqual", since: 12, until: 21, build: |_| Binary::boxed(BinaryKind::GreaterEq) },
+    OpEntry { op_type: "LessOrEqual", since: 12, until: 21, build: |_| Binary::boxed(BinaryKind::LessEq) },
+    OpEntry { op_type: "And", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::And) },
+    OpEntry { op_type: "Or", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Or) },
+    OpEntry { op_type: "Xor", since: 7, until: 21, build: |_| Binary::boxed(BinaryKind::Xor) },
+    OpEntry { op_type: "Mod", since: 10, until: 21, build: build_mod },
+    OpEntry { op_type: "BitShift", since: 11, until: 21, build: build_bitshift },
+    OpEntry { op_type: "BitwiseAnd", since: 18, until: 21, build: |_| bitwise(IntegerKind::And) },
+    OpEntry { op_type: "BitwiseOr", since: 18, until: 21, build: |_| bitwise(IntegerKind::Or) },
+    OpEntry { op_type: "BitwiseXor", since: 18, until: 21, build: |_| bitwise(IntegerKind::Xor) },
+    OpEntry { op_type: "Sum", since: 8, until: 21, build: |_| Variadic::boxed(VariadicKind::Sum) },
+    OpEntry { op_type: "Mean", since: 8, until: 21, build: |_| Variadic::boxed(VariadicKind::Mean) },
+    OpEntry { op_type: "Max", since: 8, until: 21, build: |_| Variadic::boxed(VariadicKind::Max) },
+    OpEntry { op_type: "Min", since: 8, until: 21, build: |_| Variadic::boxed(VariadicKind::Min) },
 ];
 
+/// Fails unless `got` is one of `allowed`, naming them.
 pub(crate) fn require_dtype(op: &str, got: DType, allowed: &[DType]) -> Result<(), OpError> {
     if allowed.contains(&got) {
         Ok(())
@@ -54,180 +108,21 @@ pub(crate) fn output_mismatch() -> OpError {
     OpError::eval("output element type differs from what inference gave")
 }
 
-/// A one-input op on f32 (and the signed integers for Relu, Neg, Abs).
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Unary {
-    Sqrt,
-    Erf,
-    Tanh,
-    Relu,
-    Sigmoid,
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Reciprocal,
-    Gelu,
-    GeluTanh,
-}
-
-#[derive(Debug)]
-struct UnaryOp(Unary);
-
-fn unary(_: &mut NodeCtx<'_>, kind: Unary) -> Result<Box<dyn Op>, OpError> {
-    Ok(Box::new(UnaryOp(kind)))
-}
-
-fn build_gelu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    match ctx.string_or("approximate", "none")?.as_str() {
-        "none" => Ok(Box::new(UnaryOp(Unary::Gelu))),
-        "tanh" => Ok(Box::new(UnaryOp(Unary::GeluTanh))),
-        other => Err(ctx.unsupported("approximate", other, "\"none\", \"tanh\"")),
+/// An `f32` constant as a C++ expression that reads back as exactly `v`: the shortest decimal that
+/// round-trips (Rust's `{:?}`: `2.0f`, `1e-5f`, `0.16666667f`), parenthesised when negative so
+/// that it can follow any operator, and the bits for an infinity or NaN (no decimal spells those).
+pub(crate) fn c_float(v: f32) -> String {
+    if !v.is_finite() {
+        crate::ops::gpu::float_literal(v.to_bits())
+    } else if v.is_sign_negative() {
+        format!("({v:?}f)")
+    } else {
+        format!("{v:?}f")
     }
 }
 
-impl Unary {
-    fn f32(self, x: f32) -> f32 {
-        match self {
-            Unary::Sqrt => x.sqrt(),
-            Unary::Erf => libm::erff(x),
-            Unary::Tanh => x.tanh(),
-            Unary::Relu => x.max(0.0),
-            Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            Unary::Neg => -x,
-            Unary::Abs => x.abs(),
-            Unary::Exp => x.exp(),
-            Unary::Log => x.ln(),
-            Unary::Reciprocal => 1.0 / x,
-            Unary::Gelu => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
-            Unary::GeluTanh => {
-                let c = (2.0f32 / std::f32::consts::PI).sqrt();
-                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-            }
-        }
-    }
-
-    /// The C++ expression of `$0` of element type `dtype` (see [`crate::ops::gpu::GpuNode`]).
-    fn c_expr(self, dtype: DType) -> String {
-        if dtype != DType::F32 {
-            return match self {
-                Unary::Relu => "($0 > 0 ? $0 : ($0 - $0))",
-                Unary::Neg => "(-$0)",
-                _ => "($0 < 0 ? -$0 : $0)",
-            }
-            .into();
-        }
-        match self {
-            Unary::Sqrt => "sqrtf($0)",
-            Unary::Erf => "erff($0)",
-            Unary::Tanh => "tanhf($0)",
-            Unary::Relu => "fmaxf($0, 0.0f)",
-            Unary::Sigmoid => "(1.0f / (1.0f + expf(-$0)))",
-            Unary::Neg => "(-$0)",
-            Unary::Abs => "fabsf($0)",
-            Unary::Exp => "expf($0)",
-            Unary::Log => "logf($0)",
-            Unary::Reciprocal => "(1.0f / $0)",
-            Unary::Gelu => "(0.5f * $0 * (1.0f + erff($0 * 0.7071067811865476f)))",
-            Unary::GeluTanh => "(0.5f * $0 * (1.0f + tanhf(0.7978845608028654f * ($0 + 0.044715f * $0 * $0 * $0))))",
-        }
-        .into()
-    }
-
-    fn takes_integers(self) -> bool {
-        matches!(self, Unary::Relu | Unary::Neg | Unary::Abs)
-    }
-}
-
-macro_rules! int_unary {
-    ($kind:expr, $x:expr) => {
-        match $kind {
-            Unary::Relu => $x.max(0),
-            Unary::Neg => $x.wrapping_neg(),
-            _ => $x.wrapping_abs(),
-        }
-    };
-}
-
-impl Op for UnaryOp {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some(ctx.input(0).map(|x| crate::ops::gpu::GpuNode::Elementwise(self.0.c_expr(x.dtype))))
-    }
-
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let x = inputs.req(0)?;
-        let allowed: &[DType] =
-            if self.0.takes_integers() { &[DType::F32, DType::I64, DType::I32] } else { &[DType::F32] };
-        require_dtype(&format!("{:?}", self.0), x.ty.dtype, allowed)?;
-        Ok(vec![x.ty.clone()])
-    }
-
-    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let x = inputs.req(0)?;
-        let kind = self.0;
-        match (x.data, &mut outputs[0].data) {
-            (DataRef::F32(x), DataMut::F32(o)) => o.iter_mut().zip(x).for_each(|(o, &x)| *o = kind.f32(x)),
-            (DataRef::I64(x), DataMut::I64(o)) if kind.takes_integers() => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = int_unary!(kind, x))
-            }
-            (DataRef::I32(x), DataMut::I32(o)) if kind.takes_integers() => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = int_unary!(kind, x))
-            }
-            _ => return Err(output_mismatch()),
-        }
-        Ok(())
-    }
-}
-
-/// `IsNaN`: f32 to bool.
-#[derive(Debug)]
-struct IsNan;
-
-impl Op for IsNan {
-    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some(Ok(crate::ops::gpu::GpuNode::Elementwise("(unsigned char)($0 != $0)".into())))
-    }
-
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let x = inputs.req(0)?;
-        require_dtype("IsNaN", x.ty.dtype, &[DType::F32])?;
-        Ok(vec![ValueType::new(DType::Bool, x.ty.dims.clone())])
-    }
-
-    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let x = inputs.req(0)?.f32s()?;
-        let o = outputs[0].bools()?;
-        o.iter_mut().zip(x).for_each(|(o, x)| *o = u8::from(x.is_nan()));
-        Ok(())
-    }
-}
-
-/// `Not`: bool to bool.
-#[derive(Debug)]
-struct Not;
-
-impl Op for Not {
-    fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some(Ok(crate::ops::gpu::GpuNode::Elementwise("(unsigned char)($0 == 0)".into())))
-    }
-
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let x = inputs.req(0)?;
-        require_dtype("Not", x.ty.dtype, &[DType::Bool])?;
-        Ok(vec![x.ty.clone()])
-    }
-
-    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let x = inputs.req(0)?.bools()?;
-        outputs[0].bools()?.iter_mut().zip(x).for_each(|(o, &x)| *o = u8::from(x == 0));
-        Ok(())
-    }
-}
-
-/// Whether a shape-vector element is a symbol inference invented (never equal to anything known).
-fn is_unnamed_sym(v: &SymInt) -> bool {
-    matches!(v, SymInt::Sym(s) if crate::ops::shape_util::is_unnamed(&saggar_shape::Dim::Symbolic(s.clone())))
-}
+/// The element types of the signed integer and f32 elementwise ops.
+const NUMBERS: &[DType] = &[DType::F32, DType::I64, DType::I32];
 
 /// Applies `f` over the broadcast of `a` and `b` into `out` (shaped as the broadcast).
 fn broadcast2<A: Copy, B: Copy, O>(
@@ -262,344 +157,26 @@ fn broadcast2<A: Copy, B: Copy, O>(
     Ok(())
 }
 
+/// The shape-vector elements ([`crate::ops::Op::dims_value`]) of a binary op over two known vectors,
+/// elementwise or with a scalar: `f` of each pair (`None` from `f` gives none at all).
+fn sym_pairs(inputs: &InferInputs<'_>, f: impl Fn(&SymInt, &SymInt) -> Option<SymInt>) -> Option<Vec<SymInt>> {
+    let (a, b) = (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?);
+    let n = a.len().max(b.len());
+    if (a.len() != n && a.len() != 1) || (b.len() != n && b.len() != 1) {
+        return None;
+    }
+    (0..n).map(|i| f(&a[if a.len() == 1 { 0 } else { i }], &b[if b.len() == 1 { 0 } else { i }])).collect()
+}
+
 /// Fails unless `dims` broadcasts to exactly `out_dims`.
 pub(crate) fn check_broadcast(dims: &[usize], out_dims: &[usize]) -> Result<(), OpError> {
-    let pad = out_dims.len() - dims.len();
+    let Some(pad) = out_dims.len().checked_sub(dims.len()) else {
+        return Err(OpError::eval(format!("input shape {dims:?} has a higher rank than {out_dims:?}")));
+    };
     for (i, &d) in dims.iter().enumerate() {
         if d != 1 && d != out_dims[pad + i] {
             return Err(OpError::eval(format!("input shape {dims:?} does not broadcast to {out_dims:?}")));
         }
-    }
-    Ok(())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BinaryKind {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Equal,
-    Greater,
-    Less,
-    GreaterEq,
-    LessEq,
-    And,
-    Or,
-    Xor,
-}
-
-impl BinaryKind {
-    fn is_comparison(self) -> bool {
-        matches!(self, Self::Equal | Self::Greater | Self::Less | Self::GreaterEq | Self::LessEq)
-    }
-
-    fn is_logic(self) -> bool {
-        matches!(self, Self::And | Self::Or | Self::Xor)
-    }
-
-    /// The C++ expression of `$0 op $1` for operands of these element types, as `eval` computes it.
-    fn c_expr(self, a: DType, b: DType) -> Result<String, OpError> {
-        let t = crate::ops::gpu::ctype(a).ok_or_else(|| OpError::eval(format!("{a} is not supported on GPU")))?;
-        let cmp = |op: &str| format!("(unsigned char)($0 {op} $1)");
-        Ok(match (self, a, b) {
-            (Self::Equal, DType::Bool, _) => "(unsigned char)(($0 != 0) == ($1 != 0))".into(),
-            (Self::Equal, ..) => cmp("=="),
-            (Self::Greater, ..) => cmp(">"),
-            (Self::Less, ..) => cmp("<"),
-            (Self::GreaterEq, ..) => cmp(">="),
-            (Self::LessEq, ..) => cmp("<="),
-            (Self::And, ..) => "(unsigned char)(($0 != 0) && ($1 != 0))".into(),
-            (Self::Or, ..) => "(unsigned char)(($0 != 0) || ($1 != 0))".into(),
-            (Self::Xor, ..) => "(unsigned char)(($0 != 0) != ($1 != 0))".into(),
-            (Self::Pow, DType::F32, _) => "powf($0, (float)$1)".into(),
-            (Self::Pow, _, _) if a == b => format!("($1 < 0 ? ({t})0 : ({t})pow((double)$0, (double)$1))"),
-            (Self::Pow, _, _) => format!("({t})pow((double)$0, (double)$1)"),
-            (Self::Add, ..) => "($0 + $1)".into(),
-            (Self::Sub, ..) => "($0 - $1)".into(),
-            (Self::Mul, ..) => "($0 * $1)".into(),
-            (Self::Div, DType::F32, _) => "($0 / $1)".into(),
-            (Self::Div, ..) => format!("($1 == 0 ? ({t})0 : ({t})($0 / $1))"),
-        })
-    }
-}
-
-#[derive(Debug)]
-struct Binary(BinaryKind);
-
-macro_rules! int_arith {
-    ($kind:expr, $x:expr, $y:expr) => {
-        match $kind {
-            BinaryKind::Add => $x.wrapping_add($y),
-            BinaryKind::Sub => $x.wrapping_sub($y),
-            BinaryKind::Mul => $x.wrapping_mul($y),
-            // Integer division truncates like C; division by zero gives 0 rather than a fault.
-            BinaryKind::Div => $x.checked_div($y).unwrap_or(0),
-            _ => {
-                let e = $y;
-                if e < 0 { 0 } else { $x.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX)) }
-            }
-        }
-    };
-}
-
-macro_rules! compare {
-    ($kind:expr, $x:expr, $y:expr) => {
-        u8::from(match $kind {
-            BinaryKind::Equal => $x == $y,
-            BinaryKind::Greater => $x > $y,
-            BinaryKind::Less => $x < $y,
-            BinaryKind::GreaterEq => $x >= $y,
-            _ => $x <= $y,
-        })
-    };
-}
-
-impl Op for Binary {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        Some((|| Ok(crate::ops::gpu::GpuNode::Elementwise(self.0.c_expr(ctx.input(0)?.dtype, ctx.input(1)?.dtype)?)))())
-    }
-
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let (a, b) = (inputs.req(0)?, inputs.req(1)?);
-        let kind = self.0;
-        let name = format!("{kind:?}");
-        if kind.is_logic() {
-            require_dtype(&name, a.ty.dtype, &[DType::Bool])?;
-            require_dtype(&name, b.ty.dtype, &[DType::Bool])?;
-        } else if kind == BinaryKind::Pow {
-            require_dtype(&name, a.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
-            require_dtype(&name, b.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
-        } else {
-            let allowed: &[DType] = if kind == BinaryKind::Equal {
-                &[DType::F32, DType::I64, DType::I32, DType::Bool]
-            } else {
-                &[DType::F32, DType::I64, DType::I32]
-            };
-            require_dtype(&name, a.ty.dtype, allowed)?;
-            if a.ty.dtype != b.ty.dtype {
-                return Err(OpError::infer(format!("{name} inputs differ in type: {} and {}", a.ty.dtype, b.ty.dtype)));
-            }
-        }
-        let dims = broadcast_all([a.ty.dims.as_slice(), b.ty.dims.as_slice()])?;
-        let dtype = if kind.is_comparison() { DType::Bool } else { a.ty.dtype };
-        Ok(vec![ValueType::new(dtype, dims)])
-    }
-
-    fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
-        // Shape arithmetic (`seq * heads`, `hidden / heads`), elementwise or with a scalar: known
-        // where both sides are known, the symbol itself where the other side is neutral.
-        if !matches!(self.0, BinaryKind::Add | BinaryKind::Sub | BinaryKind::Mul | BinaryKind::Div | BinaryKind::Equal)
-        {
-            return None;
-        }
-        let (a, b) = (inputs.req(0).ok()?.sym_ints()?, inputs.req(1).ok()?.sym_ints()?);
-        let n = a.len().max(b.len());
-        if (a.len() != n && a.len() != 1) || (b.len() != n && b.len() != 1) {
-            return None;
-        }
-        let unknown = || SymInt::Sym(crate::ops::UNKNOWN_DIM.into());
-        (0..n)
-            .map(|i| {
-                let (x, y) = (&a[if a.len() == 1 { 0 } else { i }], &b[if b.len() == 1 { 0 } else { i }]);
-                Some(match (x.as_int(), y.as_int(), self.0) {
-                    (Some(p), Some(q), BinaryKind::Add) => SymInt::Int(p.checked_add(q)?),
-                    (Some(p), Some(q), BinaryKind::Sub) => SymInt::Int(p.checked_sub(q)?),
-                    (Some(p), Some(q), BinaryKind::Mul) => SymInt::Int(p.checked_mul(q)?),
-                    (Some(p), Some(q), BinaryKind::Div) => SymInt::Int(p.checked_div(q)?),
-                    (None, Some(1), BinaryKind::Mul | BinaryKind::Div) => x.clone(),
-                    (Some(1), None, BinaryKind::Mul) => y.clone(),
-                    (None, Some(0), BinaryKind::Add | BinaryKind::Sub) => x.clone(),
-                    // Comparisons of shape vectors (exporters test for -1): decided where extents are
-                    // known, where a symbol meets a negative value, or where one symbol meets itself.
-                    (Some(p), Some(q), BinaryKind::Equal) => SymInt::Int(i64::from(p == q)),
-                    (None, Some(q), BinaryKind::Equal) | (Some(q), None, BinaryKind::Equal) if q < 0 => SymInt::Int(0),
-                    (None, None, BinaryKind::Equal) if x == y && !is_unnamed_sym(x) => SymInt::Int(1),
-                    _ => unknown(),
-                })
-            })
-            .collect()
-    }
-
-    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let (a, b) = (inputs.req(0)?, inputs.req(1)?);
-        let kind = self.0;
-        let out = &mut outputs[0];
-        let od = out.dims;
-        let (ad, bd) = (a.dims, b.dims);
-        match (a.data, b.data, &mut out.data) {
-            (DataRef::F32(x), DataRef::F32(y), DataMut::F32(o)) => broadcast2(x, ad, y, bd, o, od, |x, y| match kind {
-                BinaryKind::Add => x + y,
-                BinaryKind::Sub => x - y,
-                BinaryKind::Mul => x * y,
-                BinaryKind::Div => x / y,
-                _ => x.powf(y),
-            }),
-            (DataRef::F32(x), DataRef::I64(y), DataMut::F32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| x.powf(y as f32))
-            }
-            (DataRef::F32(x), DataRef::I32(y), DataMut::F32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| x.powf(y as f32))
-            }
-            (DataRef::I64(x), DataRef::I64(y), DataMut::I64(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| int_arith!(kind, x, y))
-            }
-            // Pow with an integer base and an exponent of another type, computed as numpy does
-            // (in double precision, then converted back to the base's type).
-            (DataRef::I64(x), DataRef::I32(y), DataMut::I64(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| (x as f64).powf(f64::from(y)) as i64)
-            }
-            (DataRef::I64(x), DataRef::F32(y), DataMut::I64(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| (x as f64).powf(f64::from(y)) as i64)
-            }
-            (DataRef::I32(x), DataRef::I64(y), DataMut::I32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| f64::from(x).powf(y as f64) as i32)
-            }
-            (DataRef::I32(x), DataRef::F32(y), DataMut::I32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| f64::from(x).powf(f64::from(y)) as i32)
-            }
-            (DataRef::I32(x), DataRef::I32(y), DataMut::I32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| int_arith!(kind, x, y))
-            }
-            (DataRef::F32(x), DataRef::F32(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| compare!(kind, x, y))
-            }
-            (DataRef::I64(x), DataRef::I64(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| compare!(kind, x, y))
-            }
-            (DataRef::I32(x), DataRef::I32(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| compare!(kind, x, y))
-            }
-            (DataRef::Bool(x), DataRef::Bool(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| match kind {
-                    BinaryKind::And => u8::from(x != 0 && y != 0),
-                    BinaryKind::Or => u8::from(x != 0 || y != 0),
-                    BinaryKind::Xor => u8::from((x != 0) != (y != 0)),
-                    _ => u8::from((x != 0) == (y != 0)),
-                })
-            }
-            _ => Err(output_mismatch()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum VariadicKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-}
-
-/// `Sum`, `Mean`, `Max`, `Min` over any number of broadcast inputs.
-#[derive(Debug)]
-struct Variadic(VariadicKind);
-
-macro_rules! fold_into {
-    ($kind:expr, $acc:expr, $x:expr) => {
-        match $kind {
-            VariadicKind::Sum | VariadicKind::Mean => $acc + $x,
-            VariadicKind::Max => {
-                if $x > $acc {
-                    $x
-                } else {
-                    $acc
-                }
-            }
-            VariadicKind::Min => {
-                if $x < $acc {
-                    $x
-                } else {
-                    $acc
-                }
-            }
-        }
-    };
-}
-
-impl Op for Variadic {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        let n = ctx.inputs.iter().flatten().count();
-        if n == 0 || ctx.inputs.iter().any(Option::is_none) {
-            return Some(Err(OpError::eval("every input must be present")));
-        }
-        let mut expr = "$0".to_string();
-        for i in 1..n {
-            expr = match self.0 {
-                VariadicKind::Sum | VariadicKind::Mean => format!("({expr} + ${i})"),
-                VariadicKind::Max => format!("gpu_max({expr}, ${i})"),
-                VariadicKind::Min => format!("gpu_min({expr}, ${i})"),
-            };
-        }
-        if self.0 == VariadicKind::Mean {
-            expr = format!("({expr} / {n}.0f)");
-        }
-        Some(Ok(crate::ops::gpu::GpuNode::Elementwise(expr)))
-    }
-
-    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let first = inputs.req(0)?;
-        let allowed: &[DType] = match self.0 {
-            VariadicKind::Max | VariadicKind::Min => &[DType::F32, DType::I64, DType::I32],
-            _ => &[DType::F32],
-        };
-        require_dtype(&format!("{:?}", self.0), first.ty.dtype, allowed)?;
-        if inputs.present().any(|i| i.ty.dtype != first.ty.dtype) {
-            return Err(OpError::infer("inputs differ in element type"));
-        }
-        let dims = broadcast_all(inputs.present().map(|i| i.ty.dims.as_slice()))?;
-        Ok(vec![ValueType::new(first.ty.dtype, dims)])
-    }
-
-    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let kind = self.0;
-        let out = &mut outputs[0];
-        let od = out.dims;
-        let count = inputs.len();
-        for i in 0..count {
-            let x = inputs.req(i)?;
-            // The first input is copied (broadcast) into the output; later ones fold into it. The
-            // output has the broadcast shape, so it is its own first operand.
-            match (x.data, &mut out.data) {
-                (DataRef::F32(x_data), DataMut::F32(o)) => {
-                    fold_step(i, x_data, x.dims, o, od, |a, b| fold_into!(kind, a, b))?
-                }
-                (DataRef::I64(x_data), DataMut::I64(o)) => {
-                    fold_step(i, x_data, x.dims, o, od, |a, b| fold_into!(kind, a, b))?
-                }
-                (DataRef::I32(x_data), DataMut::I32(o)) => {
-                    fold_step(i, x_data, x.dims, o, od, |a, b| fold_into!(kind, a, b))?
-                }
-                _ => return Err(output_mismatch()),
-            }
-        }
-        if kind == VariadicKind::Mean {
-            let o = out.f32s()?;
-            let n = count as f32;
-            o.iter_mut().for_each(|v| *v /= n);
-        }
-        Ok(())
-    }
-}
-
-fn fold_step<T: Copy>(
-    index: usize,
-    x: &[T],
-    x_dims: &[usize],
-    out: &mut [T],
-    out_dims: &[usize],
-    f: impl Fn(T, T) -> T,
-) -> Result<(), OpError> {
-    if x_dims.len() > out_dims.len() {
-        return Err(OpError::eval("input rank exceeds the output rank"));
-    }
-    check_broadcast(x_dims, out_dims)?;
-    let sx = broadcast_strides(x_dims, out_dims.len());
-    if index == 0 {
-        for_each_broadcast(out_dims, [&sx], |i, [ox]| out[i] = x[ox]);
-    } else {
-        for_each_broadcast(out_dims, [&sx], |i, [ox]| out[i] = f(out[i], x[ox]));
     }
     Ok(())
 }
@@ -609,6 +186,25 @@ mod tests {
     use crate::ops::Attributes;
     use crate::ops::testing::{f32s, run_op};
     use crate::tensor::{Tensor, TensorData};
+
+    #[test]
+    fn float_constants_in_expressions_read_back_exactly() {
+        use super::c_float;
+        assert_eq!(c_float(2.0), "2.0f");
+        assert_eq!(c_float(1e-5), "1e-5f");
+        assert_eq!(c_float(0.2), "0.2f");
+        assert_eq!(c_float(1.0 / 6.0), "0.16666667f");
+        assert_eq!(c_float(-0.5), "(-0.5f)", "negative: safe after a minus sign");
+        assert_eq!(c_float(1e20), "1e20f");
+        assert_eq!(c_float(f32::INFINITY), "__int_as_float(2139095040)");
+        assert!(c_float(f32::NAN).starts_with("__int_as_float("));
+        // The decimal parses back to the same bits (as a C++ `f` literal is rounded: to nearest).
+        for v in [0.1f32, 1.0 / 3.0, 1.673_263_2, 1.050_701, f32::MIN_POSITIVE, 1e-45, f32::MAX, 16_777_217.0] {
+            let text = c_float(v);
+            let back: f32 = text.trim_end_matches('f').parse().unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{text}");
+        }
+    }
 
     #[test]
     fn add_broadcasts_rows_and_columns() {

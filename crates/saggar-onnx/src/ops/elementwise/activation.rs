@@ -1,0 +1,459 @@
+//! Activations: the f32 ones of one input and their attributes (HardSigmoid, HardSwish, LeakyRelu,
+//! Elu, Selu, Celu, Softplus, Softsign, Mish, ThresholdedRelu), Shrink (f32 and integers) and PRelu
+//! (a slope tensor broadcast to the input's shape). Where numpy's reference propagates NaN, so do
+//! these: the clamps are comparisons, not `fminf`/`fmaxf`.
+
+use saggar_shape::{DType, Dim};
+
+use super::{NUMBERS, broadcast2, c_float, output_mismatch, require_dtype};
+use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use crate::ops::shape_util::fmt_dims;
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
+use crate::tensor::{DataMut, DataRef, TensorMut};
+
+/// A one-input f32 activation with its attributes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Activation {
+    /// `max(0, min(1, alpha * x + beta))`.
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// `x * HardSigmoid(x)` with alpha 1/6 and beta 0.5.
+    HardSwish,
+    /// `x` where `x > 0`, else `alpha * x`.
+    LeakyRelu { alpha: f32 },
+    /// `x` where `x > 0`, else `alpha * (exp(x) - 1)`.
+    Elu { alpha: f32 },
+    /// `gamma * (x` where `x > 0`, else `alpha * (exp(x) - 1))`.
+    Selu { alpha: f32, gamma: f32 },
+    /// `max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`; alpha is not 0.
+    Celu { alpha: f32 },
+    /// `log(1 + exp(x))`, computed as `max(x, 0) + log1p(exp(-|x|))` so that it overflows nowhere.
+    Softplus,
+    /// `x / (1 + |x|)`.
+    Softsign,
+    /// `x * tanh(softplus(x))`.
+    Mish,
+    /// `x` where `x > alpha`, else 0.
+    ThresholdedRelu { alpha: f32 },
+}
+
+/// HardSwish's HardSigmoid (the spec's alpha and beta).
+const HARD_SWISH: (f32, f32) = (1.0 / 6.0, 0.5);
+
+#[derive(Debug)]
+struct ActivationOp(Activation);
+
+/// Clamps `t` to [0, 1]; NaN stays NaN.
+fn unit_clamp(t: f32) -> f32 {
+    t.clamp(0.0, 1.0)
+}
+
+fn softplus(x: f32) -> f32 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+const SOFTPLUS_EXPR: &str = "(fmaxf($0, 0.0f) + log1pf(expf(-fabsf($0))))";
+
+/// The C++ of `unit_clamp(alpha * $0 + beta)`.
+fn hard_sigmoid_expr(alpha: f32, beta: f32) -> String {
+    let t = format!("({} * $0 + {})", c_float(alpha), c_float(beta));
+    format!("({t} < 0.0f ? 0.0f : ({t} > 1.0f ? 1.0f : {t}))")
+}
+
+impl Activation {
+    pub(super) fn boxed(self) -> Result<Box<dyn Op>, OpError> {
+        Ok(Box::new(ActivationOp(self)))
+    }
+
+    pub(super) fn build_hard_sigmoid(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+        Activation::HardSigmoid { alpha: ctx.float_or("alpha", 0.2)?, beta: ctx.float_or("beta", 0.5)? }.boxed()
+    }
+
+    pub(super) fn build_leaky_relu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+        Activation::LeakyRelu { alpha: ctx.float_or("alpha", 0.01)? }.boxed()
+    }
+
+    pub(super) fn build_elu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+        Activation::Elu { alpha: ctx.float_or("alpha", 1.0)? }.boxed()
+    }
+
+    pub(super) fn build_selu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+        // The spec's defaults 1.67326319217681884765625 and 1.05070102214813232421875 (f32 values).
+        let alpha = ctx.float_or("alpha", 1.673_263_2)?;
+        let gamma = ctx.float_or("gamma", 1.050_701)?;
+        Activation::Selu { alpha, gamma }.boxed()
+    }
+
+    pub(super) fn build_thresholded_relu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+        Activation::ThresholdedRelu { alpha: ctx.float_or("alpha", 1.0)? }.boxed()
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Activation::HardSigmoid { .. } => "HardSigmoid",
+            Activation::HardSwish => "HardSwish",
+            Activation::LeakyRelu { .. } => "LeakyRelu",
+            Activation::Elu { .. } => "Elu",
+            Activation::Selu { .. } => "Selu",
+            Activation::Celu { .. } => "Celu",
+            Activation::Softplus => "Softplus",
+            Activation::Softsign => "Softsign",
+            Activation::Mish => "Mish",
+            Activation::ThresholdedRelu { .. } => "ThresholdedRelu",
+        }
+    }
+
+    fn f32(self, x: f32) -> f32 {
+        match self {
+            Activation::HardSigmoid { alpha, beta } => unit_clamp(alpha * x + beta),
+            Activation::HardSwish => x * unit_clamp(HARD_SWISH.0 * x + HARD_SWISH.1),
+            Activation::LeakyRelu { alpha } => {
+                if x > 0.0 {
+                    x
+                } else {
+                    alpha * x
+                }
+            }
+            Activation::Elu { alpha } => {
+                if x > 0.0 {
+                    x
+                } else {
+                    alpha * x.exp_m1()
+                }
+            }
+            Activation::Selu { alpha, gamma } => gamma * if x > 0.0 { x } else { alpha * x.exp_m1() },
+            // For x > 0 the second term of the definition is 0 and for x <= 0 the first is, whatever
+            // alpha's sign.
+            Activation::Celu { alpha } => {
+                if x > 0.0 {
+                    x
+                } else {
+                    alpha * (x / alpha).exp_m1()
+                }
+            }
+            Activation::Softplus => softplus(x),
+            Activation::Softsign => x / (1.0 + x.abs()),
+            Activation::Mish => x * softplus(x).tanh(),
+            Activation::ThresholdedRelu { alpha } => {
+                if x > alpha {
+                    x
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// The C++ expression of `$0`, computing what [`Activation::f32`] does.
+    fn c_expr(self) -> String {
+        match self {
+            Activation::HardSigmoid { alpha, beta } => hard_sigmoid_expr(alpha, beta),
+            Activation::HardSwish => format!("($0 * {})", hard_sigmoid_expr(HARD_SWISH.0, HARD_SWISH.1)),
+            Activation::LeakyRelu { alpha } => format!("($0 > 0.0f ? $0 : {} * $0)", c_float(alpha)),
+            Activation::Elu { alpha } => format!("($0 > 0.0f ? $0 : {} * expm1f($0))", c_float(alpha)),
+            Activation::Selu { alpha, gamma } => {
+                format!("({} * ($0 > 0.0f ? $0 : {} * expm1f($0)))", c_float(gamma), c_float(alpha))
+            }
+            Activation::Celu { alpha } => {
+                let a = c_float(alpha);
+                format!("($0 > 0.0f ? $0 : {a} * expm1f($0 / {a}))")
+            }
+            Activation::Softplus => SOFTPLUS_EXPR.into(),
+            Activation::Softsign => "($0 / (1.0f + fabsf($0)))".into(),
+            Activation::Mish => format!("($0 * tanhf{SOFTPLUS_EXPR})"),
+            Activation::ThresholdedRelu { alpha } => format!("($0 > {} ? $0 : 0.0f)", c_float(alpha)),
+        }
+    }
+}
+
+pub(super) fn build_celu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    let alpha = ctx.float_or("alpha", 1.0)?;
+    if alpha == 0.0 {
+        return Err(ctx.unsupported("alpha", alpha, "a nonzero value (Celu divides by alpha)"));
+    }
+    Activation::Celu { alpha }.boxed()
+}
+
+impl Op for ActivationOp {
+    fn gpu(&self, _: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
+        Some(Ok(GpuNode::Elementwise(self.0.c_expr())))
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let x = inputs.req(0)?;
+        require_dtype(self.0.name(), x.ty.dtype, &[DType::F32])?;
+        Ok(vec![x.ty.clone()])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let x = inputs.req(0)?.f32s()?;
+        let kind = self.0;
+        outputs[0].f32s()?.iter_mut().zip(x).for_each(|(o, &x)| *o = kind.f32(x));
+        Ok(())
+    }
+}
+
+/// `Shrink`: `x + bias` where `x < -lambd`, `x - bias` where `x > lambd`, else 0. Integer inputs
+/// are computed in f64 (as numpy's reference does) and converted back truncating toward zero,
+/// saturating at the type's bounds (NaN, from a NaN bias, gives 0).
+#[derive(Debug)]
+struct Shrink {
+    bias: f32,
+    lambd: f32,
+}
+
+pub(super) fn build_shrink(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(Shrink { bias: ctx.float_or("bias", 0.0)?, lambd: ctx.float_or("lambd", 0.5)? }))
+}
+
+impl Shrink {
+    fn f64(&self, x: f64) -> f64 {
+        let (bias, lambd) = (f64::from(self.bias), f64::from(self.lambd));
+        if x < -lambd {
+            x + bias
+        } else if x > lambd {
+            x - bias
+        } else {
+            0.0
+        }
+    }
+
+    fn c_expr(&self, dtype: DType) -> Result<String, OpError> {
+        let (bias, lambd, neg) = (c_float(self.bias), c_float(self.lambd), c_float(-self.lambd));
+        if dtype == DType::F32 {
+            return Ok(format!("($0 < {neg} ? $0 + {bias} : ($0 > {lambd} ? $0 - {bias} : 0.0f))"));
+        }
+        let t = ctype(dtype).ok_or_else(|| OpError::eval(format!("{dtype} is not supported on GPU")))?;
+        let x = "(double)$0";
+        let r = format!(
+            "({x} < (double){neg} ? {x} + (double){bias} : ({x} > (double){lambd} ? {x} - (double){bias} : 0.0))"
+        );
+        // Saturating like Rust's `as`: the bounds of i32 are exact in double, and i64's upper bound
+        // 2^63 is the first double past it.
+        let (max, min) = if dtype == DType::I32 {
+            ("2147483647.0", "-2147483648.0")
+        } else {
+            ("9223372036854775808.0", "-9223372036854775808.0")
+        };
+        let (tmax, tmin) = if dtype == DType::I32 {
+            ("2147483647", "(-2147483647 - 1)")
+        } else {
+            ("9223372036854775807LL", "(-9223372036854775807LL - 1)")
+        };
+        Ok(format!("({r} != {r} ? ({t})0 : ({r} >= {max} ? {tmax} : ({r} <= {min} ? {tmin} : ({t}){r})))"))
+    }
+}
+
+impl Op for Shrink {
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
+        Some(ctx.input(0).and_then(|x| self.c_expr(x.dtype)).map(GpuNode::Elementwise))
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let x = inputs.req(0)?;
+        require_dtype("Shrink", x.ty.dtype, NUMBERS)?;
+        Ok(vec![x.ty.clone()])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let x = inputs.req(0)?;
+        let (bias, lambd) = (self.bias, self.lambd);
+        match (x.data, &mut outputs[0].data) {
+            (DataRef::F32(x), DataMut::F32(o)) => o.iter_mut().zip(x).for_each(|(o, &x)| {
+                *o = if x < -lambd {
+                    x + bias
+                } else if x > lambd {
+                    x - bias
+                } else {
+                    0.0
+                }
+            }),
+            (DataRef::I64(x), DataMut::I64(o)) => {
+                o.iter_mut().zip(x).for_each(|(o, &x)| *o = self.f64(x as f64) as i64)
+            }
+            (DataRef::I32(x), DataMut::I32(o)) => {
+                o.iter_mut().zip(x).for_each(|(o, &x)| *o = self.f64(f64::from(x)) as i32)
+            }
+            _ => return Err(output_mismatch()),
+        }
+        Ok(())
+    }
+}
+
+/// `PRelu(x, slope)`: `x` where `x > 0`, else `x * slope`, the slope broadcast to `x`'s shape
+/// (unidirectionally). Integer types from opset 9 (products wrap).
+#[derive(Debug)]
+struct PRelu {
+    integers: bool,
+}
+
+pub(super) fn build_prelu(_: &mut NodeCtx<'_>, integers: bool) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(PRelu { integers }))
+}
+
+/// Fails where `slope` certainly does not broadcast to `x` (a symbolic extent is checked at run time).
+fn check_unidirectional(x: &[Dim], slope: &[Dim]) -> Result<(), OpError> {
+    let clash = slope
+        .iter()
+        .rev()
+        .zip(x.iter().rev())
+        .any(|(s, d)| matches!((s.as_fixed(), d.as_fixed()), (Some(p), Some(q)) if p != 1 && p != q));
+    if slope.len() > x.len() || clash {
+        return Err(OpError::infer(format!(
+            "PRelu's slope of shape {} does not broadcast to the input's shape {}",
+            fmt_dims(slope),
+            fmt_dims(x)
+        )));
+    }
+    Ok(())
+}
+
+impl Op for PRelu {
+    fn gpu(&self, _: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
+        Some(Ok(GpuNode::Elementwise("($0 > 0 ? $0 : $0 * $1)".into())))
+    }
+
+    fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        let (x, slope) = (inputs.req(0)?, inputs.req(1)?);
+        require_dtype("PRelu", x.ty.dtype, if self.integers { NUMBERS } else { &[DType::F32] })?;
+        if slope.ty.dtype != x.ty.dtype {
+            return Err(OpError::infer(format!("PRelu's slope is {}, its input {}", slope.ty.dtype, x.ty.dtype)));
+        }
+        check_unidirectional(&x.ty.dims, &slope.ty.dims)?;
+        Ok(vec![x.ty.clone()])
+    }
+
+    fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
+        let (x, s) = (inputs.req(0)?, inputs.req(1)?);
+        let out = &mut outputs[0];
+        let od = out.dims;
+        if x.dims != od {
+            return Err(OpError::eval(format!("PRelu's input {:?} differs from its output {od:?}", x.dims)));
+        }
+        match (x.data, s.data, &mut out.data) {
+            (DataRef::F32(a), DataRef::F32(b), DataMut::F32(o)) => {
+                broadcast2(a, x.dims, b, s.dims, o, od, |x, s| if x > 0.0 { x } else { x * s })
+            }
+            (DataRef::I64(a), DataRef::I64(b), DataMut::I64(o)) => {
+                broadcast2(a, x.dims, b, s.dims, o, od, |x, s| if x > 0 { x } else { x.wrapping_mul(s) })
+            }
+            (DataRef::I32(a), DataRef::I32(b), DataMut::I32(o)) => {
+                broadcast2(a, x.dims, b, s.dims, o, od, |x, s| if x > 0 { x } else { x.wrapping_mul(s) })
+            }
+            _ => Err(output_mismatch()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{f32s, run_op, values};
+    use crate::ops::{Attribute, Attributes};
+    use crate::tensor::{Tensor, TensorData};
+
+    fn floats(pairs: &[(&str, f32)]) -> Attributes {
+        Attributes(pairs.iter().map(|(k, v)| (k.to_string(), Attribute::Float(*v))).collect())
+    }
+
+    /// `op` at `opset` on `x` with `attrs`, against `want` within 1e-6 (NaN against NaN).
+    fn check(op: &str, opset: u32, attrs: &[(&str, f32)], x: &[f32], want: &[f32]) {
+        let out = run_op(op, opset, &floats(attrs), &[Some(&f32s(&[x.len()], x))]).unwrap();
+        for (k, (&g, &w)) in values(&out[0]).iter().zip(want).enumerate() {
+            assert!((g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-6, "{op} {attrs:?} element {k}: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn hard_sigmoid_and_hard_swish_clamp_and_keep_nan() {
+        let nan = f32::NAN;
+        check("HardSigmoid", 6, &[], &[-3.0, 0.0, 1.0, 3.0, nan], &[0.0, 0.5, 0.7, 1.0, nan]);
+        check("HardSigmoid", 6, &[("alpha", 0.5), ("beta", 0.25)], &[-1.0, 1.0, 2.0], &[0.0, 0.75, 1.0]);
+        let third = -1.0 / 3.0;
+        check(
+            "HardSwish",
+            14,
+            &[],
+            &[-4.0, -1.0, 0.0, 1.0, 3.0, 4.0, nan],
+            &[0.0, third, 0.0, 2.0 / 3.0, 3.0, 4.0, nan],
+        );
+        assert!(run_op("HardSwish", 13, &Attributes::default(), &[Some(&f32s(&[1], &[1.0]))]).is_err());
+    }
+
+    #[test]
+    fn relu_relatives_take_their_attributes() {
+        check("LeakyRelu", 16, &[], &[-2.0, 0.0, 3.0], &[-0.02, 0.0, 3.0]);
+        check("LeakyRelu", 6, &[("alpha", 0.1)], &[-2.0, 3.0], &[-0.2, 3.0]);
+        let e = (-1.0f32).exp() - 1.0;
+        check("Elu", 6, &[], &[-1.0, 0.0, 2.0], &[e, 0.0, 2.0]);
+        check("Elu", 6, &[("alpha", 2.0)], &[-1.0], &[2.0 * e]);
+        let (alpha, gamma) = (1.673_263_2f32, 1.050_701f32);
+        assert_eq!(Ok(alpha), "1.67326319217681884765625".parse(), "the spec's default, exactly");
+        assert_eq!(Ok(gamma), "1.05070102214813232421875".parse(), "the spec's default, exactly");
+        check("Selu", 6, &[], &[-1.0, 2.0], &[gamma * alpha * e, gamma * 2.0]);
+        check("Selu", 6, &[("alpha", 2.0), ("gamma", 3.0)], &[-1.0, 2.0], &[6.0 * e, 6.0]);
+        check("Celu", 12, &[], &[-1.0, 0.0, 3.0], &[e, 0.0, 3.0]);
+        check("Celu", 12, &[("alpha", 2.0)], &[-2.0, 3.0], &[2.0 * e, 3.0]);
+        check("ThresholdedRelu", 10, &[], &[0.5, 1.0, 2.0], &[0.0, 0.0, 2.0]);
+        check("ThresholdedRelu", 10, &[("alpha", 0.2)], &[0.1, 0.5, -1.0], &[0.0, 0.5, 0.0]);
+        let celu0 = run_op("Celu", 12, &floats(&[("alpha", 0.0)]), &[Some(&f32s(&[1], &[1.0]))]);
+        assert!(matches!(celu0, Err(crate::error::OpError::Unsupported { .. })), "Celu divides by alpha");
+        let ints = Tensor::from_i64s(vec![1]);
+        assert!(run_op("Elu", 6, &Attributes::default(), &[Some(&ints)]).is_err(), "f32 only");
+    }
+
+    #[test]
+    fn softplus_softsign_and_mish_stay_finite_where_the_naive_forms_overflow() {
+        let ln2 = std::f32::consts::LN_2;
+        check("Softplus", 1, &[], &[0.0, 100.0, -20.0, 1.0], &[ln2, 100.0, 2.061_153_6e-9, 1.313_261_7]);
+        check("Softsign", 1, &[], &[-1.0, 0.0, 3.0], &[-0.5, 0.0, 0.75]);
+        check("Mish", 18, &[], &[1.0, -1.0, 0.0, 100.0], &[0.865_098_4, -0.303_401_4, 0.0, 100.0]);
+        assert!(run_op("Mish", 17, &Attributes::default(), &[Some(&f32s(&[1], &[1.0]))]).is_err());
+    }
+
+    #[test]
+    fn shrink_of_floats_and_of_integers_through_f64() {
+        check("Shrink", 9, &[("lambd", 1.5), ("bias", 1.5)], &[-2.0, -1.0, 0.0, 1.0, 2.0], &[-0.5, 0.0, 0.0, 0.0, 0.5]);
+        check("Shrink", 9, &[], &[-2.0, 0.5, 0.75], &[-2.0, 0.0, 0.75]);
+        let attrs = floats(&[("lambd", 1.0), ("bias", 0.5)]);
+        let i = run_op("Shrink", 9, &attrs, &[Some(&Tensor::from_i64s(vec![-5, -1, 0, 1, 5]))]).unwrap();
+        assert_eq!(i[0].data(), &TensorData::I64(vec![-4, 0, 0, 0, 4]), "-4.5 and 4.5 truncate");
+        let x32 = Tensor::new(vec![2], TensorData::I32(vec![-5, 5])).unwrap();
+        let big = run_op("Shrink", 9, &floats(&[("bias", 1e30)]), &[Some(&x32)]).unwrap();
+        assert_eq!(big[0].data(), &TensorData::I32(vec![i32::MAX, i32::MIN]), "saturates");
+        let nan = run_op("Shrink", 9, &floats(&[("bias", f32::NAN)]), &[Some(&x32)]).unwrap();
+        assert_eq!(nan[0].data(), &TensorData::I32(vec![0, 0]));
+    }
+
+    #[test]
+    fn prelu_broadcasts_the_slope_to_the_input_only() {
+        let x = f32s(&[2, 3], &[-1.0, 2.0, -3.0, 4.0, -5.0, 0.0]);
+        let slope = f32s(&[3], &[0.1, 0.2, 0.3]);
+        let out = run_op("PRelu", 16, &Attributes::default(), &[Some(&x), Some(&slope)]).unwrap();
+        assert_eq!(out[0].dims(), &[2, 3]);
+        assert_eq!(values(&out[0]), &[-0.1, 2.0, -0.90000004, 4.0, -1.0, 0.0]);
+        let one = f32s(&[1], &[0.5]);
+        let out = run_op("PRelu", 7, &Attributes::default(), &[Some(&x), Some(&one)]).unwrap();
+        assert_eq!(values(&out[0]), &[-0.5, 2.0, -1.5, 4.0, -2.5, 0.0]);
+        for bad in [f32s(&[2], &[1.0, 2.0]), f32s(&[2, 2, 3], &[0.0; 12]), f32s(&[2, 6], &[0.0; 12])] {
+            assert!(run_op("PRelu", 16, &Attributes::default(), &[Some(&x), Some(&bad)]).is_err(), "{:?}", bad.dims());
+        }
+        let xi = Tensor::new(vec![3], TensorData::I32(vec![-2, 3, -4])).unwrap();
+        let si = Tensor::new(vec![1], TensorData::I32(vec![3])).unwrap();
+        let out = run_op("PRelu", 9, &Attributes::default(), &[Some(&xi), Some(&si)]).unwrap();
+        assert_eq!(out[0].data(), &TensorData::I32(vec![-6, 3, -12]));
+        assert!(run_op("PRelu", 8, &Attributes::default(), &[Some(&xi), Some(&si)]).is_err(), "integers from 9");
+        assert!(run_op("PRelu", 9, &Attributes::default(), &[Some(&x), Some(&si)]).is_err(), "one type");
+    }
+
+    #[test]
+    fn expressions_embed_the_attributes_exactly() {
+        use super::{Activation, Shrink};
+        use saggar_shape::DType;
+        let e = Activation::HardSigmoid { alpha: -0.5, beta: 1e-5 }.c_expr();
+        assert!(e.contains("((-0.5f) * $0 + 1e-5f)"), "{e}");
+        assert!(Activation::HardSwish.c_expr().contains("(0.16666667f * $0 + 0.5f)"));
+        assert_eq!(Activation::LeakyRelu { alpha: 2.0 }.c_expr(), "($0 > 0.0f ? $0 : 2.0f * $0)");
+        let s = Shrink { bias: 0.5, lambd: 1.0 };
+        assert_eq!(s.c_expr(DType::F32).unwrap(), "($0 < (-1.0f) ? $0 + 0.5f : ($0 > 1.0f ? $0 - 0.5f : 0.0f))");
+        assert!(s.c_expr(DType::I64).unwrap().contains("9223372036854775807LL"));
+    }
+}
