@@ -245,22 +245,27 @@ impl Op for Resize {
             }
         }
         let mut dims = x.dims.clone();
-        let Some(target) = target else {
-            // Which extents is not known until `scales` or `sizes` is folded.
-            for &a in &axes {
-                dims[a] = unknown_dim();
+        if let Some(target) = target {
+            let input: Vec<Option<usize>> =
+                x.dims.iter().map(|d| d.as_fixed().and_then(|v| usize::try_from(v).ok())).collect();
+            for t in self.params.axis_targets(&target, &axes, &input)? {
+                dims[t.axis] = match t.output {
+                    Some(n) => Dim::Fixed(n as u64),
+                    // A scale of 1 keeps even a symbolic extent.
+                    None if t.scale == Some(1.0) => x.dims[t.axis].clone(),
+                    None => unknown_dim(),
+                };
             }
-            return Ok(vec![ValueType::new(x.dtype, dims)]);
-        };
-        let input: Vec<Option<usize>> =
-            x.dims.iter().map(|d| d.as_fixed().and_then(|v| usize::try_from(v).ok())).collect();
-        for t in self.params.axis_targets(&target, &axes, &input)? {
-            dims[t.axis] = match t.output {
-                Some(n) => Dim::Fixed(n as u64),
-                // A scale of 1 keeps even a symbolic extent.
-                None if t.scale == Some(1.0) => x.dims[t.axis].clone(),
-                None => unknown_dim(),
-            };
+        } else {
+            // `sizes` from a shape chain (`Shape` of another tensor, sliced and concatenated) gives
+            // its extents, symbolic ones too; otherwise the extents wait for the per-shape fold.
+            let from_chain = self.slots.sizes.and_then(|i| inputs.get(i)).and_then(|s| s.as_dims());
+            let no_scales = self.attr_scales.is_none() && matches!(self.slot(self.slots.scales, &known), Known::Absent);
+            let stretch = self.params.policy == Policy::Stretch;
+            let chain = from_chain.filter(|d| no_scales && stretch && d.len() == axes.len());
+            for (i, &a) in axes.iter().enumerate() {
+                dims[a] = chain.as_ref().map_or_else(unknown_dim, |d| d[i].clone());
+            }
         }
         let fixed: Option<Vec<u64>> = dims.iter().map(Dim::as_fixed).collect();
         if let Some(fixed) = fixed

@@ -6,7 +6,9 @@ use saggar_shape::{DType, Dim};
 use super::gpu::{AXIS_RECORD, HEADER, MAX_RESIZED_AXES, ResizeKernel};
 use crate::ops::gpu::{GpuCtx, GpuKernel, GpuNode, Operand, kernel_definition};
 use crate::ops::testing::{f32s, ints, run_op, values};
-use crate::ops::{Attribute, Attributes, InferInput, InferInputs, NodeCtx, OpError, ValueType, lookup, unknown_dim};
+use crate::ops::{
+    Attribute, Attributes, InferInput, InferInputs, NodeCtx, OpError, SymInt, ValueType, lookup, unknown_dim,
+};
 use crate::tensor::{Tensor, TensorData};
 
 fn s(v: &str) -> Attribute {
@@ -273,6 +275,16 @@ fn bad_targets_are_errors_naming_the_value() {
 
 /// Infers a Resize-19 of `x` with `scales` or `sizes` given as constants or as run-time values.
 fn infer(x: &ValueType, scales: Option<&Tensor>, size: Option<(&ValueType, Option<&Tensor>)>) -> Vec<Dim> {
+    infer_chain(x, scales, size, None)
+}
+
+/// [`infer`] with `sizes` known as the elements of a shape chain.
+fn infer_chain(
+    x: &ValueType,
+    scales: Option<&Tensor>,
+    size: Option<(&ValueType, Option<&Tensor>)>,
+    chain: Option<&[SymInt]>,
+) -> Vec<Dim> {
     let a = Attributes::default();
     let op = (lookup("Resize", 19).unwrap().build)(&mut NodeCtx::for_test(&a, 19, 4)).unwrap();
     let sty = scales.map(|t| ValueType::fixed(DType::F32, t.dims()));
@@ -280,7 +292,7 @@ fn infer(x: &ValueType, scales: Option<&Tensor>, size: Option<(&ValueType, Optio
         Some(InferInput { ty: x, value: None, dims_value: None }),
         None,
         sty.as_ref().map(|ty| InferInput { ty, value: scales, dims_value: None }),
-        size.map(|(ty, value)| InferInput { ty, value, dims_value: None }),
+        size.map(|(ty, value)| InferInput { ty, value, dims_value: chain }),
     ];
     op.infer(&InferInputs::new(&slots)).unwrap().remove(0).dims
 }
@@ -297,6 +309,10 @@ fn inference_keeps_symbols_a_scale_of_one_keeps_and_waits_for_unknown_targets() 
     let dims = infer(&x, None, Some((&sty, Some(&t))));
     assert_eq!(dims, [Dim::Fixed(1), Dim::Fixed(3), Dim::Fixed(7), Dim::Fixed(9)]);
     assert_eq!(infer(&x, None, Some((&sty, None))), vec![unknown_dim(); 4], "sizes known at run time only");
+    // Sizes from a shape chain (another tensor's Shape, sliced and concatenated) keep its symbols.
+    let chain = [SymInt::Int(1), SymInt::Int(3), SymInt::Sym("h".into()), SymInt::Sym("w2".into())];
+    let dims = infer_chain(&x, None, Some((&sty, None)), Some(&chain));
+    assert_eq!(dims, [Dim::Fixed(1), Dim::Fixed(3), Dim::symbolic("h"), Dim::symbolic("w2")]);
 }
 
 /// The GPU form of a Resize at `opset`.
