@@ -90,6 +90,12 @@ fn initializers(k: &mut Kinds) {
     k.init("two", Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
     k.init("zero", Tensor::new(vec![], TensorData::F32(vec![0.0])).unwrap());
     k.init("three", Tensor::from_i64s(vec![3]));
+    k.init("rs_up", Tensor::new(vec![4], TensorData::F32(vec![1.0, 1.0, 2.0, 1.5])).unwrap());
+    k.init("rs_mixed", Tensor::new(vec![4], TensorData::F32(vec![1.0, 1.0, 0.6, 1.7])).unwrap());
+    k.init("rs_down", Tensor::from_i64s(vec![2, 3, 2, 3]));
+    k.init("rs_sizes", Tensor::from_i64s(vec![2, 3, 7, 3]));
+    k.init("rs_roi", Tensor::new(vec![4], TensorData::F32(vec![0.2, -0.3, 0.9, 1.1])).unwrap());
+    k.init("rs_hw", Tensor::from_i64s(vec![6, 4]));
 }
 
 /// Copies, gathers, GEMMs, Softmax and the normalisations.
@@ -308,6 +314,49 @@ fn integer_nodes(k: &mut Kinds) {
     }
 }
 
+/// Resize: nearest (every rounding, bits of two widths, extrapolated), linear and cubic over every
+/// coordinate mode of opset 18, exclude_outside, antialias, axes.
+fn resize_nodes(k: &mut Kinds) {
+    let (f, coord) = (DType::F32, |m: &str| ("coordinate_transformation_mode", Str(m.as_bytes().to_vec())));
+    let mode = |m: &str| ("mode", Str(m.as_bytes().to_vec()));
+    let nearest = |m: &str| ("nearest_mode", Str(m.as_bytes().to_vec()));
+    k.node("Resize", &["x", "", "rs_up"], &["rz_n"], &[], f);
+    k.node("Resize", &["x", "", "rs_mixed"], &["rz_nc"], &[nearest("round_prefer_ceil"), coord("asymmetric")], f);
+    k.node("Resize", &["x", "", "", "rs_sizes"], &["rz_nf"], &[nearest("floor"), coord("align_corners")], f);
+    k.node("Resize", &["x", "", "rs_mixed"], &["rz_ncl"], &[nearest("ceil"), coord("pytorch_half_pixel")], f);
+    k.node(
+        "Resize",
+        &["xi", "rs_roi", "", "rs_hw"],
+        &["rz_ni"],
+        &[coord("tf_crop_and_resize"), ("axes", Ints(vec![2, 3]))],
+        DType::I64,
+    );
+    k.node("Resize", &["x", "", "rs_mixed"], &["rz_l"], &[mode("linear")], f);
+    k.node("Resize", &["x", "", "", "rs_sizes"], &["rz_la"], &[mode("linear"), coord("align_corners")], f);
+    k.node(
+        "Resize",
+        &["x", "rs_roi", "", "rs_hw"],
+        &["rz_lt"],
+        &[
+            mode("linear"),
+            coord("tf_crop_and_resize"),
+            ("axes", Ints(vec![2, 3])),
+            ("extrapolation_value", Float(-2.0)),
+        ],
+        f,
+    );
+    k.node("Resize", &["x", "", "", "rs_down"], &["rz_lx"], &[mode("linear"), ("antialias", Int(1))], f);
+    k.node("Resize", &["x", "", "rs_up"], &["rz_c"], &[mode("cubic"), coord("asymmetric")], f);
+    k.node(
+        "Resize",
+        &["x", "", "rs_mixed"],
+        &["rz_ce"],
+        &[mode("cubic"), ("cubic_coeff_a", Float(-0.5)), ("exclude_outside", Int(1)), coord("pytorch_half_pixel")],
+        f,
+    );
+    k.node("Resize", &["x", "", "", "rs_down"], &["rz_cx"], &[mode("cubic"), ("antialias", Int(1))], f);
+}
+
 fn every_kind_model() -> OnnxModel {
     let mut k = Kinds { b: ModelBuilder::new(18), outputs: Vec::new() };
     let fixed = |d: &[u64]| d.iter().map(|&v| Dim::Fixed(v)).collect::<Vec<_>>();
@@ -319,6 +368,7 @@ fn every_kind_model() -> OnnxModel {
     conv_pool_and_chain_nodes(&mut k);
     activation_and_math_nodes(&mut k);
     integer_nodes(&mut k);
+    resize_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }
@@ -327,7 +377,25 @@ fn every_kind_model() -> OnnxModel {
 
 #[test]
 fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
-    let model = every_kind_model();
+    matches_the_host(every_kind_model(), 45);
+}
+
+/// Resize's half_pixel_symmetric mode is opset 19's: a model of its own.
+#[test]
+fn a_resize_of_opset_19_matches_the_host_when_run_on_the_cpu() {
+    let mut b = ModelBuilder::new(19);
+    b.input("x", DType::F32, &[2, 3, 4, 5].map(Dim::Fixed));
+    b.initializer("s", &Tensor::new(vec![2], TensorData::F32(vec![0.6, 1.7])).unwrap());
+    let coord = Str(b"half_pixel_symmetric".to_vec());
+    let attrs =
+        [("mode", Str(b"linear".to_vec())), ("coordinate_transformation_mode", coord), ("axes", Ints(vec![2, 3]))];
+    b.node("Resize", &["x", "", "s"], &["y"], &attrs);
+    b.output("y", DType::F32, &[]);
+    matches_the_host(OnnxModel::from_bytes(&b.to_bytes(), "resize19", &crate::ImportLimits::default()).unwrap(), 1);
+}
+
+/// Runs `model` (at least `min_outputs` outputs) on the host and emulated, and compares.
+fn matches_the_host(model: OnnxModel, min_outputs: usize) {
     let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
     let x =
         Tensor::new(vec![2, 3, 4, 5], TensorData::F32((0..120).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect()))
@@ -336,7 +404,7 @@ fn a_node_of_every_gpu_kind_matches_the_host_when_run_on_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let Some(got) = run_emulated(&compiler, &[x], dir.path()) else { return };
     assert_eq!((got.len(), want.len()), (model.outputs().len(), model.outputs().len()));
-    assert!(got.len() >= 45, "{} outputs", got.len());
+    assert!(got.len() >= min_outputs, "{} outputs", got.len());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_close(g, w, &format!("output {k} `{}`", model.outputs()[k].name()));
     }
