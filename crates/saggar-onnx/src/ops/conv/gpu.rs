@@ -1,6 +1,6 @@
 //! The GPU kernels of the convolution family: the direct convolution (`conv.cu`), the im2col patch
-//! matrix of the conv-to-GEMM rewrite (`im2col.cu`) and inference BatchNormalization
-//! (`batch_norm.cu`).
+//! matrix of the conv-to-GEMM rewrite (`im2col.cu`), the direct transposed convolution
+//! (`conv_transpose.cu`) and inference BatchNormalization (`batch_norm.cu`).
 
 use super::Axis;
 use crate::ops::gpu::{GpuKernel, MAX_SPATIAL, ext, float_literal, render};
@@ -28,6 +28,26 @@ impl GpuKernel for ConvKernel {
         let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
         render(
             include_str!("conv.cu"),
+            &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
+        )
+    }
+}
+
+/// Direct transposed convolution, one thread per output element, with a bias input when `bias`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvTransposeKernel {
+    pub(crate) bias: bool,
+}
+
+impl GpuKernel for ConvTransposeKernel {
+    fn prefix(&self) -> &'static str {
+        "conv_transpose"
+    }
+
+    fn source(&self) -> String {
+        let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
+        render(
+            include_str!("conv_transpose.cu"),
             &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
         )
     }
