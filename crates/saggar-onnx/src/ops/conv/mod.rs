@@ -308,7 +308,6 @@ fn check_bias(op: &str, bias: Option<&crate::ops::InferInput<'_>>, channels: &Di
 
 impl Op for Conv {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
             let (x, w) = (ctx.input(0)?, ctx.input(1)?);
             let (xd, wd) = (&x.dims, &w.dims);
@@ -320,20 +319,7 @@ impl Op for Conv {
                 return Err(OpError::eval("Conv: channels and groups disagree"));
             }
             let axes = self.window.resolve(&xd[2..], &wd[2..])?;
-            let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
-            let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(g)];
-            meta.extend(gpu::axes_meta(&axes));
-            let mut slots = vec![Slot::In(0), Slot::In(1)];
-            if bias {
-                slots.push(Slot::In(2));
-            }
-            slots.push(Slot::Out(0));
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                ConvKernel { bias },
-                meta,
-                Work::Elements(numel(&ctx.output(0)?.dims)),
-                slots,
-            )]))
+            gpu::conv_launch(ctx, |bias| ConvKernel { bias }, [n, c, m, g], &axes)
         })())
     }
 
@@ -641,7 +627,7 @@ mod tests {
         (vec![n, m, oh, ow], out)
     }
 
-    fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
+    pub(super) fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed;
         (0..n)
             .map(|_| {

@@ -11,12 +11,12 @@
 
 use saggar_shape::{DType, Dim};
 
-use super::gpu::{ConvTransposeKernel, axes_meta};
+use super::gpu::{ConvTransposeKernel, conv_launch};
 use super::{
     AutoPad, Axis, COL_SCRATCH, MAX_COL_ELEMENTS, Window, advance, bounded_ints, check_bias, check_kernel, check_len,
     check_out_dims, fixed, image_dims, kernel_extents, parse_group,
 };
-use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
+use crate::ops::gpu::{GpuCtx, GpuNode};
 use crate::ops::linalg::Gemm;
 use crate::ops::shape_util::strides;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType, unknown_dim};
@@ -215,25 +215,8 @@ impl Op for ConvTranspose {
 
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
-            let (x, w) = (ctx.input(0)?, ctx.input(1)?);
-            let (n, c, m, axes) = self.operands(&x.dims, &w.dims)?;
-            if axes.len() > MAX_SPATIAL {
-                return Err(OpError::eval(format!("ConvTranspose takes at most {MAX_SPATIAL} spatial axes on GPU")));
-            }
-            let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
-            let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(self.group)];
-            meta.extend(axes_meta(&axes));
-            let mut slots = vec![Slot::In(0), Slot::In(1)];
-            if bias {
-                slots.push(Slot::In(2));
-            }
-            slots.push(Slot::Out(0));
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                ConvTransposeKernel { bias },
-                meta,
-                Work::Elements(numel(&ctx.output(0)?.dims)),
-                slots,
-            )]))
+            let (n, c, m, axes) = self.operands(&ctx.input(0)?.dims, &ctx.input(1)?.dims)?;
+            conv_launch(ctx, |bias| ConvTransposeKernel { bias }, [n, c, m, self.group], &axes)
         })())
     }
 }
@@ -274,6 +257,7 @@ pub(crate) fn col2im(col: &[f32], channels: usize, axes: &[Axis], y: &mut [f32])
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::conv::tests::pseudo_random;
     use crate::ops::shape_util::strides;
     use crate::ops::testing::{f32s, ints, iota, run_op, values};
     use crate::ops::{Attribute, Attributes, OpError};
@@ -393,16 +377,6 @@ mod tests {
         }
         assert_eq!(y.len(), xd[0] * m * yd[2..].iter().product::<usize>());
         y
-    }
-
-    fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
     }
 
     #[test]

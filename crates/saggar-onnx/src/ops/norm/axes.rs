@@ -111,15 +111,9 @@ impl Op for AxesNormOp {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::norm::tests::close;
     use crate::ops::testing::{f32s, ints, run_op, values};
     use crate::ops::{Attribute, Attributes, OpError};
-
-    fn close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
-        }
-    }
 
     #[test]
     fn lp_normalization_along_an_axis() {

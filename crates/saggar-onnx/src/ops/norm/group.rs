@@ -138,15 +138,9 @@ impl Op for GroupNorm {
 
 #[cfg(test)]
 mod tests {
+    use crate::ops::norm::tests::close;
     use crate::ops::testing::{f32s, run_op, values};
     use crate::ops::{Attribute, Attributes, OpError};
-
-    fn close(got: &[f32], want: &[f32]) {
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() < 1e-4, "{got:?} vs {want:?}");
-        }
-    }
 
     fn groups(g: i64) -> Attributes {
         Attributes(vec![("num_groups".into(), Attribute::Int(g)), ("epsilon".into(), Attribute::Float(0.0))])

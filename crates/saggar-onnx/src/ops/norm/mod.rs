@@ -341,10 +341,11 @@ mod tests {
     use crate::ops::testing::{f32s, run_op, run_op_outputs, values};
     use crate::ops::{Attribute, Attributes, OpError};
 
-    fn close(got: &[f32], want: &[f32]) {
+    /// Asserts `got` is `want` within 1e-5, relative above 1.
+    pub(super) fn close(got: &[f32], want: &[f32]) {
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+            assert!((g - w).abs() < 1e-5 * w.abs().max(1.0), "{got:?} vs {want:?}");
         }
     }
 

@@ -9,7 +9,7 @@ use saggar_shape::{DType, Dim};
 
 use self::gpu::{LrnKernel, PoolKernel, PoolMode};
 use crate::ops::conv::{AutoPad, Axis, Window, check_len, check_out_dims, image_dims};
-use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext, numel};
+use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
 use crate::tensor::TensorMut;
 
@@ -117,8 +117,8 @@ fn lp_root(sum: f32, p: u32) -> f32 {
 /// Indices into output 1 with [`PoolMode::MaxWithIndices`]); `param` as `pool.cu` says.
 fn pool_launch(ctx: &GpuCtx<'_>, axes: &[Axis], mode: PoolMode, param: i64) -> Result<GpuNode, OpError> {
     let x = ctx.input(0)?;
-    if axes.len() > crate::ops::gpu::MAX_SPATIAL {
-        return Err(OpError::eval("pooling takes at most 8 spatial axes on GPU"));
+    if axes.len() > MAX_SPATIAL {
+        return Err(OpError::eval(format!("pooling takes at most {MAX_SPATIAL} spatial axes on GPU")));
     }
     let mut meta = vec![ext(axes.len()), numel(&x.dims[..2]) as i64, param];
     for field in [
