@@ -96,6 +96,12 @@ fn initializers(k: &mut Kinds) {
     k.init("rs_sizes", Tensor::from_i64s(vec![2, 3, 7, 3]));
     k.init("rs_roi", Tensor::new(vec![4], TensorData::F32(vec![0.2, -0.3, 0.9, 1.1])).unwrap());
     k.init("rs_hw", Tensor::from_i64s(vec![6, 4]));
+    k.init("ctw", f32s(&[3, 2, 3, 3], 26));
+    k.init("ctb", f32s(&[2], 27));
+    k.init("ctgw", f32s(&[3, 1, 2, 2], 28));
+    k.init("g6s", f32s(&[6], 29));
+    k.init("g6b", f32s(&[6], 30));
+    k.init("unshape", Tensor::from_i64s(vec![2, 3, 4, 5]));
 }
 
 /// Copies, gathers, GEMMs, Softmax and the normalisations.
@@ -357,8 +363,57 @@ fn resize_nodes(k: &mut Kinds) {
     k.node("Resize", &["x", "", "", "rs_down"], &["rz_cx"], &[mode("cubic"), ("antialias", Int(1))], f);
 }
 
+/// Transposed convolutions, Lp and indexed pooling, unpooling, the group and axes normalisations.
+fn transpose_unpool_and_axes_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    k.node(
+        "ConvTranspose",
+        &["x", "ctw", "ctb"],
+        &["ctv"],
+        &[
+            ("strides", Ints(vec![2, 1])),
+            ("pads", Ints(vec![1, 0, 0, 1])),
+            ("output_padding", Ints(vec![1, 0])),
+            ("dilations", Ints(vec![1, 2])),
+        ],
+        f,
+    );
+    k.node(
+        "ConvTranspose",
+        &["x", "ctgw"],
+        &["ctg"],
+        &[("group", Int(3)), ("auto_pad", Str(b"SAME_UPPER".to_vec())), ("strides", Ints(vec![2, 2]))],
+        f,
+    );
+    // MaxPool's Indices, column-major, as an output; row-major into MaxUnpool.
+    let window = |strides: Vec<i64>| vec![("kernel_shape", Ints(vec![2, 2])), ("strides", Ints(strides))];
+    let mut indexed = window(vec![1, 2]);
+    indexed.extend([("pads", Ints(vec![0, 1, 1, 0])), ("storage_order", Int(1))]);
+    k.b.node("MaxPool", &["x"], &["mpv", "mpi"], &indexed);
+    k.outputs.extend([("mpv", f), ("mpi", DType::I64)]);
+    k.hidden("MaxPool", &["x"], &["mph", "mphi"], &window(vec![2, 2]));
+    k.node("MaxUnpool", &["mph", "mphi", "unshape"], &["unp"], &window(vec![2, 2]), f);
+    // Kernel 2x1, strides 2x1: the geometry alone gives back the 4x5 input.
+    let tall = [("kernel_shape", Ints(vec![2, 1])), ("strides", Ints(vec![2, 1]))];
+    k.hidden("MaxPool", &["x"], &["mpt", "mpti"], &tall);
+    k.node("MaxUnpool", &["mpt", "mpti"], &["unp2"], &tall, f);
+    let lp = [("kernel_shape", Ints(vec![2, 3])), ("pads", Ints(vec![1, 0, 1, 1])), ("p", Int(3))];
+    k.node("LpPool", &["x"], &["lpp"], &lp, f);
+    let mut ceil = window(vec![2, 2]);
+    ceil.push(("ceil_mode", Int(1)));
+    k.node("LpPool", &["x"], &["lpp2"], &ceil, f);
+    k.node("GlobalLpPool", &["x"], &["glp3"], &[("p", Int(3))], f);
+    k.node("GlobalLpPool", &["x"], &["glp1"], &[("p", Int(1))], f);
+    k.node("GroupNormalization", &["cat", "g6s", "g6b"], &["gn"], &[("num_groups", Int(2))], f);
+    k.node("LpNormalization", &["x"], &["lpn"], &[("axis", Int(1))], f);
+    k.node("LpNormalization", &["x"], &["lpn1"], &[("p", Int(1))], f);
+    k.node("MeanVarianceNormalization", &["x"], &["mvn"], &[], f);
+    k.node("MeanVarianceNormalization", &["x"], &["mvn2"], &[("axes", Ints(vec![1, 3]))], f);
+}
+
 fn every_kind_model() -> OnnxModel {
-    let mut k = Kinds { b: ModelBuilder::new(18), outputs: Vec::new() };
+    // Opset 21: GroupNormalization's per-channel scale and bias.
+    let mut k = Kinds { b: ModelBuilder::new(21), outputs: Vec::new() };
     let fixed = |d: &[u64]| d.iter().map(|&v| Dim::Fixed(v)).collect::<Vec<_>>();
     k.b.input("x", DType::F32, &fixed(&[2, 3, 4, 5]));
     initializers(&mut k);
@@ -369,6 +424,7 @@ fn every_kind_model() -> OnnxModel {
     activation_and_math_nodes(&mut k);
     integer_nodes(&mut k);
     resize_nodes(&mut k);
+    transpose_unpool_and_axes_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

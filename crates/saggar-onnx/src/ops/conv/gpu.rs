@@ -1,9 +1,12 @@
 //! The GPU kernels of the convolution family: the direct convolution (`conv.cu`), the im2col patch
-//! matrix of the conv-to-GEMM rewrite (`im2col.cu`) and inference BatchNormalization
-//! (`batch_norm.cu`).
+//! matrix of the conv-to-GEMM rewrite (`im2col.cu`), the direct transposed convolution
+//! (`conv_transpose.cu`) and inference BatchNormalization (`batch_norm.cu`).
 
 use super::Axis;
-use crate::ops::gpu::{GpuKernel, MAX_SPATIAL, ext, float_literal, render};
+use crate::ops::OpError;
+use crate::ops::gpu::{
+    GpuCtx, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, float_literal, numel, render,
+};
 
 /// The spatial part of a convolution's or im2col's `meta` table: per axis the input and output
 /// extents, then kernel, stride, leading pad and dilation, each field for every axis in turn.
@@ -11,6 +14,29 @@ pub(crate) fn axes_meta(axes: &[Axis]) -> Vec<i64> {
     let fields: [fn(&Axis) -> usize; 6] =
         [|a| a.input, |a| a.output, |a| a.kernel, |a| a.stride, |a| a.pad_begin, |a| a.dilation];
     fields.iter().flat_map(|field| axes.iter().map(|a| ext(field(a)))).collect()
+}
+
+/// The launch of a direct convolution kernel (`kernel(bias)`: Conv's or ConvTranspose's) over
+/// `axes` for the node's x, w and optional bias: meta `s, N, C, M, group` then [`axes_meta`].
+pub(crate) fn conv_launch<K: GpuKernel>(
+    ctx: &GpuCtx<'_>,
+    kernel: fn(bool) -> K,
+    [n, c, m, group]: [usize; 4],
+    axes: &[Axis],
+) -> Result<GpuNode, OpError> {
+    if axes.len() > MAX_SPATIAL {
+        return Err(OpError::eval(format!("convolutions take at most {MAX_SPATIAL} spatial axes on GPU")));
+    }
+    let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
+    let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(group)];
+    meta.extend(axes_meta(axes));
+    let mut slots = vec![Slot::In(0), Slot::In(1)];
+    if bias {
+        slots.push(Slot::In(2));
+    }
+    slots.push(Slot::Out(0));
+    let work = Work::Elements(numel(&ctx.output(0)?.dims));
+    Ok(GpuNode::Launches(vec![GpuLaunch::new(kernel(bias), meta, work, slots)]))
 }
 
 /// Direct convolution, one thread per output element, with a bias input when `bias`.
@@ -28,6 +54,26 @@ impl GpuKernel for ConvKernel {
         let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
         render(
             include_str!("conv.cu"),
+            &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
+        )
+    }
+}
+
+/// Direct transposed convolution, one thread per output element, with a bias input when `bias`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvTransposeKernel {
+    pub(crate) bias: bool,
+}
+
+impl GpuKernel for ConvTransposeKernel {
+    fn prefix(&self) -> &'static str {
+        "conv_transpose"
+    }
+
+    fn source(&self) -> String {
+        let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
+        render(
+            include_str!("conv_transpose.cu"),
             &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
         )
     }

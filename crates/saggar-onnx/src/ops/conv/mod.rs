@@ -1,9 +1,10 @@
-//! Convolution (Conv as im2col plus one `matrixmultiply` product per image and group) and
-//! inference-mode BatchNormalization, with the sliding-window geometry (kernel, strides,
-//! dilations, pads, `auto_pad`, `ceil_mode`) that pooling shares.
+//! Convolution (Conv as im2col plus one `matrixmultiply` product per image and group), its adjoint
+//! ConvTranspose (`transpose.rs`) and inference-mode BatchNormalization, with the sliding-window
+//! geometry (kernel, strides, dilations, pads, `auto_pad`, `ceil_mode`) that pooling shares.
 
 pub(crate) mod gpu;
 pub(crate) mod im2col;
+mod transpose;
 
 use std::cell::RefCell;
 
@@ -18,6 +19,8 @@ use crate::tensor::{TensorMut, TensorView};
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Conv", since: 1, until: 21, build: build_conv },
+    OpEntry { op_type: "ConvTranspose", since: 1, until: 10, build: |c| transpose::build_conv_transpose(c, true) },
+    OpEntry { op_type: "ConvTranspose", since: 11, until: 21, build: |c| transpose::build_conv_transpose(c, false) },
     OpEntry { op_type: "BatchNormalization", since: 9, until: 21, build: build_batch_norm },
 ];
 
@@ -81,14 +84,15 @@ impl Axis {
     }
 }
 
-fn positive_ints(ctx: &NodeCtx<'_>, name: &str) -> Result<Vec<usize>, OpError> {
+/// The values of the `name` attribute (empty when absent), each in `min..=2^20`.
+pub(crate) fn bounded_ints(ctx: &NodeCtx<'_>, name: &str, min: usize) -> Result<Vec<usize>, OpError> {
     let v = ctx.ints(name)?.unwrap_or_default();
     v.iter()
         .map(|&x| {
             usize::try_from(x)
                 .ok()
-                .filter(|x| (1..=1 << 20).contains(x))
-                .ok_or_else(|| OpError::attribute(name, format!("values must be in 1..=2^20, found {v:?}")))
+                .filter(|x| (min..=1 << 20).contains(x))
+                .ok_or_else(|| OpError::attribute(name, format!("values must be in {min}..=2^20, found {v:?}")))
         })
         .collect()
 }
@@ -96,15 +100,10 @@ fn positive_ints(ctx: &NodeCtx<'_>, name: &str) -> Result<Vec<usize>, OpError> {
 impl Window {
     /// Reads the window attributes; `ceil_mode` only where the op has it.
     pub fn parse(ctx: &NodeCtx<'_>, with_ceil_mode: bool) -> Result<Window, OpError> {
-        let kernel = positive_ints(ctx, "kernel_shape")?;
-        let strides = positive_ints(ctx, "strides")?;
-        let dilations = positive_ints(ctx, "dilations")?;
-        let raw_pads = ctx.ints("pads")?.unwrap_or_default();
-        let pads = raw_pads
-            .iter()
-            .map(|&p| usize::try_from(p).ok().filter(|&p| p <= 1 << 20))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| OpError::attribute("pads", format!("values must be in 0..=2^20, found {raw_pads:?}")))?;
+        let kernel = bounded_ints(ctx, "kernel_shape", 1)?;
+        let strides = bounded_ints(ctx, "strides", 1)?;
+        let dilations = bounded_ints(ctx, "dilations", 1)?;
+        let pads = bounded_ints(ctx, "pads", 0)?;
         let auto_pad = match ctx.string_or("auto_pad", "NOTSET")?.as_str() {
             "NOTSET" => AutoPad::NotSet,
             "SAME_UPPER" => AutoPad::SameUpper,
@@ -244,19 +243,71 @@ struct Conv {
     group: usize,
 }
 
-fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    let window = Window::parse(ctx, false)?;
+/// The `group` attribute of Conv and ConvTranspose.
+fn parse_group(ctx: &NodeCtx<'_>) -> Result<usize, OpError> {
     let group = ctx.int_or("group", 1)?;
-    let group = usize::try_from(group)
+    usize::try_from(group)
         .ok()
         .filter(|&g| g >= 1)
-        .ok_or_else(|| OpError::attribute("group", format!("must be at least 1, found {group}")))?;
-    Ok(Box::new(Conv { window, group }))
+        .ok_or_else(|| OpError::attribute("group", format!("must be at least 1, found {group}")))
+}
+
+fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    let window = Window::parse(ctx, false)?;
+    Ok(Box::new(Conv { window, group: parse_group(ctx)? }))
+}
+
+/// A fixed extent as `usize`.
+fn fixed(d: &Dim) -> Option<usize> {
+    d.as_fixed().and_then(|v| usize::try_from(v).ok())
+}
+
+/// The kernel extents of a convolution with weights `w` (`None` where unknown), checked against
+/// `kernel_shape`; a zero extent is refused.
+fn kernel_extents(op: &str, window: &Window, w: &ValueType) -> Result<Vec<Option<usize>>, OpError> {
+    let mut kernel: Vec<Option<usize>> = w.dims[2..].iter().map(fixed).collect();
+    if !window.kernel.is_empty() {
+        for (k, &attr) in kernel.iter_mut().zip(&window.kernel) {
+            if k.is_some_and(|k| k != attr) {
+                return Err(OpError::infer(format!(
+                    "{op}: kernel_shape {:?} differs from the weights {w}",
+                    window.kernel
+                )));
+            }
+            *k = Some(attr);
+        }
+    }
+    if kernel.contains(&Some(0)) {
+        return Err(OpError::infer(format!("{op}: the weights {w} have an empty kernel axis")));
+    }
+    Ok(kernel)
+}
+
+/// Checks concrete kernel extents (from the weights) against `kernel_shape`; none may be zero.
+fn check_kernel(op: &str, window: &Window, kernel: &[usize]) -> Result<(), OpError> {
+    if !window.kernel.is_empty() && window.kernel != kernel {
+        return Err(OpError::eval(format!(
+            "{op}: kernel_shape {:?} differs from the weights {kernel:?}",
+            window.kernel
+        )));
+    }
+    if kernel.contains(&0) {
+        return Err(OpError::eval(format!("{op}: the weights have an empty kernel axis {kernel:?}")));
+    }
+    Ok(())
+}
+
+/// Checks a convolution's optional bias input: f32 `[channels]`.
+fn check_bias(op: &str, bias: Option<&crate::ops::InferInput<'_>>, channels: &Dim) -> Result<(), OpError> {
+    let Some(b) = bias else { return Ok(()) };
+    let ok = b.ty.dtype == DType::F32
+        && b.ty.rank() == 1
+        && !matches!((fixed(&b.ty.dims[0]), fixed(channels)), (Some(p), Some(q)) if p != q);
+    if ok { Ok(()) } else { Err(OpError::infer(format!("{op} bias must be f32 [{channels}], found {}", b.ty))) }
 }
 
 impl Op for Conv {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
             let (x, w) = (ctx.input(0)?, ctx.input(1)?);
             let (xd, wd) = (&x.dims, &w.dims);
@@ -268,20 +319,7 @@ impl Op for Conv {
                 return Err(OpError::eval("Conv: channels and groups disagree"));
             }
             let axes = self.window.resolve(&xd[2..], &wd[2..])?;
-            let bias = ctx.inputs.get(2).and_then(Option::as_ref).is_some();
-            let mut meta = vec![ext(axes.len()), ext(n), ext(c), ext(m), ext(g)];
-            meta.extend(gpu::axes_meta(&axes));
-            let mut slots = vec![Slot::In(0), Slot::In(1)];
-            if bias {
-                slots.push(Slot::In(2));
-            }
-            slots.push(Slot::Out(0));
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                ConvKernel { bias },
-                meta,
-                Work::Elements(numel(&ctx.output(0)?.dims)),
-                slots,
-            )]))
+            gpu::conv_launch(ctx, |bias| ConvKernel { bias }, [n, c, m, g], &axes)
         })())
     }
 
@@ -291,7 +329,6 @@ impl Op for Conv {
         if w.dtype != DType::F32 || w.rank() != x.len() {
             return Err(OpError::infer(format!("Conv weights must be f32 of the input's rank, found {w}")));
         }
-        let fixed = |d: &Dim| d.as_fixed().and_then(|v| usize::try_from(v).ok());
         let g = self.group;
         if let (Some(c), Some(cg)) = (fixed(&x[1]), fixed(&w.dims[1]))
             && cg.checked_mul(g) != Some(c)
@@ -303,26 +340,8 @@ impl Op for Conv {
         {
             return Err(OpError::infer(format!("Conv: {m} output channels do not split into {g} groups")));
         }
-        let mut kernel: Vec<Option<usize>> = w.dims[2..].iter().map(fixed).collect();
-        if !self.window.kernel.is_empty() {
-            for (k, &attr) in kernel.iter_mut().zip(&self.window.kernel) {
-                if k.is_some_and(|k| k != attr) {
-                    return Err(OpError::infer(format!(
-                        "Conv: kernel_shape {:?} differs from the weights {w}",
-                        self.window.kernel
-                    )));
-                }
-                *k = Some(attr);
-            }
-        }
-        if let Some(b) = inputs.get(2) {
-            let ok = b.ty.dtype == DType::F32
-                && b.ty.rank() == 1
-                && !matches!((fixed(&b.ty.dims[0]), fixed(&w.dims[0])), (Some(p), Some(q)) if p != q);
-            if !ok {
-                return Err(OpError::infer(format!("Conv bias must be f32 [M], found {}", b.ty)));
-            }
-        }
+        let kernel = kernel_extents("Conv", &self.window, w)?;
+        check_bias("Conv", inputs.get(2), &w.dims[0])?;
         let mut dims = vec![x[0].clone(), w.dims[0].clone()];
         dims.extend(self.window.infer_spatial(&x[2..], &kernel)?);
         Ok(vec![ValueType::new(DType::F32, dims)])
@@ -341,9 +360,7 @@ impl Op for Conv {
             return Err(OpError::eval(format!("Conv: input {xd:?}, weights {wd:?} and {g} groups disagree")));
         }
         let kernel = &wd[2..];
-        if !self.window.kernel.is_empty() && self.window.kernel != kernel {
-            return Err(OpError::eval("Conv: kernel_shape differs from the weights"));
-        }
+        check_kernel("Conv", &self.window, kernel)?;
         let axes = self.window.resolve(&xd[2..], kernel)?;
         check_out_dims("Conv", outputs[0].dims, [n, m].into_iter().chain(axes.iter().map(|a| a.output)))?;
         let bias = match inputs.get(2) {
@@ -610,7 +627,7 @@ mod tests {
         (vec![n, m, oh, ow], out)
     }
 
-    fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
+    pub(super) fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed;
         (0..n)
             .map(|_| {

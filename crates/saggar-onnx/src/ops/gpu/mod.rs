@@ -252,12 +252,12 @@ mod tests {
 
     /// Every variant of every kernel kind the families define.
     fn every_kind() -> Vec<Box<dyn GpuKernel>> {
-        use crate::ops::conv::gpu::{BatchNormKernel, ConvKernel, Im2colKernel};
+        use crate::ops::conv::gpu::{BatchNormKernel, ConvKernel, ConvTransposeKernel, Im2colKernel};
         use crate::ops::data_movement::gpu::CopyKernel;
         use crate::ops::gather::gpu::{GatherForm, GatherKernel};
         use crate::ops::linalg::gpu::GemmKernel;
-        use crate::ops::norm::gpu::{LayerNormKernel, SoftmaxKernel};
-        use crate::ops::pool::gpu::{LrnKernel, PoolKernel};
+        use crate::ops::norm::gpu::{AxesNorm, AxesNormKernel, GroupNormKernel, LayerNormKernel, SoftmaxKernel};
+        use crate::ops::pool::gpu::{LrnKernel, MaxUnpoolKernel, PoolKernel, PoolMode};
         use crate::ops::reduce::ReduceOp;
         use crate::ops::reduce::gpu::{ArgKernel, ReduceKernel};
         use crate::ops::shapes::gpu::ConcatKernel;
@@ -272,6 +272,7 @@ mod tests {
         }
         for bias in [false, true] {
             kinds.push(Box::new(ConvKernel { bias }));
+            kinds.push(Box::new(ConvTransposeKernel { bias }));
             kinds.push(Box::new(GemmKernel { alpha_bits: 2, beta_bits: 3, bias }));
             for (stats, channels) in [(0, false), (1, false), (2, false), (0, true)] {
                 kinds.push(Box::new(LayerNormKernel { epsilon_bits: 5, bias, stats, channels }));
@@ -279,12 +280,19 @@ mod tests {
         }
         for flag in [false, true] {
             kinds.push(Box::new(SoftmaxKernel { log: flag }));
-            kinds.push(Box::new(PoolKernel { max: flag }));
+            kinds.push(Box::new(MaxUnpoolKernel { scatter: flag }));
             for last in [false, true] {
                 kinds.push(Box::new(ArgKernel { max: flag, last, dtype: DType::F32 }));
             }
         }
         kinds.push(Box::new(LrnKernel { scale_bits: 1, beta_bits: 2, bias_bits: 3 }));
+        for mode in [PoolMode::Max, PoolMode::MaxWithIndices, PoolMode::Average, PoolMode::Lp] {
+            kinds.push(Box::new(PoolKernel { mode }));
+        }
+        kinds.push(Box::new(GroupNormKernel { epsilon_bits: 5 }));
+        for norm in [AxesNorm::L1, AxesNorm::L2, AxesNorm::MeanVariance] {
+            kinds.push(Box::new(AxesNormKernel { norm }));
+        }
         use ReduceOp::*;
         for op in [Sum, Mean, Max, Min, Prod, L1, L2, SumSquare, LogSum, LogSumExp] {
             kinds.push(Box::new(ReduceKernel { op }));

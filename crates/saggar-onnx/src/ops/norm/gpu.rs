@@ -1,6 +1,8 @@
 //! The GPU kernels of the normalisation family: Softmax and LogSoftmax (`softmax.cu`),
-//! LayerNormalization by row groups (`layer_norm_rows.cu`) and InstanceNormalization, a LayerNorm
-//! whose scale and bias follow the row's channel (`layer_norm_channels.cu`).
+//! LayerNormalization by row groups (`layer_norm_rows.cu`), InstanceNormalization and
+//! GroupNormalization, LayerNorms whose scale and bias follow the row's channel
+//! (`layer_norm_channels.cu`), and LpNormalization and MeanVarianceNormalization over a set of
+//! axes (`norm_axes.cu`).
 
 use crate::ops::gpu::{BLOCK, GpuKernel, float_literal, render};
 
@@ -38,7 +40,13 @@ impl GpuKernel for LayerNormKernel {
     }
 
     fn source(&self) -> String {
-        let p = if self.channels { "row % meta[2]" } else { "j" };
+        self.render_with(if self.channels { "row % meta[2]" } else { "j" })
+    }
+}
+
+impl LayerNormKernel {
+    /// The kernel text with `p` the index of a column's scale and bias.
+    fn render_with(&self, p: &str) -> String {
         let (bias_param, bias_add) =
             if self.bias { (", const float* __restrict__ bias", format!(" + bias[{p}]")) } else { ("", String::new()) };
         let (stat_params, stats_written) = match self.stats {
@@ -69,3 +77,62 @@ impl GpuKernel for LayerNormKernel {
         )
     }
 }
+
+/// GroupNormalization: a [`LayerNormKernel`] over rows `(image, group)` of `cols` elements, scale
+/// and bias at `(row % G) * per_group + j / run` (`per_group` channels of `run` elements each for
+/// per-channel parameters; 1 and `cols` for opset 18's per-group ones).
+/// Meta: `rows, cols, G, per_group, run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GroupNormKernel {
+    pub(crate) epsilon_bits: u32,
+}
+
+impl GpuKernel for GroupNormKernel {
+    fn prefix(&self) -> &'static str {
+        "group_norm"
+    }
+
+    fn source(&self) -> String {
+        let row_norm = LayerNormKernel { epsilon_bits: self.epsilon_bits, bias: true, stats: 0, channels: true };
+        row_norm.render_with("(row % meta[2]) * meta[3] + j / meta[4]")
+    }
+}
+
+/// What [`AxesNormKernel`] divides by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AxesNorm {
+    /// The L1 norm (LpNormalization, p = 1).
+    L1,
+    /// The L2 norm (LpNormalization, p = 2).
+    L2,
+    /// The standard deviation plus 1e-9, after subtracting the mean (MeanVarianceNormalization).
+    MeanVariance,
+}
+
+/// A normalisation over the reduced axes of each kept position, with a reduction's meta table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AxesNormKernel {
+    pub(crate) norm: AxesNorm,
+}
+
+impl GpuKernel for AxesNormKernel {
+    fn prefix(&self) -> &'static str {
+        "norm_axes"
+    }
+
+    fn source(&self) -> String {
+        let (term, scale) = match self.norm {
+            AxesNorm::L1 => ("fabsf(v)", "const float shift = 0.0f, div = acc;"),
+            AxesNorm::L2 => ("v * v", "const float shift = 0.0f, div = sqrtf(acc);"),
+            AxesNorm::MeanVariance => ("v", MEAN_VARIANCE),
+        };
+        render(include_str!("norm_axes.cu"), &[("TERM", term), ("SCALE", scale), ("BLOCK", &BLOCK.to_string())])
+    }
+}
+
+/// MeanVarianceNormalization's second pass: the mean, then the standard deviation about it.
+const MEAN_VARIANCE: &str = "const float shift = acc / (float)n;
+    float sq = 0.0f;
+    for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) { const float d = x[base + red_offset(j, nr, rd, rs)] - shift; sq += d * d; }
+    ONNX_BLOCK_REDUCE(sq, sh, p, q, p + q);
+    const float div = sqrtf(sq / (float)n) + 1e-9f;";

@@ -1,6 +1,7 @@
-// InstanceNormalization as a LayerNorm over each row's `cols`, one block per row, scale and bias
-// indexed by the row's channel (@P@ = `row % C`).
-// meta: rows, cols, C
+// InstanceNormalization and GroupNormalization as a LayerNorm over each row's `cols`, one block
+// per row, scale and bias indexed by column `j`'s channel @P@ (`row % C` for InstanceNormalization).
+// meta: rows, cols, then what @P@ reads (InstanceNormalization: C; GroupNormalization: G,
+// per_group, run)
 (const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale@BIAS_PARAM@, float* __restrict__ y@STAT_PARAMS@) {
   __shared__ float sh[@BLOCK@];
   const onnx_i64 cols = meta[1];

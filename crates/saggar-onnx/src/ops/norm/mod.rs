@@ -1,8 +1,11 @@
 //! Normalizations: Softmax and LogSoftmax (flattened to 2-D at `axis` before opset 13, along one
-//! axis from 13), LayerNormalization (with its optional Mean and InvStdDev outputs) and
-//! InstanceNormalization.
+//! axis from 13), LayerNormalization (with its optional Mean and InvStdDev outputs),
+//! InstanceNormalization, GroupNormalization (`group.rs`), LpNormalization and
+//! MeanVarianceNormalization (`axes.rs`).
 
+mod axes;
 pub(crate) mod gpu;
+mod group;
 
 use saggar_shape::{DType, Dim};
 
@@ -21,6 +24,10 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "LogSoftmax", since: 13, until: 21, build: |c| build_softmax(c, true, false) },
     OpEntry { op_type: "LayerNormalization", since: 17, until: 21, build: build_layer_norm },
     OpEntry { op_type: "InstanceNormalization", since: 6, until: 21, build: build_instance_norm },
+    OpEntry { op_type: "GroupNormalization", since: 18, until: 20, build: |c| group::build_group_norm(c, false) },
+    OpEntry { op_type: "GroupNormalization", since: 21, until: 21, build: |c| group::build_group_norm(c, true) },
+    OpEntry { op_type: "LpNormalization", since: 1, until: 21, build: axes::build_lp_norm },
+    OpEntry { op_type: "MeanVarianceNormalization", since: 9, until: 21, build: axes::build_mvn },
 ];
 
 fn require_f32(op: &str, ty: &ValueType) -> Result<(), OpError> {
@@ -334,10 +341,11 @@ mod tests {
     use crate::ops::testing::{f32s, run_op, run_op_outputs, values};
     use crate::ops::{Attribute, Attributes, OpError};
 
-    fn close(got: &[f32], want: &[f32]) {
+    /// Asserts `got` is `want` within 1e-5, relative above 1.
+    pub(super) fn close(got: &[f32], want: &[f32]) {
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+            assert!((g - w).abs() < 1e-5 * w.abs().max(1.0), "{got:?} vs {want:?}");
         }
     }
 

@@ -1,21 +1,28 @@
-//! Pooling: MaxPool (with the optional Indices output, row- or column-major), AveragePool, GlobalAveragePool,
-//! GlobalMaxPool, and LRN (local response normalization across channels).
+//! Pooling: MaxPool (with the optional Indices output, row- or column-major), AveragePool, LpPool,
+//! GlobalAveragePool, GlobalMaxPool, GlobalLpPool, MaxUnpool (`unpool.rs`) and LRN (local response
+//! normalization across channels).
 
 pub(crate) mod gpu;
+mod unpool;
 
 use saggar_shape::{DType, Dim};
 
-use self::gpu::{LrnKernel, PoolKernel};
-use crate::ops::conv::{Axis, Window, check_len, check_out_dims, image_dims};
+use self::gpu::{LrnKernel, PoolKernel, PoolMode};
+use crate::ops::conv::{AutoPad, Axis, Window, check_len, check_out_dims, image_dims};
+use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
 use crate::tensor::TensorMut;
 
-/// The ops of this family.
+/// The ops of this family. LpPool has dilations and ceil_mode from opset 18.
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "MaxPool", since: 8, until: 21, build: build_max_pool },
     OpEntry { op_type: "AveragePool", since: 7, until: 21, build: build_average_pool },
-    OpEntry { op_type: "GlobalAveragePool", since: 1, until: 21, build: |_| Ok(Box::new(GlobalPool { max: false })) },
-    OpEntry { op_type: "GlobalMaxPool", since: 1, until: 21, build: |_| Ok(Box::new(GlobalPool { max: true })) },
+    OpEntry { op_type: "LpPool", since: 2, until: 17, build: |c| build_lp_pool(c, false) },
+    OpEntry { op_type: "LpPool", since: 18, until: 21, build: |c| build_lp_pool(c, true) },
+    OpEntry { op_type: "GlobalAveragePool", since: 1, until: 21, build: |_| Ok(Box::new(GlobalPool(Global::Average))) },
+    OpEntry { op_type: "GlobalMaxPool", since: 1, until: 21, build: |_| Ok(Box::new(GlobalPool(Global::Max))) },
+    OpEntry { op_type: "GlobalLpPool", since: 2, until: 21, build: build_global_lp_pool },
+    OpEntry { op_type: "MaxUnpool", since: 9, until: 21, build: unpool::build_max_unpool },
     OpEntry { op_type: "LRN", since: 1, until: 21, build: build_lrn },
 ];
 
@@ -27,9 +34,11 @@ enum Reduce {
     /// The mean, dividing by the taps inside the input or, with `count_pad`, also those in the
     /// padding.
     Average { count_pad: bool },
+    /// The `p`-norm of the taps inside the input (the padding adds zeros).
+    Lp { p: u32 },
 }
 
-/// `MaxPool` / `AveragePool`.
+/// `MaxPool` / `AveragePool` / `LpPool`.
 #[derive(Debug)]
 struct Pool {
     window: Window,
@@ -39,8 +48,8 @@ struct Pool {
     column_major: bool,
 }
 
-fn parse_window(ctx: &NodeCtx<'_>) -> Result<Window, OpError> {
-    let window = Window::parse(ctx, true)?;
+fn parse_window(ctx: &NodeCtx<'_>, with_ceil_mode: bool) -> Result<Window, OpError> {
+    let window = Window::parse(ctx, with_ceil_mode)?;
     if window.kernel.is_empty() {
         return Err(OpError::attribute("kernel_shape", "is required"));
     }
@@ -48,7 +57,7 @@ fn parse_window(ctx: &NodeCtx<'_>) -> Result<Window, OpError> {
 }
 
 fn build_max_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    let window = parse_window(ctx)?;
+    let window = parse_window(ctx, true)?;
     let indices = ctx.num_outputs() > 1;
     let column_major = match ctx.int_or("storage_order", 0)? {
         0 => false,
@@ -59,7 +68,7 @@ fn build_max_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    let window = parse_window(ctx)?;
+    let window = parse_window(ctx, true)?;
     let count_pad = match ctx.int_or("count_include_pad", 0)? {
         0 => false,
         1 => true,
@@ -68,40 +77,88 @@ fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(Pool { window, reduce: Reduce::Average { count_pad }, column_major: false }))
 }
 
+/// The `p` attribute of LpPool and GlobalLpPool (default 2).
+fn parse_p(ctx: &NodeCtx<'_>) -> Result<u32, OpError> {
+    let p = ctx.int_or("p", 2)?;
+    u32::try_from(p)
+        .ok()
+        .filter(|&p| p >= 1)
+        .ok_or_else(|| OpError::attribute("p", format!("must be at least 1, found {p}")))
+}
+
+/// LpPool; `opset18` adds `dilations` and `ceil_mode`.
+fn build_lp_pool(ctx: &mut NodeCtx<'_>, opset18: bool) -> Result<Box<dyn Op>, OpError> {
+    let window = parse_window(ctx, opset18)?;
+    if !opset18 && !window.dilations.is_empty() {
+        return Err(ctx.unsupported("dilations", format!("{:?}", window.dilations), "none before opset 18"));
+    }
+    Ok(Box::new(Pool { window, reduce: Reduce::Lp { p: parse_p(ctx)? }, column_major: false }))
+}
+
+/// `|v|^p`, one tap's share of a `p`-norm.
+fn lp_term(v: f32, p: u32) -> f32 {
+    match p {
+        1 => v.abs(),
+        2 => v * v,
+        _ => v.abs().powf(p as f32),
+    }
+}
+
+/// The `p`-norm from the sum of its terms.
+fn lp_root(sum: f32, p: u32) -> f32 {
+    match p {
+        1 => sum,
+        2 => sum.sqrt(),
+        _ => sum.powf(1.0 / p as f32),
+    }
+}
+
+/// The launch of [`PoolKernel`] over `axes` for the planes of input 0 into output 0 (and the
+/// Indices into output 1 with [`PoolMode::MaxWithIndices`]); `param` as `pool.cu` says.
+fn pool_launch(ctx: &GpuCtx<'_>, axes: &[Axis], mode: PoolMode, param: i64) -> Result<GpuNode, OpError> {
+    let x = ctx.input(0)?;
+    if axes.len() > MAX_SPATIAL {
+        return Err(OpError::eval(format!("pooling takes at most {MAX_SPATIAL} spatial axes on GPU")));
+    }
+    let mut meta = vec![ext(axes.len()), numel(&x.dims[..2]) as i64, param];
+    for field in [
+        (|a: &Axis| a.input) as fn(&Axis) -> usize,
+        |a| a.output,
+        |a| a.kernel,
+        |a| a.stride,
+        |a| a.pad_begin,
+        |a| a.pad_end,
+        |a| a.dilation,
+    ] {
+        meta.extend(axes.iter().map(|a| ext(field(a))));
+    }
+    let mut slots = vec![Slot::In(0), Slot::Out(0)];
+    if mode == PoolMode::MaxWithIndices {
+        slots.push(Slot::Out(1));
+    }
+    Ok(GpuNode::Launches(vec![GpuLaunch::new(
+        PoolKernel { mode },
+        meta,
+        Work::Elements(numel(&ctx.output(0)?.dims)),
+        slots,
+    )]))
+}
+
 impl Op for Pool {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
             let x = ctx.input(0)?;
-            let (max, count_pad) = match self.reduce {
-                Reduce::Max { indices: true } => {
-                    return Err(OpError::eval("MaxPool's Indices output is not computed on GPU"));
-                }
-                Reduce::Max { .. } => (true, false),
-                Reduce::Average { count_pad } => (false, count_pad),
-            };
             if x.dims.len() < 3 || self.window.kernel.len() != x.dims.len() - 2 {
                 return Err(OpError::eval("pooling takes an (N, C, spatial...) input"));
             }
             let axes = self.window.resolve(&x.dims[2..], &self.window.kernel)?;
-            let mut meta = vec![ext(axes.len()), numel(&x.dims[..2]) as i64, i64::from(count_pad)];
-            for field in [
-                (|a: &super::conv::Axis| a.input) as fn(&super::conv::Axis) -> usize,
-                |a| a.output,
-                |a| a.kernel,
-                |a| a.stride,
-                |a| a.pad_begin,
-                |a| a.pad_end,
-                |a| a.dilation,
-            ] {
-                meta.extend(axes.iter().map(|a| ext(field(a))));
-            }
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                PoolKernel { max },
-                meta,
-                Work::Elements(numel(&ctx.output(0)?.dims)),
-                vec![Slot::In(0), Slot::Out(0)],
-            )]))
+            let (mode, param) = match self.reduce {
+                Reduce::Max { indices: true } => (PoolMode::MaxWithIndices, i64::from(self.column_major)),
+                Reduce::Max { indices: false } => (PoolMode::Max, 0),
+                Reduce::Average { count_pad } => (PoolMode::Average, i64::from(count_pad)),
+                Reduce::Lp { p } => (PoolMode::Lp, i64::from(p)),
+            };
+            pool_launch(ctx, &axes, mode, param)
         })())
     }
 
@@ -150,8 +207,9 @@ impl Op for Pool {
         let (mut pos, mut tap) = (vec![0usize; rank], vec![0usize; rank]);
         let taps: usize = axes.iter().map(|a| a.kernel).product();
         let in_strides = crate::ops::shape_util::strides(&xd[2..]);
-        for (p, yp) in y.chunks_exact_mut(plane.max(1)).enumerate().take(xd[0] * xd[1]) {
-            let xp = &x[p * d_in..(p + 1) * d_in];
+        let lp = if let Reduce::Lp { p } = self.reduce { Some(p) } else { None };
+        for (plane_at, yp) in y.chunks_exact_mut(plane.max(1)).enumerate().take(xd[0] * xd[1]) {
+            let xp = &x[plane_at * d_in..(plane_at + 1) * d_in];
             pos.fill(0);
             for (o, yv) in yp.iter_mut().enumerate() {
                 let (mut best, mut best_at, mut sum, mut inside, mut padded) =
@@ -164,7 +222,7 @@ impl Op for Pool {
                             if v > best || (inside == 0 && v.is_nan()) {
                                 (best, best_at) = (v, at);
                             }
-                            sum += v;
+                            sum += lp.map_or(v, |p| lp_term(v, p));
                             inside += 1;
                         }
                         TapAt::Padding => padded += 1,
@@ -178,12 +236,13 @@ impl Op for Pool {
                         let n = if count_pad { inside + padded } else { inside };
                         if n == 0 { 0.0 } else { sum / n as f32 }
                     }
+                    Reduce::Lp { p } => lp_root(sum, p),
                 };
                 if let Some(ix) = indices.as_deref_mut()
-                    && let Some(slot) = ix.get_mut(p * plane + o)
+                    && let Some(slot) = ix.get_mut(plane_at * plane + o)
                 {
                     let at = if self.column_major { column_major(best_at, &xd[2..], &in_strides) } else { best_at };
-                    *slot = (p * d_in + at) as i64;
+                    *slot = (plane_at * d_in + at) as i64;
                 }
                 advance(&mut pos, |a| axes[a].output);
             }
@@ -240,20 +299,55 @@ fn advance(index: &mut [usize], extents: impl Fn(usize) -> usize) {
     }
 }
 
-/// `GlobalAveragePool` / `GlobalMaxPool`: one value per (image, channel).
+/// What a global pooling computes over each (image, channel) plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Global {
+    Average,
+    Max,
+    /// The `p`-norm.
+    Lp(u32),
+}
+
+/// `GlobalAveragePool` / `GlobalMaxPool` / `GlobalLpPool`: one value per (image, channel).
 #[derive(Debug)]
-struct GlobalPool {
-    max: bool,
+struct GlobalPool(Global);
+
+fn build_global_lp_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(GlobalPool(Global::Lp(parse_p(ctx)?))))
 }
 
 impl Op for GlobalPool {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         use crate::ops::reduce::ReduceOp;
         use crate::ops::reduce::gpu::reduce_launch;
-        Some(ctx.input(0).map(|x| {
+        Some((|| {
+            let x = ctx.input(0)?;
+            if x.dims.len() < 3 {
+                return Err(OpError::eval("global pooling takes an (N, C, spatial...) input"));
+            }
+            let op = match self.0 {
+                Global::Average => ReduceOp::Mean,
+                Global::Max => ReduceOp::Max,
+                Global::Lp(1) => ReduceOp::L1,
+                Global::Lp(2) => ReduceOp::L2,
+                Global::Lp(p) => {
+                    // One window over the whole plane.
+                    let kernel = x.dims[2..].to_vec();
+                    let window = Window {
+                        kernel,
+                        strides: Vec::new(),
+                        dilations: Vec::new(),
+                        pads: Vec::new(),
+                        auto_pad: AutoPad::NotSet,
+                        ceil_mode: false,
+                    };
+                    let axes = window.resolve(&x.dims[2..], &window.kernel)?;
+                    return pool_launch(ctx, &axes, PoolMode::Lp, i64::from(p));
+                }
+            };
             let spatial: Vec<usize> = (2..x.dims.len()).collect();
-            reduce_launch(if self.max { ReduceOp::Max } else { ReduceOp::Mean }, &x.dims, &spatial)
-        }))
+            Ok(reduce_launch(op, &x.dims, &spatial))
+        })())
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
@@ -277,14 +371,18 @@ impl Op for GlobalPool {
             return Err(OpError::eval("global pooling: output does not match the input"));
         }
         if d_in == 0 {
-            y.fill(if self.max { f32::NEG_INFINITY } else { f32::NAN });
+            y.fill(match self.0 {
+                Global::Average => f32::NAN,
+                Global::Max => f32::NEG_INFINITY,
+                Global::Lp(_) => 0.0,
+            });
             return Ok(());
         }
         for (yv, xp) in y.iter_mut().zip(x.chunks_exact(d_in)) {
-            *yv = if self.max {
-                xp.iter().copied().fold(f32::NEG_INFINITY, f32::max)
-            } else {
-                xp.iter().sum::<f32>() / d_in as f32
+            *yv = match self.0 {
+                Global::Average => xp.iter().sum::<f32>() / d_in as f32,
+                Global::Max => xp.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                Global::Lp(p) => lp_root(xp.iter().map(|&v| lp_term(v, p)).sum(), p),
             };
         }
         Ok(())
@@ -315,8 +413,7 @@ fn build_lrn(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Lrn {
-    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
             let x = ctx.input(0)?;
             if x.dims.len() < 2 {
@@ -453,6 +550,71 @@ mod tests {
             ("ceil_mode".into(), Attribute::Int(1)),
         ]);
         assert_eq!(values(&run_op("AveragePool", 11, &ceil, &[Some(&row)]).unwrap()[0]), &[3.0, 9.0]);
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn lp_pool_norms_pads_and_ceil_mode_from_18() {
+        let x = f32s(&[1, 1, 4], &[1.0, -2.0, 3.0, -4.0]);
+        let run = |opset: u32, list: Vec<(&str, Attribute)>, x: &Tensor| {
+            let attrs = Attributes(list.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+            run_op("LpPool", opset, &attrs, &[Some(x)]).map(|o| values(&o[0]).to_vec())
+        };
+        let window = |p: i64| vec![("kernel_shape", ints(&[2])), ("strides", ints(&[2])), ("p", Attribute::Int(p))];
+        close(&run(11, window(1), &x).unwrap(), &[3.0, 7.0]);
+        close(&run(11, window(2), &x).unwrap(), &[5f32.sqrt(), 5.0]);
+        close(&run(18, window(3), &x).unwrap(), &[9f32.cbrt(), 91f32.cbrt()]);
+        // p defaults to 2; the padding adds zeros.
+        let default_p = vec![("kernel_shape", ints(&[2])), ("strides", ints(&[2])), ("pads", ints(&[1, 1]))];
+        close(&run(2, default_p, &x).unwrap(), &[1.0, 13f32.sqrt(), 4.0]);
+        // Ceil mode (opset 18): a 5-wide input gives a last window of one element.
+        let x5 = f32s(&[1, 1, 5], &[1.0, -2.0, 3.0, -4.0, 5.0]);
+        let mut ceil = window(1);
+        ceil.push(("ceil_mode", Attribute::Int(1)));
+        close(&run(18, ceil.clone(), &x5).unwrap(), &[3.0, 7.0, 5.0]);
+        assert!(matches!(run(11, ceil, &x5), Err(OpError::Unsupported { .. })), "no ceil_mode before 18");
+        let mut dilated = window(1);
+        dilated.push(("dilations", ints(&[2])));
+        close(&run(18, dilated.clone(), &x5).unwrap(), &[4.0, 8.0]);
+        assert!(matches!(run(11, dilated, &x5), Err(OpError::Unsupported { .. })), "no dilations before 18");
+        assert!(matches!(run(18, window(0), &x), Err(OpError::Attribute { .. })));
+        assert!(matches!(run(18, vec![("kernel_shape", ints(&[0]))], &x), Err(OpError::Attribute { .. })));
+        assert!(matches!(
+            run(18, vec![("kernel_shape", ints(&[2])), ("strides", ints(&[0]))], &x),
+            Err(OpError::Attribute { .. })
+        ));
+        // Pads leaving no window: kernel 7 over 4 + 1 + 1.
+        assert!(matches!(
+            run(18, vec![("kernel_shape", ints(&[7])), ("pads", ints(&[1, 1]))], &x),
+            Err(OpError::Infer(_))
+        ));
+        // 2-D.
+        let grid = f32s(&[1, 1, 2, 2], &[3.0, 4.0, 0.0, 0.0]);
+        close(&run(18, vec![("kernel_shape", ints(&[2, 2]))], &grid).unwrap(), &[5.0]);
+    }
+
+    #[test]
+    fn global_lp_pool_per_plane() {
+        let x = f32s(&[1, 2, 2], &[3.0, 4.0, 1.0, -2.0]);
+        let run = |p: i64| {
+            let attrs = Attributes(vec![("p".into(), Attribute::Int(p))]);
+            let out = run_op("GlobalLpPool", 2, &attrs, &[Some(&x)]).unwrap();
+            assert_eq!(out[0].dims(), &[1, 2, 1]);
+            values(&out[0]).to_vec()
+        };
+        close(&run(1), &[7.0, 3.0]);
+        close(&run(2), &[5.0, 5f32.sqrt()]);
+        close(&run(3), &[91f32.cbrt(), 9f32.cbrt()]);
+        let out = run_op("GlobalLpPool", 2, &Attributes::default(), &[Some(&x)]).unwrap();
+        close(values(&out[0]), &[5.0, 5f32.sqrt()]);
+        let bad = Attributes(vec![("p".into(), Attribute::Int(-1))]);
+        assert!(matches!(run_op("GlobalLpPool", 2, &bad, &[Some(&x)]), Err(OpError::Attribute { .. })));
     }
 
     #[test]
