@@ -48,7 +48,7 @@ impl Op for Tile {
             let (x, out) = (ctx.input(0)?, ctx.output(0)?);
             // The repeats are the output's extents over the input's (any count of an empty axis).
             let repeats: Vec<usize> =
-                x.dims.iter().zip(&out.dims).map(|(&d, &o)| if d == 0 { 0 } else { o / d }).collect();
+                x.dims.iter().zip(&out.dims).map(|(&d, &o)| o.checked_div(d).unwrap_or(0)).collect();
             Ok(view(&x.dims, &repeats).gpu(x.dtype))
         })())
     }

@@ -1,6 +1,7 @@
-//! The GPU kernels of the normalisation family: Softmax and LogSoftmax (`softmax.cu`),
-//! LayerNormalization by row groups (`layer_norm_rows.cu`) and InstanceNormalization, a LayerNorm
-//! whose scale and bias follow the row's channel (`layer_norm_channels.cu`).
+//! The GPU kernels of the normalisation family: Softmax and LogSoftmax (`softmax.cu`), Hardmax
+//! (`hardmax.cu`), LayerNormalization by row groups (`layer_norm_rows.cu`) and
+//! InstanceNormalization, a LayerNorm whose scale and bias follow the row's channel
+//! (`layer_norm_channels.cu`).
 
 use crate::ops::gpu::{BLOCK, GpuKernel, float_literal, render};
 
@@ -18,6 +19,21 @@ impl GpuKernel for SoftmaxKernel {
     fn source(&self) -> String {
         let store = if self.log { "x[at] - m - logf(s)" } else { "expf(x[at] - m) / s" };
         render(include_str!("softmax.cu"), &[("STORE", store), ("BLOCK", &BLOCK.to_string())])
+    }
+}
+
+/// Hardmax over the middle axis of `[outer, len, inner]`, a thread a row (rows are short where
+/// models use it: class scores).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HardmaxKernel;
+
+impl GpuKernel for HardmaxKernel {
+    fn prefix(&self) -> &'static str {
+        "hardmax"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("hardmax.cu"), &[])
     }
 }
 

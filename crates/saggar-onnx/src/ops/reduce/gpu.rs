@@ -1,5 +1,5 @@
 //! The GPU kernels of the reduction family: every Reduce* op (`reduce.cu`, one block per output
-//! element) and ArgMax / ArgMin (`arg.cu`).
+//! element), ArgMax / ArgMin (`arg.cu`) and CumSum (`cumsum.cu`).
 
 use saggar_shape::DType;
 
@@ -91,5 +91,31 @@ impl GpuKernel for ArgKernel {
             (false, true) => "<=",
         };
         render(include_str!("arg.cu"), &[("T", ctype(self.dtype).unwrap_or("float")), ("OP", op)])
+    }
+}
+
+/// CumSum of `dtype` (f32, i64 or i32) over the middle axis of `[outer, len, inner]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CumSumKernel {
+    pub(crate) dtype: DType,
+    pub(crate) exclusive: bool,
+    pub(crate) reverse: bool,
+}
+
+impl GpuKernel for CumSumKernel {
+    fn prefix(&self) -> &'static str {
+        "cumsum"
+    }
+
+    fn source(&self) -> String {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        render(
+            include_str!("cumsum.cu"),
+            &[
+                ("T", ctype(self.dtype).unwrap_or("float")),
+                ("EXCLUSIVE", flag(self.exclusive)),
+                ("REVERSE", flag(self.reverse)),
+            ],
+        )
     }
 }
