@@ -258,6 +258,14 @@ fn tensor_op_nodes(k: &mut Kinds) {
     k.init("lens_b", Tensor::from_i64s(vec![10, 0, 1, 5, 3, 7, 10, 2, 9, 4, 6, 8]));
     k.node("CumSum", &["x", "ax2"], &["cs"], &[], f);
     k.node("CumSum", &["x", "axm1"], &["cser"], &[("exclusive", Int(1)), ("reverse", Int(1))], f);
+    // An axis computed from the input: the kernel reads it.
+    k.init("s120", Tensor::from_i64s(vec![120]));
+    k.init("st0", Tensor::from_i64s(vec![0]));
+    k.init("en4", Tensor::from_i64s(vec![4]));
+    k.hidden("Reshape", &["x", "s120"], &["xflat"], &[]);
+    k.hidden("Slice", &["xflat", "st0", "en4"], &["x4"], &[]);
+    k.hidden("ArgMax", &["x4"], &["axdyn"], &[]);
+    k.node("CumSum", &["x", "axdyn"], &["csdyn"], &[("reverse", Int(1))], f);
     k.hidden("Cast", &["x2"], &["x32"], &[("to", Int(6))]);
     k.node("CumSum", &["x32", "ax2"], &["csi"], &[("exclusive", Int(1))], DType::I32);
     k.node("Trilu", &["x", "diag"], &["triu"], &[], f);

@@ -1,6 +1,8 @@
 //! `CumSum` (opset 11): running sums along one axis (the `axis` input, 0-D or of one element),
 //! `exclusive` (each sum leaves out its own element) and `reverse` (from the end). f32, i64 and i32;
-//! integers wrap. Host and GPU add in the same order, so f32 results agree bit for bit.
+//! integers wrap. Host and GPU add in the same order, so f32 results agree bit for bit. The GPU
+//! kernel reads the axis from the device, so it need not be a constant; a thread scans each line
+//! (`len` steps, the elements once).
 
 use saggar_shape::DType;
 
@@ -57,22 +59,26 @@ impl CumSum {
 
 impl Op for CumSum {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext};
+        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
-            let x = ctx.input(0)?;
-            let axis =
-                ctx.infer.req(1)?.const_i64s().ok_or_else(|| OpError::eval("CumSum axis must be a constant on GPU"))?;
-            let axis = normalize_axis(axis_value(Some(axis))?, x.dims.len())?;
-            let (outer, len, inner) = layout(&x.dims, axis);
-            let kind = CumSumKernel { dtype: x.dtype, exclusive: self.exclusive, reverse: self.reverse };
-            let lines = outer.saturating_mul(inner);
-            let meta = vec![ext(lines), ext(len), ext(inner)];
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                kind,
-                meta,
-                Work::Elements(lines as u64),
-                vec![Slot::In(0), Slot::Out(0)],
-            )]))
+            let (x, axis) = (ctx.input(0)?, ctx.input(1)?);
+            let n = numel(&x.dims);
+            // The kernel reads the axis; a constant one also sizes the launch to its lines.
+            let constant = ctx.infer.get(1).and_then(|a| axis_value(a.const_i64s()).ok());
+            let lines = constant.and_then(|a| normalize_axis(a, x.dims.len()).ok()).map(|a| {
+                let (outer, _, inner) = layout(&x.dims, a);
+                (outer * inner) as u64
+            });
+            let kind = CumSumKernel {
+                dtype: x.dtype,
+                axis_index: axis.dtype,
+                exclusive: self.exclusive,
+                reverse: self.reverse,
+            };
+            let mut meta = vec![ext(x.dims.len()), n as i64];
+            meta.extend(x.dims.iter().map(|&d| ext(d)));
+            let slots = vec![Slot::In(0), Slot::In(1), Slot::Out(0)];
+            Ok(GpuNode::Launches(vec![GpuLaunch::new(kind, meta, Work::Elements(lines.unwrap_or(n)), slots)]))
         })())
     }
 
@@ -172,9 +178,9 @@ mod tests {
         use crate::ops::gpu::{GpuKernel, kernel_definition};
         use saggar_shape::DType;
         let mut names = std::collections::HashSet::new();
-        for dtype in [DType::F32, DType::I64, DType::I32] {
+        for (dtype, axis_index) in [(DType::F32, DType::I64), (DType::I64, DType::I32), (DType::I32, DType::I64)] {
             for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)] {
-                let kind = super::CumSumKernel { dtype, exclusive, reverse };
+                let kind = super::CumSumKernel { dtype, axis_index, exclusive, reverse };
                 let body = kind.source();
                 assert!(!body.contains('@') && body.starts_with("(const onnx_i64* meta"), "{kind:?}: {body}");
                 names.insert(kernel_definition(&kind).0);

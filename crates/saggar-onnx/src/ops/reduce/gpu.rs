@@ -4,7 +4,7 @@
 use saggar_shape::DType;
 
 use super::ReduceOp;
-use crate::ops::gpu::{BLOCK, GpuKernel, GpuLaunch, GpuNode, Slot, Work, contiguous, ctype, ext, render};
+use crate::ops::gpu::{BLOCK, GpuKernel, GpuLaunch, GpuNode, Slot, Work, contiguous, ctype, ext, index_type, render};
 
 /// A reduction of f32 over the axes the `meta` table names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,10 +94,11 @@ impl GpuKernel for ArgKernel {
     }
 }
 
-/// CumSum of `dtype` (f32, i64 or i32) over the middle axis of `[outer, len, inner]`.
+/// CumSum of `dtype` (f32, i64 or i32) along the axis an `axis_index` (i64 or i32) input gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CumSumKernel {
     pub(crate) dtype: DType,
+    pub(crate) axis_index: DType,
     pub(crate) exclusive: bool,
     pub(crate) reverse: bool,
 }
@@ -113,6 +114,7 @@ impl GpuKernel for CumSumKernel {
             include_str!("cumsum.cu"),
             &[
                 ("T", ctype(self.dtype).unwrap_or("float")),
+                ("IX", index_type(self.axis_index)),
                 ("EXCLUSIVE", flag(self.exclusive)),
                 ("REVERSE", flag(self.reverse)),
             ],

@@ -16,7 +16,7 @@ pub(crate) mod gpu;
 use saggar_shape::{DType, Dim};
 
 use crate::ops::data_movement::{index_at, wrap_index};
-use crate::ops::shape_util::{normalize_axis, strides};
+use crate::ops::shape_util::{for_each_broadcast, normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
 use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
 
@@ -135,36 +135,37 @@ macro_rules! combine_int {
 }
 combine_int!(i64, i32, u8);
 
-/// Copies `data` into `out` and applies `updates` where `place(k)` says (the output offset of
-/// update element `k`), in order.
+/// Copies `data` into `out` and applies `updates` where `places` puts them: it calls its visitor
+/// with `(k, offset)` for every update element `k`, in order, and stops at an index out of range
+/// with its error.
 fn scatter(
     r: Reduction,
     data: &TensorView<'_>,
     updates: &TensorView<'_>,
     out: &mut TensorMut<'_>,
-    mut place: impl FnMut(usize) -> Result<usize, OpError>,
+    places: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<(), OpError>,
 ) -> Result<(), OpError> {
     fn run<T: Combine>(
         r: Reduction,
         (s, u, d): (&[T], &[T], &mut [T]),
-        place: &mut dyn FnMut(usize) -> Result<usize, OpError>,
+        places: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<(), OpError>,
     ) -> Result<(), OpError> {
         if s.len() != d.len() {
             return Err(OpError::eval("scatter output size differs from the data's"));
         }
         d.copy_from_slice(s);
-        for (k, &v) in u.iter().enumerate() {
-            let at = place(k)?;
-            let slot = d.get_mut(at).ok_or_else(|| OpError::eval("scatter offset outside the output"))?;
-            *slot = T::combine(r, *slot, v);
-        }
-        Ok(())
+        let mut outside = false;
+        places(&mut |k, at| match (d.get_mut(at), u.get(k)) {
+            (Some(slot), Some(&v)) => *slot = T::combine(r, *slot, v),
+            _ => outside = true,
+        })?;
+        if outside { Err(OpError::eval("scatter offset outside the output or the updates")) } else { Ok(()) }
     }
     match (data.data, updates.data, &mut out.data) {
-        (DataRef::F32(s), DataRef::F32(u), DataMut::F32(d)) => run(r, (s, u, d), &mut place),
-        (DataRef::I64(s), DataRef::I64(u), DataMut::I64(d)) => run(r, (s, u, d), &mut place),
-        (DataRef::I32(s), DataRef::I32(u), DataMut::I32(d)) => run(r, (s, u, d), &mut place),
-        (DataRef::Bool(s), DataRef::Bool(u), DataMut::Bool(d)) if r == Reduction::None => run(r, (s, u, d), &mut place),
+        (DataRef::F32(s), DataRef::F32(u), DataMut::F32(d)) => run(r, (s, u, d), places),
+        (DataRef::I64(s), DataRef::I64(u), DataMut::I64(d)) => run(r, (s, u, d), places),
+        (DataRef::I32(s), DataRef::I32(u), DataMut::I32(d)) => run(r, (s, u, d), places),
+        (DataRef::Bool(s), DataRef::Bool(u), DataMut::Bool(d)) if r == Reduction::None => run(r, (s, u, d), places),
         _ => Err(OpError::eval("scatter data, updates and output differ in type, or the reduction takes no bool")),
     }
 }
@@ -217,25 +218,22 @@ impl Op for ScatterElements {
                 idx.dims, upd.dims, data.dims
             )));
         }
-        let ds = strides(data.dims);
-        // The update's coordinates, advanced in row-major order as `scatter` walks the updates.
-        let mut at = vec![0usize; rank];
-        let mut place = |k: usize| {
-            let mut offset = 0;
-            for a in 0..rank {
-                let c = if a == axis { wrap_index(index_at(idx, k)?, data.dims[axis])? } else { at[a] };
-                offset += c * ds[a];
-            }
-            for a in (0..rank).rev() {
-                at[a] += 1;
-                if at[a] < idx.dims[a] {
-                    break;
+        // An update's offset is its own coordinates' off the axis, plus its index's along it.
+        let mut off_axis = strides(data.dims);
+        let step = std::mem::replace(&mut off_axis[axis], 0);
+        let n = data.dims[axis];
+        scatter(self.reduction, data, upd, &mut outputs[0], |visit| {
+            let mut walked = Ok(());
+            for_each_broadcast(idx.dims, [off_axis.as_slice()], |k, [base]| {
+                if walked.is_ok() {
+                    match index_at(idx, k).and_then(|i| wrap_index(i, n)) {
+                        Ok(c) => visit(k, base + c * step),
+                        Err(e) => walked = Err(e),
+                    }
                 }
-                at[a] = 0;
-            }
-            Ok(offset)
-        };
-        scatter(self.reduction, data, upd, &mut outputs[0], &mut place)
+            });
+            walked
+        })
     }
 }
 
@@ -294,23 +292,20 @@ impl Op for ScatterNd {
                 idx.dims, upd.dims, data.dims
             )));
         }
-        let slice: usize = data.dims[k..].iter().product();
+        let (rows, slice): (usize, usize) = (rows.iter().product(), data.dims[k..].iter().product());
         let ds = strides(data.dims);
-        // The output offset of the current index row, found at each row's first update element.
-        let mut base = 0;
-        let mut place = |e: usize| {
-            let (row, s) = (e / slice.max(1), e % slice.max(1));
-            if s == 0 {
-                base = 0;
+        scatter(self.reduction, data, upd, &mut outputs[0], |visit| {
+            for row in 0..rows {
                 let coords =
                     indices.get(row * k..(row + 1) * k).ok_or_else(|| OpError::eval("ScatterND indices end early"))?;
+                let mut base = 0;
                 for (t, &x) in coords.iter().enumerate() {
                     base += wrap_index(x, data.dims[t])? * ds[t];
                 }
+                (0..slice).for_each(|s| visit(row * slice + s, base + s));
             }
-            Ok(base + s)
-        };
-        scatter(self.reduction, data, upd, &mut outputs[0], &mut place)
+            Ok(())
+        })
     }
 }
 
