@@ -58,7 +58,9 @@ impl Op for ReverseSequence {
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let (x, lens) = (inputs.req(0)?, inputs.req(1)?.i64s()?);
-        let (steps, batch) = (x.dims[self.time_axis], x.dims[self.batch_axis]);
+        let (Some(&steps), Some(&batch)) = (x.dims.get(self.time_axis), x.dims.get(self.batch_axis)) else {
+            return Err(OpError::eval(format!("ReverseSequence takes rank 2 or more, not {:?}", x.dims)));
+        };
         if lens.len() != batch {
             return Err(OpError::eval(format!("{} sequence lengths for a batch of {batch}", lens.len())));
         }
