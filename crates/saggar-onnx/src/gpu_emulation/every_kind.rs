@@ -411,6 +411,93 @@ fn transpose_unpool_and_axes_nodes(k: &mut Kinds) {
     k.node("MeanVarianceNormalization", &["x"], &["mvn2"], &[("axes", Ints(vec![1, 3]))], f);
 }
 
+/// Indexed writes, scans, generated tensors and rearrangements: every scatter reduction (with
+/// duplicate and negative indices), CumSum's modes, Trilu, Tile, OneHot, EyeLike, Size (folded),
+/// both forms of CastLike, DepthToSpace, SpaceToDepth, Hardmax, ReverseSequence.
+fn tensor_op_nodes(k: &mut Kinds) {
+    let (f, i) = (DType::F32, DType::I64);
+    let scalar = |v: i64| Tensor::new(vec![], TensorData::I64(vec![v])).unwrap();
+    k.init("ax2", scalar(2));
+    k.init("axm1", Tensor::new(vec![1], TensorData::I32(vec![-1])).unwrap());
+    k.init("diag", scalar(-1));
+    k.init("nd_rows", i64s(&[2, 2], vec![1, -1, 0, 2]));
+    k.init("nd_upd", f32s(&[2, 4, 5], 30));
+    k.init("nd_dup", i64s(&[3, 1], vec![1, 1, -2]));
+    k.init("nd_dupd", f32s(&[3, 3, 4, 5], 31));
+    k.init("se_idx", i64s(&[2, 3, 3, 5], (0..90).map(|v| (v * 5 % 8) as i64 - 4).collect()));
+    k.init(
+        "se_i32",
+        Tensor::new(vec![2, 3, 3, 5], TensorData::I32((0..90).map(|v: i32| v * 3 % 5 - 2).collect())).unwrap(),
+    );
+    k.init("se_upd", f32s(&[2, 3, 3, 5], 32));
+    k.init("reps", Tensor::from_i64s(vec![1, 2, 1, 2]));
+    k.init("depth2", Tensor::new(vec![1], TensorData::F32(vec![2.5])).unwrap());
+    k.init("depth3", scalar(3));
+    k.init("off_on", Tensor::new(vec![2], TensorData::F32(vec![-1.0, 3.0])).unwrap());
+    k.init("off_on_i", Tensor::from_i64s(vec![7, -7]));
+    k.init("s2d", Tensor::from_i64s(vec![12, 10]));
+    k.init("s8", Tensor::from_i64s(vec![1, 8, 3, 5]));
+    k.init("s5", Tensor::from_i64s(vec![5, 3, 2, 4]));
+    k.init("lens_t", Tensor::from_i64s(vec![12, 0, 1, 5, 3, 7, 12, 2, 9, 4]));
+    k.init("lens_b", Tensor::from_i64s(vec![10, 0, 1, 5, 3, 7, 10, 2, 9, 4, 6, 8]));
+    k.node("CumSum", &["x", "ax2"], &["cs"], &[], f);
+    k.node("CumSum", &["x", "axm1"], &["cser"], &[("exclusive", Int(1)), ("reverse", Int(1))], f);
+    // An axis computed from the input: the kernel reads it.
+    k.init("s120", Tensor::from_i64s(vec![120]));
+    k.init("st0", Tensor::from_i64s(vec![0]));
+    k.init("en4", Tensor::from_i64s(vec![4]));
+    k.hidden("Reshape", &["x", "s120"], &["xflat"], &[]);
+    k.hidden("Slice", &["xflat", "st0", "en4"], &["x4"], &[]);
+    k.hidden("ArgMax", &["x4"], &["axdyn"], &[]);
+    k.node("CumSum", &["x", "axdyn"], &["csdyn"], &[("reverse", Int(1))], f);
+    k.hidden("Cast", &["x2"], &["x32"], &[("to", Int(6))]);
+    k.node("CumSum", &["x32", "ax2"], &["csi"], &[("exclusive", Int(1))], DType::I32);
+    k.node("Trilu", &["x", "diag"], &["triu"], &[], f);
+    k.node("Trilu", &["x"], &["tril"], &[("upper", Int(0))], f);
+    k.node("ScatterND", &["x", "nd_rows", "nd_upd"], &["snd"], &[], f);
+    for (r, out) in [("add", "snda"), ("mul", "sndm"), ("max", "sndx"), ("min", "sndn")] {
+        k.node("ScatterND", &["x", "nd_dup", "nd_dupd"], &[out], &[("reduction", Str(r.as_bytes().to_vec()))], f);
+    }
+    k.node("ScatterElements", &["x", "se_idx", "se_upd"], &["sel"], &[("axis", Int(2))], f);
+    k.node(
+        "ScatterElements",
+        &["x", "se_idx", "se_upd"],
+        &["sela"],
+        &[("axis", Int(-2)), ("reduction", Str(b"add".to_vec()))],
+        f,
+    );
+    k.node(
+        "ScatterElements",
+        &["x", "se_i32", "se_upd"],
+        &["selx"],
+        &[("axis", Int(1)), ("reduction", Str(b"max".to_vec()))],
+        f,
+    );
+    k.node("Tile", &["x", "reps"], &["tile"], &[], f);
+    // Indices from the input: ArgMax over an axis of 4 less 3 (negative, one out of range for a
+    // depth of 2.5, truncated), and f32 indices (the input doubled) truncated toward zero.
+    k.hidden("ArgMax", &["x"], &["oh_am"], &[("axis", Int(2))]);
+    k.hidden("Sub", &["oh_am", "three"], &["oh_idx"], &[]);
+    k.node("OneHot", &["oh_idx", "depth2", "off_on"], &["oh"], &[("axis", Int(1))], f);
+    k.node("OneHot", &["x2", "depth3", "off_on_i"], &["ohf"], &[], i);
+    k.hidden("Reshape", &["x", "s2d"], &["x2d"], &[]);
+    k.node("EyeLike", &["x2d"], &["eye"], &[("k", Int(-3))], f);
+    k.node("EyeLike", &["x2d"], &["eyei"], &[("k", Int(1)), ("dtype", Int(7))], i);
+    k.hidden("Size", &["x"], &["size"], &[]);
+    k.hidden("CastLike", &["size", "x"], &["sizef"], &[]);
+    k.node("Mul", &["x", "sizef"], &["xsize"], &[], f);
+    k.node("CastLike", &["x", "three"], &["xcl"], &[], i);
+    k.hidden("Reshape", &["x", "s8"], &["x8"], &[]);
+    k.node("DepthToSpace", &["x8"], &["d2s"], &[("blocksize", Int(2))], f);
+    k.node("DepthToSpace", &["x8"], &["d2sc"], &[("blocksize", Int(2)), ("mode", Str(b"CRD".to_vec()))], f);
+    k.hidden("Reshape", &["x", "s5"], &["x5"], &[]);
+    k.node("SpaceToDepth", &["x5"], &["s2dp"], &[("blocksize", Int(2))], f);
+    k.node("Hardmax", &["x"], &["hm"], &[("axis", Int(2))], f);
+    k.node("Hardmax", &["sm"], &["hml"], &[], f);
+    k.node("ReverseSequence", &["x2d", "lens_t"], &["rvt"], &[], f);
+    k.node("ReverseSequence", &["x2d", "lens_b"], &["rvb"], &[("batch_axis", Int(0)), ("time_axis", Int(1))], f);
+}
+
 fn every_kind_model() -> OnnxModel {
     // Opset 21: GroupNormalization's per-channel scale and bias.
     let mut k = Kinds { b: ModelBuilder::new(21), outputs: Vec::new() };
@@ -425,6 +512,7 @@ fn every_kind_model() -> OnnxModel {
     integer_nodes(&mut k);
     resize_nodes(&mut k);
     transpose_unpool_and_axes_nodes(&mut k);
+    tensor_op_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

@@ -69,6 +69,7 @@ pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod resize;
+pub(crate) mod scatter;
 pub mod shape_util;
 pub(crate) mod shapes;
 pub mod testing;
@@ -364,6 +365,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     norm::OPS,
     reduce::OPS,
     resize::OPS,
+    scatter::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.

@@ -1,10 +1,15 @@
-//! Constants and pass-throughs: Range, ConstantOfShape, Constant, Identity, Dropout (inference).
+//! Constants, generated tensors and pass-throughs: Range, ConstantOfShape, Constant, EyeLike
+//! ([`eye_like`]), OneHot ([`one_hot`]), Identity, Dropout (inference).
+
+mod eye_like;
+pub(crate) mod gpu;
+mod one_hot;
 
 use saggar_shape::{DType, Dim};
 
 use crate::ops::shapes::{MAX_RANK, copy_through};
 use crate::ops::{EvalInputs, InferInput, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType, unknown_dim};
-use crate::tensor::{DataMut, Tensor, TensorData, TensorMut};
+use crate::tensor::{DataMut, DataRef, Tensor, TensorData, TensorMut};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -14,6 +19,9 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Identity", since: 1, until: 21, build: |_| Ok(Box::new(Identity)) },
     OpEntry { op_type: "Dropout", since: 7, until: 11, build: build_dropout_attrs },
     OpEntry { op_type: "Dropout", since: 12, until: 21, build: build_dropout },
+    OpEntry { op_type: "EyeLike", since: 9, until: 21, build: eye_like::build_eye_like },
+    OpEntry { op_type: "OneHot", since: 9, until: 10, build: |c| one_hot::build_one_hot(c, false) },
+    OpEntry { op_type: "OneHot", since: 11, until: 21, build: |c| one_hot::build_one_hot(c, true) },
 ];
 
 /// `Range(start, limit, delta)`.
@@ -32,17 +40,23 @@ fn range_len(start: f64, limit: f64, delta: f64) -> Result<usize, OpError> {
     Ok(n as usize)
 }
 
+/// The one element of a constant number input, as f64.
 fn scalar_f64(input: &InferInput<'_>) -> Option<f64> {
     let t = input.value?;
     if t.len() != 1 {
         return None;
     }
-    Some(match t.data() {
-        TensorData::F32(v) => f64::from(v[0]),
-        TensorData::I64(v) => v[0] as f64,
-        TensorData::I32(v) => f64::from(v[0]),
-        TensorData::Bool(_) | TensorData::F16(_) | TensorData::BF16(_) => return None,
-    })
+    first_number(t.view().data)
+}
+
+/// The first element of f32, i64 or i32 elements, as f64.
+fn first_number(data: DataRef<'_>) -> Option<f64> {
+    match data {
+        DataRef::F32(v) => v.first().map(|&x| f64::from(x)),
+        DataRef::I64(v) => v.first().map(|&x| x as f64),
+        DataRef::I32(v) => v.first().map(|&x| f64::from(x)),
+        DataRef::Bool(_) | DataRef::F16(_) | DataRef::BF16(_) => None,
+    }
 }
 
 impl Op for Range {

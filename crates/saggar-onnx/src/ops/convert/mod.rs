@@ -1,4 +1,7 @@
-//! Selection and conversion: Where (broadcast select), Clip and Cast.
+//! Selection and conversion: Where (broadcast select), Clip, Cast and CastLike ([`cast_like`]).
+
+mod cast_like;
+pub(crate) mod gpu;
 
 use saggar_shape::DType;
 
@@ -13,6 +16,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Clip", since: 6, until: 10, build: build_clip_attrs },
     OpEntry { op_type: "Clip", since: 11, until: 21, build: |_| Ok(Box::new(Clip { min: None, max: None })) },
     OpEntry { op_type: "Cast", since: 6, until: 21, build: build_cast },
+    OpEntry { op_type: "CastLike", since: 15, until: 21, build: cast_like::build_cast_like },
 ];
 
 /// `Where(condition, x, y)`.

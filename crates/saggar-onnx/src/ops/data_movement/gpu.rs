@@ -1,6 +1,6 @@
-//! The GPU forms ([`crate::ops::Op::gpu`]) of the data-movement ops: Slice, Split and Transpose as
-//! strided copies ([`CopyKernel`], which other families use to materialise views and outputs), Pad
-//! as its own kernel kind.
+//! The GPU forms ([`crate::ops::Op::gpu`]) of the data-movement ops: Slice, Split, Transpose, Tile,
+//! DepthToSpace and SpaceToDepth as strided copies ([`CopyKernel`], which other families use to
+//! materialise views and outputs); Pad, Trilu and ReverseSequence as kernel kinds of their own.
 
 use super::{Pad, PadMode, Slice, Split, Transpose, resolve_slice};
 use crate::error::OpError;
@@ -56,6 +56,46 @@ impl GpuKernel for PadKernel {
             include_str!("pad.cu"),
             &[("T", t), ("VALUE_PARAM", &value_param), ("FILL", &fill), ("OUTSIDE", outside)],
         )
+    }
+}
+
+/// Trilu of `elem_bytes`-byte elements (`trilu.cu`), the diagonal read from the `k` input when
+/// `k_input` (else 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TriluKernel {
+    pub(crate) upper: bool,
+    pub(crate) elem_bytes: u8,
+    pub(crate) k_input: bool,
+}
+
+impl GpuKernel for TriluKernel {
+    fn prefix(&self) -> &'static str {
+        "trilu"
+    }
+
+    fn source(&self) -> String {
+        let (k_param, k) = if self.k_input { (", const long long* __restrict__ kp", "kp[0]") } else { ("", "0") };
+        let keep = if self.upper { ">=" } else { "<=" };
+        render(
+            include_str!("trilu.cu"),
+            &[("T", bits_type(self.elem_bytes)), ("K_PARAM", k_param), ("K", k), ("KEEP", keep)],
+        )
+    }
+}
+
+/// ReverseSequence of `elem_bytes`-byte elements (`reverse_sequence.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReverseSequenceKernel {
+    pub(crate) elem_bytes: u8,
+}
+
+impl GpuKernel for ReverseSequenceKernel {
+    fn prefix(&self) -> &'static str {
+        "reverse_sequence"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("reverse_sequence.cu"), &[("T", bits_type(self.elem_bytes))])
     }
 }
 
@@ -158,4 +198,28 @@ pub(super) fn pad(op: &Pad, ctx: &GpuCtx<'_>) -> Result<GpuNode, OpError> {
     slots.push(Slot::Out(0));
     let kernel = PadKernel { mode: op.mode, elem_bytes: x.dtype.size_bytes() as u8, from_input, fill_bits };
     Ok(GpuNode::Launches(vec![GpuLaunch::new(kernel, meta, Work::Elements(numel(&out.dims)), slots)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::gpu::kernel_definition;
+
+    #[test]
+    fn trilu_and_reverse_sequence_kernels_render_completely_with_names_of_their_own() {
+        let mut kinds: Vec<Box<dyn GpuKernel>> = Vec::new();
+        for upper in [false, true] {
+            for k_input in [false, true] {
+                kinds.push(Box::new(TriluKernel { upper, elem_bytes: 4, k_input }));
+            }
+        }
+        kinds.extend([1, 8].map(|b| Box::new(ReverseSequenceKernel { elem_bytes: b }) as Box<dyn GpuKernel>));
+        let mut names = std::collections::HashSet::new();
+        for kind in &kinds {
+            let body = kind.source();
+            assert!(!body.contains('@') && body.starts_with("(const onnx_i64* meta"), "{kind:?}: {body}");
+            names.insert(kernel_definition(kind.as_ref()).0);
+        }
+        assert_eq!(names.len(), kinds.len());
+    }
 }

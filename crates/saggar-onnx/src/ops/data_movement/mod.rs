@@ -1,11 +1,17 @@
-//! Data movement: Slice, Split, Transpose, Pad.
+//! Data movement: Slice, Split, Transpose, Pad; Tile, DepthToSpace and SpaceToDepth (strided views
+//! of their input, [`view`]); Trilu; ReverseSequence.
 //!
 //! Indices are checked against their axis at evaluation (negative indices count from the end, as
 //! ONNX says); an index out of range is an evaluation error, never an out-of-bounds read.
 
 use saggar_shape::Dim;
 
+mod depth_space;
 pub(crate) mod gpu;
+mod reverse_sequence;
+mod tile;
+mod trilu;
+mod view;
 
 use crate::ops::shape_util::{normalize_axes, normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType, unknown_dim};
@@ -20,6 +26,12 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Transpose", since: 1, until: 21, build: build_transpose },
     OpEntry { op_type: "Pad", since: 2, until: 10, build: build_pad_attrs },
     OpEntry { op_type: "Pad", since: 11, until: 21, build: build_pad },
+    OpEntry { op_type: "Tile", since: 6, until: 21, build: |_| Ok(Box::new(tile::Tile)) },
+    OpEntry { op_type: "DepthToSpace", since: 1, until: 10, build: |c| depth_space::build_depth_to_space(c, false) },
+    OpEntry { op_type: "DepthToSpace", since: 11, until: 21, build: |c| depth_space::build_depth_to_space(c, true) },
+    OpEntry { op_type: "SpaceToDepth", since: 1, until: 21, build: depth_space::build_space_to_depth },
+    OpEntry { op_type: "Trilu", since: 14, until: 21, build: trilu::build_trilu },
+    OpEntry { op_type: "ReverseSequence", since: 10, until: 21, build: reverse_sequence::build_reverse_sequence },
 ];
 
 pub(crate) fn index_values(t: &TensorView<'_>) -> Result<Vec<i64>, OpError> {

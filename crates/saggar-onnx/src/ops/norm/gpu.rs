@@ -1,5 +1,5 @@
-//! The GPU kernels of the normalisation family: Softmax and LogSoftmax (`softmax.cu`),
-//! LayerNormalization by row groups (`layer_norm_rows.cu`), InstanceNormalization and
+//! The GPU kernels of the normalisation family: Softmax and LogSoftmax (`softmax.cu`), Hardmax
+//! (`hardmax.cu`), LayerNormalization by row groups (`layer_norm_rows.cu`), InstanceNormalization and
 //! GroupNormalization, LayerNorms whose scale and bias follow the row's channel
 //! (`layer_norm_channels.cu`), and LpNormalization and MeanVarianceNormalization over a set of
 //! axes (`norm_axes.cu`).
@@ -20,6 +20,21 @@ impl GpuKernel for SoftmaxKernel {
     fn source(&self) -> String {
         let store = if self.log { "x[at] - m - logf(s)" } else { "expf(x[at] - m) / s" };
         render(include_str!("softmax.cu"), &[("STORE", store), ("BLOCK", &BLOCK.to_string())])
+    }
+}
+
+/// Hardmax over the middle axis of `[outer, len, inner]`, a thread a row (rows are short where
+/// models use it: class scores).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HardmaxKernel;
+
+impl GpuKernel for HardmaxKernel {
+    fn prefix(&self) -> &'static str {
+        "hardmax"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("hardmax.cu"), &[])
     }
 }
 

@@ -1,11 +1,12 @@
-//! Normalizations: Softmax and LogSoftmax (flattened to 2-D at `axis` before opset 13, along one
-//! axis from 13), LayerNormalization (with its optional Mean and InvStdDev outputs),
-//! InstanceNormalization, GroupNormalization (`group.rs`), LpNormalization and
+//! Normalizations: Softmax, LogSoftmax and Hardmax ([`hardmax`]; all three flattened to 2-D at
+//! `axis` before opset 13, along one axis from 13), LayerNormalization (with its optional Mean and
+//! InvStdDev outputs), InstanceNormalization, GroupNormalization (`group.rs`), LpNormalization and
 //! MeanVarianceNormalization (`axes.rs`).
 
 mod axes;
 pub(crate) mod gpu;
 mod group;
+mod hardmax;
 
 use saggar_shape::{DType, Dim};
 
@@ -28,6 +29,8 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "GroupNormalization", since: 21, until: 21, build: |c| group::build_group_norm(c, true) },
     OpEntry { op_type: "LpNormalization", since: 1, until: 21, build: axes::build_lp_norm },
     OpEntry { op_type: "MeanVarianceNormalization", since: 9, until: 21, build: axes::build_mvn },
+    OpEntry { op_type: "Hardmax", since: 1, until: 12, build: |c| hardmax::build_hardmax(c, true) },
+    OpEntry { op_type: "Hardmax", since: 13, until: 21, build: |c| hardmax::build_hardmax(c, false) },
 ];
 
 fn require_f32(op: &str, ty: &ValueType) -> Result<(), OpError> {
@@ -60,15 +63,20 @@ impl Softmax {
         if self.log { "LogSoftmax" } else { "Softmax" }
     }
 
-    /// `(outer, len, inner)`: the input is `outer` blocks of `len` elements `inner` apart.
     fn layout(&self, dims: &[usize]) -> Result<(usize, usize, usize), OpError> {
-        let axis = normalize_axis(self.axis, dims.len()).map_err(|e| OpError::eval(e.to_string()))?;
-        let outer = dims[..axis].iter().product();
-        if self.flatten {
-            Ok((outer, dims[axis..].iter().product(), 1))
-        } else {
-            Ok((outer, dims[axis], dims[axis + 1..].iter().product()))
-        }
+        row_layout(self.axis, self.flatten, dims)
+    }
+}
+
+/// `(outer, len, inner)` of Softmax, LogSoftmax and Hardmax: the input is `outer` blocks of `len`
+/// elements `inner` apart, along `axis`, or (`flatten`, before opset 13) along all axes from `axis`.
+fn row_layout(axis: i64, flatten: bool, dims: &[usize]) -> Result<(usize, usize, usize), OpError> {
+    let axis = normalize_axis(axis, dims.len()).map_err(|e| OpError::eval(e.to_string()))?;
+    let outer = dims[..axis].iter().product();
+    if flatten {
+        Ok((outer, dims[axis..].iter().product(), 1))
+    } else {
+        Ok((outer, dims[axis], dims[axis + 1..].iter().product()))
     }
 }
 

@@ -1,10 +1,10 @@
 //! The GPU kernels of the reduction family: every Reduce* op (`reduce.cu`, one block per output
-//! element) and ArgMax / ArgMin (`arg.cu`).
+//! element), ArgMax / ArgMin (`arg.cu`) and CumSum (`cumsum.cu`).
 
 use saggar_shape::DType;
 
 use super::ReduceOp;
-use crate::ops::gpu::{BLOCK, GpuKernel, GpuLaunch, GpuNode, Slot, Work, contiguous, ctype, ext, render};
+use crate::ops::gpu::{BLOCK, GpuKernel, GpuLaunch, GpuNode, Slot, Work, contiguous, ctype, ext, index_type, render};
 
 /// A reduction of f32 over the axes the `meta` table names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,5 +91,33 @@ impl GpuKernel for ArgKernel {
             (false, true) => "<=",
         };
         render(include_str!("arg.cu"), &[("T", ctype(self.dtype).unwrap_or("float")), ("OP", op)])
+    }
+}
+
+/// CumSum of `dtype` (f32, i64 or i32) along the axis an `axis_index` (i64 or i32) input gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CumSumKernel {
+    pub(crate) dtype: DType,
+    pub(crate) axis_index: DType,
+    pub(crate) exclusive: bool,
+    pub(crate) reverse: bool,
+}
+
+impl GpuKernel for CumSumKernel {
+    fn prefix(&self) -> &'static str {
+        "cumsum"
+    }
+
+    fn source(&self) -> String {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        render(
+            include_str!("cumsum.cu"),
+            &[
+                ("T", ctype(self.dtype).unwrap_or("float")),
+                ("IX", index_type(self.axis_index)),
+                ("EXCLUSIVE", flag(self.exclusive)),
+                ("REVERSE", flag(self.reverse)),
+            ],
+        )
     }
 }

@@ -1,7 +1,9 @@
 //! Reductions over a set of axes (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
 //! ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp; `axes` an attribute in early
-//! opsets and an input later) and ArgMax / ArgMin along one axis.
+//! opsets and an input later), ArgMax / ArgMin along one axis, and the running sum CumSum
+//! ([`cumsum`]).
 
+mod cumsum;
 pub(crate) mod gpu;
 
 use saggar_shape::{DType, Dim};
@@ -36,6 +38,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "ReduceLogSumExp", since: 18, until: 21, build: |c| build(c, ReduceOp::LogSumExp, true) },
     OpEntry { op_type: "ArgMax", since: 1, until: 21, build: |c| build_arg(c, true) },
     OpEntry { op_type: "ArgMin", since: 1, until: 21, build: |c| build_arg(c, false) },
+    OpEntry { op_type: "CumSum", since: 11, until: 21, build: cumsum::build_cumsum },
 ];
 
 /// What a reduction computes.

@@ -1,10 +1,11 @@
-//! Shape ops: Shape, Reshape, Flatten, Unsqueeze, Squeeze, Expand, Concat.
+//! Shape ops: Shape, Size ([`size`]), Reshape, Flatten, Unsqueeze, Squeeze, Expand, Concat.
 //!
 //! Most of them only move or repeat elements; their inference carries symbolic extents through
 //! (`dims_value`), which is what lets the Shape/Gather/Concat/Reshape chains of exporters keep a
 //! symbolic batch or sequence length at import.
 
 pub(crate) mod gpu;
+mod size;
 
 use saggar_shape::{DType, Dim};
 
@@ -26,6 +27,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Squeeze", since: 13, until: 21, build: |c| build_axes_op(c, false, false) },
     OpEntry { op_type: "Expand", since: 8, until: 21, build: |_| Ok(Box::new(Expand)) },
     OpEntry { op_type: "Concat", since: 4, until: 21, build: build_concat },
+    OpEntry { op_type: "Size", since: 1, until: 21, build: |_| Ok(Box::new(size::Size)) },
 ];
 
 /// Largest number of elements a shape vector may hold (a rank), so a hostile `Shape`/`Range`
