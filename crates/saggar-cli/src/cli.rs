@@ -62,6 +62,11 @@ Examples:
   saggar check --onnx model.onnx --backend cuda --json check.json
   saggar check --onnx bert.onnx --shapes input_ids:1x128 --shapes attention_mask:1x128";
 
+const OPS_EXAMPLES: &str = "\
+Examples:
+  saggar ops
+  saggar ops --json ops.json";
+
 const CACHE_EXAMPLES: &str = "\
 Examples:
   saggar cache ls --cache-dir /var/cache/saggar
@@ -119,6 +124,9 @@ pub enum Command {
     /// node a backend refuses (op, opset, node, why).
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// List the declared ONNX op set: every op with its opset ranges and how each backend runs it.
+    #[command(after_help = OPS_EXAMPLES)]
+    Ops(OpsArgs),
     /// Inspect and maintain a compile cache directory.
     #[command(subcommand, after_help = CACHE_EXAMPLES)]
     Cache(CacheCommand),
@@ -350,6 +358,14 @@ pub struct CheckArgs {
     #[arg(long, value_name = "NAME:DIMS")]
     pub shapes: Vec<ShapeArg>,
     /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `saggar ops`.
+#[derive(Debug, Clone, Args)]
+pub struct OpsArgs {
+    /// Also write the list as JSON to FILE (`-`: stdout instead of the table).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }

@@ -97,3 +97,27 @@ fn a_file_that_is_not_a_model_is_a_usage_error() {
     let out = sandbox.run(&["check", "--onnx", &repo_model("bert"), "--shapes", "nope:1x2"]);
     assert!(assert_error(&out, 2).contains("no input `nope`"));
 }
+
+/// `saggar ops --json`: every declared op with its opset ranges and each backend's form.
+#[test]
+fn ops_lists_the_declared_op_set_with_each_backend() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.run(&["ops", "--json", "-"]);
+    assert_success(&out);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    let ops = report["ops"].as_array().expect("ops");
+    assert_eq!(report["count"].as_u64(), Some(ops.len() as u64));
+    assert!(ops.len() >= 130, "{} ops", ops.len());
+    let find = |name: &str| ops.iter().find(|o| o["op"] == name).unwrap_or_else(|| panic!("{name} is not listed"));
+    for name in ["Resize", "ScatterND", "ConvTranspose", "Mod", "CumSum", "HardSwish", "Sin"] {
+        let op = find(name);
+        assert_eq!(
+            (op["backends"]["host"].as_str(), op["backends"]["cuda"].as_str()),
+            (Some("kernel"), Some("kernel"))
+        );
+        assert!(op["opsets"].as_array().is_some_and(|r| !r.is_empty()), "{op}");
+    }
+    assert_eq!(find("Shape")["backends"]["cuda"], "compile-time");
+    assert!(report["out_of_scope"].as_array().is_some_and(|o| o.len() >= 4));
+    assert!(sandbox.run(&["ops"]).status.success());
+}

@@ -115,6 +115,7 @@ fn movement_and_matmul_nodes(k: &mut Kinds) {
     k.node("Pad", &["x", "pads", "pv"], &["pc"], &[], f);
     k.node("Pad", &["x", "pads"], &["pr"], &[("mode", Str(b"reflect".to_vec()))], f);
     k.node("Pad", &["x", "pads"], &["pe"], &[("mode", Str(b"edge".to_vec()))], f);
+    k.node("Pad", &["x", "pads"], &["pwrap"], &[("mode", Str(b"wrap".to_vec()))], f);
     k.node("Gather", &["x", "gi"], &["ga_"], &[("axis", Int(2))], f);
     k.node("GatherElements", &["x", "gei"], &["gel"], &[("axis", Int(3))], f);
     k.node("GatherND", &["x", "gndi"], &["gnd"], &[], f);

@@ -20,7 +20,7 @@ use crate::tensor::is_supported_dtype;
 /// Oldest IR version read (ONNX 1.0 files with opset imports).
 pub const MIN_IR_VERSION: i64 = 3;
 /// Newest IR version read.
-pub const MAX_IR_VERSION: i64 = 11;
+pub const MAX_IR_VERSION: i64 = 12;
 
 fn graph_err(reason: impl Into<String>) -> OnnxError {
     OnnxError::Graph { reason: reason.into() }

@@ -37,8 +37,10 @@
 //!    changed, e.g. ReduceSum's `axes` attribute up to 12, input from 13), then declare the module
 //!    below (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the
 //!    only edits a family makes outside its own folder. Families: `elementwise`, `convert`,
-//!    `shapes`, `constants`, `data_movement`, `gather` (import side) and `linalg`, `conv`, `pool`,
-//!    `norm`, `reduce` (compute side).
+//!    `shapes`, `constants`, `data_movement`, `gather`, `scatter` (import side) and `linalg`,
+//!    `conv`, `pool`, `norm`, `reduce`, `resize` (compute side). An op with no device code of its
+//!    own (computed at compile time) is listed in `COMPILE_TIME`; a test holds every other op to
+//!    having a GPU form.
 //! 4. Test in the family (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`], run
 //!    `infer` and `eval` through [`testing::run_op`], and compare with hand-computed values; render
 //!    each kernel kind's variants. The ONNX backend test suite exercises the same ops end to end, and
@@ -347,9 +349,9 @@ pub struct OpEntry {
 }
 
 /// The oldest default-domain opset imported.
-pub const MIN_OPSET: u32 = 9;
+pub const MIN_OPSET: u32 = 7;
 /// The newest default-domain opset imported.
-pub const MAX_OPSET: u32 = 21;
+pub const MAX_OPSET: u32 = 24;
 
 /// Every op family's table.
 static FAMILIES: &[&[OpEntry]] = &[
@@ -391,4 +393,82 @@ pub fn declared_ops() -> Vec<&'static str> {
     ops.sort_unstable();
     ops.dedup();
     ops
+}
+
+/// How a declared op runs on CUDA and HIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuForm {
+    /// Generated device code: a kernel of its own, a fused expression or a view of its input.
+    Kernel,
+    /// Computed when a program is compiled, from shapes and constants (`Shape`, `Constant`, `Range`
+    /// of constant bounds, ...), or removed by the graph passes (`Identity`, inference `Dropout`);
+    /// a GPU backend refuses such a node whose inputs are run-time values.
+    CompileTime,
+}
+
+/// The ops whose GPU form is [`GpuForm::CompileTime`]; every other declared op has device code
+/// (a test builds each op and checks).
+const COMPILE_TIME: &[&str] = &["Constant", "ConstantOfShape", "Dropout", "Identity", "Range", "Shape", "Size"];
+
+/// One op type of the declared op set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredOp {
+    /// The ONNX op type (default domain).
+    pub op_type: &'static str,
+    /// The opset ranges implemented, inclusive, oldest first.
+    pub opsets: Vec<(u32, u32)>,
+    /// How it runs on CUDA and HIP (every declared op runs on the host).
+    pub gpu: GpuForm,
+}
+
+/// The declared op set, sorted by op type.
+pub fn declared() -> Vec<DeclaredOp> {
+    declared_ops()
+        .into_iter()
+        .map(|op_type| {
+            let mut opsets: Vec<(u32, u32)> = FAMILIES
+                .iter()
+                .flat_map(|f| f.iter())
+                .filter(|e| e.op_type == op_type)
+                .map(|e| (e.since, e.until))
+                .collect();
+            opsets.sort_unstable();
+            let gpu = if COMPILE_TIME.contains(&op_type) { GpuForm::CompileTime } else { GpuForm::Kernel };
+            DeclaredOp { op_type, opsets, gpu }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    /// Each op built without attributes (where its builder allows that) has a GPU form exactly when
+    /// it is not listed as computed at compile time, so `saggar ops` tells the truth.
+    #[test]
+    fn every_declared_op_has_device_code_unless_listed_as_compile_time() {
+        let empty: [Option<InferInput<'_>>; 0] = [];
+        let infer = InferInputs::new(&empty);
+        let ctx = gpu::GpuCtx { inputs: &[], outputs: &[], infer: &infer };
+        let mut probed = 0;
+        for e in FAMILIES.iter().flat_map(|f| f.iter()) {
+            let attrs = Attributes::default();
+            let Ok(op) = (e.build)(&mut NodeCtx::new(&attrs, e.since, 3, 3)) else { continue };
+            probed += 1;
+            let has_code = op.gpu(&ctx).is_some();
+            assert_eq!(has_code, !COMPILE_TIME.contains(&e.op_type), "{} (opset {})", e.op_type, e.since);
+        }
+        assert!(probed > 100, "{probed} ops built without attributes");
+        for name in COMPILE_TIME {
+            assert!(lookup(name, MAX_OPSET).is_some(), "{name} is listed but not declared at opset {MAX_OPSET}");
+        }
+    }
+
+    #[test]
+    fn ranges_of_one_op_never_overlap() {
+        for d in declared() {
+            assert!(d.opsets.windows(2).all(|w| w[0].1 < w[1].0), "{}: {:?}", d.op_type, d.opsets);
+            assert!(d.opsets.iter().all(|&(a, b)| a <= b && b <= MAX_OPSET), "{}: {:?}", d.op_type, d.opsets);
+        }
+    }
 }

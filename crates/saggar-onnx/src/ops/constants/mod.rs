@@ -13,15 +13,15 @@ use crate::tensor::{DataMut, DataRef, Tensor, TensorData, TensorMut};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "Range", since: 11, until: 21, build: |_| Ok(Box::new(Range)) },
-    OpEntry { op_type: "ConstantOfShape", since: 9, until: 21, build: build_constant_of_shape },
-    OpEntry { op_type: "Constant", since: 9, until: 21, build: build_constant },
-    OpEntry { op_type: "Identity", since: 1, until: 21, build: |_| Ok(Box::new(Identity)) },
+    OpEntry { op_type: "Range", since: 11, until: 24, build: |_| Ok(Box::new(Range)) },
+    OpEntry { op_type: "ConstantOfShape", since: 9, until: 24, build: build_constant_of_shape },
+    OpEntry { op_type: "Constant", since: 9, until: 24, build: build_constant },
+    OpEntry { op_type: "Identity", since: 1, until: 24, build: |_| Ok(Box::new(Identity)) },
     OpEntry { op_type: "Dropout", since: 7, until: 11, build: build_dropout_attrs },
-    OpEntry { op_type: "Dropout", since: 12, until: 21, build: build_dropout },
-    OpEntry { op_type: "EyeLike", since: 9, until: 21, build: eye_like::build_eye_like },
+    OpEntry { op_type: "Dropout", since: 12, until: 24, build: build_dropout },
+    OpEntry { op_type: "EyeLike", since: 9, until: 24, build: eye_like::build_eye_like },
     OpEntry { op_type: "OneHot", since: 9, until: 10, build: |c| one_hot::build_one_hot(c, false) },
-    OpEntry { op_type: "OneHot", since: 11, until: 21, build: |c| one_hot::build_one_hot(c, true) },
+    OpEntry { op_type: "OneHot", since: 11, until: 24, build: |c| one_hot::build_one_hot(c, true) },
 ];
 
 /// `Range(start, limit, delta)`.

@@ -18,10 +18,10 @@ use crate::tensor::{TensorMut, TensorView};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "Conv", since: 1, until: 21, build: build_conv },
+    OpEntry { op_type: "Conv", since: 1, until: 24, build: build_conv },
     OpEntry { op_type: "ConvTranspose", since: 1, until: 10, build: |c| transpose::build_conv_transpose(c, true) },
-    OpEntry { op_type: "ConvTranspose", since: 11, until: 21, build: |c| transpose::build_conv_transpose(c, false) },
-    OpEntry { op_type: "BatchNormalization", since: 9, until: 21, build: build_batch_norm },
+    OpEntry { op_type: "ConvTranspose", since: 11, until: 24, build: |c| transpose::build_conv_transpose(c, false) },
+    OpEntry { op_type: "BatchNormalization", since: 9, until: 24, build: build_batch_norm },
 ];
 
 /// The largest im2col buffer a convolution builds, in elements (1 GiB of f32).

@@ -12,11 +12,11 @@ use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "Where", since: 9, until: 21, build: |_| Ok(Box::new(Where)) },
+    OpEntry { op_type: "Where", since: 9, until: 24, build: |_| Ok(Box::new(Where)) },
     OpEntry { op_type: "Clip", since: 6, until: 10, build: build_clip_attrs },
-    OpEntry { op_type: "Clip", since: 11, until: 21, build: |_| Ok(Box::new(Clip { min: None, max: None })) },
-    OpEntry { op_type: "Cast", since: 6, until: 21, build: build_cast },
-    OpEntry { op_type: "CastLike", since: 15, until: 21, build: cast_like::build_cast_like },
+    OpEntry { op_type: "Clip", since: 11, until: 24, build: |_| Ok(Box::new(Clip { min: None, max: None })) },
+    OpEntry { op_type: "Cast", since: 6, until: 24, build: build_cast },
+    OpEntry { op_type: "CastLike", since: 15, until: 24, build: cast_like::build_cast_like },
 ];
 
 /// `Where(condition, x, y)`.

@@ -51,6 +51,7 @@ impl GpuKernel for PadKernel {
                 "if (n == 1) s = 0; else { const onnx_i64 period = 2 * (n - 1); onnx_i64 m = s % period; if (m < 0) m += period; s = m < n ? m : period - m; }"
             }
             PadMode::Edge => "s = s < 0 ? 0 : n - 1;",
+            PadMode::Wrap => "{ onnx_i64 m = s % n; if (m < 0) m += n; s = m; }",
         };
         render(
             include_str!("pad.cu"),

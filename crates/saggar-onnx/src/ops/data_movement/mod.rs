@@ -20,18 +20,18 @@ use crate::tensor::{DataRef, TensorMut, TensorView, same_type};
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Slice", since: 1, until: 9, build: build_slice_attrs },
-    OpEntry { op_type: "Slice", since: 10, until: 21, build: |_| Ok(Box::new(Slice { attrs: None })) },
+    OpEntry { op_type: "Slice", since: 10, until: 24, build: |_| Ok(Box::new(Slice { attrs: None })) },
     OpEntry { op_type: "Split", since: 2, until: 12, build: |c| build_split(c, true) },
-    OpEntry { op_type: "Split", since: 13, until: 21, build: |c| build_split(c, false) },
-    OpEntry { op_type: "Transpose", since: 1, until: 21, build: build_transpose },
+    OpEntry { op_type: "Split", since: 13, until: 24, build: |c| build_split(c, false) },
+    OpEntry { op_type: "Transpose", since: 1, until: 24, build: build_transpose },
     OpEntry { op_type: "Pad", since: 2, until: 10, build: build_pad_attrs },
-    OpEntry { op_type: "Pad", since: 11, until: 21, build: build_pad },
-    OpEntry { op_type: "Tile", since: 6, until: 21, build: |_| Ok(Box::new(tile::Tile)) },
+    OpEntry { op_type: "Pad", since: 11, until: 24, build: build_pad },
+    OpEntry { op_type: "Tile", since: 6, until: 24, build: |_| Ok(Box::new(tile::Tile)) },
     OpEntry { op_type: "DepthToSpace", since: 1, until: 10, build: |c| depth_space::build_depth_to_space(c, false) },
-    OpEntry { op_type: "DepthToSpace", since: 11, until: 21, build: |c| depth_space::build_depth_to_space(c, true) },
-    OpEntry { op_type: "SpaceToDepth", since: 1, until: 21, build: depth_space::build_space_to_depth },
-    OpEntry { op_type: "Trilu", since: 14, until: 21, build: trilu::build_trilu },
-    OpEntry { op_type: "ReverseSequence", since: 10, until: 21, build: reverse_sequence::build_reverse_sequence },
+    OpEntry { op_type: "DepthToSpace", since: 11, until: 24, build: |c| depth_space::build_depth_to_space(c, true) },
+    OpEntry { op_type: "SpaceToDepth", since: 1, until: 24, build: depth_space::build_space_to_depth },
+    OpEntry { op_type: "Trilu", since: 14, until: 24, build: trilu::build_trilu },
+    OpEntry { op_type: "ReverseSequence", since: 10, until: 24, build: reverse_sequence::build_reverse_sequence },
 ];
 
 pub(crate) fn index_values(t: &TensorView<'_>) -> Result<Vec<i64>, OpError> {
@@ -426,6 +426,8 @@ enum PadMode {
     Constant,
     Reflect,
     Edge,
+    /// Opset 19: the axis repeats periodically.
+    Wrap,
 }
 
 /// `Pad`: pads and value from attributes (opset < 11) or inputs 1..=3.
@@ -440,6 +442,8 @@ fn pad_mode(ctx: &NodeCtx<'_>) -> Result<PadMode, OpError> {
         "constant" => Ok(PadMode::Constant),
         "reflect" => Ok(PadMode::Reflect),
         "edge" => Ok(PadMode::Edge),
+        "wrap" if ctx.opset() >= 19 => Ok(PadMode::Wrap),
+        other if ctx.opset() >= 19 => Err(ctx.unsupported("mode", other, "constant, reflect, edge, wrap")),
         other => Err(ctx.unsupported("mode", other, "constant, reflect, edge")),
     }
 }
@@ -503,7 +507,7 @@ impl Op for Pad {
                                 return Err(OpError::infer(format!("pads {a}, {b} make an axis of {n} negative")));
                             }
                             if self.mode != PadMode::Constant && n == 0 && m > 0 {
-                                return Err(OpError::infer("reflect and edge padding need a non-empty axis"));
+                                return Err(OpError::infer("reflect, edge and wrap padding need a non-empty axis"));
                             }
                             Ok(Dim::Fixed(m as u64))
                         }
@@ -552,6 +556,7 @@ impl Op for Pad {
             match mode {
                 PadMode::Constant => None,
                 PadMode::Edge => Some(i.clamp(0, n - 1) as usize),
+                PadMode::Wrap => Some(i.rem_euclid(n) as usize),
                 PadMode::Reflect => {
                     if n == 1 {
                         return Some(0);
@@ -648,14 +653,16 @@ mod tests {
             ("constant", vec![0.0, 0.0, 0.0, 1.0, 2.0, 0.0]),
             ("edge", vec![0.0, 0.0, 0.0, 1.0, 2.0, 2.0]),
             ("reflect", vec![2.0, 1.0, 0.0, 1.0, 2.0, 1.0]),
+            ("wrap", vec![1.0, 2.0, 0.0, 1.0, 2.0, 0.0]),
         ] {
             let attrs = Attributes(vec![("mode".into(), Attribute::String(mode.into()))]);
-            let p = run_op("Pad", 13, &attrs, &[Some(&row), Some(&pads)]).unwrap();
+            let p = run_op("Pad", 19, &attrs, &[Some(&row), Some(&pads)]).unwrap();
             assert_eq!(values(&p[0]), want, "{mode}");
         }
+        // Wrap is opset 19's; an unknown mode is refused naming the value.
         let wrap = Attributes(vec![("mode".into(), Attribute::String(b"wrap".to_vec()))]);
         assert!(matches!(
-            run_op("Pad", 19, &wrap, &[Some(&row), Some(&pads)]),
+            run_op("Pad", 18, &wrap, &[Some(&row), Some(&pads)]),
             Err(crate::error::OpError::Unsupported { .. })
         ));
     }

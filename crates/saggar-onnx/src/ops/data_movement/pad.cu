@@ -1,5 +1,5 @@
 // Pad, one thread per output element: @OUTSIDE@ maps a coordinate outside the input (constant
-// mode: the fill value @FILL@; reflect; edge).
+// mode: the fill value @FILL@; reflect; edge; wrap).
 // meta: rank, n, out_dims[rank], in_dims[rank], before[rank], in_strides[rank]
 (const onnx_i64* meta, const @T@* __restrict__ x@VALUE_PARAM@, @T@* __restrict__ y) {
   const int rank = (int)meta[0];

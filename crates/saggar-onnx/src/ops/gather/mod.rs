@@ -15,9 +15,9 @@ use crate::tensor::{DataRef, TensorMut, same_type};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "Gather", since: 1, until: 21, build: build_gather },
-    OpEntry { op_type: "GatherElements", since: 11, until: 21, build: build_gather_elements },
-    OpEntry { op_type: "GatherND", since: 11, until: 21, build: build_gather_nd },
+    OpEntry { op_type: "Gather", since: 1, until: 24, build: build_gather },
+    OpEntry { op_type: "GatherElements", since: 11, until: 24, build: build_gather_elements },
+    OpEntry { op_type: "GatherND", since: 11, until: 24, build: build_gather_nd },
 ];
 
 /// `Gather`.

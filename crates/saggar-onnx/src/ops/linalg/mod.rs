@@ -13,8 +13,8 @@ use crate::tensor::TensorMut;
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "MatMul", since: 9, until: 21, build: |_| Ok(Box::new(MatMul)) },
-    OpEntry { op_type: "Gemm", since: 9, until: 21, build: build_gemm },
+    OpEntry { op_type: "MatMul", since: 9, until: 24, build: |_| Ok(Box::new(MatMul)) },
+    OpEntry { op_type: "Gemm", since: 9, until: 24, build: build_gemm },
 ];
 
 /// One strided f32 matrix product `c = alpha * a·b + beta * c` of an `m × k` by a `k × n` matrix,

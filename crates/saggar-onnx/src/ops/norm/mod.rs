@@ -20,17 +20,17 @@ use crate::tensor::{TensorMut, TensorView};
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Softmax", since: 1, until: 12, build: |c| build_softmax(c, false, true) },
-    OpEntry { op_type: "Softmax", since: 13, until: 21, build: |c| build_softmax(c, false, false) },
+    OpEntry { op_type: "Softmax", since: 13, until: 24, build: |c| build_softmax(c, false, false) },
     OpEntry { op_type: "LogSoftmax", since: 1, until: 12, build: |c| build_softmax(c, true, true) },
-    OpEntry { op_type: "LogSoftmax", since: 13, until: 21, build: |c| build_softmax(c, true, false) },
-    OpEntry { op_type: "LayerNormalization", since: 17, until: 21, build: build_layer_norm },
-    OpEntry { op_type: "InstanceNormalization", since: 6, until: 21, build: build_instance_norm },
+    OpEntry { op_type: "LogSoftmax", since: 13, until: 24, build: |c| build_softmax(c, true, false) },
+    OpEntry { op_type: "LayerNormalization", since: 17, until: 24, build: build_layer_norm },
+    OpEntry { op_type: "InstanceNormalization", since: 6, until: 24, build: build_instance_norm },
     OpEntry { op_type: "GroupNormalization", since: 18, until: 20, build: |c| group::build_group_norm(c, false) },
-    OpEntry { op_type: "GroupNormalization", since: 21, until: 21, build: |c| group::build_group_norm(c, true) },
-    OpEntry { op_type: "LpNormalization", since: 1, until: 21, build: axes::build_lp_norm },
-    OpEntry { op_type: "MeanVarianceNormalization", since: 9, until: 21, build: axes::build_mvn },
+    OpEntry { op_type: "GroupNormalization", since: 21, until: 24, build: |c| group::build_group_norm(c, true) },
+    OpEntry { op_type: "LpNormalization", since: 1, until: 24, build: axes::build_lp_norm },
+    OpEntry { op_type: "MeanVarianceNormalization", since: 9, until: 24, build: axes::build_mvn },
     OpEntry { op_type: "Hardmax", since: 1, until: 12, build: |c| hardmax::build_hardmax(c, true) },
-    OpEntry { op_type: "Hardmax", since: 13, until: 21, build: |c| hardmax::build_hardmax(c, false) },
+    OpEntry { op_type: "Hardmax", since: 13, until: 24, build: |c| hardmax::build_hardmax(c, false) },
 ];
 
 fn require_f32(op: &str, ty: &ValueType) -> Result<(), OpError> {

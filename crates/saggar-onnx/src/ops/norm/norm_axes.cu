@@ -1,6 +1,6 @@
 // A normalisation over the reduced axes of each kept position, one block per kept position: the
 // row's sum of @TERM@ of each element `v` gives `acc`, @SCALE@ sets `shift` and `div` from it, and
-// each element becomes (v - shift) / div, or 0 where div is 0 (a zero vector's Lp norm).
+// each element becomes (v - shift) / div (a zero vector's Lp norm gives 0 / 0, NaN, as the reference).
 // meta: nk, nr, n_out, n_red, kdims[nk], kstrides[nk], rdims[nr], rstrides[nr] (as `reduce.cu`)
 (const onnx_i64* meta, const float* __restrict__ x, float* __restrict__ y) {
   __shared__ float sh[@BLOCK@];
@@ -16,7 +16,7 @@
     @SCALE@
     for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
       const onnx_i64 at = base + red_offset(j, nr, rd, rs);
-      y[at] = div == 0.0f ? 0.0f : (x[at] - shift) / div;
+      y[at] = (x[at] - shift) / div;
     }
   }
 }

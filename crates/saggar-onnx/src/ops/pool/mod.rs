@@ -15,15 +15,15 @@ use crate::tensor::TensorMut;
 
 /// The ops of this family. LpPool has dilations and ceil_mode from opset 18.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "MaxPool", since: 8, until: 21, build: build_max_pool },
-    OpEntry { op_type: "AveragePool", since: 7, until: 21, build: build_average_pool },
+    OpEntry { op_type: "MaxPool", since: 8, until: 24, build: build_max_pool },
+    OpEntry { op_type: "AveragePool", since: 7, until: 24, build: build_average_pool },
     OpEntry { op_type: "LpPool", since: 2, until: 17, build: |c| build_lp_pool(c, false) },
-    OpEntry { op_type: "LpPool", since: 18, until: 21, build: |c| build_lp_pool(c, true) },
-    OpEntry { op_type: "GlobalAveragePool", since: 1, until: 21, build: |_| Ok(Box::new(GlobalPool(Global::Average))) },
-    OpEntry { op_type: "GlobalMaxPool", since: 1, until: 21, build: |_| Ok(Box::new(GlobalPool(Global::Max))) },
-    OpEntry { op_type: "GlobalLpPool", since: 2, until: 21, build: build_global_lp_pool },
-    OpEntry { op_type: "MaxUnpool", since: 9, until: 21, build: unpool::build_max_unpool },
-    OpEntry { op_type: "LRN", since: 1, until: 21, build: build_lrn },
+    OpEntry { op_type: "LpPool", since: 18, until: 24, build: |c| build_lp_pool(c, true) },
+    OpEntry { op_type: "GlobalAveragePool", since: 1, until: 24, build: |_| Ok(Box::new(GlobalPool(Global::Average))) },
+    OpEntry { op_type: "GlobalMaxPool", since: 1, until: 24, build: |_| Ok(Box::new(GlobalPool(Global::Max))) },
+    OpEntry { op_type: "GlobalLpPool", since: 2, until: 24, build: build_global_lp_pool },
+    OpEntry { op_type: "MaxUnpool", since: 9, until: 24, build: unpool::build_max_unpool },
+    OpEntry { op_type: "LRN", since: 1, until: 24, build: build_lrn },
 ];
 
 /// What a pooling window computes.

@@ -36,7 +36,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Resize", since: 11, until: 12, build: build_resize },
     OpEntry { op_type: "Resize", since: 13, until: 17, build: build_resize },
     OpEntry { op_type: "Resize", since: 18, until: 18, build: build_resize },
-    OpEntry { op_type: "Resize", since: 19, until: 21, build: build_resize },
+    OpEntry { op_type: "Resize", since: 19, until: 24, build: build_resize },
 ];
 
 /// Where the optional inputs are.

@@ -27,10 +27,10 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Scatter", since: 9, until: 10, build: |c| build_elements(c, &[]) },
     OpEntry { op_type: "ScatterElements", since: 11, until: 15, build: |c| build_elements(c, &[]) },
     OpEntry { op_type: "ScatterElements", since: 16, until: 17, build: |c| build_elements(c, &[Add, Mul]) },
-    OpEntry { op_type: "ScatterElements", since: 18, until: 21, build: |c| build_elements(c, &[Add, Mul, Max, Min]) },
+    OpEntry { op_type: "ScatterElements", since: 18, until: 24, build: |c| build_elements(c, &[Add, Mul, Max, Min]) },
     OpEntry { op_type: "ScatterND", since: 11, until: 15, build: |c| build_nd(c, &[]) },
     OpEntry { op_type: "ScatterND", since: 16, until: 17, build: |c| build_nd(c, &[Add, Mul]) },
-    OpEntry { op_type: "ScatterND", since: 18, until: 21, build: |c| build_nd(c, &[Add, Mul, Max, Min]) },
+    OpEntry { op_type: "ScatterND", since: 18, until: 24, build: |c| build_nd(c, &[Add, Mul, Max, Min]) },
 ];
 
 /// How an update combines with the element it lands on.

@@ -17,17 +17,17 @@ use crate::tensor::{TensorMut, same_type};
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Shape", since: 1, until: 14, build: |_| Ok(Box::new(ShapeOp { start: 0, end: None })) },
-    OpEntry { op_type: "Shape", since: 15, until: 21, build: build_shape },
+    OpEntry { op_type: "Shape", since: 15, until: 24, build: build_shape },
     OpEntry { op_type: "Reshape", since: 5, until: 13, build: |_| Ok(Box::new(Reshape { allow_zero: false })) },
-    OpEntry { op_type: "Reshape", since: 14, until: 21, build: build_reshape },
-    OpEntry { op_type: "Flatten", since: 1, until: 21, build: build_flatten },
+    OpEntry { op_type: "Reshape", since: 14, until: 24, build: build_reshape },
+    OpEntry { op_type: "Flatten", since: 1, until: 24, build: build_flatten },
     OpEntry { op_type: "Unsqueeze", since: 1, until: 12, build: |c| build_axes_op(c, true, true) },
-    OpEntry { op_type: "Unsqueeze", since: 13, until: 21, build: |c| build_axes_op(c, true, false) },
+    OpEntry { op_type: "Unsqueeze", since: 13, until: 24, build: |c| build_axes_op(c, true, false) },
     OpEntry { op_type: "Squeeze", since: 1, until: 12, build: |c| build_axes_op(c, false, true) },
-    OpEntry { op_type: "Squeeze", since: 13, until: 21, build: |c| build_axes_op(c, false, false) },
-    OpEntry { op_type: "Expand", since: 8, until: 21, build: |_| Ok(Box::new(Expand)) },
-    OpEntry { op_type: "Concat", since: 4, until: 21, build: build_concat },
-    OpEntry { op_type: "Size", since: 1, until: 21, build: |_| Ok(Box::new(size::Size)) },
+    OpEntry { op_type: "Squeeze", since: 13, until: 24, build: |c| build_axes_op(c, false, false) },
+    OpEntry { op_type: "Expand", since: 8, until: 24, build: |_| Ok(Box::new(Expand)) },
+    OpEntry { op_type: "Concat", since: 4, until: 24, build: build_concat },
+    OpEntry { op_type: "Size", since: 1, until: 24, build: |_| Ok(Box::new(size::Size)) },
 ];
 
 /// Largest number of elements a shape vector may hold (a rank), so a hostile `Shape`/`Range`
