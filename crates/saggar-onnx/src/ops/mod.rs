@@ -68,6 +68,7 @@ pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
+pub(crate) mod rnn;
 pub mod shape_util;
 pub(crate) mod shapes;
 pub mod testing;
@@ -362,6 +363,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     pool::OPS,
     norm::OPS,
     reduce::OPS,
+    rnn::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
