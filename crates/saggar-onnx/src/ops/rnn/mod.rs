@@ -6,8 +6,9 @@
 //! optional; outputs `Y, Y_h` (and LSTM's `Y_c`), every one optional. With `sequence_lens`, a step
 //! at or past an entry's length keeps its state and writes zeros to `Y`, so `Y_h` and `Y_c` hold the
 //! state after the entry's last step (the reverse direction starts at its last step, `len - 1`),
-//! and `initial_h` and `initial_c` for a length of 0, as ONNX's reference does. f32 only;
-//! `sequence_lens` is int32 as the spec says.
+//! and `initial_h` and `initial_c` for a length of 0, as ONNX's reference does; a length below 0
+//! or above the sequence's is an error on the host (and at import when constant), clamped on the
+//! GPU, which cannot report it. f32 only; `sequence_lens` is int32 as the spec says.
 //!
 //! The host ([`host`]) and the GPU kernel ([`gpu`]) compute each unit's pre-activations in the same
 //! order (the input's products, then the recurrence's, then the biases), so their results agree to
@@ -177,7 +178,7 @@ fn build(ctx: &mut NodeCtx<'_>, kind: CellKind, layout: bool) -> Result<Box<dyn 
     };
     let acts = read_activations(ctx, defaults, cell.activations(), direction.count())?;
     let clip = match ctx.float("clip")? {
-        Some(c) if !(c > 0.0) => {
+        Some(c) if c.is_nan() || c <= 0.0 => {
             return Err(OpError::attribute("clip", format!("{c} is not a positive threshold")));
         }
         c => c,
@@ -263,8 +264,12 @@ impl Recurrent {
         let (x, w, r) = (required(0, "X")?, required(1, "W")?, required(2, "R")?);
         let (seq, batch) = if self.batch_major { (&x[1], &x[0]) } else { (&x[0], &x[1]) };
         let hidden = self.hidden_size.map_or_else(|| r[2].clone(), |h| Dim::Fixed(h as u64));
-        if hidden.as_fixed() == Some(0) {
-            return Err(OpError::infer(format!("{op}: hidden_size is 0 (R is {})", fmt_dims(r))));
+        match hidden.as_fixed() {
+            Some(0) => return Err(OpError::infer(format!("{op}: hidden_size is 0 (R is {})", fmt_dims(r)))),
+            Some(h) if h > (i64::MAX as u64) / 8 => {
+                return Err(OpError::infer(format!("{op}: hidden_size {h} is beyond any tensor's size")));
+            }
+            _ => {}
         }
         let dirs = Some(self.direction.count() as u64);
         let h = hidden.as_fixed();

@@ -198,7 +198,7 @@ fn reference_entry(
                 let zero = vec![0.0; H];
                 let rh: Vec<f32> = (0..H).map(|j| rg[j] * h[j]).collect();
                 let hh: Vec<f32> = if c.lbr {
-                    let (xw, hr) = (lin(2, &xv, &zero, false), lin(2, &vec![0.0; I], &h, true));
+                    let (xw, hr) = (lin(2, &xv, &zero, false), lin(2, &[0.0; I], &h, true));
                     (0..H).map(|j| (xw[j] + rg[j] * (hr[j] - bias[2 * H + j])).tanh()).collect()
                 } else {
                     lin(2, &xv, &rh, true).iter().map(|v| v.tanh()).collect()
@@ -409,6 +409,7 @@ fn bad_attributes_and_shapes_are_typed_errors_naming_the_value() {
     assert!(run(&[hidden(3)], &[]).contains("hidden_size 3"), "{}", run(&[hidden(3)], &[]));
     assert!(run(&[hidden(-1)], &[]).contains("-1"));
     assert!(run(&[hidden(1 << 40)], &[]).contains(&(1u64 << 40).to_string()));
+    assert!(run(&[hidden(i64::MAX)], &[]).contains(&i64::MAX.to_string()));
     assert!(run(&[("direction", Attribute::String(b"sideways".to_vec()))], &[]).contains("sideways"));
     assert!(run(&[("direction", Attribute::String(b"bidirectional".to_vec()))], &[]).contains("W is [1, 8, 3]"));
     assert!(run(&[("layout", Attribute::Int(2))], &[]).contains('2'));
