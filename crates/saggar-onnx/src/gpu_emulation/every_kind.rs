@@ -5,7 +5,7 @@ use saggar_shape::{DType, Dim};
 
 use super::{assert_close, run_emulated};
 use crate::builder::ModelBuilder;
-use crate::ops::Attribute::{self, Float, Int, Ints, String as Str};
+use crate::ops::Attribute::{self, Float, Floats, Int, Ints, String as Str};
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
 
 /// Columns of the rows too wide for a block's shared memory.
@@ -499,6 +499,80 @@ fn tensor_op_nodes(k: &mut Kinds) {
     k.node("ReverseSequence", &["x2d", "lens_b"], &["rvb"], &[("batch_axis", Int(0)), ("time_axis", Int(1))], f);
 }
 
+/// RNN, GRU and LSTM over sequences reshaped from the input (so they are not folded at import):
+/// every activation function, clip, peepholes, lengths (0 among them), initial states, both layouts,
+/// every direction, an absent Y, and a hidden size past a block's threads.
+fn recurrent_nodes(k: &mut Kinds) {
+    let f = DType::F32;
+    let strs = |v: &[&str]| Attribute::Strings(v.iter().map(|s| s.as_bytes().to_vec()).collect());
+    let dir = |d: &str| ("direction", Str(d.as_bytes().to_vec()));
+    let (both, reverse, batch_major) = (dir("bidirectional"), dir("reverse"), ("layout", Int(1)));
+    k.init("tbi", Tensor::from_i64s(vec![5, 4, 6]));
+    k.init("bti", Tensor::from_i64s(vec![4, 5, 6]));
+    k.hidden("Reshape", &["x", "tbi"], &["seq"], &[]);
+    k.hidden("Reshape", &["x", "bti"], &["seqb"], &[]);
+    k.init("lens", Tensor::new(vec![4], TensorData::I32(vec![5, 3, 0, 1])).unwrap());
+    let mut weights = |prefix: &str, d: usize, g: usize, h: usize, seed: usize| {
+        k.init(&format!("{prefix}w"), f32s(&[d, g * h, 6], seed));
+        k.init(&format!("{prefix}r"), f32s(&[d, g * h, h], seed + 1));
+        k.init(&format!("{prefix}b"), f32s(&[d, 2 * g * h], seed + 2));
+        k.init(&format!("{prefix}h0"), f32s(&[d, 4, h], seed + 3));
+        k.init(&format!("{prefix}h0b"), f32s(&[4, d, h], seed + 4));
+        k.init(&format!("{prefix}p"), f32s(&[d, 3 * h], seed + 5));
+    };
+    weights("l2", 2, 4, 3, 30);
+    weights("l1", 1, 4, 3, 40);
+    weights("g2", 2, 3, 4, 50);
+    weights("g1", 1, 3, 4, 60);
+    weights("r2", 2, 1, 4, 70);
+    weights("r1", 1, 1, 4, 80);
+    weights("rbig", 1, 1, 300, 90);
+    let hidden = |h: i64| ("hidden_size", Int(h));
+    let lstm_all = ["seq", "l2w", "l2r", "l2b", "lens", "l2h0", "l2h0", "l2p"];
+    k.node("LSTM", &lstm_all, &["ly", "lyh", "lyc"], &[hidden(3), both.clone(), ("clip", Float(0.9))], f);
+    let coupled = [
+        hidden(3),
+        reverse.clone(),
+        batch_major.clone(),
+        ("input_forget", Int(1)),
+        ("activations", strs(&["HardSigmoid", "Softsign", "ScaledTanh"])),
+        ("activation_alpha", Floats(vec![0.3, 0.8])),
+        ("activation_beta", Floats(vec![0.4, 1.2])),
+    ];
+    k.node("LSTM", &["seqb", "l1w", "l1r", "", "", "l1h0b", "l1h0b"], &["l1y", "l1yh", "l1yc"], &coupled, f);
+    let elu = [("activations", strs(&["Sigmoid", "Elu"])), ("activation_alpha", Floats(vec![0.7]))];
+    let gru_attrs =
+        [hidden(4), reverse.clone(), batch_major, ("linear_before_reset", Int(1)), elu[0].clone(), elu[1].clone()];
+    k.node("GRU", &["seqb", "g1w", "g1r", "g1b"], &["g1y", "g1yh"], &gru_attrs, f);
+    // Y left out: only Y_h is an output.
+    let per_direction = [
+        hidden(4),
+        both.clone(),
+        ("activations", strs(&["Sigmoid", "Tanh", "HardSigmoid", "LeakyRelu"])),
+        ("activation_alpha", Floats(vec![0.25, 0.05])),
+    ];
+    k.b.node("GRU", &["seq", "g2w", "g2r", "g2b", "lens", "g2h0"], &["", "g2yh"], &per_direction);
+    k.outputs.push(("g2yh", f));
+    k.node(
+        "RNN",
+        &["seq", "rbigw", "rbigr", "rbigb"],
+        &["rby", "rbyh"],
+        &[hidden(300), ("activations", strs(&["Softsign"]))],
+        f,
+    );
+    let relu_affine = [
+        both,
+        ("activations", strs(&["Relu", "Affine"])),
+        ("activation_alpha", Floats(vec![0.5])),
+        ("activation_beta", Floats(vec![0.1])),
+    ];
+    k.node("RNN", &["seq", "r2w", "r2r", "r2b", "lens", "r2h0"], &["r2y", "r2yh"], &relu_affine, f);
+    let thresholded = [reverse, ("activations", strs(&["ThresholdedRelu"])), ("activation_alpha", Floats(vec![0.2]))];
+    k.node("RNN", &["seq", "r1w", "r1r", "r1b"], &["r1y"], &thresholded, f);
+    let softplus = [("activations", strs(&["Softplus"])), ("clip", Float(1.5))];
+    k.node("RNN", &["seq", "r1w", "r1r", "", "lens"], &["r1sy", "r1syh"], &softplus, f);
+}
+
 fn every_kind_model() -> OnnxModel {
     // Opset 21: GroupNormalization's per-channel scale and bias.
     let mut k = Kinds { b: ModelBuilder::new(21), outputs: Vec::new() };
@@ -514,6 +588,7 @@ fn every_kind_model() -> OnnxModel {
     resize_nodes(&mut k);
     transpose_unpool_and_axes_nodes(&mut k);
     tensor_op_nodes(&mut k);
+    recurrent_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

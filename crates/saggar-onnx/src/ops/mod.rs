@@ -38,7 +38,7 @@
 //!    below (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the
 //!    only edits a family makes outside its own folder. Families: `elementwise`, `convert`,
 //!    `shapes`, `constants`, `data_movement`, `gather`, `scatter` (import side) and `linalg`,
-//!    `conv`, `pool`, `norm`, `reduce`, `resize` (compute side). An op with no device code of its
+//!    `conv`, `pool`, `norm`, `reduce`, `resize`, `rnn` (compute side). An op with no device code of its
 //!    own (computed at compile time) is listed in `COMPILE_TIME`; a test holds every other op to
 //!    having a GPU form.
 //! 4. Test in the family (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`], run
@@ -71,6 +71,7 @@ pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod resize;
+pub(crate) mod rnn;
 pub(crate) mod scatter;
 pub mod shape_util;
 pub(crate) mod shapes;
@@ -367,6 +368,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     norm::OPS,
     reduce::OPS,
     resize::OPS,
+    rnn::OPS,
     scatter::OPS,
 ];
 
