@@ -59,3 +59,15 @@ pub fn values(t: &Tensor) -> &[f32] {
 pub fn ints(v: &[i64]) -> Attribute {
     Attribute::Ints(v.to_vec())
 }
+
+/// Asserts that every kernel kind renders completely (no `@NAME@` left, the `meta` table first) and
+/// that no two share a name.
+pub fn assert_kernels_render(kinds: &[Box<dyn crate::ops::gpu::GpuKernel>]) {
+    let mut names = std::collections::HashSet::new();
+    for kind in kinds {
+        let body = kind.source();
+        assert!(!body.contains('@') && body.starts_with("(const onnx_i64* meta"), "{kind:?}: {body}");
+        names.insert(crate::ops::gpu::kernel_definition(kind.as_ref()).0);
+    }
+    assert_eq!(names.len(), kinds.len(), "two kernel kinds share a name");
+}
