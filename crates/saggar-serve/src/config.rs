@@ -136,8 +136,14 @@ impl ModelConfig {
                 "dynamic_batching" => config.batching = Some(batching(value)?),
                 "instance_group" => instance_group(value, &mut config)?,
                 "input" | "output" => {
-                    let tensor = tensor(value)?;
-                    if field == "input" { config.inputs.push(tensor) } else { config.outputs.push(tensor) }
+                    let items = match value {
+                        Value::List(items) => items.iter().collect(),
+                        v => vec![v],
+                    };
+                    for item in items {
+                        let tensor = tensor(item)?;
+                        if field == "input" { config.inputs.push(tensor) } else { config.outputs.push(tensor) }
+                    }
                 }
                 "parameters" => parameter(value, &mut config)?,
                 f if ACCEPTED.contains(&f) => {}

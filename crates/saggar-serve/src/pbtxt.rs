@@ -181,7 +181,7 @@ impl Parser {
         match self.next() {
             Some(Token::Punct('{')) => Ok(Value::Message(self.message(Some('}'), depth)?)),
             Some(Token::Punct('<')) => Ok(Value::Message(self.message(Some('>'), depth)?)),
-            Some(Token::Punct('[')) if after_colon => {
+            Some(Token::Punct('[')) => {
                 let mut items = Vec::new();
                 if self.eat(']') {
                     return Ok(Value::List(items));
