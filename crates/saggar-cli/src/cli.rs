@@ -62,6 +62,17 @@ Examples:
   saggar check --onnx model.onnx --backend cuda --json check.json
   saggar check --onnx bert.onnx --shapes input_ids:1x128 --shapes attention_mask:1x128";
 
+const SERVE_EXAMPLES: &str = "\
+Serves every model of a Triton-style repository (DIR/<model>/<version>/model.onnx, optional
+DIR/<model>/config.pbtxt) over the KServe v2 / Open Inference Protocol: HTTP on --http-port, gRPC on
+--grpc-port, Prometheus metrics on --metrics-port /metrics. SIGTERM or SIGINT stop accepting, let
+requests in flight complete and exit 0 (1 if --shutdown-timeout passed first). See docs/serving.md.
+
+Examples:
+  saggar serve --model-repository models
+  saggar serve --model-repository models --backend cuda --devices 0,1 --cache-dir /var/cache/saggar
+  saggar serve --model-repository models --host 0.0.0.0 --model-control-mode explicit --load-model bert";
+
 const CACHE_EXAMPLES: &str = "\
 Examples:
   saggar cache ls --cache-dir /var/cache/saggar
@@ -119,6 +130,10 @@ pub enum Command {
     /// node a backend refuses (op, opset, node, why).
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// Serve a model repository over the KServe v2 / Open Inference Protocol (HTTP and gRPC), with
+    /// dynamic batching and Prometheus metrics.
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(Box<ServeArgs>),
     /// Inspect and maintain a compile cache directory.
     #[command(subcommand, after_help = CACHE_EXAMPLES)]
     Cache(CacheCommand),
@@ -587,6 +602,59 @@ pub struct WarmupArgs {
     /// Progress on stderr.
     #[command(flatten)]
     pub progress: ProgressArgs,
+}
+
+/// `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelControlArg {
+    /// Load every model of the repository at start; no load or unload through the API.
+    None,
+    /// Load models through the repository API (and --load-model at start).
+    Explicit,
+}
+
+/// `saggar serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The model repository: DIR/<model>/<version>/model.onnx, optional DIR/<model>/config.pbtxt.
+    #[arg(long, value_name = "DIR")]
+    pub model_repository: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Inference over HTTP/REST.
+    #[arg(long, default_value_t = 8000)]
+    pub http_port: u16,
+    /// Inference over gRPC.
+    #[arg(long, default_value_t = 8001)]
+    pub grpc_port: u16,
+    /// Prometheus metrics (`/metrics`).
+    #[arg(long, default_value_t = 8002)]
+    pub metrics_port: u16,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Devices: `all` or ordinals such as 0,1 (a model's instance_group gpus win).
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    pub devices: DeviceList,
+    /// Compile cache directory shared by every model [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Largest request body (HTTP) or message (gRPC), in bytes; larger ones are refused before they are read.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub max_request_bytes: usize,
+    /// Most requests waiting per model; more are answered 503 / UNAVAILABLE at once.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_queue: usize,
+    /// How models are loaded.
+    #[arg(long, value_enum, default_value_t = ModelControlArg::None)]
+    pub model_control_mode: ModelControlArg,
+    /// A model to load at start with --model-control-mode explicit (repeatable).
+    #[arg(long, value_name = "MODEL")]
+    pub load_model: Vec<String>,
+    /// Seconds a shutdown waits for requests in flight.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
 }
 
 /// `saggar cache ...`.
