@@ -41,7 +41,12 @@ fn json_reply(status: u16, value: &serde_json::Value) -> Reply {
 }
 
 fn error_reply(e: &ServeError) -> Reply {
-    json_reply(e.http_status(), &json!({ "error": e.to_string() }))
+    let mut reply = json_reply(e.http_status(), &json!({ "error": e.to_string() }));
+    if matches!(e, ServeError::TooLarge(_)) {
+        // The body may not have been read to its end: the connection cannot carry another request.
+        reply.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    }
+    reply
 }
 
 /// Handles one request of the inference port.
@@ -159,7 +164,14 @@ async fn model_route(
     }
 }
 
-/// Reads a body of at most `limit` bytes: a larger `Content-Length` is refused before reading.
+/// Most bytes of a refused body read and dropped so the client, which may still be sending it,
+/// gets the 413 before the connection closes (beyond this the connection is closed mid-body).
+const DRAIN_BYTES: u64 = 16 << 20;
+/// How long the drain waits for more of a refused body.
+const DRAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Reads a body of at most `limit` bytes: a larger `Content-Length` is refused before any of the
+/// body is kept (it is read and dropped, up to [`DRAIN_BYTES`], so the client sees the answer).
 async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes> {
     let too_large = |n: &dyn std::fmt::Display| {
         ServeError::TooLarge(format!("request body of {n} bytes is above --max-request-bytes {limit}"))
@@ -167,6 +179,11 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes> {
     if let Some(len) = request.headers().get(hyper::header::CONTENT_LENGTH) {
         let len: u64 = len.to_str().ok().and_then(|s| s.parse().ok()).ok_or_else(|| ServeError::bad("bad Content-Length"))?;
         if len > limit as u64 {
+            if len <= DRAIN_BYTES {
+                // A client that stops sending (it waits for the answer) is answered after a pause.
+                let mut body = request.into_body();
+                while let Ok(Some(Ok(_))) = tokio::time::timeout(DRAIN_PAUSE, body.frame()).await {}
+            }
             return Err(too_large(&len));
         }
     }
