@@ -107,6 +107,12 @@ impl ServerHandle {
             max_queue: options.max_queue.max(1),
         };
         let state = Arc::new(State::new(repository, settings, options.max_request_bytes, options.control));
+        // Readiness is false from the first moment until every model asked for has loaded.
+        let names = match options.control {
+            ModelControl::None => state.repository.scan()?.into_iter().map(|e| e.name).collect(),
+            ModelControl::Explicit => options.load_models.clone(),
+        };
+        state.expect(&names);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 16))
             .thread_name("serve-io")
@@ -124,7 +130,7 @@ impl ServerHandle {
         let thread_state = state.clone();
         let thread = std::thread::Builder::new()
             .name("serve".into())
-            .spawn(move || runtime.block_on(serve(thread_state, options, [http, grpc, metrics], stopped)))
+            .spawn(move || runtime.block_on(serve(thread_state, options, names, [http, grpc, metrics], stopped)))
             .map_err(|e| ServeError::Internal(format!("cannot start the server thread: {e}")))?;
         Ok(ServerHandle { http: addrs[0], grpc: addrs[1], metrics: addrs[2], state, stop, thread: Some(thread) })
     }
@@ -178,17 +184,13 @@ pub fn run(options: ServeOptions) -> Result<bool> {
     Ok(handle.join())
 }
 
-async fn serve(state: Arc<State>, options: ServeOptions, listeners: [TcpListener; 3], stopped: watch::Receiver<bool>) -> bool {
-    let names: Vec<String> = match options.control {
-        ModelControl::None => match state.repository.scan() {
-            Ok(entries) => entries.into_iter().map(|e| e.name).collect(),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the model repository");
-                Vec::new()
-            }
-        },
-        ModelControl::Explicit => options.load_models.clone(),
-    };
+async fn serve(
+    state: Arc<State>,
+    options: ServeOptions,
+    names: Vec<String>,
+    listeners: [TcpListener; 3],
+    stopped: watch::Receiver<bool>,
+) -> bool {
     for name in names {
         let state = state.clone();
         // A failed load is logged and leaves readiness false; the server keeps serving the rest.

@@ -125,6 +125,14 @@ impl State {
         }
     }
 
+    /// Marks `names` as loading, so readiness is false until each has loaded (or failed).
+    pub fn expect(&self, names: &[String]) {
+        let mut models = self.models.write();
+        for name in names {
+            models.entry(name.clone()).or_insert(ModelState::Loading);
+        }
+    }
+
     /// Every ready model.
     pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
         self.models
