@@ -18,8 +18,12 @@ fn mlp_request(rows: usize) -> String {
 
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-        .expect("send");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
     let mut reply = String::new();
     s.read_to_string(&mut reply).expect("read");
     let status = reply.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);

@@ -40,7 +40,8 @@ struct Flags {
 fn flags() -> Flags {
     let args: Vec<String> = std::env::args().collect();
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let number = |name: &str, default: f64| value(name).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name} {v}")));
+    let number =
+        |name: &str, default: f64| value(name).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name} {v}")));
     Flags {
         json: value("--json"),
         seconds: number("--seconds", 15.0),
@@ -116,7 +117,8 @@ fn counters(metrics: std::net::SocketAddr) -> std::collections::HashMap<String, 
 async fn phase(server: &ServerHandle, clients: usize, seconds: f64, warmup: f64, seq: usize, vocab: usize) -> Phase {
     let before = Arc::new(std::sync::Mutex::new(None));
     let started = Instant::now();
-    let (warm_end, end) = (started + Duration::from_secs_f64(warmup), started + Duration::from_secs_f64(warmup + seconds));
+    let (warm_end, end) =
+        (started + Duration::from_secs_f64(warmup), started + Duration::from_secs_f64(warmup + seconds));
     let mut tasks = Vec::new();
     for c in 0..clients {
         let (addr, metrics, before) = (server.grpc, server.metrics, before.clone());
@@ -130,7 +132,8 @@ async fn phase(server: &ServerHandle, clients: usize, seconds: f64, warmup: f64,
                     break;
                 }
                 if c == 0 && now >= warm_end && before.lock().unwrap().is_none() {
-                    *before.lock().unwrap() = Some(tokio::task::spawn_blocking(move || counters(metrics)).await.unwrap());
+                    *before.lock().unwrap() =
+                        Some(tokio::task::spawn_blocking(move || counters(metrics)).await.unwrap());
                 }
                 let sent = Instant::now();
                 let reply = client.infer(request(seq, vocab, n)).await.expect("infer");
@@ -161,7 +164,9 @@ async fn phase(server: &ServerHandle, clients: usize, seconds: f64, warmup: f64,
         p99_ms: quantile(&all, 0.99),
         max_ms: all.last().copied().unwrap_or(0.0),
         mean_batch: delta("nv_inference_count") / delta("nv_inference_exec_count").max(1.0),
-        batch_latency_ms: delta("nv_inference_compute_infer_duration_us") / delta("nv_inference_request_success").max(1.0) / 1e3,
+        batch_latency_ms: delta("nv_inference_compute_infer_duration_us")
+            / delta("nv_inference_request_success").max(1.0)
+            / 1e3,
     }
 }
 
@@ -170,7 +175,15 @@ fn main() {
     let backend = saggar_device::resolve(f.backend).expect("a backend");
     let gpu = backend != BackendKind::Host;
     let (cfg, seconds, warmup) = if gpu {
-        let cfg = EncoderConfig { layers: 12, hidden: 768, heads: 12, intermediate: 3072, vocab: 30522, max_positions: 512, seq: Some(128) };
+        let cfg = EncoderConfig {
+            layers: 12,
+            hidden: 768,
+            heads: 12,
+            intermediate: 3072,
+            vocab: 30522,
+            max_positions: 512,
+            seq: Some(128),
+        };
         (cfg, f.seconds, 3.0)
     } else {
         eprintln!("gpu_serve_load: no GPU backend; a tiny encoder on the host backend, figures only (not GPU figures)");
@@ -230,7 +243,15 @@ fn report(f: &Flags, gpu: bool, device: &str, model: &str, phases: &[Phase], loa
     for p in phases {
         println!(
             "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} |",
-            p.clients, p.requests, p.throughput_rps, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms, p.mean_batch, p.batch_latency_ms
+            p.clients,
+            p.requests,
+            p.throughput_rps,
+            p.p50_ms,
+            p.p90_ms,
+            p.p99_ms,
+            p.max_ms,
+            p.mean_batch,
+            p.batch_latency_ms
         );
     }
     let throughput_ok = speedup >= 4.0;

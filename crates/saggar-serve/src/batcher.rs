@@ -239,8 +239,11 @@ mod tests {
         Policy { max_batch, max_queue_delay: Duration::from_millis(delay_ms), preferred: Vec::new(), max_queue: 100 }
     }
 
+    /// The rows of each batch a runner ran.
+    type Log = Arc<Mutex<Vec<Vec<u64>>>>;
+
     /// A runner that records the rows of each batch it ran.
-    fn recorder() -> (Arc<Runner>, Arc<Mutex<Vec<Vec<u64>>>>) {
+    fn recorder() -> (Arc<Runner>, Log) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
         let runner: Arc<Runner> = Arc::new(move |_, jobs: &[Job]| {

@@ -274,7 +274,7 @@ fn parameter(value: &Value, config: &mut ModelConfig) -> Result<(), String> {
             let value: f64 = text.trim().parse().map_err(|_| bad("a number"))?;
             match &mut config.pad_axis {
                 Some(axis) => axis.value = value,
-                None => return Err(format!("parameter `pad_value` needs a `pad_axis` parameter before it")),
+                None => return Err("parameter `pad_value` needs a `pad_axis` parameter before it".to_string()),
             }
         }
         "precision" => {

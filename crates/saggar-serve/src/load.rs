@@ -65,7 +65,9 @@ pub fn load(entry: &ModelEntry, settings: &LoadSettings) -> Result<LoadedModel, 
         max_batch > 0 && batch_symbol.is_some() && spec.dims().first().and_then(Dim::symbol) == batch_symbol.as_deref()
     };
     let axis_symbol = config.pad_axis.as_ref().map(|p| p.symbol.clone());
-    let axis_of = |spec: &TensorSpec| spec.dims().iter().position(|d| d.symbol().is_some() && d.symbol() == axis_symbol.as_deref());
+    let axis_of = |spec: &TensorSpec| {
+        spec.dims().iter().position(|d| d.symbol().is_some() && d.symbol() == axis_symbol.as_deref())
+    };
     if let Some(symbol) = &axis_symbol
         && !onnx.inputs().iter().any(|s| axis_of(s).is_some())
     {
@@ -161,7 +163,12 @@ fn metadata(
                         match (*s, d) {
                             (-1, d) => *s = d,
                             (s, d) if d == -1 || s == d => {}
-                            (s, d) => return Err(format!("config.pbtxt: {kind} `{}` dim {d} where the model has {s}", c.name)),
+                            (s, d) => {
+                                return Err(format!(
+                                    "config.pbtxt: {kind} `{}` dim {d} where the model has {s}",
+                                    c.name
+                                ));
+                            }
                         }
                     }
                 }
@@ -203,7 +210,8 @@ fn session_config(
         .max_concurrency(config.instance_count.max(1))
         .prewarm_contexts(config.instance_count.max(1));
     if let Some(axis) = &config.pad_axis {
-        let pad = if axis.value.fract() == 0.0 { PadValue::Int(axis.value as i64) } else { PadValue::Float(axis.value) };
+        let pad =
+            if axis.value.fract() == 0.0 { PadValue::Int(axis.value as i64) } else { PadValue::Float(axis.value) };
         builder = builder.padded_axis(compiler.padded_axis(&axis.symbol, BucketSpec::List(axis.sizes.clone()), pad));
     }
     builder.build().map_err(|e| e.to_string())

@@ -100,20 +100,48 @@ struct Family {
 }
 
 const FAMILIES: &[Family] = &[
-    Family { name: "nv_inference_request_success", kind: "counter", help: "Number of successful inference requests, all batch sizes" },
-    Family { name: "nv_inference_request_failure", kind: "counter", help: "Number of failed inference requests, all batch sizes" },
-    Family { name: "nv_inference_count", kind: "counter", help: "Number of inferences performed (a batch of n counts n)" },
+    Family {
+        name: "nv_inference_request_success",
+        kind: "counter",
+        help: "Number of successful inference requests, all batch sizes",
+    },
+    Family {
+        name: "nv_inference_request_failure",
+        kind: "counter",
+        help: "Number of failed inference requests, all batch sizes",
+    },
+    Family {
+        name: "nv_inference_count",
+        kind: "counter",
+        help: "Number of inferences performed (a batch of n counts n)",
+    },
     Family { name: "nv_inference_exec_count", kind: "counter", help: "Number of model executions performed (batches)" },
-    Family { name: "nv_inference_request_duration_us", kind: "counter", help: "Cumulative inference request duration in microseconds (queue and compute included)" },
-    Family { name: "nv_inference_queue_duration_us", kind: "counter", help: "Cumulative inference queuing duration in microseconds" },
-    Family { name: "nv_inference_compute_infer_duration_us", kind: "counter", help: "Cumulative compute inference duration in microseconds (merge, run and split of the request's batch)" },
+    Family {
+        name: "nv_inference_request_duration_us",
+        kind: "counter",
+        help: "Cumulative inference request duration in microseconds (queue and compute included)",
+    },
+    Family {
+        name: "nv_inference_queue_duration_us",
+        kind: "counter",
+        help: "Cumulative inference queuing duration in microseconds",
+    },
+    Family {
+        name: "nv_inference_compute_infer_duration_us",
+        kind: "counter",
+        help: "Cumulative compute inference duration in microseconds (merge, run and split of the request's batch)",
+    },
     Family { name: "saggar_padded_rows", kind: "counter", help: "Padding rows computed by the model's sessions" },
     Family { name: "saggar_useful_rows", kind: "counter", help: "Real rows computed by the model's sessions" },
     Family { name: "saggar_padding_waste_ratio", kind: "gauge", help: "Padded rows over all rows computed" },
     Family { name: "saggar_graph_replays", kind: "counter", help: "Executable graph replays" },
     Family { name: "saggar_graph_captures", kind: "counter", help: "Executable graphs captured" },
     Family { name: "saggar_cache_disk_loads", kind: "counter", help: "Programs loaded from the compile cache on disk" },
-    Family { name: "saggar_cache_memory_hits", kind: "counter", help: "Programs found in the compile cache's memory tier" },
+    Family {
+        name: "saggar_cache_memory_hits",
+        kind: "counter",
+        help: "Programs found in the compile cache's memory tier",
+    },
     Family { name: "saggar_compiles", kind: "counter", help: "Programs compiled" },
     Family { name: "saggar_queue_size", kind: "gauge", help: "Requests waiting in the model's queue" },
 ];
@@ -181,7 +209,8 @@ fn batch_histogram(out: &mut String, models: &[(ModelView<'_>, usize)]) {
             }
         }
         let _ = writeln!(out, "saggar_batch_size_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "saggar_batch_size_sum{{{labels}}} {sum}\nsaggar_batch_size_count{{{labels}}} {cumulative}");
+        let _ =
+            writeln!(out, "saggar_batch_size_sum{{{labels}}} {sum}\nsaggar_batch_size_count{{{labels}}} {cumulative}");
     }
 }
 

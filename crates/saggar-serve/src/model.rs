@@ -142,12 +142,8 @@ impl LoadedModel {
         let mut done = answer.await.map_err(|_| ServeError::Internal("the executor thread stopped".into()))??;
         let mut outputs: Vec<Option<OwnedTensor>> = std::mem::take(&mut done.outputs).into_iter().map(Some).collect();
         let outputs = wanted.iter().filter_map(|&o| outputs.get_mut(o).and_then(Option::take)).collect();
-        let response = InferResponse {
-            model: self.name.clone(),
-            version: self.version.to_string(),
-            id: request.id,
-            outputs,
-        };
+        let response =
+            InferResponse { model: self.name.clone(), version: self.version.to_string(), id: request.id, outputs };
         Ok((response, Timing { rows, queue: done.queue, compute: done.compute }))
     }
 
@@ -192,7 +188,8 @@ impl LoadedModel {
         let mut rows = None;
         let mut ordered = Vec::with_capacity(slots.len());
         for (meta, slot) in self.inputs.iter().zip(slots) {
-            let t = slot.ok_or_else(|| ServeError::bad(format!("model `{model}`: input `{}` is missing", meta.name)))?;
+            let t =
+                slot.ok_or_else(|| ServeError::bad(format!("model `{model}`: input `{}` is missing", meta.name)))?;
             if t.dtype != meta.dtype {
                 return Err(ServeError::bad(format!(
                     "input `{}`: datatype {} where the model takes {}",
@@ -212,7 +209,10 @@ impl LoadedModel {
             if self.max_batch > 0 && self.layout.inputs.get(ordered.len()).is_some_and(|l| l.batched) {
                 let r = t.shape[0];
                 if *rows.get_or_insert(r) != r {
-                    return Err(ServeError::bad(format!("input `{}`: batch {r} differs from the other inputs'", t.name)));
+                    return Err(ServeError::bad(format!(
+                        "input `{}`: batch {r} differs from the other inputs'",
+                        t.name
+                    )));
                 }
                 if r == 0 || r > self.max_batch {
                     return Err(ServeError::bad(format!(
@@ -244,8 +244,10 @@ pub(crate) fn runner(
             merged = layout.merge(&parts);
             &merged
         };
-        let tensors: Vec<HostTensor<'_>> =
-            inputs.iter().map(|t| HostTensor { name: &t.name, dtype: t.dtype, dims: &t.shape, data: &t.data }).collect();
+        let tensors: Vec<HostTensor<'_>> = inputs
+            .iter()
+            .map(|t| HostTensor { name: &t.name, dtype: t.dtype, dims: &t.shape, data: &t.data })
+            .collect();
         let outputs = executor.run(device, &tensors).map_err(|e| {
             let e = ServeError::from_dispatch(&name, &e);
             tracing::error!(model = %name, error = %e, "batch failed");

@@ -73,7 +73,10 @@ impl Repository {
         }
         let dir = self.root.join(name);
         if !dir.is_dir() {
-            return Err(ServeError::NotFound(format!("model `{name}` is not in the repository {}", self.root.display())));
+            return Err(ServeError::NotFound(format!(
+                "model `{name}` is not in the repository {}",
+                self.root.display()
+            )));
         }
         let mut versions: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
             .map_err(|e| ServeError::Internal(format!("model `{name}`: {e}")))?

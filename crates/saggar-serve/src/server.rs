@@ -121,7 +121,9 @@ impl ServerHandle {
             .map_err(|e| ServeError::Internal(format!("cannot start the runtime: {e}")))?;
         let bind = |port: u16| {
             let addr = SocketAddr::new(options.host, port);
-            runtime.block_on(TcpListener::bind(addr)).map_err(|e| ServeError::Internal(format!("cannot listen on {addr}: {e}")))
+            runtime
+                .block_on(TcpListener::bind(addr))
+                .map_err(|e| ServeError::Internal(format!("cannot listen on {addr}: {e}")))
         };
         let (http, grpc, metrics) = (bind(options.http_port)?, bind(options.grpc_port)?, bind(options.metrics_port)?);
         let addrs = [&http, &grpc, &metrics].map(|l| l.local_addr().expect("bound"));
@@ -247,7 +249,10 @@ async fn serve(
     if clean {
         tracing::info!(seconds = started.elapsed().as_secs_f64(), "shut down: every request in flight completed");
     } else {
-        tracing::error!(timeout_s = deadline.as_secs_f64(), "shutdown timeout: requests still in flight were abandoned");
+        tracing::error!(
+            timeout_s = deadline.as_secs_f64(),
+            "shutdown timeout: requests still in flight were abandoned"
+        );
     }
     clean
 }

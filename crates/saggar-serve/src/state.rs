@@ -76,7 +76,12 @@ pub struct State {
 
 impl State {
     /// The state of a server over `repository` with no model yet.
-    pub fn new(repository: Repository, settings: LoadSettings, max_request_bytes: usize, control: ModelControl) -> State {
+    pub fn new(
+        repository: Repository,
+        settings: LoadSettings,
+        max_request_bytes: usize,
+        control: ModelControl,
+    ) -> State {
         State {
             repository,
             settings,
@@ -191,7 +196,10 @@ impl State {
             }
             Err(why) => {
                 tracing::error!(model = %name, state = "UNAVAILABLE", error = %why, "model failed to load");
-                (ModelState::Failed(why.clone()), Err(ServeError::Internal(format!("model `{name}` failed to load: {why}"))))
+                (
+                    ModelState::Failed(why.clone()),
+                    Err(ServeError::Internal(format!("model `{name}` failed to load: {why}"))),
+                )
             }
         };
         let old = self.models.write().insert(name.to_string(), next);

@@ -205,10 +205,16 @@ mod tests {
     #[test]
     fn sizes_are_checked_before_allocating() {
         assert_eq!(checked_size("x", DType::F32, &[2, 3], 1 << 20).unwrap(), (vec![2, 3], 24));
-        assert!(matches!(checked_size("x", DType::F32, &[-1, 3], 1 << 20), Err(ServeError::BadRequest(m)) if m.contains("negative")));
+        assert!(
+            matches!(checked_size("x", DType::F32, &[-1, 3], 1 << 20), Err(ServeError::BadRequest(m)) if m.contains("negative"))
+        );
         let huge = [i64::MAX, i64::MAX];
-        assert!(matches!(checked_size("x", DType::F32, &huge, usize::MAX), Err(ServeError::BadRequest(m)) if m.contains("overflows")));
-        assert!(matches!(checked_size("x", DType::F64, &[1 << 62], usize::MAX), Err(ServeError::BadRequest(m)) if m.contains("overflows")));
+        assert!(
+            matches!(checked_size("x", DType::F32, &huge, usize::MAX), Err(ServeError::BadRequest(m)) if m.contains("overflows"))
+        );
+        assert!(
+            matches!(checked_size("x", DType::F64, &[1 << 62], usize::MAX), Err(ServeError::BadRequest(m)) if m.contains("overflows"))
+        );
         assert!(matches!(checked_size("x", DType::F32, &[1 << 20], 1 << 20), Err(ServeError::TooLarge(_))));
         assert!(checked_size("x", DType::F32, &[1; 65], 1 << 20).is_err());
     }

@@ -40,11 +40,16 @@ fn health_metadata_and_the_27_input_dlrm_model() {
     let server = start(repo.path(), cache.path(), |_| {});
     runtime().block_on(async {
         let mut c = Client::connect(server.grpc).await.unwrap();
-        let live: ServerLiveResponse = c.call("/inference.GRPCInferenceService/ServerLive", ServerLiveRequest {}).await.unwrap();
-        let ready: ServerReadyResponse = c.call("/inference.GRPCInferenceService/ServerReady", ServerReadyRequest {}).await.unwrap();
+        let live: ServerLiveResponse =
+            c.call("/inference.GRPCInferenceService/ServerLive", ServerLiveRequest {}).await.unwrap();
+        let ready: ServerReadyResponse =
+            c.call("/inference.GRPCInferenceService/ServerReady", ServerReadyRequest {}).await.unwrap();
         assert!(live.live && ready.ready);
         let meta: ModelMetadataResponse = c
-            .call("/inference.GRPCInferenceService/ModelMetadata", ModelRef { name: "dlrm".into(), version: String::new() })
+            .call(
+                "/inference.GRPCInferenceService/ModelMetadata",
+                ModelRef { name: "dlrm".into(), version: String::new() },
+            )
             .await
             .unwrap();
         assert_eq!(meta.inputs.len(), 27);
@@ -60,13 +65,16 @@ fn health_metadata_and_the_27_input_dlrm_model() {
         typed.raw_input_contents.clear();
         for (i, t) in typed.inputs.iter_mut().zip(&inputs) {
             i.contents = Some(match t.dtype() {
-                saggar_shape::DType::F32 => InferTensorContents { fp32_contents: t.to_f32s().unwrap(), ..Default::default() },
+                saggar_shape::DType::F32 => {
+                    InferTensorContents { fp32_contents: t.to_f32s().unwrap(), ..Default::default() }
+                }
                 _ => InferTensorContents { int64_contents: t.to_i64s().unwrap(), ..Default::default() },
             });
         }
         let reply = c.infer(typed).await.unwrap();
         assert_close(&floats(&reply.raw_output_contents[0]), &expected, "dlrm over grpc, typed contents");
-        let unimplemented: Result<Empty, _> = c.call("/inference.GRPCInferenceService/ModelStatistics", ModelRef::default()).await;
+        let unimplemented: Result<Empty, _> =
+            c.call("/inference.GRPCInferenceService/ModelStatistics", ModelRef::default()).await;
         assert_eq!(unimplemented.unwrap_err().code(), tonic::Code::Unimplemented);
     });
 }
@@ -87,14 +95,29 @@ fn bad_requests_are_invalid_argument_or_not_found_and_the_server_keeps_serving()
         };
         let cases: Vec<(&str, ModelInferRequest, tonic::Code, &str)> = vec![
             ("unknown model", with(&|r| r.model_name = "nope".into()), tonic::Code::NotFound, "unknown model"),
-            ("wrong datatype", with(&|r| r.inputs[0].datatype = "FP64".into()), tonic::Code::InvalidArgument, "bytes of raw contents"),
+            (
+                "wrong datatype",
+                with(&|r| r.inputs[0].datatype = "FP64".into()),
+                tonic::Code::InvalidArgument,
+                "bytes of raw contents",
+            ),
             ("unknown input", with(&|r| r.inputs[0].name = "y".into()), tonic::Code::InvalidArgument, "no input `y`"),
             ("short data", with(&|r| r.raw_input_contents[0].truncate(10)), tonic::Code::InvalidArgument, "10 bytes"),
-            ("overflowing shape", with(&|r| r.inputs[0].shape = vec![i64::MAX, 2]), tonic::Code::InvalidArgument, "overflows"),
-            ("wrong shape", with(&|r| {
-                r.inputs[0].shape = vec![1, 64];
-                r.raw_input_contents[0].truncate(256);
-            }), tonic::Code::InvalidArgument, "does not match"),
+            (
+                "overflowing shape",
+                with(&|r| r.inputs[0].shape = vec![i64::MAX, 2]),
+                tonic::Code::InvalidArgument,
+                "overflows",
+            ),
+            (
+                "wrong shape",
+                with(&|r| {
+                    r.inputs[0].shape = vec![1, 64];
+                    r.raw_input_contents[0].truncate(256);
+                }),
+                tonic::Code::InvalidArgument,
+                "does not match",
+            ),
         ];
         for (what, request, code, words) in cases {
             let e = c.infer(request).await.unwrap_err();

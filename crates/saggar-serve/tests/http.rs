@@ -39,15 +39,16 @@ fn health_metadata_and_infer_with_json_and_binary_data() {
 
     // JSON data, every output as JSON.
     let inputs = inputs("dlrm", 0);
-    let names: Vec<String> =
-        meta_names(&get(server.http, "/v2/models/dlrm").json()["inputs"]);
-    let body = json!({ "id": "r1", "inputs": names.iter().zip(&inputs).map(|(n, t)| tensor_json(n, t)).collect::<Vec<_>>() });
+    let names: Vec<String> = meta_names(&get(server.http, "/v2/models/dlrm").json()["inputs"]);
+    let body =
+        json!({ "id": "r1", "inputs": names.iter().zip(&inputs).map(|(n, t)| tensor_json(n, t)).collect::<Vec<_>>() });
     let reply = post(server.http, "/v2/models/dlrm/infer", &body);
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
     let out = reply.json();
     assert_eq!(out["id"], "r1");
     let expected = reference("dlrm", &inputs);
-    let data: Vec<f32> = out["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let data: Vec<f32> =
+        out["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
     assert_close(&data, &expected[0].to_f32s().unwrap(), "dlrm over JSON");
 
     // Binary data both ways (Triton's extension).
@@ -60,7 +61,8 @@ fn health_metadata_and_infer_with_json_and_binary_data() {
     let mut body = head.clone().into_bytes();
     body.extend(x.to_le_bytes());
     let length = head.len().to_string();
-    let reply = http(server.http, "POST", "/v2/models/mlp/infer", &body, &[("Inference-Header-Content-Length", &length)]);
+    let reply =
+        http(server.http, "POST", "/v2/models/mlp/infer", &body, &[("Inference-Header-Content-Length", &length)]);
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
     let json_len: usize = reply.header("inference-header-content-length").unwrap().parse().unwrap();
     let header: Value = serde_json::from_slice(&reply.body[..json_len]).unwrap();
@@ -112,9 +114,11 @@ fn every_bad_request_is_a_4xx_naming_the_problem_and_the_server_keeps_serving() 
     let mut short = head.clone().into_bytes();
     short.extend([0u8; 100]);
     let length = head.len().to_string();
-    let reply = http(server.http, "POST", "/v2/models/mlp/infer", &short, &[("Inference-Header-Content-Length", &length)]);
+    let reply =
+        http(server.http, "POST", "/v2/models/mlp/infer", &short, &[("Inference-Header-Content-Length", &length)]);
     assert_eq!((reply.status, reply.error().contains("100 left")), (400, true), "{}", reply.error());
-    let reply = http(server.http, "POST", "/v2/models/mlp/infer", &short, &[("Inference-Header-Content-Length", "99999")]);
+    let reply =
+        http(server.http, "POST", "/v2/models/mlp/infer", &short, &[("Inference-Header-Content-Length", "99999")]);
     assert_eq!((reply.status, reply.error().contains("Inference-Header-Content-Length")), (400, true));
     assert!(metric(server.metrics, "nv_inference_request_failure", "mlp") >= 10.0);
 }
@@ -136,7 +140,11 @@ fn a_body_above_the_limit_is_refused_before_it_is_read() {
     write!(stream, "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
     let chunk = vec![b'x'; 1 << 16];
     for _ in 0..17 {
-        if write!(stream, "{:x}\r\n", chunk.len()).and_then(|_| stream.write_all(&chunk)).and_then(|_| stream.write_all(b"\r\n")).is_err() {
+        if write!(stream, "{:x}\r\n", chunk.len())
+            .and_then(|_| stream.write_all(&chunk))
+            .and_then(|_| stream.write_all(b"\r\n"))
+            .is_err()
+        {
             break;
         }
     }
@@ -154,14 +162,20 @@ fn a_full_queue_answers_503_at_once() {
     let server = start(repo.path(), cache.path(), |o| o.max_queue = 1);
     let names = meta_names(&get(server.http, "/v2/models/dlrm").json()["inputs"]);
     let inputs = inputs("dlrm", 0);
-    let body = json!({ "inputs": names.iter().zip(&inputs).map(|(n, t)| tensor_json(n, t)).collect::<Vec<_>>() }).to_string();
+    let body =
+        json!({ "inputs": names.iter().zip(&inputs).map(|(n, t)| tensor_json(n, t)).collect::<Vec<_>>() }).to_string();
     let replies: Vec<Reply> = std::thread::scope(|s| {
-        let handles: Vec<_> =
-            (0..32).map(|_| s.spawn(|| http(server.http, "POST", "/v2/models/dlrm/infer", body.as_bytes(), &[]))).collect();
+        let handles: Vec<_> = (0..32)
+            .map(|_| s.spawn(|| http(server.http, "POST", "/v2/models/dlrm/infer", body.as_bytes(), &[])))
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let refused: Vec<&Reply> = replies.iter().filter(|r| r.status == 503).collect();
-    assert!(replies.iter().all(|r| r.status == 200 || r.status == 503), "{:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert!(
+        replies.iter().all(|r| r.status == 200 || r.status == 503),
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
     assert!(!refused.is_empty(), "32 concurrent requests against a queue of 1 were all accepted");
     assert!(refused[0].error().contains("queue is full"), "{}", refused[0].error());
     assert_eq!(get(server.http, "/v2/health/ready").status, 200);
@@ -171,8 +185,10 @@ fn a_full_queue_answers_503_at_once() {
 fn forty_eight_concurrent_clients_are_batched() {
     let (repo, cache) = (repository(&[("mlp", Some(MLP))]), tempfile::tempdir().unwrap());
     let server = start(repo.path(), cache.path(), |_| {});
-    let (success, executions) =
-        (metric(server.metrics, "nv_inference_request_success", "mlp"), metric(server.metrics, "nv_inference_exec_count", "mlp"));
+    let (success, executions) = (
+        metric(server.metrics, "nv_inference_request_success", "mlp"),
+        metric(server.metrics, "nv_inference_exec_count", "mlp"),
+    );
     let model = saggar_onnx::OnnxModel::load(models().join("mlp/model.onnx")).unwrap();
     std::thread::scope(|s| {
         for c in 0..48 {
@@ -184,9 +200,14 @@ fn forty_eight_concurrent_clients_are_batched() {
                     let reply = post(addr, "/v2/models/mlp/infer", &mlp_body(1, value));
                     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
                     let out = reply.json();
-                    let data: Vec<f32> =
-                        out["outputs"][0]["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-                    let x = saggar_onnx::Tensor::new(vec![1, 128], saggar_onnx::TensorData::F32(vec![value; 128])).unwrap();
+                    let data: Vec<f32> = out["outputs"][0]["data"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_f64().unwrap() as f32)
+                        .collect();
+                    let x =
+                        saggar_onnx::Tensor::new(vec![1, 128], saggar_onnx::TensorData::F32(vec![value; 128])).unwrap();
                     let expected = model.run_once(&[x]).unwrap()[0].to_f32s().unwrap();
                     assert_close(&data, &expected, &format!("client {c} request {r}"));
                 }
@@ -226,7 +247,8 @@ fn sequences_of_one_bucket_merge_padded_and_come_back_at_their_length() {
                 assert_eq!(hidden["shape"], json!([1, len, 64]), "sliced back to the request's length");
                 let t = |v: Vec<i64>| saggar_onnx::Tensor::new(vec![1, len], saggar_onnx::TensorData::I64(v)).unwrap();
                 let expected = model.run_once(&[t(ids), t(mask)]).unwrap();
-                let data: Vec<f32> = hidden["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+                let data: Vec<f32> =
+                    hidden["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
                 assert_close(&data, &expected[0].to_f32s().unwrap(), &format!("sequence of {len}"));
             });
         }
@@ -242,7 +264,11 @@ fn readiness_is_false_while_a_model_is_not_loaded_and_the_others_serve() {
     std::fs::write(repo.path().join("broken/1/model.onnx"), b"not a model").unwrap();
     std::fs::create_dir_all(repo.path().join("badconfig/1")).unwrap();
     std::fs::copy(models().join("mlp/model.onnx"), repo.path().join("badconfig/1/model.onnx")).unwrap();
-    std::fs::write(repo.path().join("badconfig/config.pbtxt"), "max_batch_size: 8\nparameters { key: \"bucket\" value: { string_value: \"pow2\" } }").unwrap();
+    std::fs::write(
+        repo.path().join("badconfig/config.pbtxt"),
+        "max_batch_size: 8\nparameters { key: \"bucket\" value: { string_value: \"pow2\" } }",
+    )
+    .unwrap();
     let mut options = saggar_serve::ServeOptions::new(repo.path(), cache.path());
     (options.http_port, options.grpc_port, options.metrics_port) = (0, 0, 0);
     options.backend = saggar_device::BackendChoice::Exactly(saggar_device::BackendKind::Host);
@@ -260,7 +286,9 @@ fn readiness_is_false_while_a_model_is_not_loaded_and_the_others_serve() {
     assert_eq!(reply.status, 503);
     assert!(reply.error().contains("failed to load"), "{}", reply.error());
     let index = post(server.http, "/v2/repository/index", &json!({})).json();
-    let reason = |name: &str| index.as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()["reason"].as_str().unwrap().to_string();
+    let reason = |name: &str| {
+        index.as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()["reason"].as_str().unwrap().to_string()
+    };
     assert!(reason("badconfig").contains("unknown parameter `bucket`"), "{index}");
     assert!(!reason("broken").is_empty(), "{index}");
 }

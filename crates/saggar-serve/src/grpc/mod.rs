@@ -73,7 +73,9 @@ where
     };
     let s = state.clone();
     match method {
-        "ServerLive" => unary(request, limit, |_: ServerLiveRequest| async { Ok(ServerLiveResponse { live: true }) }).await,
+        "ServerLive" => {
+            unary(request, limit, |_: ServerLiveRequest| async { Ok(ServerLiveResponse { live: true }) }).await
+        }
         "ServerReady" => {
             unary(request, limit, move |_: ServerReadyRequest| {
                 let ready = s.ready();
@@ -134,7 +136,11 @@ where
                             "explicit model load and unload need --model-control-mode explicit",
                         ));
                     }
-                    if load { s.load(&r.model_name).await? } else { s.unload(&r.model_name).await? }
+                    if load {
+                        s.load(&r.model_name).await?
+                    } else {
+                        s.unload(&r.model_name).await?
+                    }
                     Ok(Empty {})
                 }
             })
@@ -199,8 +205,9 @@ fn decode(mut request: ModelInferRequest, limit: usize) -> Result<InferRequest, 
         if let Some(key) = input.parameters.keys().next() {
             return Err(ServeError::bad(format!("input `{name}`: parameter `{key}` is not supported")));
         }
-        let dtype = parse_protocol(&input.datatype)
-            .ok_or_else(|| ServeError::bad(format!("input `{name}`: datatype `{}` is not supported", input.datatype)))?;
+        let dtype = parse_protocol(&input.datatype).ok_or_else(|| {
+            ServeError::bad(format!("input `{name}`: datatype `{}` is not supported", input.datatype))
+        })?;
         let (shape, bytes) = checked_size(&name, dtype, &input.shape, limit)?;
         let data = match (raw.next(), input.contents) {
             (Some(_), Some(_)) => {
@@ -260,7 +267,9 @@ fn from_contents(name: &str, dtype: DType, c: InferTensorContents, count: usize)
     if len != count {
         return Err(ServeError::bad(format!("input `{name}`: contents hold {len} values, its shape holds {count}")));
     }
-    data.ok_or_else(|| ServeError::bad(format!("input `{name}`: a value is out of the range of {}", protocol_name(dtype))))
+    data.ok_or_else(|| {
+        ServeError::bad(format!("input `{name}`: a value is out of the range of {}", protocol_name(dtype)))
+    })
 }
 
 #[cfg(test)]
@@ -301,7 +310,14 @@ mod tests {
             (ModelInferRequest { inputs: vec![input("x", "BYTES", &[1])], ..Default::default() }, "BYTES"),
             (ModelInferRequest { inputs: vec![input("x", "FP32", &[1])], ..Default::default() }, "no data"),
             (ModelInferRequest { inputs: vec![narrow], ..Default::default() }, "out of the range"),
-            (ModelInferRequest { inputs: vec![input("x", "FP32", &[1])], raw_input_contents: vec![vec![], vec![]], ..Default::default() }, "2 raw_input_contents"),
+            (
+                ModelInferRequest {
+                    inputs: vec![input("x", "FP32", &[1])],
+                    raw_input_contents: vec![vec![], vec![]],
+                    ..Default::default()
+                },
+                "2 raw_input_contents",
+            ),
         ] {
             let e = decode(r, 1 << 20).unwrap_err();
             assert!(e.to_string().contains(what), "{what}: {e}");

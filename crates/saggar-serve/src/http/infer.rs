@@ -179,11 +179,8 @@ pub fn parse(body: &[u8], header_length: Option<&str>, limit: usize) -> Result<P
 
 /// The response body, and the JSON header's length when binary data follows it.
 pub fn respond(response: &InferResponse, parsed: &ParsedRequest) -> (Vec<u8>, Option<usize>) {
-    let binary: Vec<bool> = if parsed.binary.is_empty() {
-        vec![parsed.all_binary; response.outputs.len()]
-    } else {
-        parsed.binary.clone()
-    };
+    let binary: Vec<bool> =
+        if parsed.binary.is_empty() { vec![parsed.all_binary; response.outputs.len()] } else { parsed.binary.clone() };
     let outputs = response
         .outputs
         .iter()
@@ -196,7 +193,8 @@ pub fn respond(response: &InferResponse, parsed: &ParsedRequest) -> (Vec<u8>, Op
             data: (!bin).then_some(JsonData(o.dtype, &o.data)),
         })
         .collect();
-    let json = ResponseJson { model_name: &response.model, model_version: &response.version, id: &response.id, outputs };
+    let json =
+        ResponseJson { model_name: &response.model, model_version: &response.version, id: &response.id, outputs };
     let mut body = serde_json::to_vec(&json).expect("serializable");
     if !binary.iter().any(|&b| b) {
         return (body, None);
@@ -216,7 +214,10 @@ mod tests {
     fn json_and_binary_inputs_parse() {
         let body = br#"{"id":"7","inputs":[{"name":"x","shape":[1,2],"datatype":"FP32","data":[1,2]}],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}"#;
         let p = parse(body, None, 1 << 20).unwrap();
-        assert_eq!((p.request.id.as_str(), p.request.outputs.clone(), p.binary.clone()), ("7", vec!["y".to_string()], vec![true]));
+        assert_eq!(
+            (p.request.id.as_str(), p.request.outputs.clone(), p.binary.clone()),
+            ("7", vec!["y".to_string()], vec![true])
+        );
         assert_eq!(p.request.inputs[0].data, [1f32.to_le_bytes(), 2f32.to_le_bytes()].concat());
         let head = br#"{"inputs":[{"name":"x","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
         let mut body = head.to_vec();

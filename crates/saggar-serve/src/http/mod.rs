@@ -101,7 +101,11 @@ async fn route(state: &Arc<State>, request: Request<Incoming>) -> Result<Reply> 
                     "explicit model {action} is not allowed: start the server with --model-control-mode explicit"
                 )));
             }
-            if action == "load" { state.load(&name).await? } else { state.unload(&name).await? }
+            if action == "load" {
+                state.load(&name).await?
+            } else {
+                state.unload(&name).await?
+            }
             Ok(json_reply(200, &json!({})))
         }
         (_, ["v2", "models", name, rest @ ..]) => {
@@ -158,9 +162,7 @@ async fn model_route(
             }
             Ok(reply)
         }
-        (method, rest) => {
-            Err(ServeError::NotFound(format!("no route {method} /v2/models/{name}/{}", rest.join("/"))))
-        }
+        (method, rest) => Err(ServeError::NotFound(format!("no route {method} /v2/models/{name}/{}", rest.join("/")))),
     }
 }
 
@@ -177,7 +179,8 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes> {
         ServeError::TooLarge(format!("request body of {n} bytes is above --max-request-bytes {limit}"))
     };
     if let Some(len) = request.headers().get(hyper::header::CONTENT_LENGTH) {
-        let len: u64 = len.to_str().ok().and_then(|s| s.parse().ok()).ok_or_else(|| ServeError::bad("bad Content-Length"))?;
+        let len: u64 =
+            len.to_str().ok().and_then(|s| s.parse().ok()).ok_or_else(|| ServeError::bad("bad Content-Length"))?;
         if len > limit as u64 {
             if len <= DRAIN_BYTES {
                 // A client that stops sending (it waits for the answer) is answered after a pause.
@@ -241,12 +244,18 @@ fn model_config(m: &LoadedModel) -> serde_json::Value {
 /// Handles one request of the metrics port.
 pub async fn handle_metrics(state: Arc<State>, request: Request<Incoming>) -> std::result::Result<Reply, Infallible> {
     if request.method() != Method::GET || request.uri().path() != "/metrics" {
-        return Ok(error_reply(&ServeError::NotFound(format!("no route {} {}", request.method(), request.uri().path()))));
+        return Ok(error_reply(&ServeError::NotFound(format!(
+            "no route {} {}",
+            request.method(),
+            request.uri().path()
+        ))));
     }
     let models = state.loaded();
     let views: Vec<(ModelView<'_>, usize)> = models
         .iter()
-        .map(|m| (ModelView { name: &m.name, version: m.version, metrics: m.metrics(), executor: m.executor() }, m.queued()))
+        .map(|m| {
+            (ModelView { name: &m.name, version: m.version, metrics: m.metrics(), executor: m.executor() }, m.queued())
+        })
         .collect();
     Ok(reply(200, "text/plain; version=0.0.4", render(&views).into_bytes()))
 }

@@ -31,7 +31,10 @@ impl Client {
     }
 
     /// `ModelInfer`.
-    pub async fn infer(&mut self, request: proto::ModelInferRequest) -> Result<proto::ModelInferResponse, tonic::Status> {
+    pub async fn infer(
+        &mut self,
+        request: proto::ModelInferRequest,
+    ) -> Result<proto::ModelInferResponse, tonic::Status> {
         self.call("/inference.GRPCInferenceService/ModelInfer", request).await
     }
 }

@@ -128,9 +128,9 @@ pub fn metric(addr: SocketAddr, name: &str, model: &str) -> f64 {
 /// The test data set `n` of `model`: its inputs as tensors.
 pub fn inputs(model: &str, n: usize) -> Vec<Tensor> {
     let dir = models().join(model).join(format!("test_data_set_{n}"));
-    let count = std::fs::read_dir(&dir).expect("data set").filter(|e| {
-        e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("input_"))
-    });
+    let count = std::fs::read_dir(&dir)
+        .expect("data set")
+        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("input_")));
     (0..count.count())
         .map(|i| saggar_onnx::read_tensor_pb(&dir.join(format!("input_{i}.pb"))).expect("input").tensor)
         .collect()
