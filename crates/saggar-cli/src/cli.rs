@@ -78,7 +78,16 @@ Examples:
   saggar cache ls --cache-dir /var/cache/saggar
   saggar cache verify --cache-dir /var/cache/saggar
   saggar cache gc --cache-dir /var/cache/saggar --max-bytes 1000000000
-  saggar cache key --bucket 8 --backend cuda --arch sm_90";
+  saggar cache key --bucket 8 --backend cuda --arch sm_90
+  saggar cache import --cache-dir /var/cache/saggar --from /seed/saggar-cache";
+
+const CACHE_IMPORT_EXAMPLES: &str = "\
+Every file is verified (header, key, payload checksum) before it is published atomically under the
+cache's locks, so a replica can import while another serves from the same directory.
+
+Examples:
+  saggar cache import --cache-dir /var/cache/saggar --from /seed/saggar-cache
+  saggar cache import --from /seed/saggar-cache --json -";
 
 const CACHE_LS_EXAMPLES: &str = "\
 Examples:
@@ -673,6 +682,24 @@ pub enum CacheCommand {
     /// Print the cache key (and entry file) a model, bucket and device would use.
     #[command(after_help = CACHE_KEY_EXAMPLES)]
     Key(CacheKeyArgs),
+    /// Import the entries (`*.sce` files) of another cache directory, each verified first: how a
+    /// pre-seeded cache reaches every replica (exit 1 if any file was refused).
+    #[command(after_help = CACHE_IMPORT_EXAMPLES)]
+    Import(CacheImportArgs),
+}
+
+/// `saggar cache import`.
+#[derive(Debug, Clone, Args)]
+pub struct CacheImportArgs {
+    /// Compile cache directory to import into (created if missing) [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The folder whose entry files are imported (a cache directory `saggar warmup` filled, or a copy of one).
+    #[arg(long, value_name = "DIR")]
+    pub from: PathBuf,
+    /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// `saggar cache ls`.
