@@ -136,7 +136,8 @@ impl LoadedModel {
     async fn infer_counted(&self, request: InferRequest) -> Result<(InferResponse, Timing)> {
         let wanted = self.requested_outputs(&request.outputs)?;
         let (inputs, rows) = self.check_inputs(request.inputs)?;
-        let key = self.layout.key(&inputs);
+        // Requests that never merge need no key (it hashes the bytes of unbatched inputs).
+        let key = if self.max_batch > 0 && self.config.batching.is_some() { self.layout.key(&inputs) } else { 0 };
         let (reply, answer) = oneshot::channel();
         self.batcher.submit(Job { inputs, rows, key, enqueued: Instant::now(), reply })?;
         let mut done = answer.await.map_err(|_| ServeError::Internal("the executor thread stopped".into()))??;

@@ -292,3 +292,27 @@ fn readiness_is_false_while_a_model_is_not_loaded_and_the_others_serve() {
     assert!(reason("badconfig").contains("unknown parameter `bucket`"), "{index}");
     assert!(!reason("broken").is_empty(), "{index}");
 }
+
+#[test]
+fn instances_on_two_devices_take_batches_from_one_queue() {
+    // The host backend simulates several devices: a session group over two of them.
+    let config = "max_batch_size: 8\ndynamic_batching { }\ninstance_group [ { count: 1 gpus: [ 0, 1 ] } ]";
+    let (repo, cache) = (repository(&[("mlp", Some(config))]), tempfile::tempdir().unwrap());
+    let server = start(repo.path(), cache.path(), |_| {});
+    std::thread::scope(|s| {
+        for c in 0..8 {
+            let addr = server.http;
+            s.spawn(move || {
+                for _ in 0..10 {
+                    assert_eq!(post(addr, "/v2/models/mlp/infer", &mlp_body(1 + c % 3, 0.1)).status, 200);
+                }
+            });
+        }
+    });
+    let model = server.state().model("mlp", None).unwrap();
+    let per_device: Vec<u64> = model.executor().stats().iter().map(|s| s.requests).collect();
+    assert_eq!(per_device.len(), 2);
+    assert!(per_device.iter().all(|&n| n > 0), "every device ran batches: {per_device:?}");
+    let text = String::from_utf8(get(server.metrics, "/metrics").body).unwrap();
+    assert!(text.contains("nv_gpu_memory_total_bytes{gpu_uuid=\"host:1\""), "{text}");
+}
