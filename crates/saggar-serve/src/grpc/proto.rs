@@ -145,9 +145,10 @@ pub struct InferTensorContents {
     #[prost(bytes = "vec", repeated, tag = "8")]
     pub bytes_contents: Vec<Vec<u8>>,
 }
-/// `ModelInferRequest.InferInputTensor`.
+/// `ModelInferRequest.InferInputTensor` and `ModelInferResponse.InferOutputTensor`: the schema
+/// gives both the same fields and numbers.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct InferInputTensor {
+pub struct InferTensor {
     /// Its name.
     #[prost(string, tag = "1")]
     pub name: String,
@@ -160,10 +161,14 @@ pub struct InferInputTensor {
     /// Its parameters.
     #[prost(map = "string, message", tag = "4")]
     pub parameters: HashMap<String, InferParameter>,
-    /// Its values, when not in `raw_input_contents`.
+    /// Its values, when not in the raw contents (saggar always answers raw).
     #[prost(message, optional, tag = "5")]
     pub contents: Option<InferTensorContents>,
 }
+/// `ModelInferRequest.InferInputTensor`.
+pub type InferInputTensor = InferTensor;
+/// `ModelInferResponse.InferOutputTensor`.
+pub type InferOutputTensor = InferTensor;
 /// `ModelInferRequest.InferRequestedOutputTensor`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct InferRequestedOutputTensor {
@@ -198,25 +203,6 @@ pub struct ModelInferRequest {
     /// Each input's bytes, in input order, when sent raw.
     #[prost(bytes = "vec", repeated, tag = "7")]
     pub raw_input_contents: Vec<Vec<u8>>,
-}
-/// `ModelInferResponse.InferOutputTensor`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct InferOutputTensor {
-    /// Its name.
-    #[prost(string, tag = "1")]
-    pub name: String,
-    /// Its datatype.
-    #[prost(string, tag = "2")]
-    pub datatype: String,
-    /// Its shape.
-    #[prost(int64, repeated, tag = "3")]
-    pub shape: Vec<i64>,
-    /// Its parameters.
-    #[prost(map = "string, message", tag = "4")]
-    pub parameters: HashMap<String, InferParameter>,
-    /// Its values when not raw (saggar always answers raw).
-    #[prost(message, optional, tag = "5")]
-    pub contents: Option<InferTensorContents>,
 }
 /// `ModelInferResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
