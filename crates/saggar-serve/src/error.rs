@@ -71,5 +71,18 @@ impl ServeError {
     }
 }
 
+/// Logs a refused request as one line: the client's mistakes (4xx) at `info`, the server's at
+/// `warn` (a full queue, a model not ready) or `error` (a failed load or run).
+pub fn log(error: &ServeError, transport: &str, what: &str) {
+    let status = error.http_status();
+    match error {
+        ServeError::Internal(_) => tracing::error!(transport, request = what, status, error = %error, "request failed"),
+        ServeError::Unavailable(_) => {
+            tracing::warn!(transport, request = what, status, error = %error, "request refused")
+        }
+        _ => tracing::info!(transport, request = what, status, error = %error, "bad request"),
+    }
+}
+
 /// A result with a [`ServeError`].
 pub type Result<T, E = ServeError> = std::result::Result<T, E>;

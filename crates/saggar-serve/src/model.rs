@@ -123,12 +123,7 @@ impl LoadedModel {
         let result = self.infer_counted(request).await;
         match &result {
             Ok((_, done)) => self.metrics.success(done.rows, started.elapsed(), done.queue, done.compute),
-            Err(e) => {
-                self.metrics.failure(started.elapsed());
-                if !e.is_client_error() {
-                    tracing::warn!(model = %self.name, error = %e, "request failed");
-                }
-            }
+            Err(_) => self.metrics.failure(started.elapsed()),
         }
         result.map(|(response, _)| response)
     }

@@ -42,7 +42,12 @@ where
 
     fn call(&mut self, request: Request<Req>) -> Self::Future {
         let fut = (self.0)(request.into_inner());
-        Box::pin(async move { fut.await.map(Response::new).map_err(|e| e.grpc_status()) })
+        Box::pin(async move {
+            fut.await.map(Response::new).map_err(|e| {
+                crate::error::log(&e, "grpc", std::any::type_name::<Req>().rsplit("::").next().unwrap_or("request"));
+                e.grpc_status()
+            })
+        })
     }
 }
 

@@ -55,9 +55,7 @@ pub async fn handle(state: Arc<State>, request: Request<Incoming>) -> std::resul
     let path = request.uri().path().to_string();
     let result = route(&state, request).await;
     Ok(result.unwrap_or_else(|e| {
-        if !e.is_client_error() || matches!(e, ServeError::TooLarge(_)) {
-            tracing::warn!(%method, %path, status = e.http_status(), error = %e, "request refused");
-        }
+        crate::error::log(&e, "http", &format!("{method} {path}"));
         error_reply(&e)
     }))
 }
