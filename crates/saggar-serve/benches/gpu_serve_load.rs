@@ -12,7 +12,7 @@
 //! program is exercised anywhere; those figures are not GPU figures and no target is checked.
 //!
 //! Flags: `--json PATH`, `--seconds S` per phase (default 15), `--clients N` (64), `--delay-us D`
-//! (max_queue_delay_microseconds, 1000), `--instances N` (instance_group count, 2), `--precision
+//! (max_queue_delay_microseconds, 100), `--instances N` (instance_group count, 2), `--precision
 //! f32|tf32` (f32), `--backend auto|host|cuda`.
 
 #[path = "../tests/common/grpc.rs"]
@@ -46,7 +46,7 @@ fn flags() -> Flags {
         json: value("--json"),
         seconds: number("--seconds", 15.0),
         clients: number("--clients", 64.0) as usize,
-        delay_us: number("--delay-us", 1000.0) as u64,
+        delay_us: number("--delay-us", 100.0) as u64,
         instances: number("--instances", 2.0) as usize,
         precision: value("--precision").unwrap_or_else(|| "f32".into()),
         backend: match value("--backend").as_deref() {

@@ -186,6 +186,14 @@ pub fn run(options: ServeOptions) -> Result<bool> {
     Ok(handle.join())
 }
 
+/// Small answers go out at once: without `TCP_NODELAY`, Nagle's algorithm holds a reply's last
+/// segment until the client's delayed acknowledgement (40 ms on Linux) for every request.
+fn no_delay(stream: &tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+    }
+}
+
 async fn serve(
     state: Arc<State>,
     options: ServeOptions,
@@ -222,15 +230,18 @@ async fn serve(
     loop {
         tokio::select! {
             accepted = http.accept() => if let Ok((io, _)) = accepted {
+                no_delay(&io);
                 let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), http_service());
                 let conn = graceful.watch(conn);
                 tokio::spawn(conn);
             },
             accepted = metrics.accept() => if let Ok((io, _)) = accepted {
+                no_delay(&io);
                 let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), metrics_service());
                 tokio::spawn(graceful.watch(conn));
             },
             accepted = grpc.accept() => if let Ok((io, _)) = accepted {
+                no_delay(&io);
                 let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(io), grpc_service());
                 tokio::spawn(graceful.watch(conn));
