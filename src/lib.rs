@@ -15,6 +15,7 @@
 //! | [`dispatch`] | `saggar-dispatch` | sessions, run paths, graph capture and replay, pointer drift, groups |
 //! | [`models`] | `saggar-models` | the reference compiler and model family (recsys, MLP) |
 //! | [`onnx`] | `saggar-onnx` | ONNX import, shape inference, constant folding, host lowering |
+//! | `serve` (feature `serve`) | `saggar-serve` | the KServe v2 / Open Inference Protocol over HTTP and gRPC, dynamic batching, metrics |
 //!
 //! [`prelude`] gathers the names most programs use.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -25,6 +26,10 @@ pub use saggar_device as device;
 pub use saggar_dispatch as dispatch;
 pub use saggar_models as models;
 pub use saggar_onnx as onnx;
+/// The server of `saggar serve` (feature `serve`: it brings an async runtime, HTTP and gRPC).
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub use saggar_serve as serve;
 pub use saggar_shape as shape;
 
 pub mod prelude;

@@ -30,6 +30,7 @@ const PUBLISHED: &[&str] = &[
     "saggar-dispatch",
     "saggar-models",
     "saggar-onnx",
+    "saggar-serve",
     "saggar-cli",
     "saggar",
 ];

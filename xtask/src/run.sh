@@ -71,9 +71,11 @@ else
 fi
 
 : > "$report/benches.index"
+# SAGGAR_BENCHES=a,b runs only those benches (by binary name, e.g. SAGGAR_BENCHES=gpu_serve_load).
 for bin in "$here"/benches/*; do
   [ -x "$bin" ] && [ "${SAGGAR_SKIP_BENCHES:-0}" != 1 ] || continue
   name=$(basename "$bin")
+  if [ -n "${SAGGAR_BENCHES:-}" ] && [[ ",$SAGGAR_BENCHES," != *",$name,"* ]]; then continue; fi
   echo "== bench $name"
   "$bin" --json "$report/bench-$name.json" > "$report/logs/bench-$name.log" 2>&1
   rc=$?

@@ -1,16 +1,16 @@
-//! `saggar cache ls | verify | gc | key`.
+//! `saggar cache ls | verify | gc | key | import`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use saggar_cache::{CacheConfig, CompileCache, ENTRY_EXTENSION, EntryInfo};
+use saggar_cache::{CacheConfig, CompileCache, ENTRY_EXTENSION, EntryInfo, ImportStatus};
 use saggar_device::host::HostBackend;
 use saggar_device::{Backend, BackendKind, BackendVisitor};
 use saggar_dispatch::{CompilerIdentity, ProgramCompiler};
 use saggar_models::ReferenceCompiler;
 use serde::Serialize;
 
-use crate::cli::{BackendArg, CacheCommand, CacheGcArgs, CacheKeyArgs, CacheLsArgs, CacheVerifyArgs};
+use crate::cli::{BackendArg, CacheCommand, CacheGcArgs, CacheImportArgs, CacheKeyArgs, CacheLsArgs, CacheVerifyArgs};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::output::{Table, emit, format_age, format_bytes};
@@ -43,7 +43,68 @@ pub fn run(command: &CacheCommand, env: &Environment) -> Result<()> {
         CacheCommand::Verify(args) => verify(args, env),
         CacheCommand::Gc(args) => gc(args, env),
         CacheCommand::Key(args) => key(args, env),
+        CacheCommand::Import(args) => import(args, env),
     }
+}
+
+/// The `saggar cache import` report.
+#[derive(Debug, Serialize)]
+struct ImportOutput {
+    cache_dir: String,
+    from: String,
+    imported: usize,
+    replaced: usize,
+    already_present: usize,
+    failed: Vec<BadEntry>,
+}
+
+fn import(args: &CacheImportArgs, env: &Environment) -> Result<()> {
+    let dir = env.cache_dir(args.cache_dir.as_deref())?;
+    if !args.from.is_dir() {
+        return Err(CliError::usage(
+            format!("--from {}: no such folder", args.from.display()),
+            "give the folder of a cache directory `saggar warmup` filled",
+        ));
+    }
+    let cache = CompileCache::open(CacheConfig::builder(&dir).build())?;
+    let report = cache.import_dir(&args.from)?;
+    let count = |status: ImportStatus| report.imported.iter().filter(|o| o.status == status).count();
+    let output = ImportOutput {
+        cache_dir: dir.display().to_string(),
+        from: args.from.display().to_string(),
+        imported: count(ImportStatus::Imported),
+        replaced: count(ImportStatus::Replaced),
+        already_present: count(ImportStatus::AlreadyPresent),
+        failed: report
+            .failed
+            .iter()
+            .map(|(path, e)| BadEntry { id: String::new(), file: path.display().to_string(), reason: e.to_string() })
+            .collect(),
+    };
+    emit(args.json.as_deref(), &output, || {
+        let mut text = String::new();
+        for bad in &output.failed {
+            text.push_str(&format!("refused    {}: {}\n", bad.file, bad.reason));
+        }
+        text.push_str(&format!(
+            "imported {} entries from {} into {}: {} new, {} replaced, {} already present, {} refused\n",
+            output.imported + output.replaced + output.already_present,
+            output.from,
+            output.cache_dir,
+            output.imported,
+            output.replaced,
+            output.already_present,
+            output.failed.len()
+        ));
+        text
+    })?;
+    if !output.failed.is_empty() {
+        return Err(CliError::failure(
+            format!("{} refused of the files in {}", output.failed.len(), output.from),
+            "a refused file is corrupt or not a cache entry; re-create the seed with `saggar warmup`",
+        ));
+    }
+    Ok(())
 }
 
 /// The key fields of an entry, as JSON.

@@ -67,12 +67,32 @@ Examples:
   saggar ops
   saggar ops --json ops.json";
 
+const SERVE_EXAMPLES: &str = "\
+Serves every model of a Triton-style repository (DIR/<model>/<version>/model.onnx, optional
+DIR/<model>/config.pbtxt) over the KServe v2 / Open Inference Protocol: HTTP on --http-port, gRPC on
+--grpc-port, Prometheus metrics on --metrics-port /metrics. SIGTERM or SIGINT stop accepting, let
+requests in flight complete and exit 0 (1 if --shutdown-timeout passed first). See docs/serving.md.
+
+Examples:
+  saggar serve --model-repository models
+  saggar serve --model-repository models --backend cuda --devices 0,1 --cache-dir /var/cache/saggar
+  saggar serve --model-repository models --host 0.0.0.0 --model-control-mode explicit --load-model bert";
+
 const CACHE_EXAMPLES: &str = "\
 Examples:
   saggar cache ls --cache-dir /var/cache/saggar
   saggar cache verify --cache-dir /var/cache/saggar
   saggar cache gc --cache-dir /var/cache/saggar --max-bytes 1000000000
-  saggar cache key --bucket 8 --backend cuda --arch sm_90";
+  saggar cache key --bucket 8 --backend cuda --arch sm_90
+  saggar cache import --cache-dir /var/cache/saggar --from /seed/saggar-cache";
+
+const CACHE_IMPORT_EXAMPLES: &str = "\
+Every file is verified (header, key, payload checksum) before it is published atomically under the
+cache's locks, so a replica can import while another serves from the same directory.
+
+Examples:
+  saggar cache import --cache-dir /var/cache/saggar --from /seed/saggar-cache
+  saggar cache import --from /seed/saggar-cache --json -";
 
 const CACHE_LS_EXAMPLES: &str = "\
 Examples:
@@ -127,6 +147,10 @@ pub enum Command {
     /// List the declared ONNX op set: every op with its opset ranges and how each backend runs it.
     #[command(after_help = OPS_EXAMPLES)]
     Ops(OpsArgs),
+    /// Serve a model repository over the KServe v2 / Open Inference Protocol (HTTP and gRPC), with
+    /// dynamic batching and Prometheus metrics.
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(Box<ServeArgs>),
     /// Inspect and maintain a compile cache directory.
     #[command(subcommand, after_help = CACHE_EXAMPLES)]
     Cache(CacheCommand),
@@ -605,6 +629,59 @@ pub struct WarmupArgs {
     pub progress: ProgressArgs,
 }
 
+/// `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelControlArg {
+    /// Load every model of the repository at start; no load or unload through the API.
+    None,
+    /// Load models through the repository API (and --load-model at start).
+    Explicit,
+}
+
+/// `saggar serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The model repository: DIR/<model>/<version>/model.onnx, optional DIR/<model>/config.pbtxt.
+    #[arg(long, value_name = "DIR")]
+    pub model_repository: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Inference over HTTP/REST.
+    #[arg(long, default_value_t = 8000)]
+    pub http_port: u16,
+    /// Inference over gRPC.
+    #[arg(long, default_value_t = 8001)]
+    pub grpc_port: u16,
+    /// Prometheus metrics (`/metrics`).
+    #[arg(long, default_value_t = 8002)]
+    pub metrics_port: u16,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Devices: `all` or ordinals such as 0,1 (a model's instance_group gpus win).
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    pub devices: DeviceList,
+    /// Compile cache directory shared by every model [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Largest request body (HTTP) or message (gRPC), in bytes; larger ones are refused before they are read.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    pub max_request_bytes: usize,
+    /// Most requests waiting per model; more are answered 503 / UNAVAILABLE at once.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_queue: usize,
+    /// How models are loaded.
+    #[arg(long, value_enum, default_value_t = ModelControlArg::None)]
+    pub model_control_mode: ModelControlArg,
+    /// A model to load at start with --model-control-mode explicit (repeatable).
+    #[arg(long, value_name = "MODEL")]
+    pub load_model: Vec<String>,
+    /// Seconds a shutdown waits for requests in flight.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
+}
+
 /// `saggar cache ...`.
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
@@ -621,6 +698,24 @@ pub enum CacheCommand {
     /// Print the cache key (and entry file) a model, bucket and device would use.
     #[command(after_help = CACHE_KEY_EXAMPLES)]
     Key(CacheKeyArgs),
+    /// Import the entries (`*.sce` files) of another cache directory, each verified first: how a
+    /// pre-seeded cache reaches every replica (exit 1 if any file was refused).
+    #[command(after_help = CACHE_IMPORT_EXAMPLES)]
+    Import(CacheImportArgs),
+}
+
+/// `saggar cache import`.
+#[derive(Debug, Clone, Args)]
+pub struct CacheImportArgs {
+    /// Compile cache directory to import into (created if missing) [default: $XDG_CACHE_HOME/saggar or ~/.cache/saggar].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The folder whose entry files are imported (a cache directory `saggar warmup` filled, or a copy of one).
+    #[arg(long, value_name = "DIR")]
+    pub from: PathBuf,
+    /// Also write the report as JSON to FILE (`-`: stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// `saggar cache ls`.

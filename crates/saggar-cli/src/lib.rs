@@ -14,10 +14,11 @@
 //! | `saggar check --onnx FILE` | `check` | whether a model is supported on each backend, every refused node listed, without running it |
 //! | `saggar perf` | `perf` | a batch-size trace through one session: latency percentiles, throughput, run paths, padding, compiles and loads, graph counters, outputs checked against the eager reference |
 //! | `saggar warmup` | `warmup` | precompile buckets into a cache directory for one or more devices |
+//! | `saggar serve --model-repository DIR` | `serve` | the KServe v2 / Open Inference Protocol over HTTP and gRPC with dynamic batching and metrics (saggar-serve) |
 //! | `saggar cache ls\|verify\|gc\|key` | `cache` | list, verify and clean a compile cache; print the key a model, bucket and device would use |
 //!
 //! Modules import downward only, in three layers:
-//! - the commands (`perf`, `warmup`, `cache`, `devices`, `check`, `ops`), which import no other command;
+//! - the commands (`perf`, `warmup`, `serve`, `cache`, `devices`, `check`, `ops`), which import no other command;
 //! - the model sources (`source`): the `ModelSource` trait, implemented by the built-in families
 //!   (`source::builtin`) and ONNX files (`source::onnx`), which `saggar perf` runs through one
 //!   pipeline (`perf::pipeline`) and `saggar warmup` precompiles;
@@ -51,6 +52,7 @@ mod ops;
 mod output;
 mod perf;
 mod progress;
+mod serve;
 mod source;
 mod trace;
 mod warmup;
@@ -88,6 +90,7 @@ pub fn run(command: &Command, env: &Environment) -> Result<(), CliError> {
         Command::Warmup(args) => warmup::run(args, env),
         Command::Check(args) => check::run(args),
         Command::Ops(args) => ops::run(args),
+        Command::Serve(args) => serve::run(args, env),
         Command::Cache(command) => cache::run(command, env),
         Command::InternalPanic => panic!("`saggar internal-panic` panics on purpose"),
     }

@@ -1,4 +1,4 @@
-//! `saggar cache ls | verify | gc | key` on a directory filled by `saggar warmup`.
+//! `saggar cache ls | verify | gc | key | import` on a directory filled by `saggar warmup`.
 
 mod common;
 
@@ -185,4 +185,23 @@ fn maintenance_of_a_missing_directory_fails_clearly() {
         assert!(line.contains("does not exist"), "{line}");
     }
     assert!(!std::path::Path::new(&missing).exists(), "maintenance commands never create a cache");
+}
+
+#[test]
+fn import_seeds_another_cache_and_refuses_a_bad_file() {
+    let sandbox = Sandbox::new();
+    let (seed, _) = filled(&sandbox);
+    let replica = sandbox.cache_dir("replica");
+    let report = json_of(&sandbox, &["cache", "import", "--cache-dir", &replica, "--from", &seed]);
+    let files = entry_files(&seed).len() as u64;
+    assert_eq!((report["imported"].as_u64(), report["failed"].as_array().map(Vec::len)), (Some(files), Some(0)));
+    assert_eq!(entry_files(&replica).len() as u64, files);
+    // Again: everything is already present.
+    let again = json_of(&sandbox, &["cache", "import", "--cache-dir", &replica, "--from", &seed]);
+    assert_eq!(again["already_present"].as_u64(), Some(files));
+    // A file that is not an entry is refused, the others still imported, exit 1.
+    std::fs::write(std::path::Path::new(&seed).join("junk.sce"), b"not an entry").unwrap();
+    let output = sandbox.run(&["cache", "import", "--cache-dir", &replica, "--from", &seed]);
+    assert!(assert_error(&output, 1).contains("1 refused of the files in"));
+    assert!(stdout(&output).contains("refused"), "{}", stdout(&output));
 }

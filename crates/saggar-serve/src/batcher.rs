@@ -1,0 +1,322 @@
+//! Dynamic batching: one bounded queue per model, and executor threads that take batches from it.
+//!
+//! A thread takes the oldest request, then every queued request with the same merge key (the same
+//! extents besides the batch, a padded axis's extent counted by its bucket) while the rows fit
+//! the model's largest batch, waiting for more until the first request has waited
+//! `max_queue_delay` or the batch reaches a preferred size or the largest. The batch is handed to
+//! the model's runner (merge, one session run, split; `merge.rs`), and each request's reply is
+//! sent. Threads of every device take from the same queue, so a model's instances across GPUs
+//! share its load. A full queue refuses a request at once; a closed queue refuses new requests
+//! and its threads finish every request already queued before they exit.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use saggar_dispatch::OwnedTensor;
+use tokio::sync::oneshot;
+
+use crate::error::{Result, ServeError};
+use crate::tensor::InputTensor;
+
+/// How a model's requests are batched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The largest merged batch in rows; 0 runs every request alone.
+    pub max_batch: u64,
+    /// How long the first request of a batch may wait for others.
+    pub max_queue_delay: Duration,
+    /// Sizes at which a batch stops growing.
+    pub preferred: Vec<u64>,
+    /// Most requests waiting in the queue.
+    pub max_queue: usize,
+}
+
+/// What a request's run produced, with its timings.
+#[derive(Debug)]
+pub struct Done {
+    /// Every output of the model, this request's rows.
+    pub outputs: Vec<OwnedTensor>,
+    /// Time from submission to the start of its batch's run.
+    pub queue: Duration,
+    /// Time of its batch's run (merge, session run, split).
+    pub compute: Duration,
+}
+
+/// A request waiting in the queue.
+#[derive(Debug)]
+pub struct Job {
+    /// Its inputs, in the model's input order.
+    pub inputs: Vec<InputTensor>,
+    /// Its rows on the batch axis (1 for a model without batching).
+    pub rows: u64,
+    /// Requests merge only with requests of the same key.
+    pub key: u64,
+    /// When it was queued.
+    pub enqueued: Instant,
+    /// Where its result goes.
+    pub reply: oneshot::Sender<Result<Done>>,
+}
+
+/// Runs one batch of jobs, returning each job's outputs in order (or the error of the whole batch).
+pub type Runner = dyn Fn(usize, &[Job]) -> Result<Vec<Vec<OwnedTensor>>> + Send + Sync;
+
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    policy: Policy,
+}
+
+/// A model's queue and its executor threads.
+pub struct Batcher {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher").field("policy", &self.shared.policy).finish_non_exhaustive()
+    }
+}
+
+impl Batcher {
+    /// Starts `threads` executor threads per device in `devices`, named after `model`, each
+    /// running batches with `runner` on its device.
+    pub fn start(model: &str, policy: Policy, devices: usize, threads: usize, runner: Arc<Runner>) -> Batcher {
+        let batcher = Batcher::new(policy);
+        batcher.spawn(model, devices, threads, runner);
+        batcher
+    }
+
+    /// A queue without threads yet ([`Batcher::spawn`] adds them).
+    pub fn new(policy: Policy) -> Batcher {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { jobs: VecDeque::new(), closed: false }),
+            ready: Condvar::new(),
+            policy,
+        });
+        Batcher { shared, threads: Mutex::new(Vec::new()) }
+    }
+
+    /// Adds `threads` executor threads per device in `devices`.
+    pub fn spawn(&self, model: &str, devices: usize, threads: usize, runner: Arc<Runner>) {
+        let mut handles = self.threads.lock();
+        for i in 0..devices.max(1) * threads.max(1) {
+            let (shared, runner) = (self.shared.clone(), runner.clone());
+            let device = i % devices.max(1);
+            let handle = std::thread::Builder::new()
+                .name(format!("serve-{model}-{i}"))
+                .spawn(move || executor_loop(&shared, device, &*runner))
+                .expect("spawn an executor thread");
+            handles.push(handle);
+        }
+    }
+
+    /// Queues a job; refuses it at once when the queue is full or closed.
+    pub fn submit(&self, job: Job) -> Result<()> {
+        let mut q = self.shared.queue.lock();
+        if q.closed {
+            return Err(ServeError::Unavailable("the model is being unloaded or the server is shutting down".into()));
+        }
+        if q.jobs.len() >= self.shared.policy.max_queue {
+            return Err(ServeError::Unavailable(format!(
+                "the model's queue is full ({} requests waiting; --max-queue)",
+                q.jobs.len()
+            )));
+        }
+        q.jobs.push_back(job);
+        drop(q);
+        self.shared.ready.notify_one();
+        Ok(())
+    }
+
+    /// Requests waiting now.
+    pub fn queued(&self) -> usize {
+        self.shared.queue.lock().jobs.len()
+    }
+
+    /// Refuses new jobs; the threads finish the queued ones and exit.
+    pub fn close(&self) {
+        self.shared.queue.lock().closed = true;
+        self.shared.ready.notify_all();
+    }
+
+    /// Closes the queue and waits for the threads to finish every queued job.
+    pub fn close_and_join(&self) {
+        self.close();
+        let handles = std::mem::take(&mut *self.threads.lock());
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Batcher {
+    fn drop(&mut self) {
+        self.close_and_join();
+    }
+}
+
+fn executor_loop(shared: &Shared, device: usize, runner: &Runner) {
+    while let Some(batch) = next_batch(shared) {
+        let started = Instant::now();
+        let result = runner(device, &batch);
+        let compute = started.elapsed();
+        match result {
+            Ok(outputs) => {
+                for (job, outputs) in batch.into_iter().zip(outputs) {
+                    let queue = started.saturating_duration_since(job.enqueued);
+                    let _ = job.reply.send(Ok(Done { outputs, queue, compute }));
+                }
+            }
+            Err(e) => {
+                for job in batch {
+                    let _ = job.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The next batch, or `None` once the queue is closed and empty.
+fn next_batch(shared: &Shared) -> Option<Vec<Job>> {
+    let policy = &shared.policy;
+    let mut q = shared.queue.lock();
+    while q.jobs.is_empty() {
+        if q.closed {
+            return None;
+        }
+        shared.ready.wait(&mut q);
+    }
+    let first = q.jobs.pop_front().expect("not empty");
+    let (key, deadline) = (first.key, first.enqueued + policy.max_queue_delay);
+    let mut rows = first.rows;
+    let mut batch = vec![first];
+    if policy.max_batch == 0 {
+        return Some(batch);
+    }
+    let done = |rows: u64| rows >= policy.max_batch || policy.preferred.contains(&rows);
+    loop {
+        let mut i = 0;
+        while i < q.jobs.len() && !done(rows) {
+            let job = &q.jobs[i];
+            if job.key == key && rows + job.rows <= policy.max_batch {
+                rows += job.rows;
+                batch.push(q.jobs.remove(i).expect("in range"));
+            } else {
+                i += 1;
+            }
+        }
+        if done(rows) || q.closed || Instant::now() >= deadline {
+            break;
+        }
+        shared.ready.wait_until(&mut q, deadline);
+    }
+    // Another thread may be waiting for what this one left in the queue.
+    if !q.jobs.is_empty() {
+        shared.ready.notify_one();
+    }
+    Some(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(rows: u64, key: u64) -> (Job, oneshot::Receiver<Result<Done>>) {
+        let (tx, rx) = oneshot::channel();
+        (Job { inputs: Vec::new(), rows, key, enqueued: Instant::now(), reply: tx }, rx)
+    }
+
+    fn policy(max_batch: u64, delay_ms: u64) -> Policy {
+        Policy { max_batch, max_queue_delay: Duration::from_millis(delay_ms), preferred: Vec::new(), max_queue: 100 }
+    }
+
+    /// The rows of each batch a runner ran.
+    type Log = Arc<Mutex<Vec<Vec<u64>>>>;
+
+    /// A runner that records the rows of each batch it ran.
+    fn recorder() -> (Arc<Runner>, Log) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let runner: Arc<Runner> = Arc::new(move |_, jobs: &[Job]| {
+            log.lock().push(jobs.iter().map(|j| j.rows).collect());
+            Ok(jobs.iter().map(|_| Vec::new()).collect())
+        });
+        (runner, seen)
+    }
+
+    #[test]
+    fn queued_jobs_of_one_key_merge_up_to_the_largest_batch() {
+        let (runner, seen) = recorder();
+        // Queue everything before the thread starts: one thread, a long delay.
+        let b = Batcher::new(policy(8, 50));
+        let mut rx = Vec::new();
+        for (rows, key) in [(3, 1), (2, 2), (4, 1), (2, 1), (1, 2)] {
+            let (j, r) = job(rows, key);
+            b.submit(j).unwrap();
+            rx.push(r);
+        }
+        b.spawn("t", 1, 1, runner);
+        b.close_and_join();
+        for r in rx {
+            assert!(r.blocking_recv().unwrap().is_ok());
+        }
+        let seen = seen.lock().clone();
+        assert_eq!(seen.iter().flatten().sum::<u64>(), 12);
+        assert!(seen.iter().all(|b| b.iter().sum::<u64>() <= 8), "{seen:?}");
+        assert!(seen.len() < 5, "some requests merged: {seen:?}");
+    }
+
+    #[test]
+    fn a_full_or_closed_queue_refuses_at_once() {
+        let (runner, _) = recorder();
+        let b = Batcher::start("t", Policy { max_queue: 1, ..policy(4, 0) }, 1, 1, runner);
+        b.close();
+        let (j, _r) = job(1, 0);
+        assert!(matches!(b.submit(j), Err(ServeError::Unavailable(_))));
+        let blocked: Arc<Runner> = Arc::new(|_, jobs: &[Job]| {
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(jobs.iter().map(|_| Vec::new()).collect())
+        });
+        let b = Batcher::start("t", Policy { max_queue: 1, ..policy(0, 0) }, 1, 1, blocked);
+        let mut accepted = 0;
+        let mut refused = 0;
+        let mut keep = Vec::new();
+        for _ in 0..4 {
+            let (j, r) = job(1, 0);
+            keep.push(r);
+            match b.submit(j) {
+                Ok(()) => accepted += 1,
+                Err(ServeError::Unavailable(m)) => {
+                    assert!(m.contains("full"));
+                    refused += 1
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(refused >= 2 && accepted >= 1, "{accepted} accepted, {refused} refused");
+    }
+
+    #[test]
+    fn a_preferred_size_ends_a_batch() {
+        let (runner, seen) = recorder();
+        let b = Batcher::new(Policy { preferred: vec![2], ..policy(8, 50) });
+        let mut rx = Vec::new();
+        for _ in 0..4 {
+            let (j, r) = job(1, 0);
+            b.submit(j).unwrap();
+            rx.push(r);
+        }
+        b.spawn("t", 1, 1, runner);
+        b.close_and_join();
+        assert_eq!(*seen.lock(), vec![vec![1, 1], vec![1, 1]]);
+    }
+}
