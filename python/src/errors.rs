@@ -69,6 +69,7 @@ pub(crate) fn onnx(error: &OnnxError) -> PyErr {
         | OnnxError::IrVersion { .. }
         | OnnxError::Node { .. }
         | OnnxError::Nodes { .. }
+        | OnnxError::ValueType { .. }
         | OnnxError::UnsupportedOnBackend { .. } => NotImplemented::new_err(message),
         OnnxError::Request { .. } => InvalidArgument::new_err(message),
         OnnxError::Device(_) => EPFail::new_err(message),
