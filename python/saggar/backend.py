@@ -12,11 +12,14 @@ types), so the runner skips what saggar does not declare.
 ``onnx`` is needed only by this module, not by ``saggar`` itself.
 """
 
+import warnings
+
 import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 from . import Error, InferenceSession, SessionOptions, ShapeDependsOnData, get_available_providers
+from . import NotImplemented as NotImplementedHere
 
 #: The newest opset saggar imports (``run_node`` builds its models at it).
 MAX_OPSET = 21
@@ -35,8 +38,20 @@ def _options():
     options = SessionOptions()
     # Node tests have fixed shapes; a small grid keeps session creation short for the rest.
     options.max_batch = 4
-    options.log_severity_level = 3
     return options
+
+
+def _session(model_bytes, provider, **kwargs):
+    """A session on ``provider`` alone. An ``InferenceSession`` falls back to the next provider (the
+    CPU) when its provider refuses the model, as ONNX Runtime does; a backend runs on the device it
+    was asked for, so a refusal is raised, with the provider's reason."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = InferenceSession(model_bytes, _options(), providers=[provider], **kwargs)
+    if session.get_providers() != [provider]:
+        reasons = "; ".join(str(w.message) for w in caught)
+        raise NotImplementedHere(f"{provider} does not run the model: {reasons}")
+    return session
 
 
 def _bound(value):
@@ -68,9 +83,7 @@ class SaggarRep(BackendRep):
             outputs = self._session.run(None, feeds)
         else:
             constants = {n: v for n, v in feeds.items() if _bound(v)}
-            session = InferenceSession(
-                self._bytes, _options(), providers=[self._provider], _constant_inputs=constants
-            )
+            session = _session(self._bytes, self._provider, _constant_inputs=constants)
             outputs = session.run(None, {n: v for n, v in feeds.items() if n not in constants})
         return namedtupledict("Outputs", self._outputs)(*outputs)
 
@@ -112,7 +125,7 @@ class SaggarBackend(Backend):
         if _last is not None and _last[0] == model_bytes and _last[1] == provider:
             return _last[2]
         try:
-            session = InferenceSession(model_bytes, _options(), providers=[provider])
+            session = _session(model_bytes, provider)
         except ShapeDependsOnData:
             session = None
         rep = SaggarRep(model_bytes, input_names, output_names, provider, session)

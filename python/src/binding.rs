@@ -162,12 +162,9 @@ impl IOBinding {
         role: &str,
         name: &str,
         spec: &TensorSpec,
-        device_type: &str,
-        device_id: i64,
-        element_type: Option<&Bound<'_, PyAny>>,
-        shape: Option<Vec<i64>>,
-        buffer_ptr: usize,
+        raw: Raw<'_, '_>,
     ) -> PyResult<(Arc<DeviceMemory>, Vec<u64>)> {
+        let Raw { device_type, device_id, element_type, shape, buffer_ptr } = raw;
         let place = Place { device_type: device_type_code(device_type)?, device_id: device_id as i32 };
         if place.is_host() {
             return Err(invalid(format!(
@@ -197,6 +194,16 @@ impl IOBinding {
     fn changed(&mut self) {
         self.cached = None;
     }
+}
+
+/// ONNX Runtime's long form of a binding: `device_type, device_id, element_type, shape,
+/// buffer_ptr`.
+struct Raw<'a, 'py> {
+    device_type: &'a str,
+    device_id: i64,
+    element_type: Option<&'a Bound<'py, PyAny>>,
+    shape: Option<Vec<i64>>,
+    buffer_ptr: usize,
 }
 
 /// A tensor taken for a binding.
@@ -242,7 +249,8 @@ fn device_type_code(device_type: &str) -> PyResult<i32> {
 /// ONNX Runtime's `element_type` (`np.float32`, `"float32"`, a numpy dtype) as an element type.
 fn element_type_of(value: &Bound<'_, PyAny>) -> PyResult<DType> {
     let name: String = value.py().import("numpy")?.call_method1("dtype", (value,))?.getattr("name")?.extract()?;
-    crate::dtypes::from_numpy_name(&name).ok_or_else(|| invalid(format!("element_type {name} has no ONNX element type")))
+    crate::dtypes::from_numpy_name(&name)
+        .ok_or_else(|| invalid(format!("element_type {name} has no ONNX element type")))
 }
 
 #[pymethods]
@@ -262,8 +270,9 @@ impl IOBinding {
         let (index, spec) = self.spec("input", name)?;
         let input = if let Ok(device_type) = tensor_or_device_type.cast::<PyString>() {
             let ptr = buffer_ptr.ok_or_else(|| invalid(format!("input '{name}': the long form needs a buffer_ptr")))?;
-            let (memory, dims) =
-                self.raw("input", name, &spec, &device_type.to_cow()?, device_id, element_type, shape, ptr)?;
+            let device_type = device_type.to_cow()?;
+            let raw = Raw { device_type: &device_type, device_id, element_type, shape, buffer_ptr: ptr };
+            let (memory, dims) = self.raw("input", name, &spec, raw)?;
             Input::Device { memory, dims }
         } else if let Ok(array) = tensor_or_device_type.cast::<PyUntypedArray>() {
             Input::Host(feeds::array_of(array, &spec)?.0.unbind())
@@ -322,8 +331,8 @@ impl IOBinding {
                 match buffer_ptr {
                     _ if code == dlpack::KDL_CPU => Output::HostNew,
                     Some(ptr) => {
-                        let (memory, dims) =
-                            self.raw("output", name, &spec, &device_type, device_id, element_type, shape, ptr)?;
+                        let raw = Raw { device_type: &device_type, device_id, element_type, shape, buffer_ptr: ptr };
+                        let (memory, dims) = self.raw("output", name, &spec, raw)?;
                         Output::Device { memory, dims }
                     }
                     None => {
@@ -373,7 +382,10 @@ impl IOBinding {
 
     /// The last run's outputs as numpy arrays (device outputs copied to the host).
     fn copy_outputs_to_cpu<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyUntypedArray>>> {
-        self.results.iter().map(|r| r.bind(py).call_method0("numpy")?.cast_into::<PyUntypedArray>().map_err(Into::into)).collect()
+        self.results
+            .iter()
+            .map(|r| r.bind(py).call_method0("numpy")?.cast_into::<PyUntypedArray>().map_err(Into::into))
+            .collect()
     }
 
     fn clear_binding_inputs(&mut self) {
@@ -431,7 +443,9 @@ fn host_output(name: &str, spec: &TensorSpec, array: &Bound<'_, PyUntypedArray>)
     // SAFETY: the array object is alive (held by `checked`).
     let writable = unsafe { (*checked.as_array_ptr()).fields.flags } & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0;
     if !feeds::in_place(&checked) || !writable {
-        return Err(invalid(format!("output '{name}' must be a writable C-contiguous numpy array to be written in place")));
+        return Err(invalid(format!(
+            "output '{name}' must be a writable C-contiguous numpy array to be written in place"
+        )));
     }
     Ok(checked.unbind())
 }

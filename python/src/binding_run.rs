@@ -33,7 +33,11 @@ fn bytes_of(spec: &TensorSpec, dims: &[u64]) -> usize {
 }
 
 /// `kept` when it is held by nobody else and large enough, otherwise new memory of `bytes`.
-fn reuse_or_alloc(engine: &dyn Engine, kept: &mut Option<Arc<DeviceMemory>>, bytes: usize) -> PyResult<Arc<DeviceMemory>> {
+fn reuse_or_alloc(
+    engine: &dyn Engine,
+    kept: &mut Option<Arc<DeviceMemory>>,
+    bytes: usize,
+) -> PyResult<Arc<DeviceMemory>> {
     if let Some(memory) = kept
         && Arc::strong_count(memory) == 1
         && memory.len() >= bytes
@@ -160,7 +164,8 @@ impl IOBinding {
         spec: &TensorSpec,
         dst: DeviceSlice,
     ) -> PyResult<()> {
-        let feed = Feed { index: 0, array: feeds::settle(array.clone())?, dtype: spec.dtype(), dims: array_dims(array) };
+        let feed =
+            Feed { index: 0, array: feeds::settle(array.clone())?, dtype: spec.dtype(), dims: array_dims(array) };
         let src = feed.bytes();
         py.detach(|| engine.upload(src, dst)).map_err(dispatch)
     }

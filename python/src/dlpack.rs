@@ -165,7 +165,11 @@ impl Drop for Imported {
 
 impl std::fmt::Debug for Imported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Imported").field("place", &self.place).field("dtype", &self.dtype).field("dims", &self.dims).finish()
+        f.debug_struct("Imported")
+            .field("place", &self.place)
+            .field("dtype", &self.dtype)
+            .field("dims", &self.dims)
+            .finish()
     }
 }
 

@@ -108,7 +108,10 @@ pub(crate) fn contiguous<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult
 
 /// `value` as [`array`] makes it (nothing copied), checked against input `spec`: element type and
 /// rank.
-pub(crate) fn array_of<'py>(value: &Bound<'py, PyAny>, spec: &TensorSpec) -> PyResult<(Bound<'py, PyUntypedArray>, DType)> {
+pub(crate) fn array_of<'py>(
+    value: &Bound<'py, PyAny>,
+    spec: &TensorSpec,
+) -> PyResult<(Bound<'py, PyUntypedArray>, DType)> {
     let name = spec.name();
     let (array, dtype) = array(value, name)?;
     if dtype != spec.dtype() {
@@ -215,6 +218,10 @@ pub(crate) fn empty<'py>(py: Python<'py>, spec: &TensorSpec, dims: &[u64]) -> Py
 /// # Safety
 /// `array` must be C-contiguous with element size `element_bytes`, and no other reference may
 /// read or write its buffer while the returned slice lives.
+#[expect(
+    clippy::mut_from_ref,
+    reason = "numpy owns the buffer behind a shared handle; the caller's contract makes the borrow exclusive"
+)]
 pub(crate) unsafe fn bytes_mut<'a>(array: &'a Bound<'_, PyUntypedArray>, element_bytes: usize) -> &'a mut [u8] {
     let len = array.len() * element_bytes;
     if len == 0 {

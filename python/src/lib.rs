@@ -4,23 +4,24 @@
 //! # Design
 //!
 //! The classes keep ONNX Runtime's names and behaviour so inference code written for
-//! `onnxruntime` runs with only its import changed: [`session::InferenceSession`] (`run`,
+//! `onnxruntime` runs with only its import changed: `InferenceSession` (`session.rs`: `run`,
 //! `get_inputs`, `get_outputs`, `get_modelmeta`, `get_providers`, `io_binding`),
-//! [`meta::NodeArg`], [`meta::ModelMetadata`], [`binding::IOBinding`] and [`value::OrtValue`], and
-//! the error classes of [`errors`] under `saggar.Error`. `SessionOptions` and `RunOptions` are plain
-//! Python classes (`saggar/_options.py`), read here by attribute ([`options`]).
+//! `NodeArg` and `ModelMetadata` (`meta.rs`), `IOBinding` (`binding.rs`) and `OrtValue`
+//! (`value.rs`), and the error classes of `errors.rs` under `saggar.Error`. `SessionOptions` and
+//! `RunOptions` are plain Python classes (`saggar/_options.py`), read here by attribute
+//! (`options.rs`).
 //!
-//! A session holds an `Arc<dyn` [`engine::Engine`]`>`: a saggar-dispatch `Session` (or
+//! A session holds an `Arc<dyn Engine>` (`engine.rs`): a saggar-dispatch `Session` (or
 //! `SessionGroup`) of a saggar-onnx `OnnxCompiler`, on the backend the provider names
-//! ([`providers`]). Everything below that trait is saggar's own code, generic over the backend; the
+//! (`providers.rs`). Everything below that trait is saggar's own code, generic over the backend; the
 //! Python layer adds one virtual call per run.
 //!
-//! - `run` takes numpy arrays in place ([`feeds`]: a non-contiguous array is copied once), checks
+//! - `run` takes numpy arrays in place (`feeds.rs`: a non-contiguous array is copied once), checks
 //!   the request (names, element types, ranks, then the session's shape and size checks through
 //!   `Session::output_dims`) before it allocates the outputs, and runs `Session::run_into` with the
 //!   GIL released: one session serves many Python threads at once.
-//! - `io_binding` takes DLPack tensors ([`dlpack`]): device tensors of the session's device are read
-//!   and written in place through the dispatcher's direct-bind path ([`binding_run`]), host arrays
+//! - `io_binding` takes DLPack tensors (`dlpack.rs`): device tensors of the session's device are read
+//!   and written in place through the dispatcher's direct-bind path (`binding_run.rs`), host arrays
 //!   through `run_into`; outputs come back as `OrtValue`s that export DLPack capsules.
 //! - Every saggar error becomes a `saggar.Error` subclass whose message names the input, the
 //!   expected and the actual; a failed call leaves the session serving.

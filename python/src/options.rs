@@ -147,7 +147,9 @@ pub(crate) fn read(options: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
         s.precision = match extract::<String>(&v, "precision", "\"f32\" or \"tf32\"")?.as_str() {
             "f32" | "fp32" | "strict" => MatmulPrecision::StrictF32,
             "tf32" => MatmulPrecision::Tf32,
-            other => return Err(invalid(format!("SessionOptions.precision must be \"f32\" or \"tf32\", not \"{other}\""))),
+            other => {
+                return Err(invalid(format!("SessionOptions.precision must be \"f32\" or \"tf32\", not \"{other}\"")));
+            }
         };
     }
     if let Some(v) = attr(o, "graphs")? {
@@ -157,7 +159,9 @@ pub(crate) fn read(options: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
         s.capture = match extract::<String>(&v, "capture", "\"lazy\" or \"eager\"")?.as_str() {
             "lazy" => CaptureWhen::Lazy,
             "eager" => CaptureWhen::Eager,
-            other => return Err(invalid(format!("SessionOptions.capture must be \"lazy\" or \"eager\", not \"{other}\""))),
+            other => {
+                return Err(invalid(format!("SessionOptions.capture must be \"lazy\" or \"eager\", not \"{other}\"")));
+            }
         };
     }
     if let Some(v) = attr(o, "cache_dir")? {

@@ -108,10 +108,9 @@ pub(crate) fn candidates(
             for (name, device) in list {
                 match parse(name)? {
                     Parsed::Runs(p) => wanted.push((p, *device, true)),
-                    Parsed::Absent(name) => warnings.push(format!(
-                        "saggar has no {name}; it is skipped (saggar runs {})",
-                        ALL.join(", ")
-                    )),
+                    Parsed::Absent(name) => {
+                        warnings.push(format!("saggar has no {name}; it is skipped (saggar runs {})", ALL.join(", ")))
+                    }
                 }
             }
             wanted

@@ -64,12 +64,15 @@ fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
     PyErr::warn(py, &py.get_type::<PyUserWarning>(), &message, 1)
 }
 
+/// A provider asked for, by name, with the device its options name.
+type Requested = (String, Option<usize>);
+
 /// The `providers` argument (names, or `(name, options)` pairs) with `provider_options`, as names
 /// with the device each asks for.
 fn requested(
     providers: Option<&Bound<'_, PyAny>>,
     provider_options: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Vec<(String, Option<usize>)>>> {
+) -> PyResult<Option<Vec<Requested>>> {
     let Some(providers) = providers else { return Ok(None) };
     let items: Vec<Bound<'_, PyAny>> =
         providers.extract().map_err(|_| invalid("providers must be a list of provider names"))?;
@@ -167,7 +170,13 @@ fn create(
             Err(e) if k + 1 < candidates.len() && refused(&e) => {
                 if settings.warns() {
                     let CreateError::Session(session) = &e else { unreachable!("refused is a session error") };
-                    warn(py, &format!("{} refused the model ({session}); the next provider is used", candidate.provider.name))?;
+                    warn(
+                        py,
+                        &format!(
+                            "{} refused the model ({session}); the next provider is used",
+                            candidate.provider.name
+                        ),
+                    )?;
                 }
             }
             Err(CreateError::Settings(e)) => return Err(e),
@@ -194,13 +203,17 @@ impl InferenceSession {
             Source::Bytes(bytes.as_bytes().to_vec())
         } else {
             let path = py.import("os")?.call_method1("fspath", (path_or_bytes,)).map_err(|_| {
-                invalid(format!("path_or_bytes must be a model path or the model's bytes, not {}", path_or_bytes.get_type()))
+                invalid(format!(
+                    "path_or_bytes must be a model path or the model's bytes, not {}",
+                    path_or_bytes.get_type()
+                ))
             })?;
             Source::Path(path.extract::<PathBuf>().map_err(|_| invalid("the model path must be a str"))?)
         };
         let requested = requested(providers, provider_options)?;
         let (candidates, warnings) =
-            providers::candidates(requested.as_deref(), settings.device_id, &providers::device_count).map_err(invalid)?;
+            providers::candidates(requested.as_deref(), settings.device_id, &providers::device_count)
+                .map_err(invalid)?;
         if settings.warns() {
             for w in &warnings {
                 warn(py, w)?;
@@ -303,7 +316,12 @@ impl InferenceSession {
 
     /// Runs the request `iobinding` holds; its outputs are then in `iobinding.get_outputs()`.
     #[pyo3(signature = (iobinding, run_options=None))]
-    fn run_with_iobinding(&self, py: Python<'_>, iobinding: &Bound<'_, IOBinding>, run_options: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn run_with_iobinding(
+        &self,
+        py: Python<'_>,
+        iobinding: &Bound<'_, IOBinding>,
+        run_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let _ = run_options;
         let mut binding = iobinding.borrow_mut();
         if !Arc::ptr_eq(&binding.engine, &self.engine) {
@@ -345,7 +363,13 @@ impl InferenceSession {
     /// `iterations` runs after `warmup` (no Python in the loop): the baseline Python's overhead per
     /// `run` is measured against.
     #[pyo3(signature = (input_feed, iterations, warmup=100))]
-    fn _rust_run_into_seconds(&self, py: Python<'_>, input_feed: &Bound<'_, PyDict>, iterations: u32, warmup: u32) -> PyResult<f64> {
+    fn _rust_run_into_seconds(
+        &self,
+        py: Python<'_>,
+        input_feed: &Bound<'_, PyDict>,
+        iterations: u32,
+        warmup: u32,
+    ) -> PyResult<f64> {
         let signature = self.engine.signature();
         let mut feeds = feeds::collect(signature, input_feed)?;
         let dims = self.engine.output_dims(&feeds::shapes(signature, &feeds)).map_err(dispatch)?;
@@ -360,11 +384,8 @@ impl InferenceSession {
         let lengths: Vec<usize> = signature.outputs().iter().zip(&dims).map(|(s, d)| feeds_bytes(s, d)).collect();
         let engine = &self.engine;
         py.detach(|| {
-            let mut buffers: Vec<&mut [u8]> = owned
-                .iter_mut()
-                .zip(&lengths)
-                .map(|(w, &n)| &mut bytemuck_bytes(w)[..n])
-                .collect();
+            let mut buffers: Vec<&mut [u8]> =
+                owned.iter_mut().zip(&lengths).map(|(w, &n)| &mut bytemuck_bytes(w)[..n]).collect();
             for _ in 0..warmup {
                 engine.run_into(&hosts, &mut buffers)?;
             }
