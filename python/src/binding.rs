@@ -190,6 +190,14 @@ impl IOBinding {
         Ok((Arc::new(memory), dims))
     }
 
+    /// Binds output `index`, last in the order `get_outputs` returns.
+    fn set_output(&mut self, index: usize, output: Output) {
+        self.outputs[index] = Some(output);
+        self.order.retain(|&o| o != index);
+        self.order.push(index);
+        self.changed();
+    }
+
     /// Forgets the validated request (a binding changed shape or kind).
     fn changed(&mut self) {
         self.cached = None;
@@ -352,10 +360,7 @@ impl IOBinding {
                 }
             }
         };
-        self.outputs[index] = Some(output);
-        self.order.retain(|&o| o != index);
-        self.order.push(index);
-        self.changed();
+        self.set_output(index, output);
         Ok(())
     }
 
@@ -368,10 +373,7 @@ impl IOBinding {
             Storage::Host(array) => Output::Host(host_output(name, &spec, array.bind(value.py()))?),
             Storage::Device { memory, .. } => Output::Device { memory: memory.clone(), dims: v.dims.clone() },
         };
-        self.outputs[index] = Some(output);
-        self.order.retain(|&o| o != index);
-        self.order.push(index);
-        self.changed();
+        self.set_output(index, output);
         Ok(())
     }
 

@@ -306,6 +306,44 @@ struct Export<M> {
     _memory: Arc<DeviceMemory>,
 }
 
+/// A managed tensor of either DLPack layout, as `export` fills it in.
+trait ManagedTensor {
+    fn tensor_mut(&mut self) -> &mut DLTensor;
+    fn set_context(&mut self, context: *mut c_void);
+}
+
+impl ManagedTensor for DLManagedTensor {
+    fn tensor_mut(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
+
+    fn set_context(&mut self, context: *mut c_void) {
+        self.manager_ctx = context;
+    }
+}
+
+impl ManagedTensor for DLManagedTensorVersioned {
+    fn tensor_mut(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
+
+    fn set_context(&mut self, context: *mut c_void) {
+        self.manager_ctx = context;
+    }
+}
+
+/// Boxes `managed` with its `shape` and `memory` and leaks the box: the managed tensor points at
+/// the box's shape, and its context at the box, which its deleter frees.
+fn leak<M: ManagedTensor>(managed: M, shape: Vec<i64>, memory: Arc<DeviceMemory>) -> *mut c_void {
+    let mut b = Box::new(Export { managed, shape, _memory: memory });
+    let shape = b.shape.as_mut_ptr();
+    b.managed.tensor_mut().shape = shape;
+    let raw = Box::into_raw(b);
+    // SAFETY: `raw` is the box just leaked, valid and not aliased; its context points at itself.
+    unsafe { (*raw).managed.set_context(raw.cast()) };
+    raw.cast()
+}
+
 /// The deleter of an exported `dltensor`: frees the manager context.
 unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
     // SAFETY: `manager_ctx` is the `Box<Export<DLManagedTensor>>` made by `export`, leaked there;
@@ -357,37 +395,21 @@ pub(crate) fn export<'py>(
         byte_offset: 0,
     };
     let (pointer, name): (*mut c_void, &CStr) = if versioned {
-        let mut b = Box::new(Export {
-            managed: DLManagedTensorVersioned {
-                version: DLPackVersion { major: 1, minor: 0 },
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_versioned),
-                flags: 0,
-                dl_tensor: tensor(std::ptr::null_mut()),
-            },
-            shape,
-            _memory: memory.clone(),
-        });
-        b.managed.dl_tensor.shape = b.shape.as_mut_ptr();
-        let raw = Box::into_raw(b);
-        // SAFETY: `raw` is the box just leaked; its context points at itself for the deleter.
-        unsafe { (*raw).managed.manager_ctx = raw.cast() };
-        (raw.cast(), DLTENSOR_VERSIONED)
+        let managed = DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 0 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_versioned),
+            flags: 0,
+            dl_tensor: tensor(std::ptr::null_mut()),
+        };
+        (leak(managed, shape, memory), DLTENSOR_VERSIONED)
     } else {
-        let mut b = Box::new(Export {
-            managed: DLManagedTensor {
-                dl_tensor: tensor(std::ptr::null_mut()),
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_legacy),
-            },
-            shape,
-            _memory: memory.clone(),
-        });
-        b.managed.dl_tensor.shape = b.shape.as_mut_ptr();
-        let raw = Box::into_raw(b);
-        // SAFETY: as above.
-        unsafe { (*raw).managed.manager_ctx = raw.cast() };
-        (raw.cast(), DLTENSOR)
+        let managed = DLManagedTensor {
+            dl_tensor: tensor(std::ptr::null_mut()),
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_legacy),
+        };
+        (leak(managed, shape, memory), DLTENSOR)
     };
     // SAFETY: `pointer` is the leaked box whose first field is the managed tensor (`#[repr(C)]`),
     // the name is a static C string, and the destructor frees the box unless a consumer renamed

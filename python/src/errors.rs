@@ -5,7 +5,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use saggar_dispatch::DispatchError;
+use saggar_dispatch::{DispatchError, FailureKind};
 use saggar_onnx::OnnxError;
 
 create_exception!(saggar, Error, PyException, "Every error saggar raises.");
@@ -77,42 +77,27 @@ pub(crate) fn onnx(error: &OnnxError) -> PyErr {
     }
 }
 
-/// The saggar-onnx error a compiler error holds, if it is one.
-fn compiler_onnx(source: &saggar_dispatch::CompilerError) -> Option<&OnnxError> {
-    source.downcast_ref::<OnnxError>()
-}
-
-/// The exception for a session error.
+/// The exception for a session error, by the kind the session counts it as
+/// (`DispatchError::failure_kind`): a bad request or one past the limits is an `InvalidArgument`, a
+/// device error an `EPFail`, a compile error the class of the compiler's own error.
 pub(crate) fn dispatch(error: DispatchError) -> PyErr {
     let message = error.to_string();
-    match &error {
-        DispatchError::Compile { source, .. } | DispatchError::Load { source, .. } => match compiler_onnx(source) {
-            // The compile error's own class (an op the backend does not lower, data-dependent
-            // shapes), with the session's message naming the model and shapes.
-            Some(onnx_error) => {
-                let err = onnx(onnx_error);
-                Python::attach(|py| PyErr::from_type(err.get_type(py), message))
+    match (&error, error.failure_kind()) {
+        (DispatchError::Compile { source, .. } | DispatchError::Load { source, .. }, _) => {
+            match source.downcast_ref::<OnnxError>() {
+                // The compile error's own class (an op the backend does not lower, data-dependent
+                // shapes), with the session's message naming the model and shapes.
+                Some(onnx_error) => {
+                    let err = onnx(onnx_error);
+                    Python::attach(|py| PyErr::from_type(err.get_type(py), message))
+                }
+                None => Fail::new_err(message),
             }
-            None => Fail::new_err(message),
-        },
-        DispatchError::Device(_) => EPFail::new_err(message),
-        DispatchError::Cache(_) => Fail::new_err(message),
-        DispatchError::AfterFailedRun { error, .. } if matches!(**error, DispatchError::Device(_)) => {
-            EPFail::new_err(message)
         }
-        DispatchError::Shape(_)
-        | DispatchError::OutputCount { .. }
-        | DispatchError::BufferTooSmall { .. }
-        | DispatchError::OutputShape { .. }
-        | DispatchError::Misaligned { .. }
-        | DispatchError::NoSuchTensor { .. }
-        | DispatchError::NoSuchName { .. }
-        | DispatchError::ElementType { .. }
-        | DispatchError::RequestBatch { .. }
-        | DispatchError::PaddedAxisAboveLargest { .. }
-        | DispatchError::PaddedAxisNeedsHostTensors { .. }
-        | DispatchError::Config(_)
-        | DispatchError::LimitExceeded { .. } => InvalidArgument::new_err(message),
+        (_, FailureKind::Request | FailureKind::Limit) | (DispatchError::Config(_), _) => {
+            InvalidArgument::new_err(message)
+        }
+        (_, FailureKind::Device) => EPFail::new_err(message),
         _ => Fail::new_err(message),
     }
 }
