@@ -38,7 +38,7 @@ def reinit(module, seed):
 
 
 class FirstTensor(nn.Module):
-    """Calls `inner(**named inputs)` and returns its tensor outputs as a tuple (dicts and model
+    """Calls `inner(**named inputs)` (or `inner(*inputs)` when `names` is None) and returns its tensor outputs as a tuple (dicts and model
     outputs flattened in order), so every exporter sees plain tensors."""
 
     def __init__(self, inner, names):
@@ -46,7 +46,7 @@ class FirstTensor(nn.Module):
         self.inner, self.names = inner, names
 
     def forward(self, *args):
-        out = self.inner(**dict(zip(self.names, args)))
+        out = self.inner(*args) if self.names is None else self.inner(**dict(zip(self.names, args)))
         if isinstance(out, torch.Tensor):
             return out
         if isinstance(out, dict):
@@ -102,7 +102,7 @@ def tv(name, tiny_fn=None, size=IMAGE, tiny_size=32, wrap=None):
 
 def seg(name, tiny_fn, size=IMAGE):
     def wrap(m):
-        return FirstTensor(m, ["x"])
+        return FirstTensor(m, None)
     return tv(name, tiny_fn, size=size, wrap=wrap)
 
 

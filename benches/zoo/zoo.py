@@ -155,7 +155,9 @@ def saggar_run(binary, backend, model, data, outdir, requests, env=None):
         return dict(result, status="refused", ops=ops, refused=verdict["refused"][:20])
     report = os.path.join(outdir, f"perf-{backend}.json")
     exported = os.path.join(outdir, f"outputs-{backend}")
+    # Batch 1 only: --max-batch 1 compiles that bucket alone (a UNet's larger buckets need more memory).
     cmd = [binary, "perf", "--backend", backend, "--onnx", model, "--load-inputs", data, "--trace", "const:1",
+           "--max-batch", "1",
            "--requests", str(requests), "--export-outputs", exported, "--quiet", "--json", report]
     p, seconds = run(cmd, env=env)
     if p.returncode != 0:

@@ -92,7 +92,9 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
     }
     let target_arg = target.to_string_lossy().into_owned();
     let mut args = vec!["package", "--workspace", "--allow-dirty", "--target-dir", &target_arg];
-    for member in ["saggar-hip-fixture", "xtask"] {
+    // `publish = false` members: a test fixture, this tool, and the Python package's crate (shipped as
+    // a wheel by maturin, never as a crate).
+    for member in ["saggar-hip-fixture", "saggar-python", "xtask"] {
         args.extend(["--exclude", member]);
     }
     eprintln!("xtask: cargo {}", args.join(" "));

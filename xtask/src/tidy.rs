@@ -128,11 +128,12 @@ pub(crate) fn check_all(files: &[SourceFile]) -> Vec<Violation> {
     found
 }
 
-/// Every `.rs` file under `crates/*/src` of the workspace at `root`, sorted by path.
+/// Every `.rs` file under `crates/*/src` and `python/src` (the Python package's crate) of the
+/// workspace at `root`, sorted by path.
 pub(crate) fn crate_sources(root: &Path) -> Result<Vec<SourceFile>, String> {
     let mut paths = Vec::new();
     let crates = root.join("crates");
-    for entry in read_dir(&crates)? {
+    for entry in read_dir(&crates)?.into_iter().chain([root.join("python")]) {
         let src = entry.join("src");
         if src.is_dir() {
             collect_rs(&src, &mut paths)?;
@@ -649,6 +650,7 @@ mod tests {
     fn real_tree() -> Vec<SourceFile> {
         let files = crate_sources(&workspace_root()).expect("read crates/*/src");
         assert!(files.len() > 100, "found only {} source files", files.len());
+        assert!(files.iter().any(|f| f.path.starts_with("python/src/")), "the Python package's crate is checked too");
         files
     }
 

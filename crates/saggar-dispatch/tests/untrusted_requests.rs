@@ -221,6 +221,26 @@ fn limits_are_typed_errors_counted_apart() {
     ));
 }
 
+/// `output_dims` checks a request as a run does, so a caller (the Python package) can size its
+/// output buffers from it before allocating: a request past the limits, or claiming 2^40 rows
+/// with five rows of data, is refused and nothing its size is allocated.
+#[test]
+fn output_dims_checks_limits_before_a_caller_allocates() {
+    let m = Arc::new(SumModel::new(2, WIDTH, true));
+    let s = session(&m, Splitting::Allowed, RequestLimits { max_rows: 8, max_bytes: 1 << 20 });
+    let (data, dims) = (m.inputs(9, 1), m.dims(9));
+    let err = s.output_dims(&host_tensors(&m, &data, &dims)).unwrap_err();
+    assert!(matches!(err, DispatchError::LimitExceeded { what: "rows", requested: 9, limit: 8 }), "{err:?}");
+    let (data, dims) = huge_claim(&m);
+    let err = s.output_dims(&host_tensors(&m, &data, &dims)).unwrap_err();
+    assert!(matches!(err, DispatchError::LimitExceeded { what: "rows", .. }), "{err:?}");
+    let (data, dims) = (m.inputs(3, 1), m.dims(3));
+    let out = s.output_dims(&host_tensors(&m, &data, &dims)).unwrap();
+    assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|d| d[0] == 3), "{out:?}");
+    assert_allocations_bounded();
+}
+
 #[test]
 fn stats_add_up_over_every_path_and_enqueued_runs() {
     let m = Arc::new(SumModel::new(2, WIDTH, true));

@@ -55,7 +55,7 @@ pub use compiler::{
 pub use error::OnnxError;
 pub use fuse::attention::AttentionKernel;
 pub use graph::build::{MAX_IR_VERSION, MIN_IR_VERSION};
-pub use graph::model::{OnnxModel, RUN_ONCE_MAX_ELEMENTS};
+pub use graph::model::{ModelMetadata, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use graph::passes::conv_gemm::ConvEngine;
 pub use import::limits::ImportLimits;
 pub use lower::blas::GemmEngine;

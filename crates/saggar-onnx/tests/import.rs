@@ -151,3 +151,19 @@ fn torchscript_style_expand_targets_keep_their_symbols() {
     assert_eq!(model.outputs()[0].dims(), &[sym("batch"), Dim::Fixed(4)]);
     assert!(model.batch_layout().batch_is_only_dynamic_dim());
 }
+
+/// The file's descriptive fields are kept as written (what ONNX Runtime's `get_modelmeta` shows),
+/// also by a model built in code (the builder names itself the producer).
+#[test]
+fn model_metadata_is_the_files() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mlp/model.onnx");
+    let model = OnnxModel::load(path).unwrap();
+    let meta = model.metadata();
+    assert_eq!(meta.producer_name, "pytorch");
+    assert_eq!(meta.graph_name, "main_graph");
+    assert_eq!(meta.model_version, None, "the exporter leaves the version unset");
+    assert!(meta.properties.is_empty());
+    let built = OnnxModel::from_bytes(&flatten_chain().to_bytes(), "built", &ImportLimits::default()).unwrap();
+    assert_eq!(built.metadata().producer_name, "saggar-onnx");
+    assert_eq!(built.metadata().model_version, None);
+}

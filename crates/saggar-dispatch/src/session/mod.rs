@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use saggar_arena::{ArenaPool, GatherStats, Lease, Pool};
 use saggar_device::{Backend, Device, Stream};
-use saggar_shape::{Signature, TensorShape};
+use saggar_shape::Signature;
 
 use crate::compiler::ProgramCompiler;
 use crate::context::RunContext;
@@ -121,12 +121,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         self.inner.gather.gather_stats()
     }
 
-    /// Output dimensions for a request with these input shapes (any order).
+    /// Output dimensions (binding order) for a request with these input shapes (any order; the
+    /// tensors' `data` is not read). The request is checked as a run checks it first (names,
+    /// dtypes, ranks, extents and the session's [`crate::RequestLimits`]), so a caller can size its
+    /// output buffers before allocating anything for a request it does not trust.
     pub fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
         let inner = &*self.inner;
-        let shapes: Vec<TensorShape<'_>> = inputs.iter().map(|t| TensorShape::new(t.name, t.dtype, t.dims)).collect();
-        let bindings = inner.signature.bind(&shapes)?;
-        (0..inner.signature.outputs().len()).map(|o| Ok(bindings.output_shape(o)?.to_vec())).collect()
+        let request = crate::request::check(&inner.signature, &inner.guard, inputs)?;
+        (0..inner.signature.outputs().len()).map(|o| Ok(request.bindings.output_shape(o)?.to_vec())).collect()
     }
 
     /// Runs `f` with a leased run context and returns the work it enqueued as [`Pending`].

@@ -55,6 +55,46 @@ pub struct OnnxModel {
     model_hash: String,
     inputs: Vec<TensorSpec>,
     outputs: Vec<TensorSpec>,
+    metadata: ModelMetadata,
+}
+
+/// What a model file says about itself (`ModelProto`'s descriptive fields), for tools that show
+/// it (ONNX Runtime's `get_modelmeta`). Nothing here changes how the model runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelMetadata {
+    /// The tool that made the file (`"pytorch"`).
+    pub producer_name: String,
+    /// Its version.
+    pub producer_version: String,
+    /// The model's reverse-DNS namespace.
+    pub domain: String,
+    /// The model's version; `None` when the file leaves it at 0 (unset).
+    pub model_version: Option<i64>,
+    /// The model's documentation.
+    pub doc_string: String,
+    /// The graph's name.
+    pub graph_name: String,
+    /// The graph's documentation.
+    pub graph_doc_string: String,
+    /// Free-form key/value metadata, in file order.
+    pub properties: Vec<(String, String)>,
+}
+
+impl ModelMetadata {
+    fn of(proto: &crate::import::proto::ModelProto) -> ModelMetadata {
+        let graph = proto.graph.as_ref();
+        ModelMetadata {
+            producer_name: proto.producer_name.clone(),
+            producer_version: proto.producer_version.clone(),
+            domain: proto.domain.clone(),
+            model_version: (proto.model_version != 0).then_some(proto.model_version),
+            doc_string: proto.doc_string.clone(),
+            graph_name: graph.map(|g| g.name.clone()).unwrap_or_default(),
+            graph_doc_string: graph.map(|g| g.doc_string.clone()).unwrap_or_default(),
+            properties: proto.metadata_props.iter().map(|p| (p.key.clone(), p.value.clone())).collect(),
+        }
+    }
 }
 
 impl OnnxModel {
@@ -99,12 +139,15 @@ impl OnnxModel {
             message: "ModelProto",
             reason: e.to_string(),
         })?;
+        let metadata = ModelMetadata::of(&proto);
         crate::import::half::widen(&mut proto);
         let mut graph = build::import(&proto, dir, limits)?;
         passes::optimise(&mut graph, limits.max_fold_elements)?;
         let mut hasher = blake3::Hasher::new();
         hasher.update(bytes);
-        Ok(OnnxModel::from_graph(name, graph, hasher))
+        let mut model = OnnxModel::from_graph(name, graph, hasher);
+        model.metadata = metadata;
+        Ok(model)
     }
 
     /// The model of an optimised `graph`; `hasher` has seen the file and sees the constants here
@@ -132,6 +175,7 @@ impl OnnxModel {
             graph,
             inputs,
             outputs,
+            metadata: ModelMetadata::default(),
         }
     }
 
@@ -175,6 +219,7 @@ impl OnnxModel {
         hasher.update(self.model_hash.as_bytes());
         let mut model = OnnxModel::from_graph(&self.name, graph, hasher);
         model.path = self.path.clone();
+        model.metadata = self.metadata.clone();
         Ok(model)
     }
 
@@ -186,6 +231,11 @@ impl OnnxModel {
     /// The file it was loaded from.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// What the file says about itself (producer, versions, documentation, properties).
+    pub fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
     }
 
     /// The optimised graph.
