@@ -75,8 +75,15 @@ pub(crate) fn array<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<(Bou
     };
     let descr = array.dtype();
     let dtype = crate::dtypes::from_numpy(descr.kind(), descr.itemsize(), descr.byteorder())
+        .or_else(|| is_bfloat16(&descr).then_some(DType::BF16))
         .ok_or_else(|| invalid(format!("'{name}' is numpy {descr}, which has no ONNX element type saggar takes")))?;
     Ok((array, dtype))
+}
+
+/// Whether a numpy dtype is ml_dtypes' `bfloat16` (the type onnx and JAX give bfloat16 arrays; numpy
+/// has none of its own).
+fn is_bfloat16(descr: &Bound<'_, numpy::PyArrayDescr>) -> bool {
+    descr.itemsize() == 2 && descr.to_string() == "bfloat16"
 }
 
 /// Whether saggar reads `array` in place: C-contiguous and aligned.
@@ -190,6 +197,14 @@ pub(crate) fn host_tensors<'a>(signature: &'a Signature, feeds: &'a [Feed<'_>]) 
 /// A new, uninitialised numpy array for output `spec` with extents `dims` (already checked against
 /// the session's limits by `output_dims`).
 pub(crate) fn empty<'py>(py: Python<'py>, spec: &TensorSpec, dims: &[u64]) -> PyResult<Bound<'py, PyUntypedArray>> {
+    if spec.dtype() == DType::BF16
+        && let Ok(ml_dtypes) = py.import("ml_dtypes")
+    {
+        // numpy has no bfloat16; ml_dtypes' (which onnx depends on) is what users compare against.
+        let shape = pyo3::types::PyTuple::new(py, dims)?;
+        let array = py.import("numpy")?.call_method1("empty", (shape, ml_dtypes.getattr("bfloat16")?))?;
+        return Ok(array.cast_into::<PyUntypedArray>()?);
+    }
     let typenum = numpy_type(spec.dtype()).ok_or_else(|| {
         NotImplemented::new_err(format!(
             "output '{}' is {}, which numpy has no type for",
