@@ -1,5 +1,5 @@
 //! Activations: the f32 ones of one input and their attributes (HardSigmoid, HardSwish, LeakyRelu,
-//! Elu, Selu, Celu, Softplus, Softsign, Mish, ThresholdedRelu), Shrink (f32 and integers) and PRelu
+//! Elu, Selu, Celu, Softplus, Softsign, Mish, ThresholdedRelu, Swish), Shrink (f32 and integers) and PRelu
 //! (a slope tensor broadcast to the input's shape). Where numpy's reference propagates NaN, so do
 //! these: the clamps are comparisons, not `fminf`/`fmaxf`.
 
@@ -34,6 +34,8 @@ pub(super) enum Activation {
     Mish,
     /// `x` where `x > alpha`, else 0.
     ThresholdedRelu { alpha: f32 },
+    /// `x * sigmoid(alpha * x)`.
+    Swish { alpha: f32 },
 }
 
 /// HardSwish's HardSigmoid (the spec's alpha and beta).
@@ -87,6 +89,10 @@ impl Activation {
         Activation::ThresholdedRelu { alpha: ctx.float_or("alpha", 1.0)? }.boxed()
     }
 
+    pub(super) fn build_swish(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+        Activation::Swish { alpha: ctx.float_or("alpha", 1.0)? }.boxed()
+    }
+
     fn name(self) -> &'static str {
         match self {
             Activation::HardSigmoid { .. } => "HardSigmoid",
@@ -99,6 +105,7 @@ impl Activation {
             Activation::Softsign => "Softsign",
             Activation::Mish => "Mish",
             Activation::ThresholdedRelu { .. } => "ThresholdedRelu",
+            Activation::Swish { .. } => "Swish",
         }
     }
 
@@ -140,6 +147,7 @@ impl Activation {
                     0.0
                 }
             }
+            Activation::Swish { alpha } => x * (1.0 / (1.0 + (-(alpha * x)).exp())),
         }
     }
 
@@ -161,6 +169,7 @@ impl Activation {
             Activation::Softsign => "($0 / (1.0f + fabsf($0)))".into(),
             Activation::Mish => format!("($0 * tanhf{SOFTPLUS_EXPR})"),
             Activation::ThresholdedRelu { alpha } => format!("($0 > {} ? $0 : 0.0f)", c_float(alpha)),
+            Activation::Swish { alpha } => format!("($0 * (1.0f / (1.0f + expf(-({} * $0)))))", c_float(alpha)),
         }
     }
 }
@@ -407,6 +416,19 @@ mod tests {
         check("Softsign", 1, &[], &[-1.0, 0.0, 3.0], &[-0.5, 0.0, 0.75]);
         check("Mish", 18, &[], &[1.0, -1.0, 0.0, 100.0], &[0.865_098_4, -0.303_401_4, 0.0, 100.0]);
         assert!(run_op("Mish", 17, &Attributes::default(), &[Some(&f32s(&[1], &[1.0]))]).is_err());
+    }
+
+    #[test]
+    fn swish_is_x_times_the_sigmoid_of_alpha_x() {
+        let s = |v: f32| 1.0 / (1.0 + (-v).exp());
+        check("Swish", 24, &[], &[-2.0, 0.0, 1.5, 100.0, -100.0], &[-2.0 * s(-2.0), 0.0, 1.5 * s(1.5), 100.0, 0.0]);
+        check("Swish", 24, &[("alpha", 0.5)], &[-2.0, 3.0], &[-2.0 * s(-1.0), 3.0 * s(1.5)]);
+        check("Swish", 24, &[], &[f32::NAN], &[f32::NAN]);
+        assert!(run_op("Swish", 23, &Attributes::default(), &[Some(&f32s(&[1], &[1.0]))]).is_err(), "from 24");
+        let ints = Tensor::from_i64s(vec![1]);
+        assert!(run_op("Swish", 24, &Attributes::default(), &[Some(&ints)]).is_err(), "f32 only");
+        let e = super::Activation::Swish { alpha: -0.5 }.c_expr();
+        assert_eq!(e, "($0 * (1.0f / (1.0f + expf(-((-0.5f) * $0)))))");
     }
 
     #[test]

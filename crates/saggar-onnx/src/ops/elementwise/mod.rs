@@ -1,6 +1,6 @@
 //! Elementwise ops with numpy broadcasting, each one fused C++ expression on GPU: unary math
 //! ([`unary`]: roots, exponentials, trigonometry, rounding, Sign, IsNaN, IsInf, Not, BitwiseNot),
-//! the activations ([`activation`]: Relu's relatives with their attributes, PRelu), binary
+//! the activations ([`activation`]: Relu's relatives with their attributes, Swish, PRelu), binary
 //! arithmetic, comparisons and logic ([`binary`]), the integer-minded binary ops Mod, BitShift and
 //! BitwiseAnd/Or/Xor ([`integer`]), and the variadic Sum/Max/Min/Mean ([`variadic`]).
 //!
@@ -66,6 +66,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Softsign", since: 1, until: 24, build: |_| Activation::Softsign.boxed() },
     OpEntry { op_type: "Mish", since: 18, until: 24, build: |_| Activation::Mish.boxed() },
     OpEntry { op_type: "ThresholdedRelu", since: 10, until: 24, build: Activation::build_thresholded_relu },
+    OpEntry { op_type: "Swish", since: 24, until: 24, build: Activation::build_swish },
     OpEntry { op_type: "Shrink", since: 9, until: 24, build: build_shrink },
     // Unidirectional broadcasting of the slope from 7, integer types from 9.
     OpEntry { op_type: "PRelu", since: 7, until: 8, build: |c| build_prelu(c, false) },

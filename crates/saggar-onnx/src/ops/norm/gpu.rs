@@ -151,3 +151,20 @@ const MEAN_VARIANCE: &str = "const float shift = acc / (float)n;
     for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) { const float d = x[base + red_offset(j, nr, rd, rs)] - shift; sq += d * d; }
     ONNX_BLOCK_REDUCE(sq, sh, p, q, p + q);
     const float div = sqrtf(sq / (float)n) + 1e-9f;";
+
+/// RMSNormalization over the trailing `cols` of each row, scaled by a broadcast scale
+/// (`rms_norm.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RmsNormKernel {
+    pub(crate) epsilon_bits: u32,
+}
+
+impl GpuKernel for RmsNormKernel {
+    fn prefix(&self) -> &'static str {
+        "rms_norm"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("rms_norm.cu"), &[("EPS", &float_literal(self.epsilon_bits)), ("BLOCK", &BLOCK.to_string())])
+    }
+}

@@ -1,12 +1,13 @@
 //! Normalizations: Softmax, LogSoftmax and Hardmax ([`hardmax`]; all three flattened to 2-D at
 //! `axis` before opset 13, along one axis from 13), LayerNormalization (with its optional Mean and
-//! InvStdDev outputs), InstanceNormalization, GroupNormalization (`group.rs`), LpNormalization and
-//! MeanVarianceNormalization (`axes.rs`).
+//! InvStdDev outputs), RMSNormalization (`rms.rs`), InstanceNormalization, GroupNormalization
+//! (`group.rs`), LpNormalization and MeanVarianceNormalization (`axes.rs`).
 
 mod axes;
 pub(crate) mod gpu;
 mod group;
 mod hardmax;
+mod rms;
 
 use saggar_shape::{DType, Dim};
 
@@ -24,6 +25,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "LogSoftmax", since: 1, until: 12, build: |c| build_softmax(c, true, true) },
     OpEntry { op_type: "LogSoftmax", since: 13, until: 24, build: |c| build_softmax(c, true, false) },
     OpEntry { op_type: "LayerNormalization", since: 17, until: 24, build: build_layer_norm },
+    OpEntry { op_type: "RMSNormalization", since: 23, until: 24, build: rms::build_rms_norm },
     OpEntry { op_type: "InstanceNormalization", since: 6, until: 24, build: build_instance_norm },
     OpEntry { op_type: "GroupNormalization", since: 18, until: 20, build: |c| group::build_group_norm(c, false) },
     OpEntry { op_type: "GroupNormalization", since: 21, until: 24, build: |c| group::build_group_norm(c, true) },
