@@ -4,6 +4,8 @@
 use saggar_shape::{DType, Dim};
 
 use super::{assert_close, run_emulated};
+
+mod llm_and_linalg;
 use crate::builder::ModelBuilder;
 use crate::ops::Attribute::{self, Float, Floats, Int, Ints, String as Str};
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};

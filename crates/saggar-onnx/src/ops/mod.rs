@@ -73,6 +73,7 @@ pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
 pub(crate) mod scatter;
+pub(crate) mod select;
 pub mod shape_util;
 pub(crate) mod shapes;
 pub mod testing;
@@ -370,6 +371,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     resize::OPS,
     rnn::OPS,
     scatter::OPS,
+    select::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
