@@ -1,7 +1,10 @@
 //! Matrix products: MatMul (numpy-style batched, broadcasting batch dims, 1-D operands) and Gemm
 //! (alpha, beta, transposes, broadcast C), both through `matrixmultiply::sgemm` with strides, so a
-//! transposed operand is read in place.
+//! transposed operand is read in place; Einsum ([`einsum`], a GEMM where it is one) and Det
+//! (`det.rs`).
 
+mod det;
+mod einsum;
 pub(crate) mod gpu;
 
 use saggar_shape::{DType, Dim};
@@ -15,6 +18,8 @@ use crate::tensor::TensorMut;
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "MatMul", since: 9, until: 24, build: |_| Ok(Box::new(MatMul)) },
     OpEntry { op_type: "Gemm", since: 9, until: 24, build: build_gemm },
+    OpEntry { op_type: "Det", since: 11, until: 24, build: det::build_det },
+    OpEntry { op_type: "Einsum", since: 12, until: 24, build: einsum::build_einsum },
 ];
 
 /// One strided f32 matrix product `c = alpha * a·b + beta * c` of an `m × k` by a `k × n` matrix,
