@@ -38,9 +38,9 @@
 //!    below (`pub(crate) mod linalg;`) and add `linalg::OPS` to `FAMILIES`: those two lines are the
 //!    only edits a family makes outside its own folder. Families: `elementwise`, `convert`,
 //!    `shapes`, `constants`, `data_movement`, `gather`, `scatter` (import side) and `linalg`,
-//!    `conv`, `pool`, `norm`, `reduce`, `resize`, `rnn` (compute side). An op with no device code of its
-//!    own (computed at compile time) is listed in `COMPILE_TIME`; a test holds every other op to
-//!    having a GPU form.
+//!    `conv`, `pool`, `norm`, `reduce`, `resize`, `rnn`, `select`, `attention` (compute side). An op
+//!    with no device code of its own (computed at compile time) is listed in `COMPILE_TIME`; a test
+//!    holds every other op to having a GPU form.
 //! 4. Test in the family (`#[cfg(test)] mod tests`): build nodes with [`NodeCtx::for_test`], run
 //!    `infer` and `eval` through [`testing::run_op`], and compare with hand-computed values; render
 //!    each kernel kind's variants. The ONNX backend test suite exercises the same ops end to end, and
@@ -56,6 +56,7 @@
 //! in place from device memory, outputs written through a per-thread buffer). Keep `eval` free of per-call
 //! allocations proportional to the data where you can (scratch per thread is fine).
 
+pub(crate) mod attention;
 mod attr;
 pub(crate) mod constants;
 pub(crate) mod conv;
@@ -357,6 +358,7 @@ pub const MAX_OPSET: u32 = 24;
 
 /// Every op family's table.
 static FAMILIES: &[&[OpEntry]] = &[
+    attention::OPS,
     elementwise::OPS,
     convert::OPS,
     shapes::OPS,

@@ -80,7 +80,8 @@ impl Op for Det {
         let x = inputs.req(0)?.ty;
         require_f32("Det", x.dtype)?;
         let r = x.rank();
-        let square = r >= 2 && !matches!((x.dims[r - 2].as_fixed(), x.dims[r - 1].as_fixed()), (Some(a), Some(b)) if a != b);
+        let square =
+            r >= 2 && !matches!((x.dims[r - 2].as_fixed(), x.dims[r - 1].as_fixed()), (Some(a), Some(b)) if a != b);
         if !square {
             return Err(OpError::infer(format!("Det takes square matrices [..., n, n], found {x}")));
         }

@@ -165,6 +165,9 @@ impl GpuKernel for RmsNormKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("rms_norm.cu"), &[("EPS", &float_literal(self.epsilon_bits)), ("BLOCK", &BLOCK.to_string())])
+        render(
+            include_str!("rms_norm.cu"),
+            &[("EPS", &float_literal(self.epsilon_bits)), ("BLOCK", &BLOCK.to_string())],
+        )
     }
 }

@@ -61,9 +61,11 @@ impl Op for RmsNorm {
         normalize_axis(self.axis, x.rank())?;
         let lead = x.rank().checked_sub(scale.rank());
         let clash = lead.is_none_or(|lead| {
-            scale.dims.iter().zip(&x.dims[lead..]).any(
-                |(s, d)| matches!((s.as_fixed(), d.as_fixed()), (Some(p), Some(q)) if p != 1 && p != q),
-            )
+            scale
+                .dims
+                .iter()
+                .zip(&x.dims[lead..])
+                .any(|(s, d)| matches!((s.as_fixed(), d.as_fixed()), (Some(p), Some(q)) if p != 1 && p != q))
         });
         if clash {
             return Err(OpError::infer(format!(
@@ -160,7 +162,10 @@ mod tests {
         let big = f32s(&[1, 2, 3], &[1.0; 6]);
         assert!(run_op("RMSNormalization", 23, &attrs(-1, 0.0), &[Some(&x), Some(&big)]).is_err());
         let s = f32s(&[3], &[1.0; 3]);
-        assert!(matches!(run_op("RMSNormalization", 23, &attrs(2, 0.0), &[Some(&x), Some(&s)]), Err(OpError::Infer(_))));
+        assert!(matches!(
+            run_op("RMSNormalization", 23, &attrs(2, 0.0), &[Some(&x), Some(&s)]),
+            Err(OpError::Infer(_))
+        ));
         let stash = Attributes(vec![("stash_type".into(), Attribute::Int(10))]);
         assert!(matches!(
             run_op("RMSNormalization", 23, &stash, &[Some(&x), Some(&s)]),

@@ -133,3 +133,29 @@ pub(super) fn scatter_nd(op: &ScatterNd, ctx: &GpuCtx<'_>) -> Result<GpuNode, Op
     }
     Ok(GpuNode::Launches(launches))
 }
+
+/// TensorScatter of `elem_bytes`-byte elements (moved as bits), with or without `write_indices`
+/// (`tensor_scatter.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TensorScatterKernel {
+    pub(crate) elem_bytes: u8,
+    pub(crate) write_indices: bool,
+}
+
+impl GpuKernel for TensorScatterKernel {
+    fn prefix(&self) -> &'static str {
+        "tensor_scatter"
+    }
+
+    fn source(&self) -> String {
+        let (param, index) = if self.write_indices {
+            (", const long long* __restrict__ write_indices", "write_indices[row / pre]")
+        } else {
+            ("", "0")
+        };
+        render(
+            include_str!("tensor_scatter.cu"),
+            &[("T", bits_type(self.elem_bytes)), ("WI_PARAM", param), ("WRITE_INDEX", index)],
+        )
+    }
+}

@@ -1,5 +1,5 @@
 //! Indexed writes: ScatterND, ScatterElements and the deprecated Scatter (opsets 9 and 10, which is
-//! ScatterElements without a reduction). The output is the data with the updates written at the
+//! ScatterElements without a reduction), and TensorScatter's KV-cache update (`tensor_scatter.rs`). The output is the data with the updates written at the
 //! indices, combined with what is there by the `reduction` the opset allows: `none` (replace) up to
 //! 15, `add` and `mul` from 16, `max` and `min` from 18 (an attribute the opset lacks is refused as
 //! unread).
@@ -12,6 +12,7 @@
 //! wherever ONNX defines the result.
 
 pub(crate) mod gpu;
+mod tensor_scatter;
 
 use saggar_shape::{DType, Dim};
 
@@ -31,6 +32,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "ScatterND", since: 11, until: 15, build: |c| build_nd(c, &[]) },
     OpEntry { op_type: "ScatterND", since: 16, until: 17, build: |c| build_nd(c, &[Add, Mul]) },
     OpEntry { op_type: "ScatterND", since: 18, until: 24, build: |c| build_nd(c, &[Add, Mul, Max, Min]) },
+    OpEntry { op_type: "TensorScatter", since: 24, until: 24, build: tensor_scatter::build_tensor_scatter },
 ];
 
 /// How an update combines with the element it lands on.

@@ -105,7 +105,14 @@ impl TopK {
     }
 
     /// Writes the top `k` of every row of `x` (shaped `dims`) into `values` and `indices`.
-    fn select<T: Ordered>(&self, x: &[T], dims: &[usize], k: usize, values: &mut [T], indices: &mut [i64]) -> Result<(), OpError> {
+    fn select<T: Ordered>(
+        &self,
+        x: &[T],
+        dims: &[usize],
+        k: usize,
+        values: &mut [T],
+        indices: &mut [i64],
+    ) -> Result<(), OpError> {
         let axis = normalize_axis(self.axis, dims.len()).map_err(|e| OpError::eval(e.to_string()))?;
         let (outer, len, inner) = layout(axis, dims);
         check_k(k, len).map_err(|e| OpError::eval(e.to_string()))?;

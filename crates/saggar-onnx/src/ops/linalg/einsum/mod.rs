@@ -122,7 +122,9 @@ impl Equation {
             Some(out) => expand(out, if out.ellipsis.is_some() { width } else { 0 }),
             None => {
                 let once: Vec<Label> = (b'A' as Label..=b'z' as Label)
-                    .filter(|l| self.inputs.iter().map(|t| t.letters.iter().filter(|x| *x == l).count()).sum::<usize>() == 1)
+                    .filter(|l| {
+                        self.inputs.iter().map(|t| t.letters.iter().filter(|x| *x == l).count()).sum::<usize>() == 1
+                    })
                     .collect();
                 (0..width).map(|i| ELLIPSIS + i as Label).chain(once).collect()
             }

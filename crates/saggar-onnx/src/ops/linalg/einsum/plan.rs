@@ -11,11 +11,11 @@ use std::cmp::Reverse;
 use saggar_shape::DType;
 
 use super::{Equation, Label, mismatch};
+use crate::ops::OpError;
 use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext};
 use crate::ops::linalg::Gemm;
 use crate::ops::linalg::gpu::{EinsumKernel, GemmKernel};
 use crate::ops::shape_util::strides;
-use crate::ops::OpError;
 use crate::tensor::{DataMut, DataRef, TensorMut, TensorView, checked_numel};
 
 /// Most multiply-adds a generic contraction may take (about a minute on one host core): above it an
@@ -275,6 +275,9 @@ impl EinsumPlan {
 }
 
 /// The operands' elements as `T`, all of one type.
-fn typed<'a, T>(inputs: &[&TensorView<'a>], get: impl Fn(DataRef<'a>) -> Option<&'a [T]>) -> Result<Vec<&'a [T]>, OpError> {
+fn typed<'a, T>(
+    inputs: &[&TensorView<'a>],
+    get: impl Fn(DataRef<'a>) -> Option<&'a [T]>,
+) -> Result<Vec<&'a [T]>, OpError> {
     inputs.iter().map(|v| get(v.data).ok_or_else(|| OpError::eval("Einsum's operands differ in type"))).collect()
 }
