@@ -101,10 +101,10 @@ impl Geometry {
                 )));
             }
         };
-        if let Some(n) = s.nonpad {
-            if n != [b] || past > 0 {
-                return Err(err(format!("nonpad_kv_seqlen must be [{b}] and come without past_key, found {n:?}")));
-            }
+        if let Some(n) = s.nonpad
+            && (n != [b] || past > 0)
+        {
+            return Err(err(format!("nonpad_kv_seqlen must be [{b}] and come without past_key, found {n:?}")));
         }
         let total = past + skv;
         let mask = s.mask.map(|m| mask_geometry(m, [b, hq, sq, total])).transpose()?;

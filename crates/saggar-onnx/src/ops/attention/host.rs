@@ -2,8 +2,8 @@
 //! computes them (one pass over the keys, then the weighted sum of the values), and the present
 //! caches copied from the past and new keys and values.
 
-use super::attention::{Attention, present_strides, shapes};
 use super::geometry::{Geometry, Strides};
+use super::sdpa::{Attention, present_strides, shapes};
 use crate::ops::{EvalInputs, OpError};
 use crate::tensor::{DataRef, TensorMut};
 

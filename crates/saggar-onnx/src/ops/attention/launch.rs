@@ -2,8 +2,8 @@
 //! `qk_matmul_output`, and strided copies of the past and new keys and values into `present_key`
 //! and `present_value`.
 
-use super::attention::{Attention, mask_kind, present_strides, shapes};
 use super::gpu::{AttentionKernel, MaskKind};
+use super::sdpa::{Attention, mask_kind, present_strides, shapes};
 use crate::ops::OpError;
 use crate::ops::data_movement::gpu::copy_launch;
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext};
