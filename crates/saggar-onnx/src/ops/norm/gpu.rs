@@ -78,9 +78,18 @@ impl LayerNormKernel {
             if stats_written.is_empty() { String::new() } else { format!("\n    if ({writer}) {{ {stats_written} }}") };
         let template =
             if self.channels { include_str!("layer_norm_channels.cu") } else { include_str!("layer_norm_rows.cu") };
+        let inv = format!("float v = 0.0f;
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{ const float d = (cached ? cache[j] : xr[j]) - mean; v += d * d; }}
+    const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {});", float_literal(self.epsilon_bits));
         render(
             template,
             &[
+                ("TERM", "e"),
+                ("INV", &inv),
+                ("CENTER", " - mean"),
+                ("SCALE_META", ""),
+                ("SCALE_ROW", ""),
+                ("SCALE_AT", "j"),
                 ("P", p),
                 ("BIAS_PARAM", bias_param),
                 ("BIAS_ADD", &bias_add),
@@ -152,8 +161,8 @@ const MEAN_VARIANCE: &str = "const float shift = acc / (float)n;
     ONNX_BLOCK_REDUCE(sq, sh, p, q, p + q);
     const float div = sqrtf(sq / (float)n) + 1e-9f;";
 
-/// RMSNormalization over the trailing `cols` of each row, scaled by a broadcast scale
-/// (`rms_norm.cu`).
+/// RMSNormalization over the trailing `cols` of each row, scaled by a broadcast scale: the
+/// row-group LayerNorm kernel (`layer_norm_rows.cu`) with a sum of squares and no mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RmsNormKernel {
     pub(crate) epsilon_bits: u32,
@@ -165,9 +174,26 @@ impl GpuKernel for RmsNormKernel {
     }
 
     fn source(&self) -> String {
+        let inv = format!("const float inv = 1.0f / sqrtf(mean + {});", float_literal(self.epsilon_bits));
+        let meta = "
+  const onnx_i64 mode = meta[2];
+  const int nl = (int)meta[3], nn = (int)meta[4];
+  const onnx_i64* ld = meta + 5; const onnx_i64* ls = ld + nl; const onnx_i64* nd = ls + nl; const onnx_i64* ns = nd + nn;";
         render(
-            include_str!("rms_norm.cu"),
-            &[("EPS", &float_literal(self.epsilon_bits)), ("BLOCK", &BLOCK.to_string())],
+            include_str!("layer_norm_rows.cu"),
+            &[
+                ("TERM", "e * e"),
+                ("INV", &inv),
+                ("CENTER", ""),
+                ("SCALE_META", meta),
+                ("SCALE_ROW", "\n      const onnx_i64 base = mode == 1 ? 0 : red_offset(row, nl, ld, ls);"),
+                ("SCALE_AT", "mode == 1 ? j : base + red_offset(j, nn, nd, ns)"),
+                ("BIAS_PARAM", ""),
+                ("BIAS_ADD", ""),
+                ("STAT_PARAMS", ""),
+                ("STAT_STORES", ""),
+                ("BLOCK", &BLOCK.to_string()),
+            ],
         )
     }
 }

@@ -3,12 +3,15 @@
 // a block per row would leave most of its threads idle and synchronise the block twice per row.
 // Every thread of a block runs the same number of iterations (a group past the last row idles
 // through them), so a group's lanes always meet at their shuffles. The block's rows stay in dynamic
-// shared memory while they fit ONNX_ROW_CACHE_BYTES.
-// meta: rows, cols
+// shared memory while they fit ONNX_ROW_CACHE_BYTES. RMSNormalization renders the same kernel: its
+// first pass sums squares (@TERM@, `mean` is then the mean square), it subtracts nothing
+// (@CENTER@) and reads its scale at @SCALE_AT@, which broadcasts (see `RmsNormKernel`).
+// meta: rows, cols (RMSNormalization: then mode, nl, nn, ldims[nl], lstrides[nl], ndims[nn],
+// nstrides[nn])
 (const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale@BIAS_PARAM@, float* __restrict__ y@STAT_PARAMS@) {
   __shared__ float sh[@BLOCK@ / ONNX_ROW_LANES];
   ONNX_DYNAMIC_SHARED(onnx_row_cache);
-  const onnx_i64 rows = meta[0], cols = meta[1];
+  const onnx_i64 rows = meta[0], cols = meta[1];@SCALE_META@
   const int lane = (int)threadIdx.x, lanes = (int)blockDim.x;
   const onnx_i64 groups = blockDim.y;
   const bool cached = cols * groups * 4 <= ONNX_ROW_CACHE_BYTES;
@@ -18,13 +21,11 @@
     const bool live = row < rows;
     const float* xr = x + (live ? row : 0) * cols;
     float s = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) { const float e = xr[j]; if (cached) cache[j] = e; s += e; }
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) { const float e = xr[j]; if (cached) cache[j] = e; s += @TERM@; }
     const float mean = onnx_row_sum(s, sh) / (float)cols;
-    float v = 0.0f;
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) { const float d = (cached ? cache[j] : xr[j]) - mean; v += d * d; }
-    const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + @EPS@);
-    if (live) {@STAT_STORES@
-      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = ((cached ? cache[j] : xr[j]) - mean) * inv * scale[j]@BIAS_ADD@;
+    @INV@
+    if (live) {@STAT_STORES@@SCALE_ROW@
+      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = ((cached ? cache[j] : xr[j])@CENTER@) * inv * scale[@SCALE_AT@]@BIAS_ADD@;
     }
   }
 }
