@@ -2,9 +2,10 @@
 //! (the sum of its axes' strides where a label repeats: the diagonal; 0 where it lacks the label or
 //! broadcasts it). Two f32 operands whose labels split into batch, row, column and contracted groups
 //! that each collapse to one stride, with the output laid out `[batch, rows, columns]`, are a
-//! (batched) GEMM: `matrixmultiply` on the host, a [`GemmKernel`] launch on GPU (which the lowering
-//! hands to BLAS-Lt where it can). Anything else is the generic contraction: per output element, a
-//! sum over the summed labels of the operands' product (`einsum.cu` on GPU).
+//! (batched) GEMM, unless it contracts nothing and has one row or column: `matrixmultiply` on the
+//! host, a [`GemmKernel`] launch on GPU (which the lowering hands to BLAS-Lt where it can). Anything
+//! else is the generic contraction: per output element, a sum over the summed labels of the
+//! operands' product (`einsum.cu` on GPU).
 
 use std::cmp::Reverse;
 
@@ -121,6 +122,11 @@ impl EinsumPlan {
         let (n, b_cs) = self.collapse(b, &cols)?;
         let (k, a_cs) = self.collapse(a, &inner)?;
         let (_, b_rs) = self.collapse(b, &inner)?;
+        // Products without a contraction and a single row or column (elementwise products, scaled
+        // vectors) are the generic kernel's: a thread an element, not a GEMM tile.
+        if k == 1 && (m == 1 || n == 1) {
+            return None;
+        }
         // A group of one element has no stride of its own: pick the one of the BLAS layouts.
         let a_rs = if rows.is_empty() { k } else { a_rs };
         let a_cs = if inner.is_empty() { if a_rs == 1 { m } else { 1 } } else { a_cs };

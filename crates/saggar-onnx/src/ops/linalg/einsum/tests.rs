@@ -145,6 +145,8 @@ fn plain_and_batched_matmuls_are_one_gemm_and_the_rest_the_generic_kernel() {
     assert!(plan("ij,jk->ijk", &[&[2, 3], &[3, 4]]).gemm_form().is_none(), "a batch label after a row label");
     assert!(plan("ij,jk->k", &[&[2, 3], &[3, 4]]).gemm_form().is_none(), "i summed over one operand");
     assert!(plan("ij,jk,kl->il", &[&[2, 3], &[3, 4], &[4, 2]]).gemm_form().is_none());
+    assert!(plan("ij,ij->ij", &[&[2, 3], &[2, 3]]).gemm_form().is_none(), "an elementwise product");
+    assert!(plan("i,j->ij", &[&[2], &[3]]).gemm_form().is_some(), "an outer product");
     let launch = |node: GpuNode| match node {
         GpuNode::Launches(l) => l.into_iter().next().unwrap(),
         other => panic!("{other:?}"),
