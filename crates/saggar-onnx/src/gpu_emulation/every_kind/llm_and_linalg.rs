@@ -28,6 +28,18 @@ fn select_and_norm_nodes(k: &mut Kinds) {
     }
     k.b.node("TopK", &["x10i", "k5"], &["tk_all", "tk_all_i"], &[("largest", Int(0))]);
     k.outputs.extend([("tk_all", i), ("tk_all_i", i)]);
+    // Rows of 120 with k above 8: sorted whole (ties among the integers).
+    k.init("k100", scalar(100));
+    k.init("s_flat2", Tensor::from_i64s(vec![1, 120]));
+    k.hidden("Reshape", &["x10", "s_flat2"], &["x10_row"], &[]);
+    k.hidden("Cast", &["x10_row"], &["x10_rowi"], &[("to", Int(7))]);
+    k.b.node("TopK", &["x10_row", "k100"], &["tk_sf", "tk_sf_i"], &[("largest", Int(0))]);
+    k.b.node("TopK", &["x10_rowi", "k100"], &["tk_si", "tk_si_i"], &[]);
+    k.outputs.extend([("tk_sf", f), ("tk_sf_i", i), ("tk_si", i), ("tk_si_i", i)]);
+    // NaN (0 / 0) sorts as the largest.
+    k.hidden("Div", &["x10_row", "x10_row"], &["x_nan"], &[]);
+    k.b.node("TopK", &["x_nan", "k100"], &["tk_nan", "tk_nan_i"], &[]);
+    k.outputs.extend([("tk_nan", f), ("tk_nan_i", i)]);
     k.node("RMSNormalization", &["x", "rms_s"], &["rms"], &[("epsilon", Float(1e-3))], f);
     k.node("RMSNormalization", &["x", "rms_lead"], &["rms_l"], &[("axis", Int(2))], f);
     k.node("Swish", &["x"], &["swish"], &[("alpha", Float(0.7))], f);
@@ -155,5 +167,5 @@ fn model() -> OnnxModel {
 
 #[test]
 fn the_transformer_linalg_and_selection_kinds_match_the_host_when_run_on_the_cpu() {
-    matches_the_host(model(), 35);
+    matches_the_host(model(), 41);
 }

@@ -1,4 +1,5 @@
-//! The GPU kernel of the selection family: TopK (`top_k.cu`), a block per row.
+//! The GPU kernel of the selection family: TopK (`top_k.cu`), a block per row sorting it in shared
+//! memory or selecting `k` times.
 
 use saggar_shape::DType;
 
@@ -25,6 +26,7 @@ impl GpuKernel for TopKKernel {
                 ("CMP", cmp),
                 ("NAN_FIRST", nan_first),
                 ("BLOCK", &BLOCK.to_string()),
+                ("SORT", "2048"),
             ],
         )
     }
