@@ -49,6 +49,9 @@ pub(super) fn eval(op: &Attention, inputs: &EvalInputs<'_>, outputs: &mut [Tenso
         Some(other) => return Err(OpError::eval(format!("Attention's mask cannot be {}", other.dtype()))),
     };
     let nonpad = inputs.get(6).map(|n| n.i64s()).transpose()?;
+    if nonpad.is_some_and(|n| n.len() != g.b) {
+        return Err(OpError::eval("Attention: nonpad_kv_seqlen does not hold one length per batch"));
+    }
     let ops = Operands { q: f32s(0)?, k: f32s(1)?, v: f32s(2)?, past_k: f32s(4)?, past_v: f32s(5)?, mask, nonpad };
     let (pk, pv) = (g.past_strides(g.dk), g.past_strides(g.dv));
     fits(ops.q.len(), [g.b, g.hq, g.sq, g.dk], &g.q)?;
@@ -112,7 +115,7 @@ fn rows(
         let (i, h, b) = (row % g.sq, row / g.sq % g.hq, row / (g.sq * g.hq));
         let kh = h / group;
         let (offset, limit) = match ops.nonpad {
-            Some(n) => (n[b] - g.sq as i64, n[b]),
+            Some(n) => (n[b].saturating_sub(g.sq as i64), n[b]),
             None => (g.past as i64, t as i64),
         };
         let mut any = false;

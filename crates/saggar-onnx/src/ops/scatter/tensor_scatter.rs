@@ -73,7 +73,8 @@ impl TensorScatter {
             }
             for q in b * pre..(b + 1) * pre {
                 for s in 0..seq {
-                    let p = (start + s as i64).rem_euclid(max_seq.max(1) as i64) as usize;
+                    let wrap = max_seq.max(1) as i64;
+                    let p = (start.rem_euclid(wrap) + s as i64).rem_euclid(wrap) as usize;
                     let (to, from) = ((q * max_seq + p) * inner, (q * seq + s) * inner);
                     out[to..to + inner].copy_from_slice(&update[from..from + inner]);
                 }
@@ -188,6 +189,11 @@ mod tests {
         assert_eq!(
             scatter(&circular, &past, &update, Some(&[3, -1])).unwrap(),
             [2.0, 0.0, 0.0, 1.0, 4.0, 0.0, 0.0, 3.0]
+        );
+        assert_eq!(
+            scatter(&circular, &past, &update, Some(&[i64::MAX, i64::MIN])).unwrap(),
+            [2.0, 0.0, 0.0, 1.0, 3.0, 4.0, 0.0, 0.0],
+            "the extreme indices wrap without overflowing"
         );
         // Axis 1 of a [1, 3, 2] cache: rows of 2 elements (the axes after the sequence move together).
         let past = iota(&[1, 3, 2]);

@@ -112,6 +112,9 @@ impl Equation {
             }
         }
         let width = spans.iter().copied().max().unwrap_or(0);
+        if width > usize::from(Label::MAX - ELLIPSIS) {
+            return Err(OpError::infer(format!("Einsum's `...` stands for {width} axes")));
+        }
         let expand = |term: &Term, span: usize| -> Vec<Label> {
             let at = term.ellipsis.unwrap_or(term.letters.len());
             let dots = (width - span..width).map(|i| ELLIPSIS + i as Label);
