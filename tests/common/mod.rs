@@ -228,6 +228,72 @@ pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Devi
     }
 }
 
+/// A session group over two devices whose second device is lost once the group is ready (`lose`
+/// makes it so: an illegal-address kernel on a GPU, an injected fault on the host backend). The
+/// requests that meet the lost device fail with a lost-device error (at most one per device, since
+/// the group then routes around it), and device 0 answers every other request correctly.
+pub fn group_survives_a_lost_device<B: Backend>(d0: B::Device, d1: B::Device, lose: impl FnOnce(&B::Device)) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CompileCache::open(CacheConfig::builder(tmp.path().join("cache")).build()).unwrap());
+    let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
+    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).cache(cache).build().unwrap();
+    let group = SessionGroup::<B, ReferenceCompiler>::new(
+        vec![d0, d1],
+        compiler.clone(),
+        config,
+        Routing::RoundRobin,
+        &|_, _| {},
+    )
+    .unwrap();
+    lose(group.sessions()[1].device());
+    let config = compiler.config();
+    let (mut served, mut lost) = ([0usize; 2], Vec::new());
+    for case in cases(&compiler, [3, 9, 16, 2, 5, 1, 12, 7]).iter().cycle().take(24) {
+        let dims = config.input_dims(case.batch as u64);
+        let inputs = host_inputs(config, group.sessions()[0].signature().inputs(), case, &dims);
+        match group.run(&inputs) {
+            Ok((device, out)) => {
+                served[device] += 1;
+                let got: Vec<&[u8]> = out.iter().map(|t| t.data.as_slice()).collect();
+                let cmp = compare_outputs(&case.expected, &got, TOLERANCE).unwrap();
+                assert!(cmp.all_match(), "device {device}, batch {}: {cmp:?}", case.batch);
+            }
+            Err(e) => {
+                assert!(e.is_device_lost(), "a request failed with something other than a lost device: {e}");
+                lost.push(e.to_string());
+            }
+        }
+    }
+    eprintln!("lost device: {} request(s) failed ({:?}); served per device {served:?}", lost.len(), lost.first());
+    assert_eq!(lost.len(), 1, "only the request that met the lost device fails: {lost:?}");
+    assert_eq!(group.lost(), [false, true]);
+    assert_eq!(served[0], 23, "device 0 serves everything else: {served:?}");
+}
+
+/// Makes a GPU fault for good: a kernel writing 4 MiB at an address no allocation holds. The
+/// synchronize that follows fails with a sticky error (an illegal address), after which every call
+/// on the device fails in this process.
+pub fn fault_with_a_wild_write<B: Backend>(device: &B::Device) {
+    use saggar_device::{KernelArg, LaunchConfig, Module, builtin};
+    let _pin = device.pin().unwrap();
+    let module = saggar_device::conformance::builtin_module::<B>(device);
+    let fill = module.kernel(builtin::FILL_U32).unwrap();
+    let stream = device.create_stream().unwrap();
+    let words = 1u64 << 20;
+    let wild = saggar_device::DevicePtr(0x0000_7fff_0000_0000);
+    // SAFETY: deliberately broken, to make the device fault; the caller uses the device afterwards
+    // only to see it fail.
+    let launched = unsafe {
+        stream.launch(
+            &fill,
+            &LaunchConfig::for_elements(words, 256),
+            &[KernelArg::Ptr(wild), KernelArg::U64(words), KernelArg::U32(7)],
+        )
+    };
+    let fault = launched.and_then(|()| stream.synchronize()).expect_err("the wild write faults");
+    assert!(fault.is_device_lost(), "a sticky fault, not {fault}");
+}
+
 /// A graph-memory budget below what every bucket's graphs in 8 contexts take: first 8 threads
 /// capture every bucket in every context without a budget (the measured total), then a session
 /// with a third of that as its budget serves the same load. Measured graph memory stays under the
