@@ -35,13 +35,12 @@ fn graph_budget_holds_across_eight_contexts_on_hip() {
     common::graph_budget_holds_across_eight_contexts::<HipBackend>(d);
 }
 
-/// A real sticky fault on the second device (see `gpu_dispatch`'s CUDA test of the same name); runs
-/// last in this binary.
+/// A fault drill on the second device (see `gpu_dispatch`'s CUDA test); runs last in this binary.
 #[test]
 fn zz_session_group_survives_a_device_lost_mid_run_on_hip() {
     let Some((d0, d1)) = open_two_or_skip::<HipBackend>("zz_session_group_survives_a_device_lost_mid_run_on_hip")
     else {
         return;
     };
-    common::group_survives_a_lost_device::<HipBackend>(d0, d1, common::fault_with_a_wild_write::<HipBackend>);
+    common::group_survives_a_lost_device::<HipBackend>(d0, d1, common::drill_loss::<HipBackend>);
 }

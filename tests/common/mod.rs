@@ -219,7 +219,8 @@ pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Devi
         "session group: device 0 compiled {} and loaded {}; device 1 compiled {} and loaded {} ({} buckets)",
         stats[0].compiles, stats[0].program_loads, stats[1].compiles, stats[1].program_loads, buckets
     );
-    assert_eq!(stats[0].compiles + stats[1].compiles, buckets, "each bucket compiled exactly once");
+    // One compile for the first device (one artifact per model on GPUs, one per bucket on the host).
+    assert!((1..=buckets).contains(&stats[0].compiles), "the first device compiles");
     assert_eq!((stats[1].compiles, stats[1].program_loads), (0, buckets), "the second device loads, never compiles");
     for case in &cases(&compiler, [3, 9, 16, 2]) {
         for session in group.sessions() {
@@ -228,11 +229,26 @@ pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Devi
     }
 }
 
-/// A session group over two devices whose second device is lost once the group is ready (`lose`
-/// makes it so: an illegal-address kernel on a GPU, an injected fault on the host backend). The
-/// requests that meet the lost device fail with a lost-device error (at most one per device, since
-/// the group then routes around it), and device 0 answers every other request correctly.
-pub fn group_survives_a_lost_device<B: Backend>(d0: B::Device, d1: B::Device, lose: impl FnOnce(&B::Device)) {
+/// What 24 requests on a session group over two devices did after its second device was lost.
+#[derive(Debug)]
+pub struct LostDeviceRun {
+    /// Requests answered (correctly: a wrong answer panics) per device.
+    pub served: [usize; 2],
+    /// The errors of the failed requests, each a lost-device error (anything else panics).
+    pub lost: Vec<String>,
+    /// Which devices the group took out of its routing.
+    pub taken_out: Vec<bool>,
+}
+
+/// Runs 24 requests on a session group over two devices whose second device is lost once the group
+/// is ready (`lose` makes it so: `saggar_device::lose_device` on a GPU, an injected fault on the host
+/// backend, or a real fault). Every answer is checked against the reference; every failure must be a
+/// lost-device error.
+pub fn group_with_a_lost_device<B: Backend>(
+    d0: B::Device,
+    d1: B::Device,
+    lose: impl FnOnce(&B::Device),
+) -> LostDeviceRun {
     let tmp = tempfile::tempdir().unwrap();
     let cache = Arc::new(CompileCache::open(CacheConfig::builder(tmp.path().join("cache")).build()).unwrap());
     let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
@@ -264,34 +280,29 @@ pub fn group_survives_a_lost_device<B: Backend>(d0: B::Device, d1: B::Device, lo
             }
         }
     }
-    eprintln!("lost device: {} request(s) failed ({:?}); served per device {served:?}", lost.len(), lost.first());
-    assert_eq!(lost.len(), 1, "only the request that met the lost device fails: {lost:?}");
-    assert_eq!(group.lost(), [false, true]);
-    assert_eq!(served[0], 23, "device 0 serves everything else: {served:?}");
+    let run = LostDeviceRun { served, lost, taken_out: group.lost() };
+    eprintln!(
+        "lost device: served per device {:?}, {} failed, taken out {:?}, first error {:?}",
+        run.served,
+        run.lost.len(),
+        run.taken_out,
+        run.lost.first()
+    );
+    run
 }
 
-/// Makes a GPU fault for good: a kernel writing 4 MiB at an address no allocation holds. The
-/// synchronize that follows fails with a sticky error (an illegal address), after which every call
-/// on the device fails in this process.
-pub fn fault_with_a_wild_write<B: Backend>(device: &B::Device) {
-    use saggar_device::{KernelArg, LaunchConfig, Module, builtin};
-    let _pin = device.pin().unwrap();
-    let module = saggar_device::conformance::builtin_module::<B>(device);
-    let fill = module.kernel(builtin::FILL_U32).unwrap();
-    let stream = device.create_stream().unwrap();
-    let words = 1u64 << 20;
-    let wild = saggar_device::DevicePtr(0x0000_7fff_0000_0000);
-    // SAFETY: deliberately broken, to make the device fault; the caller uses the device afterwards
-    // only to see it fail.
-    let launched = unsafe {
-        stream.launch(
-            &fill,
-            &LaunchConfig::for_elements(words, 256),
-            &[KernelArg::Ptr(wild), KernelArg::U64(words), KernelArg::U32(7)],
-        )
-    };
-    let fault = launched.and_then(|()| stream.synchronize()).expect_err("the wild write faults");
-    assert!(fault.is_device_lost(), "a sticky fault, not {fault}");
+/// [`group_with_a_lost_device`] where only the second device is lost: the one request that met it
+/// fails, the group takes it out, and device 0 answers the other 23 correctly.
+pub fn group_survives_a_lost_device<B: Backend>(d0: B::Device, d1: B::Device, lose: impl FnOnce(&B::Device)) {
+    let run = group_with_a_lost_device::<B>(d0, d1, lose);
+    assert_eq!(run.lost.len(), 1, "only the request that met the lost device fails: {run:?}");
+    assert_eq!(run.taken_out, [false, true]);
+    assert_eq!(run.served[0], 23, "device 0 serves everything else: {run:?}");
+}
+
+/// Marks `device` lost for this process (`saggar_device::lose_device`): a fault drill.
+pub fn drill_loss<B: Backend>(device: &B::Device) {
+    saggar_device::lose_device(B::KIND, device.info().ordinal, "fault drill (saggar_device::lose_device)");
 }
 
 /// A graph-memory budget below what every bucket's graphs in 8 contexts take: first 8 threads
