@@ -28,3 +28,11 @@ fn group_compiles_once_and_loads_once() {
 fn graph_budget_holds_across_eight_contexts() {
     common::graph_budget_holds_across_eight_contexts::<HostBackend>(HostBackend::open(0).unwrap());
 }
+
+#[test]
+fn group_survives_a_lost_device() {
+    let config = saggar_device::host::HostConfig { lose_after_launches: Some(0), ..Default::default() };
+    // The host device counts launches from creation; with a budget of none, its first request fails.
+    let d1 = saggar_device::host::HostDevice::with_config(1, config).unwrap();
+    common::group_survives_a_lost_device::<HostBackend>(HostBackend::open(0).unwrap(), d1, |_| {});
+}

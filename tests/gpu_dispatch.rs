@@ -36,3 +36,14 @@ fn graph_budget_holds_across_eight_contexts() {
     let Some(d) = open_or_skip::<CudaBackend>("graph_budget_holds_across_eight_contexts") else { return };
     common::graph_budget_holds_across_eight_contexts::<CudaBackend>(d);
 }
+
+/// A fault drill: GPU 1 is marked lost (`saggar_device::lose_device`) once the group is ready; the
+/// request that meets it fails with a lost-device error, the group routes around it and GPU 0
+/// serves the rest. Runs last in this binary's order of names: GPU 1 stays lost in this process.
+#[test]
+fn zz_session_group_survives_a_gpu_lost_mid_run() {
+    let Some((d0, d1)) = open_two_or_skip::<CudaBackend>("zz_session_group_survives_a_gpu_lost_mid_run") else {
+        return;
+    };
+    common::group_survives_a_lost_device::<CudaBackend>(d0, d1, common::drill_loss::<CudaBackend>);
+}

@@ -34,3 +34,13 @@ fn graph_budget_holds_across_eight_contexts_on_hip() {
     let Some(d) = open_or_skip::<HipBackend>("graph_budget_holds_across_eight_contexts_on_hip") else { return };
     common::graph_budget_holds_across_eight_contexts::<HipBackend>(d);
 }
+
+/// A fault drill on the second device (see `gpu_dispatch`'s CUDA test); runs last in this binary.
+#[test]
+fn zz_session_group_survives_a_device_lost_mid_run_on_hip() {
+    let Some((d0, d1)) = open_two_or_skip::<HipBackend>("zz_session_group_survives_a_device_lost_mid_run_on_hip")
+    else {
+        return;
+    };
+    common::group_survives_a_lost_device::<HipBackend>(d0, d1, common::drill_loss::<HipBackend>);
+}

@@ -25,7 +25,7 @@ for line in open(os.path.join(report, "tests.index")):
         if result == "ok" and test in skipped:
             result = "skipped"
         entry = {"binary": name, "run": label, "test": test, "result": result}
-        if label == FIXTURE_RUN:
+        if label.startswith(FIXTURE_RUN):
             entry["backend"] = FIXTURE_NOTE
         out["tests"].append(entry)
     out.setdefault("binaries", []).append({"binary": name, "run": label, "exit_code": int(rc)})
@@ -49,7 +49,7 @@ if os.path.exists(san_index):
                                  "last_test": current[-1] if current else None})
 # The fixture's own table of what it maps onto CUDA and what it refuses (hipErrorNotSupported).
 fixture_dir = os.path.join(here, "hip-fixture")
-fixture_tests = [t for t in out["tests"] if t["run"] == FIXTURE_RUN]
+fixture_tests = [t for t in out["tests"] if t["run"].startswith(FIXTURE_RUN)]
 if os.path.isdir(fixture_dir):
     fixture = {"note": FIXTURE_NOTE + ": saggar's HIP backend run on an NVIDIA GPU through saggar-hip-fixture, a test-only "
                        "library implementing the hip*/hiprtc* symbols over the CUDA driver API and NVRTC. It checks the "
@@ -93,7 +93,7 @@ def count(tests):
     return ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"
 
 
-native_tests = [t for t in out["tests"] if t["run"] != FIXTURE_RUN]
+native_tests = [t for t in out["tests"] if not t["run"].startswith(FIXTURE_RUN)]
 lines = [f"saggar GPU run {out['date']}", "GPUs: " + ("; ".join(gpus) or "none"), "",
          "tests: " + count(native_tests)]
 for t in native_tests:

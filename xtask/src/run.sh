@@ -39,11 +39,12 @@ run_tests() { # label, env assignment, binary
 }
 
 : > "$report/tests.index"
+# SAGGAR_TESTS_PER_GPU=0 runs the tests once with every GPU visible instead of once per GPU too;
 # SAGGAR_SKIP_TESTS=1, SAGGAR_SKIP_HIP=1, SAGGAR_SKIP_BENCHES=1, SAGGAR_SKIP_PROFILE=1, SAGGAR_SKIP_ONNX=1, SAGGAR_SKIP_SANITIZER=1 and SAGGAR_SKIP_PEERS=1
 # skip a step, so one bundle can be run in several shorter calls.
 for bin in "$here"/tests/*; do
   [ -x "$bin" ] && [ "${SAGGAR_SKIP_TESTS:-0}" != 1 ] || continue
-  if [ "$ngpu" -gt 0 ]; then
+  if [ "$ngpu" -gt 0 ] && [ "${SAGGAR_TESTS_PER_GPU:-1}" = 1 ]; then
     for ((i = 0; i < ngpu; i++)); do run_tests "gpu$i" "CUDA_VISIBLE_DEVICES=$i" "$bin"; done
   fi
   [ "$ngpu" -ne 1 ] && run_tests "all" "SAGGAR_BUNDLE=1" "$bin"
@@ -58,10 +59,13 @@ if [ "${SAGGAR_SKIP_HIP:-0}" = 1 ]; then
   echo "== HIP backend on CUDA via fixture: skipped (SAGGAR_SKIP_HIP=1)"
 elif [ -d "$here/hip-fixture/tests" ]; then
   if [ "$ngpu" -gt 0 ]; then
-    echo "== HIP backend on CUDA via fixture (saggar-hip-fixture on GPU 0; not an AMD GPU result)"
+    # With several GPUs the fixture sees them all, so the HIP backend's two-device tests run too.
+    visible="CUDA_VISIBLE_DEVICES=0" label="hip-fixture"
+    [ "$ngpu" -gt 1 ] && visible="SAGGAR_BUNDLE=1" label="hip-fixture-all"
+    echo "== HIP backend on CUDA via fixture (saggar-hip-fixture, $label; not an AMD GPU result)"
     for bin in "$here"/hip-fixture/tests/*; do
       [ -x "$bin" ] || continue
-      run_tests "hip-fixture" "CUDA_VISIBLE_DEVICES=0 LD_LIBRARY_PATH=$here/hip-fixture${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin"
+      run_tests "$label" "$visible LD_LIBRARY_PATH=$here/hip-fixture${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin"
     done
   else
     echo "== HIP backend on CUDA via fixture: not run (no NVIDIA GPU found)"
@@ -141,8 +145,9 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "$ngpu" -gt 0 ] && [ "${SAG
       # CUDA 13.0's compute-sanitizer). Its subject, shared-memory races inside kernels, is covered by
       # the other dispatcher tests, which launch the same kernels; memcheck, synccheck and initcheck
       # run the concurrent test too.
-      skip=""
-      [ "$tool" = racecheck ] && [ "$name" = gpu_dispatch ] && skip="--skip sixteen_threads"
+      # The lost-GPU test faults on purpose (a wild write on GPU 1): not a finding.
+      skip="--skip zz_session_group_survives"
+      [ "$tool" = racecheck ] && [ "$name" = gpu_dispatch ] && skip="$skip --skip sixteen_threads"
       echo "== compute-sanitizer --tool $tool $name $skip"
       CUDA_VISIBLE_DEVICES=0 SAGGAR_TEST_RUNS=${SAGGAR_SANITIZER_RUNS:-8} timeout 600 compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 \
         "$bin" --test-threads=1 $skip > "$report/logs/sanitizer-$tool-$name.log" 2>&1
@@ -320,6 +325,30 @@ if [ "${SAGGAR_ZOO:-0}" = 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] 
   echo "   zoo step: $(( $(date +%s) - zoo_started )) s; table in $report/zoo/zoo.md"
 else
   echo "== zoo: skipped (opt-in with SAGGAR_ZOO=1; needs a GPU, bin/saggar and zoo/)"
+fi
+
+# Data-parallel scaling (zoo/scaling.py): BERT-base and ResNet-50 through `saggar perf --devices` on
+# 1, 2 and 4 GPUs (as many as there are), cold start of each group, then `saggar serve`'s load bench
+# with its sessions on 1, 2 and 4 GPUs. Opt-in: SAGGAR_SCALING=1 (SAGGAR_SCALING_MODELS=a,b,
+# SAGGAR_SCALING_SECONDS=S).
+if [ "${SAGGAR_SCALING:-0}" = 1 ] && [ "$ngpu" -gt 1 ] && [ -x "$here/bin/saggar" ] && [ -f "$here/zoo/scaling.py" ]; then
+  mkdir -p "$report/scaling"
+  echo "== scaling: python3 zoo/scaling.py on $ngpu GPUs"
+  python3 "$here/zoo/scaling.py" --saggar "$here/bin/saggar" --out "$report/scaling" \
+    --models "${SAGGAR_SCALING_MODELS:-bert_base,resnet50}" --seconds "${SAGGAR_SCALING_SECONDS:-10}" \
+    > "$report/logs/scaling.log" 2>&1 || status=1
+  grep '^scaling: \|^|' "$report/logs/scaling.log" | sed 's/^/   /'
+  if [ -x "$here/benches/gpu_serve_load" ]; then
+    for n in 1 2 4; do
+      [ "$n" -le "$ngpu" ] || continue
+      echo "== serve load on $n GPU(s)"
+      "$here/benches/gpu_serve_load" --devices "$n" --clients $((64 * n)) --seconds "${SAGGAR_SCALING_SECONDS:-10}" \
+        --json "$report/scaling/serve-$n.json" > "$report/logs/serve-scaling-$n.log" 2>&1
+      tail -n 4 "$report/logs/serve-scaling-$n.log" | sed 's/^/   /'
+    done
+  fi
+else
+  echo "== scaling: skipped (opt-in with SAGGAR_SCALING=1; needs 2 or more GPUs, bin/saggar and zoo/scaling.py)"
 fi
 
 python3 "$here/report.py" "$report" || status=1

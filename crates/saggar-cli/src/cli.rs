@@ -416,6 +416,10 @@ pub struct PerfArgs {
     /// Device ordinal within the backend (see `saggar devices`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub device: usize,
+    /// Several devices as one session group (`all` or ordinals such as 0,1): the first compiles, the
+    /// others load, and each request goes to the least loaded device. Binding pinned only.
+    #[arg(long, value_name = "LIST", conflicts_with = "device")]
+    pub devices: Option<DeviceList>,
     /// The model.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -577,6 +581,23 @@ pub enum DeviceList {
     All,
     /// These ordinals, in this order, without repeats.
     Some(Vec<usize>),
+}
+
+impl DeviceList {
+    /// The ordinals on backend `B` (every device for `all`); fails when there are none.
+    pub fn ordinals<B: saggar_device::Backend>(&self) -> crate::error::Result<Vec<usize>> {
+        let ordinals: Vec<usize> = match self {
+            DeviceList::All => (0..B::enumerate()?.len()).collect(),
+            DeviceList::Some(list) => list.clone(),
+        };
+        if ordinals.is_empty() {
+            return Err(crate::error::CliError::failure(
+                format!("the {} backend has no devices", B::KIND),
+                "run `saggar devices`",
+            ));
+        }
+        Ok(ordinals)
+    }
 }
 
 impl FromStr for DeviceList {

@@ -12,7 +12,7 @@ use saggar_dispatch::{ProgramCompiler, Routing, Session, SessionConfig, SessionG
 use serde::Serialize;
 
 use crate::buckets::{BucketArg, Buckets};
-use crate::cli::{DeviceList, WarmupArgs};
+use crate::cli::WarmupArgs;
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::output::{Table, emit};
@@ -65,13 +65,7 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
     compiler: Arc<C>,
 ) -> Result<WarmupReport> {
     let WarmupPlan { args, env, source, buckets, cache } = plan;
-    let ordinals: Vec<usize> = match &args.devices {
-        DeviceList::All => (0..B::enumerate()?.len()).collect(),
-        DeviceList::Some(list) => list.clone(),
-    };
-    if ordinals.is_empty() {
-        return Err(CliError::failure(format!("the {} backend has no devices", B::KIND), "run `saggar devices`"));
-    }
+    let ordinals = args.devices.ordinals::<B>()?;
     let devices: Vec<B::Device> = ordinals.iter().map(|&o| B::open(o)).collect::<saggar_device::Result<_>>()?;
     let infos: Vec<_> = devices.iter().map(|d| d.info().clone()).collect();
     // Warmup only precompiles: one run context per device is enough.

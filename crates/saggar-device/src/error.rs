@@ -218,6 +218,18 @@ pub enum Error {
         /// Why (topology changed, node kind changed, ...).
         reason: String,
     },
+    /// The device can no longer run work: a sticky fault (an illegal address, an uncorrectable ECC
+    /// error, a fallen-off-the-bus GPU, or the host backend's injected fault). Every later operation on
+    /// it fails; the process must leave the device out (a session group routes around it).
+    #[error("{backend} device {ordinal} is lost: {reason}; leave it out (--devices) or restart the process")]
+    DeviceLost {
+        /// Which backend.
+        backend: BackendKind,
+        /// The device.
+        ordinal: usize,
+        /// What happened.
+        reason: String,
+    },
     /// Work that failed asynchronously, reported at the next synchronisation point.
     #[error("asynchronous work on stream {stream} failed: {source}")]
     Async {
@@ -274,12 +286,41 @@ pub enum Error {
 /// Result with saggar-device's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Vendor errors after which CUDA or HIP leave the context unusable ("sticky" errors).
+const STICKY_VENDOR_ERRORS: &[&str] = &[
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    "hipErrorIllegalAddress",
+    "hipErrorLaunchFailure",
+    "hipErrorECCNotCorrectable",
+    "hipErrorAssert",
+    "hipErrorContextIsDestroyed",
+];
+
 impl Error {
     /// The error that is the root cause (unwraps [`Error::Async`]).
     pub fn root(&self) -> &Error {
         match self {
             Error::Async { source, .. } => source.root(),
             other => other,
+        }
+    }
+
+    /// True when the device that returned this error can no longer run work: [`Error::DeviceLost`], or a
+    /// vendor error that CUDA and HIP document as sticky (the context is unusable after it).
+    pub fn is_device_lost(&self) -> bool {
+        match self.root() {
+            Error::DeviceLost { .. } => true,
+            Error::Vendor { name, .. } => STICKY_VENDOR_ERRORS.contains(&name.as_str()),
+            _ => false,
         }
     }
 

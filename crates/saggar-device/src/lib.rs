@@ -58,6 +58,7 @@ pub mod gpu;
 #[cfg_attr(docsrs, doc(cfg(feature = "hip")))]
 pub mod hip;
 pub mod host;
+mod lost;
 mod pinning;
 pub mod rules;
 mod select;
@@ -72,6 +73,7 @@ pub use blas::{
 };
 pub use code::{CodeFormat, CodeObject, KernelSource};
 pub use error::{Error, Result};
+pub use lost::lose_device;
 pub use pinning::{PinGuard, check_pinned, pinned_device};
 pub use select::{BackendChoice, BackendReport, BackendVisitor, enumerate, probe_all, resolve, visit_backend};
 pub use types::{

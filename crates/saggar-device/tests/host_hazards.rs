@@ -256,6 +256,58 @@ fn a_kernel_fault_is_reported_at_synchronize() {
 }
 
 #[test]
+fn an_injected_fault_loses_the_device_after_n_launches_and_only_that_device() {
+    let config = HostConfig { lose_after_launches: Some(2), ..HostConfig::default() };
+    let lost = HostDevice::with_config(1, config).unwrap();
+    let healthy = device(AddressReuse::Never);
+    for d in [&lost, &healthy] {
+        let module = builtin_module::<HostBackend>(d);
+        let fill_k = module.kernel(builtin::FILL_U32).unwrap();
+        let s = d.create_stream().unwrap();
+        let b = d.alloc(64).unwrap();
+        let launch = || {
+            // SAFETY: `b` is live and holds 16 u32s.
+            unsafe {
+                s.launch(
+                    &fill_k,
+                    &LaunchConfig::for_elements(16, 16),
+                    &[KernelArg::Ptr(b.ptr()), KernelArg::U64(16), KernelArg::U32(7)],
+                )
+            }
+        };
+        launch().unwrap();
+        launch().unwrap();
+        s.synchronize().unwrap();
+        if d.info().ordinal == 1 {
+            let err = launch().unwrap_err();
+            assert!(err.is_device_lost() && matches!(err, Error::DeviceLost { ordinal: 1, .. }), "{err}");
+            assert!(err.to_string().contains("leave it out"), "{err}");
+            assert!(s.synchronize().unwrap_err().is_device_lost(), "synchronize fails after the fault");
+            let mut out = [0u8; 64];
+            assert!(s.download(b.as_slice(), &mut out).unwrap_err().is_device_lost(), "copies fail too");
+        } else {
+            launch().unwrap();
+            s.synchronize().unwrap();
+        }
+    }
+}
+
+#[test]
+fn only_sticky_vendor_errors_mean_a_lost_device() {
+    let vendor = |name: &str| Error::Vendor {
+        backend: saggar_device::BackendKind::Cuda,
+        op: "stream.synchronize",
+        name: name.into(),
+        code: 700,
+        message: String::new(),
+    };
+    assert!(vendor("CUDA_ERROR_ILLEGAL_ADDRESS").is_device_lost());
+    assert!(Error::Async { stream: 1, source: Box::new(vendor("hipErrorIllegalAddress")) }.is_device_lost());
+    assert!(!vendor("CUDA_ERROR_OUT_OF_MEMORY").is_device_lost());
+    assert!(!Error::OutOfMemory { op: "alloc", requested: 1, available: 0 }.is_device_lost());
+}
+
+#[test]
 fn counters_count_and_nothing_leaks_after_everything_is_dropped() {
     let d = device(AddressReuse::Immediate);
     {

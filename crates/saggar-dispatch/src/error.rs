@@ -216,6 +216,15 @@ pub enum DispatchError {
         /// The configured limit.
         limit: u64,
     },
+    /// Every device of a [`crate::SessionGroup`] was lost (see [`DispatchError::is_device_lost`]).
+    #[error(
+        "all {devices} devices of the session group are lost: restart the process, leaving out the devices that \
+         failed (see the earlier device errors)"
+    )]
+    NoDeviceLeft {
+        /// The group's devices.
+        devices: usize,
+    },
     /// A run failed, and so did the synchronize of its stream that followed it (the stream may
     /// be broken; the device's own error is in `synchronize`).
     #[error("{error}; synchronizing the stream after it also failed: {synchronize}")]
@@ -263,7 +272,7 @@ impl DispatchError {
             DispatchError::PaddedAxisAboveLargest { .. } | DispatchError::PaddedAxisNeedsHostTensors { .. } => {
                 FailureKind::Request
             }
-            DispatchError::Device(_) => FailureKind::Device,
+            DispatchError::Device(_) | DispatchError::NoDeviceLeft { .. } => FailureKind::Device,
             DispatchError::Arena(e) => match e {
                 ArenaError::Device(_) => FailureKind::Device,
                 ArenaError::Shape(_)
@@ -281,6 +290,21 @@ impl DispatchError {
             | DispatchError::ProgramOutputMismatch { .. } => FailureKind::Compile,
             DispatchError::AfterFailedRun { error, .. } => error.failure_kind(),
             DispatchError::Config(_) | DispatchError::RequestNeedsBuckets => FailureKind::Other,
+        }
+    }
+}
+
+impl DispatchError {
+    /// True when the device that ran the request can no longer run work (see
+    /// `saggar_device::Error::is_device_lost`).
+    pub fn is_device_lost(&self) -> bool {
+        match self {
+            DispatchError::Device(e) | DispatchError::Arena(ArenaError::Device(e)) => e.is_device_lost(),
+            DispatchError::AfterFailedRun { error, synchronize } => {
+                error.is_device_lost() || synchronize.is_device_lost()
+            }
+            DispatchError::NoDeviceLeft { .. } => true,
+            _ => false,
         }
     }
 }

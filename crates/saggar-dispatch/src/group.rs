@@ -1,7 +1,7 @@
 //! One session per device, compiled once for all of them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use saggar_device::Backend;
 
@@ -28,11 +28,19 @@ pub enum Routing {
 /// what it published, so N devices cost one compile and N-1 loads per bucket. Each device's work is
 /// pinned to it.
 ///
+/// # A device that fails
+/// A request that meets a lost device (a sticky fault: `saggar_device::Error::is_device_lost`) fails
+/// with that typed error, and the group takes the device out of its routing: later requests go to
+/// the devices left ([`SessionGroup::lost`] tells which are out). Once every device is lost, requests
+/// fail with [`DispatchError::NoDeviceLeft`]. Other errors (a bad request, a full pool, an
+/// out-of-memory) leave the device in.
+///
 /// # Thread safety
 /// `Send + Sync`.
 pub struct SessionGroup<B: Backend, C: ProgramCompiler<B>> {
     sessions: Vec<Session<B, C>>,
     in_flight: Vec<AtomicUsize>,
+    lost: Vec<AtomicBool>,
     next: AtomicUsize,
     routing: Routing,
 }
@@ -46,12 +54,33 @@ impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for SessionGroup<B, C> {
     }
 }
 
-/// One request in flight on a device, counted while it lives.
-pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+/// One request in flight on a device, counted while it lives; it takes the device out of the
+/// group's routing when the request meets a lost device.
+pub(crate) struct InFlight<'a> {
+    count: &'a AtomicUsize,
+    lost: &'a AtomicBool,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(count: &'a AtomicUsize, lost: &'a AtomicBool) -> InFlight<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight { count, lost }
+    }
+
+    /// Passes `result` through, marking the device lost if its error says so.
+    pub(crate) fn observe<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result
+            && e.is_device_lost()
+        {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+}
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -90,7 +119,8 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
             sessions.push(session?);
         }
         let in_flight = sessions.iter().map(|_| AtomicUsize::new(0)).collect();
-        Ok(SessionGroup { sessions, in_flight, next: AtomicUsize::new(0), routing })
+        let lost = sessions.iter().map(|_| AtomicBool::new(false)).collect();
+        Ok(SessionGroup { sessions, in_flight, lost, next: AtomicUsize::new(0), routing })
     }
 
     /// The sessions, one per device, in device order.
@@ -98,51 +128,64 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
         &self.sessions
     }
 
-    fn pick(&self) -> usize {
-        match self.routing {
-            Routing::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % self.sessions.len(),
-            Routing::LeastLoaded => {
-                (0..self.sessions.len()).min_by_key(|&i| self.in_flight[i].load(Ordering::Relaxed)).unwrap_or(0)
+    /// Which devices the group has taken out of its routing after they were lost, in device order.
+    pub fn lost(&self) -> Vec<bool> {
+        self.lost.iter().map(|l| l.load(Ordering::Relaxed)).collect()
+    }
+
+    /// The device for the next request, counted in flight there; only devices not lost.
+    fn pick(&self) -> Result<(usize, InFlight<'_>)> {
+        let n = self.sessions.len();
+        let alive = |i: &usize| !self.lost[*i].load(Ordering::Relaxed);
+        let i = match self.routing {
+            Routing::RoundRobin => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed);
+                (0..n).map(|k| (start + k) % n).find(alive)
             }
-        }
+            Routing::LeastLoaded => (0..n).filter(alive).min_by_key(|&i| self.in_flight[i].load(Ordering::Relaxed)),
+        };
+        let i = i.ok_or(DispatchError::NoDeviceLeft { devices: n })?;
+        Ok((i, InFlight::new(&self.in_flight[i], &self.lost[i])))
     }
 
     /// Runs a request on the device the router picks; returns the device index too.
     pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<(usize, Vec<OwnedTensor>)> {
-        let i = self.pick();
-        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
-        let _guard = InFlight(&self.in_flight[i]);
-        Ok((i, self.sessions[i].run(inputs)?))
+        let (i, flight) = self.pick()?;
+        Ok((i, flight.observe(self.sessions[i].run(inputs))?))
     }
 
     /// Runs a request into the caller's buffers on the device the router picks.
     pub fn run_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<(usize, RunInfo)> {
-        let i = self.pick();
-        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
-        let _guard = InFlight(&self.in_flight[i]);
-        Ok((i, self.sessions[i].run_into(inputs, outputs)?))
+        let (i, flight) = self.pick()?;
+        Ok((i, flight.observe(self.sessions[i].run_into(inputs, outputs))?))
     }
 
     /// Leases a [`crate::Request`] of `batch` rows on the device the router picks; returns the
     /// device index too. The request counts as in flight on its device until it is dropped.
     pub fn request(&self, batch: u64) -> Result<(usize, crate::Request<'_, B, C>)> {
-        let i = self.pick();
-        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
-        let guard = InFlight(&self.in_flight[i]);
-        Ok((i, crate::Request::new(&self.sessions[i], crate::staged::RequestShape::Batch(batch), Some(guard))?))
+        let (i, flight) = self.pick()?;
+        Ok((i, crate::Request::new(&self.sessions[i], crate::staged::RequestShape::Batch(batch), Some(flight))?))
     }
 
     /// [`SessionGroup::request`] by the inputs' dimensions ([`Session::request_shaped`]).
     pub fn request_shaped<S: AsRef<[u64]>>(&self, input_dims: &[S]) -> Result<(usize, crate::Request<'_, B, C>)> {
-        let i = self.pick();
-        self.in_flight[i].fetch_add(1, Ordering::Relaxed);
-        let guard = InFlight(&self.in_flight[i]);
+        let (i, flight) = self.pick()?;
         let dims = input_dims.iter().map(|d| d.as_ref().to_vec()).collect();
-        Ok((i, crate::Request::new(&self.sessions[i], crate::staged::RequestShape::Dims(dims), Some(guard))?))
+        Ok((i, crate::Request::new(&self.sessions[i], crate::staged::RequestShape::Dims(dims), Some(flight))?))
     }
 
     /// Each session's counters, in device order.
     pub fn stats(&self) -> Vec<StatsSnapshot> {
         self.sessions.iter().map(Session::stats).collect()
+    }
+
+    /// Every session's counters added up ([`StatsSnapshot::add`]).
+    pub fn total_stats(&self) -> StatsSnapshot {
+        let mut stats = self.sessions.iter().map(Session::stats);
+        let first = stats.next().expect("a group has at least one session");
+        stats.fold(first, |mut total, s| {
+            total.add(&s);
+            total
+        })
     }
 }

@@ -133,7 +133,7 @@ pub struct Request<'s, B: Backend, C: ProgramCompiler<B>> {
     /// Whether the read-back buffer holds this request's outputs (its last run succeeded).
     ran: bool,
     /// A [`crate::SessionGroup`]'s count of this device's requests in flight, released on drop.
-    _in_flight: Option<InFlight<'s>>,
+    in_flight: Option<InFlight<'s>>,
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> std::fmt::Debug for Request<'_, B, C> {
@@ -222,17 +222,7 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         lease.last = None;
         let slots = lease.slots.as_mut().ok_or(DispatchError::RequestNeedsBuckets)?;
         inner.plan_chunk(slots, &input_dims, route.k, route.chunk)?;
-        Ok(Request {
-            session,
-            lease,
-            route,
-            this,
-            axis_extent,
-            input_dims,
-            output_dims,
-            ran: false,
-            _in_flight: in_flight,
-        })
+        Ok(Request { session, lease, route, this, axis_extent, input_dims, output_dims, ran: false, in_flight })
     }
 
     /// The session it runs on.
@@ -332,7 +322,11 @@ impl<'s, B: Backend, C: ProgramCompiler<B>> Request<'s, B, C> {
         let info = inner.counted(|| {
             let _pin = inner.device.pin()?;
             inner.run_on(&mut self.lease, |inner, ctx| inner.run_staged(ctx, route, this))
-        })?;
+        });
+        let info = match &self.in_flight {
+            Some(flight) => flight.observe(info)?,
+            None => info?,
+        };
         inner.stats.record_path(info.path);
         self.ran = true;
         Ok(info)

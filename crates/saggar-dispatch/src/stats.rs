@@ -211,6 +211,14 @@ impl LatencyHistogram {
         }
         self.max_ns
     }
+
+    /// Adds `other`'s runs to these.
+    pub fn add(&mut self, other: &LatencyHistogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
 }
 
 /// A session's counters at one moment.
@@ -304,6 +312,15 @@ pub struct FailureCounts {
 }
 
 impl FailureCounts {
+    /// Adds `other`'s failures to these.
+    pub fn add(&mut self, other: &FailureCounts) {
+        self.request += other.request;
+        self.limit += other.limit;
+        self.device += other.device;
+        self.compile += other.compile;
+        self.other += other.other;
+    }
+
     /// All failures.
     pub fn total(&self) -> u64 {
         self.request + self.limit + self.device + self.compile + self.other
@@ -311,6 +328,84 @@ impl FailureCounts {
 }
 
 impl StatsSnapshot {
+    /// Adds `other`'s counters to these (several sessions as one, e.g. a
+    /// [`crate::SessionGroup`]'s): every count is summed, and so are the graph memory figures, so
+    /// `graph_bytes_peak` becomes the sum of each session's peak (an upper bound of the peak together).
+    pub fn add(&mut self, other: &StatsSnapshot) {
+        let StatsSnapshot {
+            requests,
+            failed,
+            failures,
+            ultra_fast,
+            fast,
+            standard,
+            captures,
+            replays,
+            updates,
+            recaptures,
+            eager_fallbacks,
+            eager_runs,
+            evicted_graphs,
+            compiles,
+            disk_loads,
+            memory_hits,
+            waited_for_compile,
+            program_loads,
+            useful_rows,
+            padded_rows,
+            split_requests,
+            refit_windows,
+            refits,
+            refit_failures,
+            retired_graphs,
+            graph_bytes,
+            graph_bytes_peak,
+            graphs_over_budget,
+            shape_programs,
+            shape_program_evictions,
+            shape_overflow_runs,
+            parallel_compiles,
+            latency,
+        } = other;
+        for (mine, theirs) in [
+            (&mut self.requests, requests),
+            (&mut self.failed, failed),
+            (&mut self.ultra_fast, ultra_fast),
+            (&mut self.fast, fast),
+            (&mut self.standard, standard),
+            (&mut self.captures, captures),
+            (&mut self.replays, replays),
+            (&mut self.updates, updates),
+            (&mut self.recaptures, recaptures),
+            (&mut self.eager_fallbacks, eager_fallbacks),
+            (&mut self.eager_runs, eager_runs),
+            (&mut self.evicted_graphs, evicted_graphs),
+            (&mut self.compiles, compiles),
+            (&mut self.disk_loads, disk_loads),
+            (&mut self.memory_hits, memory_hits),
+            (&mut self.waited_for_compile, waited_for_compile),
+            (&mut self.program_loads, program_loads),
+            (&mut self.useful_rows, useful_rows),
+            (&mut self.padded_rows, padded_rows),
+            (&mut self.split_requests, split_requests),
+            (&mut self.refit_windows, refit_windows),
+            (&mut self.refits, refits),
+            (&mut self.refit_failures, refit_failures),
+            (&mut self.retired_graphs, retired_graphs),
+            (&mut self.graph_bytes, graph_bytes),
+            (&mut self.graph_bytes_peak, graph_bytes_peak),
+            (&mut self.graphs_over_budget, graphs_over_budget),
+            (&mut self.shape_programs, shape_programs),
+            (&mut self.shape_program_evictions, shape_program_evictions),
+            (&mut self.shape_overflow_runs, shape_overflow_runs),
+            (&mut self.parallel_compiles, parallel_compiles),
+        ] {
+            *mine += theirs;
+        }
+        self.failures.add(failures);
+        self.latency.add(latency);
+    }
+
     /// Padded rows over all rows computed.
     pub fn padding_waste_ratio(&self) -> f64 {
         let total = self.useful_rows + self.padded_rows;

@@ -13,7 +13,8 @@
 //!
 //! Flags: `--json PATH`, `--seconds S` per phase (default 15), `--clients N` (64), `--delay-us D`
 //! (max_queue_delay_microseconds, 100), `--instances N` (instance_group count, 2), `--precision
-//! f32|tf32` (f32), `--backend auto|host|cuda`.
+//! f32|tf32` (f32), `--backend auto|host|cuda`, `--devices N` (the model's sessions on devices 0..N,
+//! 1).
 
 #[path = "../tests/common/grpc.rs"]
 mod grpc_client;
@@ -35,6 +36,7 @@ struct Flags {
     instances: usize,
     precision: String,
     backend: BackendChoice,
+    devices: usize,
 }
 
 fn flags() -> Flags {
@@ -49,6 +51,7 @@ fn flags() -> Flags {
         delay_us: number("--delay-us", 100.0) as u64,
         instances: number("--instances", 2.0) as usize,
         precision: value("--precision").unwrap_or_else(|| "f32".into()),
+        devices: number("--devices", 1.0).max(1.0) as usize,
         backend: match value("--backend").as_deref() {
             Some("host") => BackendChoice::Exactly(BackendKind::Host),
             Some("cuda") => BackendChoice::Exactly(BackendKind::Cuda),
@@ -204,7 +207,7 @@ fn main() {
     let mut options = ServeOptions::new(dir.path().join("repo"), dir.path().join("cache"));
     (options.http_port, options.grpc_port, options.metrics_port) = (0, 0, 0);
     options.backend = BackendChoice::Exactly(backend);
-    options.devices = vec![0];
+    options.devices = (0..f.devices).collect();
     let server = ServerHandle::start(options).expect("server");
     while !server.state().ready() {
         if let Ok(index) = server.state().index(false)
@@ -264,7 +267,7 @@ fn report(f: &Flags, gpu: bool, device: &str, model: &str, phases: &[Phase], loa
     );
     let json = serde_json::json!({
         "bench": "gpu_serve_load", "device": device, "gpu": gpu, "model": model,
-        "precision": f.precision, "max_queue_delay_us": f.delay_us, "instances": f.instances, "load_s": load_s,
+        "precision": f.precision, "max_queue_delay_us": f.delay_us, "instances": f.instances, "devices": f.devices, "load_s": load_s,
         "phases": phases, "speedup": speedup, "p99_bound_ms": p99_bound,
         "throughput_target_met": throughput_ok, "p99_target_met": p99_ok, "clean_shutdown": clean,
     });

@@ -66,6 +66,12 @@ pub type Runner = dyn Fn(usize, &[Job]) -> Result<Vec<Vec<OwnedTensor>>> + Send 
 struct Queue {
     jobs: VecDeque<Job>,
     closed: bool,
+    /// Why new jobs are refused once `closed` (an unload, a shutdown, or every device lost).
+    closed_because: &'static str,
+    /// Devices lost (a batch on them failed with [`ServeError::DeviceLost`]): their threads stop.
+    lost: Vec<usize>,
+    /// Executor threads running.
+    live: usize,
 }
 
 struct Shared {
@@ -98,7 +104,13 @@ impl Batcher {
     /// A queue without threads yet ([`Batcher::spawn`] adds them).
     pub fn new(policy: Policy) -> Batcher {
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), closed: false }),
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                closed: false,
+                closed_because: UNLOADING,
+                lost: Vec::new(),
+                live: 0,
+            }),
             ready: Condvar::new(),
             policy,
         });
@@ -108,6 +120,7 @@ impl Batcher {
     /// Adds `threads` executor threads per device in `devices`.
     pub fn spawn(&self, model: &str, devices: usize, threads: usize, runner: Arc<Runner>) {
         let mut handles = self.threads.lock();
+        self.shared.queue.lock().live += devices.max(1) * threads.max(1);
         for i in 0..devices.max(1) * threads.max(1) {
             let (shared, runner) = (self.shared.clone(), runner.clone());
             let device = i % devices.max(1);
@@ -123,7 +136,7 @@ impl Batcher {
     pub fn submit(&self, job: Job) -> Result<()> {
         let mut q = self.shared.queue.lock();
         if q.closed {
-            return Err(ServeError::Unavailable("the model is being unloaded or the server is shutting down".into()));
+            return Err(ServeError::Unavailable(q.closed_because.into()));
         }
         if q.jobs.len() >= self.shared.policy.max_queue {
             return Err(ServeError::Unavailable(format!(
@@ -140,6 +153,12 @@ impl Batcher {
     /// Requests waiting now.
     pub fn queued(&self) -> usize {
         self.shared.queue.lock().jobs.len()
+    }
+
+    /// Whether every device is lost (the queue closed for that reason).
+    pub fn out_of_devices(&self) -> bool {
+        let q = self.shared.queue.lock();
+        q.closed && q.closed_because == ALL_LOST
     }
 
     /// Refuses new jobs; the threads finish the queued ones and exit.
@@ -164,8 +183,12 @@ impl Drop for Batcher {
     }
 }
 
+const UNLOADING: &str = "the model is being unloaded or the server is shutting down";
+const ALL_LOST: &str = "every device of the model is lost (see the server log); restart the server, leaving out the \
+                        failed devices (--devices or instance_group gpus)";
+
 fn executor_loop(shared: &Shared, device: usize, runner: &Runner) {
-    while let Some(batch) = next_batch(shared) {
+    while let Some(batch) = next_batch(shared, device) {
         let started = Instant::now();
         let result = runner(device, &batch);
         let compute = started.elapsed();
@@ -177,21 +200,58 @@ fn executor_loop(shared: &Shared, device: usize, runner: &Runner) {
                 }
             }
             Err(e) => {
+                if matches!(e, ServeError::DeviceLost(_)) {
+                    lose(shared, device);
+                }
                 for job in batch {
                     let _ = job.reply.send(Err(e.clone()));
                 }
             }
         }
     }
+    retire(shared);
 }
 
-/// The next batch, or `None` once the queue is closed and empty.
-fn next_batch(shared: &Shared) -> Option<Vec<Job>> {
+/// Marks `device` lost: its threads take no more batches (they wake up to stop).
+fn lose(shared: &Shared, device: usize) {
+    let mut q = shared.queue.lock();
+    if !q.lost.contains(&device) {
+        q.lost.push(device);
+        tracing::error!(device, "device lost: its executor threads stop; the model's other devices keep serving");
+    }
+    drop(q);
+    shared.ready.notify_all();
+}
+
+/// One executor thread stops. When the last one stops while the queue is open (every device lost),
+/// the queue closes and every waiting job is answered: none waits for a thread that will not come.
+fn retire(shared: &Shared) {
+    let mut q = shared.queue.lock();
+    q.live -= 1;
+    if q.live > 0 || q.jobs.is_empty() && q.closed {
+        return;
+    }
+    if !q.closed {
+        q.closed = true;
+        q.closed_because = ALL_LOST;
+    }
+    let reason = q.closed_because;
+    for job in q.jobs.drain(..) {
+        let _ = job.reply.send(Err(ServeError::Unavailable(reason.into())));
+    }
+}
+
+/// The next batch for a thread of `device`, or `None` once the queue is closed and empty or the
+/// device is lost.
+fn next_batch(shared: &Shared, device: usize) -> Option<Vec<Job>> {
     let policy = &shared.policy;
     let mut q = shared.queue.lock();
-    while q.jobs.is_empty() {
-        if q.closed {
+    loop {
+        if q.lost.contains(&device) || q.closed && q.jobs.is_empty() {
             return None;
+        }
+        if !q.jobs.is_empty() {
+            break;
         }
         shared.ready.wait(&mut q);
     }
@@ -318,5 +378,63 @@ mod tests {
         b.spawn("t", 1, 1, runner);
         b.close_and_join();
         assert_eq!(*seen.lock(), vec![vec![1, 1], vec![1, 1]]);
+    }
+
+    /// A runner whose device `lost` fails every batch with a lost device; the others serve.
+    fn losing(lost: usize) -> (Arc<Runner>, Arc<Mutex<Vec<usize>>>) {
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let log = ran.clone();
+        let runner: Arc<Runner> = Arc::new(move |device, jobs: &[Job]| {
+            log.lock().push(device);
+            if device == lost {
+                return Err(ServeError::DeviceLost(format!("device {device} is lost")));
+            }
+            Ok(jobs.iter().map(|_| Vec::new()).collect())
+        });
+        (runner, ran)
+    }
+
+    #[test]
+    fn a_lost_device_fails_one_batch_and_the_other_devices_serve_the_rest() {
+        let (runner, ran) = losing(1);
+        // Two devices, two threads each: each of device 1's threads fails at most the batch it held.
+        let b = Batcher::start("t", policy(0, 0), 2, 2, runner);
+        let (mut ok, mut lost) = (0, 0);
+        for _ in 0..40 {
+            let (j, r) = job(1, 0);
+            b.submit(j).unwrap();
+            match r.blocking_recv().unwrap() {
+                Ok(_) => ok += 1,
+                Err(ServeError::DeviceLost(_)) => lost += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!((1..=2).contains(&lost) && ok + lost == 40, "{ok} served, {lost} lost");
+        let ran = ran.lock().clone();
+        let last_on_1 = ran.iter().rposition(|&d| d == 1).unwrap();
+        assert!(ran.len() - last_on_1 > 30, "device 1 took no batch after its loss: {ran:?}");
+        assert!(!b.out_of_devices());
+    }
+
+    #[test]
+    fn when_every_device_is_lost_waiting_and_new_jobs_are_refused() {
+        let (runner, _) = losing(0);
+        let b = Batcher::new(policy(0, 0));
+        let rx: Vec<_> = (0..5)
+            .map(|_| {
+                let (j, r) = job(1, 0);
+                b.submit(j).unwrap();
+                r
+            })
+            .collect();
+        b.spawn("t", 1, 1, runner);
+        let answers: Vec<_> = rx.into_iter().map(|r| r.blocking_recv().unwrap()).collect();
+        assert!(matches!(answers[0], Err(ServeError::DeviceLost(_))));
+        for a in &answers[1..] {
+            assert!(matches!(a, Err(ServeError::Unavailable(m)) if m.contains("every device")), "{a:?}");
+        }
+        assert!(b.out_of_devices());
+        let (j, _r) = job(1, 0);
+        assert!(matches!(b.submit(j), Err(ServeError::Unavailable(m)) if m.contains("every device")));
     }
 }

@@ -24,6 +24,10 @@ pub enum ServeError {
     /// The model failed to load, or a run failed on the device (HTTP 500, gRPC `INTERNAL`).
     #[error("{0}")]
     Internal(String),
+    /// The device that ran the batch is lost (a sticky fault): the batch fails (HTTP 500, gRPC
+    /// `INTERNAL`), the device's executor threads stop, and the model's other devices keep serving.
+    #[error("{0}")]
+    DeviceLost(String),
 }
 
 impl ServeError {
@@ -39,7 +43,7 @@ impl ServeError {
             ServeError::NotFound(_) => 404,
             ServeError::TooLarge(_) => 413,
             ServeError::Unavailable(_) => 503,
-            ServeError::Internal(_) => 500,
+            ServeError::Internal(_) | ServeError::DeviceLost(_) => 500,
         }
     }
 
@@ -51,7 +55,7 @@ impl ServeError {
             ServeError::NotFound(_) => tonic::Status::not_found(message),
             ServeError::TooLarge(_) => tonic::Status::resource_exhausted(message),
             ServeError::Unavailable(_) => tonic::Status::unavailable(message),
-            ServeError::Internal(_) => tonic::Status::internal(message),
+            ServeError::Internal(_) | ServeError::DeviceLost(_) => tonic::Status::internal(message),
         }
     }
 
@@ -66,6 +70,7 @@ impl ServeError {
     pub fn from_dispatch(model: &str, error: &DispatchError) -> ServeError {
         match error.failure_kind() {
             FailureKind::Request | FailureKind::Limit => ServeError::bad(format!("model `{model}`: {error}")),
+            _ if error.is_device_lost() => ServeError::DeviceLost(format!("model `{model}`: {error}")),
             _ => ServeError::Internal(format!("model `{model}`: {error}")),
         }
     }
@@ -76,7 +81,9 @@ impl ServeError {
 pub fn log(error: &ServeError, transport: &str, what: &str) {
     let status = error.http_status();
     match error {
-        ServeError::Internal(_) => tracing::error!(transport, request = what, status, error = %error, "request failed"),
+        ServeError::Internal(_) | ServeError::DeviceLost(_) => {
+            tracing::error!(transport, request = what, status, error = %error, "request failed")
+        }
         ServeError::Unavailable(_) => {
             tracing::warn!(transport, request = what, status, error = %error, "request refused")
         }

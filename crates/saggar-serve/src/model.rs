@@ -106,6 +106,11 @@ impl LoadedModel {
         &*self.executor
     }
 
+    /// Whether every device of the model is lost: it answers nothing and is not ready.
+    pub fn out_of_devices(&self) -> bool {
+        self.batcher.out_of_devices()
+    }
+
     /// Requests waiting in its queue.
     pub fn queued(&self) -> usize {
         self.batcher.queued()

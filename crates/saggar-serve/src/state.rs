@@ -114,6 +114,11 @@ impl State {
     pub fn model(&self, name: &str, version: Option<&str>) -> Result<Arc<LoadedModel>> {
         let state = self.models.read().get(name).cloned();
         let model = match state {
+            Some(ModelState::Ready(m)) if m.out_of_devices() => {
+                return Err(ServeError::Unavailable(format!(
+                    "model `{name}`: every device is lost; restart the server without the failed devices"
+                )));
+            }
             Some(ModelState::Ready(m)) => m,
             Some(ModelState::Loading) => return Err(ServeError::Unavailable(format!("model `{name}` is loading"))),
             Some(ModelState::Failed(why)) => {

@@ -28,11 +28,11 @@ use saggar_onnx::Tensor;
 use saggar_shape::TensorSpec;
 
 use super::bench::{LoopPlan, Record};
-use super::report::{PerfReport, RunFacts, Snapshots};
+use super::report::{DeviceShare, PerfReport, RunFacts, Snapshots};
 use super::runners::{self, Sets};
 use super::session;
 use crate::buckets::Buckets;
-use crate::cli::PerfArgs;
+use crate::cli::{BindingArg, PerfArgs};
 use crate::environment::Environment;
 use crate::error::{CliError, Result};
 use crate::progress::ProgressMode;
@@ -42,6 +42,12 @@ use crate::source::{KeptRun, ModelSource, Trace};
 /// Runs `saggar perf` on `source`: its report (with `check` and `profile` where the source has them)
 /// and every timed request.
 pub fn run<S: ModelSource>(source: &S, args: &PerfArgs, env: &Environment) -> Result<(PerfReport, Vec<Record>)> {
+    if args.devices.is_some() && !matches!(args.binding, BindingArg::Pinned | BindingArg::Auto) {
+        return Err(CliError::usage(
+            "--devices runs host tensors through pinned staging only",
+            "drop --binding, or time one device with --device N --binding direct|request",
+        ));
+    }
     let trace = source.trace(&args.trace)?;
     let buckets = args.buckets.buckets.resolve(args.buckets.max_batch, &trace.batches)?;
     let cache = env.open_cache(args.cache_dir.as_deref())?;
@@ -103,12 +109,18 @@ impl Batches {
 
 fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(PerfReport, Vec<Record>)> {
     let Pipeline { source, args, env, trace, buckets, cache } = pipeline;
-    let device = B::open(args.device)?;
+    let ordinals = match &args.devices {
+        Some(list) => list.ordinals::<B>()?,
+        None => vec![args.device],
+    };
+    let devices = ordinals.iter().map(|&o| B::open(o)).collect::<saggar_device::Result<Vec<_>>>()?;
     let mode = ProgressMode::new(env.stderr_is_terminal, args.progress);
     let compiler = source.compiler::<B>();
-    let built = session::build::<B, _>(args, mode, device, compiler, buckets, cache.clone(), source.padded_axis())?;
-    let session = &built.session;
-    let after_build = session.stats();
+    let built = session::build::<B, _>(args, mode, devices, compiler, buckets, cache.clone(), source.padded_axis())?;
+    let served = &built.served;
+    let session = served.primary();
+    let after_build = served.stats();
+    let devices_before: Vec<u64> = served.sessions().iter().map(|s| s.stats().requests).collect();
 
     let batches = Batches::new(&trace.batches, args);
     let inputs = source.inputs(&batches.distinct, args.trace.seed)?;
@@ -116,11 +128,20 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
     let output_dims = output_dims(session, &inputs, &hosts)?;
     let output_bytes = output_bytes(session.signature().outputs(), &output_dims);
     let sets = Sets { inputs: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
-    let warm = std::cell::Cell::new(after_build);
+    let warm = std::cell::Cell::new((after_build, devices_before));
     let plan = loop_plan(args, mode, &batches);
-    let bound = runners::run(args.binding, session, sets, plan, || warm.set(session.stats()))?;
+    let bound = runners::run(args.binding, served, sets, plan, || {
+        warm.set((served.stats(), served.sessions().iter().map(|s| s.stats().requests).collect()))
+    })?;
     let measured = bound.measured;
-    let snapshots = Snapshots { built: after_build, warm: warm.get(), done: session.stats() };
+    let (warm, devices_warm) = warm.into_inner();
+    let snapshots = Snapshots { built: after_build, warm, done: served.stats() };
+    let devices_used: Vec<DeviceShare> = served
+        .sessions()
+        .iter()
+        .zip(&devices_warm)
+        .map(|(s, &before)| DeviceShare::new(s.device().info(), s.stats().requests.saturating_sub(before)))
+        .collect();
     let copies = session::bucket_copies(session, &measured)?;
 
     let kept: Vec<KeptRun<'_>> = measured
@@ -157,6 +178,7 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
         args,
         RunFacts {
             device: session.device().info(),
+            devices: devices_used,
             buckets: session.buckets(),
             session_s: built.session_s,
             programs: &built.programs,
@@ -173,7 +195,7 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
         },
     );
     report.check = source.check(&first);
-    report.profile = source.profile::<B>(args.device, &inputs, &trace.batches)?;
+    report.profile = source.profile::<B>(ordinals[0], &inputs, &trace.batches)?;
     Ok((report, measured.records))
 }
 

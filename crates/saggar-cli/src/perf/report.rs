@@ -176,8 +176,11 @@ pub struct PerfReport {
     pub backend: String,
     /// Device name.
     pub device: String,
-    /// Device ordinal.
+    /// Device ordinal (the first device's with `--devices`).
     pub device_ordinal: usize,
+    /// Every device the requests ran on (one without `--devices`), with its share of the timed
+    /// requests.
+    pub devices: Vec<DeviceShare>,
     /// Device architecture.
     pub arch: String,
     /// Model name.
@@ -253,6 +256,10 @@ impl PerfReport {
         let buckets: Vec<String> = self.buckets.iter().map(u64::to_string).collect();
         row("model", format!("{} ({} inputs, {})", self.model, self.model_inputs, self.model_source));
         row("device", format!("{} {} \"{}\" ({})", self.backend, self.device_ordinal, self.device, self.arch));
+        if self.devices.len() > 1 {
+            let shares: Vec<String> = self.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.requests)).collect();
+            row("devices", format!("{} in a group, timed requests {}", self.devices.len(), shares.join(", ")));
+        }
         row(
             "workload",
             format!(
@@ -361,6 +368,24 @@ impl PerfReport {
     }
 }
 
+/// One device of the run and how many timed requests it served.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DeviceShare {
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// Device name.
+    pub name: String,
+    /// Timed requests it served (the failed ones included).
+    pub requests: u64,
+}
+
+impl DeviceShare {
+    /// `device`'s share: `requests`.
+    pub fn new(device: &saggar_device::DeviceInfo, requests: u64) -> DeviceShare {
+        DeviceShare { ordinal: device.ordinal, name: device.name.clone(), requests }
+    }
+}
+
 /// The session's counters at three moments: after creation, after the warmup, after the timed runs.
 #[derive(Debug, Clone, Copy)]
 pub struct Snapshots {
@@ -374,8 +399,10 @@ pub struct Snapshots {
 
 /// What one run did, as its report tells it.
 pub struct RunFacts<'a, K> {
-    /// The device the session ran on.
+    /// The device the session ran on (the first of a group).
     pub device: &'a saggar_device::DeviceInfo,
+    /// Every device, with its share of the timed requests.
+    pub devices: Vec<DeviceShare>,
     /// The buckets the session serves at the end.
     pub buckets: Vec<u64>,
     /// Session creation time.
@@ -428,6 +455,7 @@ impl PerfReport {
             backend: run.device.backend.name().to_string(),
             device: run.device.name.clone(),
             device_ordinal: run.device.ordinal,
+            devices: run.devices,
             arch: run.device.arch.clone(),
             model: run.model.name.clone(),
             model_source: run.model.origin.clone(),

@@ -11,9 +11,10 @@
 //! Kept outputs are the bytes of each output, in binding order.
 
 use saggar_device::{Backend, Device as _, DeviceBuffer as _, Stream as _};
-use saggar_dispatch::{DeviceTensor, HostTensor, ProgramCompiler, Session, StageTimer};
+use saggar_dispatch::{DeviceTensor, HostTensor, ProgramCompiler, Session, SessionGroup, StageTimer};
 
 use super::bench::{self, Ask, LoopPlan, Measured, Ran, Runner};
+use super::session::Served;
 use crate::cli::BindingArg;
 use crate::error::Result;
 
@@ -86,6 +87,39 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Pinned<'_, B, C> {
         };
         let kept = ask.keep.then(|| views.iter().map(|v| v.to_vec()).collect());
         Ok(Ran { path: Some(info.path), bucket: info.bucket, stages, kept })
+    }
+}
+
+/// Host tensors through pinned staging on a session group: `SessionGroup::run_into` on the least
+/// loaded device, into each worker's output buffers (stages are not timed: they belong to one device).
+pub struct Grouped<'a, B: Backend, C: ProgramCompiler<B>> {
+    /// The group.
+    pub group: &'a SessionGroup<B, C>,
+    /// The requests.
+    pub sets: Sets<'a>,
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Runner for Grouped<'_, B, C> {
+    type Worker<'w>
+        = Vec<Vec<u64>>
+    where
+        Self: 'w;
+    type Kept = Kept;
+
+    fn worker(&self) -> Result<Vec<Vec<u64>>> {
+        Ok((0..self.sets.outputs()).map(|o| vec![0u64; self.sets.largest(o).div_ceil(8)]).collect())
+    }
+
+    fn run(&self, outputs: &mut Vec<Vec<u64>>, ask: Ask) -> Result<Ran<Kept>> {
+        let bytes = &self.sets.output_bytes[ask.set];
+        let mut views: Vec<&mut [u8]> = outputs
+            .iter_mut()
+            .zip(bytes)
+            .map(|(words, &n)| &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n])
+            .collect();
+        let (_, info) = self.group.run_into(&self.sets.inputs[ask.set], &mut views)?;
+        let kept = ask.keep.then(|| views.iter().map(|v| v.to_vec()).collect());
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
     }
 }
 
@@ -253,14 +287,26 @@ pub struct Bound {
 }
 
 /// Runs the loop `plan` with the runner of `binding`; `warm` runs between the warmup and the timed
-/// requests.
+/// requests. A session group runs host tensors through pinned staging only.
 pub fn run<B: Backend, C: ProgramCompiler<B>>(
     binding: BindingArg,
-    session: &Session<B, C>,
+    served: &Served<B, C>,
     sets: Sets<'_>,
     mut plan: LoopPlan<'_>,
     warm: impl FnOnce(),
 ) -> Result<Bound> {
+    let session = match served {
+        Served::One(session) => session,
+        // `pipeline::run` refuses --devices with another binding before anything is compiled.
+        Served::Group(group) => {
+            plan.stage_every = 0;
+            return Ok(Bound {
+                measured: bench::run(&Grouped { group, sets }, &plan, warm)?,
+                binding: "pinned",
+                stages_unavailable: Some("stages are timed on one device (--device), not a group".to_string()),
+            });
+        }
+    };
     let unavailable = || Some("stages are timed with --binding pinned only".to_string());
     Ok(match binding {
         BindingArg::Pinned | BindingArg::Auto => Bound {

@@ -1,6 +1,6 @@
-//! The session of a `saggar perf` run, for every model source: its configuration from the flags,
-//! its creation with progress and the time each program became ready, and each used bucket's copies
-//! timed on their own after the run.
+//! The session of a `saggar perf` run (or its session group over several devices), for every model
+//! source: its configuration from the flags, its creation with progress and the time each program
+//! became ready, and each used bucket's copies timed on their own after the run.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -8,7 +8,8 @@ use std::time::Instant;
 use saggar_cache::CompileCache;
 use saggar_device::Backend;
 use saggar_dispatch::{
-    CaptureWhen, GraphConfig, LiveBuckets, PaddedAxis, ProgramCompiler, ProgramSource, Session, SessionConfig,
+    CaptureWhen, GraphConfig, LiveBuckets, PaddedAxis, ProgramCompiler, ProgramSource, Routing, Session, SessionConfig,
+    SessionGroup, StatsSnapshot,
 };
 
 use super::bench::Measured;
@@ -50,51 +51,91 @@ fn session_config(
         .build()?)
 }
 
-/// A session and how its creation went.
+/// What `saggar perf` runs its requests on: one session, or a group over several devices
+/// (`--devices`).
+pub enum Served<B: Backend, C: ProgramCompiler<B>> {
+    /// One device.
+    One(Session<B, C>),
+    /// Several devices, each request on the least loaded one.
+    Group(SessionGroup<B, C>),
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Served<B, C> {
+    /// The session of the first device: the model's signature and buckets, output shapes, copy
+    /// timing and the device named in the report.
+    pub fn primary(&self) -> &Session<B, C> {
+        match self {
+            Served::One(session) => session,
+            Served::Group(group) => &group.sessions()[0],
+        }
+    }
+
+    /// Every session.
+    pub fn sessions(&self) -> &[Session<B, C>] {
+        match self {
+            Served::One(session) => std::slice::from_ref(session),
+            Served::Group(group) => group.sessions(),
+        }
+    }
+
+    /// The counters, added up over the devices.
+    pub fn stats(&self) -> StatsSnapshot {
+        match self {
+            Served::One(session) => session.stats(),
+            Served::Group(group) => group.total_stats(),
+        }
+    }
+}
+
+/// A session (or group) and how its creation went.
 pub struct Built<B: Backend, C: ProgramCompiler<B>> {
-    /// The session.
-    pub session: Session<B, C>,
+    /// The session or group.
+    pub served: Served<B, C>,
     /// Each program as it became ready.
     pub programs: Vec<ProgramReady>,
     /// Session creation time.
     pub session_s: f64,
 }
 
-/// Creates the session of `saggar perf` on `device`, with a progress bar and the time each program
-/// became ready.
+/// Creates the session of `saggar perf` on `devices` (a session group when there are several), with
+/// a progress bar and the time each program became ready.
 pub fn build<B: Backend, C: ProgramCompiler<B>>(
     args: &PerfArgs,
     mode: ProgressMode,
-    device: B::Device,
+    devices: Vec<B::Device>,
     compiler: Arc<C>,
     buckets: &Buckets,
     cache: Arc<CompileCache>,
     padded_axis: Option<PaddedAxis>,
 ) -> Result<Built<B, C>> {
     let config = session_config(args, buckets, cache, padded_axis)?;
-    let bar = Bar::new(mode, "compile", buckets.list.len() as u64);
+    let count = devices.len();
+    let bar = Bar::new(mode, "compile", (buckets.list.len() * count) as u64);
     let programs = Mutex::new(Vec::new());
     let started = Instant::now();
-    let session = Session::builder(device, compiler)
-        .config(config)
-        .on_progress(|p| {
-            if let Ok(mut programs) = programs.lock() {
-                programs.push(ProgramReady {
-                    bucket: p.bucket,
-                    source: match p.source {
-                        ProgramSource::Loaded => "loaded",
-                        ProgramSource::Compiled => "compiled",
-                    },
-                    ready_at_s: started.elapsed().as_secs_f64(),
-                });
-            }
-            bar.program_ready(None, p);
-        })
-        .build();
+    let ready = |device: Option<usize>, p: &saggar_dispatch::Progress| {
+        if let Ok(mut programs) = programs.lock() {
+            programs.push(ProgramReady {
+                bucket: p.bucket,
+                source: match p.source {
+                    ProgramSource::Loaded => "loaded",
+                    ProgramSource::Compiled => "compiled",
+                },
+                ready_at_s: started.elapsed().as_secs_f64(),
+            });
+        }
+        bar.program_ready(device, p);
+    };
+    let served = if count == 1 {
+        let device = devices.into_iter().next().expect("one device");
+        Session::builder(device, compiler).config(config).on_progress(|p| ready(None, p)).build().map(Served::One)
+    } else {
+        SessionGroup::new(devices, compiler, config, Routing::LeastLoaded, &|i, p| ready(Some(i), p)).map(Served::Group)
+    };
     let session_s = started.elapsed().as_secs_f64();
     bar.finish();
     let programs = programs.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    Ok(Built { session: session?, programs, session_s })
+    Ok(Built { served: served?, programs, session_s })
 }
 
 /// Each bucket that served a timed request with stages, its copies timed on their own.

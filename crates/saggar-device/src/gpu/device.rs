@@ -217,10 +217,12 @@ impl<D: Driver> DeviceShared<D> {
     }
 
     /// The entry of every operation: fails with [`Error::WrongDevice`] if another device of this backend
-    /// is pinned to this thread, then makes this device current (a thread-local compare when it is).
+    /// is pinned to this thread, or [`Error::DeviceLost`] if it was marked lost
+    /// ([`crate::lose_device`]), then makes this device current (a thread-local compare when it is).
     #[inline]
     pub(crate) fn enter(&self, op: &'static str) -> Result<()> {
         check_pinned(op, D::KIND, self.ordinal())?;
+        crate::lost::check_alive(D::KIND, self.ordinal())?;
         make_current::<D>(op, self.current)
     }
 

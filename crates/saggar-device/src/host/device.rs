@@ -1,7 +1,7 @@
 //! The host backend's device.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -26,11 +26,15 @@ pub struct HostConfig {
     pub address_reuse: AddressReuse,
     /// Simulated device memory, in bytes; allocations past it fail with out-of-memory.
     pub memory_bytes: u64,
+    /// An injected fault: after this many kernel and graph launches the device is lost, as a GPU is
+    /// after an illegal address, and every later launch, copy and synchronize on it fails with
+    /// [`Error::DeviceLost`]. `None` (the default): the device never faults.
+    pub lose_after_launches: Option<u64>,
 }
 
 impl Default for HostConfig {
     fn default() -> HostConfig {
-        HostConfig { address_reuse: AddressReuse::Immediate, memory_bytes: 16 << 30 }
+        HostConfig { address_reuse: AddressReuse::Immediate, memory_bytes: 16 << 30, lose_after_launches: None }
     }
 }
 
@@ -42,12 +46,42 @@ pub(crate) struct DeviceShared {
     pub(crate) streams: Mutex<Vec<Weak<StreamShared>>>,
     pub(crate) global_captures: Mutex<Vec<Weak<StreamShared>>>,
     deferred: Mutex<Vec<Error>>,
+    /// Launches left before the injected fault ([`HostConfig::lose_after_launches`]); `u64::MAX`: never.
+    launches_left: AtomicU64,
 }
 
 impl DeviceShared {
     /// Records an error met where it cannot be returned (a destructor).
     pub(crate) fn defer(&self, error: Error) {
         self.deferred.lock().push(error);
+    }
+
+    /// Fails with [`Error::DeviceLost`] once the injected fault has happened.
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        match self.launches_left.load(Ordering::Relaxed) {
+            0 => Err(self.lost()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts one launch towards the injected fault; fails if the device is (now) lost.
+    pub(crate) fn count_launch(&self) -> Result<()> {
+        let counted = self.launches_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| match left {
+            0 | u64::MAX => None,
+            n => Some(n - 1),
+        });
+        match counted {
+            Err(0) | Ok(1) => Err(self.lost()),
+            _ => Ok(()),
+        }
+    }
+
+    fn lost(&self) -> Error {
+        Error::DeviceLost {
+            backend: BackendKind::Host,
+            ordinal: self.info.ordinal,
+            reason: "injected fault (HostConfig::lose_after_launches)".into(),
+        }
     }
 }
 
@@ -106,6 +140,10 @@ impl HostDevice {
                 streams: Mutex::new(Vec::new()),
                 global_captures: Mutex::new(Vec::new()),
                 deferred: Mutex::new(Vec::new()),
+                launches_left: AtomicU64::new(match config.lose_after_launches {
+                    Some(n) => n.saturating_add(1).min(u64::MAX - 1),
+                    None => u64::MAX,
+                }),
             }),
         })
     }

@@ -310,6 +310,7 @@ impl HostStream {
     /// Runs `op` now (asynchronously) or records it into the active capture.
     fn enqueue(&self, op_name: &'static str, op: Op) -> Result<()> {
         check_pinned(op_name, BackendKind::Host, self.ordinal())?;
+        self.shared.device.check_alive()?;
         let mut st = self.shared.state.lock();
         if let Some(cap) = st.capture.as_mut() {
             if let Some(other) = op.pointers().into_iter().filter_map(owner_of).find(|o| *o != self.ordinal()) {
@@ -319,6 +320,9 @@ impl HostStream {
             }
             cap.ops.push(op);
             return Ok(());
+        }
+        if matches!(op, Op::Launch { .. } | Op::Graph(_)) {
+            self.shared.device.count_launch()?;
         }
         self.send(&mut st, Job::Run(op));
         Ok(())
@@ -335,6 +339,7 @@ impl HostStream {
     /// Synchronous work goes through the queue too, so it is ordered after what came before.
     fn synchronous<T>(&self, op: &'static str, make: impl FnOnce(Sender<Result<T>>) -> Job) -> Result<T> {
         check_pinned(op, BackendKind::Host, self.ordinal())?;
+        self.shared.device.check_alive()?;
         forbid_during_capture(&self.shared.device, op)?;
         self.forbid_own_capture(op)?;
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -474,7 +479,8 @@ impl Stream for HostStream {
         check_pinned("stream.synchronize", BackendKind::Host, self.ordinal())?;
         self.forbid_own_capture("stream.synchronize")?;
         Counters::bump(&self.shared.device.counters.stream_synchronizes);
-        self.shared.wait_idle()
+        self.shared.wait_idle()?;
+        self.shared.device.check_alive()
     }
 
     fn begin_capture(&self, mode: CaptureMode) -> Result<()> {
