@@ -31,6 +31,7 @@ pub fn lose_device(backend: BackendKind, ordinal: usize, reason: impl Into<Strin
 
 /// Fails with [`Error::DeviceLost`] if the device was marked lost.
 #[inline]
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 pub(crate) fn check_alive(backend: BackendKind, ordinal: usize) -> Result<()> {
     if !ANY.load(Ordering::Acquire) {
         return Ok(());
