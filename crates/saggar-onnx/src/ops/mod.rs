@@ -72,6 +72,7 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
+pub(crate) mod sample;
 pub(crate) mod scatter;
 pub mod shape_util;
 pub(crate) mod shapes;
@@ -370,6 +371,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     resize::OPS,
     rnn::OPS,
     scatter::OPS,
+    sample::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.

@@ -258,7 +258,7 @@ fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 /// A fixed extent as `usize`.
-fn fixed(d: &Dim) -> Option<usize> {
+pub(crate) fn fixed(d: &Dim) -> Option<usize> {
     d.as_fixed().and_then(|v| usize::try_from(v).ok())
 }
 
