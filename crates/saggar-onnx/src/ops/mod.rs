@@ -72,6 +72,7 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
+pub(crate) mod roi;
 pub(crate) mod sample;
 pub(crate) mod scatter;
 pub mod shape_util;
@@ -372,6 +373,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     rnn::OPS,
     scatter::OPS,
     sample::OPS,
+    roi::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.

@@ -2,7 +2,7 @@
 //! align_corners in 1-D, 2-D and 3-D, AffineGrid in 2-D and 3-D, the errors, and the GPU launches.
 
 use super::gpu::{AffineGridKernel, GridSampleKernel};
-use crate::ops::gpu::{GpuCtx, GpuKernel as _, GpuNode, Operand};
+use crate::ops::gpu::{GpuCtx, GpuNode, Operand};
 use crate::ops::testing::{assert_kernels_render, f32s, iota, run_op, values};
 use crate::ops::{Attribute, Attributes, InferInput, InferInputs, OpError, ValueType, lookup, unknown_dim};
 use crate::tensor::Tensor;
