@@ -77,6 +77,7 @@ pub(crate) mod sample;
 pub(crate) mod scatter;
 pub mod shape_util;
 pub(crate) mod shapes;
+pub(crate) mod signal;
 pub mod testing;
 
 use std::fmt;
@@ -374,6 +375,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     scatter::OPS,
     sample::OPS,
     roi::OPS,
+    signal::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
@@ -414,7 +416,19 @@ pub enum GpuForm {
 
 /// The ops whose GPU form is [`GpuForm::CompileTime`]; every other declared op has device code
 /// (a test builds each op and checks).
-const COMPILE_TIME: &[&str] = &["Constant", "ConstantOfShape", "Dropout", "Identity", "Range", "Shape", "Size"];
+const COMPILE_TIME: &[&str] = &[
+    "BlackmanWindow",
+    "Constant",
+    "ConstantOfShape",
+    "Dropout",
+    "HammingWindow",
+    "HannWindow",
+    "Identity",
+    "MelWeightMatrix",
+    "Range",
+    "Shape",
+    "Size",
+];
 
 /// One op type of the declared op set.
 #[derive(Debug, Clone, PartialEq, Eq)]
