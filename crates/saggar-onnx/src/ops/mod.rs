@@ -67,6 +67,7 @@ pub(crate) mod gather;
 #[doc(hidden)]
 pub mod gpu;
 pub(crate) mod linalg;
+pub(crate) mod loss;
 pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
@@ -376,6 +377,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     sample::OPS,
     roi::OPS,
     signal::OPS,
+    loss::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
