@@ -65,7 +65,11 @@ fn region_and_conv_nodes(k: &mut Kinds) {
     let ratio = |r: i64| ("sampling_ratio", Int(r));
     let bins = [("output_height", Int(3)), ("output_width", Int(2))];
     k.node("RoiAlign", &["x", "ra_rois", "ra_idx"], &["ra_avg"], &[bins[0].clone(), bins[1].clone(), ratio(2)], f);
-    let max = [("mode", s("max")), ("coordinate_transformation_mode", s("output_half_pixel")), ("spatial_scale", Attribute::Float(0.8))];
+    let max = [
+        ("mode", s("max")),
+        ("coordinate_transformation_mode", s("output_half_pixel")),
+        ("spatial_scale", Attribute::Float(0.8)),
+    ];
     k.node("RoiAlign", &["x", "ra_rois", "ra_idx"], &["ra_max"], &max, f);
     k.node("RoiAlign", &["x", "ra_rois", "ra_idx"], &["ra_adapt"], &bins, f);
     let pool_rois = [0.0, 0.0, 0.0, 4.0, 3.0, 1.0, 1.0, 0.4, 2.6, 3.0, 1.0, 6.0, 6.0, 8.0, 8.0];
@@ -84,12 +88,8 @@ fn region_and_conv_nodes(k: &mut Kinds) {
     k.node("DeformConv", &["x", "dc_w", "dc_off", "dc_b", "dc_mask"], &["dc"], &[], f);
     k.init("dcg_w", f32s(&[6, 1, 2, 2], 44));
     k.init("dcg_off", f32s(&[2, 24, 3, 3], 45));
-    let grouped = [
-        ("group", Int(3)),
-        ("offset_group", Int(3)),
-        ("strides", Ints(vec![2, 2])),
-        ("pads", Ints(vec![1, 1, 1, 1])),
-    ];
+    let grouped =
+        [("group", Int(3)), ("offset_group", Int(3)), ("strides", Ints(vec![2, 2])), ("pads", Ints(vec![1, 1, 1, 1]))];
     k.node("DeformConv", &["x", "dcg_w", "dcg_off"], &["dcg"], &grouped, f);
     k.init("ccp_shape", Tensor::from_i64s(vec![2, 7, 3]));
     k.node("CenterCropPad", &["x", "ccp_shape"], &["ccp"], &[("axes", Ints(vec![1, -2, 3]))], f);
@@ -127,7 +127,7 @@ fn loss_nodes(k: &mut Kinds) {
     let ii = ("ignore_index", Int(-1));
     let r = |v: &str| ("reduction", s(v));
     k.node("NegativeLogLikelihoodLoss", &["loss_lp", "loss_t"], &["nll_none"], &[ii.clone(), r("none")], f);
-    k.node("NegativeLogLikelihoodLoss", &["loss_lp", "loss_t", "loss_w"], &["nll_mean"], &[ii.clone()], f);
+    k.node("NegativeLogLikelihoodLoss", &["loss_lp", "loss_t", "loss_w"], &["nll_mean"], std::slice::from_ref(&ii), f);
     k.node("NegativeLogLikelihoodLoss", &["loss_lp", "loss_t", "loss_w"], &["nll_sum"], &[ii.clone(), r("sum")], f);
     k.b.node("SoftmaxCrossEntropyLoss", &["x", "loss_t", "loss_w"], &["sce", "sce_lp"], &[ii.clone(), r("none")]);
     k.outputs.extend([("sce", f), ("sce_lp", f)]);

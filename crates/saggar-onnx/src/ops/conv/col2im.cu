@@ -16,15 +16,7 @@
     const float* cp = col + (i / y_plane) * taps * x_plane;
     float acc = 0.0f;
     for (onnx_i64 t = 0; t < taps; ++t) {
-      onnx_i64 tr = t, at = 0, stride = 1;
-      bool hit = true;
-      for (int d = s - 1; d >= 0; --d) {
-        const onnx_i64 k = tr % ker[d]; tr /= ker[d];
-        const onnx_i64 q = pos[d] + pad[d] - k * dil[d];
-        const onnx_i64 o = q / st[d];
-        hit = hit && q >= 0 && o * st[d] == q && o < xd[d];
-        at += o * stride; stride *= xd[d];
-      }
+@TAP@
       if (hit) acc += cp[t * x_plane + at];
     }
     y[i] = acc;

@@ -6,7 +6,7 @@
 
 use saggar_shape::{DType, Dim};
 
-use super::gpu::axes_meta;
+use super::gpu::{TRANSPOSE_TAP, axes_meta};
 use super::transpose::col2im;
 use super::{AutoPad, Axis, Window, bounded_ints, check_len, check_out_dims, fixed};
 use crate::ops::data_movement::index_values;
@@ -27,7 +27,11 @@ pub(super) fn build_col2im(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError
     if pads.len() % 2 != 0 {
         return Err(OpError::attribute("pads", "must hold a begin and an end value per spatial axis"));
     }
-    Ok(Box::new(Col2Im { strides: bounded_ints(ctx, "strides", 1)?, dilations: bounded_ints(ctx, "dilations", 1)?, pads }))
+    Ok(Box::new(Col2Im {
+        strides: bounded_ints(ctx, "strides", 1)?,
+        dilations: bounded_ints(ctx, "dilations", 1)?,
+        pads,
+    }))
 }
 
 /// The values of a 1-D int64 shape input (`image_shape`, `block_shape`), each at least `min`.
@@ -55,7 +59,9 @@ impl Col2Im {
     /// axes and `C`.
     fn geometry(&self, input: &[usize], image: &[usize], block: &[usize]) -> Result<(Vec<Axis>, usize), OpError> {
         if image.len() != block.len() {
-            return Err(OpError::infer(format!("Col2Im image_shape {image:?} and block_shape {block:?} differ in length")));
+            return Err(OpError::infer(format!(
+                "Col2Im image_shape {image:?} and block_shape {block:?} differ in length"
+            )));
         }
         let window = Window {
             kernel: block.to_vec(),
@@ -134,7 +140,10 @@ impl Op for Col2Im {
         Some((|| {
             let (x, out) = (ctx.input(0)?, ctx.output(0)?);
             let values = |i: usize| {
-                ctx.infer.req(i)?.const_i64s().ok_or_else(|| OpError::eval("Col2Im needs constant image and block shapes"))
+                ctx.infer
+                    .req(i)?
+                    .const_i64s()
+                    .ok_or_else(|| OpError::eval("Col2Im needs constant image and block shapes"))
             };
             let [image, block] = Col2Im::shapes([values(1)?, values(2)?])?;
             let (axes, c) = self.geometry(&x.dims, &image, &block)?;
@@ -160,7 +169,7 @@ impl GpuKernel for Col2ImKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("col2im.cu"), &[("MAX_SPATIAL", &MAX_SPATIAL.to_string())])
+        render(include_str!("col2im.cu"), &[("MAX_SPATIAL", &MAX_SPATIAL.to_string()), ("TAP", TRANSPOSE_TAP)])
     }
 }
 

@@ -9,7 +9,9 @@
 use saggar_shape::{DType, Dim};
 
 use super::gpu::axes_meta;
-use super::{AutoPad, Axis, Window, bounded_ints, check_kernel, check_len, check_out_dims, fixed, image_dims, parse_group};
+use super::{
+    AutoPad, Axis, Window, bounded_ints, check_kernel, check_len, check_out_dims, fixed, image_dims, parse_group,
+};
 use crate::ops::gpu::{GpuCtx, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel, render};
 use crate::ops::shape_util::strides;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
@@ -96,7 +98,7 @@ fn sample(xp: &[f32], dims: &[usize], st: &[usize], coords: &[f32]) -> f32 {
     let r = dims.len();
     let (mut i0, mut frac) = ([0i64; MAX_SPATIAL], [0f32; MAX_SPATIAL]);
     for d in 0..r {
-        let p = if coords[d].is_nan() { COORD_LIMIT } else { coords[d].max(-COORD_LIMIT).min(COORD_LIMIT) };
+        let p = if coords[d].is_nan() { COORD_LIMIT } else { coords[d].clamp(-COORD_LIMIT, COORD_LIMIT) };
         let f = p.floor();
         (i0[d], frac[d]) = (f as i64, p - f);
     }
@@ -124,12 +126,12 @@ impl Op for DeformConv {
         let (w, offset) = (inputs.req(1)?.ty, inputs.req(2)?.ty);
         let others = [Some(w), Some(offset), inputs.get(3).map(|b| b.ty), inputs.get(4).map(|k| k.ty)];
         if others.iter().flatten().any(|t| t.dtype != DType::F32) || w.rank() != x.len() || offset.rank() != x.len() {
-            return Err(OpError::infer(format!("DeformConv takes f32 W and offset of the input's rank, found {w} and {offset}")));
+            return Err(OpError::infer(format!(
+                "DeformConv takes f32 W and offset of the input's rank, found {w} and {offset}"
+            )));
         }
-        let fixed_all: Option<Vec<Vec<usize>>> = [inputs.get(0), inputs.get(1), inputs.get(2)]
-            .iter()
-            .map(|i| i.and_then(|i| i.ty.fixed_dims()))
-            .collect();
+        let fixed_all: Option<Vec<Vec<usize>>> =
+            [inputs.get(0), inputs.get(1), inputs.get(2)].iter().map(|i| i.and_then(|i| i.ty.fixed_dims())).collect();
         if let Some(d) = fixed_all {
             let extra = [inputs.get(3), inputs.get(4)].map(|i| i.and_then(|i| i.ty.fixed_dims()));
             let g = self
@@ -200,7 +202,8 @@ impl Op for DeformConv {
             let dims = [0, 1, 2, 3, 4].map(|i| ctx.inputs.get(i).and_then(Option::as_ref).map(|o| o.dims.as_slice()));
             let g = self.geometry(dims)?;
             let (bias, mask) = (dims[3].is_some(), dims[4].is_some());
-            let mut meta = vec![ext(g.axes.len()), ext(g.n), ext(g.c), ext(g.m), ext(self.group), ext(self.offset_group)];
+            let mut meta =
+                vec![ext(g.axes.len()), ext(g.n), ext(g.c), ext(g.m), ext(self.group), ext(self.offset_group)];
             meta.extend(axes_meta(&g.axes));
             let mut slots = vec![Slot::In(0), Slot::In(1), Slot::In(2)];
             slots.extend(bias.then_some(Slot::In(3)));

@@ -80,7 +80,8 @@ impl Op for CenterCropPad {
 
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
-            let shape = ctx.infer.req(1)?.const_i64s().ok_or_else(|| OpError::eval("CenterCropPad needs a constant shape"))?;
+            let shape =
+                ctx.infer.req(1)?.const_i64s().ok_or_else(|| OpError::eval("CenterCropPad needs a constant shape"))?;
             let pad = self.pad(&ctx.input(0)?.dims, &shape)?;
             super::gpu::pad(&pad, ctx)
         })())

@@ -84,12 +84,21 @@ impl Loss {
 
     /// The term and weight of position `(n, d)` with target `t`: `logp(c)` reads the class `c`
     /// log-probability there.
-    fn term(&self, t: i64, classes: usize, weight: Option<&[f32]>, logp: impl Fn(usize) -> f64) -> Result<(f64, f64), OpError> {
+    fn term(
+        &self,
+        t: i64,
+        classes: usize,
+        weight: Option<&[f32]>,
+        logp: impl Fn(usize) -> f64,
+    ) -> Result<(f64, f64), OpError> {
         if self.ignore_index == Some(t) {
             return Ok((0.0, 0.0));
         }
         let c = usize::try_from(t).ok().filter(|&c| c < classes).ok_or_else(|| {
-            OpError::eval(format!("{}: target {t} is outside the {classes} classes (and not ignore_index)", self.name()))
+            OpError::eval(format!(
+                "{}: target {t} is outside the {classes} classes (and not ignore_index)",
+                self.name()
+            ))
         })?;
         let w = weight.map_or(1.0, |w| f64::from(w[c]));
         Ok((-logp(c) * w, w))

@@ -39,7 +39,7 @@ fn nll_reduces_weighted_terms() {
     assert_eq!(nll(&[], &x, &[0, 2], Some(&w)).unwrap(), [8.5 / 4.0], "the mean divides by the weights");
     let ii = ("ignore_index", Attribute::Int(2));
     assert_eq!(nll(&[ii.clone(), reduction("none")], &x, &[0, 2], None).unwrap(), [1.0, 0.0]);
-    assert_eq!(nll(&[ii.clone()], &x, &[0, 2], Some(&w)).unwrap(), [1.0]);
+    assert_eq!(nll(std::slice::from_ref(&ii), &x, &[0, 2], Some(&w)).unwrap(), [1.0]);
     assert!(nll(&[ii], &x, &[2, 2], None).unwrap()[0].is_nan(), "every target ignored: 0 / 0");
     let neg = ("ignore_index", Attribute::Int(-1));
     assert_eq!(nll(&[neg, reduction("sum")], &x, &[-1, 1], None).unwrap(), [1.5]);
@@ -59,7 +59,13 @@ fn nll_refuses_targets_outside_the_classes_and_bad_shapes() {
     assert!(run_op("NegativeLogLikelihoodLoss", 13, &attrs(&[]), &[Some(&x), Some(&t)]).is_err(), "3 targets for 2");
     let tf = f32s(&[2], &[0.0, 1.0]);
     assert!(run_op("NegativeLogLikelihoodLoss", 13, &attrs(&[]), &[Some(&x), Some(&tf)]).is_err(), "f32 targets");
-    let two = run_op_outputs("NegativeLogLikelihoodLoss", 13, &attrs(&[]), &[Some(&x), Some(&Tensor::from_i64s(vec![0, 1]))], 2);
+    let two = run_op_outputs(
+        "NegativeLogLikelihoodLoss",
+        13,
+        &attrs(&[]),
+        &[Some(&x), Some(&Tensor::from_i64s(vec![0, 1]))],
+        2,
+    );
     assert!(two.is_err(), "one output only");
 }
 
@@ -67,8 +73,8 @@ fn nll_refuses_targets_outside_the_classes_and_bad_shapes() {
 fn softmax_cross_entropy_takes_the_log_softmax_of_scores() {
     let x = f32s(&[2, 3], &[0.0, 0.0, 0.0, 1.0, 2.0, 3.0]);
     let t = Tensor::from_i64s(vec![0, 2]);
-    let out = run_op_outputs("SoftmaxCrossEntropyLoss", 13, &attrs(&[reduction("none")]), &[Some(&x), Some(&t)], 2)
-        .unwrap();
+    let out =
+        run_op_outputs("SoftmaxCrossEntropyLoss", 13, &attrs(&[reduction("none")]), &[Some(&x), Some(&t)], 2).unwrap();
     let lse = (1f32.exp() + 2f32.exp() + 3f32.exp()).ln();
     let (a, b) = (values(&out[0]), [3f32.ln(), lse - 3.0]);
     assert!(a.iter().zip(b).all(|(g, w)| (g - w).abs() < 1e-6), "{a:?}");

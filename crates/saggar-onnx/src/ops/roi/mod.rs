@@ -67,7 +67,9 @@ fn build_roi_align(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
         match ctx.string_or("coordinate_transformation_mode", "half_pixel")?.as_str() {
             "half_pixel" => true,
             "output_half_pixel" => false,
-            other => return Err(ctx.unsupported("coordinate_transformation_mode", other, "half_pixel, output_half_pixel")),
+            other => {
+                return Err(ctx.unsupported("coordinate_transformation_mode", other, "half_pixel, output_half_pixel"));
+            }
         }
     } else {
         false
@@ -88,7 +90,13 @@ fn build_roi_align(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 
 /// The checked shapes of a region op: `(N, C, H, W)` of `x` and the region count, from `x`,
 /// `rois` (`[R, cols]`) and, for RoiAlign, `batch_indices` (`[R]`).
-fn region_dims(op: &str, x: &[usize], rois: &[usize], cols: usize, idx: Option<&[usize]>) -> Result<[usize; 5], OpError> {
+fn region_dims(
+    op: &str,
+    x: &[usize],
+    rois: &[usize],
+    cols: usize,
+    idx: Option<&[usize]>,
+) -> Result<[usize; 5], OpError> {
     let ok = x.len() == 4 && rois.len() == 2 && rois[1] == cols && idx.is_none_or(|i| i == [rois[0]]);
     if !ok {
         return Err(OpError::eval(format!(
@@ -129,6 +137,11 @@ fn infer_regions(op: &str, inputs: &InferInputs<'_>, cols: usize, bins: [usize; 
     }
     let dims = vec![regions, x[1].clone(), Dim::Fixed(bins[0] as u64), Dim::Fixed(bins[1] as u64)];
     Ok(vec![ValueType::new(DType::F32, dims)])
+}
+
+/// The head of both kernels' `meta`: output elements, N, C, H, W, regions.
+fn meta_head(out: &[usize], dims: [usize; 5]) -> Vec<i64> {
+    [numel(out) as i64].into_iter().chain(dims.map(ext)).collect()
 }
 
 /// A batch index of a region, checked against the batch `n`.
@@ -244,7 +257,9 @@ impl Op for RoiAlign {
                                 geo.start[1] + pw * geo.bin[1] + (ix as f32 + 0.5) * geo.bin[1] / geo.grid[1] as f32;
                             let taps = bilinear(yy, xx, height, width);
                             let v = if self.max {
-                                taps.map_or(0.0, |t| t.iter().map(|&(o, w)| w * xp[o]).fold(f32::NEG_INFINITY, f32::max))
+                                taps.map_or(0.0, |t| {
+                                    t.iter().map(|&(o, w)| w * xp[o]).fold(f32::NEG_INFINITY, f32::max)
+                                })
                             } else {
                                 taps.map_or(0.0, |t| t.iter().map(|&(o, w)| w * xp[o]).sum())
                             };
@@ -267,20 +282,15 @@ impl Op for RoiAlign {
         Some((|| {
             let (x, rois, idx, out) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output(0)?);
             let [n, c, height, width, regions] = region_dims("RoiAlign", &x.dims, &rois.dims, 4, Some(&idx.dims))?;
-            let meta = vec![
-                numel(&out.dims) as i64,
-                ext(n),
-                ext(c),
-                ext(height),
-                ext(width),
-                ext(regions),
+            let mut meta = meta_head(&out.dims, [n, c, height, width, regions]);
+            meta.extend([
                 ext(self.out_h),
                 ext(self.out_w),
                 ext(self.sampling_ratio),
                 i64::from(self.spatial_scale.to_bits() as i32),
                 i64::from(self.half_pixel),
                 i64::from(self.max),
-            ];
+            ]);
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
                 RoiAlignKernel { index: idx.dtype },
                 meta,
@@ -373,17 +383,8 @@ impl Op for MaxRoiPool {
         Some((|| {
             let (x, rois, out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0)?);
             let [n, c, height, width, regions] = region_dims("MaxRoiPool", &x.dims, &rois.dims, 5, None)?;
-            let meta = vec![
-                numel(&out.dims) as i64,
-                ext(n),
-                ext(c),
-                ext(height),
-                ext(width),
-                ext(regions),
-                ext(self.pooled[0]),
-                ext(self.pooled[1]),
-                i64::from(self.spatial_scale.to_bits() as i32),
-            ];
+            let mut meta = meta_head(&out.dims, [n, c, height, width, regions]);
+            meta.extend([ext(self.pooled[0]), ext(self.pooled[1]), i64::from(self.spatial_scale.to_bits() as i32)]);
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
                 MaxRoiPoolKernel,
                 meta,

@@ -3,7 +3,7 @@
 
 use super::gpu::{MaxRoiPoolKernel, RoiAlignKernel};
 use crate::ops::gpu::{GpuCtx, GpuNode, Operand};
-use crate::ops::testing::{assert_kernels_render, f32s, iota, ints, run_op, values};
+use crate::ops::testing::{assert_kernels_render, f32s, ints, iota, run_op, values};
 use crate::ops::{Attribute, Attributes, InferInput, InferInputs, OpError, lookup};
 use crate::tensor::Tensor;
 
@@ -59,7 +59,10 @@ fn roi_align_refuses_bad_regions_and_attributes() {
     let err = align(16, &[], &[0.0, 0.0, 1e7, 1e7], 0).unwrap_err();
     assert!(matches!(&err, OpError::Eval(m) if m.contains("sampling_ratio")), "{err}");
     for bad in [("output_height", Attribute::Int(0)), ("output_width", Attribute::Int(-3)), ratio(-1)] {
-        assert!(matches!(align(16, &[bad.clone()], &[0.0; 4], 0), Err(OpError::Attribute { .. })), "{bad:?}");
+        assert!(
+            matches!(align(16, std::slice::from_ref(&bad), &[0.0; 4], 0), Err(OpError::Attribute { .. })),
+            "{bad:?}"
+        );
     }
     assert!(matches!(align(16, &[("mode", s("sum"))], &[0.0; 4], 0), Err(OpError::Unsupported { .. })));
     let ctm = ("coordinate_transformation_mode", s("half_pixel"));
@@ -80,15 +83,21 @@ fn max_pool(a: &[(&str, Attribute)], roi: &[f32]) -> Result<Vec<f32>, OpError> {
 #[test]
 fn max_roi_pool_takes_the_maximum_of_each_bin() {
     let p = ("pooled_shape", ints(&[2, 2]));
-    assert_eq!(max_pool(&[p.clone()], &[0.0, 0.0, 0.0, 3.0, 3.0]).unwrap(), [5.0, 7.0, 13.0, 15.0]);
+    assert_eq!(max_pool(std::slice::from_ref(&p), &[0.0, 0.0, 0.0, 3.0, 3.0]).unwrap(), [5.0, 7.0, 13.0, 15.0]);
     let scaled = [p.clone(), ("spatial_scale", Attribute::Float(0.5))];
     assert_eq!(max_pool(&scaled, &[0.0, 0.0, 0.0, 6.0, 6.0]).unwrap(), [5.0, 7.0, 13.0, 15.0]);
-    assert_eq!(max_pool(&[p.clone()], &[0.0, 1.0, 1.0, 1.0, 1.0]).unwrap(), [5.0; 4], "a one-cell region");
-    assert_eq!(max_pool(&[p.clone()], &[0.0, 10.0, 10.0, 12.0, 12.0]).unwrap(), [0.0; 4], "empty bins are 0");
+    assert_eq!(max_pool(std::slice::from_ref(&p), &[0.0, 1.0, 1.0, 1.0, 1.0]).unwrap(), [5.0; 4], "a one-cell region");
+    assert_eq!(
+        max_pool(std::slice::from_ref(&p), &[0.0, 10.0, 10.0, 12.0, 12.0]).unwrap(),
+        [0.0; 4],
+        "empty bins are 0"
+    );
     let two = [0.0, 0.0, 0.0, 3.0, 3.0, 0.0, 0.0, 0.0, 1.0, 1.0];
-    assert_eq!(max_pool(&[p.clone()], &two).unwrap(), [5.0, 7.0, 13.0, 15.0, 0.0, 1.0, 4.0, 5.0]);
-    assert!(matches!(max_pool(&[p.clone()], &[1.0, 0.0, 0.0, 3.0, 3.0]), Err(OpError::Eval(m)) if m.contains("batch")));
-    assert!(max_pool(&[p.clone()], &[0.0, f32::INFINITY, 0.0, 3.0, 3.0]).is_err());
+    assert_eq!(max_pool(std::slice::from_ref(&p), &two).unwrap(), [5.0, 7.0, 13.0, 15.0, 0.0, 1.0, 4.0, 5.0]);
+    assert!(
+        matches!(max_pool(std::slice::from_ref(&p), &[1.0, 0.0, 0.0, 3.0, 3.0]), Err(OpError::Eval(m)) if m.contains("batch"))
+    );
+    assert!(max_pool(std::slice::from_ref(&p), &[0.0, f32::INFINITY, 0.0, 3.0, 3.0]).is_err());
     assert!(max_pool(&[], &[0.0; 5]).is_err(), "pooled_shape is required");
     assert!(max_pool(&[("pooled_shape", ints(&[2]))], &[0.0; 5]).is_err());
     assert!(max_pool(&[("pooled_shape", ints(&[2, -1]))], &[0.0; 5]).is_err());

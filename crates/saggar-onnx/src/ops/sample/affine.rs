@@ -44,9 +44,11 @@ fn output_dims(theta: &[usize], size: &[i64]) -> Result<Vec<usize>, OpError> {
              size {size:?}"
         )));
     }
-    let dims: Vec<usize> = size.iter().map(|&v| usize::try_from(v)).collect::<Result<_, _>>().map_err(|_| {
-        OpError::infer(format!("AffineGrid size {size:?} holds a negative extent"))
-    })?;
+    let dims: Vec<usize> = size
+        .iter()
+        .map(|&v| usize::try_from(v))
+        .collect::<Result<_, _>>()
+        .map_err(|_| OpError::infer(format!("AffineGrid size {size:?} holds a negative extent")))?;
     if dims[0] != theta[0] {
         return Err(OpError::infer(format!("AffineGrid size {size:?} names another batch than theta {theta:?}")));
     }
@@ -63,7 +65,10 @@ impl Op for AffineGrid {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (theta, size) = (inputs.req(0)?, inputs.req(1)?);
         if theta.ty.dtype != DType::F32 || theta.ty.rank() != 3 {
-            return Err(OpError::infer(format!("AffineGrid theta must be f32 [N, 2, 3] or [N, 3, 4], found {}", theta.ty)));
+            return Err(OpError::infer(format!(
+                "AffineGrid theta must be f32 [N, 2, 3] or [N, 3, 4], found {}",
+                theta.ty
+            )));
         }
         if size.ty.dtype != DType::I64 || size.ty.rank() != 1 {
             return Err(OpError::infer(format!("AffineGrid size must be a 1-D int64 tensor, found {}", size.ty)));
@@ -102,9 +107,9 @@ impl Op for AffineGrid {
                 for j in 0..r {
                     let th = &theta[(n * r + j) * (r + 1)..(n * r + j + 1) * (r + 1)];
                     let mut acc = 0.0f32;
-                    for k in 0..r {
+                    for (k, &t) in th[..r].iter().enumerate() {
                         let d = r - 1 - k;
-                        acc += th[k] * base(self.align_corners, index[d], spatial[d]);
+                        acc += t * base(self.align_corners, index[d], spatial[d]);
                     }
                     y[(n * plane + p) * r + j] = acc + th[r];
                 }

@@ -176,7 +176,7 @@ impl Sampling {
                 Padding::Reflection => x = reflect(x, lo, hi),
             }
         }
-        let x = if x.is_nan() { COORD_LIMIT } else { x.max(-COORD_LIMIT).min(COORD_LIMIT) };
+        let x = if x.is_nan() { COORD_LIMIT } else { x.clamp(-COORD_LIMIT, COORD_LIMIT) };
         let f = x.floor();
         let (i0, t) = (f as i64, x - f);
         match self.interp {
@@ -248,7 +248,10 @@ impl Op for GridSample {
             return Err(OpError::infer(format!("GridSample-16 takes a 4-D input, found rank {}", x.len())));
         }
         if grid.dtype != DType::F32 || grid.rank() != x.len() {
-            return Err(OpError::infer(format!("GridSample grid must be f32 of the input's rank {}, found {grid}", x.len())));
+            return Err(OpError::infer(format!(
+                "GridSample grid must be f32 of the input's rank {}, found {grid}",
+                x.len()
+            )));
         }
         if fixed(&grid.dims[r + 1]).is_some_and(|d| d != r) {
             return Err(OpError::infer(format!(

@@ -57,7 +57,7 @@ fn nearest_rounds_half_to_even_and_pads() {
     let x = f32s(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let g = f32s(&[1, 1, 3, 2], &[0.0, 0.0, 0.2, 0.0, 1.0, 1.0]);
     let nearest = ("mode", s("nearest"));
-    assert_close(&grid_sample(16, &[nearest.clone()], &x, &g).unwrap(), &[1.0, 2.0, 0.0]);
+    assert_close(&grid_sample(16, std::slice::from_ref(&nearest), &x, &g).unwrap(), &[1.0, 2.0, 0.0]);
     assert_close(&grid_sample(20, &[nearest, ("padding_mode", s("border"))], &x, &g).unwrap(), &[1.0, 2.0, 4.0]);
 }
 
@@ -111,7 +111,7 @@ fn grid_sample_refuses_mismatched_grids_and_unknown_modes() {
         (20, ("align_corners", Attribute::Int(2))),
     ];
     for (opset, a) in bad {
-        let err = grid_sample(opset, &[a.clone()], &x, &iota(&[1, 2, 2, 2])).unwrap_err();
+        let err = grid_sample(opset, std::slice::from_ref(&a), &x, &iota(&[1, 2, 2, 2])).unwrap_err();
         assert!(matches!(err, OpError::Unsupported { .. } | OpError::Attribute { .. }), "{a:?}: {err}");
     }
     let ints = Tensor::from_i64s(vec![1, 2, 3, 4]).reshaped(vec![1, 1, 2, 2]).unwrap();
@@ -153,7 +153,8 @@ fn affine_grid_refuses_bad_shapes_and_sizes() {
     let entry = lookup("AffineGrid", 20).unwrap();
     let a = Attributes::default();
     let op = (entry.build)(&mut crate::ops::NodeCtx::for_test(&a, 20, 2)).unwrap();
-    let (tt, st) = (ValueType::fixed(saggar_shape::DType::F32, &[1, 2, 3]), ValueType::fixed(saggar_shape::DType::I64, &[4]));
+    let (tt, st) =
+        (ValueType::fixed(saggar_shape::DType::F32, &[1, 2, 3]), ValueType::fixed(saggar_shape::DType::I64, &[4]));
     let ins = [
         Some(InferInput { ty: &tt, value: None, dims_value: None }),
         Some(InferInput { ty: &st, value: None, dims_value: None }),

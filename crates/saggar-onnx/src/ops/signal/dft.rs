@@ -21,6 +21,14 @@ use crate::tensor::TensorMut;
 /// Longest transform (dft_length, frame_length): the direct sum costs `L` per output bin.
 const MAX_LENGTH: i64 = 1 << 24;
 
+/// The constant scalar input `i` (`name`) of a node being lowered, `None` when absent.
+fn lowered_scalar(ctx: &GpuCtx<'_>, i: usize, name: &str) -> Result<Option<i64>, OpError> {
+    ctx.infer
+        .get(i)
+        .map(|v| const_scalar(v, name)?.ok_or_else(|| OpError::eval(format!("{name} must be a constant on GPU"))))
+        .transpose()
+}
+
 /// `DFT`.
 #[derive(Debug)]
 struct Dft {
@@ -57,15 +65,14 @@ fn parts(last: usize) -> Result<usize, OpError> {
     }
 }
 
-/// One direct transform: `out[k] = scale * sum_{n < len(x)} x[n] exp(sign 2 pi i k n / length)` for
-/// `k < out.len()`, `x` read through `at(n) -> (re, im)`, `out` written through `put(k, re, im)`.
+/// One direct transform: `out[k] = scale * sum_{n < n_in} x[n] exp(sign 2 pi i k n / length)` for
+/// `k < bins`, `x` read through `at(n) -> (re, im)`, bin `k` written to `y[put(k)]` and the next.
 fn transform(
-    n_in: usize,
-    length: usize,
-    bins: usize,
+    (n_in, length, bins): (usize, usize, usize),
     inverse: bool,
     at: impl Fn(usize) -> (f64, f64),
-    mut put: impl FnMut(usize, f32, f32),
+    y: &mut [f32],
+    put: impl Fn(usize) -> usize,
 ) {
     let (sign, scale) = if inverse { (1.0, 1.0 / length as f64) } else { (-1.0, 1.0) };
     let step = TAU / length as f64;
@@ -78,7 +85,9 @@ fn transform(
             re += xr * c - sign * xi * s;
             im += xi * c + sign * xr * s;
         }
-        put(k, (re * scale) as f32, (im * scale) as f32);
+        let base = put(k);
+        y[base] = (re * scale) as f32;
+        y[base + 1] = (im * scale) as f32;
     }
 }
 
@@ -95,7 +104,12 @@ impl Dft {
     }
 
     /// The output dims, `(outer, n_in, inner, parts)` and the length for input `dims`.
-    fn geometry(&self, dims: &[usize], axis: usize, dft_length: Option<i64>) -> Result<(Vec<usize>, [usize; 5]), OpError> {
+    fn geometry(
+        &self,
+        dims: &[usize],
+        axis: usize,
+        dft_length: Option<i64>,
+    ) -> Result<(Vec<usize>, [usize; 5]), OpError> {
         let p = parts(dims[dims.len() - 1])?;
         let n_in = dims[axis];
         let len = match dft_length {
@@ -122,9 +136,15 @@ impl Op for Dft {
         }
         let dft_length = inputs.get(1).map(|i| const_scalar(i, "dft_length")).transpose()?;
         let axis_in = match (self.axis_attr, inputs.get(2)) {
-            (None, Some(a)) => {
-                Some(const_scalar(a, "axis")?.ok_or_else(|| OpError::infer("the DFT axis input must be a constant"))?)
-            }
+            (None, Some(a)) => match const_scalar(a, "axis")? {
+                Some(v) => Some(v),
+                // Which extent changes is not known before the axis is: all are unknown.
+                None => {
+                    let mut dims: Vec<Dim> = (1..x.rank()).map(|_| unknown_dim()).collect();
+                    dims.push(Dim::Fixed(2));
+                    return Ok(vec![ValueType::new(DType::F32, dims)]);
+                }
+            },
             _ => None,
         };
         let axis = self.axis(x.rank(), axis_in)?;
@@ -158,11 +178,7 @@ impl Op for Dft {
                     let base = ((o * n_in + n) * inner + i) * p;
                     (f64::from(x[base]), if p == 2 { f64::from(x[base + 1]) } else { 0.0 })
                 };
-                transform(n_in, len, nb, self.inverse, at, |k, re, im| {
-                    let base = ((o * nb + k) * inner + i) * 2;
-                    y[base] = re;
-                    y[base + 1] = im;
-                });
+                transform((n_in, len, nb), self.inverse, at, y, |k| ((o * nb + k) * inner + i) * 2);
             }
         }
         Ok(())
@@ -171,15 +187,20 @@ impl Op for Dft {
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
             let x = ctx.input(0)?;
-            let value = |i: usize, name: &str| {
-                ctx.infer.get(i).map(|v| const_scalar(v, name)?.ok_or_else(|| OpError::eval(format!("{name} is not constant"))))
-            };
-            let dft_length = value(1, "dft_length").transpose()?;
-            let axis_in = if self.axis_attr.is_none() { value(2, "axis").transpose()? } else { None };
+            let dft_length = lowered_scalar(ctx, 1, "dft_length")?;
+            let axis_in = if self.axis_attr.is_none() { lowered_scalar(ctx, 2, "axis")? } else { None };
             let axis = self.axis(x.dims.len(), axis_in)?;
             let (out_dims, [outer, n_in, inner, p, len]) = self.geometry(&x.dims, axis, dft_length)?;
             let nb = out_dims[axis];
-            let meta = vec![ext(outer * nb * inner), ext(n_in), ext(inner), ext(p), ext(len), ext(nb), i64::from(self.inverse)];
+            let meta = vec![
+                ext(outer * nb * inner),
+                ext(n_in),
+                ext(inner),
+                ext(p),
+                ext(len),
+                ext(nb),
+                i64::from(self.inverse),
+            ];
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
                 DftKernel,
                 meta,
@@ -214,7 +235,13 @@ struct Frames {
 
 impl Stft {
     /// The framing of a signal of `dims` by `step`, `frame_length` and a window of `window` samples.
-    fn frames(&self, dims: &[usize], step: i64, frame_length: Option<i64>, window: Option<usize>) -> Result<Frames, OpError> {
+    fn frames(
+        &self,
+        dims: &[usize],
+        step: i64,
+        frame_length: Option<i64>,
+        window: Option<usize>,
+    ) -> Result<Frames, OpError> {
         let [batch, signal, p] = dims[..] else {
             return Err(OpError::infer(format!("STFT takes a signal [batch, length, 1 or 2], found {dims:?}")));
         };
@@ -267,7 +294,9 @@ impl Op for Stft {
         let step = eval_scalar(inputs.req(1)?, "frame_step")?;
         let window = inputs.get(2).map(|w| w.f32s()).transpose()?;
         let frame_length = inputs.get(3).map(|f| eval_scalar(f, "frame_length")).transpose()?;
-        let f = self.frames(xv.dims, step, frame_length, window.map(<[f32]>::len)).map_err(|e| OpError::eval(e.to_string()))?;
+        let f = self
+            .frames(xv.dims, step, frame_length, window.map(<[f32]>::len))
+            .map_err(|e| OpError::eval(e.to_string()))?;
         check_out_dims("STFT", outputs[0].dims, [f.batch, f.frames, f.bins, 2])?;
         let (x, y) = (xv.f32s()?, outputs[0].f32s()?);
         for b in 0..f.batch {
@@ -278,11 +307,7 @@ impl Op for Stft {
                     let xi = if f.parts == 2 { f64::from(x[base + 1]) } else { 0.0 };
                     (f64::from(x[base]) * w, xi * w)
                 };
-                transform(f.length, f.length, f.bins, false, at, |k, re, im| {
-                    let base = ((b * f.frames + fr) * f.bins + k) * 2;
-                    y[base] = re;
-                    y[base + 1] = im;
-                });
+                transform((f.length, f.length, f.bins), false, at, y, |k| ((b * f.frames + fr) * f.bins + k) * 2);
             }
         }
         Ok(())
@@ -291,15 +316,9 @@ impl Op for Stft {
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
             let x = ctx.input(0)?;
-            let constant = |i: usize, name: &str| -> Result<Option<i64>, OpError> {
-                match ctx.infer.get(i) {
-                    Some(v) => Ok(Some(const_scalar(v, name)?.ok_or_else(|| OpError::eval(format!("STFT {name} is not constant")))?)),
-                    None => Ok(None),
-                }
-            };
-            let step = constant(1, "frame_step")?.ok_or_else(|| OpError::eval("STFT needs frame_step"))?;
+            let step = lowered_scalar(ctx, 1, "frame_step")?.ok_or_else(|| OpError::eval("STFT needs frame_step"))?;
             let window = ctx.inputs.get(2).and_then(Option::as_ref).map(|w| numel(&w.dims) as usize);
-            let f = self.frames(&x.dims, step, constant(3, "frame_length")?, window)?;
+            let f = self.frames(&x.dims, step, lowered_scalar(ctx, 3, "frame_length")?, window)?;
             let meta = vec![
                 ext(f.batch * f.frames * f.bins),
                 ext(f.signal),

@@ -29,11 +29,8 @@ impl GpuKernel for StftKernel {
     }
 
     fn source(&self) -> String {
-        let (param, weight) = if self.window {
-            (", const float* __restrict__ window", "(double)window[n]")
-        } else {
-            ("", "1.0")
-        };
+        let (param, weight) =
+            if self.window { (", const float* __restrict__ window", "(double)window[n]") } else { ("", "1.0") };
         render(include_str!("stft.cu"), &[("WINDOW_PARAM", param), ("WEIGHT", weight)])
     }
 }

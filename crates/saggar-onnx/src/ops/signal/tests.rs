@@ -47,7 +47,10 @@ fn windows_are_periodic_or_symmetric() {
 #[test]
 fn window_errors_name_the_value() {
     assert!(matches!(window("HannWindow", &[], -1), Err(OpError::Infer(m)) if m.contains("negative")));
-    assert!(matches!(window("HannWindow", &[("output_datatype", Attribute::Int(11))], 4), Err(OpError::Unsupported { .. })));
+    assert!(matches!(
+        window("HannWindow", &[("output_datatype", Attribute::Int(11))], 4),
+        Err(OpError::Unsupported { .. })
+    ));
     assert!(matches!(window("BlackmanWindow", &[("periodic", Attribute::Int(2))], 4), Err(OpError::Attribute { .. })));
     let two = Tensor::from_i64s(vec![2, 3]);
     assert!(run_op("HannWindow", 17, &attrs(&[]), &[Some(&two)]).is_err(), "size holds one value");
@@ -73,7 +76,13 @@ fn mel_weight_matrix_maps_spectrogram_bins_to_bands() {
     assert!(mel(2, 8, 0, 0.0, 4000.0).is_err());
 }
 
-fn dft(opset: u32, a: &[(&str, Attribute)], x: &Tensor, len: Option<i64>, axis: Option<i64>) -> Result<Vec<f32>, OpError> {
+fn dft(
+    opset: u32,
+    a: &[(&str, Attribute)],
+    x: &Tensor,
+    len: Option<i64>,
+    axis: Option<i64>,
+) -> Result<Vec<f32>, OpError> {
     let (l, ax) = (len.map(scalar), axis.map(scalar));
     Ok(values(&run_op("DFT", opset, &attrs(a), &[Some(x), l.as_ref(), ax.as_ref()])?[0]).to_vec())
 }
@@ -96,13 +105,18 @@ fn dft_transforms_forward_inverse_and_onesided() {
     let m = f32s(&[2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
     assert_close(&dft(20, &[], &m, None, Some(0)).unwrap(), &[4.0, 0.0, 6.0, 0.0, -2.0, 0.0, -2.0, 0.0]);
     assert_close(&dft(20, &[], &m, None, None).unwrap(), &[3.0, 0.0, -1.0, 0.0, 7.0, 0.0, -1.0, 0.0]);
-    assert_close(&dft(17, &[("axis", Attribute::Int(-3))], &m, None, None).unwrap(), &[4.0, 0.0, 6.0, 0.0, -2.0, 0.0, -2.0, 0.0]);
+    assert_close(
+        &dft(17, &[("axis", Attribute::Int(-3))], &m, None, None).unwrap(),
+        &[4.0, 0.0, 6.0, 0.0, -2.0, 0.0, -2.0, 0.0],
+    );
 }
 
 #[test]
 fn dft_refuses_bad_axes_lengths_and_signals() {
     let x = f32s(&[1, 4, 1], &[1.0, 2.0, 3.0, 4.0]);
-    assert!(matches!(dft(17, &[("axis", Attribute::Int(2))], &x, None, None), Err(OpError::Infer(m)) if m.contains("axis")));
+    assert!(
+        matches!(dft(17, &[("axis", Attribute::Int(2))], &x, None, None), Err(OpError::Infer(m)) if m.contains("axis"))
+    );
     assert!(dft(20, &[], &x, None, Some(-1)).is_err(), "the last axis holds the parts");
     assert!(dft(20, &[], &x, None, Some(3)).is_err());
     assert!(matches!(dft(17, &[], &x, Some(0), None), Err(OpError::Infer(m)) if m.contains("dft_length")));
@@ -118,9 +132,20 @@ fn dft_refuses_bad_axes_lengths_and_signals() {
         Some(InferInput { ty: &lt, value: None, dims_value: None }),
     ];
     assert_eq!(op.infer(&InferInputs::new(&ins)).unwrap()[0].dims[1], unknown_dim());
+    // An axis known only at run time (opset 20): every extent but the parts is unknown.
+    let op = (lookup("DFT", 20).unwrap().build)(&mut crate::ops::NodeCtx::for_test(&attrs(&[]), 20, 3)).unwrap();
+    let ins = [ins[0], None, Some(InferInput { ty: &lt, value: None, dims_value: None })];
+    let dims = op.infer(&InferInputs::new(&ins)).unwrap().remove(0).dims;
+    assert_eq!(dims, vec![unknown_dim(), unknown_dim(), saggar_shape::Dim::Fixed(2)]);
 }
 
-fn stft(a: &[(&str, Attribute)], x: &Tensor, step: i64, window: Option<&Tensor>, len: Option<i64>) -> Result<Tensor, OpError> {
+fn stft(
+    a: &[(&str, Attribute)],
+    x: &Tensor,
+    step: i64,
+    window: Option<&Tensor>,
+    len: Option<i64>,
+) -> Result<Tensor, OpError> {
     let (s, l) = (scalar(step), len.map(scalar));
     Ok(run_op("STFT", 17, &attrs(a), &[Some(x), Some(&s), window, l.as_ref()])?.remove(0))
 }
@@ -151,7 +176,11 @@ fn stft_refuses_bad_frames() {
 
 #[test]
 fn kernels_render_and_launch_per_output_bin() {
-    assert_kernels_render(&[Box::new(DftKernel), Box::new(StftKernel { window: false }), Box::new(StftKernel { window: true })]);
+    assert_kernels_render(&[
+        Box::new(DftKernel),
+        Box::new(StftKernel { window: false }),
+        Box::new(StftKernel { window: true }),
+    ]);
     let a = attrs(&[("onesided", Attribute::Int(1)), ("inverse", Attribute::Int(1))]);
     let op = (lookup("DFT", 20).unwrap().build)(&mut crate::ops::NodeCtx::for_test(&a, 20, 3)).unwrap();
     let f = |d: &[usize]| Operand { dtype: DType::F32, dims: d.to_vec() };
