@@ -1,6 +1,8 @@
 //! A model with a node of every GPU kernel kind (and the fused forms around them), run through the
 //! emulation against the host backend.
 
+mod sampling_signal_loss;
+
 use saggar_shape::{DType, Dim};
 
 use super::{assert_close, run_emulated};
@@ -591,6 +593,7 @@ fn every_kind_model() -> OnnxModel {
     transpose_unpool_and_axes_nodes(&mut k);
     tensor_op_nodes(&mut k);
     recurrent_nodes(&mut k);
+    sampling_signal_loss::sampling_signal_and_loss_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

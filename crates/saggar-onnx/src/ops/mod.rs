@@ -68,15 +68,19 @@ pub(crate) mod gather;
 #[doc(hidden)]
 pub mod gpu;
 pub(crate) mod linalg;
+pub(crate) mod loss;
 pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
+pub(crate) mod roi;
+pub(crate) mod sample;
 pub(crate) mod scatter;
 pub(crate) mod select;
 pub mod shape_util;
 pub(crate) mod shapes;
+pub(crate) mod signal;
 pub mod testing;
 
 use std::fmt;
@@ -374,6 +378,10 @@ static FAMILIES: &[&[OpEntry]] = &[
     rnn::OPS,
     scatter::OPS,
     select::OPS,
+    sample::OPS,
+    roi::OPS,
+    signal::OPS,
+    loss::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
@@ -414,7 +422,19 @@ pub enum GpuForm {
 
 /// The ops whose GPU form is [`GpuForm::CompileTime`]; every other declared op has device code
 /// (a test builds each op and checks).
-const COMPILE_TIME: &[&str] = &["Constant", "ConstantOfShape", "Dropout", "Identity", "Range", "Shape", "Size"];
+const COMPILE_TIME: &[&str] = &[
+    "BlackmanWindow",
+    "Constant",
+    "ConstantOfShape",
+    "Dropout",
+    "HammingWindow",
+    "HannWindow",
+    "Identity",
+    "MelWeightMatrix",
+    "Range",
+    "Shape",
+    "Size",
+];
 
 /// One op type of the declared op set.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,15 +20,7 @@
     const float* wg = w + (g * cg * mg + m % mg) * taps;
     float acc = @INIT@;
     for (onnx_i64 t = 0; t < taps; ++t) {
-      onnx_i64 tr = t, at = 0, stride = 1;
-      bool hit = true;
-      for (int d = s - 1; d >= 0; --d) {
-        const onnx_i64 k = tr % ker[d]; tr /= ker[d];
-        const onnx_i64 q = pos[d] + pad[d] - k * dil[d];
-        const onnx_i64 o = q / st[d];
-        hit = hit && q >= 0 && o * st[d] == q && o < xd[d];
-        at += o * stride; stride *= xd[d];
-      }
+@TAP@
       if (!hit) continue;
       for (onnx_i64 c = 0; c < cg; ++c) acc += xg[c * x_plane + at] * wg[c * mg * taps + t];
     }

@@ -5,7 +5,7 @@
 use super::Axis;
 use crate::ops::OpError;
 use crate::ops::gpu::{
-    GpuCtx, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, float_literal, numel, render,
+    GpuCtx, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, float_literal, numel, render, strip_header,
 };
 
 /// The spatial part of a convolution's or im2col's `meta` table: per axis the input and output
@@ -59,6 +59,9 @@ impl GpuKernel for ConvKernel {
     }
 }
 
+/// The tap test of the transposed-convolution gathers (`transpose_tap.cuh`).
+pub(crate) const TRANSPOSE_TAP: &str = strip_header(include_str!("transpose_tap.cuh"));
+
 /// Direct transposed convolution, one thread per output element, with a bias input when `bias`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConvTransposeKernel {
@@ -74,7 +77,12 @@ impl GpuKernel for ConvTransposeKernel {
         let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
         render(
             include_str!("conv_transpose.cu"),
-            &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
+            &[
+                ("BIAS_PARAM", bias_param),
+                ("INIT", init),
+                ("MAX_SPATIAL", &MAX_SPATIAL.to_string()),
+                ("TAP", TRANSPOSE_TAP),
+            ],
         )
     }
 }

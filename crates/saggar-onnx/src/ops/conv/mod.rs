@@ -2,6 +2,8 @@
 //! ConvTranspose (`transpose.rs`) and inference-mode BatchNormalization, with the sliding-window
 //! geometry (kernel, strides, dilations, pads, `auto_pad`, `ceil_mode`) that pooling shares.
 
+mod col2im;
+mod deform;
 pub(crate) mod gpu;
 pub(crate) mod im2col;
 mod transpose;
@@ -22,6 +24,8 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "ConvTranspose", since: 1, until: 10, build: |c| transpose::build_conv_transpose(c, true) },
     OpEntry { op_type: "ConvTranspose", since: 11, until: 24, build: |c| transpose::build_conv_transpose(c, false) },
     OpEntry { op_type: "BatchNormalization", since: 9, until: 24, build: build_batch_norm },
+    OpEntry { op_type: "Col2Im", since: 18, until: 24, build: col2im::build_col2im },
+    OpEntry { op_type: "DeformConv", since: 19, until: 24, build: deform::build_deform_conv },
 ];
 
 /// The largest im2col buffer a convolution builds, in elements (1 GiB of f32).
@@ -258,7 +262,7 @@ fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 /// A fixed extent as `usize`.
-fn fixed(d: &Dim) -> Option<usize> {
+pub(crate) fn fixed(d: &Dim) -> Option<usize> {
     d.as_fixed().and_then(|v| usize::try_from(v).ok())
 }
 

@@ -6,6 +6,7 @@
 
 use saggar_shape::Dim;
 
+mod center_crop_pad;
 mod depth_space;
 pub(crate) mod gpu;
 mod reverse_sequence;
@@ -32,6 +33,7 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "SpaceToDepth", since: 1, until: 24, build: depth_space::build_space_to_depth },
     OpEntry { op_type: "Trilu", since: 14, until: 24, build: trilu::build_trilu },
     OpEntry { op_type: "ReverseSequence", since: 10, until: 24, build: reverse_sequence::build_reverse_sequence },
+    OpEntry { op_type: "CenterCropPad", since: 18, until: 24, build: center_crop_pad::build_center_crop_pad },
 ];
 
 pub(crate) fn index_values(t: &TensorView<'_>) -> Result<Vec<i64>, OpError> {
