@@ -199,10 +199,14 @@ pub fn device_paths_match_the_reference<B: Backend>(device: B::Device) {
     assert!(st.replays > 0 && st.eager_fallbacks == 0, "{st:?}");
 }
 
-/// A session group over two devices compiles each bucket once and loads it on the other device.
-pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Device) {
-    let tmp = tempfile::tempdir().unwrap();
-    let cache = Arc::new(CompileCache::open(CacheConfig::builder(tmp.path().join("cache")).build()).unwrap());
+/// The small recommender on a round-robin session group over `d0` and `d1`, buckets 1 to 16, with
+/// its compile cache in `dir`.
+fn group_of_two<B: Backend>(
+    d0: B::Device,
+    d1: B::Device,
+    dir: &std::path::Path,
+) -> (SessionGroup<B, ReferenceCompiler>, Arc<ReferenceCompiler>) {
+    let cache = Arc::new(CompileCache::open(CacheConfig::builder(dir.join("cache")).build()).unwrap());
     let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
     let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).cache(cache).build().unwrap();
     let group = SessionGroup::<B, ReferenceCompiler>::new(
@@ -213,6 +217,13 @@ pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Devi
         &|_, _| {},
     )
     .unwrap();
+    (group, compiler)
+}
+
+/// A session group over two devices compiles each bucket once and loads it on the other device.
+pub fn group_compiles_once_and_loads_once<B: Backend>(d0: B::Device, d1: B::Device) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (group, compiler) = group_of_two::<B>(d0, d1, tmp.path());
     let stats = group.stats();
     let buckets = group.sessions()[0].buckets().len() as u64;
     eprintln!(
@@ -250,17 +261,7 @@ pub fn group_with_a_lost_device<B: Backend>(
     lose: impl FnOnce(&B::Device),
 ) -> LostDeviceRun {
     let tmp = tempfile::tempdir().unwrap();
-    let cache = Arc::new(CompileCache::open(CacheConfig::builder(tmp.path().join("cache")).build()).unwrap());
-    let compiler = Arc::new(ReferenceCompiler::from_config(small_recsys()).unwrap());
-    let config = SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 16 }).cache(cache).build().unwrap();
-    let group = SessionGroup::<B, ReferenceCompiler>::new(
-        vec![d0, d1],
-        compiler.clone(),
-        config,
-        Routing::RoundRobin,
-        &|_, _| {},
-    )
-    .unwrap();
+    let (group, compiler) = group_of_two::<B>(d0, d1, tmp.path());
     lose(group.sessions()[1].device());
     let config = compiler.config();
     let (mut served, mut lost) = ([0usize; 2], Vec::new());

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use common::*;
 use saggar_cache::{CacheConfig, CompileCache};
 use saggar_device::host::{HostConfig, HostDevice};
-use saggar_dispatch::{BucketSpec, DispatchError, HostTensor, Routing, SessionConfig, SessionGroup};
-use saggar_shape::DType;
+use saggar_dispatch::{BucketSpec, DispatchError, Routing, SessionConfig, SessionGroup};
 
 fn group(
     lose_after: [Option<u64>; 2],
@@ -30,21 +29,6 @@ fn group(
     (tmp, model, group)
 }
 
-fn inputs<'a>(
-    group: &'a SessionGroup<saggar_device::host::HostBackend, SumModel>,
-    data: &'a [Vec<f32>],
-    dims: &'a [Vec<u64>],
-) -> Vec<HostTensor<'a>> {
-    group.sessions()[0]
-        .signature()
-        .inputs()
-        .iter()
-        .zip(data)
-        .zip(dims)
-        .map(|((sp, d), dims)| HostTensor { name: sp.name(), dtype: DType::F32, dims, data: as_bytes(d) })
-        .collect()
-}
-
 #[test]
 fn a_lost_device_fails_its_request_and_the_others_keep_serving() {
     // Sequential requests under least-loaded routing all go to device 0, so that is the one to lose.
@@ -54,7 +38,7 @@ fn a_lost_device_fails_its_request_and_the_others_keep_serving() {
         let (_tmp, model, group) = group(lose_after, routing);
         let healthy = 1 - faulty;
         let (data, dims) = (model.inputs(3, 7), model.dims(3));
-        let inputs = inputs(&group, &data, &dims);
+        let inputs = host_tensors(&model, &data, &dims);
         let expected = model.reference(&data, 3).0;
         let (mut served, mut lost_errors) = ([0usize; 2], 0);
         for _ in 0..40 {
@@ -108,7 +92,7 @@ fn a_request_written_in_place_also_takes_a_lost_device_out() {
 fn once_every_device_is_lost_requests_fail_with_no_device_left() {
     let (_tmp, model, group) = group([Some(0), Some(0)], Routing::RoundRobin);
     let (data, dims) = (model.inputs(1, 3), model.dims(1));
-    let inputs = inputs(&group, &data, &dims);
+    let inputs = host_tensors(&model, &data, &dims);
     assert!(group.run(&inputs).unwrap_err().is_device_lost());
     assert!(group.run(&inputs).unwrap_err().is_device_lost());
     let err = group.run(&inputs).unwrap_err();
