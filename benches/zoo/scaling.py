@@ -4,8 +4,9 @@
 For each model (default BERT-base and ResNet-50 from the zoo, exported with the TorchScript exporter,
 batch axis dynamic) and each GPU count N that the machine has (default 1, 2, 4):
   1. cold start: `saggar warmup --devices 0..N-1` on an empty cache directory with the CUDA driver's
-     own JIT cache off (CUDA_CACHE_DISABLE=1), timed from process start to exit (import, one
-     compile, N-1 loads): the time a group needs to be ready. The model file is read once before
+     own JIT cache off (CUDA_CACHE_DISABLE=1): its `ready_s`, from process start to every session
+     ready (import, N device contexts opened at once, one compile, N-1 loads), is the time a group
+     needs to be ready; the process's whole run (with its exit) is kept as `cold_s`. The model file is read once before
      (`saggar check`), so no N pays for a cold page cache;
   2. throughput: `saggar perf --devices 0..N-1` on a warm cache, batch --batch requests, --per-gpu
      closed-loop workers per GPU for --seconds, each request on the least loaded device; rows/s.
@@ -57,6 +58,11 @@ def measure(args, model, name, n, out):
                     os.path.join(out, f"warmup-{name}-{n}.log"), env=cold_env)
     if rc != 0:
         return {"gpus": n, "status": "failed", "step": "warmup"}
+    if args.cold_only:
+        warm = json.load(open(warm_json))
+        return {"gpus": n, "status": "ran", "cold_s": round(cold_s, 2), "ready_s": round(warm["ready_s"], 2),
+                "compiles": warm.get("compiles"), "disk_loads": warm.get("disk_loads"), "rows_per_s": 0.0,
+                "device_requests": [], "mismatches": 0}
     perf_json = os.path.join(out, f"perf-{name}-{n}.json")
     rc, _ = sh([args.saggar, "perf", *common, "--cache-dir", os.path.join(out, f"cache-warm-{name}"),
                 "--trace", f"const:{args.batch}", "--concurrency", str(args.per_gpu * n),
@@ -70,7 +76,7 @@ def measure(args, model, name, n, out):
         "gpus": n,
         "status": "ran",
         "cold_s": round(cold_s, 2),
-        "ready_s": round(warm.get("wall_s", 0.0), 2),
+        "ready_s": round(warm.get("ready_s", warm.get("wall_s", 0.0)), 2),
         "compiles": warm.get("compiles"),
         "disk_loads": warm.get("disk_loads"),
         "rows_per_s": round(perf["rows_per_s"], 1),
@@ -88,9 +94,10 @@ def judge(rows):
         if r["status"] != "ran" or base is None:
             ok = False
             continue
-        r["speedup"] = round(r["rows_per_s"] / base["rows_per_s"], 2)
-        r["cold_ratio"] = round(r["cold_s"] / base["cold_s"], 2)
-        r["meets"] = r["speedup"] >= TARGETS.get(r["gpus"], 0) and r["cold_ratio"] <= COLD_BOUND and r["mismatches"] == 0
+        r["speedup"] = round(r["rows_per_s"] / base["rows_per_s"], 2) if base["rows_per_s"] else None
+        r["cold_ratio"] = round(r["ready_s"] / base["ready_s"], 2)
+        fast = r["speedup"] is None or r["speedup"] >= TARGETS.get(r["gpus"], 0)
+        r["meets"] = fast and r["cold_ratio"] <= COLD_BOUND and r["mismatches"] == 0
         ok &= r["meets"]
     return ok
 
@@ -104,6 +111,7 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--per-gpu", type=int, default=4)
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--cold-only", action="store_true", help="cold starts only, no throughput runs")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     have = gpu_count()
@@ -120,7 +128,7 @@ def main():
             print(f"scaling: {name} N={n}: {row}", flush=True)
         ok &= judge(rows)
         results[name] = rows
-    lines = ["| model | GPUs | rows/s | speedup | cold start s (sessions ready s) | cold ratio | compiles | requests per device |",
+    lines = ["| model | GPUs | rows/s | speedup | exit s (ready s) | ready ratio | compiles | requests per device |",
              "|---|---|---|---|---|---|---|---|"]
     for name, rows in results.items():
         for r in rows:

@@ -600,6 +600,16 @@ impl DeviceList {
     }
 }
 
+/// Opens the devices `ordinals` of backend `B` at once, one thread each (creating a GPU's context
+/// takes a while, and N of them one after another would add up), in order.
+pub fn open_devices<B: saggar_device::Backend>(ordinals: &[usize]) -> crate::error::Result<Vec<B::Device>> {
+    let opened: Vec<saggar_device::Result<B::Device>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ordinals.iter().map(|&o| scope.spawn(move || B::open(o))).collect();
+        handles.into_iter().map(|h| h.join().expect("opening a device does not panic")).collect()
+    });
+    Ok(opened.into_iter().collect::<saggar_device::Result<Vec<_>>>()?)
+}
+
 impl FromStr for DeviceList {
     type Err = String;
 

@@ -12,7 +12,7 @@ use saggar_cache::{CacheConfig, CompileCache};
 use crate::error::{CliError, Result};
 
 /// What the CLI knows about its surroundings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Environment {
     /// `$XDG_CACHE_HOME`, if set to an absolute path (the XDG rule: relative values are ignored).
     pub xdg_cache_home: Option<PathBuf>,
@@ -20,6 +20,15 @@ pub struct Environment {
     pub home: Option<PathBuf>,
     /// Whether stderr is a terminal (progress bars are drawn only then).
     pub stderr_is_terminal: bool,
+    /// When the command started (for times to ready, which count from the start of the process).
+    pub started: std::time::Instant,
+}
+
+impl Default for Environment {
+    /// No cache variables, no terminal, started now.
+    fn default() -> Environment {
+        Environment { xdg_cache_home: None, home: None, stderr_is_terminal: false, started: std::time::Instant::now() }
+    }
 }
 
 impl Environment {
@@ -27,6 +36,7 @@ impl Environment {
     pub fn from_process() -> Environment {
         let absolute = |name: &str| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
         Environment {
+            started: std::time::Instant::now(),
             xdg_cache_home: absolute("XDG_CACHE_HOME"),
             home: std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from),
             stderr_is_terminal: std::io::stderr().is_terminal(),
@@ -70,7 +80,7 @@ mod tests {
         let env = Environment {
             xdg_cache_home: Some("/xdg".into()),
             home: Some("/home/u".into()),
-            stderr_is_terminal: false,
+            ..Environment::default()
         };
         assert_eq!(env.cache_dir(Some(Path::new("/explicit"))).unwrap(), PathBuf::from("/explicit"));
         assert_eq!(env.cache_dir(None).unwrap(), PathBuf::from("/xdg/saggar"));

@@ -66,7 +66,7 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
 ) -> Result<WarmupReport> {
     let WarmupPlan { args, env, source, buckets, cache } = plan;
     let ordinals = args.devices.ordinals::<B>()?;
-    let devices: Vec<B::Device> = ordinals.iter().map(|&o| B::open(o)).collect::<saggar_device::Result<_>>()?;
+    let devices = crate::cli::open_devices::<B>(&ordinals)?;
     let infos: Vec<_> = devices.iter().map(|d| d.info().clone()).collect();
     // Warmup only precompiles: one run context per device is enough.
     let config =
@@ -95,6 +95,7 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
     bar.finish();
     let stats = stats?;
     let wall_s = started.elapsed().as_secs_f64();
+    let ready_s = env.started.elapsed().as_secs_f64();
     let devices: Vec<WarmupDevice> = infos
         .into_iter()
         .zip(&stats)
@@ -117,6 +118,7 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
         memory_hits: devices.iter().map(|d| d.memory_hits).sum(),
         devices,
         wall_s,
+        ready_s,
     })
 }
 
@@ -156,8 +158,11 @@ pub struct WarmupReport {
     pub disk_loads: u64,
     /// Programs found in the cache's memory tier, all devices together.
     pub memory_hits: u64,
-    /// Seconds from start to every device ready.
+    /// Seconds from the start of session creation to every device ready.
     pub wall_s: f64,
+    /// Seconds from the start of the process to every device ready: the time to ready, import and
+    /// device contexts included (what a cold start costs before the first request can be served).
+    pub ready_s: f64,
 }
 
 impl WarmupReport {
@@ -165,10 +170,12 @@ impl WarmupReport {
     pub fn table(&self) -> String {
         let buckets: Vec<String> = self.buckets.iter().map(u64::to_string).collect();
         let mut out = format!(
-            "warmed model `{}` into {} in {:.3} s: buckets {}; {} compiled, {} loaded from disk, {} from memory\n",
+            "warmed model `{}` into {} in {:.3} s (ready {:.3} s after start): buckets {}; {} compiled, {} loaded from \
+             disk, {} from memory\n",
             self.model,
             self.cache_dir,
             self.wall_s,
+            self.ready_s,
             buckets.join(","),
             self.compiles,
             self.disk_loads,

@@ -22,9 +22,11 @@ fn a_second_warmup_compiles_nothing() {
     let cache = sandbox.cache_dir("cache");
     let args = ["--cache-dir", cache.as_str(), "--model-config", config.as_str(), "--backend", "host"];
     let cold = warmup(&sandbox, "cold.json", &args);
-    for field in ["devices", "buckets", "compiles", "disk_loads", "wall_s"] {
+    for field in ["devices", "buckets", "compiles", "disk_loads", "wall_s", "ready_s"] {
         assert!(cold.get(field).is_some(), "missing `{field}` in {cold:#}");
     }
+    let (wall, ready) = (cold["wall_s"].as_f64().unwrap(), cold["ready_s"].as_f64().unwrap());
+    assert!(ready >= wall && wall > 0.0, "ready counts from the process start, before the sessions: {cold:#}");
     assert_eq!(cold["buckets"], serde_json::json!([1, 2, 4, 8, 16, 32, 64]));
     assert_eq!(u64_at(&cold, "/compiles"), 7);
     assert_eq!(u64_at(&cold, "/disk_loads"), 0);

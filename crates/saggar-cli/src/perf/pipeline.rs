@@ -113,7 +113,7 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
         Some(list) => list.ordinals::<B>()?,
         None => vec![args.device],
     };
-    let devices = ordinals.iter().map(|&o| B::open(o)).collect::<saggar_device::Result<Vec<_>>>()?;
+    let devices = crate::cli::open_devices::<B>(&ordinals)?;
     let mode = ProgressMode::new(env.stderr_is_terminal, args.progress);
     let compiler = source.compiler::<B>();
     let built = session::build::<B, _>(args, mode, devices, compiler, buckets, cache.clone(), source.padded_axis())?;
