@@ -77,11 +77,8 @@ mod tests {
 
     #[test]
     fn cache_dir_prefers_the_flag_then_xdg_then_home() {
-        let env = Environment {
-            xdg_cache_home: Some("/xdg".into()),
-            home: Some("/home/u".into()),
-            ..Environment::default()
-        };
+        let env =
+            Environment { xdg_cache_home: Some("/xdg".into()), home: Some("/home/u".into()), ..Environment::default() };
         assert_eq!(env.cache_dir(Some(Path::new("/explicit"))).unwrap(), PathBuf::from("/explicit"));
         assert_eq!(env.cache_dir(None).unwrap(), PathBuf::from("/xdg/saggar"));
         let env = Environment { xdg_cache_home: None, ..env };
