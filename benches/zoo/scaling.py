@@ -61,6 +61,7 @@ def measure(args, model, name, n, out):
     if args.cold_only:
         warm = json.load(open(warm_json))
         return {"gpus": n, "status": "ran", "cold_s": round(cold_s, 2), "ready_s": round(warm["ready_s"], 2),
+                "opened_s": warm.get("opened_s"), "device_ready_s": [d.get("ready_s") for d in warm["devices"]],
                 "compiles": warm.get("compiles"), "disk_loads": warm.get("disk_loads"), "rows_per_s": 0.0,
                 "device_requests": [], "mismatches": 0}
     perf_json = os.path.join(out, f"perf-{name}-{n}.json")

@@ -67,7 +67,15 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
     let WarmupPlan { args, env, source, buckets, cache } = plan;
     let ordinals = args.devices.ordinals::<B>()?;
     let devices = crate::cli::open_devices::<B>(&ordinals)?;
+    let opened_s = env.started.elapsed().as_secs_f64();
     let infos: Vec<_> = devices.iter().map(|d| d.info().clone()).collect();
+    // When each device's last program became ready, from the start of the process.
+    let device_ready = std::sync::Mutex::new(vec![opened_s; devices.len()]);
+    let ready = |i: usize| {
+        if let Ok(mut ready) = device_ready.lock() {
+            ready[i] = env.started.elapsed().as_secs_f64();
+        }
+    };
     // Warmup only precompiles: one run context per device is enough.
     let config =
         SessionConfig::builder().buckets(buckets.spec.clone()).cache(cache.clone()).max_concurrency(1).build()?;
@@ -81,12 +89,16 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
         let device = devices.into_iter().next().expect("one device");
         Session::builder(device, compiler)
             .config(config)
-            .on_progress(|p| bar.program_ready(None, p))
+            .on_progress(|p| {
+                ready(0);
+                bar.program_ready(None, p)
+            })
             .build()
             .map(|s| vec![s.stats()])
             .map_err(CliError::from)
     } else {
         SessionGroup::<B, C>::new(devices, compiler, config, Routing::default(), &|i, p| {
+            ready(i);
             bar.program_ready(Some(ordinals[i]), p)
         })
         .map(|g| g.stats())
@@ -96,10 +108,13 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
     let stats = stats?;
     let wall_s = started.elapsed().as_secs_f64();
     let ready_s = env.started.elapsed().as_secs_f64();
+    let device_ready = device_ready.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let devices: Vec<WarmupDevice> = infos
         .into_iter()
         .zip(&stats)
-        .map(|(info, s)| WarmupDevice {
+        .zip(device_ready)
+        .map(|((info, s), ready_s)| WarmupDevice {
+            ready_s,
             ordinal: info.ordinal,
             name: info.name,
             arch: info.arch,
@@ -117,13 +132,14 @@ fn execute<B: Backend, S: ModelSource, C: ProgramCompiler<B>>(
         disk_loads: devices.iter().map(|d| d.disk_loads).sum(),
         memory_hits: devices.iter().map(|d| d.memory_hits).sum(),
         devices,
+        opened_s,
         wall_s,
         ready_s,
     })
 }
 
 /// A device of a warmup.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WarmupDevice {
     /// Its ordinal.
     pub ordinal: usize,
@@ -137,6 +153,8 @@ pub struct WarmupDevice {
     pub disk_loads: u64,
     /// Programs found in the cache's memory tier for it.
     pub memory_hits: u64,
+    /// Seconds from the start of the process to its last program ready.
+    pub ready_s: f64,
 }
 
 /// The `saggar warmup` report.
@@ -158,6 +176,8 @@ pub struct WarmupReport {
     pub disk_loads: u64,
     /// Programs found in the cache's memory tier, all devices together.
     pub memory_hits: u64,
+    /// Seconds from the start of the process to every device opened (at once).
+    pub opened_s: f64,
     /// Seconds from the start of session creation to every device ready.
     pub wall_s: f64,
     /// Seconds from the start of the process to every device ready: the time to ready, import and

@@ -115,6 +115,11 @@ fn several_devices_share_one_compile() {
         assert_eq!(u64_at(other, "/compiles"), 0, "{report:#}");
         assert_eq!(u64_at(other, "/disk_loads") + u64_at(other, "/memory_hits"), 4, "{report:#}");
     }
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    for device in devices {
+        let ready = f(&device["ready_s"]);
+        assert!(f(&report["opened_s"]) <= ready && ready <= f(&report["ready_s"]), "{report:#}");
+    }
 
     let all = warmup(
         &sandbox,
