@@ -50,6 +50,7 @@ fn a_lost_device_fails_its_request_and_the_others_keep_serving() {
                 Err(e) => {
                     assert!(e.is_device_lost(), "{routing:?}: {e}");
                     assert!(e.to_string().contains(&format!("device {faulty} is lost")), "{e}");
+                    assert_eq!(e.to_string().matches("is lost").count(), 1, "said once: {e}");
                     lost_errors += 1;
                 }
             }

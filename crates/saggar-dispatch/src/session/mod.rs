@@ -213,10 +213,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             Err(e) => {
                 // Leave nothing half-done on the stream for the next request, and never take the
                 // ultra-fast path from a failed run. A failing synchronize is reported with the
-                // run's error, not dropped.
+                // run's error, not dropped, unless it only repeats that the device is lost.
                 ctx.last = None;
                 match ctx.stream.synchronize() {
                     Ok(()) => Err(e),
+                    Err(synchronize) if e.is_device_lost() && synchronize.is_device_lost() => Err(e),
                     Err(synchronize) => Err(DispatchError::AfterFailedRun { error: Box::new(e), synchronize }),
                 }
             }
