@@ -58,34 +58,37 @@ def measure(args, model, name, n, out):
                     os.path.join(out, f"warmup-{name}-{n}.log"), env=cold_env)
     if rc != 0:
         return {"gpus": n, "status": "failed", "step": "warmup"}
+    warm = json.load(open(warm_json))
+    row = {
+        "gpus": n,
+        "status": "ran",
+        "cold_s": round(cold_s, 2),
+        "ready_s": round(warm["ready_s"], 2),
+        "opened_s": warm["opened_s"],
+        "device_ready_s": [d["ready_s"] for d in warm["devices"]],
+        "compiles": warm["compiles"],
+        "rows_per_s": 0.0,
+        "device_requests": [],
+        "mismatches": 0,
+    }
     if args.cold_only:
-        warm = json.load(open(warm_json))
-        return {"gpus": n, "status": "ran", "cold_s": round(cold_s, 2), "ready_s": round(warm["ready_s"], 2),
-                "opened_s": warm.get("opened_s"), "device_ready_s": [d.get("ready_s") for d in warm["devices"]],
-                "compiles": warm.get("compiles"), "disk_loads": warm.get("disk_loads"), "rows_per_s": 0.0,
-                "device_requests": [], "mismatches": 0}
+        return row
     perf_json = os.path.join(out, f"perf-{name}-{n}.json")
     rc, _ = sh([args.saggar, "perf", *common, "--cache-dir", os.path.join(out, f"cache-warm-{name}"),
                 "--trace", f"const:{args.batch}", "--concurrency", str(args.per_gpu * n),
                 "--duration", str(args.seconds), "--warmup-time", "2", "--verify", "4", "--quiet", "--json", perf_json],
                os.path.join(out, f"perf-{name}-{n}.log"))
     if rc != 0:
-        return {"gpus": n, "status": "failed", "step": "perf", "cold_s": round(cold_s, 2)}
+        return dict(row, status="failed", step="perf")
     perf = json.load(open(perf_json))
-    warm = json.load(open(warm_json))
-    return {
-        "gpus": n,
-        "status": "ran",
-        "cold_s": round(cold_s, 2),
-        "ready_s": round(warm.get("ready_s", warm.get("wall_s", 0.0)), 2),
-        "compiles": warm.get("compiles"),
-        "disk_loads": warm.get("disk_loads"),
-        "rows_per_s": round(perf["rows_per_s"], 1),
-        "p50_us": perf["latency_us"]["p50"],
-        "p99_us": perf["latency_us"]["p99"],
-        "device_requests": [d["requests"] for d in perf["devices"]],
-        "mismatches": perf["verify"]["mismatches"],
-    }
+    return dict(
+        row,
+        rows_per_s=round(perf["rows_per_s"], 1),
+        p50_us=perf["latency_us"]["p50"],
+        p99_us=perf["latency_us"]["p99"],
+        device_requests=[d["requests"] for d in perf["devices"]],
+        mismatches=perf["verify"]["mismatches"],
+    )
 
 
 def judge(rows):

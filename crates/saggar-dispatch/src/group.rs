@@ -179,13 +179,8 @@ impl<B: Backend, C: ProgramCompiler<B>> SessionGroup<B, C> {
         self.sessions.iter().map(Session::stats).collect()
     }
 
-    /// Every session's counters added up ([`StatsSnapshot::add`]).
+    /// Every session's counters added up ([`StatsSnapshot::total`]).
     pub fn total_stats(&self) -> StatsSnapshot {
-        let mut stats = self.sessions.iter().map(Session::stats);
-        let first = stats.next().expect("a group has at least one session");
-        stats.fold(first, |mut total, s| {
-            total.add(&s);
-            total
-        })
+        StatsSnapshot::total(&self.stats()).expect("a group has at least one session")
     }
 }

@@ -406,6 +406,15 @@ impl StatsSnapshot {
         self.latency.add(latency);
     }
 
+    /// Several sessions' counters added up ([`StatsSnapshot::add`]); `None` for none.
+    pub fn total(snapshots: &[StatsSnapshot]) -> Option<StatsSnapshot> {
+        let (first, rest) = snapshots.split_first()?;
+        Some(rest.iter().fold(*first, |mut total, s| {
+            total.add(s);
+            total
+        }))
+    }
+
     /// Padded rows over all rows computed.
     pub fn padding_waste_ratio(&self) -> f64 {
         let total = self.useful_rows + self.padded_rows;

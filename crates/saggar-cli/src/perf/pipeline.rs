@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use saggar_cache::CompileCache;
 use saggar_device::{Backend, BackendVisitor, Device as _};
-use saggar_dispatch::{HostTensor, ProgramCompiler, Session};
+use saggar_dispatch::{HostTensor, ProgramCompiler, Session, StatsSnapshot};
 use saggar_onnx::Tensor;
 use saggar_shape::TensorSpec;
 
@@ -119,8 +119,7 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
     let built = session::build::<B, _>(args, mode, devices, compiler, buckets, cache.clone(), source.padded_axis())?;
     let served = &built.served;
     let session = served.primary();
-    let after_build = served.stats();
-    let devices_before: Vec<u64> = served.sessions().iter().map(|s| s.stats().requests).collect();
+    let after_build = served.snapshots();
 
     let batches = Batches::new(&trace.batches, args);
     let inputs = source.inputs(&batches.distinct, args.trace.seed)?;
@@ -128,19 +127,18 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
     let output_dims = output_dims(session, &inputs, &hosts)?;
     let output_bytes = output_bytes(session.signature().outputs(), &output_dims);
     let sets = Sets { inputs: &hosts, output_dims: &output_dims, output_bytes: &output_bytes };
-    let warm = std::cell::Cell::new((after_build, devices_before));
+    let warm = std::cell::Cell::new(Vec::new());
     let plan = loop_plan(args, mode, &batches);
-    let bound = runners::run(args.binding, served, sets, plan, || {
-        warm.set((served.stats(), served.sessions().iter().map(|s| s.stats().requests).collect()))
-    })?;
+    let bound = runners::run(args.binding, served, sets, plan, || warm.set(served.snapshots()))?;
     let measured = bound.measured;
-    let (warm, devices_warm) = warm.into_inner();
-    let snapshots = Snapshots { built: after_build, warm, done: served.stats() };
+    let (warm, done) = (warm.into_inner(), served.snapshots());
+    let total = |s: &[StatsSnapshot]| StatsSnapshot::total(s).expect("one snapshot per device");
+    let snapshots = Snapshots { built: total(&after_build), warm: total(&warm), done: total(&done) };
     let devices_used: Vec<DeviceShare> = served
         .sessions()
         .iter()
-        .zip(&devices_warm)
-        .map(|(s, &before)| DeviceShare::new(s.device().info(), s.stats().requests.saturating_sub(before)))
+        .zip(warm.iter().zip(&done))
+        .map(|(s, (w, d))| DeviceShare::new(s.device().info(), d.requests.saturating_sub(w.requests)))
         .collect();
     let copies = session::bucket_copies(session, &measured)?;
 

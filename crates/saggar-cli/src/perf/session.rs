@@ -78,12 +78,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Served<B, C> {
         }
     }
 
-    /// The counters, added up over the devices.
-    pub fn stats(&self) -> StatsSnapshot {
-        match self {
-            Served::One(session) => session.stats(),
-            Served::Group(group) => group.total_stats(),
-        }
+    /// Each device's counters, in device order.
+    pub fn snapshots(&self) -> Vec<StatsSnapshot> {
+        self.sessions().iter().map(Session::stats).collect()
     }
 }
 
