@@ -200,22 +200,8 @@ fn bilinear(y: f32, x: f32, height: usize, width: usize) -> Option<[(usize, f32)
     if y < -1.0 || y > hf || x < -1.0 || x > wf {
         return None;
     }
-    let (mut y, mut x) = (y.max(0.0), x.max(0.0));
-    let (mut y_low, mut x_low) = (y as usize, x as usize);
-    let y_high = if y_low >= height - 1 {
-        y_low = height - 1;
-        y = y_low as f32;
-        y_low
-    } else {
-        y_low + 1
-    };
-    let x_high = if x_low >= width - 1 {
-        x_low = width - 1;
-        x = x_low as f32;
-        x_low
-    } else {
-        x_low + 1
-    };
+    let (y, y_low, y_high) = axis_cells(y, height);
+    let (x, x_low, x_high) = axis_cells(x, width);
     let (ly, lx) = (y - y_low as f32, x - x_low as f32);
     let (hy, hx) = (1.0 - ly, 1.0 - lx);
     Some([
@@ -224,6 +210,14 @@ fn bilinear(y: f32, x: f32, height: usize, width: usize) -> Option<[(usize, f32)
         (y_high * width + x_low, ly * hx),
         (y_high * width + x_high, ly * lx),
     ])
+}
+
+/// One axis of [`bilinear`]: the coordinate clamped to `[0, len - 1]` with its low and high cells
+/// (the same cell at the far edge).
+fn axis_cells(v: f32, len: usize) -> (f32, usize, usize) {
+    let v = v.max(0.0);
+    let low = v as usize;
+    if low >= len - 1 { ((len - 1) as f32, len - 1, len - 1) } else { (v, low, low + 1) }
 }
 
 impl Op for RoiAlign {
