@@ -7,8 +7,15 @@
 //! `C_i[m, n] = epilogue(alpha * op(A_i)[m, k] * op(B_i)[k, n] + beta * C_i + bias[n])`, where `op(A)` is
 //! `A` stored `[m, k]`, or stored `[k, m]` and transposed when `trans_a` is set (likewise `B`: `[k, n]`,
 //! or `[n, k]` with `trans_b`). `A_i` starts `i * stride_a` elements after `A` (a stride of 0 broadcasts
-//! one matrix to every batch), likewise `B_i` and `C_i`. Data are `f32`; accumulation is `f32`, or TF32
-//! where [`MatmulPrecision::Tf32`] allows it.
+//! one matrix to every batch), likewise `B_i` and `C_i`.
+//!
+//! # Element types
+//! `A` and `B` hold [`MatmulDesc::inputs`], `C` and the bias [`MatmulDesc::output`] ([`MatmulType`]):
+//! `f32` throughout, or `f16` or `bf16` inputs (which run on tensor cores) with an output of the same
+//! half type or `f32`. Accumulation is always `f32` (TF32 where [`MatmulPrecision::Tf32`] allows it for
+//! `f32` inputs; the precision means nothing for half inputs), `alpha` and `beta` are `f32`, and the
+//! bias and epilogue are applied in `f32` before the result is rounded (to nearest even) to the output
+//! type. Strides count elements, whatever their size.
 //!
 //! # Capture
 //! A handle is created once per device, outside any capture, with its plan for each description made
@@ -20,6 +27,7 @@ use std::path::PathBuf;
 
 use crate::api::Backend;
 use crate::error::Result;
+use crate::float16;
 use crate::types::DeviceSlice;
 
 /// The function applied to each output element after the product (and the bias, if any).
@@ -70,6 +78,92 @@ impl MatmulPrecision {
     }
 }
 
+/// Element type of a matmul's matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MatmulType {
+    /// IEEE `f32`.
+    #[default]
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16: `f32`'s exponent range with a 7-bit mantissa.
+    BF16,
+}
+
+impl MatmulType {
+    /// Bytes of one element (4, 2, 2).
+    pub const fn bytes(self) -> usize {
+        match self {
+            MatmulType::F32 => 4,
+            MatmulType::F16 | MatmulType::BF16 => 2,
+        }
+    }
+
+    /// The name used in messages and keys (`f32`, `f16`, `bf16`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            MatmulType::F32 => "f32",
+            MatmulType::F16 => "f16",
+            MatmulType::BF16 => "bf16",
+        }
+    }
+
+    /// `x` rounded to this type (to nearest even) and widened back: the value a matrix of this type
+    /// holds for it.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            MatmulType::F32 => x,
+            MatmulType::F16 => float16::f16_to_f32(float16::f32_to_f16(x)),
+            MatmulType::BF16 => float16::bf16_to_f32(float16::f32_to_bf16(x)),
+        }
+    }
+
+    /// `values` stored as little-endian elements of this type, rounded to nearest even.
+    pub fn encode(self, values: &[f32]) -> Vec<u8> {
+        let mut bytes = vec![0; values.len() * self.bytes()];
+        for (chunk, &v) in bytes.chunks_exact_mut(self.bytes()).zip(values) {
+            self.store(v, chunk);
+        }
+        bytes
+    }
+
+    /// Little-endian elements of this type, widened to `f32` (exact). A trailing partial element is
+    /// ignored.
+    pub fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        bytes.chunks_exact(self.bytes()).map(|chunk| self.load(chunk)).collect()
+    }
+
+    /// One element from its little-endian bytes (`self.bytes()` of them).
+    #[inline]
+    pub(crate) fn load(self, bytes: &[u8]) -> f32 {
+        match self {
+            MatmulType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+            MatmulType::F16 => float16::f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])),
+            MatmulType::BF16 => float16::bf16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])),
+        }
+    }
+
+    /// `value` rounded to this type into `out` (`self.bytes()` long), little-endian.
+    #[inline]
+    pub(crate) fn store(self, value: f32, out: &mut [u8]) {
+        match self {
+            MatmulType::F32 => out.copy_from_slice(&value.to_le_bytes()),
+            MatmulType::F16 => out.copy_from_slice(&float16::f32_to_f16(value).to_le_bytes()),
+            MatmulType::BF16 => out.copy_from_slice(&float16::f32_to_bf16(value).to_le_bytes()),
+        }
+    }
+}
+
+/// The (inputs, output) type pairs a matmul may have: what cuBLASLt and hipBLASLt both run with `f32`
+/// accumulation. [`crate::rules::check_matmul_desc`] refuses the others.
+pub const MATMUL_TYPES: [(MatmulType, MatmulType); 5] = [
+    (MatmulType::F32, MatmulType::F32),
+    (MatmulType::F16, MatmulType::F32),
+    (MatmulType::F16, MatmulType::F16),
+    (MatmulType::BF16, MatmulType::F32),
+    (MatmulType::BF16, MatmulType::BF16),
+];
+
 /// One (batched) GEMM, as the handle plans it. Two equal descriptions share one plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatmulDesc {
@@ -99,13 +193,17 @@ pub struct MatmulDesc {
     pub bias: bool,
     /// Applied last.
     pub epilogue: Epilogue,
-    /// Whether TF32 is allowed.
+    /// Whether TF32 is allowed (for `f32` inputs only).
     pub precision: MatmulPrecision,
+    /// Element type of `A` and `B`.
+    pub inputs: MatmulType,
+    /// Element type of `C` (read and written) and the bias vector.
+    pub output: MatmulType,
 }
 
 impl MatmulDesc {
     /// A plain `C[m, n] = A[m, k] * B[k, n]`: one batch, no transposes, `alpha` 1, `beta` 0, no bias or
-    /// epilogue, strict `f32`. Adjust the fields from there.
+    /// epilogue, strict `f32` matrices. Adjust the fields from there.
     pub const fn gemm(m: u64, n: u64, k: u64) -> MatmulDesc {
         MatmulDesc {
             m,
@@ -122,6 +220,8 @@ impl MatmulDesc {
             bias: false,
             epilogue: Epilogue::None,
             precision: MatmulPrecision::StrictF32,
+            inputs: MatmulType::F32,
+            output: MatmulType::F32,
         }
     }
 
@@ -139,6 +239,14 @@ impl MatmulDesc {
     pub fn with_scales(mut self, alpha: f32, beta: f32) -> MatmulDesc {
         self.alpha_bits = alpha.to_bits();
         self.beta_bits = beta.to_bits();
+        self
+    }
+
+    /// Sets the element types of `A` and `B` (`inputs`) and of `C` and the bias (`output`); see
+    /// [`MATMUL_TYPES`] for the pairs allowed.
+    pub fn with_types(mut self, inputs: MatmulType, output: MatmulType) -> MatmulDesc {
+        self.inputs = inputs;
+        self.output = output;
         self
     }
 }

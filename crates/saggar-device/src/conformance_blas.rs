@@ -5,7 +5,7 @@
 //! `PASS` or `FAIL` line with its largest error, so a GPU run's log shows what was compared.
 
 use crate::api::{Backend, Device, DeviceBuffer, Graph as _, Stream};
-use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision};
+use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, MatmulType};
 use crate::error::Error;
 use crate::types::{CaptureMode, DeviceSlice};
 
@@ -27,15 +27,9 @@ pub fn values(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn to_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn from_bytes(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
-}
-
-/// The reference: `desc` on host vectors, in `f64`, element by element from the definition.
+/// The reference: `desc` on host vectors (holding what the device matrices hold, half values
+/// widened), in `f64`, element by element from the definition; each result is rounded to the output
+/// type as a device stores it.
 pub fn reference(desc: &MatmulDesc, a: &[f32], b: &[f32], c: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
     let mut out = c.to_vec();
@@ -52,7 +46,7 @@ pub fn reference(desc: &MatmulDesc, a: &[f32], b: &[f32], c: &[f32], bias: Optio
                 }
                 let prior = f64::from(desc.beta()) * f64::from(c[c0 + i * n + j]);
                 let biased = f64::from(desc.alpha()) * acc + prior + bias.map_or(0.0, |b| f64::from(b[j]));
-                out[c0 + i * n + j] = desc.epilogue.apply(biased as f32);
+                out[c0 + i * n + j] = desc.output.round(desc.epilogue.apply(biased as f32));
             }
         }
     }
@@ -60,10 +54,11 @@ pub fn reference(desc: &MatmulDesc, a: &[f32], b: &[f32], c: &[f32], bias: Optio
 }
 
 /// The cases every backend runs: plain, transposed, batched with a broadcast operand, bias with each
-/// epilogue, scales, TF32 allowed, and one in the range whose candidates a GPU handle times.
-pub fn cases() -> Vec<(&'static str, MatmulDesc)> {
+/// epilogue, scales, TF32 allowed, and one in the range whose candidates a GPU handle times; then
+/// the same kinds of case for every pair of half element types ([`half_cases`]).
+pub fn cases() -> Vec<(String, MatmulDesc)> {
     let base = MatmulDesc::gemm(33, 17, 65);
-    vec![
+    let cases = vec![
         ("plain 33x17x65", base),
         ("trans_a", MatmulDesc { trans_a: true, ..base }),
         ("trans_b", MatmulDesc { trans_b: true, ..base }),
@@ -81,25 +76,71 @@ pub fn cases() -> Vec<(&'static str, MatmulDesc)> {
             "timed candidates 128x512x768 bias gelu",
             MatmulDesc { bias: true, epilogue: Epilogue::GeluTanh, ..MatmulDesc::gemm(128, 512, 768) },
         ),
-    ]
+    ];
+    let mut cases: Vec<(String, MatmulDesc)> = cases.into_iter().map(|(name, desc)| (name.into(), desc)).collect();
+    cases.extend(half_cases());
+    cases
 }
 
-/// Largest error allowed: `f32` accumulation over `k` terms of size about 1, or TF32's 10-bit mantissa.
-fn tolerance(desc: &MatmulDesc) -> f32 {
-    match desc.precision {
-        MatmulPrecision::StrictF32 => 1e-5 * desc.k as f32,
-        MatmulPrecision::Tf32 => 2e-3 * (desc.k as f32).sqrt() * 4.0,
+/// Half-precision cases, for each (inputs, output) pair with half inputs: odd sizes (2-byte aligned
+/// batches) with bias and each epilogue, both transposes, strided and broadcast batches, `beta`
+/// reading a half `C`, aligned sizes the tensor-core kernels take, and one `f16` case in the range
+/// whose candidates a GPU handle times.
+pub fn half_cases() -> Vec<(String, MatmulDesc)> {
+    use MatmulType::{BF16, F16, F32};
+    let base = MatmulDesc::gemm(33, 17, 65);
+    let shapes = [
+        ("bias gelu", MatmulDesc { bias: true, epilogue: Epilogue::GeluTanh, ..base }),
+        (
+            "trans_a trans_b bias relu",
+            MatmulDesc { trans_a: true, trans_b: true, bias: true, epilogue: Epilogue::Relu, ..base },
+        ),
+        ("batch 3 B broadcast trans_b", MatmulDesc { batch: 3, stride_b: 0, trans_b: true, ..base }),
+        (
+            "batch 4 strided alpha 0.5 beta 1",
+            MatmulDesc { batch: 4, stride_c: 8 * 12 + 5, ..MatmulDesc::gemm(8, 12, 16).with_scales(0.5, 1.0) },
+        ),
+        ("aligned 64x64x64 bias trans_a", MatmulDesc { bias: true, trans_a: true, ..MatmulDesc::gemm(64, 64, 64) }),
+    ];
+    let mut cases = Vec::new();
+    for (inputs, output) in [(F16, F32), (F16, F16), (BF16, F32), (BF16, BF16)] {
+        for (shape, desc) in &shapes {
+            cases.push((format!("{}->{} {shape}", inputs.name(), output.name()), desc.with_types(inputs, output)));
+        }
     }
+    // 50 MFLOP: in the timed range; a smaller sibling of the f32 case, as the host runs it too.
+    let timed = MatmulDesc { bias: true, epilogue: Epilogue::GeluTanh, ..MatmulDesc::gemm(128, 256, 768) };
+    cases.push(("f16->f16 timed candidates 128x256x768 bias gelu".into(), timed.with_types(F16, F16)));
+    cases
 }
 
-/// Device buffers for one case, filled, and the host copies of what they hold.
+/// Largest error allowed for an expected value `want`: the accumulation's, `f32` over `k` terms of
+/// size about 1 (products of half inputs are exact in `f32`) or TF32's 10-bit mantissa, plus one unit
+/// in the last place of a half output (the device and the reference may round to neighbours).
+fn tolerance(desc: &MatmulDesc, want: f32) -> f32 {
+    let accumulation = match (desc.inputs, desc.precision) {
+        (MatmulType::F32, MatmulPrecision::Tf32) => 2e-3 * (desc.k as f32).sqrt() * 4.0,
+        _ => 1e-5 * desc.k as f32,
+    };
+    let rounding = match desc.output {
+        MatmulType::F32 => 0.0,
+        MatmulType::F16 => 1e-3,
+        MatmulType::BF16 => 8e-3,
+    };
+    accumulation + rounding * want.abs()
+}
+
+/// Device buffers for one case, filled, and the host copies of what they hold (half values widened).
 struct Operands<B: Backend> {
     bufs: Vec<B::DeviceBuffer>,
     host: [Vec<f32>; 4],
+    /// Element types of A, B, C and the bias.
+    types: [MatmulType; 4],
 }
 
 impl<B: Backend> Operands<B> {
     fn new(device: &B::Device, stream: &B::Stream, desc: &MatmulDesc, seed: u32) -> Self {
+        let types = [desc.inputs, desc.inputs, desc.output, desc.output];
         let span = |stride: u64, elements: u64| ((desc.batch - 1) * stride + elements) as usize;
         let lens = [
             span(desc.stride_a, desc.m * desc.k),
@@ -107,16 +148,22 @@ impl<B: Backend> Operands<B> {
             span(desc.stride_c, desc.m * desc.n),
             desc.n as usize,
         ];
-        let host: [Vec<f32>; 4] = std::array::from_fn(|i| values(lens[i], seed + i as u32));
-        let bufs: Vec<B::DeviceBuffer> = lens.iter().map(|len| device.alloc(len * 4).expect("alloc")).collect();
-        let ops = Operands { bufs, host };
+        let bufs: Vec<B::DeviceBuffer> =
+            lens.iter().zip(types).map(|(len, ty)| device.alloc(len * ty.bytes()).expect("alloc")).collect();
+        let mut ops = Operands { bufs, host: Default::default(), types };
+        ops.fill(std::array::from_fn(|i| values(lens[i], seed + i as u32)));
         ops.upload(stream);
         ops
     }
 
+    /// Takes `values` as the operands, rounded to their element types.
+    fn fill(&mut self, values: [Vec<f32>; 4]) {
+        self.host = std::array::from_fn(|i| values[i].iter().map(|&v| self.types[i].round(v)).collect());
+    }
+
     fn upload(&self, stream: &B::Stream) {
-        for (buf, host) in self.bufs.iter().zip(&self.host) {
-            stream.upload(&to_bytes(host), buf.as_slice()).expect("upload");
+        for ((buf, host), ty) in self.bufs.iter().zip(&self.host).zip(self.types) {
+            stream.upload(&ty.encode(host), buf.as_slice()).expect("upload");
         }
     }
 
@@ -138,16 +185,21 @@ impl<B: Backend> Operands<B> {
     fn result(&self, stream: &B::Stream) -> Vec<f32> {
         let mut out = vec![0u8; self.bufs[2].len()];
         stream.download(self.bufs[2].as_slice(), &mut out).expect("download C");
-        from_bytes(&out)
+        self.types[2].decode(&out)
     }
 }
 
 fn compare(backend: &str, case: &str, desc: &MatmulDesc, got: &[f32], want: &[f32]) {
-    let worst = got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
-    let ok = got.len() == want.len() && worst <= tolerance(desc) && got.iter().all(|v| v.is_finite());
+    // The worst element by its share of what it may be off by.
+    let (worst, allowed) = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| ((g - w).abs(), tolerance(desc, *w)))
+        .fold((0f32, tolerance(desc, 0.0)), |acc, e| if e.0 / e.1 > acc.0 / acc.1 { e } else { acc });
+    let ok = got.len() == want.len() && worst <= allowed && got.iter().all(|v| v.is_finite());
     let verdict = if ok { "PASS" } else { "FAIL" };
-    eprintln!("{verdict} blas {backend} {case}: max abs error {worst:.3e} (tolerance {:.1e})", tolerance(desc));
-    assert!(ok, "{backend} {case}: max abs error {worst} over tolerance {}", tolerance(desc));
+    eprintln!("{verdict} blas {backend} {case}: worst abs error {worst:.3e} (its tolerance {allowed:.1e})");
+    assert!(ok, "{backend} {case}: abs error {worst} over its tolerance {allowed}");
 }
 
 fn blas_or_skip<B: Backend>(device: &B::Device, test: &str) -> Option<B::Blas> {
@@ -171,11 +223,11 @@ pub fn blas_matmul_matches_reference<B: Backend>(device: &B::Device) {
     let stream = device.create_stream().unwrap();
     let workspace = device.alloc(WORKSPACE).unwrap();
     for (seed, (case, desc)) in cases().into_iter().enumerate() {
-        prepared.prepare(&desc).expect(case);
+        prepared.prepare(&desc).expect(&case);
         for (handle, how) in [(&blas, "on first use"), (&prepared, "prepared")] {
             let ops = Operands::<B>::new(device, &stream, &desc, seed as u32 * 7);
             // SAFETY: every buffer lives until the stream is synchronised below.
-            unsafe { handle.matmul(&stream, &desc, &ops.operands(&desc, workspace.as_slice())) }.expect(case);
+            unsafe { handle.matmul(&stream, &desc, &ops.operands(&desc, workspace.as_slice())) }.expect(&case);
             stream.synchronize().unwrap();
             compare(B::KIND.name(), &format!("{case}, {how}"), &desc, &ops.result(&stream), &ops.expected(&desc));
         }
@@ -183,29 +235,31 @@ pub fn blas_matmul_matches_reference<B: Backend>(device: &B::Device) {
 }
 
 /// A matmul prepared before a capture is captured without allocating, and each replay computes on
-/// what the captured buffers hold at that time.
+/// what the captured buffers hold at that time; in `f32` and in `bf16`.
 pub fn blas_matmul_captures_and_replays<B: Backend>(device: &B::Device) {
     let Some(blas) = blas_or_skip::<B>(device, "blas_matmul_captures_and_replays") else { return };
     let stream = device.create_stream().unwrap();
     let workspace = device.alloc(WORKSPACE).unwrap();
-    let desc =
+    let f32_desc =
         MatmulDesc { bias: true, epilogue: Epilogue::Relu, batch: 2, stride_b: 0, ..MatmulDesc::gemm(24, 40, 32) };
-    blas.prepare(&desc).unwrap();
-    let mut ops = Operands::<B>::new(device, &stream, &desc, 11);
-    stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    // SAFETY: every buffer lives until after the last replay is synchronised.
-    unsafe { blas.matmul(&stream, &desc, &ops.operands(&desc, workspace.as_slice())) }.unwrap();
-    let graph = stream.end_capture().expect("a prepared matmul captures cleanly");
-    assert!(graph.node_count() >= 1, "the capture holds the matmul");
-    let exec = device.instantiate(&graph).unwrap();
-    for replay in 0..2u32 {
-        ops.host = std::array::from_fn(|i| values(ops.host[i].len(), 100 + replay * 10 + i as u32));
-        ops.upload(&stream);
-        // SAFETY: the captured buffers are live.
-        unsafe { stream.launch_graph(&exec) }.unwrap();
-        stream.synchronize().unwrap();
-        let case = format!("graph replay {replay}");
-        compare(B::KIND.name(), &case, &desc, &ops.result(&stream), &ops.expected(&desc));
+    for desc in [f32_desc, f32_desc.with_types(MatmulType::BF16, MatmulType::BF16)] {
+        blas.prepare(&desc).unwrap();
+        let mut ops = Operands::<B>::new(device, &stream, &desc, 11);
+        stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        // SAFETY: every buffer lives until after the last replay is synchronised.
+        unsafe { blas.matmul(&stream, &desc, &ops.operands(&desc, workspace.as_slice())) }.unwrap();
+        let graph = stream.end_capture().expect("a prepared matmul captures cleanly");
+        assert!(graph.node_count() >= 1, "the capture holds the matmul");
+        let exec = device.instantiate(&graph).unwrap();
+        for replay in 0..2u32 {
+            ops.fill(std::array::from_fn(|i| values(ops.host[i].len(), 100 + replay * 10 + i as u32)));
+            ops.upload(&stream);
+            // SAFETY: the captured buffers are live.
+            unsafe { stream.launch_graph(&exec) }.unwrap();
+            stream.synchronize().unwrap();
+            let case = format!("{} graph replay {replay}", desc.output.name());
+            compare(B::KIND.name(), &case, &desc, &ops.result(&stream), &ops.expected(&desc));
+        }
     }
 }
 
@@ -217,8 +271,18 @@ pub fn blas_bad_requests_are_refused<B: Backend>(device: &B::Device) {
     let desc = MatmulDesc::gemm(8, 8, 8);
     let ops = Operands::<B>::new(device, &stream, &desc, 3);
     let good = ops.operands(&desc, workspace.as_slice());
+    // Buffers sized for f16 elements, described as f32.
+    let half = desc.with_types(MatmulType::F16, MatmulType::F16);
+    let half_ops = Operands::<B>::new(device, &stream, &half, 4);
+    let half_good = half_ops.operands(&half, workspace.as_slice());
+    // SAFETY: the buffers are live until the stream is synchronised below.
+    unsafe { blas.matmul(&stream, &half, &half_good) }.expect("the f16 operands fit the f16 description");
+    let f32_on_f16 = MatmulOperands { c: ops.bufs[2].as_slice(), ..half_good };
     let bad = [
         ("short A", desc, MatmulOperands { a: ops.bufs[0].slice(0, 4).unwrap(), ..good }),
+        ("f16-sized A and B described as f32", desc, f32_on_f16),
+        ("f32 inputs with f16 output", desc.with_types(MatmulType::F32, MatmulType::F16), good),
+        ("bf16 inputs with f16 output", desc.with_types(MatmulType::BF16, MatmulType::F16), half_good),
         ("missing bias", MatmulDesc { bias: true, ..desc }, good),
         ("short workspace", desc, MatmulOperands { workspace: workspace.slice(0, 16).unwrap(), ..good }),
         ("zero k", MatmulDesc { k: 0, ..desc }, good),
@@ -230,6 +294,8 @@ pub fn blas_bad_requests_are_refused<B: Backend>(device: &B::Device) {
         assert!(matches!(err, Error::InvalidMatmul { .. }), "{case}: {err:?}");
     }
     assert!(matches!(blas.prepare(&MatmulDesc { m: 0, ..desc }), Err(Error::InvalidMatmul { .. })));
-    stream.synchronize().expect("nothing was enqueued, nothing failed");
+    let mixed = blas.prepare(&desc.with_types(MatmulType::F32, MatmulType::BF16)).expect_err("f32 -> bf16");
+    assert!(mixed.to_string().contains("f32 -> f32, f16 -> f32, f16 -> f16"), "names the pairs: {mixed}");
+    stream.synchronize().expect("only the valid f16 matmul was enqueued, and it ran");
     eprintln!("PASS blas {} bad requests refused", B::KIND.name());
 }

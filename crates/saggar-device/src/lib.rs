@@ -52,6 +52,7 @@ pub mod conformance_blas;
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod error;
+pub mod float16;
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub mod gpu;
 #[cfg(feature = "hip")]
@@ -68,8 +69,8 @@ pub use api::{
     Backend, CaptureStatus, Device, DeviceBuffer, Event, Graph, GraphExec, Kernel, Module, PinnedBuffer, Stream,
 };
 pub use blas::{
-    Blas, BlasConfig, DEFAULT_TUNE_CANDIDATES, Epilogue, MatmulDesc, MatmulOperands, MatmulPrecision, TUNE_MAX_FLOP,
-    TUNE_MIN_FLOP,
+    Blas, BlasConfig, DEFAULT_TUNE_CANDIDATES, Epilogue, MATMUL_TYPES, MatmulDesc, MatmulOperands, MatmulPrecision,
+    MatmulType, TUNE_MAX_FLOP, TUNE_MIN_FLOP,
 };
 pub use code::{CodeFormat, CodeObject, KernelSource};
 pub use error::{Error, Result};

@@ -173,24 +173,35 @@ pub fn check_launch(
 /// signed integers in places.
 pub const MAX_MATMUL_DIM: u64 = i32::MAX as u64;
 
-/// Bytes of one element of a matmul operand (`f32`).
-const MATMUL_ELEMENT: u64 = 4;
-
 fn matmul_error(desc: &crate::blas::MatmulDesc, reason: String) -> Error {
     Error::InvalidMatmul { m: desc.m, n: desc.n, k: desc.k, batch: desc.batch, reason }
 }
 
-/// A matmul description any backend can plan: every dimension and the batch count in
+/// A matmul description any backend can plan: element types of a pair in
+/// [`MATMUL_TYPES`](crate::blas::MATMUL_TYPES), every dimension and the batch count in
 /// `1..=MAX_MATMUL_DIM`, strides whose byte offsets fit 64 bits, and batches of `C` that do not overlap.
 pub fn check_matmul_desc(desc: &crate::blas::MatmulDesc) -> Result<()> {
     let fail = |reason: String| matmul_error(desc, reason);
+    if !crate::blas::MATMUL_TYPES.contains(&(desc.inputs, desc.output)) {
+        let pairs: Vec<String> =
+            crate::blas::MATMUL_TYPES.iter().map(|(i, o)| format!("{} -> {}", i.name(), o.name())).collect();
+        return Err(fail(format!(
+            "{} inputs with {} output are not supported; the (inputs -> output) types are {}",
+            desc.inputs.name(),
+            desc.output.name(),
+            pairs.join(", ")
+        )));
+    }
+    let (input, output) = (desc.inputs.bytes() as u64, desc.output.bytes() as u64);
     for (name, value) in [("m", desc.m), ("n", desc.n), ("k", desc.k), ("batch", desc.batch)] {
         if value == 0 || value > MAX_MATMUL_DIM {
             return Err(fail(format!("{name} = {value} is outside 1..={MAX_MATMUL_DIM}")));
         }
     }
-    for (name, value) in [("stride_a", desc.stride_a), ("stride_b", desc.stride_b), ("stride_c", desc.stride_c)] {
-        if value > i64::MAX as u64 / MATMUL_ELEMENT {
+    for (name, value, element) in
+        [("stride_a", desc.stride_a, input), ("stride_b", desc.stride_b, input), ("stride_c", desc.stride_c, output)]
+    {
+        if value > i64::MAX as u64 / element {
             return Err(fail(format!("{name} = {value} elements does not fit a 64-bit byte offset")));
         }
     }
@@ -205,9 +216,9 @@ pub fn check_matmul_desc(desc: &crate::blas::MatmulDesc) -> Result<()> {
 }
 
 /// A matmul `desc` on `operands` with a handle whose calls need `workspace_bytes`: the description
-/// ([`check_matmul_desc`]), each buffer at least as long as its last batch ends, a bias vector of `n`
-/// elements exactly when the description has one, and enough workspace. Every backend calls this
-/// before it touches a library.
+/// ([`check_matmul_desc`]), each buffer at least as long as its last batch ends (in bytes of its
+/// element type), a bias vector of `n` output elements exactly when the description has one, and
+/// enough workspace. Every backend calls this before it touches a library.
 pub fn check_matmul(
     desc: &crate::blas::MatmulDesc,
     operands: &crate::blas::MatmulOperands,
@@ -215,25 +226,31 @@ pub fn check_matmul(
 ) -> Result<()> {
     check_matmul_desc(desc)?;
     let fail = |reason: String| matmul_error(desc, reason);
-    let needed = |stride: u64, elements: u64| -> Option<u64> {
-        (desc.batch - 1).checked_mul(stride)?.checked_add(elements)?.checked_mul(MATMUL_ELEMENT)
+    let needed = |stride: u64, elements: u64, element: usize| -> Option<u64> {
+        (desc.batch - 1).checked_mul(stride)?.checked_add(elements)?.checked_mul(element as u64)
     };
-    for (name, slice, stride, elements) in [
-        ("A", operands.a, desc.stride_a, desc.m * desc.k),
-        ("B", operands.b, desc.stride_b, desc.k * desc.n),
-        ("C", operands.c, desc.stride_c, desc.m * desc.n),
+    let (input, output) = (desc.inputs, desc.output);
+    for (name, slice, stride, elements, ty) in [
+        ("A", operands.a, desc.stride_a, desc.m * desc.k, input),
+        ("B", operands.b, desc.stride_b, desc.k * desc.n, input),
+        ("C", operands.c, desc.stride_c, desc.m * desc.n, output),
     ] {
-        match needed(stride, elements) {
+        match needed(stride, elements, ty.bytes()) {
             Some(bytes) if bytes <= slice.len() as u64 => {}
-            Some(bytes) => return Err(fail(format!("{name} holds {} bytes, {bytes} needed", slice.len()))),
+            Some(bytes) => {
+                let len = slice.len();
+                return Err(fail(format!("{name} holds {len} bytes, {bytes} needed ({} elements)", ty.name())));
+            }
             None => return Err(fail(format!("{name} would span more than 2^64 bytes"))),
         }
     }
+    let bias_bytes = desc.n * output.bytes() as u64;
     match (desc.bias, operands.bias) {
         (false, None) => {}
-        (true, Some(bias)) if bias.len() as u64 >= desc.n * MATMUL_ELEMENT => {}
+        (true, Some(bias)) if bias.len() as u64 >= bias_bytes => {}
         (true, Some(bias)) => {
-            return Err(fail(format!("the bias holds {} bytes, {} needed", bias.len(), desc.n * MATMUL_ELEMENT)));
+            let len = bias.len();
+            return Err(fail(format!("the bias holds {len} bytes, {bias_bytes} needed ({} elements)", output.name())));
         }
         (true, None) => return Err(fail("the description has a bias but no bias buffer was given".into())),
         (false, Some(_)) => return Err(fail("a bias buffer was given but the description has no bias".into())),
@@ -283,6 +300,37 @@ mod tests {
         assert!(check_matmul(&overlapping, &ops, 0).unwrap_err().to_string().contains("overlap"));
         let wrapping = MatmulDesc { stride_a: u64::MAX / 8, ..batched };
         assert!(check_matmul(&wrapping, &ops, 0).is_err(), "an overflowing extent is refused");
+    }
+
+    #[test]
+    fn half_matmuls_are_checked_in_their_element_sizes() {
+        use crate::blas::MatmulType::{BF16, F16, F32};
+        let desc = MatmulDesc { bias: true, ..MatmulDesc::gemm(2, 3, 4) };
+        // f16 in, f16 out: A 16 bytes, B 24, C 12, bias 6.
+        let half = desc.with_types(F16, F16);
+        let ops =
+            MatmulOperands { a: slice(16), b: slice(24), c: slice(12), bias: Some(slice(6)), workspace: slice(0) };
+        assert!(check_matmul(&half, &ops, 0).is_ok());
+        assert!(check_matmul(&half, &MatmulOperands { a: slice(15), ..ops }, 0).is_err());
+        assert!(check_matmul(&half, &MatmulOperands { bias: Some(slice(5)), ..ops }, 0).is_err());
+        // f16 in, f32 out: C and the bias are f32.
+        let err = check_matmul(&desc.with_types(F16, F32), &ops, 0).unwrap_err().to_string();
+        assert!(err.contains("C holds 12 bytes, 24 needed (f32 elements)"), "{err}");
+        // Buffers sized for f16 described as f32 are refused.
+        assert!(check_matmul(&desc, &ops, 0).unwrap_err().to_string().contains("A holds 16 bytes, 32 needed"));
+        // The pairs outside MATMUL_TYPES are refused, by the description alone, naming those that exist.
+        for (inputs, output) in [(F32, F16), (F32, BF16), (F16, BF16), (BF16, F16)] {
+            let err = check_matmul_desc(&desc.with_types(inputs, output)).unwrap_err();
+            assert!(matches!(err, Error::InvalidMatmul { .. }), "{err:?}");
+            assert!(err.to_string().contains("f16 -> f16, bf16 -> f32"), "{err}");
+        }
+        for (inputs, output) in crate::blas::MATMUL_TYPES {
+            assert!(check_matmul_desc(&desc.with_types(inputs, output)).is_ok());
+        }
+        // Byte offsets of 2-byte strides reach twice as far before overflowing.
+        let strided = MatmulDesc { batch: 2, stride_a: i64::MAX as u64 / 3, ..half };
+        assert!(check_matmul_desc(&strided).is_ok());
+        assert!(check_matmul_desc(&strided.with_types(F32, F32)).is_err());
     }
 
     #[test]

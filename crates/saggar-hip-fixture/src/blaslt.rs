@@ -110,9 +110,41 @@ fn non_null<T>(p: *mut T) -> Result<*mut T, HipblasStatus> {
     if p.is_null() { Err(status::INVALID_VALUE) } else { Ok(p) }
 }
 
+/// `hipDataType` → `cudaDataType_t` for the element types saggar's matmuls use: `HIP_R_32F` (0),
+/// `HIP_R_16F` (2) and `HIP_R_16BF` (14), the CUDA numbers.
 fn data_type(t: c_int) -> Result<lt::cudaDataType_t, HipblasStatus> {
-    // HIP_R_32F is 0, as CUDA_R_32F.
-    if t == 0 { Ok(lt::cudaDataType_t::CUDA_R_32F) } else { Err(unsupported(format!("hipDataType {t}"))) }
+    use lt::cudaDataType_t::*;
+    match t {
+        0 => Ok(CUDA_R_32F),
+        2 => Ok(CUDA_R_16F),
+        14 => Ok(CUDA_R_16BF),
+        other => Err(unsupported(format!("hipDataType {other}"))),
+    }
+}
+
+/// Bytes of one element of `layout` (its `CUBLASLT_MATRIX_LAYOUT_TYPE`, one [`data_type`] made).
+///
+/// # Safety
+/// `layout` must be a live layout.
+unsafe fn element_bytes(layout: *mut c_void) -> Result<u32, HipblasStatus> {
+    use lt::cudaDataType_t::*;
+    let mut ty = lt::cudaDataType_t::CUDA_R_32F;
+    let mut written = 0usize;
+    // SAFETY: `layout` is live (this function's contract); `ty` is writable for its 4 bytes (the
+    // attribute is a `cudaDataType`, as `ty`).
+    from_cublas("cublasLtMatrixLayoutGetAttribute", unsafe {
+        lt::cublasLtMatrixLayoutGetAttribute(
+            layout.cast(),
+            lt::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_TYPE,
+            (&mut ty as *mut lt::cudaDataType_t).cast(),
+            std::mem::size_of::<lt::cudaDataType_t>(),
+            &mut written,
+        )
+    })?;
+    match ty {
+        CUDA_R_16F | CUDA_R_16BF => Ok(2),
+        _ => Ok(4),
+    }
 }
 
 /// `hipblasLtCreate` → `cublasLtCreate`.
@@ -139,7 +171,8 @@ pub unsafe extern "C" fn hipblasLtDestroy(handle: *mut c_void) -> HipblasStatus 
 }
 
 /// `hipblasLtMatmulDescCreate` → `cublasLtMatmulDescCreate`: `HIPBLAS_COMPUTE_32F` (2) and
-/// `HIPBLAS_COMPUTE_32F_FAST_TF32` (6) with `HIP_R_32F` scales.
+/// `HIPBLAS_COMPUTE_32F_FAST_TF32` (6) with `HIP_R_32F` scales (the compute type of `f32`, `f16` and
+/// `bf16` matrices alike).
 ///
 /// # Safety
 /// `desc` must be null or writable.
@@ -187,7 +220,8 @@ unsafe fn read_i32(buf: *const c_void, size: usize) -> Result<i32, HipblasStatus
 }
 
 /// `hipblasLtMatmulDescSetAttribute` → `cublasLtMatmulDescSetAttribute`: TRANSA/TRANSB (operation
-/// numbers translated), EPILOGUE (same numbers), BIAS_POINTER, BIAS_DATA_TYPE (`HIP_R_32F`).
+/// numbers translated), EPILOGUE (same numbers), BIAS_POINTER, BIAS_DATA_TYPE (`HIP_R_32F`,
+/// `HIP_R_16F`, `HIP_R_16BF`).
 ///
 /// # Safety
 /// `desc` must be live; `buf` readable for `size` bytes.
@@ -229,7 +263,8 @@ pub unsafe extern "C" fn hipblasLtMatmulDescSetAttribute(
     })
 }
 
-/// `hipblasLtMatrixLayoutCreate` → `cublasLtMatrixLayoutCreate` (`HIP_R_32F` only).
+/// `hipblasLtMatrixLayoutCreate` → `cublasLtMatrixLayoutCreate` (`HIP_R_32F`, `HIP_R_16F`,
+/// `HIP_R_16BF`).
 ///
 /// # Safety
 /// `layout` must be null or writable.
@@ -291,33 +326,43 @@ pub unsafe extern "C" fn hipblasLtMatrixLayoutSetAttribute(
     })
 }
 
-/// `hipblasLtMatmulPreferenceCreate` → `cublasLtMatmulPreferenceCreate`, then the minimum operand
-/// alignments set to one `f32` (4 bytes): hipBLASLt has no alignment preferences and takes any
-/// element-aligned pointer, while cuBLASLt would otherwise assume 256-byte aligned matrices.
+/// `hipblasLtMatmulPreferenceCreate` → `cublasLtMatmulPreferenceCreate` (the minimum alignments are
+/// set by [`hipblasLtMatmulAlgoGetHeuristic`], once the matrices' types are known).
 ///
 /// # Safety
 /// `pref` must be null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipblasLtMatmulPreferenceCreate(pref: *mut *mut c_void) -> HipblasStatus {
-    use lt::cublasLtMatmulPreferenceAttributes_t::*;
     entry("hipblasLtMatmulPreferenceCreate", || {
         let out = non_null(pref)?.cast::<lt::cublasLtMatmulPreference_t>();
         // SAFETY: `out` is non-null and writable.
-        from_cublas("cublasLtMatmulPreferenceCreate", unsafe { lt::cublasLtMatmulPreferenceCreate(out) })?;
-        let element: u32 = 4;
-        for attr in [
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-        ] {
-            // SAFETY: `*out` was just created; the value is a uint32_t.
-            from_cublas("cublasLtMatmulPreferenceSetAttribute", unsafe {
-                lt::cublasLtMatmulPreferenceSetAttribute(*out, attr, (&element as *const u32).cast(), 4)
-            })?;
-        }
-        Ok(())
+        from_cublas("cublasLtMatmulPreferenceCreate", unsafe { lt::cublasLtMatmulPreferenceCreate(out) })
     })
+}
+
+/// Sets `pref`'s minimum alignments of A, B, C and D to one element of each layout's type (4 bytes
+/// for `f32`, 2 for `f16` and `bf16`): hipBLASLt has no alignment preferences and takes any
+/// element-aligned pointer, while cuBLASLt would otherwise assume 256-byte aligned matrices.
+///
+/// # Safety
+/// `pref` and every layout must be live.
+unsafe fn align_to_elements(pref: *mut c_void, layouts: [*mut c_void; 4]) -> LtResult {
+    use lt::cublasLtMatmulPreferenceAttributes_t::*;
+    let attrs = [
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+    ];
+    for (attr, layout) in attrs.into_iter().zip(layouts) {
+        // SAFETY: the layout is live (this function's contract).
+        let element = unsafe { element_bytes(layout)? };
+        // SAFETY: `pref` is live; the value is a uint32_t.
+        from_cublas("cublasLtMatmulPreferenceSetAttribute", unsafe {
+            lt::cublasLtMatmulPreferenceSetAttribute(pref.cast(), attr, (&element as *const u32).cast(), 4)
+        })?;
+    }
+    Ok(())
 }
 
 /// `hipblasLtMatmulPreferenceDestroy` → `cublasLtMatmulPreferenceDestroy`.
@@ -358,8 +403,9 @@ pub unsafe extern "C" fn hipblasLtMatmulPreferenceSetAttribute(
     })
 }
 
-/// `hipblasLtMatmulAlgoGetHeuristic` → `cublasLtMatmulAlgoGetHeuristic`; each returned algorithm is
-/// kept in [`ALGOS`] and named by its index in the HIP result.
+/// `hipblasLtMatmulAlgoGetHeuristic` → `cublasLtMatmulAlgoGetHeuristic`, with `pref` asking for
+/// element-aligned matrices first ([`align_to_elements`]); each returned algorithm is kept in
+/// [`ALGOS`] and named by its index in the HIP result.
 ///
 /// # Safety
 /// Every handle must be live; `results` writable for `requested` results; `returned` writable.
@@ -380,6 +426,8 @@ pub unsafe extern "C" fn hipblasLtMatmulAlgoGetHeuristic(
     entry("hipblasLtMatmulAlgoGetHeuristic", || {
         let (results, returned) = (non_null(results)?, non_null(returned)?);
         let count = usize::try_from(requested).map_err(|_| status::INVALID_VALUE)?.min(64);
+        // SAFETY: `pref` and the layouts are live (this function's contract).
+        unsafe { align_to_elements(pref, [a, b, c, d])? };
         // SAFETY: cuBLASLt's result is plain data; all-zero is a valid value.
         let mut cuda: Vec<lt::cublasLtMatmulHeuristicResult_t> = vec![unsafe { std::mem::zeroed() }; count];
         let mut got: c_int = 0;

@@ -82,13 +82,16 @@ pub const EXPORTS: &[(&str, Mapping)] = &[
     ("hipblasLtMatmulDescCreate", Mapped("cublasLtMatmulDescCreate (compute types renumbered)")),
     ("hipblasLtMatmulDescDestroy", Mapped("cublasLtMatmulDescDestroy")),
     ("hipblasLtMatmulDescSetAttribute", Mapped("cublasLtMatmulDescSetAttribute (attributes, operations renumbered)")),
-    ("hipblasLtMatrixLayoutCreate", Mapped("cublasLtMatrixLayoutCreate")),
+    ("hipblasLtMatrixLayoutCreate", Mapped("cublasLtMatrixLayoutCreate (f32, f16, bf16)")),
     ("hipblasLtMatrixLayoutDestroy", Mapped("cublasLtMatrixLayoutDestroy")),
     ("hipblasLtMatrixLayoutSetAttribute", Mapped("cublasLtMatrixLayoutSetAttribute (attributes renumbered)")),
     ("hipblasLtMatmulPreferenceCreate", Mapped("cublasLtMatmulPreferenceCreate")),
     ("hipblasLtMatmulPreferenceDestroy", Mapped("cublasLtMatmulPreferenceDestroy")),
     ("hipblasLtMatmulPreferenceSetAttribute", Mapped("cublasLtMatmulPreferenceSetAttribute")),
-    ("hipblasLtMatmulAlgoGetHeuristic", Mapped("cublasLtMatmulAlgoGetHeuristic (algorithms kept in a table)")),
+    (
+        "hipblasLtMatmulAlgoGetHeuristic",
+        Mapped("cublasLtMatmulAlgoGetHeuristic (element-aligned matrices; algorithms kept in a table)"),
+    ),
     ("hipblasLtMatmul", Mapped("cublasLtMatmul")),
     // AMD-only.
     ("hipExtStreamCreateWithCUMask", NotSupported("AMD compute-unit masks have no CUDA counterpart")),

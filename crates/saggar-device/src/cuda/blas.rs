@@ -24,8 +24,8 @@ pub(crate) static CUBLASLT: LtSpec = LtSpec {
     op: [0, 1],
     // CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32.
     compute: [68, 77],
-    // CUDA_R_32F.
-    r_32f: 0,
+    // CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF (library_types.h).
+    data_types: [0, 2, 14],
     // CUBLASLT_MATMUL_DESC_TRANSA, _TRANSB, _EPILOGUE, _BIAS_POINTER, _BIAS_DATA_TYPE.
     desc_attrs: [3, 4, 7, 8, 26],
     // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, _STRIDED_BATCH_OFFSET.

@@ -1,12 +1,14 @@
 //! The host backend's BLAS: the same matmuls as cuBLASLt and hipBLASLt (row-major, batched and
-//! strided, bias and epilogue fused), computed in `f32` on the stream's worker. A matmul is enqueued
+//! strided, bias and epilogue fused, `f32`, `f16` or `bf16` matrices), computed in `f32` on the
+//! stream's worker: half elements are widened exactly, products accumulate in `f32`, and the result
+//! (bias and epilogue applied in `f32`) is rounded to nearest even into the output type. A matmul is enqueued
 //! as a launch of one host kernel, so it runs asynchronously, is recorded by a capture and replays
 //! with the addresses it was captured with, as on a GPU.
 
 use std::sync::{Arc, OnceLock};
 
 use crate::api::Stream as _;
-use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands};
+use crate::blas::{Blas, BlasConfig, Epilogue, MatmulDesc, MatmulOperands, MatmulType};
 use crate::error::Result;
 use crate::host::kernels::{KernelContext, RegisteredKernel};
 use crate::host::stream::forbid_during_capture;
@@ -14,12 +16,24 @@ use crate::host::{HostBackend, HostDevice, HostKernel, HostStream};
 use crate::rules;
 use crate::types::{DevicePtr, KernelArg, KernelSignature, LaunchConfig, ParamKind};
 
-/// The host kernel behind every host matmul.
+/// The host kernel behind every host matmul (every element type; it accumulates in `f32`).
 pub const MATMUL_KERNEL: &str = "saggar_host_blas_matmul_f32";
 
+/// The kernel's flags: the transposes, and 4-bit fields for the epilogue and the two element types.
 const TRANS_A: u32 = 1;
 const TRANS_B: u32 = 2;
 const EPILOGUE_SHIFT: u32 = 4;
+const INPUTS_SHIFT: u32 = 8;
+const OUTPUT_SHIFT: u32 = 12;
+const FIELD: u32 = 0xf;
+
+const EPILOGUES: [Epilogue; 3] = [Epilogue::None, Epilogue::Relu, Epilogue::GeluTanh];
+const TYPES: [MatmulType; 3] = [MatmulType::F32, MatmulType::F16, MatmulType::BF16];
+
+/// The flags' code of `value`: its index in `codes`.
+fn code<T: PartialEq>(codes: &[T], value: T) -> u32 {
+    codes.iter().position(|c| *c == value).expect("every value has a code") as u32
+}
 
 fn kernel() -> &'static RegisteredKernel {
     static KERNEL: OnceLock<RegisteredKernel> = OnceLock::new();
@@ -66,13 +80,11 @@ impl Blas for HostBlas {
     unsafe fn matmul(&self, stream: &HostStream, desc: &MatmulDesc, operands: &MatmulOperands) -> Result<()> {
         rules::check_matmul(desc, operands, self.workspace_bytes)?;
         rules::check_same_device("blas.matmul", stream.device_ordinal(), self.kernel.ordinal)?;
-        let epilogue = match desc.epilogue {
-            Epilogue::None => 0,
-            Epilogue::Relu => 1,
-            Epilogue::GeluTanh => 2,
-        };
-        let flags =
-            u32::from(desc.trans_a) * TRANS_A + u32::from(desc.trans_b) * TRANS_B + (epilogue << EPILOGUE_SHIFT);
+        let flags = u32::from(desc.trans_a) * TRANS_A
+            + u32::from(desc.trans_b) * TRANS_B
+            + (code(&EPILOGUES, desc.epilogue) << EPILOGUE_SHIFT)
+            + (code(&TYPES, desc.inputs) << INPUTS_SHIFT)
+            + (code(&TYPES, desc.output) << OUTPUT_SHIFT);
         let bias = operands.bias.map_or(DevicePtr::NULL, |b| b.ptr());
         let args = [
             KernelArg::Ptr(operands.a.ptr()),
@@ -114,17 +126,23 @@ fn matmul_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelAr
         (KernelArg::U32(f), KernelArg::F32(a), KernelArg::F32(b)) => (f, a, b),
         _ => return Err(ctx.fault("arguments out of order")),
     };
-    let epilogue = match flags >> EPILOGUE_SHIFT {
-        0 => Epilogue::None,
-        1 => Epilogue::Relu,
-        2 => Epilogue::GeluTanh,
-        other => return Err(ctx.fault(format!("unknown epilogue code {other}"))),
+    let field = |shift: u32| (flags >> shift & FIELD) as usize;
+    let (Some(&epilogue), Some(&inputs), Some(&output)) =
+        (EPILOGUES.get(field(EPILOGUE_SHIFT)), TYPES.get(field(INPUTS_SHIFT)), TYPES.get(field(OUTPUT_SHIFT)))
+    else {
+        return Err(ctx.fault(format!("unknown flags {flags:#x}")));
     };
-    let bias = if bias == DevicePtr::NULL { None } else { Some(ctx.read_f32s(bias, n)?) };
+    // Half inputs are widened once (exactly); C stays in its bytes, so elements between batches of a
+    // strided C are written back as they were.
+    let read = |ptr: DevicePtr, elements: usize, ty: MatmulType| -> Result<Vec<f32>> {
+        Ok(ty.decode(ctx.bytes(ptr, elements * ty.bytes())?))
+    };
+    let bias = if bias == DevicePtr::NULL { None } else { Some(read(bias, n, output)?) };
     let span = |stride: usize, elements: usize| (batch - 1) * stride + elements;
-    let a_all = ctx.read_f32s(a, span(stride_a, m * k))?;
-    let b_all = ctx.read_f32s(b, span(stride_b, k * n))?;
-    let mut c_all = ctx.read_f32s(c, span(stride_c, m * n))?;
+    let a_all = read(a, span(stride_a, m * k), inputs)?;
+    let b_all = read(b, span(stride_b, k * n), inputs)?;
+    let out_bytes = output.bytes();
+    let mut c_all = ctx.bytes(c, span(stride_c, m * n) * out_bytes)?.to_vec();
     // Row-major operands in the order the loops want them: `a_rows` [m, k], `b_rows` [k, n].
     let mut a_rows = vec![0f32; m * k];
     let mut b_rows = vec![0f32; k * n];
@@ -134,7 +152,7 @@ fn matmul_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelAr
         let b_batch = &b_all[batch_index * stride_b..][..k * n];
         transpose_into(a_batch, &mut a_rows, flags & TRANS_A != 0, k, m);
         transpose_into(b_batch, &mut b_rows, flags & TRANS_B != 0, n, k);
-        let c_batch = &mut c_all[batch_index * stride_c..][..m * n];
+        let c_batch = &mut c_all[batch_index * stride_c * out_bytes..][..m * n * out_bytes];
         for i in 0..m {
             row.fill(0.0);
             // i-p-j order: the inner loop streams one row of B into one row of C.
@@ -143,14 +161,16 @@ fn matmul_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelAr
                     *acc += a_ip * b_pj;
                 }
             }
-            for (j, (out, acc)) in c_batch[i * n..(i + 1) * n].iter_mut().zip(&row).enumerate() {
-                let prior = if beta == 0.0 { 0.0 } else { beta * *out };
+            let c_row = c_batch[i * n * out_bytes..(i + 1) * n * out_bytes].chunks_exact_mut(out_bytes);
+            for (j, (out, acc)) in c_row.zip(&row).enumerate() {
+                let prior = if beta == 0.0 { 0.0 } else { beta * output.load(out) };
                 let biased = alpha * acc + prior + bias.as_ref().map_or(0.0, |b| b[j]);
-                *out = epilogue.apply(biased);
+                output.store(epilogue.apply(biased), out);
             }
         }
     }
-    ctx.write_f32s(c, &c_all)
+    ctx.bytes_mut(c, c_all.len())?.copy_from_slice(&c_all);
+    Ok(())
 }
 
 /// Copies `src` into `dst` as a row-major `[rows_out, cols_out]` matrix: as it is, or transposed from

@@ -13,7 +13,7 @@ use super::Shared;
 use super::library::{Handle, check};
 use super::plan::Plan;
 use crate::api::{Device as _, DeviceBuffer as _, Event as _, Stream as _};
-use crate::blas::{MatmulDesc, TUNE_MAX_FLOP, TUNE_MIN_FLOP};
+use crate::blas::{MatmulDesc, MatmulType, TUNE_MAX_FLOP, TUNE_MIN_FLOP};
 use crate::error::Result;
 use crate::gpu::Device;
 use crate::gpu::device;
@@ -157,13 +157,16 @@ impl<D: Driver> Shared<D> {
         let op = "blas.tune";
         device::forbid_during_capture::<D>(op)?;
         let device = Device { shared: self.device.clone() };
-        let f32s = |elements: u64| usize::try_from(elements.saturating_mul(4).max(4)).unwrap_or(usize::MAX);
+        let bytes = |elements: u64, ty: MatmulType| {
+            usize::try_from(elements.saturating_mul(ty.bytes() as u64).max(4)).unwrap_or(usize::MAX)
+        };
         let (rows_a, cols_a) = if desc.trans_a { (desc.k, desc.m) } else { (desc.m, desc.k) };
         let (rows_b, cols_b) = if desc.trans_b { (desc.n, desc.k) } else { (desc.k, desc.n) };
-        let a = device.alloc(f32s(span(desc, rows_a, cols_a, desc.stride_a)))?;
-        let b = device.alloc(f32s(span(desc, rows_b, cols_b, desc.stride_b)))?;
-        let c = device.alloc(f32s(span(desc, desc.m, desc.n, desc.stride_c)))?;
-        let bias = device.alloc(f32s(desc.n))?;
+        // Zeroed bytes are zeros in every element type.
+        let a = device.alloc(bytes(span(desc, rows_a, cols_a, desc.stride_a), desc.inputs))?;
+        let b = device.alloc(bytes(span(desc, rows_b, cols_b, desc.stride_b), desc.inputs))?;
+        let c = device.alloc(bytes(span(desc, desc.m, desc.n, desc.stride_c), desc.output))?;
+        let bias = device.alloc(bytes(desc.n, desc.output))?;
         let workspace = device.alloc(self.workspace_bytes.max(4))?;
         let stream = device.create_stream()?;
         for buffer in [&a, &b, &c, &bias] {

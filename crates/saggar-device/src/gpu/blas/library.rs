@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::blas::{BlasConfig, MatmulDesc};
+use crate::blas::{BlasConfig, MatmulDesc, MatmulType};
 use crate::error::{Error, Result};
 use crate::gpu::driver::Driver;
 
@@ -26,8 +26,9 @@ pub struct LtSpec {
     pub op: [c_int; 2],
     /// Compute types: strict `f32`, `f32` with TF32 allowed.
     pub compute: [c_int; 2],
-    /// The `f32` data type (`CUDA_R_32F`, `HIP_R_32F`).
-    pub r_32f: c_int,
+    /// The data types of [`MatmulType::F32`], [`MatmulType::F16`] and [`MatmulType::BF16`]
+    /// (`CUDA_R_32F`, `CUDA_R_16F`, `CUDA_R_16BF`; `HIP_R_*`).
+    pub data_types: [c_int; 3],
     /// Matmul-descriptor attributes: TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE.
     pub desc_attrs: [c_int; 5],
     /// Layout attributes: BATCH_COUNT, STRIDED_BATCH_OFFSET.
@@ -45,6 +46,17 @@ pub struct LtSpec {
     /// Bytes of the algorithm at the start of a heuristic result (`cublasLtMatmulAlgo_t`: 64,
     /// `hipblasLtMatmulAlgo_t`: 24), a multiple of 8.
     pub algo_bytes: usize,
+}
+
+impl LtSpec {
+    /// The library's number for `ty`.
+    pub(super) fn data_type(&self, ty: MatmulType) -> c_int {
+        match ty {
+            MatmulType::F32 => self.data_types[0],
+            MatmulType::F16 => self.data_types[1],
+            MatmulType::BF16 => self.data_types[2],
+        }
+    }
 }
 
 pub(super) type Status = c_int;
@@ -207,7 +219,7 @@ pub(super) fn with_matmul(
             let align = |p: u64| if p == 0 { 0 } else { 1u64 << p.trailing_zeros().min(12) };
             let message = format!(
                 "{message} for m={} n={} k={} batch={} strides a={} b={} c={} trans_a={} trans_b={} bias={} \
-                 epilogue={:?} precision={:?}; alignment a={} b={} c={} bias={} workspace={} bytes, workspace {workspace_bytes} bytes",
+                 epilogue={:?} precision={:?} types={}->{}; alignment a={} b={} c={} bias={} workspace={} bytes, workspace {workspace_bytes} bytes",
                 desc.m,
                 desc.n,
                 desc.k,
@@ -220,6 +232,8 @@ pub(super) fn with_matmul(
                 desc.bias,
                 desc.epilogue,
                 desc.precision,
+                desc.inputs.name(),
+                desc.output.name(),
                 align(ptrs[0]),
                 align(ptrs[1]),
                 align(ptrs[2]),

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::Shared;
 use super::algorithm::{HeuristicResult, preferred_workspace};
 use super::library::{Handle, check};
-use crate::blas::{Epilogue, MatmulDesc, MatmulPrecision};
+use crate::blas::{Epilogue, MatmulDesc, MatmulPrecision, MatmulType};
 use crate::error::{Error, Result};
 use crate::gpu::driver::Driver;
 
@@ -51,9 +51,13 @@ unsafe impl Sync for Plan {}
 const MAX_ALIGNMENT: u32 = 16;
 
 /// The alignment in bytes every matrix of `desc` keeps when the first batch starts at `ptrs`: the
-/// largest power of two up to [`MAX_ALIGNMENT`] dividing every address and every batch stride.
+/// largest power of two up to [`MAX_ALIGNMENT`] dividing every address and every batch stride in
+/// bytes (of 2-byte elements for half matrices: an odd stride of them leaves 2-byte alignment, which
+/// the tensor-core kernels wanting 16 bytes must not be chosen for).
 pub(super) fn alignment(desc: &MatmulDesc, ptrs: &[u64]) -> u32 {
-    let strides = [desc.stride_a, desc.stride_b, desc.stride_c].map(|s| if desc.batch > 1 { s * 4 } else { 0 });
+    let (input, output) = (desc.inputs.bytes() as u64, desc.output.bytes() as u64);
+    let strides = [desc.stride_a * input, desc.stride_b * input, desc.stride_c * output]
+        .map(|s| if desc.batch > 1 { s } else { 0 });
     let all = ptrs.iter().chain(&strides).fold(u64::from(MAX_ALIGNMENT), |acc, &v| acc | v);
     1 << all.trailing_zeros().min(MAX_ALIGNMENT.trailing_zeros())
 }
@@ -124,14 +128,17 @@ impl<D: Driver> Shared<D> {
         Ok(guard.plan.take().expect("set above"))
     }
 
-    /// Creates `plan`'s matmul descriptor for `desc`: the compute type, the transposes (swapped: the
-    /// vendor's A is our B, see the module docs), the epilogue and the bias type.
+    /// Creates `plan`'s matmul descriptor for `desc`: the compute type (`f32` accumulation; TF32 only
+    /// for `f32` inputs) with `f32` scales, the transposes (swapped: the vendor's A is our B, see the
+    /// module docs), the epilogue and the bias type (the output's).
     fn describe(&self, plan: &mut Plan, desc: &MatmulDesc) -> Result<()> {
         let (spec, api) = (D::BLAS_LT, &self.api);
-        let compute = spec.compute[usize::from(desc.precision == MatmulPrecision::Tf32)];
+        let tf32 = desc.inputs == MatmulType::F32 && desc.precision == MatmulPrecision::Tf32;
+        let compute = spec.compute[usize::from(tf32)];
+        let scale = spec.data_type(MatmulType::F32);
         let mut created = std::ptr::null_mut();
         // SAFETY: the out-pointer is writable; the plan's guard destroys what is created.
-        check::<D>(OP, unsafe { (api.desc_create)(&mut created, compute, spec.r_32f) })?;
+        check::<D>(OP, unsafe { (api.desc_create)(&mut created, compute, scale) })?;
         plan.desc = created;
         let [transa, transb, epilogue, _, bias_type] = spec.desc_attrs;
         let op_of = |t: bool| spec.op[usize::from(t)];
@@ -141,14 +148,15 @@ impl<D: Driver> Shared<D> {
             self.set(OP, api.desc_set, plan.desc, transb, &op_of(desc.trans_a))?;
             self.set(OP, api.desc_set, plan.desc, epilogue, &epilogue_code(desc.epilogue, desc.bias))?;
             if desc.bias {
-                self.set(OP, api.desc_set, plan.desc, bias_type, &spec.r_32f)?;
+                self.set(OP, api.desc_set, plan.desc, bias_type, &spec.data_type(desc.output))?;
             }
         }
         Ok(())
     }
 
     /// Creates `plan`'s three layouts: column-major (rows, cols, ld) of the vendor's A (our B), B
-    /// (our A) and C/D (our C^T), with the batch count and stride of a strided batch.
+    /// (our A), both of the input type, and C/D (our C^T) of the output type, with the batch count and
+    /// stride of a strided batch.
     fn lay_out(&self, plan: &mut Plan, desc: &MatmulDesc) -> Result<()> {
         let (spec, api) = (D::BLAS_LT, &self.api);
         let (m, n, k) = (desc.m, desc.n, desc.k);
@@ -158,10 +166,12 @@ impl<D: Driver> Shared<D> {
             (n, m, n),
         ];
         let strides = [desc.stride_b, desc.stride_a, desc.stride_c];
-        for (i, ((rows, cols, ld), stride)) in shapes.into_iter().zip(strides).enumerate() {
+        let types = [desc.inputs, desc.inputs, desc.output].map(|ty| spec.data_type(ty));
+        for (i, ((rows, cols, ld), (stride, ty))) in shapes.into_iter().zip(strides.into_iter().zip(types)).enumerate()
+        {
             let mut layout = std::ptr::null_mut();
             // SAFETY: the out-pointer is writable.
-            check::<D>(OP, unsafe { (api.layout_create)(&mut layout, spec.r_32f, rows, cols, ld as i64) })?;
+            check::<D>(OP, unsafe { (api.layout_create)(&mut layout, ty, rows, cols, ld as i64) })?;
             plan.layouts[i] = layout;
             if desc.batch > 1 {
                 let [count_attr, stride_attr] = spec.layout_attrs;
@@ -271,6 +281,27 @@ mod tests {
         assert_eq!(alignment(&batched, &[0x1000]), 4, "a stride of 21 floats is 4-byte aligned");
         let even = MatmulDesc { batch: 2, stride_a: 24, stride_b: 40, stride_c: 16, ..desc };
         assert_eq!(alignment(&even, &[0x1000]), 16);
+    }
+
+    #[test]
+    fn half_strides_count_two_bytes_an_element() {
+        let desc = MatmulDesc { batch: 2, stride_a: 24, stride_b: 40, stride_c: 16, ..MatmulDesc::gemm(3, 5, 7) };
+        let half = desc.with_types(MatmulType::F16, MatmulType::F16);
+        assert_eq!(alignment(&half, &[0x1000]), 16, "24 and 40 halves are 48 and 80 bytes");
+        let odd = MatmulDesc { stride_a: 21, ..half };
+        assert_eq!(alignment(&odd, &[0x1000]), 2, "21 halves are 42 bytes");
+        let mixed = MatmulDesc { stride_c: 18, ..half.with_types(MatmulType::BF16, MatmulType::F32) };
+        assert_eq!(alignment(&mixed, &[0x1000]), 8, "18 f32s of C are 72 bytes");
+        assert_eq!(alignment(&half, &[0x1002]), 2, "a half pointer may be 2-byte aligned");
+    }
+
+    #[test]
+    fn plans_of_other_types_are_other_plans() {
+        use std::collections::HashSet;
+        let desc = MatmulDesc::gemm(64, 64, 64);
+        let keys: HashSet<PlanKey> =
+            crate::blas::MATMUL_TYPES.iter().map(|&(i, o)| (desc.with_types(i, o), alignment(&desc, &[]))).collect();
+        assert_eq!(keys.len(), crate::blas::MATMUL_TYPES.len());
     }
 
     #[test]
