@@ -59,7 +59,9 @@ class SessionOptions:
     - ``pad_axes``: ``{symbol: [sizes]}``, one symbolic axis besides the batch (a sequence) served
       from buckets: requests are padded with 0 along it to the next size and every output is sliced
       back. Without it, a model with such an axis compiles once per distinct shape.
-    - ``precision``: ``"f32"`` (default, strict) or ``"tf32"`` (tensor cores round GEMM inputs).
+    - ``precision``: ``"fp32"`` (default, strict; ``"f32"`` also), ``"tf32"`` (tensor cores round
+      GEMM inputs), ``"fp16"`` or ``"bf16"`` (weight products on half tensor cores, f32
+      accumulation, every other op in f32).
     - ``graphs``: capture and replay device graphs (default ``True``).
     - ``capture``: ``"lazy"`` (default: on a bucket's first request) or ``"eager"`` (at creation).
     - ``cache_dir``: a compile cache directory shared by processes and sessions (default: none).
@@ -90,7 +92,7 @@ class SessionOptions:
         self.buckets = "pow2"
         self.max_batch = 64
         self.pad_axes = None
-        self.precision = "f32"
+        self.precision = "fp32"
         self.graphs = True
         self.capture = "lazy"
         self.cache_dir = None

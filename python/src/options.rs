@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use saggar_cache::{CacheConfig, CompileCache};
 use saggar_dispatch::{BucketSpec, CaptureWhen, GraphConfig, RequestLimits, SessionConfig};
-use saggar_onnx::{MatmulPrecision, OnnxCompiler, OnnxOptions};
+use saggar_onnx::{OnnxCompiler, OnnxOptions, Precision};
 
 use crate::errors::invalid;
 
@@ -43,7 +43,7 @@ pub(crate) struct Settings {
     pub(crate) max_batch: u64,
     /// The padded axis: a symbol and its buckets (inputs carrying it are padded with 0).
     pub(crate) pad_axis: Option<(String, Vec<u64>)>,
-    pub(crate) precision: MatmulPrecision,
+    pub(crate) precision: Precision,
     pub(crate) graphs: bool,
     pub(crate) capture: CaptureWhen,
     pub(crate) cache_dir: Option<PathBuf>,
@@ -65,7 +65,7 @@ impl Default for Settings {
             buckets: Buckets::PowersOfTwo,
             max_batch: 64,
             pad_axis: None,
-            precision: MatmulPrecision::StrictF32,
+            precision: Precision::Fp32,
             graphs: true,
             capture: CaptureWhen::Lazy,
             cache_dir: None,
@@ -144,12 +144,10 @@ pub(crate) fn read(options: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
         }
     }
     if let Some(v) = attr(o, "precision")? {
-        s.precision = match extract::<String>(&v, "precision", "\"f32\" or \"tf32\"")?.as_str() {
-            "f32" | "fp32" | "strict" => MatmulPrecision::StrictF32,
-            "tf32" => MatmulPrecision::Tf32,
-            other => {
-                return Err(invalid(format!("SessionOptions.precision must be \"f32\" or \"tf32\", not \"{other}\"")));
-            }
+        let name = extract::<String>(&v, "precision", "\"fp32\", \"tf32\", \"fp16\" or \"bf16\"")?;
+        s.precision = match name.as_str() {
+            "strict" => Precision::Fp32,
+            other => other.parse().map_err(|e: String| invalid(format!("SessionOptions.precision: {e}")))?,
         };
     }
     if let Some(v) = attr(o, "graphs")? {

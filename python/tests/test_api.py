@@ -113,7 +113,7 @@ def test_session_options_are_read():
         ("buckets", "pow3", 'buckets must be "pow2", "stepped" or a list'),
         ("buckets", [0, 4], "size 0 is not between 1 and 65536"),
         ("max_batch", 10**9, "max_batch must be between 1 and 65536"),
-        ("precision", "fp8", 'precision must be "f32" or "tf32"'),
+        ("precision", "fp8", "unknown precision `fp8`: use fp32"),
         ("capture", "sometimes", 'capture must be "lazy" or "eager"'),
         ("pad_axes", {"a": [4], "b": [4]}, "names 2 axes; saggar pads one"),
         ("graphs", "yes", "graphs must be True or False"),

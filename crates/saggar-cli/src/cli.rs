@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use saggar_device::{BackendChoice, BackendKind};
+use saggar_onnx::Precision;
 
 use crate::buckets::{BucketArg, parse_max_batch};
 use crate::trace::{MAX_REQUESTS, TraceSpec};
@@ -252,6 +253,15 @@ pub struct ModelArgs {
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_BLAS_WORKSPACE_MIB,
         value_parser = clap::value_parser!(u64).range(0..=MAX_BLAS_WORKSPACE_MIB))]
     pub blas_workspace: u64,
+    /// With --onnx: the precision products compute in: fp32 (strict, TF32 off), tf32 (BLAS-Lt
+    /// products on TF32 tensor cores), fp16 or bf16 (weight products on f16/bf16 tensor cores, f32
+    /// accumulation, everything else f32). Part of the cache key.
+    #[arg(long, value_name = "P", default_value = "fp32")]
+    pub precision: Precision,
+    /// With --fp16/--bf16 precisions: products kept in strict f32, by op type (Gemm) or node name,
+    /// comma-separated. Part of the cache key.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub keep_fp32: Vec<String>,
 }
 
 /// `--blas-workspace`'s default: saggar-onnx's.

@@ -136,6 +136,15 @@ pub enum OnnxError {
         /// What is wrong.
         reason: String,
     },
+    /// A precision setting that does not fit the model ([`crate::OnnxOptions::precision`],
+    /// [`crate::OnnxOptions::keep_fp32`]).
+    #[error("precision setting for model `{model}`: {reason}")]
+    Precision {
+        /// The model.
+        model: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
     /// Artifact bytes that do not load (wrong model, backend, or corrupt).
     #[error("artifact: {reason}")]
     Artifact {

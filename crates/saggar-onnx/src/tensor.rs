@@ -404,6 +404,18 @@ macro_rules! typed_access_mut {
 }
 
 impl<'a> TensorView<'a> {
+    /// The elements as f32 when the tensor is floating point: f32 borrowed, half precisions widened
+    /// (exactly); an evaluation error naming the type otherwise.
+    pub fn floats(&self) -> Result<std::borrow::Cow<'a, [f32]>, OpError> {
+        match self.data {
+            DataRef::F32(x) => Ok(std::borrow::Cow::Borrowed(x)),
+            other => other
+                .to_f32s()
+                .map(std::borrow::Cow::Owned)
+                .ok_or_else(|| OpError::eval(format!("expected floating-point elements, found {}", other.dtype()))),
+        }
+    }
+
     typed_access!(f32s, F32, f32);
     typed_access!(i64s, I64, i64);
     typed_access!(i32s, I32, i32);

@@ -7,7 +7,7 @@ use saggar_device::BackendKind;
 use saggar_onnx::builder::ModelBuilder;
 use saggar_onnx::ops::Attribute;
 use saggar_onnx::{
-    GemmEngine, ImportLimits, MatmulPrecision, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host,
+    GemmEngine, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Precision, Tensor, TensorData, run_on_host,
 };
 use saggar_shape::{DType, Dim};
 
@@ -118,9 +118,9 @@ fn precision_and_engine_are_part_of_the_compiler_identity() {
         format!("{:?}", ProgramCompiler::<HostBackend>::identity(&OnnxCompiler::new(m.clone(), options)))
     };
     let strict = identity(OnnxOptions::default());
-    let tf32 = identity(OnnxOptions::default().with_precision(MatmulPrecision::Tf32));
+    let tf32 = identity(OnnxOptions::default().with_precision(Precision::Tf32));
     let generated = identity(OnnxOptions::default().with_gemm(GemmEngine::Generated));
-    assert!(strict.contains("\"f32\"") && tf32.contains("\"tf32\""), "{strict} / {tf32}");
+    assert!(strict.contains("\"fp32\"") && tf32.contains("\"tf32\""), "{strict} / {tf32}");
     assert!(strict != tf32 && strict != generated && tf32 != generated);
 }
 

@@ -4,14 +4,14 @@
 //! Honoured: `max_batch_size`; `dynamic_batching { max_queue_delay_microseconds,
 //! preferred_batch_size }`; `instance_group { count, gpus }`; `input`/`output` `{ name, data_type,
 //! dims }`; and `parameters` for saggar's settings: `buckets` (`pow2`, `stepped`, `list:1,2,4,...`),
-//! `pad_axis` (`SYMBOL:16,32,64`), `pad_value`, `precision` (`f32`, `tf32`), `graphs` (`on`,
+//! `pad_axis` (`SYMBOL:16,32,64`), `pad_value`, `precision` (`fp32`, `tf32`, `fp16`, `bf16`), `graphs` (`on`,
 //! `off`) and `capture` (`lazy`, `eager`). `name`, `platform`, `backend` and `version_policy` are
 //! accepted; any other field is named in a warning and ignored, and an unknown `parameters` key is
 //! an error, so a typo cannot silently change nothing.
 
 use std::time::Duration;
 
-use saggar_onnx::MatmulPrecision;
+use saggar_onnx::Precision;
 use saggar_shape::DType;
 
 use crate::datatype::parse_config;
@@ -85,7 +85,7 @@ pub struct ModelConfig {
     /// `pad_axis` and `pad_value`.
     pub pad_axis: Option<PadAxisSetting>,
     /// `precision`.
-    pub precision: MatmulPrecision,
+    pub precision: Precision,
     /// `graphs`.
     pub graphs: bool,
     /// `capture`: every bucket's graph at load (`eager`) or on first use (`lazy`).
@@ -109,7 +109,7 @@ impl Default for ModelConfig {
             outputs: Vec::new(),
             buckets: BucketSetting::Pow2,
             pad_axis: None,
-            precision: MatmulPrecision::StrictF32,
+            precision: Precision::Fp32,
             graphs: true,
             capture_eager: false,
             from_file: false,
@@ -278,11 +278,7 @@ fn parameter(value: &Value, config: &mut ModelConfig) -> Result<(), String> {
             }
         }
         "precision" => {
-            config.precision = match text.as_str() {
-                "f32" => MatmulPrecision::StrictF32,
-                "tf32" => MatmulPrecision::Tf32,
-                _ => return Err(bad("f32 or tf32")),
-            }
+            config.precision = text.parse().map_err(|_| bad("fp32, tf32, fp16 or bf16"))?;
         }
         "graphs" | "capture" => {
             let on = match (key.as_str(), text.as_str()) {
@@ -340,7 +336,7 @@ mod tests {
         assert_eq!(c.outputs[0].dims, Some(vec![4]));
         assert_eq!(c.buckets, BucketSetting::List(vec![1, 4, 32]));
         assert_eq!(c.pad_axis.unwrap().sizes, [16, 64]);
-        assert_eq!((c.precision, c.graphs), (MatmulPrecision::Tf32, false));
+        assert_eq!((c.precision, c.graphs), (Precision::Tf32, false));
         assert_eq!(c.ignored, ["optimization"]);
     }
 

@@ -28,7 +28,7 @@ use saggar_onnx::Tensor;
 use saggar_shape::TensorSpec;
 
 use super::bench::{LoopPlan, Record};
-use super::report::{DeviceShare, PerfReport, RunFacts, Snapshots};
+use super::report::{Compute, DeviceShare, PerfReport, RunFacts, Snapshots};
 use super::runners::{self, Sets};
 use super::session;
 use crate::buckets::Buckets;
@@ -193,6 +193,7 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
         },
     );
     report.check = source.check(&first);
+    report.compute = Compute::of(&measured.records, &batches.distinct, |set| source.flops(&inputs, set));
     report.profile = source.profile::<B>(ordinals[0], &inputs, &trace.batches)?;
     Ok((report, measured.records))
 }

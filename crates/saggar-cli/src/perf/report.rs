@@ -5,7 +5,7 @@ use saggar_cache::CompileCache;
 use saggar_dispatch::StatsSnapshot;
 use serde::Serialize;
 
-use super::bench::Measured;
+use super::bench::{Measured, Record};
 use super::stages::{BucketCopies, ProgramReady, Stages, Startup, first_runs};
 use crate::cli::{PerfArgs, Toggle};
 use crate::output::Table;
@@ -189,6 +189,8 @@ pub struct PerfReport {
     pub model_source: String,
     /// Number of model inputs.
     pub model_inputs: usize,
+    /// The precision the model's products computed in (`--precision`).
+    pub precision: String,
     /// Requests run.
     pub requests: u64,
     /// Threads sharing the session.
@@ -242,6 +244,38 @@ pub struct PerfReport {
     /// `--dump-profile` (ONNX models): each step's device time in one program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileReport>,
+    /// ONNX models: the FLOP rate of the trace's most frequent batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Compute>,
+}
+
+/// The FLOP rate of one batch: the model's product FLOPs over the median latency of its requests
+/// (host in, host out: copies included).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Compute {
+    /// The batch.
+    pub batch: u64,
+    /// FLOPs of one request of that batch (`2 m n k` per matrix product).
+    pub flops: u64,
+    /// The median latency of that batch's timed requests, microseconds.
+    pub p50_us: f64,
+    /// `flops / p50`, in TFLOP/s.
+    pub tflops: f64,
+}
+
+impl Compute {
+    /// The rate of the most frequent batch among `records` (`distinct`: the trace's batches, whose
+    /// index is the set `flops` takes), if the source counts FLOPs.
+    pub fn of(records: &[Record], distinct: &[u64], flops: impl Fn(usize) -> Option<u64>) -> Option<Compute> {
+        let count = |b: u64| records.iter().filter(|r| r.batch == b).count();
+        let (set, &batch) = distinct.iter().enumerate().max_by_key(|(_, b)| count(**b))?;
+        let flops = flops(set)?;
+        let mut latencies: Vec<u64> = records.iter().filter(|r| r.batch == batch).map(|r| r.latency_ns).collect();
+        latencies.sort_unstable();
+        let p50_ns = *latencies.get(latencies.len() / 2)?;
+        let p50_us = p50_ns as f64 / 1e3;
+        Some(Compute { batch, flops, p50_us, tflops: flops as f64 / (p50_ns.max(1) as f64 * 1e3) })
+    }
 }
 
 fn percent(part: u64, whole: u64) -> f64 {
@@ -254,7 +288,10 @@ impl PerfReport {
         let mut t = Table::default();
         let mut row = |k: &str, v: String| t.row(vec![k.to_string(), v]);
         let buckets: Vec<String> = self.buckets.iter().map(u64::to_string).collect();
-        row("model", format!("{} ({} inputs, {})", self.model, self.model_inputs, self.model_source));
+        row(
+            "model",
+            format!("{} ({} inputs, {}), {}", self.model, self.model_inputs, self.model_source, self.precision),
+        );
         row("device", format!("{} {} \"{}\" ({})", self.backend, self.device_ordinal, self.device, self.arch));
         if self.devices.len() > 1 {
             let shares: Vec<String> = self.devices.iter().map(|d| format!("{}: {}", d.ordinal, d.requests)).collect();
@@ -341,6 +378,12 @@ impl PerfReport {
                 g.over_budget
             ),
         );
+        self.result_rows(&mut row);
+        t.render()
+    }
+
+    /// The table's rows about the results: verify, compute, accuracy, check.
+    fn result_rows(&self, row: &mut impl FnMut(&str, String)) {
         let v = &self.verify;
         row(
             "verify",
@@ -349,6 +392,22 @@ impl PerfReport {
                 v.checked, v.mismatches, v.tolerance, v.max_rel_error
             ),
         );
+        if let Some(c) = &self.compute {
+            let gflop = c.flops as f64 / 1e9;
+            row(
+                "compute",
+                format!("batch {}: {gflop:.2} GFLOP of products a request, {:.1} TFLOP/s at p50", c.batch, c.tflops),
+            );
+        }
+        for a in v.accuracy.iter().filter(|_| self.precision != "fp32") {
+            row(
+                "accuracy",
+                format!(
+                    "{}: max abs error {:.2e}, rel {:.2e} (vs strict f32)",
+                    a.name, a.max_abs_error, a.max_rel_error
+                ),
+            );
+        }
         if let Some(c) = &self.check {
             row(
                 "check",
@@ -364,7 +423,6 @@ impl PerfReport {
                 ),
             );
         }
-        t.render()
     }
 }
 
@@ -460,6 +518,7 @@ impl PerfReport {
             model: run.model.name.clone(),
             model_source: run.model.origin.clone(),
             model_inputs: run.model.inputs,
+            precision: run.model.precision.to_string(),
             requests,
             concurrency: args.concurrency,
             trace: run.trace.to_string(),
@@ -485,6 +544,7 @@ impl PerfReport {
             verify: run.verify,
             check: None,
             profile: None,
+            compute: None,
         }
     }
 }

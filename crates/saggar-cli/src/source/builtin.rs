@@ -56,6 +56,7 @@ impl Builtin {
             inputs: config.input_specs().len(),
             import_s: imported.elapsed().as_secs_f64(),
             reference: "the eager reference",
+            precision: "fp32",
         };
         Ok(Builtin { config, compiler: Arc::new(compiler), info })
     }

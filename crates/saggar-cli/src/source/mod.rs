@@ -62,6 +62,12 @@ pub trait ModelSource {
         false
     }
 
+    /// The floating-point operations of one request on the inputs of set `set` (the products a
+    /// FLOP rate counts), when the source can tell.
+    fn flops(&self, _inputs: &InputSets, _set: usize) -> Option<u64> {
+        None
+    }
+
     /// `--check-outputs`: `first`, the first kept request's outputs, compared with the expected ones.
     fn check(&self, _first: &[Tensor]) -> Option<Check> {
         None
@@ -92,6 +98,8 @@ pub struct ModelInfo {
     pub import_s: f64,
     /// What `--verify` compares its outputs with, for messages.
     pub reference: &'static str,
+    /// The precision its products compute in (`precision`: `fp32` unless `--precision` says).
+    pub precision: &'static str,
 }
 
 /// The batches of a run's requests.
@@ -122,7 +130,7 @@ pub struct KeptRun<'a> {
 }
 
 /// The check against the eager reference.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Verify {
     /// Requests checked.
     pub checked: u64,
@@ -136,6 +144,20 @@ pub struct Verify {
     pub value_mismatches: u64,
     /// The largest relative error seen (`null` if a value was NaN).
     pub max_rel_error: f64,
+    /// Per output, the largest errors over the checked requests against the reference (for a model
+    /// run at a reduced precision: the strict-f32 evaluation of the same model and inputs).
+    pub accuracy: Vec<OutputAccuracy>,
+}
+
+/// One output's largest errors against the reference over the checked requests.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OutputAccuracy {
+    /// The output.
+    pub name: String,
+    /// `max |actual - expected|`.
+    pub max_abs_error: f64,
+    /// `max |actual - expected|` over `max |expected|` of the same request's output.
+    pub max_rel_error: f64,
 }
 
 impl Default for Verify {
@@ -148,6 +170,7 @@ impl Default for Verify {
             values_checked: 0,
             value_mismatches: 0,
             max_rel_error: 0.0,
+            accuracy: Vec::new(),
         }
     }
 }
@@ -161,5 +184,18 @@ impl Verify {
         self.value_mismatches += mismatches;
         self.mismatches += u64::from(mismatches > 0);
         self.max_rel_error = self.max_rel_error.max(max_rel_error);
+    }
+
+    /// Folds one checked request's errors of output `name` into [`Verify::accuracy`]: the largest
+    /// absolute error, and that error relative to the largest expected magnitude `scale`.
+    pub fn add_accuracy(&mut self, name: &str, max_abs_error: f64, scale: f64) {
+        let rel = if scale > 0.0 { max_abs_error / scale } else { max_abs_error };
+        match self.accuracy.iter_mut().find(|a| a.name == name) {
+            Some(a) => {
+                a.max_abs_error = a.max_abs_error.max(max_abs_error);
+                a.max_rel_error = a.max_rel_error.max(rel);
+            }
+            None => self.accuracy.push(OutputAccuracy { name: name.to_string(), max_abs_error, max_rel_error: rel }),
+        }
     }
 }

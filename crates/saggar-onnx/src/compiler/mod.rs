@@ -42,9 +42,10 @@ use saggar_dispatch::steps::{
 use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
 use saggar_dispatch::{CompileRequest, CompilerIdentity, ModelHash, ModelSpec};
 
-pub use self::options::{DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions};
+pub use self::options::{DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions, Precision};
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
+use crate::graph::ir::Graph;
 use crate::graph::model::OnnxModel;
 use crate::graph::passes;
 use crate::graph::passes::conv_gemm::ConvEngine;
@@ -66,7 +67,10 @@ const _: () = assert!(CONSTANTS_OFFSET >= MARKER_LEN);
 /// # Thread safety
 /// `Send + Sync`; loads on one device share one constant upload (under a lock).
 pub struct OnnxCompiler {
+    /// The model as imported: its name, inputs and outputs, and the strict-f32 reference.
     model: Arc<OnnxModel>,
+    /// The graph the programs are lowered from: the model's own, or its precision conversion.
+    graph: Graph,
     options: OnnxOptions,
     spec: ModelSpec,
     weights: WeightLayout,
@@ -78,6 +82,8 @@ pub struct OnnxCompiler {
     compiled: Mutex<Vec<Compiled>>,
     /// Generated sources compiled (each once per backend and device ordinal).
     source_compiles: AtomicUsize,
+    /// Why the precision setting does not fit the model, reported by every compile.
+    precision_error: Option<String>,
 }
 
 /// The code objects (one per translation unit) compiled from a generated source on one device.
@@ -100,10 +106,18 @@ impl std::fmt::Debug for OnnxCompiler {
 }
 
 impl OnnxCompiler {
-    /// A compiler for `model`.
+    /// A compiler for `model`. At `fp16` and `bf16` its weight products are converted first
+    /// ([`OnnxOptions::precision`]); a setting that does not fit the model (a keep-fp32 entry naming
+    /// nothing) fails every compile with [`OnnxError::Precision`]: [`OnnxCompiler::try_new`] reports
+    /// it at once.
     pub fn new(model: OnnxModel, options: OnnxOptions) -> OnnxCompiler {
+        let (graph, precision_error) = match convert_precision(&model, &options) {
+            Ok(Some(converted)) => (converted, None),
+            Ok(None) => (model.graph().clone(), None),
+            Err(e) => (model.graph().clone(), Some(e)),
+        };
         let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec());
-        let weights = memory::weight_layout(model.graph());
+        let weights = memory::weight_layout(&graph);
         let mut model_hash = [0u8; 32];
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
             model_hash = *h.as_bytes();
@@ -111,6 +125,7 @@ impl OnnxCompiler {
         let loader = ProgramLoader::new(CONSTANTS_OFFSET).with_blas(options.blas_config());
         OnnxCompiler {
             model: Arc::new(model),
+            graph,
             options,
             spec,
             weights,
@@ -118,6 +133,21 @@ impl OnnxCompiler {
             loader,
             compiled: Mutex::new(Vec::new()),
             source_compiles: AtomicUsize::new(0),
+            precision_error,
+        }
+    }
+
+    /// As [`OnnxCompiler::new`], failing at once when the precision setting does not fit the model.
+    pub fn try_new(model: OnnxModel, options: OnnxOptions) -> Result<OnnxCompiler, OnnxError> {
+        let compiler = OnnxCompiler::new(model, options);
+        compiler.check_precision()?;
+        Ok(compiler)
+    }
+
+    fn check_precision(&self) -> Result<(), OnnxError> {
+        match &self.precision_error {
+            None => Ok(()),
+            Some(reason) => Err(OnnxError::Precision { model: self.model.name().to_string(), reason: reason.clone() }),
         }
     }
 
@@ -158,13 +188,14 @@ impl OnnxCompiler {
     }
 
     pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
-        let mut graph = passes::specialise(self.model.graph(), input_dims, self.model.name())?;
+        self.check_precision()?;
+        let mut graph = passes::specialise(&self.graph, input_dims, self.model.name())?;
         if self.options.conv == ConvEngine::Im2col {
             passes::conv_gemm::convs_as_gemms(&mut graph);
         }
         let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
         let blas = (self.options.gemm == GemmEngine::BlasLt).then_some(BlasLowering {
-            precision: self.options.precision,
+            precision: self.options.precision.matmul(),
             workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
         });
         let fusion = self.options.fusion.then_some(self.options.attention);
@@ -325,6 +356,10 @@ impl StepCompiler for OnnxCompiler {
                 .with_option("conv", self.options.conv.name().to_string())
                 .with_option("precision", self.options.precision.name().to_string())
                 .with_option("blas_workspace", self.options.blas_workspace_bytes.to_string());
+        let identity = match self.options.keep_fp32.is_empty() {
+            true => identity,
+            false => identity.with_option("keep_fp32", self.options.keep_fp32.join(",")),
+        };
         // Unfused plans, and plans with one attention kernel forced, have other kernels: their
         // artifacts are keyed apart.
         match (self.options.fusion, self.options.attention) {
@@ -362,6 +397,20 @@ impl StepCompiler for OnnxCompiler {
 }
 
 /// Whether two refusals name the same node.
+/// `model`'s graph with its weight products converted to the half type `options` ask for (`None`:
+/// nothing to convert), or why the setting does not fit it.
+fn convert_precision(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<Graph>, String> {
+    let keep = &options.keep_fp32;
+    passes::precision::check_keep_list(model.graph(), keep, model.name()).map_err(|e| match e {
+        OnnxError::Precision { reason, .. } => reason,
+        other => other.to_string(),
+    })?;
+    let Some(half) = options.precision.half() else { return Ok(None) };
+    let mut graph = model.graph().clone();
+    passes::precision::convert_products(&mut graph, half, keep).map_err(|e| e.to_string())?;
+    Ok(Some(graph))
+}
+
 fn same_node(a: &OnnxError, b: &OnnxError) -> bool {
     matches!((a, b), (OnnxError::UnsupportedOnBackend { node: x, .. }, OnnxError::UnsupportedOnBackend { node: y, .. }) if x == y)
 }

@@ -1,8 +1,12 @@
 //! [`OnnxOptions`]: how an [`OnnxCompiler`](super::OnnxCompiler) lowers a model; the options that
 //! change the generated code are part of its identity.
 
+use std::fmt;
+use std::str::FromStr;
+
 use saggar_device::MatmulPrecision;
 use saggar_device::blas::BlasConfig;
+use saggar_shape::DType;
 
 use crate::fuse::attention::AttentionKernel;
 use crate::graph::passes::conv_gemm::ConvEngine;
@@ -21,8 +25,13 @@ pub struct OnnxOptions {
     /// How Conv runs: one-group convolutions as im2col plus a GEMM (default) or always the direct
     /// kernel. Part of the compiler identity.
     pub conv: ConvEngine,
-    /// Whether BLAS-Lt GEMMs may use TF32 (default: strict `f32`). Part of the compiler identity.
-    pub precision: MatmulPrecision,
+    /// The precision products compute in ([`Precision`]; default strict `fp32`). Part of the
+    /// compiler identity.
+    pub precision: Precision,
+    /// Products kept in strict f32 at `fp16` and `bf16`, named by op type (`Gemm`) or node name, as
+    /// TensorRT's layer precisions and ONNX Runtime's op block list do. An entry that names neither is
+    /// an [`crate::OnnxError::Precision`]. Part of the compiler identity.
+    pub keep_fp32: Vec<String>,
     /// Scratch each run reserves for the BLAS-Lt library's workspace on CUDA and HIP (the host
     /// backend needs none). Part of the compiler identity.
     pub blas_workspace_bytes: usize,
@@ -54,7 +63,8 @@ impl Default for OnnxOptions {
             max_program_bytes: 8 << 30,
             gemm: GemmEngine::default(),
             conv: ConvEngine::default(),
-            precision: MatmulPrecision::default(),
+            precision: Precision::default(),
+            keep_fp32: Vec::new(),
             blas_workspace_bytes: DEFAULT_BLAS_WORKSPACE_BYTES,
             blas_library: None,
             blas_tune_candidates: saggar_device::DEFAULT_TUNE_CANDIDATES,
@@ -108,8 +118,14 @@ impl OnnxOptions {
     }
 
     /// The same options with another [`OnnxOptions::precision`].
-    pub fn with_precision(mut self, precision: MatmulPrecision) -> OnnxOptions {
+    pub fn with_precision(mut self, precision: Precision) -> OnnxOptions {
         self.precision = precision;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::keep_fp32`] list.
+    pub fn with_keep_fp32<S: Into<String>>(mut self, keep: impl IntoIterator<Item = S>) -> OnnxOptions {
+        self.keep_fp32 = keep.into_iter().map(Into::into).collect();
         self
     }
 
@@ -126,6 +142,76 @@ impl OnnxOptions {
             workspace_bytes: self.blas_workspace_bytes,
             library_path: self.blas_library.clone().or(from_env.library_path),
             tune_candidates: self.blas_tune_candidates,
+        }
+    }
+}
+
+/// The precision an f32 model's products compute in. Half models (f16, bf16 files) keep their own
+/// types whatever the setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// Strict f32 everywhere (TF32 off): results match the host backend to rounding.
+    #[default]
+    Fp32,
+    /// f32 storage; BLAS-Lt products may round their inputs to TF32 on tensor cores (relative error
+    /// about 1e-3).
+    Tf32,
+    /// Weight products (MatMul, Gemm with constant weights) on f16 tensor cores: weights stored f16,
+    /// activations cast to f16 at the product, f32 accumulation and output; every other op in f32.
+    Fp16,
+    /// As [`Precision::Fp16`] in bfloat16 (f32's range, 8 mantissa bits).
+    Bf16,
+}
+
+impl Precision {
+    /// Every setting, in the order the CLI lists them.
+    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16];
+
+    /// The name used in options, flags and cache keys (`fp32`, `tf32`, `fp16`, `bf16`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// How f32 BLAS-Lt products compute.
+    pub const fn matmul(self) -> MatmulPrecision {
+        match self {
+            Precision::Tf32 => MatmulPrecision::Tf32,
+            _ => MatmulPrecision::StrictF32,
+        }
+    }
+
+    /// The half type weight products use, if any.
+    pub const fn half(self) -> Option<DType> {
+        match self {
+            Precision::Fp16 => Some(DType::F16),
+            Precision::Bf16 => Some(DType::BF16),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+
+    /// A name of [`Precision::name`]; `f32` is read as `fp32`.
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::Fp32),
+            _ => Precision::ALL
+                .into_iter()
+                .find(|p| p.name() == s)
+                .ok_or_else(|| format!("unknown precision `{s}`: use fp32 (strict, the default), tf32, fp16 or bf16")),
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use saggar_device::{Epilogue, MatmulDesc, MatmulPrecision};
+use saggar_device::{Epilogue, MatmulDesc, MatmulPrecision, MatmulType};
 use saggar_shape::DType;
 
 use crate::graph::ir::{Graph, ValueId};
@@ -36,7 +36,8 @@ pub(crate) fn gemm_slots(launch: &GpuLaunch) -> Option<(Slot, Slot, Option<Slot>
 /// The BLAS description of a GEMM launch, or `None` when the generated kernel must run it. See the
 /// module docs.
 pub(crate) fn matmul_desc(launch: &GpuLaunch, precision: MatmulPrecision) -> Option<MatmulDesc> {
-    let &GemmKernel { alpha_bits, beta_bits, bias } = launch.kernel_as::<GemmKernel>()?;
+    let &GemmKernel { alpha_bits, beta_bits, bias, inputs, output } = launch.kernel_as::<GemmKernel>()?;
+    let (inputs, output) = (matmul_type(inputs)?, matmul_type(output)?);
     let meta = &launch.meta;
     let head: &[i64; 10] = meta.get(..10)?.try_into().ok()?;
     let [m, n, k, brank, a_rs, a_cs, b_rs, b_cs, bias_rs, bias_cs] = *head;
@@ -74,7 +75,7 @@ pub(crate) fn matmul_desc(launch: &GpuLaunch, precision: MatmulPrecision) -> Opt
         }
     };
     let (stride_a, stride_b) = (flat(a_bstride, m * k)?, flat(b_bstride, k * n)?);
-    let mut desc = MatmulDesc::gemm(m as u64, n as u64, k as u64);
+    let mut desc = MatmulDesc::gemm(m as u64, n as u64, k as u64).with_types(inputs, output);
     desc.trans_a = trans_a;
     desc.trans_b = trans_b;
     desc.bias = bias;
@@ -95,6 +96,16 @@ pub(crate) fn matmul_desc(launch: &GpuLaunch, precision: MatmulPrecision) -> Opt
         }
     }
     Some(desc)
+}
+
+/// The BLAS element type of a GEMM operand of type `d` (`None`: the libraries do not take it).
+fn matmul_type(d: DType) -> Option<MatmulType> {
+    match d {
+        DType::F32 => Some(MatmulType::F32),
+        DType::F16 => Some(MatmulType::F16),
+        DType::BF16 => Some(MatmulType::BF16),
+        _ => None,
+    }
 }
 
 /// The launch of a node whose GPU form is one GEMM the libraries can express, with its description.
@@ -173,8 +184,8 @@ pub(crate) fn epilogue_fusions(
     fusions
 }
 
-/// The other operand of `Add(gemm, other)` (either order) when it is a constant `f32` vector of the
-/// GEMM's `n` columns (`[n]` or `[1, n]`).
+/// The other operand of `Add(gemm, other)` (either order) when it is a constant vector of the GEMM's
+/// `n` columns (`[n]` or `[1, n]`) of the GEMM's output type (the libraries' bias type).
 fn bias_operand(graph: &Graph, inputs: &[Option<ValueId>], gemm: ValueId, desc: MatmulDesc) -> Option<ValueId> {
     let other = match inputs {
         [Some(x), Some(y)] if *x == gemm && *y != gemm => *y,
@@ -184,7 +195,7 @@ fn bias_operand(graph: &Graph, inputs: &[Option<ValueId>], gemm: ValueId, desc: 
     let constant = graph.value(other).constant.as_ref()?;
     let dims = constant.dims();
     let vector = matches!(dims, [n] if *n as u64 == desc.n) || matches!(dims, [1, n] if *n as u64 == desc.n);
-    (vector && constant.dtype() == DType::F32).then_some(other)
+    (vector && matmul_type(constant.dtype()) == Some(desc.output)).then_some(other)
 }
 
 #[cfg(test)]
@@ -194,7 +205,7 @@ mod tests {
 
     fn gemm(meta: Vec<i64>, bias: bool, beta: f32) -> GpuLaunch {
         GpuLaunch::new(
-            GemmKernel { alpha_bits: 2f32.to_bits(), beta_bits: beta.to_bits(), bias },
+            GemmKernel::f32(2f32.to_bits(), beta.to_bits(), bias),
             meta,
             Work::Tiles { m: 1, n: 1, batch: 1 },
             vec![Slot::In(0), Slot::In(1), Slot::Out(0)],

@@ -80,19 +80,44 @@ static unsigned char* load(const char* path, size_t size) {
   if (path) { FILE* f = std::fopen(path, "rb"); if (!f || std::fread(p, 1, size, f) != size) std::abort(); std::fclose(f); }
   return p;
 }
-// A matmul step of the plan (beta is always 0 in a plan), as the BLAS-Lt libraries define it.
-static void blas(const void* av, const void* bv, void* cv, const void* biasv, long m, long n, long k, long batch,
-                 long sa, long sb, long sc, int ta, int tb, float alpha, int epi) {
-  const float* a = (const float*)av; const float* b = (const float*)bv; const float* bias = (const float*)biasv;
-  float* c = (float*)cv;
+// Elements of a matmul operand of type `t` (0 f32, 1 f16, 2 bf16) as float, and back (nearest even).
+static float blas_get(const void* p, long i, int t) {
+  if (t == 0) return ((const float*)p)[i];
+  const unsigned h = ((const unsigned short*)p)[i];
+  unsigned bits;
+  if (t == 2) { bits = h << 16; } else {
+    const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) { const float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }
+    bits = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+  }
+  float f; std::memcpy(&f, &bits, 4); return f;
+}
+static void blas_set(void* p, long i, int t, float v) {
+  if (t == 0) { ((float*)p)[i] = v; return; }
+  unsigned x; std::memcpy(&x, &v, 4);
+  unsigned short h;
+  if (t == 2) { h = (x & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((x >> 16) | 0x40u) : (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
+  else {
+    const unsigned sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) h = (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    else if (ax >= 0x47800000u) h = (unsigned short)(sign | 0x7c00u);
+    else if (ax < 0x38800000u) { float a; std::memcpy(&a, &ax, 4); h = (unsigned short)(sign | (unsigned)rintf(a * 16777216.0f)); }
+    else { const unsigned r = (ax >> 13) - (112u << 10), rem = ax & 0x1fffu; h = (unsigned short)(sign | (r + ((rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ? 1u : 0u))); }
+  }
+  ((unsigned short*)p)[i] = h;
+}
+// A matmul step of the plan (beta is always 0 in a plan), as the BLAS-Lt libraries define it: A and B
+// of type `ti`, C and the bias of type `to`, f32 accumulation (here in double).
+static void blas(const void* a, const void* b, void* c, const void* bias, long m, long n, long k, long batch,
+                 long sa, long sb, long sc, int ta, int tb, float alpha, int epi, int ti, int to) {
   for (long q = 0; q < batch; ++q) for (long i = 0; i < m; ++i) for (long j = 0; j < n; ++j) {
     double acc = 0;
     for (long p = 0; p < k; ++p)
-      acc += (double)a[q * sa + (ta ? p * m + i : i * k + p)] * b[q * sb + (tb ? j * k + p : p * n + j)];
-    float v = alpha * (float)acc + (bias ? bias[j] : 0.f);
+      acc += (double)blas_get(a, q * sa + (ta ? p * m + i : i * k + p), ti) * blas_get(b, q * sb + (tb ? j * k + p : p * n + j), ti);
+    float v = alpha * (float)acc + (bias ? blas_get(bias, j, to) : 0.f);
     if (epi == 1) v = v > 0 ? v : 0;
     if (epi == 2) v = 0.5f * v * (1 + tanhf(0.7978846f * (v + 0.044715f * v * v * v)));
-    c[q * sc + i * n + j] = v;
+    blas_set(c, q * sc + i * n + j, to, v);
   }
 }
 static void store(const char* path, const unsigned char* p, size_t size) {
@@ -149,9 +174,15 @@ pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Pat
                     saggar_device::Epilogue::GeluTanh => 2,
                 };
                 let bias = mm.bias.map_or("nullptr".to_string(), pointer);
+                let code = |t: saggar_device::MatmulType| match t {
+                    saggar_device::MatmulType::F32 => 0,
+                    saggar_device::MatmulType::F16 => 1,
+                    saggar_device::MatmulType::BF16 => 2,
+                };
+                let (ti, to) = (code(d.inputs), code(d.output));
                 let _ = writeln!(
                     main,
-                    "  blas({}, {}, {}, {bias}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {epi});",
+                    "  blas({}, {}, {}, {bias}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {:?}f, {epi}, {ti}, {to});",
                     pointer(mm.a),
                     pointer(mm.b),
                     pointer(mm.c),
@@ -226,11 +257,24 @@ pub(crate) fn assert_close(got: &[u8], want: &Tensor, what: &str) {
 
 #[test]
 fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
+    checked_in_models_match_the_host(&OnnxOptions::default());
+}
+
+/// At fp16 and bf16 the plans hold half weights, casts to half in the fused kernels, im2col over
+/// half images and half BLAS steps writing f32; the host computes the same roundings.
+#[test]
+fn the_half_precision_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
+    for precision in [crate::Precision::Fp16, crate::Precision::Bf16] {
+        checked_in_models_match_the_host(&OnnxOptions::default().with_precision(precision));
+    }
+}
+
+fn checked_in_models_match_the_host(options: &OnnxOptions) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     // Data set 1 is batch 1, data set 0 batch 3.
     for (name, set) in [("mlp", 1), ("cnn", 1), ("dlrm", 1), ("bert", 1), ("bert", 0)] {
         let model = OnnxModel::load(root.join(name).join("model.onnx")).unwrap();
-        let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+        let compiler = OnnxCompiler::new(model, options.clone());
         let set = root.join(name).join(format!("test_data_set_{set}"));
         let inputs: Vec<Tensor> = (0..)
             .map(|k| set.join(format!("input_{k}.pb")))
@@ -241,7 +285,7 @@ fn the_gpu_plans_of_the_checked_in_models_match_the_host_when_run_on_the_cpu() {
         let dir = tempfile::tempdir().unwrap();
         let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_close(g, w, &format!("{name} {} output {k}", set.display()));
+            assert_close(g, w, &format!("{name} {} output {k} at {}", set.display(), options.precision));
         }
     }
 }

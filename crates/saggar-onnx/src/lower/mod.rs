@@ -320,6 +320,13 @@ impl Lowering<'_> {
         summary.scratch_bytes = high_water;
         summary.unshared_scratch_bytes = self.memory.unshared_bytes();
         summary.matmuls = steps.iter().filter(|s| matches!(s, PlanStep::Matmul(_))).count();
+        summary.matmul_flops = steps
+            .iter()
+            .filter_map(|s| match s {
+                PlanStep::Matmul(m) => Some(2 * m.desc.m * m.desc.n * m.desc.k * m.desc.batch),
+                _ => None,
+            })
+            .sum();
         summary.blas_workspace_bytes = scratch_bytes - high_water;
         summary.peak_bytes = [scratch_bytes, constant_bytes]
             .into_iter()

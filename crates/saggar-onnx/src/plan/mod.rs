@@ -57,6 +57,9 @@ pub struct PlanSummary {
     pub matmuls: usize,
     /// Scratch reserved past the memory plan for the BLAS-Lt workspace.
     pub blas_workspace_bytes: usize,
+    /// Floating-point operations of the matmul steps (`2 m n k` per product): the model FLOPs
+    /// `saggar perf` divides by the measured time.
+    pub matmul_flops: u64,
 }
 
 /// A lowered program for one concrete input shape.

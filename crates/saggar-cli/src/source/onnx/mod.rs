@@ -16,7 +16,7 @@ use std::time::Instant;
 use saggar_device::Backend;
 use saggar_device::host::HostBackend;
 use saggar_dispatch::{BucketSpec, PaddedAxis, ProgramCompiler};
-use saggar_onnx::{AttentionKernel, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor};
+use saggar_onnx::{AttentionKernel, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Precision, Tensor};
 use saggar_shape::TensorSpec;
 
 use self::tensors::{batch_of, declared_output_dims, generate, read_tensors};
@@ -82,14 +82,20 @@ impl Onnx {
             ));
         }
         let model = OnnxModel::load(path).map_err(|e| import_error(path, &e))?;
-        let compiler = Arc::new(OnnxCompiler::new(model, options));
+        let compiler = Arc::new(OnnxCompiler::try_new(model, options).map_err(|e| {
+            CliError::usage(
+                format!("--onnx {}: {e}", path.display()),
+                "fix --precision/--keep-fp32: list op types or node names of the model",
+            )
+        })?);
         let model = compiler.onnx_model();
         let info = ModelInfo {
             name: model.name().to_string(),
             origin: path.display().to_string(),
             inputs: model.inputs().len(),
             import_s: imported.elapsed().as_secs_f64(),
-            reference: "the model's eager evaluation",
+            reference: "the model's eager evaluation in strict f32",
+            precision: compiler.options().precision.name(),
         };
         Ok(Onnx { compiler, info, run: RunFlags::default() })
     }
@@ -181,7 +187,8 @@ impl ModelSource for Onnx {
     fn verify(&self, inputs: &InputSets, kept: &[KeptRun<'_>]) -> Result<Verify> {
         let model = self.model();
         let names: Vec<&str> = model.outputs().iter().map(|s| s.name()).collect();
-        let mut verify = Verify::default();
+        let tolerance = verify_tolerance(self.compiler.options().precision);
+        let mut verify = Verify { tolerance, ..Verify::default() };
         let mut eager: Vec<Option<Vec<Tensor>>> = vec![None; inputs.count()];
         for k in kept {
             if eager[k.set].is_none() {
@@ -195,8 +202,12 @@ impl ModelSource for Onnx {
             }
             let reference = eager[k.set].as_ref().expect("computed above");
             let outputs = inputs::tensors(model.outputs(), k.dims, k.outputs)?;
-            let compared = compare_with(&names, &outputs, reference, &|e: f64| VERIFY_TOLERANCE * e.abs().max(1.0));
+            let compared = compare_with(&names, &outputs, reference, &|e: f64| tolerance * e.abs().max(1.0));
             let max_rel_error = compared.iter().map(|c| c.max_rel_error).fold(0.0, f64::max);
+            for (c, r) in compared.iter().zip(reference) {
+                let scale = r.to_f32s().map_or(0.0, |v| v.iter().fold(0f64, |m, x| m.max(f64::from(x.abs()))));
+                verify.add_accuracy(&c.name, c.max_abs_error, scale);
+            }
             verify.add(
                 compared.iter().map(|c| c.elements).sum(),
                 compared.iter().map(|c| c.mismatches).sum(),
@@ -208,6 +219,13 @@ impl ModelSource for Onnx {
 
     fn exports_inputs(&self) -> bool {
         true
+    }
+
+    /// The matmul steps' FLOPs of the program for the set's shapes (lowered again, nothing compiled).
+    fn flops(&self, inputs: &InputSets, set: usize) -> Option<u64> {
+        let dims: Vec<Vec<u64>> =
+            inputs.tensors(set).ok()?.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        Some(self.compiler.plan_summary(&dims, saggar_device::BackendKind::Host).ok()?.matmul_flops)
     }
 
     fn check(&self, first: &[Tensor]) -> Option<Check> {
@@ -238,7 +256,19 @@ impl ModelSource for Onnx {
     }
 }
 
-/// The compiler options the model flags ask for (`--attention`, `--blas-tune`, `--blas-workspace`).
+/// The `--verify` tolerance at `precision` (docs/precision.md): [`VERIFY_TOLERANCE`] in strict f32;
+/// at reduced precisions, what rounding the products' inputs to TF32 (10 mantissa bits), f16 (10)
+/// or bf16 (7) leaves after a deep network, relative to `max(1, |expected|)`.
+pub fn verify_tolerance(precision: Precision) -> f64 {
+    match precision {
+        Precision::Fp32 => VERIFY_TOLERANCE,
+        Precision::Tf32 | Precision::Fp16 => 3e-2,
+        Precision::Bf16 => 1.5e-1,
+    }
+}
+
+/// The compiler options the model flags ask for (`--attention`, `--blas-tune`, `--blas-workspace`,
+/// `--precision`, `--keep-fp32`).
 pub fn options(args: &ModelArgs) -> OnnxOptions {
     let attention = match args.attention {
         AttentionArg::Auto => AttentionKernel::Auto,
@@ -249,6 +279,8 @@ pub fn options(args: &ModelArgs) -> OnnxOptions {
         .with_attention(attention)
         .with_blas_tuning(args.blas_tune as usize)
         .with_blas_workspace((args.blas_workspace << 20) as usize)
+        .with_precision(args.precision)
+        .with_keep_fp32(args.keep_fp32.iter().cloned())
 }
 
 fn import_error(path: &Path, error: &OnnxError) -> CliError {

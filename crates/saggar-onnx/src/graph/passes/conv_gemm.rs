@@ -40,7 +40,7 @@ impl ConvEngine {
     }
 }
 
-/// Rewrites every one-group f32 Conv of `graph` (all extents known) as im2col and a GEMM. See the
+/// Rewrites every one-group Conv of `graph` (f32, or half input and weights writing f32) (all extents known) as im2col and a GEMM. See the
 /// module docs. A Conv whose geometry does not resolve is left to the direct kernel.
 pub(crate) fn convs_as_gemms(graph: &mut Graph) {
     let mut index = 0;
@@ -68,8 +68,13 @@ fn rewrite(graph: &mut Graph, index: usize) -> Option<Vec<Node>> {
     let (x, w) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
     let bias = node.inputs.get(2).copied().flatten();
     let out = node.outputs[0];
-    let fixed = |id: ValueId| graph.ty(id).filter(|t| t.dtype == DType::F32).and_then(ValueType::fixed_dims);
-    let (xd, wd, yd) = (fixed(x)?, fixed(w)?, fixed(out)?);
+    // f32 input and weights, or half ones (the precision pass's Conv writing f32).
+    let element = graph.ty(x)?.dtype;
+    let typed = |id: ValueId, d: DType| graph.ty(id).filter(|t| t.dtype == d).and_then(ValueType::fixed_dims);
+    let (xd, wd, yd) = (typed(x, element)?, typed(w, element)?, typed(out, DType::F32)?);
+    if ![DType::F32, DType::F16, DType::BF16].contains(&element) {
+        return None;
+    }
     if xd.len() < 3 || wd.len() != xd.len() || wd[1] != xd[1] || xd.len() - 2 > crate::ops::gpu::MAX_SPATIAL {
         return None;
     }
@@ -88,25 +93,28 @@ fn rewrite(graph: &mut Graph, index: usize) -> Option<Vec<Node>> {
     let mut b = Builder { graph, name, opset, nodes: Vec::new() };
     let pointwise = axes.iter().all(|a: &Axis| a.kernel == 1 && a.stride == 1 && a.pad_begin == 0 && a.pad_end == 0);
     let col = if pointwise {
-        b.reshape(x, &[n, rows, plane], None)?
+        b.reshape(x, element, &[n, rows, plane], None)?
     } else {
-        let col = b.value("col", &[n, rows, plane]);
+        let col = b.value("col", element, &[n, rows, plane]);
         b.push("Im2col", Arc::new(Im2col { axes }), vec![Some(x)], col);
         col
     };
-    let weights = b.reshape(w, &[m, rows], None)?;
-    let product = b.value("product", &[n, m, plane]);
-    let matmul = b.op("MatMul", 2)?;
+    let weights = b.reshape(w, element, &[m, rows], None)?;
+    let product = b.value("product", DType::F32, &[n, m, plane]);
+    let matmul = match element {
+        DType::F32 => b.op("MatMul", 2)?,
+        _ => ops::linalg::half_product_writing_f32("MatMul", &Attributes::default()).ok()?,
+    };
     b.push("MatMul", matmul, vec![Some(weights), Some(col)], product);
     match bias {
         None => {
-            b.reshape(product, &yd, Some(out))?;
+            b.reshape(product, DType::F32, &yd, Some(out))?;
         }
         Some(bias) => {
-            let y = b.reshape(product, &yd, None)?;
+            let y = b.reshape(product, DType::F32, &yd, None)?;
             let mut channel = vec![1; yd.len() - 1];
             channel[0] = m;
-            let bias = b.reshape(bias, &channel, None)?;
+            let bias = b.reshape(bias, DType::F32, &channel, None)?;
             let add = b.op("Add", 2)?;
             b.push("Add", add, vec![Some(y), Some(bias)], out);
         }
@@ -123,8 +131,8 @@ struct Builder<'g> {
 }
 
 impl Builder<'_> {
-    fn value(&mut self, what: &str, dims: &[usize]) -> ValueId {
-        let ty = Some(ValueType::fixed(DType::F32, dims));
+    fn value(&mut self, what: &str, dtype: DType, dims: &[usize]) -> ValueId {
+        let ty = Some(ValueType::fixed(dtype, dims));
         self.graph.add_value(Value { name: format!("{}:{what}", self.name), ty, constant: None, dims_value: None })
     }
 
@@ -140,14 +148,14 @@ impl Builder<'_> {
         self.nodes.push(Node { name, op_type, attrs, inputs, outputs: vec![out], op });
     }
 
-    /// `input` viewed as `dims`, into `out` or a new value.
-    fn reshape(&mut self, input: ValueId, dims: &[usize], out: Option<ValueId>) -> Option<ValueId> {
+    /// `input` (of type `dtype`) viewed as `dims`, into `out` or a new value.
+    fn reshape(&mut self, input: ValueId, dtype: DType, dims: &[usize], out: Option<ValueId>) -> Option<ValueId> {
         let shape: Vec<i64> = dims.iter().map(|&d| i64::try_from(d).ok()).collect::<Option<_>>()?;
         let tensor = Tensor::new(vec![shape.len()], TensorData::I64(shape)).ok()?;
         let ty = Some(ValueType::fixed(DType::I64, &[dims.len()]));
         let name = format!("{}:shape{}", self.name, self.nodes.len());
         let shape = self.graph.add_value(Value { name, ty, constant: Some(Arc::new(tensor)), dims_value: None });
-        let out = out.unwrap_or_else(|| self.value("view", dims));
+        let out = out.unwrap_or_else(|| self.value("view", dtype, dims));
         let op = self.op("Reshape", 2)?;
         self.push("Reshape", op, vec![Some(input), Some(shape)], out);
         Some(out)

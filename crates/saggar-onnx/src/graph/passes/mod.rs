@@ -10,6 +10,7 @@
 pub(crate) mod conv_gemm;
 mod fuse;
 pub(crate) mod infer;
+pub(crate) mod precision;
 mod simplify;
 
 use crate::error::OnnxError;

@@ -1,6 +1,7 @@
-// Direct convolution, one thread per output element.
+// Direct convolution, one thread per output element: input and weights of type @T@ read as f32,
+// accumulated and written in f32.
 // meta: s, N, C, M, group, in[s], out[s], kernel[s], stride[s], pad_begin[s], dilation[s]
-(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ w@BIAS_PARAM@, float* __restrict__ y) {
+(const onnx_i64* meta, const @T@* __restrict__ x, const @T@* __restrict__ w@BIAS_PARAM@, float* __restrict__ y) {
   const int s = (int)meta[0];
   const onnx_i64 N = meta[1], C = meta[2], M = meta[3], G = meta[4];
   const onnx_i64* in = meta + 5; const onnx_i64* out = in + s; const onnx_i64* ker = out + s;
@@ -15,8 +16,8 @@
     const onnx_i64 m = (i / out_plane) % M, n = i / out_plane / M, g = m / mg;
     float acc = @INIT@;
     for (onnx_i64 c = 0; c < cg; ++c) {
-      const float* xp = x + (n * C + g * cg + c) * in_plane;
-      const float* wp = w + (m * cg + c) * taps;
+      const @T@* xp = x + (n * C + g * cg + c) * in_plane;
+      const @T@* wp = w + (m * cg + c) * taps;
       for (onnx_i64 t = 0; t < taps; ++t) {
         onnx_i64 tr = t, at = 0, stride = 1;
         bool inside = true;
@@ -26,7 +27,7 @@
           inside = inside && p >= 0 && p < in[d];
           at += p * stride; stride *= in[d];
         }
-        if (inside) acc += xp[at] * wp[t];
+        if (inside) acc += @X@ * @W@;
       }
     }
     y[i] = acc;

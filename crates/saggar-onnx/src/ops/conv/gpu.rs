@@ -4,8 +4,11 @@
 
 use super::Axis;
 use crate::ops::OpError;
+use saggar_shape::DType;
+
 use crate::ops::gpu::{
-    GpuCtx, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, float_literal, numel, render, strip_header,
+    GpuCtx, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, bits_type, ctype, ext, float_literal, load_f32,
+    numel, render, strip_header,
 };
 
 /// The spatial part of a convolution's or im2col's `meta` table: per axis the input and output
@@ -20,7 +23,7 @@ pub(crate) fn axes_meta(axes: &[Axis]) -> Vec<i64> {
 /// `axes` for the node's x, w and optional bias: meta `s, N, C, M, group` then [`axes_meta`].
 pub(crate) fn conv_launch<K: GpuKernel>(
     ctx: &GpuCtx<'_>,
-    kernel: fn(bool) -> K,
+    kernel: impl Fn(bool) -> K,
     [n, c, m, group]: [usize; 4],
     axes: &[Axis],
 ) -> Result<GpuNode, OpError> {
@@ -39,10 +42,12 @@ pub(crate) fn conv_launch<K: GpuKernel>(
     Ok(GpuNode::Launches(vec![GpuLaunch::new(kernel(bias), meta, work, slots)]))
 }
 
-/// Direct convolution, one thread per output element, with a bias input when `bias`.
+/// Direct convolution, one thread per output element, with a bias input when `bias`: input and
+/// weights of type `inputs` (f32, or a half precision read as f32), accumulated and written in f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConvKernel {
     pub(crate) bias: bool,
+    pub(crate) inputs: DType,
 }
 
 impl GpuKernel for ConvKernel {
@@ -54,7 +59,14 @@ impl GpuKernel for ConvKernel {
         let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
         render(
             include_str!("conv.cu"),
-            &[("BIAS_PARAM", bias_param), ("INIT", init), ("MAX_SPATIAL", &MAX_SPATIAL.to_string())],
+            &[
+                ("T", ctype(self.inputs).unwrap_or("float")),
+                ("X", &load_f32(self.inputs, "xp[at]")),
+                ("W", &load_f32(self.inputs, "wp[t]")),
+                ("BIAS_PARAM", bias_param),
+                ("INIT", init),
+                ("MAX_SPATIAL", &MAX_SPATIAL.to_string()),
+            ],
         )
     }
 }
@@ -87,9 +99,12 @@ impl GpuKernel for ConvTransposeKernel {
     }
 }
 
-/// The im2col patch matrix of a convolution's input.
+/// The im2col patch matrix of a convolution's input, moving elements of `bytes` bytes (zero bits
+/// are 0 in every float type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Im2colKernel;
+pub(crate) struct Im2colKernel {
+    pub(crate) bytes: u8,
+}
 
 impl GpuKernel for Im2colKernel {
     fn prefix(&self) -> &'static str {
@@ -97,7 +112,7 @@ impl GpuKernel for Im2colKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("im2col.cu"), &[])
+        render(include_str!("im2col.cu"), &[("T", bits_type(self.bytes))])
     }
 }
 

@@ -1,7 +1,7 @@
 // The im2col patch matrix `[N, C * taps, plane]` of a convolution's input, one thread per element,
-// padding taps 0.
+// padding taps 0 (elements moved as @T@ bits).
 // meta: s, N, C, in[s], out[s], kernel[s], stride[s], pad_begin[s], dilation[s]
-(const onnx_i64* meta, const float* __restrict__ x, float* __restrict__ col) {
+(const onnx_i64* meta, const @T@* __restrict__ x, @T@* __restrict__ col) {
   const int s = (int)meta[0];
   const onnx_i64 N = meta[1], C = meta[2];
   const onnx_i64* in = meta + 3; const onnx_i64* out = in + s; const onnx_i64* ker = out + s;
@@ -20,6 +20,6 @@
       inside = inside && p >= 0 && p < in[d];
       at += p * stride; stride *= in[d];
     }
-    col[i] = inside ? x[(n * C + c) * in_plane + at] : 0.0f;
+    col[i] = inside ? x[(n * C + c) * in_plane + at] : (@T@)0;
   }
 }

@@ -10,7 +10,7 @@ use saggar_shape::DType;
 use crate::ops::conv::gpu::{Im2colKernel, axes_meta};
 use crate::ops::conv::{Axis, check_len, im2col};
 use crate::ops::{EvalInputs, InferInputs, Op, OpError, ValueType};
-use crate::tensor::TensorMut;
+use crate::tensor::{DataMut, DataRef, TensorMut};
 
 /// The patch matrix of a convolution with the resolved `axes` (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,13 +32,30 @@ impl Im2col {
     }
 }
 
+impl Im2col {
+    /// The patch matrices (`patches` elements each) of the `n` images of `x` (`channels` channels
+    /// each) into `col`.
+    fn images<T: Copy + Default>(
+        &self,
+        x: &[T],
+        [n, channels, patches]: [usize; 3],
+        col: &mut [T],
+    ) -> Result<(), OpError> {
+        let image = x.len() / n.max(1);
+        for (xi, ci) in x.chunks_exact(image.max(1)).zip(col.chunks_exact_mut(patches)) {
+            im2col(xi, channels, &self.axes, ci);
+        }
+        Ok(())
+    }
+}
+
 impl Op for Im2col {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         let dims = x.fixed_dims().and_then(|d| self.output_dims(&d));
         match (x.dtype, dims) {
-            (DType::F32, Some(dims)) => Ok(vec![ValueType::fixed(DType::F32, &dims)]),
-            _ => Err(OpError::infer(format!("Im2col needs an f32 input of extents {:?}, found {x}", self.axes))),
+            (DType::F32 | DType::F16 | DType::BF16, Some(dims)) => Ok(vec![ValueType::fixed(x.dtype, &dims)]),
+            _ => Err(OpError::infer(format!("Im2col needs a float input of extents {:?}, found {x}", self.axes))),
         }
     }
 
@@ -55,16 +72,15 @@ impl Op for Im2col {
                 [n, rows, plane]
             )));
         }
-        let x = xv.f32s()?;
-        let col = outputs[0].f32s()?;
-        let image = x.len() / n.max(1);
         if rows == 0 || plane == 0 {
             return Ok(());
         }
-        for (xi, ci) in x.chunks_exact(image.max(1)).zip(col.chunks_exact_mut(rows * plane)) {
-            im2col(xi, xv.dims[1], &self.axes, ci);
+        let sizes = [n, xv.dims[1], rows * plane];
+        match (xv.data, &mut outputs[0].data) {
+            (DataRef::F32(x), DataMut::F32(col)) => self.images(x, sizes, col),
+            (DataRef::F16(x), DataMut::F16(col)) | (DataRef::BF16(x), DataMut::BF16(col)) => self.images(x, sizes, col),
+            (x, col) => Err(OpError::eval(format!("Im2col: {} input, {} output", x.dtype(), col.dtype()))),
         }
-        Ok(())
     }
 
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
@@ -74,8 +90,9 @@ impl Op for Im2col {
             let dims = self.output_dims(x).ok_or_else(|| OpError::eval("Im2col: input does not fit the axes"))?;
             let mut meta = vec![ext(self.axes.len()), ext(x[0]), ext(x[1])];
             meta.extend(axes_meta(&self.axes));
+            let bytes = ctx.input(0)?.dtype.size_bytes() as u8;
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                Im2colKernel,
+                Im2colKernel { bytes },
                 meta,
                 Work::Elements(numel(&dims)),
                 vec![Slot::In(0), Slot::Out(0)],

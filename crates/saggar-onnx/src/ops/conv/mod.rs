@@ -9,13 +9,14 @@ pub(crate) mod im2col;
 mod transpose;
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use saggar_shape::{DType, Dim};
 
 use self::gpu::{BatchNormKernel, ConvKernel};
 use crate::ops::linalg::Gemm;
 use crate::ops::shape_util::strides;
-use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType, unknown_dim};
+use crate::ops::{Attributes, EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType, unknown_dim};
 use crate::tensor::{TensorMut, TensorView};
 
 /// The ops of this family.
@@ -211,8 +212,13 @@ impl Window {
 
 /// The dims of a window op's input `(N, C, spatial...)`, which must be f32 of rank ≥ 3.
 pub(crate) fn image_dims<'a>(op: &str, ty: &'a ValueType) -> Result<&'a [Dim], OpError> {
-    if ty.dtype != DType::F32 {
-        return Err(OpError::infer(format!("{op} takes f32 inputs, not {}", ty.dtype)));
+    typed_image_dims(op, ty, DType::F32)
+}
+
+/// As [`image_dims`] for an input of element type `element`.
+fn typed_image_dims<'a>(op: &str, ty: &'a ValueType, element: DType) -> Result<&'a [Dim], OpError> {
+    if ty.dtype != element {
+        return Err(OpError::infer(format!("{op} takes {element} inputs, not {}", ty.dtype)));
     }
     if ty.rank() < 3 {
         return Err(OpError::infer(format!("{op} takes an (N, C, spatial...) input of rank 3 or more, found {ty}")));
@@ -240,11 +246,19 @@ pub(crate) fn check_len(op: &str, v: &TensorView<'_>) -> Result<(), OpError> {
     Ok(())
 }
 
-/// `Conv`.
+/// `Conv`. With `half`, the form the precision pass gives one-group convolutions: input and
+/// weights of that half type, accumulated and written in f32 (the bias f32).
 #[derive(Debug)]
 struct Conv {
     window: Window,
     group: usize,
+    half: Option<DType>,
+}
+
+/// Conv of `attrs` reading half (`half`) input and weights and writing f32: see [`Conv`].
+pub(crate) fn half_conv_writing_f32(attrs: &Attributes, opset: u32, half: DType) -> Result<Arc<dyn Op>, OpError> {
+    let ctx = NodeCtx::new(attrs, opset, 3, 1);
+    Ok(Arc::new(Conv { window: Window::parse(&ctx, false)?, group: parse_group(&ctx)?, half: Some(half) }))
 }
 
 /// The `group` attribute of Conv and ConvTranspose.
@@ -258,7 +272,7 @@ fn parse_group(ctx: &NodeCtx<'_>) -> Result<usize, OpError> {
 
 fn build_conv(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     let window = Window::parse(ctx, false)?;
-    Ok(Box::new(Conv { window, group: parse_group(ctx)? }))
+    Ok(Box::new(Conv { window, group: parse_group(ctx)?, half: None }))
 }
 
 /// A fixed extent as `usize`.
@@ -323,15 +337,17 @@ impl Op for Conv {
                 return Err(OpError::eval("Conv: channels and groups disagree"));
             }
             let axes = self.window.resolve(&xd[2..], &wd[2..])?;
-            gpu::conv_launch(ctx, |bias| ConvKernel { bias }, [n, c, m, g], &axes)
+            let inputs = self.half.unwrap_or(DType::F32);
+            gpu::conv_launch(ctx, |bias| ConvKernel { bias, inputs }, [n, c, m, g], &axes)
         })())
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let x = image_dims("Conv", inputs.req(0)?.ty)?;
+        let element = self.half.unwrap_or(DType::F32);
+        let x = typed_image_dims("Conv", inputs.req(0)?.ty, element)?;
         let w = inputs.req(1)?.ty;
-        if w.dtype != DType::F32 || w.rank() != x.len() {
-            return Err(OpError::infer(format!("Conv weights must be f32 of the input's rank, found {w}")));
+        if w.dtype != element || w.rank() != x.len() {
+            return Err(OpError::infer(format!("Conv weights must be {element} of the input's rank, found {w}")));
         }
         let g = self.group;
         if let (Some(c), Some(cg)) = (fixed(&x[1]), fixed(&w.dims[1]))
@@ -372,7 +388,8 @@ impl Op for Conv {
             Some(_) => return Err(OpError::eval(format!("Conv bias must hold {m} values"))),
             None => None,
         };
-        let (x, w) = (xv.f32s()?, wv.f32s()?);
+        let (x, w) = (xv.floats()?, wv.floats()?);
+        let (x, w) = (&x[..], &w[..]);
         let y = outputs[0].f32s()?;
         let d_in: usize = xd[2..].iter().product();
         let k_taps: usize = kernel.iter().product();
@@ -431,12 +448,12 @@ fn advance(index: &mut [usize], extents: impl Fn(usize) -> usize) -> bool {
 
 /// Lays out the `channels` planes of `x` as an im2col matrix: one row per (channel, kernel tap),
 /// one column per output position; taps in the padding read 0.
-pub(crate) fn im2col(x: &[f32], channels: usize, axes: &[Axis], col: &mut [f32]) {
+pub(crate) fn im2col<T: Copy + Default>(x: &[T], channels: usize, axes: &[Axis], col: &mut [T]) {
     let rank = axes.len();
     let last = axes[rank - 1];
     if axes.iter().any(|a| a.input == 0) {
         // Every tap reads padding.
-        col.fill(0.0);
+        col.fill(T::default());
         return;
     }
     let in_dims: Vec<usize> = axes.iter().map(|a| a.input).collect();
@@ -470,10 +487,10 @@ pub(crate) fn im2col(x: &[f32], channels: usize, axes: &[Axis], col: &mut [f32])
                     base += i as usize * in_strides[a];
                 }
                 if !inside || lo >= hi {
-                    run.fill(0.0);
+                    run.fill(T::default());
                 } else {
-                    run[..lo].fill(0.0);
-                    run[hi..].fill(0.0);
+                    run[..lo].fill(T::default());
+                    run[hi..].fill(T::default());
                     let start = base + last.coord(lo, tap[rank - 1]) as usize;
                     if last.stride == 1 {
                         run[lo..hi].copy_from_slice(&xc[start..start + (hi - lo)]);

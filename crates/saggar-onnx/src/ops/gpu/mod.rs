@@ -99,6 +99,26 @@ pub fn ctype(d: DType) -> Option<&'static str> {
     }
 }
 
+/// An expression reading the element `e` of a tensor of type `d` as the `f32` a float kernel computes
+/// with: half precisions are converted (exactly), `f32` is read as it is.
+pub(crate) fn load_f32(d: DType, e: &str) -> String {
+    match d {
+        DType::F16 => format!("onnx_f16_to_f32({e})"),
+        DType::BF16 => format!("onnx_bf16_to_f32({e})"),
+        _ => e.to_string(),
+    }
+}
+
+/// An expression turning the `f32` value `e` into an element of type `d`: half precisions are rounded
+/// to nearest even, `f32` stays as it is.
+pub(crate) fn store_f32(d: DType, e: &str) -> String {
+    match d {
+        DType::F16 => format!("onnx_f32_to_f16({e})"),
+        DType::BF16 => format!("onnx_f32_to_bf16({e})"),
+        _ => e.to_string(),
+    }
+}
+
 /// How many threads a launch needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Work {
@@ -261,8 +281,11 @@ mod tests {
         use crate::ops::reduce::ReduceOp;
         use crate::ops::reduce::gpu::{ArgKernel, ReduceKernel};
         use crate::ops::shapes::gpu::ConcatKernel;
-        let mut kinds: Vec<Box<dyn GpuKernel>> =
-            vec![Box::new(Im2colKernel), Box::new(BatchNormKernel { epsilon_bits: 1 })];
+        let mut kinds: Vec<Box<dyn GpuKernel>> = vec![
+            Box::new(Im2colKernel { bytes: 4 }),
+            Box::new(Im2colKernel { bytes: 2 }),
+            Box::new(BatchNormKernel { epsilon_bits: 1 }),
+        ];
         kinds.extend([1, 2, 4, 8].map(|b| Box::new(CopyKernel { elem_bytes: b }) as Box<dyn GpuKernel>));
         kinds.extend([1, 3].map(|n| Box::new(ConcatKernel { elem_bytes: 4, inputs: n }) as Box<dyn GpuKernel>));
         for form in [GatherForm::Axis, GatherForm::Elements, GatherForm::Nd] {
@@ -271,9 +294,12 @@ mod tests {
             }
         }
         for bias in [false, true] {
-            kinds.push(Box::new(ConvKernel { bias }));
+            kinds.push(Box::new(ConvKernel { bias, inputs: DType::F32 }));
+            kinds.push(Box::new(ConvKernel { bias, inputs: DType::F16 }));
             kinds.push(Box::new(ConvTransposeKernel { bias }));
-            kinds.push(Box::new(GemmKernel { alpha_bits: 2, beta_bits: 3, bias }));
+            kinds.push(Box::new(GemmKernel::f32(2, 3, bias)));
+            kinds.push(Box::new(GemmKernel::f32(2, 3, bias).with_types(DType::F16, DType::F32)));
+            kinds.push(Box::new(GemmKernel::f32(2, 3, bias).with_types(DType::BF16, DType::BF16)));
             for (stats, channels) in [(0, false), (1, false), (2, false), (0, true)] {
                 kinds.push(Box::new(LayerNormKernel { epsilon_bits: 5, bias, stats, channels }));
             }

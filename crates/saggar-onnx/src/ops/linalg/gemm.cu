@@ -1,7 +1,8 @@
-// `C[b] = alpha op(A[b]) op(B[b]) + beta bias`, tiled in shared memory (@TILE@ x @TILE@ threads).
+// `C[b] = alpha op(A[b]) op(B[b]) + beta bias`, accumulated in f32 (A and B of type @IN@, C and the
+// bias of type @OUT@), tiled in shared memory (@TILE@ x @TILE@ threads).
 // meta: M, N, K, brank, a_rs, a_cs, b_rs, b_cs, bias_rs, bias_cs, bdims[brank], a_bstride[brank],
 // b_bstride[brank]
-(const onnx_i64* meta, const float* __restrict__ A, const float* __restrict__ B@BIAS_PARAM@, float* __restrict__ Y) {
+(const onnx_i64* meta, const @IN@* __restrict__ A, const @IN@* __restrict__ B@BIAS_PARAM@, @OUT@* __restrict__ Y) {
   __shared__ float ta[@TILE@][@TILE@ + 1];
   __shared__ float tb[@TILE@][@TILE@ + 1];
   const onnx_i64 M = meta[0], N = meta[1], K = meta[2];
@@ -21,13 +22,13 @@
       float acc = 0.0f;
       for (onnx_i64 k0 = 0; k0 < K; k0 += @TILE@) {
         const onnx_i64 ka = k0 + tx, kb = k0 + ty;
-        ta[ty][tx] = (row < M && ka < K) ? A[ao + row * a_rs + ka * a_cs] : 0.0f;
-        tb[ty][tx] = (kb < K && col < N) ? B[bo + kb * b_rs + col * b_cs] : 0.0f;
+        ta[ty][tx] = (row < M && ka < K) ? @LOAD_A@ : 0.0f;
+        tb[ty][tx] = (kb < K && col < N) ? @LOAD_B@ : 0.0f;
         __syncthreads();
         for (int kk = 0; kk < @TILE@; ++kk) acc += ta[ty][kk] * tb[kk][tx];
         __syncthreads();
       }
-      if (row < M && col < N) Y[(bz * M + row) * N + col] = @ALPHA@ * acc@BIAS_ADD@;
+      if (row < M && col < N) Y[(bz * M + row) * N + col] = @RESULT@;
     }
   }
 }

@@ -4,14 +4,32 @@
 
 use saggar_shape::DType;
 
-use crate::ops::gpu::{BLOCK, GpuKernel, TILE, ctype, float_literal, render};
+use crate::ops::gpu::{BLOCK, GpuKernel, TILE, ctype, float_literal, load_f32, render, store_f32};
 
-/// `C[b] = alpha op(A[b]) op(B[b]) + beta bias` (the bias only with `bias`), f32.
+/// `C[b] = alpha op(A[b]) op(B[b]) + beta bias` (the bias only with `bias`), accumulated in f32. A and
+/// B are of type `inputs` (f32, or a half precision read exactly as f32); the output and the bias are
+/// of type `output`, rounded to it last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GemmKernel {
     pub(crate) alpha_bits: u32,
     pub(crate) beta_bits: u32,
     pub(crate) bias: bool,
+    pub(crate) inputs: DType,
+    pub(crate) output: DType,
+}
+
+impl GemmKernel {
+    /// An all-f32 GEMM.
+    pub(crate) const fn f32(alpha_bits: u32, beta_bits: u32, bias: bool) -> GemmKernel {
+        GemmKernel { alpha_bits, beta_bits, bias, inputs: DType::F32, output: DType::F32 }
+    }
+
+    /// The same GEMM with A and B of type `inputs` and the output (and bias) of type `output`.
+    pub(crate) const fn with_types(mut self, inputs: DType, output: DType) -> GemmKernel {
+        self.inputs = inputs;
+        self.output = output;
+        self
+    }
 }
 
 impl GpuKernel for GemmKernel {
@@ -20,20 +38,29 @@ impl GpuKernel for GemmKernel {
     }
 
     fn source(&self) -> String {
+        let (in_t, out_t) = (ctype(self.inputs).unwrap_or("float"), ctype(self.output).unwrap_or("float"));
         let (bias_param, bias_add) = if self.bias {
             (
-                ", const float* __restrict__ c",
-                format!(" + {} * c[row * c_rs + col * c_cs]", float_literal(self.beta_bits)),
+                format!(", const {out_t}* __restrict__ c"),
+                format!(
+                    " + {} * {}",
+                    float_literal(self.beta_bits),
+                    load_f32(self.output, "c[row * c_rs + col * c_cs]")
+                ),
             )
         } else {
-            ("", String::new())
+            (String::new(), String::new())
         };
+        let result = store_f32(self.output, &format!("{} * acc{bias_add}", float_literal(self.alpha_bits)));
         render(
             include_str!("gemm.cu"),
             &[
-                ("BIAS_PARAM", bias_param),
-                ("BIAS_ADD", &bias_add),
-                ("ALPHA", &float_literal(self.alpha_bits)),
+                ("IN", in_t),
+                ("OUT", out_t),
+                ("LOAD_A", &load_f32(self.inputs, "A[ao + row * a_rs + ka * a_cs]")),
+                ("LOAD_B", &load_f32(self.inputs, "B[bo + kb * b_rs + col * b_cs]")),
+                ("BIAS_PARAM", &bias_param),
+                ("RESULT", &result),
                 ("TILE", &TILE.to_string()),
             ],
         )

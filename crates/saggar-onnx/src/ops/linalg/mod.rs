@@ -7,16 +7,18 @@ mod det;
 mod einsum;
 pub(crate) mod gpu;
 
+use std::sync::Arc;
+
 use saggar_shape::{DType, Dim};
 
 use self::gpu::GemmKernel;
 use crate::ops::shape_util::{broadcast_concrete, broadcast_dims, broadcast_strides, fmt_dims, for_each_broadcast};
-use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
-use crate::tensor::TensorMut;
+use crate::ops::{Attributes, EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
+use crate::tensor::{DataMut, TensorMut};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "MatMul", since: 9, until: 24, build: |_| Ok(Box::new(MatMul)) },
+    OpEntry { op_type: "MatMul", since: 9, until: 24, build: |_| Ok(Box::new(MatMul { out: None })) },
     OpEntry { op_type: "Gemm", since: 9, until: 24, build: build_gemm },
     OpEntry { op_type: "Det", since: 11, until: 24, build: det::build_det },
     OpEntry { op_type: "Einsum", since: 12, until: 24, build: einsum::build_einsum },
@@ -105,6 +107,61 @@ fn require_f32(op: &str, dtype: DType) -> Result<(), OpError> {
     if dtype == DType::F32 { Ok(()) } else { Err(OpError::infer(format!("{op} takes f32 inputs, not {dtype}"))) }
 }
 
+/// The element types of a product's operands.
+const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// The output type of a product of two `a`, `b` operands, written as `out` (`None`: as the operands,
+/// the ONNX typing; `Some(F32)`: a half product written in f32, as the precision pass makes them).
+fn product_type(op: &str, a: DType, b: DType, out: Option<DType>) -> Result<DType, OpError> {
+    if !FLOATS.contains(&a) || a != b {
+        return Err(OpError::infer(format!("{op} takes two f32, two f16 or two bf16 operands, not {a} and {b}")));
+    }
+    match out {
+        None => Ok(a),
+        Some(o) if o == a || o == DType::F32 => Ok(o),
+        Some(o) => Err(OpError::infer(format!("{op} of {a} operands cannot write {o}"))),
+    }
+}
+
+/// Runs `compute` on an f32 output buffer: the output itself when it is f32, otherwise a buffer
+/// holding the output's values widened, rounded (to nearest even) back into its half precision
+/// afterwards.
+fn with_f32_output(
+    out: &mut TensorMut<'_>,
+    compute: impl FnOnce(&mut [f32]) -> Result<(), OpError>,
+) -> Result<(), OpError> {
+    match &mut out.data {
+        DataMut::F32(c) => compute(c),
+        DataMut::F16(c) => {
+            let mut buf: Vec<f32> = c.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
+            compute(&mut buf)?;
+            c.iter_mut().zip(&buf).for_each(|(o, &v)| *o = half::f16::from_f32(v).to_bits());
+            Ok(())
+        }
+        DataMut::BF16(c) => {
+            let mut buf: Vec<f32> = c.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect();
+            compute(&mut buf)?;
+            c.iter_mut().zip(&buf).for_each(|(o, &v)| *o = half::bf16::from_f32(v).to_bits());
+            Ok(())
+        }
+        other => Err(OpError::eval(format!("expected floating-point output elements, found {}", other.dtype()))),
+    }
+}
+
+/// MatMul or Gemm (`op_type`, with its `attrs`) computing half operands into an f32 output: the
+/// form the precision pass gives the products it runs on tensor cores.
+pub(crate) fn half_product_writing_f32(op_type: &str, attrs: &Attributes) -> Result<Arc<dyn Op>, OpError> {
+    match op_type {
+        "MatMul" => Ok(Arc::new(MatMul { out: Some(DType::F32) })),
+        "Gemm" => {
+            let mut op = GemmOp::parse(&NodeCtx::new(attrs, 13, 3, 1))?;
+            op.out = Some(DType::F32);
+            Ok(Arc::new(op))
+        }
+        other => Err(OpError::infer(format!("{other} is not a matrix product"))),
+    }
+}
+
 fn check_inner(op: &str, a: &Dim, b: &Dim) -> Result<(), OpError> {
     match (a.as_fixed(), b.as_fixed()) {
         (Some(x), Some(y)) if x != y => Err(OpError::infer(format!("{op}: inner extents differ ({x} vs {y})"))),
@@ -112,9 +169,11 @@ fn check_inner(op: &str, a: &Dim, b: &Dim) -> Result<(), OpError> {
     }
 }
 
-/// `MatMul`: numpy `matmul` semantics.
+/// `MatMul`: numpy `matmul` semantics; `out` as [`product_type`] says.
 #[derive(Debug)]
-struct MatMul;
+struct MatMul {
+    out: Option<DType>,
+}
 
 impl Op for MatMul {
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
@@ -134,8 +193,9 @@ impl Op for MatMul {
             meta.extend(batch.iter().map(|&d| ext(d)));
             meta.extend(sa.iter().map(|s| s * mk));
             meta.extend(sb.iter().map(|s| s * kn));
+            let out = product_type("MatMul", a.dtype, b.dtype, self.out)?;
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                GemmKernel { alpha_bits: 1f32.to_bits(), beta_bits: 0f32.to_bits(), bias: false },
+                GemmKernel::f32(1f32.to_bits(), 0f32.to_bits(), false).with_types(a.dtype, out),
                 meta,
                 Work::Tiles { m: m as u64, n: n as u64, batch: numel(&batch) },
                 vec![Slot::In(0), Slot::In(1), Slot::Out(0)],
@@ -145,8 +205,7 @@ impl Op for MatMul {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?.ty, inputs.req(1)?.ty);
-        require_f32("MatMul", a.dtype)?;
-        require_f32("MatMul", b.dtype)?;
+        let out = product_type("MatMul", a.dtype, b.dtype, self.out)?;
         if a.rank() == 0 || b.rank() == 0 {
             return Err(OpError::infer("MatMul does not take 0-D operands"));
         }
@@ -162,7 +221,7 @@ impl Op for MatMul {
         if b.rank() > 1 {
             dims.push(b_dims[br - 1].clone());
         }
-        Ok(vec![ValueType::new(DType::F32, dims)])
+        Ok(vec![ValueType::new(out, dims)])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
@@ -178,31 +237,45 @@ impl Op for MatMul {
             return Err(OpError::eval(format!("MatMul: inner extents differ ({ad:?} x {bd:?})")));
         }
         let batch = broadcast_concrete(a_batch, b_batch)?;
-        let (a, b) = (a.f32s()?, b.f32s()?);
+        let (a, b) = (a.floats()?, b.floats()?);
+        let (a, b) = (&a[..], &b[..]);
         let out_dims = outputs[0].dims;
-        let c = outputs[0].f32s()?;
-        let batches: usize = batch.iter().product();
-        if batches.checked_mul(m).and_then(|x| x.checked_mul(n)) != Some(c.len()) {
-            return Err(OpError::eval(format!("MatMul output {out_dims:?} does not match the operands")));
-        }
-        let rank = batch.len();
-        let (sa, sb) = (broadcast_strides(a_batch, rank), broadcast_strides(b_batch, rank));
-        // A batched `a` against one shared `b` is one tall product (the transformer case).
-        let a_full = a_batch.iter().product::<usize>() == batches;
-        if sb.iter().all(|&s| s == 0) && a_full {
-            let g = Gemm { m: batches * m, k, n, a: (a, 0, k, 1), b: (b, 0, n, 1) };
-            return g.run(1.0, 0.0, c, 0, n);
-        }
-        let mut result = Ok(());
-        let (mat_a, mat_b) = (m * k, k * n);
-        for_each_broadcast(&batch, [&sa, &sb], |i, [oa, ob]| {
-            if result.is_ok() {
-                let g = Gemm { m, k, n, a: (a, oa * mat_a, k, 1), b: (b, ob * mat_b, n, 1) };
-                result = g.run(1.0, 0.0, c, i * m * n, n);
-            }
-        });
-        result
+        with_f32_output(&mut outputs[0], |c| matmul_f32(a, b, c, out_dims, [a_batch, b_batch], &batch, [m, k, n]))
     }
+}
+
+/// MatMul's f32 product of the matrix views of `a` and `b` (batch dims `a_batch` and `b_batch`,
+/// broadcast to `batch`; matrices `m x k` and `k x n`) into `c`.
+fn matmul_f32(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    out_dims: &[usize],
+    [a_batch, b_batch]: [&[usize]; 2],
+    batch: &[usize],
+    [m, k, n]: [usize; 3],
+) -> Result<(), OpError> {
+    let batches: usize = batch.iter().product();
+    if batches.checked_mul(m).and_then(|x| x.checked_mul(n)) != Some(c.len()) {
+        return Err(OpError::eval(format!("MatMul output {out_dims:?} does not match the operands")));
+    }
+    let rank = batch.len();
+    let (sa, sb) = (broadcast_strides(a_batch, rank), broadcast_strides(b_batch, rank));
+    // A batched `a` against one shared `b` is one tall product (the transformer case).
+    let a_full = a_batch.iter().product::<usize>() == batches;
+    if sb.iter().all(|&s| s == 0) && a_full {
+        let g = Gemm { m: batches * m, k, n, a: (a, 0, k, 1), b: (b, 0, n, 1) };
+        return g.run(1.0, 0.0, c, 0, n);
+    }
+    let mut result = Ok(());
+    let (mat_a, mat_b) = (m * k, k * n);
+    for_each_broadcast(batch, [&sa, &sb], |i, [oa, ob]| {
+        if result.is_ok() {
+            let g = Gemm { m, k, n, a: (a, oa * mat_a, k, 1), b: (b, ob * mat_b, n, 1) };
+            result = g.run(1.0, 0.0, c, i * m * n, n);
+        }
+    });
+    result
 }
 
 /// `(batch dims, rows, cols)` of a rank ≥ 2 shape.
@@ -211,28 +284,35 @@ fn split2(d: &[usize]) -> (&[usize], usize, usize) {
     (&d[..r - 2], d[r - 2], d[r - 1])
 }
 
-/// `Gemm`: `Y = alpha * A' · B' + beta * C`, `A'`/`B'` optionally transposed, C broadcast to `(M, N)`.
+/// `Gemm`: `Y = alpha * A' · B' + beta * C`, `A'`/`B'` optionally transposed, C broadcast to `(M, N)`;
+/// `out` as [`product_type`] says (C is of the output's type).
 #[derive(Debug)]
 struct GemmOp {
     alpha: f32,
     beta: f32,
     trans_a: bool,
     trans_b: bool,
+    out: Option<DType>,
 }
 
 fn build_gemm(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    let flag = |name: &str| -> Result<bool, OpError> {
-        match ctx.int_or(name, 0)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            other => Err(OpError::attribute(name, format!("must be 0 or 1, found {other}"))),
-        }
-    };
-    let (trans_a, trans_b) = (flag("transA")?, flag("transB")?);
-    Ok(Box::new(GemmOp { alpha: ctx.float_or("alpha", 1.0)?, beta: ctx.float_or("beta", 1.0)?, trans_a, trans_b }))
+    Ok(Box::new(GemmOp::parse(ctx)?))
 }
 
 impl GemmOp {
+    /// Gemm of the attributes in `ctx`.
+    fn parse(ctx: &NodeCtx<'_>) -> Result<GemmOp, OpError> {
+        let flag = |name: &str| -> Result<bool, OpError> {
+            match ctx.int_or(name, 0)? {
+                0 => Ok(false),
+                1 => Ok(true),
+                other => Err(OpError::attribute(name, format!("must be 0 or 1, found {other}"))),
+            }
+        };
+        let (trans_a, trans_b) = (flag("transA")?, flag("transB")?);
+        Ok(GemmOp { alpha: ctx.float_or("alpha", 1.0)?, beta: ctx.float_or("beta", 1.0)?, trans_a, trans_b, out: None })
+    }
+
     /// `(M, K)` and `(K, N)` of the (transposed) operands' shapes.
     fn mkn<T: Clone>(&self, a: &[T], b: &[T]) -> ((T, T), (T, T)) {
         let ma = if self.trans_a { (a[1].clone(), a[0].clone()) } else { (a[0].clone(), a[1].clone()) };
@@ -266,8 +346,10 @@ impl Op for GemmOp {
                 slots.push(Slot::In(2));
             }
             slots.push(Slot::Out(0));
+            let out = product_type("Gemm", a.dtype, b.dtype, self.out)?;
+            let kernel = GemmKernel::f32(self.alpha.to_bits(), self.beta.to_bits(), bias.is_some());
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                GemmKernel { alpha_bits: self.alpha.to_bits(), beta_bits: self.beta.to_bits(), bias: bias.is_some() },
+                kernel.with_types(a.dtype, out),
                 vec![ext(m), ext(n), ext(k), 0, a_rs, a_cs, b_rs, b_cs, c_rs, c_cs],
                 Work::Tiles { m: m as u64, n: n as u64, batch: 1 },
                 slots,
@@ -277,15 +359,16 @@ impl Op for GemmOp {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?.ty, inputs.req(1)?.ty);
-        require_f32("Gemm", a.dtype)?;
-        require_f32("Gemm", b.dtype)?;
+        let out = product_type("Gemm", a.dtype, b.dtype, self.out)?;
         if a.rank() != 2 || b.rank() != 2 {
             return Err(OpError::infer(format!("Gemm takes 2-D A and B, found {a} and {b}")));
         }
         let ((m, ka), (kb, n)) = self.mkn(&a.dims, &b.dims);
         check_inner("Gemm", &ka, &kb)?;
         if let Some(c) = inputs.get(2) {
-            require_f32("Gemm", c.ty.dtype)?;
+            if c.ty.dtype != out {
+                return Err(OpError::infer(format!("Gemm's C must be {out} like its output, not {}", c.ty.dtype)));
+            }
             if c.ty.rank() > 2 {
                 return Err(OpError::infer(format!("Gemm's C must have rank at most 2, found {}", c.ty)));
             }
@@ -301,7 +384,7 @@ impl Op for GemmOp {
                 }
             }
         }
-        Ok(vec![ValueType::new(DType::F32, vec![m, n])])
+        Ok(vec![ValueType::new(out, vec![m, n])])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
@@ -313,31 +396,36 @@ impl Op for GemmOp {
         if k != kb {
             return Err(OpError::eval(format!("Gemm: inner extents differ ({:?} x {:?})", a.dims, b.dims)));
         }
-        let y = outputs[0].f32s()?;
-        if m.checked_mul(n) != Some(y.len()) {
-            return Err(OpError::eval("Gemm output does not match the operands"));
-        }
-        let mut beta = 0.0;
-        if let Some(c) = inputs.get(2)
-            && self.beta != 0.0
-        {
-            let (cd, cv) = (c.dims, c.f32s()?);
-            if cd.len() > 2 || broadcast_concrete(cd, &[m, n])? != [m, n] || cd.iter().product::<usize>() != cv.len() {
-                return Err(OpError::eval(format!("Gemm's C {cd:?} does not broadcast to [{m}, {n}]")));
+        let c = match inputs.get(2) {
+            Some(c) if self.beta != 0.0 => Some((c.dims, c.floats()?)),
+            _ => None,
+        };
+        let (a, b) = (a.floats()?, b.floats()?);
+        with_f32_output(&mut outputs[0], |y| {
+            if m.checked_mul(n) != Some(y.len()) {
+                return Err(OpError::eval("Gemm output does not match the operands"));
             }
-            let sc = broadcast_strides(cd, 2);
-            for (i, row) in y.chunks_exact_mut(n.max(1)).enumerate().take(m) {
-                for (j, v) in row.iter_mut().enumerate() {
-                    *v = cv[i * sc[0] + j * sc[1]];
+            let mut beta = 0.0;
+            if let Some((cd, cv)) = &c {
+                if cd.len() > 2
+                    || broadcast_concrete(cd, &[m, n])? != [m, n]
+                    || cd.iter().product::<usize>() != cv.len()
+                {
+                    return Err(OpError::eval(format!("Gemm's C {cd:?} does not broadcast to [{m}, {n}]")));
                 }
+                let sc = broadcast_strides(cd, 2);
+                for (i, row) in y.chunks_exact_mut(n.max(1)).enumerate().take(m) {
+                    for (j, v) in row.iter_mut().enumerate() {
+                        *v = cv[i * sc[0] + j * sc[1]];
+                    }
+                }
+                beta = self.beta;
             }
-            beta = self.beta;
-        }
-        let (a, b) = (a.f32s()?, b.f32s()?);
-        // A row-major (r, c) matrix read transposed swaps its strides.
-        let sa = if self.trans_a { (1, m) } else { (k, 1) };
-        let sb = if self.trans_b { (1, k) } else { (n, 1) };
-        Gemm { m, k, n, a: (a, 0, sa.0, sa.1), b: (b, 0, sb.0, sb.1) }.run(self.alpha, beta, y, 0, n)
+            // A row-major (r, c) matrix read transposed swaps its strides.
+            let sa = if self.trans_a { (1, m) } else { (k, 1) };
+            let sb = if self.trans_b { (1, k) } else { (n, 1) };
+            Gemm { m, k, n, a: (&a, 0, sa.0, sa.1), b: (&b, 0, sb.0, sb.1) }.run(self.alpha, beta, y, 0, n)
+        })
     }
 }
 
@@ -371,6 +459,45 @@ mod tests {
         let dot = run_op("MatMul", 13, &Attributes::default(), &[Some(&v), Some(&v)]).unwrap();
         assert_eq!(dot[0].dims(), &[] as &[usize]);
         assert_eq!(values(&dot[0]), &[2.0]);
+    }
+
+    #[test]
+    fn half_products_accumulate_in_f32_and_round_their_output_once() {
+        let half = |dims: &[usize], v: &[f32], d: DType| f32s(dims, v).narrowed(d).unwrap();
+        // 2049 = 2048 + 1 is not an f16; the sum 2048 + 0.5 + 0.5 + 1 is, exactly, in f32 accumulation.
+        for d in [DType::F16, DType::BF16] {
+            let a = half(&[1, 4], &[2048.0, 0.5, 0.5, 1.0], d);
+            let b = half(&[4, 1], &[1.0; 4], d);
+            let out = run_op("MatMul", 13, &Attributes::default(), &[Some(&a), Some(&b)]).unwrap();
+            assert_eq!(out[0].dtype(), d);
+            let want = if d == DType::F16 { 2050.0 } else { 2048.0 };
+            assert_eq!(out[0].to_f32s().unwrap(), [want], "{d}: 2050 rounded once to the output type");
+            // Writing f32, the precision pass's form, keeps the exact sum.
+            let mixed = super::half_product_writing_f32("MatMul", &Attributes::default()).unwrap();
+            let out = crate::ops::evaluate::evaluate(mixed.as_ref(), &[Some(&a), Some(&b)], 16).unwrap();
+            assert_eq!((out[0].dtype(), values(&out[0])), (DType::F32, &[2050.0f32][..]));
+        }
+        let gemm = super::half_product_writing_f32("Gemm", &Attributes::default()).unwrap();
+        let (a, b) = (half(&[1, 2], &[1.0, 2.0], DType::F16), half(&[2, 1], &[3.0, 4.0], DType::F16));
+        let c = f32s(&[1], &[0.25]);
+        let out = crate::ops::evaluate::evaluate(gemm.as_ref(), &[Some(&a), Some(&b), Some(&c)], 16).unwrap();
+        assert_eq!(values(&out[0]), [11.25], "the f32 bias adds in f32");
+    }
+
+    #[test]
+    fn products_of_mixed_or_integer_operands_are_refused() {
+        let f = f32s(&[2, 2], &[1.0; 4]);
+        let h = f.clone().narrowed(DType::F16).unwrap();
+        let bf = f.clone().narrowed(DType::BF16).unwrap();
+        let i = crate::tensor::Tensor::from_i64s(vec![1, 2, 3, 4]).reshaped(vec![2, 2]).unwrap();
+        for (a, b) in [(&f, &h), (&h, &bf), (&i, &i)] {
+            let err = run_op("MatMul", 13, &Attributes::default(), &[Some(a), Some(b)]).unwrap_err();
+            assert!(err.to_string().contains("two f32, two f16 or two bf16"), "{err}");
+        }
+        let c16 = h.clone();
+        let gemm = super::half_product_writing_f32("Gemm", &Attributes::default()).unwrap();
+        let err = crate::ops::evaluate::evaluate(gemm.as_ref(), &[Some(&h), Some(&h), Some(&c16)], 16).unwrap_err();
+        assert!(err.to_string().contains("Gemm's C must be f32"), "{err}");
     }
 
     #[test]

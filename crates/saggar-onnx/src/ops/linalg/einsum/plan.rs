@@ -170,7 +170,7 @@ impl EinsumPlan {
             meta.extend(g.batch.iter().map(|b| ext(b.2)));
             let batch: usize = g.batch.iter().map(|b| b.0).product();
             return Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                GemmKernel { alpha_bits: 1f32.to_bits(), beta_bits: 0, bias: false },
+                GemmKernel::f32(1f32.to_bits(), 0, false),
                 meta,
                 Work::Tiles { m: g.m as u64, n: g.n as u64, batch: batch as u64 },
                 vec![Slot::In(g.a), Slot::In(1 - g.a), Slot::Out(0)],

@@ -1,0 +1,164 @@
+//! Mixed precision for f32 models: their matrix products on tensor cores, in f16 or bf16.
+//!
+//! On the imported graph, before its weights are packed, every MatMul and Gemm whose `B` is a
+//! constant f32 tensor (a layer's weights) and whose `A` is f32, and every one-group Conv with
+//! constant f32 weights (the convolutions that run as im2col and a GEMM), unless the keep list names
+//! it or its op type, becomes a product of half operands accumulated and written in f32
+//! ([`crate::ops::linalg::half_product_writing_f32`], [`crate::ops::conv::half_conv_writing_f32`]):
+//! - `B` is rounded to the half type once, at compile time (to nearest even); the packed weights hold
+//!   only that copy when nothing else reads the f32 one;
+//! - `A` gets a `Cast` to the half type, one per activation, shared by every product reading it; the
+//!   elementwise fusion merges it into the kernel that computes `A` where that kernel is elementwise;
+//! - Gemm's `C`, Conv's bias and the output stay f32, so biases and activations add in f32.
+//!
+//! Every other op computes in f32 as before, among them the numerically sensitive ones (the
+//! statistics of normalisations, Softmax, reductions, Exp/Log/Pow, CumSum, integer and shape math).
+//! Products of two activations (attention scores) stay f32 too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use saggar_shape::DType;
+
+use crate::error::OnnxError;
+use crate::graph::ir::{Graph, Node, Value, ValueId};
+use crate::import::proto::data_type;
+use crate::ops::{self, Attribute, Attributes, NodeCtx, ValueType};
+
+/// The op types the pass converts.
+const PRODUCTS: [&str; 3] = ["MatMul", "Gemm", "Conv"];
+
+/// Checks that every entry of `keep` names a node of `graph` or an op type saggar declares, so a
+/// typo is an error rather than a setting that silently does nothing.
+pub(crate) fn check_keep_list(graph: &Graph, keep: &[String], model: &str) -> Result<(), OnnxError> {
+    let declared = ops::declared_ops();
+    for entry in keep {
+        let known = declared.contains(&entry.as_str()) || graph.nodes.iter().any(|n| n.name == *entry);
+        if !known {
+            let similar: Vec<&str> =
+                graph.nodes.iter().map(|n| n.name.as_str()).filter(|n| n.contains(entry.as_str())).take(5).collect();
+            let hint = if similar.is_empty() {
+                "list op types (LayerNormalization) or node names as the model names them (saggar check --json shows them)"
+                    .to_string()
+            } else {
+                format!("nodes whose name contains it: {}", similar.join(", "))
+            };
+            return Err(OnnxError::Precision {
+                model: model.to_string(),
+                reason: format!(
+                    "`{entry}` in the keep-fp32 list is neither an op type nor a node of the model; {hint}"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites the weight products of `graph` to `half` (f16 or bf16) operands, except those `keep`
+/// names (by node name or op type); returns how many it converted. See the module docs.
+pub(crate) fn convert_products(graph: &mut Graph, half: DType, keep: &[String]) -> Result<usize, OnnxError> {
+    let mut casts: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut halves: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut converted = 0;
+    let mut index = 0;
+    while index < graph.nodes.len() {
+        let node = &graph.nodes[index];
+        let kept = keep.iter().any(|k| *k == node.op_type || *k == node.name);
+        let Some((a, b)) = weight_product(graph, node).filter(|_| !kept) else {
+            index += 1;
+            continue;
+        };
+        let op = match node.op_type.as_str() {
+            "Conv" => ops::conv::half_conv_writing_f32(&node.attrs, graph.opset, half),
+            _ => ops::linalg::half_product_writing_f32(&node.op_type, &node.attrs),
+        };
+        let op = op.map_err(|e| OnnxError::Node {
+            node: node.name.clone(),
+            op: node.op_type.clone(),
+            opset: graph.opset,
+            source: Box::new(e),
+        })?;
+        let b_half = match halves.get(&b) {
+            Some(&id) => id,
+            None => {
+                let id = half_constant(graph, b, half)?;
+                halves.insert(b, id);
+                id
+            }
+        };
+        let a_half = match casts.get(&a) {
+            Some(&id) => id,
+            None => {
+                let (cast, id) = cast_node(graph, a, half)?;
+                graph.nodes.insert(index, cast);
+                index += 1;
+                casts.insert(a, id);
+                id
+            }
+        };
+        let node = &mut graph.nodes[index];
+        node.inputs[0] = Some(a_half);
+        node.inputs[1] = Some(b_half);
+        node.op = op;
+        converted += 1;
+        index += 1;
+    }
+    Ok(converted)
+}
+
+/// `(A, B)` of a MatMul or Gemm computing an f32 activation `A` times a constant f32 `B`, or
+/// `(X, W)` of a one-group Conv of an f32 activation with constant f32 weights.
+fn weight_product(graph: &Graph, node: &Node) -> Option<(ValueId, ValueId)> {
+    if !PRODUCTS.contains(&node.op_type.as_str()) || node.outputs.len() != 1 {
+        return None;
+    }
+    if node.op_type == "Conv" && matches!(node.attrs.get("group"), Some(Attribute::Int(g)) if *g != 1) {
+        return None;
+    }
+    let (a, b) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+    let f32_value = |id: ValueId| graph.ty(id).is_some_and(|t| t.dtype == DType::F32);
+    let b_const = graph.value(b).constant.as_ref().is_some_and(|t| t.dtype() == DType::F32);
+    let a_activation = graph.value(a).constant.is_none() && f32_value(a);
+    let out_f32 = f32_value(node.outputs[0]);
+    (b_const && a_activation && out_f32).then_some((a, b))
+}
+
+/// A new constant value holding constant `b` rounded to `half`.
+fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, OnnxError> {
+    let value = graph.value(b);
+    let name = format!("{}:{}", value.name, half);
+    let tensor = value.constant.as_ref().map(|t| (**t).clone()).ok_or_else(|| graph_error("weights", &value.name))?;
+    let tensor = tensor.narrowed(half).map_err(|e| OnnxError::Tensor { name: name.clone(), reason: e.to_string() })?;
+    let ty = value.ty.as_ref().map(|t| ValueType::new(half, t.dims.clone()));
+    Ok(graph.add_value(Value { name, ty, constant: Some(Arc::new(tensor)), dims_value: None }))
+}
+
+/// A `Cast` of activation `a` to `half`, and the value it defines.
+fn cast_node(graph: &mut Graph, a: ValueId, half: DType) -> Result<(Node, ValueId), OnnxError> {
+    let value = graph.value(a);
+    let name = format!("{}:{}", value.name, half);
+    let dims = value.ty.as_ref().map(|t| t.dims.clone()).ok_or_else(|| graph_error("activation", &value.name))?;
+    let out = graph.add_value(Value {
+        name: name.clone(),
+        ty: Some(ValueType::new(half, dims)),
+        constant: None,
+        dims_value: None,
+    });
+    let mut attrs = Attributes::default();
+    attrs.set("to", Attribute::Int(i64::from(onnx_code(half))));
+    let entry = ops::lookup("Cast", graph.opset).ok_or_else(|| graph_error("Cast", &name))?;
+    let op = (entry.build)(&mut NodeCtx::new(&attrs, graph.opset, 1, 1))
+        .map_err(|e| OnnxError::Graph { reason: format!("the precision pass's Cast of `{name}`: {e}") })?;
+    let node =
+        Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(a)], outputs: vec![out], op: Arc::from(op) };
+    Ok((node, out))
+}
+
+/// The ONNX `TensorProto` element type code of a half precision.
+fn onnx_code(half: DType) -> i32 {
+    if half == DType::BF16 { data_type::BFLOAT16 } else { data_type::FLOAT16 }
+}
+
+fn graph_error(what: &str, name: &str) -> OnnxError {
+    OnnxError::Graph { reason: format!("the precision pass found {what} `{name}` without a type") }
+}
