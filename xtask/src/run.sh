@@ -351,5 +351,32 @@ else
   echo "== scaling: skipped (opt-in with SAGGAR_SCALING=1; needs 2 or more GPUs, bin/saggar and zoo/scaling.py)"
 fi
 
+# Mixed precision (peers/precision.py, benches/peers/README.md): BERT-base and GPT-2 (seq 128) and ResNet-50
+# (224x224) at batch 32, exported once in f32 from the zoo's builders, on GPU 0 in one process: saggar perf
+# --precision fp32/tf32/fp16/bf16, PyTorch f32 (TF32 off)/fp16/bf16 with CUDA graphs and one packed copy each
+# way, ONNX Runtime's CUDA provider f32/fp16 (run() and IO binding with a CUDA graph), on the same file and
+# inputs; each half system's error against PyTorch f32 and the targets (PASS/MISS) into REPORT_DIR/precision.md,
+# every figure into REPORT_DIR/precision/*.json. ONNX Runtime runs where python3 imports onnxruntime with its
+# CUDAExecutionProvider (onnxruntime-gpu, e.g. on PYTHONPATH), else it is reported skipped. Opt-in:
+# SAGGAR_PRECISION=1; SAGGAR_PRECISION_MODELS (default bert-base,gpt2,resnet50), SAGGAR_PRECISION_BATCH (32),
+# SAGGAR_PRECISION_REQUESTS (200 per system). Budget: about 6 minutes on an H100 (estimated; not yet timed there).
+if [ "${SAGGAR_PRECISION:-0}" = 1 ] && [ "$ngpu" -gt 0 ] && [ -x "$here/bin/saggar" ] && [ -f "$here/peers/precision.py" ] \
+  && CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch, onnx; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  precision_started=$(date +%s)
+  precision_work=$(mktemp -d "${TMPDIR:-/tmp}/saggar-precision.XXXXXX")
+  mkdir -p "$report/precision"
+  set -- python3 "$here/peers/precision.py" --saggar "$here/bin/saggar" --out "$report/precision" \
+    --md "$report/precision.md" --work "$precision_work" --models "${SAGGAR_PRECISION_MODELS:-bert-base,gpt2,resnet50}" \
+    --batch "${SAGGAR_PRECISION_BATCH:-32}" --requests "${SAGGAR_PRECISION_REQUESTS:-200}"
+  echo "CUDA_VISIBLE_DEVICES=0 $*" > "$report/precision/command.txt"
+  echo "== precision: $*"
+  CUDA_VISIBLE_DEVICES=0 "$@" > "$report/logs/precision.log" 2>&1 || { status=1; tail -5 "$report/logs/precision.log" | sed 's/^/   /'; }
+  grep '^precision: ' "$report/logs/precision.log" | sed 's/^/   /'
+  echo "   precision step: $(( $(date +%s) - precision_started )) s; table in $report/precision.md"
+  rm -rf "$precision_work"
+else
+  echo "== precision: skipped (opt-in with SAGGAR_PRECISION=1; needs a GPU, bin/saggar, peers/precision.py and python3 with torch+CUDA and onnx)"
+fi
+
 python3 "$here/report.py" "$report" || status=1
 exit $status
