@@ -15,11 +15,11 @@ decoder models off) at --batch rows (default 32):
             every system's outputs are measured against
   saggar    `saggar perf --onnx MODEL --backend cuda --load-inputs DIR --buckets list:B --graphs on
             --binding pinned --precision P` for P in fp32, tf32, fp16, bf16, in a subprocess bounded by
-            --saggar-timeout: p50 from its JSON, its outputs from --export-outputs, and for tf32, fp16 and
-            bf16 its own accuracy check (--verify 1: JSON verify.accuracy, against its strict-f32 host
-            evaluation, which at batch 32 takes seconds, so fp32 runs --verify 0: its figure against
-            PyTorch is the one below). A precision the binary has no flag for, or refuses with a usage
-            error, is `skipped` with the CLI's message
+            --saggar-timeout: p50 from its JSON, its outputs from --export-outputs (compared with the
+            reference below), and with --saggar-verify N its own check of N requests (JSON
+            verify.accuracy, against its strict-f32 host evaluation, seconds each at batch 32; 0 by
+            default). A precision the binary has no flag for, or refuses with a usage error, is
+            `skipped` with the CLI's message
   torch     the module in f32 (TF32 off), fp16 (.half()) and bf16 (.to(torch.bfloat16)), each as
             onnx_peers.py's expert `graphs` variant: the request's inputs packed into ONE pinned buffer,
             ONE copy to the device, one CUDA graph replay (which casts the f32 inputs to the half type and
@@ -329,7 +329,7 @@ def saggar_system(args, has_flag, precision, model, inputs_dir, work, name):
     cmd = [args.saggar, "perf", "--onnx", model, "--backend", "host" if args.device == "cpu" else "cuda",
            "--load-inputs", inputs_dir, "--buckets", f"list:{args.batch}", "--max-batch", str(args.batch),
            "--requests", str(args.requests), "--warmup-runs", str(args.warmup), "--graphs", "on",
-           "--binding", "pinned", "--verify", "0" if precision == "fp32" else "1",
+           "--binding", "pinned", "--verify", str(args.saggar_verify),
            "--cache-dir", os.path.join(work, "saggar-cache"),
            "--export-outputs", exported, "--quiet", "--json", report]
     if has_flag:
@@ -592,6 +592,9 @@ def main():
                    + ", ".join(SYSTEMS) + "]")
     p.add_argument("--seed", type=int, default=7, help="weights from SEED, inputs from SEED + 1 (the zoo's)")
     p.add_argument("--saggar-timeout", type=float, default=300.0, help="seconds for one `saggar perf` run")
+    p.add_argument("--saggar-verify", type=int, default=0,
+                   help="requests `saggar perf` checks against its strict-f32 evaluation on the host (seconds each "
+                        "at batch 32; the script compares every system with PyTorch f32 itself)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="the card's dense fp16 TFLOP/s (H100, H200: 989)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: the smoke test, no GPU needed")
     p.add_argument("--tiny", action="store_true", help="the zoo's tiny configurations (smoke test)")

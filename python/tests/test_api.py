@@ -165,3 +165,14 @@ def test_devices_on_the_host_provider_are_ignored(tmp_path):
     opts.cache_dir = os.fspath(tmp_path)
     session = saggar.InferenceSession(str(model_path("mlp")), opts, providers=["CPUExecutionProvider"])
     assert session.run(None, {"x": np.ones((2, 128), np.float32)})[0].shape == (2, 10)
+
+
+@pytest.mark.parametrize("precision, bound", [("fp16", 3e-2), ("bf16", 1.5e-1)])
+def test_half_precisions_round_the_products_within_their_tolerance(precision, bound):
+    strict = session_of("mlp")
+    half = session_of("mlp", precision=precision)
+    x = np.linspace(-2, 2, 4 * 128, dtype=np.float32).reshape(4, 128)
+    want, got = strict.run(None, {"x": x})[0], half.run(None, {"x": x})[0]
+    assert got.dtype == np.float32, "inputs and outputs stay f32"
+    err = float(np.max(np.abs(got - want)))
+    assert 0 < err < bound * max(1.0, float(np.max(np.abs(want)))), err

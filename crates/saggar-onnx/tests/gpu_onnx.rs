@@ -80,3 +80,11 @@ fn half_precision_models_match_the_host_on_cuda() {
     };
     gpu_common::check_half_models::<CudaBackend>(device);
 }
+
+#[test]
+fn reduced_precisions_match_the_host_on_cuda() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("reduced_precisions_match_the_host_on_cuda") else {
+        return;
+    };
+    gpu_common::precision::check_precisions::<CudaBackend>(device);
+}

@@ -80,3 +80,11 @@ fn half_precision_models_match_the_host_on_hip() {
     };
     gpu_common::check_half_models::<HipBackend>(device);
 }
+
+#[test]
+fn reduced_precisions_match_the_host_on_hip() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("reduced_precisions_match_the_host_on_hip") else {
+        return;
+    };
+    gpu_common::precision::check_precisions::<HipBackend>(device);
+}

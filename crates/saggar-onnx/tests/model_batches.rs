@@ -22,3 +22,9 @@ fn half_precision_models_match_the_host_on_host_sessions() {
     let device = gpu_common::open_or_skip::<HostBackend>("host").expect("the host backend always opens");
     gpu_common::check_half_models::<HostBackend>(device);
 }
+
+#[test]
+fn reduced_precisions_match_the_host_on_host_sessions() {
+    let device = gpu_common::open_or_skip::<HostBackend>("host").expect("the host backend always opens");
+    gpu_common::precision::check_precisions::<HostBackend>(device);
+}

@@ -18,6 +18,8 @@ use support::{MODELS, Request, assert_close, data_sets, model_dir, owned_to_tens
 #[path = "../seq_common/mod.rs"]
 pub mod sequence;
 
+pub mod precision;
+
 /// Opens device 0 of `B`, or prints why the test is skipped.
 pub fn open_or_skip<B: Backend>(test: &str) -> Option<B::Device> {
     match B::enumerate().and_then(|_| B::open(0)) {
