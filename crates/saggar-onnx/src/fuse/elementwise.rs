@@ -131,10 +131,12 @@ pub(crate) fn chain_function(group: &FusedGroup, used: &[usize]) -> Option<Strin
 
 /// `(name, C++ definitions)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
 ///
-/// The nodes are one `__device__` function of the loaded inputs ([`chain_function`]). When every input and the output are `f32`, the kernel first tests whether
-/// this launch is contiguous (every used input the output's shape or a scalar, whole four-element
-/// vectors, 16-byte aligned pointers) and then moves four elements a thread a step with vector
-/// loads and stores: a thread keeps 16 bytes of each input in flight instead of 4, which is what a
+/// The nodes are one `__device__` function of the loaded inputs ([`chain_function`]). When every
+/// input and the output are floating point (`f32`, `f16`, `bf16`: a chain ending in a cast to half
+/// precision included), the kernel first tests whether this launch is contiguous (every used input
+/// the output's shape or a scalar, whole four-element vectors, 16-byte aligned pointers) and then
+/// moves four elements a thread a step with vector loads and stores (`float4`, or `ushort4` for half
+/// bits): a thread keeps four elements of each input in flight instead of one, which is what a
 /// memory-bound chain (GELU over a transformer's FFN activations) waits on. Otherwise the thread
 /// reads one element a step at the offsets its broadcast modes give.
 pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
@@ -142,7 +144,7 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     let used = used_inputs(group);
     let out_type = ctype(last.out)?;
     let args: Vec<String> = used.iter().map(|k| format!("a{k}")).collect();
-    let vector = used.iter().all(|&k| group.inputs[k] == DType::F32) && last.out == DType::F32;
+    let vector = used.iter().all(|&k| vector_type(group.inputs[k]).is_some()) && vector_type(last.out).is_some();
     let vector_path = if vector { vector_path(group, &used) } else { String::new() };
     // NAME stands for the kernel's name, which hashes this text.
     let text = format!(
@@ -156,7 +158,17 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     Some((name.clone(), text.replace("NAME", &name)))
 }
 
-/// The contiguous four-element path of [`fused_kernel`] for an all-`f32` group reading `used`.
+/// The four-element vector type of a floating-point element type and its constructor (`None`: the
+/// type has no vector path).
+fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
+    match d {
+        DType::F32 => Some(("float4", "make_float4")),
+        DType::F16 | DType::BF16 => Some(("ushort4", "make_ushort4")),
+        _ => None,
+    }
+}
+
+/// The contiguous four-element path of [`fused_kernel`] for a floating-point group reading `used`.
 fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
     let externals = group.inputs.len();
     let mut text = format!(
@@ -167,20 +179,23 @@ fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
     let mut loads = String::new();
     for &k in used {
         let m = 2 * k;
+        let (v4, make) = vector_type(group.inputs[k]).unwrap_or(("float4", "make_float4"));
         let _ = writeln!(text, "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && onnx_aligned16(in{k})));");
         let _ = writeln!(
             loads,
-            "      const float4 x{k} = fm[{m}] == 1 ? ((const float4*)in{k})[q] : make_float4(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
+            "      const {v4} x{k} = fm[{m}] == 1 ? ((const {v4}*)in{k})[q] : {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
         );
     }
+    let out = group.nodes.last().map_or(DType::F32, |n| n.out);
+    let (out4, _) = vector_type(out).unwrap_or(("float4", "make_float4"));
     text.push_str("  if (vec) {\n    ONNX_LOOP(q, meta[1] >> 2) {\n");
     text.push_str(&loads);
-    text.push_str("      float4 r;\n");
+    let _ = writeln!(text, "      {out4} r;");
     for c in ["x", "y", "z", "w"] {
         let args: Vec<String> = used.iter().map(|k| format!("x{k}.{c}")).collect();
         let _ = writeln!(text, "      r.{c} = NAME_v({});", args.join(", "));
     }
-    text.push_str("      ((float4*)out)[q] = r;\n    }\n    return;\n  }\n");
+    let _ = writeln!(text, "      (({out4}*)out)[q] = r;\n    }}\n    return;\n  }}");
     text
 }
 
@@ -208,8 +223,12 @@ mod tests {
         assert!(text.contains("const onnx_i64* fm = meta + 2 + 3 * rank;"), "{text}");
         assert!(text.contains("case 2: o1 = n32 ? (onnx_i64)((unsigned)i % (unsigned)fm[3]) : i % fm[3];"), "{text}");
         assert_eq!(fused_kernel(&group).unwrap().0, name, "deterministic");
+        let cast = FusedNode { expr: "onnx_f32_to_f16($0)".into(), operands: vec![Some(Err(1))], out: DType::F16 };
+        let half = FusedGroup { nodes: [group.nodes.clone(), vec![cast]].concat(), ..group.clone() };
+        let (_, text) = fused_kernel(&half).unwrap();
+        assert!(text.contains("const float4 x0 = ") && text.contains("((ushort4*)out)[q] = r;"), "{text}");
         let mixed = FusedGroup { inputs: vec![DType::F32, DType::I64], ..group };
         let (_, text) = fused_kernel(&mixed).unwrap();
-        assert!(!text.contains("float4"), "only all-f32 chains move four elements at once: {text}");
+        assert!(!text.contains("float4"), "only floating-point chains move four elements at once: {text}");
     }
 }

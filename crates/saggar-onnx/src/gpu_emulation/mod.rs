@@ -51,6 +51,8 @@ alignas(16) static float saggar_dynamic_shared[49152 / 4];
 #define ONNX_BOUNDS(threads, blocks)
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct alignas(8) ushort4 { unsigned short x, y, z, w; };
+inline ushort4 make_ushort4(unsigned short x, unsigned short y, unsigned short z, unsigned short w) { return {x, y, z, w}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 "#;

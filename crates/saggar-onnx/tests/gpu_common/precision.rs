@@ -38,12 +38,17 @@ pub fn check_precisions<B: Backend>(device: B::Device) {
             let s = super::session::<B>(&device, compiler, name);
             let (mut vs_host, mut vs_f32) = (0f32, 0f32);
             for run in 0..2 {
-                let outputs = s.run(&request.host()).unwrap_or_else(|e| panic!("FAIL {name} {precision} run {run}: {e}"));
+                let outputs =
+                    s.run(&request.host()).unwrap_or_else(|e| panic!("FAIL {name} {precision} run {run}: {e}"));
                 for (k, o) in outputs.iter().enumerate() {
                     let got = owned_to_tensor(o);
                     let (_, rel_host) = errors(&got, &host[k]);
                     let (_, rel_f32) = errors(&got, &strict[k]);
-                    assert!(rel_host <= same, "FAIL {name} {precision} output {k} on {:?}: {rel_host} from the host", B::KIND);
+                    assert!(
+                        rel_host <= same,
+                        "FAIL {name} {precision} output {k} on {:?}: {rel_host} from the host",
+                        B::KIND
+                    );
                     assert!(rel_f32 <= f32_bound, "FAIL {name} {precision} output {k}: {rel_f32} from strict f32");
                     (vs_host, vs_f32) = (vs_host.max(rel_host), vs_f32.max(rel_f32));
                 }

@@ -76,7 +76,12 @@ __device__ inline float onnx_row_sum(float v, float* sh) {
     __syncthreads(); } \
   v = sh[0]; __syncthreads(); }
 // Half precisions are bits in memory; Cast converts through f32 (exactly one way, rounding to
-// nearest even the other, as the host's `half` crate does).
+// nearest even the other, as the host's `half` crate does; NaN payloads may differ on CUDA).
+#if defined(__CUDACC__) && !defined(__HIPCC_RTC__) && !defined(__HIP_PLATFORM_AMD__)
+// CUDA: the hardware conversions (round to nearest even; a NaN becomes the canonical 0x7fff).
+__device__ inline float onnx_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ inline unsigned short onnx_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#else
 __device__ inline float onnx_f16_to_f32(unsigned short h) {
   const unsigned sign = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
   if (e == 0) { const float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }
@@ -91,6 +96,7 @@ __device__ inline unsigned short onnx_f32_to_f16(float f) {
   const unsigned h = (ax >> 13) - (112u << 10), rem = ax & 0x1fffu;
   return (unsigned short)(sign | (h + ((rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ? 1u : 0u)));
 }
+#endif
 __device__ inline float onnx_bf16_to_f32(unsigned short h) { return __int_as_float((int)((unsigned)h << 16)); }
 __device__ inline unsigned short onnx_f32_to_bf16(float f) {
   const unsigned x = (unsigned)__float_as_int(f);
