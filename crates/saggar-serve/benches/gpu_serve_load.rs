@@ -13,8 +13,8 @@
 //!
 //! Flags: `--json PATH`, `--seconds S` per phase (default 15), `--clients N` (64), `--delay-us D`
 //! (max_queue_delay_microseconds, 100), `--instances N` (instance_group count, 2), `--precision
-//! f32|tf32` (f32), `--backend auto|host|cuda`, `--devices N` (the model's sessions on devices 0..N,
-//! 1).
+//! fp32|tf32|fp16|bf16` (fp32), `--backend auto|host|cuda`, `--devices N` (the model's sessions on
+//! devices 0..N, 1).
 
 #[path = "../tests/common/grpc.rs"]
 mod grpc_client;

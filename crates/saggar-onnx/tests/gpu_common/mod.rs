@@ -224,14 +224,20 @@ fn max_error(got: &Tensor, want: &Tensor) -> f32 {
     }
 }
 
+/// Checked-in model `name` and the inputs of its data set of the largest batch.
+fn with_largest_set(name: &str) -> (OnnxModel, Vec<Tensor>) {
+    let dir = model_dir(name);
+    let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+    let (inputs, _) = data_sets(&dir).into_iter().max_by_key(|(i, _)| i[0].dims()[0]).expect("a data set");
+    (model, inputs)
+}
+
 /// Every model with its GEMMs through BLAS-Lt and through the generated kernel, graphs captured and
 /// replayed, against the host backend (whose plan runs the same BLAS steps through the host GEMM);
 /// prints one PASS line per model and engine with the largest error.
 pub fn check_blas_against_generated<B: Backend>(device: B::Device) {
     for name in MODELS {
-        let dir = model_dir(name);
-        let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
-        let (inputs, _) = data_sets(&dir).into_iter().max_by_key(|(i, _)| i[0].dims()[0]).expect("a data set");
+        let (model, inputs) = with_largest_set(name);
         let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
         let request = Request::new(&names, &inputs);
         let host = run_on_host(&OnnxCompiler::new(model.clone(), OnnxOptions::default()), &inputs).unwrap();

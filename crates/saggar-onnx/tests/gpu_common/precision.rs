@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use saggar_device::Backend;
-use saggar_onnx::{OnnxCompiler, OnnxModel, OnnxOptions, Precision, Tensor, run_on_host};
+use saggar_onnx::{OnnxCompiler, OnnxOptions, Precision, Tensor, run_on_host};
 
-use super::support::{MODELS, Request, data_sets, model_dir, owned_to_tensor};
+use super::support::{MODELS, Request, owned_to_tensor};
 
 /// `max |got - want|` and that over `max |want|`.
 fn errors(got: &Tensor, want: &Tensor) -> (f32, f32) {
@@ -19,11 +19,10 @@ fn errors(got: &Tensor, want: &Tensor) -> (f32, f32) {
     (abs, abs / scale.max(1e-30))
 }
 
+/// See the module docs.
 pub fn check_precisions<B: Backend>(device: B::Device) {
     for name in MODELS {
-        let dir = model_dir(name);
-        let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
-        let (inputs, _) = data_sets(&dir).into_iter().max_by_key(|(i, _)| i[0].dims()[0]).expect("a data set");
+        let (model, inputs) = super::with_largest_set(name);
         let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
         let request = Request::new(&names, &inputs);
         let strict = run_on_host(&OnnxCompiler::new(model.clone(), OnnxOptions::default()), &inputs).unwrap();
