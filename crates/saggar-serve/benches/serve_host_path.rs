@@ -21,7 +21,6 @@
 //! Flags: `--rounds N` (default 20).
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::sync::Arc;

@@ -35,6 +35,7 @@ pub mod metrics;
 mod model;
 pub mod pbtxt;
 pub mod repository;
+mod runner;
 mod server;
 mod state;
 pub mod tensor;
