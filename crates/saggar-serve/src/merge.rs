@@ -5,7 +5,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use saggar_dispatch::OwnedTensor;
+use saggar_dispatch::{HostTensor, OwnedTensor};
 use saggar_shape::DType;
 
 use crate::error::{Result, ServeError};
@@ -133,9 +133,10 @@ impl Layout {
             .collect()
     }
 
-    /// Each job's outputs (those it asked for, in the order asked) from the batch's: its rows, and
-    /// a padded axis sliced to its extent. One copy, from wherever the batch's outputs are.
-    pub fn split(&self, outputs: &[OutputView<'_>], parts: &[Part<'_>]) -> Result<Vec<Vec<OwnedTensor>>> {
+    /// Each job's outputs (those it asked for, in the order asked) from the batch's, borrowed from
+    /// wherever they are (the session's pinned read-back buffer, or tensors it returned): its rows,
+    /// and a padded axis sliced to its extent. One copy.
+    pub fn split(&self, outputs: &[HostTensor<'_>], parts: &[Part<'_>]) -> Result<Vec<Vec<OwnedTensor>>> {
         let total: u64 = parts.iter().map(|p| p.rows).sum();
         for (o, out) in outputs.iter().enumerate() {
             if self.outputs.get(o).is_some_and(|l| l.batched) && out.dims.first() != Some(&total) {
@@ -161,7 +162,7 @@ impl Layout {
 
     /// Output `o`'s part of one job: rows `first_row..` of a batched output (all of it otherwise),
     /// the padded axis kept to the job's extent.
-    fn cut(&self, o: usize, out: &OutputView<'_>, first_row: u64, part: &Part<'_>) -> OwnedTensor {
+    fn cut(&self, o: usize, out: &HostTensor<'_>, first_row: u64, part: &Part<'_>) -> OwnedTensor {
         let (batched, axis) = self.outputs.get(o).map_or((false, None), |l| (l.batched, l.axis));
         let mut dims = out.dims.to_vec();
         let mut bytes = out.data;
@@ -194,25 +195,9 @@ pub struct Part<'a> {
     pub outputs: &'a [usize],
 }
 
-/// A batch's output, borrowed from wherever the batch's outputs are (the session's pinned
-/// read-back buffer, or tensors it returned).
-#[derive(Debug, Clone, Copy)]
-pub struct OutputView<'a> {
-    /// Its name.
-    pub name: &'a str,
-    /// Its element type.
-    pub dtype: DType,
-    /// Its dimensions in the batch.
-    pub dims: &'a [u64],
-    /// Its bytes.
-    pub data: &'a [u8],
-}
-
-impl<'a> OutputView<'a> {
-    /// A view of a tensor the session returned.
-    pub fn of(t: &'a OwnedTensor) -> OutputView<'a> {
-        OutputView { name: &t.name, dtype: t.dtype, dims: &t.dims, data: &t.data }
-    }
+/// A view of a tensor the session returned, as a batch's output for [`Layout::split`].
+pub fn view(t: &OwnedTensor) -> HostTensor<'_> {
+    HostTensor { name: &t.name, dtype: t.dtype, dims: &t.dims, data: &t.data }
 }
 
 /// The bytes of `t` padded along `target`'s axis to its extent (`t`'s own bytes without one).
@@ -291,7 +276,7 @@ mod tests {
         assert_eq!(ints(&merged[0].data), [1, 2, 3, 4, 5, 0, 6, 7, 0]);
         // An identity model: the outputs are the merged inputs.
         let out = OwnedTensor { name: "y".into(), dtype: DType::I64, dims: vec![3, 3], data: merged[0].data.clone() };
-        let split = layout.split(&[OutputView::of(&out)], &[part(1, Some(3), &[0]), part(2, Some(2), &[0])]).unwrap();
+        let split = layout.split(&[view(&out)], &[part(1, Some(3), &[0]), part(2, Some(2), &[0])]).unwrap();
         assert_eq!((split[0][0].dims.clone(), ints(&split[0][0].data)), (vec![1, 3], vec![1, 2, 3]));
         assert_eq!((split[1][0].dims.clone(), ints(&split[1][0].data)), (vec![2, 2], vec![4, 5, 6, 7]));
     }
@@ -311,7 +296,7 @@ mod tests {
         let merged = layout.merge(&[&a, &b]);
         assert_eq!((merged[0].shape.clone(), merged[1].shape.clone()), (vec![2, 2], vec![2]));
         let wrong = OwnedTensor { name: "y".into(), dtype: DType::I64, dims: vec![3, 2], data: vec![0; 48] };
-        assert!(layout.split(&[OutputView::of(&wrong)], &[part(1, None, &[0]), part(1, None, &[0])]).is_err());
+        assert!(layout.split(&[view(&wrong)], &[part(1, None, &[0]), part(1, None, &[0])]).is_err());
     }
 
     fn part(rows: u64, extent: Option<u64>, outputs: &[usize]) -> Part<'_> {
@@ -334,7 +319,7 @@ mod tests {
         assert_eq!(ints(&staging), [1, 2, 3, 0, 4, 5, 0, 0, 6, 7, 0, 0]);
         assert!(layout.write_input(0, &jobs, axis, &mut staging[8..]).is_err(), "a view of the wrong size");
         // An identity model read back from the pinned buffer's view of the real rows.
-        let view = OutputView { name: "y", dtype: DType::I64, dims: &dims[0], data: &staging };
+        let view = HostTensor { name: "y", dtype: DType::I64, dims: &dims[0], data: &staging };
         let split = layout.split(&[view], &[part(1, Some(3), &[0]), part(2, Some(2), &[0])]).unwrap();
         assert_eq!((split[0][0].dims.clone(), ints(&split[0][0].data)), (vec![1, 3], vec![1, 2, 3]));
         assert_eq!((split[1][0].dims.clone(), ints(&split[1][0].data)), (vec![2, 2], vec![4, 5, 6, 7]));
@@ -354,7 +339,7 @@ mod tests {
         let y = OwnedTensor { name: "y".into(), dtype: DType::I64, dims: vec![3], data: ints_bytes(&[1, 2, 3]) };
         let z = OwnedTensor { name: "z".into(), dtype: DType::I64, dims: vec![3, 1], data: ints_bytes(&[4, 5, 6]) };
         let table = OwnedTensor { name: "t".into(), dtype: DType::I64, dims: vec![2], data: ints_bytes(&[8, 9]) };
-        let views = [OutputView::of(&y), OutputView::of(&z), OutputView::of(&table)];
+        let views = [view(&y), view(&z), view(&table)];
         let split = layout.split(&views, &[part(1, None, &[1]), part(1, None, &[2, 0]), part(1, None, &[])]).unwrap();
         let got: Vec<Vec<(String, Vec<i64>)>> =
             split.iter().map(|job| job.iter().map(|o| (o.name.clone(), ints(&o.data))).collect()).collect();

@@ -14,7 +14,7 @@ use saggar_dispatch::{DispatchError, HostTensor, OwnedTensor};
 use crate::batcher::{Job, Runner};
 use crate::error::{Result, ServeError};
 use crate::executor::Executor;
-use crate::merge::{Layout, OutputView, Part};
+use crate::merge::{Layout, Part, view};
 use crate::metrics::ModelMetrics;
 use crate::model::TensorMeta;
 use crate::tensor::InputTensor;
@@ -63,7 +63,7 @@ impl BatchRunner {
                     .map(|o| {
                         let meta = &self.outputs[o];
                         let data = staged.output(o).map_err(|e| self.failed(&e))?;
-                        Ok(OutputView { name: &meta.name, dtype: meta.dtype, dims: &staged.output_dims()[o], data })
+                        Ok(HostTensor { name: &meta.name, dtype: meta.dtype, dims: &staged.output_dims()[o], data })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 self.layout.split(&views, &parts)
@@ -98,7 +98,7 @@ impl BatchRunner {
             let mut outputs: Vec<Option<OwnedTensor>> = outputs.into_iter().map(Some).collect();
             return Ok(vec![part.outputs.iter().filter_map(|&o| outputs.get_mut(o).and_then(Option::take)).collect()]);
         }
-        let views: Vec<OutputView<'_>> = outputs.iter().map(OutputView::of).collect();
+        let views: Vec<HostTensor<'_>> = outputs.iter().map(view).collect();
         self.layout.split(&views, parts)
     }
 

@@ -224,41 +224,6 @@ fn forty_eight_concurrent_clients_are_batched() {
     assert!(text.contains("saggar_batch_size_bucket{model=\"mlp\",version=\"1\",le=\"+Inf\"}"), "{text}");
 }
 
-#[test]
-fn sequences_of_one_bucket_merge_padded_and_come_back_at_their_length() {
-    let config = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 300000 }\n\
-        parameters { key: \"pad_axis\" value: { string_value: \"seq:8,16\" } }\n";
-    let (repo, cache) = (repository(&[("bert", Some(config))]), tempfile::tempdir().unwrap());
-    let server = start(repo.path(), cache.path(), |_| {});
-    let executions = metric(server.metrics, "nv_inference_exec_count", "bert");
-    let model = saggar_onnx::OnnxModel::load(models().join("bert/model.onnx")).unwrap();
-    std::thread::scope(|s| {
-        for (i, len) in [5usize, 7, 3].into_iter().enumerate() {
-            let (addr, model) = (server.http, &model);
-            s.spawn(move || {
-                let ids: Vec<i64> = (0..len as i64).map(|t| 1 + (t * 7 + i as i64) % 90).collect();
-                let mask = vec![1i64; len];
-                let body = json!({ "inputs": [
-                    { "name": "input_ids", "shape": [1, len], "datatype": "INT64", "data": ids },
-                    { "name": "attention_mask", "shape": [1, len], "datatype": "INT64", "data": mask },
-                ]});
-                let reply = post(addr, "/v2/models/bert/infer", &body);
-                assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
-                let out = reply.json();
-                let hidden = &out["outputs"][0];
-                assert_eq!(hidden["shape"], json!([1, len, 64]), "sliced back to the request's length");
-                let t = |v: Vec<i64>| saggar_onnx::Tensor::new(vec![1, len], saggar_onnx::TensorData::I64(v)).unwrap();
-                let expected = model.run_once(&[t(ids), t(mask)]).unwrap();
-                let data: Vec<f32> =
-                    hidden["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-                assert_close(&data, &expected[0].to_f32s().unwrap(), &format!("sequence of {len}"));
-            });
-        }
-    });
-    let executions = metric(server.metrics, "nv_inference_exec_count", "bert") - executions;
-    assert!(executions < 3.0, "the three sequences of bucket 8 ran in {executions} batches");
-}
-
 /// A bert request of `len` tokens (ids varied by `i`) asking for `outputs` (all when empty), and
 /// the eager reference of its inputs.
 fn bert_request(model: &saggar_onnx::OnnxModel, i: usize, len: usize, outputs: &[&str]) -> (Value, Vec<Tensor>) {
@@ -294,7 +259,7 @@ fn check_bert_reply(reply: &Reply, expected: &[Tensor], names: &[&str], what: &s
 }
 
 #[test]
-fn requests_of_one_batch_asking_for_different_outputs_each_get_theirs() {
+fn sequences_of_one_bucket_merge_padded_and_come_back_at_their_length_with_the_outputs_asked() {
     let config = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 300000 }\n\
         parameters { key: \"pad_axis\" value: { string_value: \"seq:8,16\" } }\n";
     let (repo, cache) = (repository(&[("bert", Some(config))]), tempfile::tempdir().unwrap());
