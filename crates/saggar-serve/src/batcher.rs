@@ -37,7 +37,7 @@ pub struct Policy {
 /// What a request's run produced, with its timings.
 #[derive(Debug)]
 pub struct Done {
-    /// Every output of the model, this request's rows.
+    /// The outputs the request asked for, in the order asked: its rows.
     pub outputs: Vec<OwnedTensor>,
     /// Time from submission to the start of its batch's run.
     pub queue: Duration,
@@ -50,6 +50,8 @@ pub struct Done {
 pub struct Job {
     /// Its inputs, in the model's input order.
     pub inputs: Vec<InputTensor>,
+    /// The outputs it asked for, by index in the model's order, in the order asked.
+    pub outputs: Vec<usize>,
     /// Its rows on the batch axis (1 for a model without batching).
     pub rows: u64,
     /// Requests merge only with requests of the same key.
@@ -292,7 +294,7 @@ mod tests {
 
     fn job(rows: u64, key: u64) -> (Job, oneshot::Receiver<Result<Done>>) {
         let (tx, rx) = oneshot::channel();
-        (Job { inputs: Vec::new(), rows, key, enqueued: Instant::now(), reply: tx }, rx)
+        (Job { inputs: Vec::new(), outputs: Vec::new(), rows, key, enqueued: Instant::now(), reply: tx }, rx)
     }
 
     fn policy(max_batch: u64, delay_ms: u64) -> Policy {

@@ -1,13 +1,16 @@
 //! The sessions of one model behind one object-safe trait, so the server is written once and the
 //! backend is chosen at run time: [`start`] picks the backend type once (saggar-device's
 //! `visit_backend`) and returns an [`Executor`] over one session per device (a `SessionGroup`:
-//! the first device compiles, the others load what it published).
+//! the first device compiles, the others load what it published). A batch runs either written in
+//! place ([`Executor::request`], the dispatcher's staged request: the inputs merged straight into
+//! pinned staging, the outputs read straight from the pinned read-back buffer) or, where the
+//! session cannot serve it that way, through [`Executor::run`] (which pads, gathers and scatters).
 
 use std::sync::Arc;
 
 use saggar_device::{Backend, BackendKind, BackendVisitor, Device};
 use saggar_dispatch::{
-    DispatchError, HostTensor, OwnedTensor, Routing, Session, SessionConfig, SessionGroup, StatsSnapshot,
+    DispatchError, HostTensor, OwnedTensor, Request, Routing, Session, SessionConfig, SessionGroup, StatsSnapshot,
 };
 use saggar_onnx::OnnxCompiler;
 
@@ -34,6 +37,11 @@ pub trait Executor: Send + Sync {
     fn devices(&self) -> usize;
     /// Runs a request on device `device` (`< devices()`).
     fn run(&self, device: usize, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>, DispatchError>;
+    /// Leases a batch written in place on device `device` (`< devices()`) for inputs of
+    /// `input_dims` (in the model's order; a padded axis at one of its buckets). Fails where the
+    /// session cannot serve those dimensions in place (a model served per shape, an extent above
+    /// the axis's buckets); [`Executor::run`] serves them.
+    fn request(&self, device: usize, input_dims: &[Vec<u64>]) -> Result<Box<dyn StagedBatch + '_>, DispatchError>;
     /// Each session's counters.
     fn stats(&self) -> Vec<StatsSnapshot>;
     /// Each device's memory.
@@ -50,6 +58,37 @@ impl std::fmt::Debug for dyn Executor + '_ {
     }
 }
 
+/// A batch written in place ([`saggar_dispatch::Request`]) as bytes, behind an object-safe trait.
+/// Views are of the real rows: the batch's rows, the padded axis at the extent it was made for.
+pub trait StagedBatch {
+    /// Input `input`'s bytes in pinned staging, to be written whole before [`StagedBatch::run`].
+    fn input_mut(&mut self, input: usize) -> Result<&mut [u8], DispatchError>;
+    /// Runs the batch and waits for its outputs.
+    fn run(&mut self) -> Result<(), DispatchError>;
+    /// Output `output`'s bytes in the pinned read-back buffer (after a successful run).
+    fn output(&self, output: usize) -> Result<&[u8], DispatchError>;
+    /// Every output's dimensions, in the model's order.
+    fn output_dims(&self) -> &[Vec<u64>];
+}
+
+impl<B: Backend> StagedBatch for Request<'_, B, OnnxCompiler> {
+    fn input_mut(&mut self, input: usize) -> Result<&mut [u8], DispatchError> {
+        self.input_bytes_mut(input)
+    }
+
+    fn run(&mut self) -> Result<(), DispatchError> {
+        Request::run(self).map(drop)
+    }
+
+    fn output(&self, output: usize) -> Result<&[u8], DispatchError> {
+        self.output_bytes(output)
+    }
+
+    fn output_dims(&self) -> &[Vec<u64>] {
+        Request::output_dims(self)
+    }
+}
+
 struct Sessions<B: Backend> {
     sessions: Vec<Session<B, OnnxCompiler>>,
 }
@@ -61,6 +100,10 @@ impl<B: Backend> Executor for Sessions<B> {
 
     fn run(&self, device: usize, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>, DispatchError> {
         self.sessions[device % self.sessions.len()].run(inputs)
+    }
+
+    fn request(&self, device: usize, input_dims: &[Vec<u64>]) -> Result<Box<dyn StagedBatch + '_>, DispatchError> {
+        Ok(Box::new(self.sessions[device % self.sessions.len()].request_shaped(input_dims)?))
     }
 
     fn stats(&self) -> Vec<StatsSnapshot> {

@@ -10,9 +10,11 @@
 //! - **Dynamic batching** (`batcher.rs`, `merge.rs`): one bounded queue per model; executor threads
 //!   (`instance_group` `count` per device, every device's from the same queue) take the oldest
 //!   request and every queued one with the same merge key while the rows fit `max_batch_size`,
-//!   waiting up to `max_queue_delay_microseconds`. The session pads the batch to its bucket and
-//!   replays that bucket's graph. Requests of a padded axis (a sequence) merge within one bucket
-//!   of that axis, padded to the longest.
+//!   waiting up to `max_queue_delay_microseconds`. The batch is written in place (`runner.rs`):
+//!   each request's rows straight into a staged session request's pinned staging, its outputs
+//!   copied once from the pinned read-back buffer into each request's response; the session pads
+//!   the batch to its bucket and replays that bucket's graph. Requests of a padded axis (a
+//!   sequence) merge within one bucket of that axis, padded to it.
 //! - **Backends chosen at run time** (`executor.rs`): a model's sessions sit behind the object-safe
 //!   [`Executor`] trait, so the server is compiled once, not once per backend.
 //! - **Triton's conventions**: the repository layout ([`repository`]), `config.pbtxt` ([`config`],
@@ -35,6 +37,7 @@ pub mod metrics;
 mod model;
 pub mod pbtxt;
 pub mod repository;
+mod runner;
 mod server;
 mod state;
 pub mod tensor;

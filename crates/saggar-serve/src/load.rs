@@ -16,8 +16,9 @@ use crate::batcher::{Batcher, Policy};
 use crate::config::{BucketSetting, DEFAULT_MAX_BATCH_SIZE, ModelConfig, TensorConfig};
 use crate::merge::{Layout, TensorLayout};
 use crate::metrics::ModelMetrics;
-use crate::model::{LoadedModel, TensorMeta, runner};
+use crate::model::{LoadedModel, TensorMeta};
 use crate::repository::ModelEntry;
+use crate::runner::runner;
 
 /// What every model load shares: the server's flags.
 #[derive(Debug, Clone)]
@@ -100,7 +101,7 @@ pub fn load(entry: &ModelEntry, settings: &LoadSettings) -> Result<LoadedModel, 
         preferred: batching.preferred,
         max_queue: settings.max_queue,
     };
-    let run = runner(entry.name.clone(), executor.clone(), layout.clone(), metrics.clone());
+    let run = runner(entry.name.clone(), executor.clone(), layout.clone(), outputs.clone(), metrics.clone());
     let batcher = Batcher::start(&entry.name, policy, executor.devices(), config.instance_count, run);
     Ok(LoadedModel {
         name: entry.name.clone(),

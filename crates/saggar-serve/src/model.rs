@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use saggar_dispatch::{HostTensor, OwnedTensor};
+use saggar_dispatch::OwnedTensor;
 use saggar_shape::DType;
 use tokio::sync::oneshot;
 
@@ -139,32 +139,37 @@ impl LoadedModel {
         // Requests that never merge need no key (it hashes the bytes of unbatched inputs).
         let key = if self.max_batch > 0 && self.config.batching.is_some() { self.layout.key(&inputs) } else { 0 };
         let (reply, answer) = oneshot::channel();
-        self.batcher.submit(Job { inputs, rows, key, enqueued: Instant::now(), reply })?;
-        let mut done = answer.await.map_err(|_| ServeError::Internal("the executor thread stopped".into()))??;
-        let mut outputs: Vec<Option<OwnedTensor>> = std::mem::take(&mut done.outputs).into_iter().map(Some).collect();
-        let outputs = wanted.iter().filter_map(|&o| outputs.get_mut(o).and_then(Option::take)).collect();
-        let response =
-            InferResponse { model: self.name.clone(), version: self.version.to_string(), id: request.id, outputs };
+        self.batcher.submit(Job { inputs, outputs: wanted, rows, key, enqueued: Instant::now(), reply })?;
+        let done = answer.await.map_err(|_| ServeError::Internal("the executor thread stopped".into()))??;
+        let response = InferResponse {
+            model: self.name.clone(),
+            version: self.version.to_string(),
+            id: request.id,
+            outputs: done.outputs,
+        };
         Ok((response, Timing { rows, queue: done.queue, compute: done.compute }))
     }
 
-    /// Indices of the outputs asked for (all when none is named).
+    /// Indices of the outputs asked for, in the order asked (all when none is named); an output
+    /// named twice comes back once.
     fn requested_outputs(&self, names: &[String]) -> Result<Vec<usize>> {
         if names.is_empty() {
             return Ok((0..self.outputs.len()).collect());
         }
-        names
-            .iter()
-            .map(|n| {
-                self.outputs.iter().position(|o| &o.name == n).ok_or_else(|| {
-                    ServeError::bad(format!(
-                        "model `{}` has no output `{n}` (outputs: {})",
-                        self.name,
-                        self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
-                    ))
-                })
-            })
-            .collect()
+        let mut wanted = Vec::with_capacity(names.len());
+        for n in names {
+            let o = self.outputs.iter().position(|o| &o.name == n).ok_or_else(|| {
+                ServeError::bad(format!(
+                    "model `{}` has no output `{n}` (outputs: {})",
+                    self.name,
+                    self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            if !wanted.contains(&o) {
+                wanted.push(o);
+            }
+        }
+        Ok(wanted)
     }
 
     /// The inputs in the model's order, checked (names, datatypes, ranks, fixed extents, one batch
@@ -226,39 +231,4 @@ impl LoadedModel {
         }
         Ok((ordered, rows.unwrap_or(1)))
     }
-}
-
-/// The batch runner of a model: one job runs as it is; several are merged, run once and split.
-pub(crate) fn runner(
-    name: String,
-    executor: Arc<dyn Executor>,
-    layout: Arc<Layout>,
-    metrics: Arc<ModelMetrics>,
-) -> Arc<crate::batcher::Runner> {
-    Arc::new(move |device: usize, jobs: &[Job]| {
-        let rows: u64 = jobs.iter().map(|j| j.rows).sum();
-        let merged;
-        let inputs: &[InputTensor] = if jobs.len() == 1 {
-            &jobs[0].inputs
-        } else {
-            let parts: Vec<&[InputTensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
-            merged = layout.merge(&parts);
-            &merged
-        };
-        let tensors: Vec<HostTensor<'_>> = inputs
-            .iter()
-            .map(|t| HostTensor { name: &t.name, dtype: t.dtype, dims: &t.shape, data: &t.data })
-            .collect();
-        let outputs = executor.run(device, &tensors).map_err(|e| {
-            let e = ServeError::from_dispatch(&name, &e);
-            tracing::error!(model = %name, error = %e, "batch failed");
-            e
-        })?;
-        metrics.execution(rows);
-        if jobs.len() == 1 {
-            return Ok(vec![outputs]);
-        }
-        let shapes: Vec<(u64, Option<u64>)> = jobs.iter().map(|j| (j.rows, layout.axis_extent(&j.inputs))).collect();
-        layout.split(outputs, &shapes)
-    })
 }

@@ -1,11 +1,13 @@
 //! The protocol over HTTP against a server on the host backend: health, metadata, infer with JSON
 //! and binary data checked against the eager reference, every bad request a 4xx naming the problem
 //! (and the server serving on), the body limit, a full queue, dynamic batching, and padded
-//! sequences merged within a bucket.
+//! sequences merged within a bucket (each request answered with the outputs it asked for), and
+//! batches the session cannot take in place.
 
 mod common;
 
 use common::*;
+use saggar_onnx::Tensor;
 use serde_json::{Value, json};
 
 const MLP: &str = "max_batch_size: 64\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n";
@@ -222,39 +224,93 @@ fn forty_eight_concurrent_clients_are_batched() {
     assert!(text.contains("saggar_batch_size_bucket{model=\"mlp\",version=\"1\",le=\"+Inf\"}"), "{text}");
 }
 
+/// A bert request of `len` tokens (ids varied by `i`) asking for `outputs` (all when empty), and
+/// the eager reference of its inputs.
+fn bert_request(model: &saggar_onnx::OnnxModel, i: usize, len: usize, outputs: &[&str]) -> (Value, Vec<Tensor>) {
+    let ids: Vec<i64> = (0..len as i64).map(|t| 1 + (t * 7 + i as i64) % 90).collect();
+    let mask = vec![1i64; len];
+    let t = |v: Vec<i64>| Tensor::new(vec![1, len], saggar_onnx::TensorData::I64(v)).unwrap();
+    let expected = model.run_once(&[t(ids.clone()), t(mask.clone())]).unwrap();
+    let mut body = json!({ "inputs": [
+        { "name": "input_ids", "shape": [1, len], "datatype": "INT64", "data": ids },
+        { "name": "attention_mask", "shape": [1, len], "datatype": "INT64", "data": mask },
+    ]});
+    if !outputs.is_empty() {
+        body["outputs"] = outputs.iter().map(|o| json!({ "name": o })).collect();
+    }
+    (body, expected)
+}
+
+/// Checks a JSON reply's outputs against bert's reference outputs (0: `last_hidden_state`, 1:
+/// `pooler_output`), by name, in the order asked.
+fn check_bert_reply(reply: &Reply, expected: &[Tensor], names: &[&str], what: &str) {
+    assert_eq!(reply.status, 200, "{what}: {}", String::from_utf8_lossy(&reply.body));
+    let out = reply.json();
+    let outputs = out["outputs"].as_array().unwrap();
+    let got: Vec<&str> = outputs.iter().map(|o| o["name"].as_str().unwrap()).collect();
+    assert_eq!(got, names, "{what}: the outputs asked for, in the order asked");
+    for o in outputs {
+        let index = usize::from(o["name"] == "pooler_output");
+        let dims: Vec<u64> = expected[index].dims().iter().map(|&d| d as u64).collect();
+        assert_eq!(o["shape"], json!(dims), "{what}: {} sliced back to the request", o["name"]);
+        let data: Vec<f32> = o["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        assert_close(&data, &expected[index].to_f32s().unwrap(), &format!("{what}: {}", o["name"]));
+    }
+}
+
 #[test]
-fn sequences_of_one_bucket_merge_padded_and_come_back_at_their_length() {
+fn sequences_of_one_bucket_merge_padded_and_come_back_at_their_length_with_the_outputs_asked() {
     let config = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 300000 }\n\
         parameters { key: \"pad_axis\" value: { string_value: \"seq:8,16\" } }\n";
     let (repo, cache) = (repository(&[("bert", Some(config))]), tempfile::tempdir().unwrap());
     let server = start(repo.path(), cache.path(), |_| {});
     let executions = metric(server.metrics, "nv_inference_exec_count", "bert");
     let model = saggar_onnx::OnnxModel::load(models().join("bert/model.onnx")).unwrap();
+    let all = ["last_hidden_state", "pooler_output"];
+    let asks: [(usize, &[&str], &[&str]); 4] = [
+        (5, &["pooler_output", "last_hidden_state"], &["pooler_output", "last_hidden_state"]),
+        (7, &["pooler_output"], &["pooler_output"]),
+        (3, &[], &all),
+        (8, &["last_hidden_state", "last_hidden_state"], &["last_hidden_state"]),
+    ];
     std::thread::scope(|s| {
-        for (i, len) in [5usize, 7, 3].into_iter().enumerate() {
+        for (i, (len, asked, answered)) in asks.into_iter().enumerate() {
             let (addr, model) = (server.http, &model);
             s.spawn(move || {
-                let ids: Vec<i64> = (0..len as i64).map(|t| 1 + (t * 7 + i as i64) % 90).collect();
-                let mask = vec![1i64; len];
-                let body = json!({ "inputs": [
-                    { "name": "input_ids", "shape": [1, len], "datatype": "INT64", "data": ids },
-                    { "name": "attention_mask", "shape": [1, len], "datatype": "INT64", "data": mask },
-                ]});
+                let (body, expected) = bert_request(model, i, len, asked);
                 let reply = post(addr, "/v2/models/bert/infer", &body);
-                assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
-                let out = reply.json();
-                let hidden = &out["outputs"][0];
-                assert_eq!(hidden["shape"], json!([1, len, 64]), "sliced back to the request's length");
-                let t = |v: Vec<i64>| saggar_onnx::Tensor::new(vec![1, len], saggar_onnx::TensorData::I64(v)).unwrap();
-                let expected = model.run_once(&[t(ids), t(mask)]).unwrap();
-                let data: Vec<f32> =
-                    hidden["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-                assert_close(&data, &expected[0].to_f32s().unwrap(), &format!("sequence of {len}"));
+                check_bert_reply(&reply, &expected, answered, &format!("sequence of {len} asking {asked:?}"));
             });
         }
     });
     let executions = metric(server.metrics, "nv_inference_exec_count", "bert") - executions;
-    assert!(executions < 3.0, "the three sequences of bucket 8 ran in {executions} batches");
+    assert!(executions < 4.0, "the four sequences of bucket 8 ran in {executions} batches");
+}
+
+#[test]
+fn batches_the_session_cannot_take_in_place_run_as_before() {
+    // Buckets of 1 and 2 rows under a max_batch_size of 8: a batch of more rows is split into
+    // chunks by the session's own run; a sequence above the axis's buckets is refused by it.
+    let config = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 300000 }\n\
+        parameters { key: \"buckets\" value: { string_value: \"list:1,2\" } }\n\
+        parameters { key: \"pad_axis\" value: { string_value: \"seq:8,16\" } }\n";
+    let (repo, cache) = (repository(&[("bert", Some(config))]), tempfile::tempdir().unwrap());
+    let server = start(repo.path(), cache.path(), |_| {});
+    let model = saggar_onnx::OnnxModel::load(models().join("bert/model.onnx")).unwrap();
+    std::thread::scope(|s| {
+        for (i, len) in [6usize, 3, 8, 5].into_iter().enumerate() {
+            let (addr, model) = (server.http, &model);
+            s.spawn(move || {
+                let (body, expected) = bert_request(model, i, len, &["last_hidden_state"]);
+                let reply = post(addr, "/v2/models/bert/infer", &body);
+                check_bert_reply(&reply, &expected, &["last_hidden_state"], &format!("sequence of {len}"));
+            });
+        }
+    });
+    let (body, _) = bert_request(&model, 0, 20, &[]);
+    let reply = post(server.http, "/v2/models/bert/infer", &body);
+    assert_eq!(reply.status, 400, "{}", String::from_utf8_lossy(&reply.body));
+    assert!(reply.error().contains("16"), "names the largest bucket: {}", reply.error());
 }
 
 #[test]

@@ -3,10 +3,12 @@
 //! input order, each sized by its `binary_data_size` parameter; outputs asked for with
 //! `binary_data` come back the same way).
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::body::Chunks;
 use crate::datatype::{parse_protocol, protocol_name};
 use crate::error::{Result, ServeError};
 use crate::model::{InferRequest, InferResponse};
@@ -177,10 +179,30 @@ pub fn parse(body: &[u8], header_length: Option<&str>, limit: usize) -> Result<P
     })
 }
 
-/// The response body, and the JSON header's length when binary data follows it.
-pub fn respond(response: &InferResponse, parsed: &ParsedRequest) -> (Vec<u8>, Option<usize>) {
-    let binary: Vec<bool> =
-        if parsed.binary.is_empty() { vec![parsed.all_binary; response.outputs.len()] } else { parsed.binary.clone() };
+impl ParsedRequest {
+    /// The request, and how its outputs go back.
+    pub fn into_parts(self) -> (InferRequest, OutputEncoding) {
+        (self.request, OutputEncoding { binary: self.binary, all_binary: self.all_binary })
+    }
+}
+
+/// Which of a request's outputs go back as binary data.
+#[derive(Debug, Clone)]
+pub struct OutputEncoding {
+    /// Per requested output (in the order asked); empty when none was named.
+    binary: Vec<bool>,
+    /// Every output, when none was named.
+    all_binary: bool,
+}
+
+/// The response body (the JSON header, then each binary output's bytes, moved, not copied), and
+/// the JSON header's length when binary data follows it.
+pub fn respond(response: InferResponse, encoding: &OutputEncoding) -> (Chunks, Option<usize>) {
+    let binary: Vec<bool> = if encoding.binary.is_empty() {
+        vec![encoding.all_binary; response.outputs.len()]
+    } else {
+        encoding.binary.clone()
+    };
     let outputs = response
         .outputs
         .iter()
@@ -195,15 +217,13 @@ pub fn respond(response: &InferResponse, parsed: &ParsedRequest) -> (Vec<u8>, Op
         .collect();
     let json =
         ResponseJson { model_name: &response.model, model_version: &response.version, id: &response.id, outputs };
-    let mut body = serde_json::to_vec(&json).expect("serializable");
+    let head = serde_json::to_vec(&json).expect("serializable");
     if !binary.iter().any(|&b| b) {
-        return (body, None);
+        return (Chunks::from(head), None);
     }
-    let header = body.len();
-    for (o, _) in response.outputs.iter().zip(&binary).filter(|(_, b)| **b) {
-        body.extend_from_slice(&o.data);
-    }
-    (body, Some(header))
+    let header = head.len();
+    let data = response.outputs.into_iter().zip(&binary).filter(|(_, b)| **b).map(|(o, _)| Bytes::from(o.data));
+    (Chunks::new(std::iter::once(Bytes::from(head)).chain(data)), Some(header))
 }
 
 #[cfg(test)]

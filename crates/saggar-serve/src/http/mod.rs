@@ -5,17 +5,19 @@
 //! of it is read, and when a body without one grows past the limit while it is read. Every error is
 //! a JSON body `{"error": "..."}` with its status.
 
+mod body;
 pub mod infer;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::json;
 
+use self::body::Chunks;
 use crate::error::{Result, ServeError};
 use crate::metrics::{ModelView, render};
 use crate::model::{LoadedModel, TensorMeta};
@@ -26,14 +28,10 @@ pub const SERVER_NAME: &str = "saggar";
 /// The protocol extensions served.
 pub const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_repository", "model_configuration"];
 
-type Reply = Response<Full<Bytes>>;
+type Reply = Response<Chunks>;
 
-fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Reply {
-    Response::builder()
-        .status(status)
-        .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body)))
-        .expect("valid response")
+fn reply(status: u16, content_type: &str, body: impl Into<Chunks>) -> Reply {
+    Response::builder().status(status).header("content-type", content_type).body(body.into()).expect("valid response")
 }
 
 fn json_reply(status: u16, value: &serde_json::Value) -> Reply {
@@ -149,8 +147,8 @@ async fn model_route(
                     return Err(e);
                 }
             };
-            let response = model.infer(parsed.request.clone()).await?;
-            let (body, header) = infer::respond(&response, &parsed);
+            let (request, binary) = parsed.into_parts();
+            let (body, header) = infer::respond(model.infer(request).await?, &binary);
             let mut reply = match header {
                 Some(_) => reply(200, "application/octet-stream", body),
                 None => reply(200, "application/json", body),
