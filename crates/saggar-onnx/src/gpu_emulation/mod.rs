@@ -82,31 +82,16 @@ static unsigned char* load(const char* path, size_t size) {
   if (path) { FILE* f = std::fopen(path, "rb"); if (!f || std::fread(p, 1, size, f) != size) std::abort(); std::fclose(f); }
   return p;
 }
-// Elements of a matmul operand of type `t` (0 f32, 1 f16, 2 bf16) as float, and back (nearest even).
+// Elements of a matmul operand of type `t` (0 f32, 1 f16, 2 bf16) as float, and back (nearest even),
+// through the generated source's own conversions (its prelude comes before this driver).
 static float blas_get(const void* p, long i, int t) {
   if (t == 0) return ((const float*)p)[i];
-  const unsigned h = ((const unsigned short*)p)[i];
-  unsigned bits;
-  if (t == 2) { bits = h << 16; } else {
-    const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) { const float f = (float)m * 5.9604644775390625e-8f; return sign ? -f : f; }
-    bits = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
-  }
-  float f; std::memcpy(&f, &bits, 4); return f;
+  const unsigned short h = ((const unsigned short*)p)[i];
+  return t == 2 ? onnx_bf16_to_f32(h) : onnx_f16_to_f32(h);
 }
 static void blas_set(void* p, long i, int t, float v) {
-  if (t == 0) { ((float*)p)[i] = v; return; }
-  unsigned x; std::memcpy(&x, &v, 4);
-  unsigned short h;
-  if (t == 2) { h = (x & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((x >> 16) | 0x40u) : (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }
-  else {
-    const unsigned sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) h = (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    else if (ax >= 0x47800000u) h = (unsigned short)(sign | 0x7c00u);
-    else if (ax < 0x38800000u) { float a; std::memcpy(&a, &ax, 4); h = (unsigned short)(sign | (unsigned)rintf(a * 16777216.0f)); }
-    else { const unsigned r = (ax >> 13) - (112u << 10), rem = ax & 0x1fffu; h = (unsigned short)(sign | (r + ((rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ? 1u : 0u))); }
-  }
-  ((unsigned short*)p)[i] = h;
+  if (t == 0) ((float*)p)[i] = v;
+  else ((unsigned short*)p)[i] = t == 2 ? onnx_f32_to_bf16(v) : onnx_f32_to_f16(v);
 }
 // A matmul step of the plan (beta is always 0 in a plan), as the BLAS-Lt libraries define it: A and B
 // of type `ti`, C and the bias of type `to`, f32 accumulation (here in double).

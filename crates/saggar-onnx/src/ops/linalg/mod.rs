@@ -133,19 +133,26 @@ fn with_f32_output(
     match &mut out.data {
         DataMut::F32(c) => compute(c),
         DataMut::F16(c) => {
-            let mut buf: Vec<f32> = c.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
-            compute(&mut buf)?;
-            c.iter_mut().zip(&buf).for_each(|(o, &v)| *o = half::f16::from_f32(v).to_bits());
-            Ok(())
+            through_f32(c, |b| half::f16::from_bits(b).to_f32(), |v| half::f16::from_f32(v).to_bits(), compute)
         }
         DataMut::BF16(c) => {
-            let mut buf: Vec<f32> = c.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect();
-            compute(&mut buf)?;
-            c.iter_mut().zip(&buf).for_each(|(o, &v)| *o = half::bf16::from_f32(v).to_bits());
-            Ok(())
+            through_f32(c, |b| half::bf16::from_bits(b).to_f32(), |v| half::bf16::from_f32(v).to_bits(), compute)
         }
         other => Err(OpError::eval(format!("expected floating-point output elements, found {}", other.dtype()))),
     }
+}
+
+/// `compute` on half-precision `bits` widened to f32, rounded back afterwards.
+fn through_f32(
+    bits: &mut [u16],
+    widen: impl Fn(u16) -> f32,
+    round: impl Fn(f32) -> u16,
+    compute: impl FnOnce(&mut [f32]) -> Result<(), OpError>,
+) -> Result<(), OpError> {
+    let mut buf: Vec<f32> = bits.iter().map(|&b| widen(b)).collect();
+    compute(&mut buf)?;
+    bits.iter_mut().zip(&buf).for_each(|(o, &v)| *o = round(v));
+    Ok(())
 }
 
 /// MatMul or Gemm (`op_type`, with its `attrs`) computing half operands into an f32 output: the
