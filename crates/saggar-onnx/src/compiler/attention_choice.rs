@@ -89,3 +89,31 @@ fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_
         Ok(_) => panic!("a forced tiled kernel was planned for 2^31 elements"),
     }
 }
+
+/// At fp16 and bf16 every bucket runs the tensor-core kernel of its half type, with one warp per 16
+/// query rows, up to four; naming the pattern's Softmax (or its op type) in the keep list keeps
+/// that attention in f32.
+#[test]
+fn half_precisions_run_the_tensor_core_kernel_unless_the_keep_list_names_the_pattern() {
+    use crate::Precision;
+    use crate::fuse::attention::kernel::gpu_mma_kernel;
+    use saggar_shape::DType;
+    let half = |precision: Precision, keep: &[&str]| {
+        let model = compiler(AttentionKernel::Auto).onnx_model().clone();
+        OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision).with_keep_fp32(keep.iter().copied()))
+    };
+    let fp16 = half(Precision::Fp16, &[]);
+    let mma16 = gpu_mma_kernel(true, false, 64, 64, DType::F16).0;
+    // Four heads: batch 1 has 8 tiles of 16 rows (one warp), batch 64 has 256 tiles of 64 (four).
+    assert_eq!(attention_launch(&fp16, 1), (mma16.clone(), 32));
+    assert_eq!(attention_launch(&fp16, 16), (mma16.clone(), 64), "256 tiles of 32 rows");
+    assert_eq!(attention_launch(&fp16, 64), (mma16, 128));
+    let bf16 = half(Precision::Bf16, &[]);
+    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(true, false, 64, 64, DType::BF16).0);
+    let source = bf16.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
+    assert!(source.contains("onnx_mma_bf16(") && !source.contains("onnx_attention_tiled_"));
+    for keep in ["Softmax", "MatMul"] {
+        let kept = half(Precision::Fp16, &[keep]);
+        assert!(attention_launch(&kept, 64).0.starts_with("onnx_attention_tiled_"), "{keep} keeps f32");
+    }
+}

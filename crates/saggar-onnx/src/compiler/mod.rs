@@ -49,6 +49,7 @@ use crate::graph::ir::Graph;
 use crate::graph::model::OnnxModel;
 use crate::graph::passes;
 use crate::graph::passes::conv_gemm::ConvEngine;
+use crate::lower::Fusion;
 use crate::lower::blas::{BlasLowering, GemmEngine};
 use crate::plan::memory::{self, WeightLayout};
 use crate::plan::{Lowered, PlanSummary, Target};
@@ -198,7 +199,11 @@ impl OnnxCompiler {
             precision: self.options.precision.matmul(),
             workspace_bytes: if backend == BackendKind::Host { 0 } else { self.options.blas_workspace_bytes },
         });
-        let fusion = self.options.fusion.then_some(self.options.attention);
+        let fusion = self.options.fusion.then_some(Fusion {
+            attention: self.options.attention,
+            half: self.options.precision.half(),
+            keep_fp32: &self.options.keep_fp32,
+        });
         match crate::lower::lower(&graph, &self.weights, self.options.max_program_bytes, target, blas, fusion) {
             // A refusal names every node the GPU lowering cannot run, not only the first it met.
             Err(first @ OnnxError::UnsupportedOnBackend { .. }) if backend != BackendKind::Host => {

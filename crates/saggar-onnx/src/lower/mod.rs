@@ -20,6 +20,7 @@ pub(crate) mod host;
 use std::collections::{HashMap, HashSet};
 
 use saggar_device::BackendKind;
+use saggar_shape::DType;
 
 use self::blas::{BlasLowering, matmul_step, reserve_workspace};
 use crate::error::OnnxError;
@@ -27,6 +28,7 @@ use crate::fuse::attention::{self, AttentionKernel};
 use crate::fuse::blas_epilogue::{EpilogueFusion, epilogue_fusions};
 use crate::fuse::{self, Grouping, embedding_bag};
 use crate::graph::ir::{Graph, ValueId};
+use crate::graph::passes::precision;
 use crate::ops::data_movement::gpu::copy_launch;
 use crate::ops::gpu::{GpuNode, Slot};
 use crate::plan::emitter::Emitter;
@@ -61,10 +63,20 @@ pub(crate) fn gpu_refusals(graph: &Graph, backend: BackendKind) -> Result<Vec<On
         .collect())
 }
 
+/// How fused groups compute: the attention kernel choice for f32 attention, and the half type
+/// (f16 or bf16, from the precision) attention groups compute in unless `keep_fp32` names one of
+/// their nodes or its op type.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Fusion<'a> {
+    pub(crate) attention: AttentionKernel,
+    pub(crate) half: Option<DType>,
+    pub(crate) keep_fp32: &'a [String],
+}
+
 /// Lowers `graph` (specialised: every shape fixed) against the device weights `weights` for
 /// `target`, registering host kernels for the host. With `blas`, GEMMs the BLAS-Lt libraries can
 /// express become matmul steps ([`blas`]) on every target, and the library's workspace is reserved
-/// at the end of scratch. `fusion` is `None` for an unfused plan, else the attention kernel choice.
+/// at the end of scratch. `fusion` is `None` for an unfused plan, else how fused groups compute.
 /// Refuses programs whose scratch or any tensor exceeds `limit` bytes.
 pub(crate) fn lower(
     graph: &Graph,
@@ -72,7 +84,7 @@ pub(crate) fn lower(
     limit: u64,
     target: Target,
     blas: Option<BlasLowering>,
-    fusion: Option<AttentionKernel>,
+    fusion: Option<Fusion<'_>>,
 ) -> Result<Lowered, OnnxError> {
     let info = describe(graph)?;
     let grouping = fuse::group(graph, &info, fusion.is_some());
@@ -86,7 +98,7 @@ pub(crate) fn lower(
         graph,
         target,
         blas,
-        attention: fusion.unwrap_or_default(),
+        fusion: fusion.unwrap_or_default(),
         info,
         grouping,
         fusions,
@@ -122,7 +134,7 @@ struct Lowering<'g> {
     graph: &'g Graph,
     target: Target,
     blas: Option<BlasLowering>,
-    attention: AttentionKernel,
+    fusion: Fusion<'g>,
     info: Vec<NodeInfo>,
     grouping: Grouping,
     /// Groups a GEMM takes into its BLAS epilogue, by GEMM node.
@@ -273,7 +285,9 @@ impl Lowering<'_> {
             self.summary.fused_groups += 1;
         } else if let Some(a) = self.grouping.attention.get(&step) {
             self.summary.attention_groups += 1;
-            attention::lower::emit(graph, a, location, self.target, self.attention, &mut self.emit)?;
+            let kept = a.members.iter().any(|&n| precision::kept(self.fusion.keep_fp32, &graph.nodes[n]));
+            let half = self.fusion.half.filter(|_| !kept);
+            attention::lower::emit(graph, a, location, self.target, (self.fusion.attention, half), &mut self.emit)?;
         } else if let (Some(bag), Target::Gpu(_)) = (self.grouping.bags.get(&step), self.target) {
             embedding_bag::emit(graph, bag, location, &mut self.emit)?;
         } else {
@@ -383,7 +397,7 @@ mod tests {
                     [(BackendKind::Host, Target::Host), (BackendKind::Cuda, Target::Gpu(BackendKind::Cuda))]
                 {
                     let blas = BlasLowering { precision: MatmulPrecision::default(), workspace_bytes: 0 };
-                    let fused = fusion.then_some(AttentionKernel::Auto);
+                    let fused = fusion.then_some(Fusion::default());
                     let lowered = lower(&graph, &weights, 8 << 30, target, Some(blas), fused).unwrap();
                     let labels = &lowered.labels;
                     assert_eq!(labels.step_group.len(), lowered.steps.len(), "{name} {backend:?}: a group per step");

@@ -21,6 +21,7 @@ use std::cell::RefCell;
 
 use saggar_device::host::KernelContext;
 use saggar_device::{KernelArg, KernelSignature, LaunchConfig, ParamKind};
+use saggar_shape::DType;
 
 use super::MAX_HEAD;
 use crate::ops::gpu::{BLOCK, kernel_name, render};
@@ -84,6 +85,46 @@ pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usiz
     (name.clone(), format!("SAGGAR_GLOBAL void ONNX_BOUNDS({TILED_THREADS}, {TILED_BLOCKS_PER_SM}) {name}{text}"))
 }
 
+/// Largest head size (`D` and `Dv`) the tensor-core kernel takes.
+pub(crate) const MMA_MAX_HEAD: usize = 128;
+
+/// Warps a block of the tensor-core kernel has at most (16 query rows each).
+pub(crate) const MMA_MAX_WARPS: u32 = 4;
+
+/// Keys per tile of the tensor-core kernel for heads up to `head` (padded to 16): its shared memory
+/// (64 query rows, a tile of keys and of values, halves) stays under 48 KiB.
+pub(crate) fn mma_keys(head: usize) -> usize {
+    if head.next_multiple_of(16) <= 64 { 64 } else { 32 }
+}
+
+/// `(name, C++ definition)` of the tensor-core attention kernel (`attention_mma.cu`) computing in
+/// `half` (f16 or bf16) for head sizes `d` and `dv` up to [`MMA_MAX_HEAD`]. Same parameters and
+/// `meta` table as [`gpu_kernel`]; launched with 32 to 32 x [`MMA_MAX_WARPS`] threads and
+/// grid-stride over `batch positions × ceil(Sq / (16 × warps))`.
+pub(crate) fn gpu_mma_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize, half: DType) -> (String, String) {
+    let head = d.max(dv);
+    let (pack, mma) =
+        if half == DType::BF16 { ("onnx_pack_bf16", "onnx_mma_bf16") } else { ("onnx_pack_f16", "onnx_mma_f16") };
+    let text = render(
+        include_str!("attention_mma.cu"),
+        &[
+            ("MASK_PARAM", if mask { ", const float* __restrict__ mask" } else { "" }),
+            ("MASK_ADD", if mask { " + mask[mo + i * m_rs + j * m_cs]" } else { "" }),
+            ("RESULT", if nan_to_zero { "l > 0.0f ? a / l : 0.0f" } else { "a / l" }),
+            ("HALF", half.name()),
+            ("PACK", pack),
+            ("MMA", mma),
+            ("BK", &mma_keys(head).to_string()),
+            ("D", &d.to_string()),
+            ("DV", &dv.to_string()),
+        ],
+    );
+    let name = kernel_name("attention_mma", &text);
+    let threads = 32 * MMA_MAX_WARPS;
+    let blocks = if head.next_multiple_of(16) <= 64 { 4 } else { 2 };
+    (name.clone(), format!("SAGGAR_GLOBAL void ONNX_BOUNDS({threads}, {blocks}) {name}{text}"))
+}
+
 /// `(name, C++ definition)` of the row attention kernel. Parameters: `meta, q, k, v, [mask,] out`
 /// (meta: [`super::Attention::meta`]).
 pub(crate) fn gpu_kernel(mask: bool, nan_to_zero: bool) -> (String, String) {
@@ -110,6 +151,8 @@ pub(crate) struct HostAttention {
     pub(crate) meta: Vec<i64>,
     pub(crate) mask: bool,
     pub(crate) nan_to_zero: bool,
+    /// The half type Q, K, V and the probabilities are rounded to, as the tensor-core kernel does.
+    pub(crate) half: Option<DType>,
     /// Elements of each input (Q, Kᵀ, V, mask) and of the output value.
     pub(crate) lens: Vec<usize>,
     pub(crate) out_len: usize,
@@ -118,7 +161,10 @@ pub(crate) struct HostAttention {
 impl HostAttention {
     /// `saggar_onnx_attention_<hash>` over everything the kernel computes with.
     pub(crate) fn signature(&self) -> KernelSignature {
-        let text = format!("{:?}|{}|{}|{:?}|{}", self.meta, self.mask, self.nan_to_zero, self.lens, self.out_len);
+        let text = format!(
+            "{:?}|{}|{}|{:?}|{:?}|{}",
+            self.meta, self.mask, self.nan_to_zero, self.half, self.lens, self.out_len
+        );
         let hex = blake3::hash(text.as_bytes()).to_hex();
         KernelSignature {
             name: format!("saggar_onnx_attention_{}", &hex[..16]),
@@ -151,8 +197,8 @@ impl HostAttention {
                 inputs[k] = bytemuck::try_cast_slice(bytes).map_err(|_| ctx.fault("an input is misaligned"))?;
             }
             let [q, k, v, mask] = inputs;
-            run_host(&self.meta, q, k, v, self.mask.then_some(mask), self.nan_to_zero, &mut out)
-                .map_err(|e| ctx.fault(e))?;
+            let rounding = Rounding { half: self.half, nan_to_zero: self.nan_to_zero };
+            run_host(&self.meta, q, k, v, self.mask.then_some(mask), rounding, &mut out).map_err(|e| ctx.fault(e))?;
             let ptr = args
                 .get(self.lens.len())
                 .and_then(KernelArg::as_ptr)
@@ -170,7 +216,27 @@ fn at(slice: &[f32], at: i64, what: &str) -> Result<f32, String> {
     usize::try_from(at).ok().and_then(|i| slice.get(i).copied()).ok_or_else(|| format!("{what} offset {at} is outside"))
 }
 
-/// The GPU kernel's algorithm on the host, over the same `meta` table (chunks of [`HOST_CHUNK`]
+/// How the host kernel rounds: `half` rounds Q, K and V as they are read and each probability before
+/// it weighs V (its row sum stays f32), as the tensor-core kernel does; `nan_to_zero` gives zeros
+/// for rows with no valid key.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rounding {
+    pub(crate) half: Option<DType>,
+    pub(crate) nan_to_zero: bool,
+}
+
+impl Rounding {
+    /// `x` rounded to the half type (to nearest even), or `x`.
+    fn round(self, x: f32) -> f32 {
+        match self.half {
+            Some(DType::F16) => half::f16::from_f32(x).to_f32(),
+            Some(DType::BF16) => half::bf16::from_f32(x).to_f32(),
+            _ => x,
+        }
+    }
+}
+
+/// The GPU kernels' algorithm on the host, over the same `meta` table (chunks of [`HOST_CHUNK`]
 /// keys, f32 accumulation, the same online rescaling).
 pub(crate) fn run_host(
     meta: &[i64],
@@ -178,7 +244,7 @@ pub(crate) fn run_host(
     k: &[f32],
     v: &[f32],
     mask: Option<&[f32]>,
-    nan_to_zero: bool,
+    rounding: Rounding,
     out: &mut [f32],
 ) -> Result<(), String> {
     let get = |i: usize| meta.get(i).copied().ok_or_else(|| "meta table is short".to_string());
@@ -196,6 +262,9 @@ pub(crate) fn run_host(
     };
     let (qm, km, vm, mm, om) = (strides(0)?, strides(1)?, strides(2)?, strides(3)?, strides(4)?);
     let rows = batch.iter().try_fold(sq as i64, |acc, &b| acc.checked_mul(b)).ok_or("row count overflows")?;
+    // Rounded probabilities depend on the running maximum, so the half form visits keys in the
+    // tensor-core kernel's tiles.
+    let chunk = if rounding.half.is_some() { mma_keys(d.max(dv)) } else { HOST_CHUNK };
     let (mut qs, mut acc, mut ps) = ([0f32; MAX_HEAD], [0f32; MAX_HEAD], [0f32; HOST_CHUNK]);
     for row in 0..rows {
         let i = row % sq as i64;
@@ -211,18 +280,18 @@ pub(crate) fn run_host(
             oo += c * om[a];
         }
         for (t, slot) in qs[..d].iter_mut().enumerate() {
-            *slot = at(q, qo + t as i64 * qm[nb + 1], "Q")?;
+            *slot = rounding.round(at(q, qo + t as i64 * qm[nb + 1], "Q")?);
         }
         acc[..dv].fill(0.0);
         let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
-        for j0 in (0..sk).step_by(HOST_CHUNK) {
-            let nk = (sk - j0).min(HOST_CHUNK);
+        for j0 in (0..sk).step_by(chunk) {
+            let nk = (sk - j0).min(chunk);
             let mut cm = f32::NEG_INFINITY;
             for (jj, p) in ps[..nk].iter_mut().enumerate() {
                 let j = (j0 + jj) as i64;
                 let mut dot = 0.0f32;
                 for (t, &qv) in qs[..d].iter().enumerate() {
-                    dot += qv * at(k, ko + t as i64 * km[nb] + j * km[nb + 1], "K")?;
+                    dot += qv * rounding.round(at(k, ko + t as i64 * km[nb] + j * km[nb + 1], "K")?);
                 }
                 let mut s = dot * scale;
                 if let Some(mask) = mask {
@@ -236,13 +305,14 @@ pub(crate) fn run_host(
             for p in &mut ps[..nk] {
                 *p = if mn == f32::NEG_INFINITY { 0.0 } else { (*p - mn).exp() };
                 cs += *p;
+                *p = rounding.round(*p);
             }
             let corr = if m == f32::NEG_INFINITY { 0.0 } else { (m - mn).exp() };
             l = l * corr + cs;
             for (t, a) in acc[..dv].iter_mut().enumerate() {
                 let mut av = *a * corr;
                 for (jj, &p) in ps[..nk].iter().enumerate() {
-                    av += p * at(v, vo + (j0 + jj) as i64 * vm[nb] + t as i64 * vm[nb + 1], "V")?;
+                    av += p * rounding.round(at(v, vo + (j0 + jj) as i64 * vm[nb] + t as i64 * vm[nb + 1], "V")?);
                 }
                 *a = av;
             }
@@ -251,7 +321,7 @@ pub(crate) fn run_host(
         for (t, &a) in acc[..dv].iter().enumerate() {
             // `l` is NaN or 0 for a row with no valid key.
             let dead = l.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater);
-            let value = if nan_to_zero && dead { 0.0 } else { a / l };
+            let value = if rounding.nan_to_zero && dead { 0.0 } else { a / l };
             let o = usize::try_from(oo + t as i64 * om[nb + 1]).ok().filter(|&o| o < out.len());
             *out.get_mut(o.ok_or("output offset is outside")?).ok_or("output offset is outside")? = value;
         }

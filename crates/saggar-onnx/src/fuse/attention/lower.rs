@@ -1,13 +1,16 @@
-//! Lowering of an attention group: one launch of a fused kernel (GPU: the tiled or the row kernel,
-//! [`choose`]) or of the host kernel running the same algorithm, with the operands' locations from
+//! Lowering of an attention group: one launch of a fused kernel (GPU: the tensor-core kernel for
+//! half precisions, [`half_tiles`]; in f32 the tiled or the row kernel, [`choose`]) or of the host kernel running the same algorithm, with the operands' locations from
 //! the memory plan.
 
 use std::collections::HashMap;
 
 use saggar_device::{Dim3, LaunchConfig};
+use saggar_shape::DType;
 
 use super::Attention;
-use super::kernel::{self, HostAttention, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS};
+use super::kernel::{
+    self, HostAttention, MMA_MAX_HEAD, MMA_MAX_WARPS, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS,
+};
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
 use crate::graph::ir::{Graph, ValueId};
@@ -38,15 +41,29 @@ pub(crate) fn choose(a: &Attention, kernel: AttentionKernel, offsets32: bool) ->
     tiled.then(|| rows.iter().rev().copied().find(|&r| tiles(a, r) >= TILED_FILL_TILES).unwrap_or(rows[0]))
 }
 
-/// Emits the one launch of an attention group. Every kernel the choice may pick for some shape (the
-/// row kernel, the tiled kernel of each tile size) is defined whichever one this shape launches, so
-/// every bucket of a model has the same source.
+/// The half type `a` computes in: `half` (the precision's, unless the keep list names a member) when
+/// the tensor-core kernel takes its heads and its 32-bit offsets reach every element (`offsets32`);
+/// else `None` (f32 throughout). Both targets decide alike, so the host computes what the GPU does.
+pub(crate) fn half_tiles(a: &Attention, half: Option<DType>, offsets32: bool) -> Option<DType> {
+    half.filter(|_| a.d <= MMA_MAX_HEAD && a.dv <= MMA_MAX_HEAD && offsets32)
+}
+
+/// Warps a block of the tensor-core kernel has for `a`: the most (up to [`MMA_MAX_WARPS`]) whose
+/// tiles still give [`TILED_FILL_TILES`] blocks, else one.
+fn mma_warps(a: &Attention) -> u32 {
+    (1..=MMA_MAX_WARPS).rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES).unwrap_or(1)
+}
+
+/// Emits the one launch of an attention group, computing in `half` where [`half_tiles`] allows (the
+/// tensor-core kernel, whatever `choice` says) and in f32 otherwise. Every f32 kernel the choice may
+/// pick for some shape (the row kernel, the tiled kernel of each tile size) is defined whichever one
+/// this shape launches, so every bucket of a model has the same source.
 pub(crate) fn emit(
     graph: &Graph,
     a: &Attention,
     location: &HashMap<ValueId, ArgSource>,
     target: Target,
-    choice: AttentionKernel,
+    (choice, half): (AttentionKernel, Option<DType>),
     emit: &mut Emitter,
 ) -> Result<(), OnnxError> {
     let inputs = a.inputs();
@@ -58,12 +75,18 @@ pub(crate) fn emit(
     let mut args = inputs.iter().map(at).collect::<Result<Vec<_>, _>>()?;
     args.push(at(&a.out.value)?);
     let elements = |id: ValueId| operand(graph, id).map(|o| numel(&o.dims) as usize);
-    match target {
-        Target::Host => {
+    let mut offsets32 = true;
+    for &id in inputs.iter().chain([&a.out.value]) {
+        offsets32 &= elements(id)? <= i32::MAX as usize;
+    }
+    let half = half_tiles(a, half, offsets32);
+    match (target, half) {
+        (Target::Host, _) => {
             let kernel = HostAttention {
                 meta: a.meta(),
                 mask: a.mask.is_some(),
                 nan_to_zero: a.nan_to_zero,
+                half,
                 lens: inputs.iter().map(|&id| elements(id)).collect::<Result<_, _>>()?,
                 out_len: elements(a.out.value)?,
             };
@@ -71,7 +94,17 @@ pub(crate) fn emit(
             let name = emit.kernel(kernel.signature(), None);
             emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: host_config() }));
         }
-        Target::Gpu(backend) => {
+        (Target::Gpu(_), Some(half)) => {
+            let (name, text) = kernel::gpu_mma_kernel(a.mask.is_some(), a.nan_to_zero, a.d, a.dv, half);
+            emit.kernel(kernel_signature(&name, args.len()), Some(text));
+            let warps = mma_warps(a);
+            let config =
+                LaunchConfig { block: Dim3::x(32 * warps), ..launch_config(Work::Rows(tiles(a, 16 * warps as usize))) };
+            let mut all = vec![emit.meta(&a.meta())];
+            all.extend(args);
+            emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args: all, config }));
+        }
+        (Target::Gpu(backend), None) => {
             let (mask, guard) = (a.mask.is_some(), a.nan_to_zero);
             let mut kernels = Vec::new();
             if choice != AttentionKernel::Tiled {
@@ -81,10 +114,6 @@ pub(crate) fn emit(
                 for &rows in kernel::tile_shapes(a.d.max(a.dv)).0 {
                     kernels.push((Some(rows), kernel::gpu_tiled_kernel(mask, guard, a.d, a.dv, rows)));
                 }
-            }
-            let mut offsets32 = true;
-            for &id in inputs.iter().chain([&a.out.value]) {
-                offsets32 &= elements(id)? <= i32::MAX as usize;
             }
             if choice == AttentionKernel::Tiled && !offsets32 {
                 return Err(OnnxError::UnsupportedOnBackend {

@@ -54,6 +54,11 @@ pub(crate) fn check_keep_list(graph: &Graph, keep: &[String], model: &str) -> Re
     Ok(())
 }
 
+/// Whether `keep` names `node` or its op type.
+pub(crate) fn kept(keep: &[String], node: &Node) -> bool {
+    keep.iter().any(|k| *k == node.op_type || *k == node.name)
+}
+
 /// Rewrites the weight products of `graph` to `half` (f16 or bf16) operands, except those `keep`
 /// names (by node name or op type); returns how many it converted. See the module docs.
 pub(crate) fn convert_products(graph: &mut Graph, half: DType, keep: &[String]) -> Result<usize, OnnxError> {
@@ -63,7 +68,7 @@ pub(crate) fn convert_products(graph: &mut Graph, half: DType, keep: &[String]) 
     let mut index = 0;
     while index < graph.nodes.len() {
         let node = &graph.nodes[index];
-        let kept = keep.iter().any(|k| *k == node.op_type || *k == node.name);
+        let kept = kept(keep, node);
         let Some((a, b)) = weight_product(graph, node).filter(|_| !kept) else {
             index += 1;
             continue;

@@ -104,6 +104,61 @@ __device__ inline unsigned short onnx_f32_to_bf16(float f) {
   return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// Two floats rounded to a pair of halves in one 32-bit word (`lo` in the low bits), f16 or bf16.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIPCC_RTC__) && !defined(__HIP_PLATFORM_AMD__)
+#define ONNX_MMA_PTX 1
+__device__ ONNX_FORCEINLINE unsigned onnx_pack_f16(float lo, float hi) { unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+__device__ ONNX_FORCEINLINE unsigned onnx_pack_bf16(float lo, float hi) { unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+#else
+__device__ ONNX_FORCEINLINE unsigned onnx_pack_f16(float lo, float hi) { return (unsigned)onnx_f32_to_f16(lo) | ((unsigned)onnx_f32_to_f16(hi) << 16); }
+__device__ ONNX_FORCEINLINE unsigned onnx_pack_bf16(float lo, float hi) { return (unsigned)onnx_f32_to_bf16(lo) | ((unsigned)onnx_f32_to_bf16(hi) << 16); }
+#endif
+// `c += a * b` for one warp: the m16n8k16 tensor-core product of a 16 x 16 tile `a` (row-major) and a
+// 16 x 8 tile `b` (column-major), halves in pairs, f32 accumulators, in the PTX `mma` fragment
+// layouts (lane = 4 * group + thread in group: a = rows group and group + 8 at columns 2 thread
+// and 8 + 2 thread; b = column group at rows 2 thread and 8 + 2 thread; c = rows group and group + 8
+// at columns 2 thread and 2 thread + 1). CUDA from sm_80 issues the instruction; elsewhere (HIP, the
+// CPU emulation) the lanes gather the operands by shuffles and multiply exactly in f32.
+#if defined(ONNX_MMA_PTX)
+__device__ ONNX_FORCEINLINE void onnx_mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ ONNX_FORCEINLINE void onnx_mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#else
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_SHFL_IDX(v, src) __shfl((v), (src), 32)
+#else
+#define ONNX_SHFL_IDX(v, src) __shfl_sync(0xffffffffu, (v), (src), 32)
+#endif
+// The dot product of two pairs of halves, in f32.
+template <bool BF16> __device__ ONNX_FORCEINLINE float onnx_dot2(unsigned x, unsigned y) {
+  const float x0 = BF16 ? onnx_bf16_to_f32((unsigned short)(x & 0xffffu)) : onnx_f16_to_f32((unsigned short)(x & 0xffffu));
+  const float x1 = BF16 ? onnx_bf16_to_f32((unsigned short)(x >> 16)) : onnx_f16_to_f32((unsigned short)(x >> 16));
+  const float y0 = BF16 ? onnx_bf16_to_f32((unsigned short)(y & 0xffffu)) : onnx_f16_to_f32((unsigned short)(y & 0xffffu));
+  const float y1 = BF16 ? onnx_bf16_to_f32((unsigned short)(y >> 16)) : onnx_f16_to_f32((unsigned short)(y >> 16));
+  return x0 * y0 + x1 * y1;
+}
+template <bool BF16> __device__ ONNX_FORCEINLINE void onnx_mma_soft(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  for (int kp = 0; kp < 4; ++kp) {
+    const unsigned x0 = ONNX_SHFL_IDX(a[0], g * 4 + kp), x1 = ONNX_SHFL_IDX(a[1], g * 4 + kp);
+    const unsigned x2 = ONNX_SHFL_IDX(a[2], g * 4 + kp), x3 = ONNX_SHFL_IDX(a[3], g * 4 + kp);
+    const unsigned y00 = ONNX_SHFL_IDX(b0, 8 * t + kp), y01 = ONNX_SHFL_IDX(b1, 8 * t + kp);
+    const unsigned y10 = ONNX_SHFL_IDX(b0, 8 * t + 4 + kp), y11 = ONNX_SHFL_IDX(b1, 8 * t + 4 + kp);
+    c[0] += onnx_dot2<BF16>(x0, y00) + onnx_dot2<BF16>(x2, y01);
+    c[1] += onnx_dot2<BF16>(x0, y10) + onnx_dot2<BF16>(x2, y11);
+    c[2] += onnx_dot2<BF16>(x1, y00) + onnx_dot2<BF16>(x3, y01);
+    c[3] += onnx_dot2<BF16>(x1, y10) + onnx_dot2<BF16>(x3, y11);
+  }
+}
+__device__ ONNX_FORCEINLINE void onnx_mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) { onnx_mma_soft<false>(c, a, b0, b1); }
+__device__ ONNX_FORCEINLINE void onnx_mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) { onnx_mma_soft<true>(c, a, b0, b1); }
+#endif
+
 __device__ inline onnx_i64 red_offset(onnx_i64 j, int nr, const onnx_i64* rd, const onnx_i64* rs) {
   onnx_i64 off = 0;
   for (int d = nr - 1; d >= 0; --d) { off += (j % rd[d]) * rs[d]; j /= rd[d]; }
