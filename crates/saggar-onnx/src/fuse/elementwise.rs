@@ -1,9 +1,9 @@
 //! CUDA/HIP C++ of fused elementwise groups: a chain of elementwise nodes over broadcast inputs as one
 //! kernel. The chain is one inlined `__device__` function of the loaded inputs; the kernel loads
 //! each input at the offset its broadcast mode gives ([`crate::ops::gpu::broadcast_mode`], chosen per
-//! bucket into the `meta` table), and an all-`f32` group moves four elements a step where a launch is
-//! contiguous. The LayerNormalization prologue (`fuse::layer_norm`) evaluates the same loads and nodes
-//! where it reads its input.
+//! bucket into the `meta` table), and a floating-point group moves four elements a step where every
+//! input is in a common broadcast pattern. The LayerNormalization prologue (`fuse::layer_norm`)
+//! evaluates the same loads and nodes where it reads its input.
 
 use std::fmt::Write as _;
 
@@ -50,9 +50,10 @@ pub(crate) fn used_inputs(group: &FusedGroup) -> Vec<usize> {
 /// Statements computing every node value `v0, v1, ..` of `group` at the flat output index `i`, with
 /// `rank` and `dims` in scope and the group's `meta` in `meta`: `rank, n, dims[rank]`, the broadcast
 /// strides of each external input (`rank` each), then each input's broadcast mode and its divisor
-/// ([`crate::ops::gpu::broadcast_mode`]) and a flag saying whether the index and the divisors fit
-/// 32 bits. An input in a common pattern costs at most one division; only when some input is in no
-/// common pattern does the kernel walk the dimensions. Only the inputs some node reads are loaded.
+/// ([`crate::ops::gpu::broadcast_mode`]), a flag saying whether the index and the divisors fit
+/// 32 bits, and each input's block count (`broadcast_mode`'s `c`). An input in a common pattern
+/// costs at most two divisions; only when some input is in no common pattern does the kernel walk
+/// the dimensions. Only the inputs some node reads are loaded.
 pub(crate) fn fused_values(group: &FusedGroup) -> Option<String> {
     Some(fused_loads(group)? + &fused_nodes(group)?)
 }
@@ -74,6 +75,11 @@ fn fused_loads(group: &FusedGroup) -> Option<String> {
         let _ = writeln!(body, "      case 2: o{k} = n32 ? (onnx_i64)((unsigned)i % (unsigned){m}) : i % {m}; break;");
         let _ = writeln!(body, "      case 3: break;");
         let _ = writeln!(body, "      case 4: o{k} = n32 ? (onnx_i64)((unsigned)i / (unsigned){m}) : i / {m}; break;");
+        let c = format!("fm[{}]", 2 * externals + 1 + k);
+        let _ = writeln!(
+            body,
+            "      case 5: o{k} = n32 ? (onnx_i64)((unsigned)i / (unsigned){m} % (unsigned){c}) : i / {m} % {c}; break;"
+        );
         let _ = writeln!(body, "      default: walk = true;\n    }}");
     }
     if used.is_empty() {
@@ -133,12 +139,15 @@ pub(crate) fn chain_function(group: &FusedGroup, used: &[usize]) -> Option<Strin
 ///
 /// The nodes are one `__device__` function of the loaded inputs ([`chain_function`]). When every
 /// input and the output are floating point (`f32`, `f16`, `bf16`: a chain ending in a cast to half
-/// precision included), the kernel first tests whether this launch is contiguous (every used input
-/// the output's shape or a scalar, whole four-element vectors, 16-byte aligned pointers) and then
-/// moves four elements a thread a step with vector loads and stores (`float4`, or `ushort4` for half
-/// bits): a thread keeps four elements of each input in flight instead of one, which is what a
-/// memory-bound chain (GELU over a transformer's FFN activations) waits on. Otherwise the thread
-/// reads one element a step at the offsets its broadcast modes give.
+/// precision included), the kernel first tests whether this launch takes four elements a step
+/// (whole four-element vectors, 16-byte aligned output and inputs of the output's shape, every used
+/// input in a common broadcast pattern) and then moves four elements a thread a step: inputs of the
+/// output's shape and the output with vector loads and stores (`float4`, or `ushort4` for half
+/// bits), a scalar as one value, and inputs read in blocks (a bias, a per-channel value over NCHW)
+/// element by element at four offsets from at most two divisions ([`vector_path`]). A thread keeps
+/// four elements of each input in flight instead of one, which is what a memory-bound chain (GELU
+/// over a transformer's FFN activations, a convolution's bias, residual add and ReLU) waits on.
+/// Otherwise the thread reads one element a step at the offsets its broadcast modes give.
 pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     let last = group.nodes.last()?;
     let used = used_inputs(group);
@@ -168,23 +177,33 @@ fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// The contiguous four-element path of [`fused_kernel`] for a floating-point group reading `used`.
+/// The four-element path of [`fused_kernel`] for a floating-point group reading `used`: per input a
+/// vector load (mode 1), one value (mode 3), or four element loads at the offsets of its blocks
+/// (modes 2, 4 and 5, `onnx_block_offsets4` in the prelude; their lanes may straddle blocks).
 fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
     let externals = group.inputs.len();
     let mut text = format!(
-        "  const onnx_i64* fm = meta + 2 + {} * rank;\n  bool vec = (meta[1] & 3) == 0 && onnx_aligned16(out);\n",
-        externals + 1
+        "  const onnx_i64* fm = meta + 2 + {} * rank;\n  const bool n32 = fm[{}] != 0;\n  bool vec = (meta[1] & 3) == 0 && onnx_aligned16(out);\n",
+        externals + 1,
+        2 * externals
     );
-    // Per used input: its test (the output's shape and aligned, or a scalar) and its vector load.
+    // Per used input: its test (a common pattern, aligned when of the output's shape) and its load.
     let mut loads = String::new();
     for &k in used {
-        let m = 2 * k;
+        let (mode, m, count) = (format!("fm[{}]", 2 * k), format!("fm[{}]", 2 * k + 1), 2 * externals + 1 + k);
         let (v4, make) = vector_type(group.inputs[k]).unwrap_or(("float4", "make_float4"));
-        let _ = writeln!(text, "  vec = vec && (fm[{m}] == 3 || (fm[{m}] == 1 && onnx_aligned16(in{k})));");
+        let _ = writeln!(text, "  vec = vec && {mode} != 0 && ({mode} != 1 || onnx_aligned16(in{k}));");
         let _ = writeln!(
             loads,
-            "      const {v4} x{k} = fm[{m}] == 1 ? ((const {v4}*)in{k})[q] : {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
+            "      {v4} x{k};\n      if ({mode} == 1) x{k} = ((const {v4}*)in{k})[q];\n      else if ({mode} == 3) x{k} = {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
         );
+        let _ = writeln!(
+            loads,
+            "      else {{\n        onnx_i64 o[4];\n        onnx_block_offsets4(q << 2, {mode} == 2 ? 1 : {m}, fm[{count}], n32, o);\n        x{k} = {make}(in{k}[o[0]], in{k}[o[1]], in{k}[o[2]], in{k}[o[3]]);\n      }}"
+        );
+    }
+    if used.is_empty() {
+        text.push_str("  (void)n32;\n");
     }
     let out = group.nodes.last().map_or(DType::F32, |n| n.out);
     let (out4, _) = vector_type(out).unwrap_or(("float4", "make_float4"));
@@ -226,7 +245,16 @@ mod tests {
         let cast = FusedNode { expr: "onnx_f32_to_f16($0)".into(), operands: vec![Some(Err(1))], out: DType::F16 };
         let half = FusedGroup { nodes: [group.nodes.clone(), vec![cast]].concat(), ..group.clone() };
         let (_, text) = fused_kernel(&half).unwrap();
-        assert!(text.contains("const float4 x0 = ") && text.contains("((ushort4*)out)[q] = r;"), "{text}");
+        assert!(text.contains("float4 x0;") && text.contains("((ushort4*)out)[q] = r;"), "{text}");
+        // Inputs read in blocks (a per-channel bias) take the four-element path too, each lane at its
+        // block's offset.
+        assert!(text.contains("vec = vec && fm[2] != 0 && (fm[2] != 1 || onnx_aligned16(in1));"), "{text}");
+        assert!(text.contains("onnx_block_offsets4(q << 2, fm[2] == 2 ? 1 : fm[3], fm[6], n32, o);"), "{text}");
+        assert!(text.contains("x1 = make_float4(in1[o[0]], in1[o[1]], in1[o[2]], in1[o[3]]);"), "{text}");
+        assert!(
+            text.contains("case 5: o1 = n32 ? (onnx_i64)((unsigned)i / (unsigned)fm[3] % (unsigned)fm[6])"),
+            "{text}"
+        );
         let mixed = FusedGroup { inputs: vec![DType::F32, DType::I64], ..group };
         let (_, text) = fused_kernel(&mixed).unwrap();
         assert!(!text.contains("float4"), "only floating-point chains move four elements at once: {text}");

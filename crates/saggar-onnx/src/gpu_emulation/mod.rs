@@ -13,6 +13,7 @@ use saggar_device::BackendKind;
 use crate::plan::{ArgSource, PlanStep};
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
 
+mod conv;
 mod embedding_bag;
 mod every_kind;
 
@@ -221,6 +222,14 @@ pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Pat
         let _ = writeln!(main, "  store(\"{}\", out{i}, {n});", file(&format!("out{i}.bin")));
     }
     main.push_str("  return 0;\n}\n");
+    build_and_run(dir, &source, &main)?;
+    Some((0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap()).collect())
+}
+
+/// Compiles `source` (a generated source: prelude and kernels) with the shim, the driver and `main`
+/// in `dir`, and runs it; `None` without g++.
+pub(crate) fn build_and_run(dir: &Path, source: &str, main: &str) -> Option<()> {
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
     std::fs::write(file("plan.cpp"), format!("{SHIM}\n{source}\n{DRIVER}\n{main}")).unwrap();
     let built = Command::new("g++")
         .args(["-std=c++20", "-O1", "-pthread", "-w", "-o", &file("plan"), &file("plan.cpp")])
@@ -232,7 +241,7 @@ pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Pat
     assert!(built.status.success(), "g++: {}", String::from_utf8_lossy(&built.stderr));
     let ran = Command::new(file("plan")).output().unwrap();
     assert!(ran.status.success(), "the emulated plan failed: {}", String::from_utf8_lossy(&ran.stderr));
-    Some((0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap()).collect())
+    Some(())
 }
 
 pub(crate) fn assert_close(got: &[u8], want: &Tensor, what: &str) {

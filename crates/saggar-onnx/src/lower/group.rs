@@ -175,10 +175,14 @@ impl Members<'_> {
             meta.extend(broadcast(&operand(graph, *id)?.dims, &out_dims));
         }
         let n = numel(&out_dims);
-        for id in &self.externals {
-            meta.extend(broadcast_mode(&operand(graph, *id)?.dims, &out_dims));
-        }
+        let modes = self
+            .externals
+            .iter()
+            .map(|id| Ok(broadcast_mode(&operand(graph, *id)?.dims, &out_dims)))
+            .collect::<Result<Vec<_>, OnnxError>>()?;
+        meta.extend(modes.iter().flat_map(|&[mode, m, _]| [mode, m]));
         meta.push(i64::from(n <= u64::from(u32::MAX)));
+        meta.extend(modes.iter().map(|&[_, _, count]| count));
         let mut args = vec![emit.meta(&meta)];
         args.extend(self.externals.iter().map(|id| self.at(id)));
         args.push(self.at(&graph.nodes[self.root].outputs[0]));

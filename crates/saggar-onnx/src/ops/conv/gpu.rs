@@ -1,6 +1,6 @@
 //! The GPU kernels of the convolution family: the direct convolution (`conv.cu`), the im2col patch
-//! matrix of the conv-to-GEMM rewrite (`im2col.cu`), the direct transposed convolution
-//! (`conv_transpose.cu`) and inference BatchNormalization (`batch_norm.cu`).
+//! matrix of the conv-to-GEMM rewrite (`im2col.cu` and its bodies), the direct transposed
+//! convolution (`conv_transpose.cu`) and inference BatchNormalization (`batch_norm.cu`).
 
 use super::Axis;
 use crate::ops::OpError;
@@ -100,10 +100,12 @@ impl GpuKernel for ConvTransposeKernel {
 }
 
 /// The im2col patch matrix of a convolution's input, moving elements of `bytes` bytes (zero bits
-/// are 0 in every float type).
+/// are 0 in every float type), over two spatial axes (`planar`) or any number: `im2col.cu` around
+/// the form's body (`im2col_planar.cuh`, `im2col_rank.cuh`) in 32-bit and in 64-bit indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Im2colKernel {
     pub(crate) bytes: u8,
+    pub(crate) planar: bool,
 }
 
 impl GpuKernel for Im2colKernel {
@@ -112,7 +114,10 @@ impl GpuKernel for Im2colKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("im2col.cu"), &[("T", bits_type(self.bytes))])
+        let body = if self.planar { include_str!("im2col_planar.cuh") } else { include_str!("im2col_rank.cuh") };
+        let (t, spatial) = (bits_type(self.bytes), MAX_SPATIAL.to_string());
+        let indexed = |i: &str| render(body, &[("T", t), ("I", i), ("MAX_SPATIAL", &spatial)]);
+        render(include_str!("im2col.cu"), &[("T", t), ("NARROW", &indexed("int")), ("WIDE", &indexed("onnx_i64"))])
     }
 }
 

@@ -1,25 +1,15 @@
-// The im2col patch matrix `[N, C * taps, plane]` of a convolution's input, one thread per element,
-// padding taps 0 (elements moved as @T@ bits).
-// meta: s, N, C, in[s], out[s], kernel[s], stride[s], pad_begin[s], dilation[s]
+// The im2col patch matrix `[N, C * taps, plane]` of a convolution's input, padding taps 0 (elements
+// moved as @T@ bits). A thread takes one output position `p` of one (image, channel) plane and
+// writes element `p` of each of the plane's `taps` rows: the divisions are a position's, not an
+// element's, and consecutive threads write consecutive elements of each row. The body is the
+// planar one (two spatial axes, `im2col_planar.cuh`) or the one of any rank (`im2col_rank.cuh`),
+// in 32-bit indices when `narrow` (the launch checked that every index and coordinate fits) and in
+// 64-bit ones otherwise.
+// meta: s, N, C, in[s], out[s], kernel[s], stride[s], pad_begin[s], dilation[s], narrow
 (const onnx_i64* meta, const @T@* __restrict__ x, @T@* __restrict__ col) {
-  const int s = (int)meta[0];
-  const onnx_i64 N = meta[1], C = meta[2];
-  const onnx_i64* in = meta + 3; const onnx_i64* out = in + s; const onnx_i64* ker = out + s;
-  const onnx_i64* st = ker + s; const onnx_i64* pad = st + s; const onnx_i64* dil = pad + s;
-  onnx_i64 in_plane = 1, out_plane = 1, taps = 1;
-  for (int d = 0; d < s; ++d) { in_plane *= in[d]; out_plane *= out[d]; taps *= ker[d]; }
-  ONNX_LOOP(i, N * C * taps * out_plane) {
-    onnx_i64 rem = i % out_plane, tr = (i / out_plane) % taps;
-    const onnx_i64 c = (i / out_plane / taps) % C, n = i / out_plane / taps / C;
-    onnx_i64 at = 0, stride = 1;
-    bool inside = true;
-    for (int d = s - 1; d >= 0; --d) {
-      const onnx_i64 o = rem % out[d]; rem /= out[d];
-      const onnx_i64 k = tr % ker[d]; tr /= ker[d];
-      const onnx_i64 p = o * st[d] + k * dil[d] - pad[d];
-      inside = inside && p >= 0 && p < in[d];
-      at += p * stride; stride *= in[d];
-    }
-    col[i] = inside ? x[(n * C + c) * in_plane + at] : (@T@)0;
+  if (meta[3 + 6 * meta[0]] != 0) {
+@NARROW@
+  } else {
+@WIDE@
   }
 }

@@ -33,6 +33,30 @@ impl Im2col {
 }
 
 impl Im2col {
+    /// Whether the GPU kernel's indices and coordinates for `n` images of `c` channels fit 32-bit
+    /// signed integers: the element counts of the input, of the patch matrix and of the kernel's
+    /// positions (and the per-image extents they multiply), every axis attribute, and each axis's
+    /// farthest tap `(output - 1) * stride + (kernel - 1) * dilation`.
+    pub(crate) fn narrow_indices(&self, n: usize, c: usize) -> bool {
+        let product =
+            |field: fn(&Axis) -> usize| self.axes.iter().try_fold(1u64, |p, a| p.checked_mul(field(a) as u64));
+        let (images, in_plane, plane, taps) =
+            ((n as u64).checked_mul(c as u64), product(|a| a.input), product(|a| a.output), product(|a| a.kernel));
+        let times = |a: Option<u64>, b: Option<u64>| a?.checked_mul(b?);
+        let counts = [images, in_plane, plane, taps, times(images, in_plane), times(images, plane)];
+        let patches = times(times(images, plane), taps);
+        let farthest = self.axes.iter().map(|a| {
+            let taps = (a.kernel.saturating_sub(1) as u64).checked_mul(a.dilation as u64)?;
+            (a.output.saturating_sub(1) as u64).checked_mul(a.stride as u64)?.checked_add(taps)
+        });
+        let attributes = self
+            .axes
+            .iter()
+            .flat_map(|a| [a.input, a.output, a.kernel, a.stride, a.pad_begin, a.dilation].map(|v| Some(v as u64)));
+        let fits = |v: Option<u64>| v.is_some_and(|v| v <= i32::MAX as u64);
+        counts.into_iter().chain([patches]).chain(farthest).chain(attributes).all(fits)
+    }
+
     /// The patch matrices (`patches` elements each) of the `n` images of `x` (`channels` channels
     /// each) into `col`.
     fn images<T: Copy + Default>(
@@ -84,19 +108,85 @@ impl Op for Im2col {
     }
 
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
-        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
+        use crate::ops::gpu::{GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
         Some((|| {
             let x = &ctx.input(0)?.dims;
-            let dims = self.output_dims(x).ok_or_else(|| OpError::eval("Im2col: input does not fit the axes"))?;
-            let mut meta = vec![ext(self.axes.len()), ext(x[0]), ext(x[1])];
-            meta.extend(axes_meta(&self.axes));
-            let bytes = ctx.input(0)?.dtype.size_bytes() as u8;
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                Im2colKernel { bytes },
-                meta,
-                Work::Elements(numel(&dims)),
-                vec![Slot::In(0), Slot::Out(0)],
-            )]))
+            self.output_dims(x).ok_or_else(|| OpError::eval("Im2col: input does not fit the axes"))?;
+            if self.axes.len() > MAX_SPATIAL {
+                return Err(OpError::eval(format!("Im2col takes at most {MAX_SPATIAL} spatial axes on GPU")));
+            }
+            // One axis runs as two, the first of extent 1.
+            let unit = Axis { input: 1, kernel: 1, stride: 1, dilation: 1, pad_begin: 0, pad_end: 0, output: 1 };
+            let axes = if self.axes.len() == 1 { vec![unit, self.axes[0]] } else { self.axes.clone() };
+            let mut meta = vec![ext(axes.len()), ext(x[0]), ext(x[1])];
+            meta.extend(axes_meta(&axes));
+            meta.push(i64::from(self.narrow_indices(x[0], x[1])));
+            let kernel = Im2colKernel { bytes: ctx.input(0)?.dtype.size_bytes() as u8, planar: axes.len() == 2 };
+            let plane: Vec<usize> = axes.iter().map(|a| a.output).collect();
+            let work = Work::Elements(numel(&[&x[..2], &plane[..]].concat()));
+            Ok(GpuNode::Launches(vec![GpuLaunch::new(kernel, meta, work, vec![Slot::In(0), Slot::Out(0)])]))
         })())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use saggar_shape::DType;
+
+    use super::*;
+    use crate::ops::gpu::{GpuCtx, GpuNode, Operand, Work};
+
+    /// An axis of `input` elements read by `kernel` taps with `stride` and padding `pad` at each end.
+    fn axis(input: usize, kernel: usize, stride: usize, pad: usize) -> Axis {
+        let output = (input + 2 * pad - kernel) / stride + 1;
+        Axis { input, kernel, stride, dilation: 1, pad_begin: pad, pad_end: pad, output }
+    }
+
+    /// The kernel, meta table and work of the GPU launch for input `x` of f16.
+    fn launch(axes: Vec<Axis>, x: &[usize]) -> (Im2colKernel, Vec<i64>, Work) {
+        let inputs = [Some(Operand { dtype: DType::F16, dims: x.to_vec() })];
+        let ctx = GpuCtx { inputs: &inputs, outputs: &[], infer: &InferInputs::new(&[]) };
+        let Some(Ok(GpuNode::Launches(launches))) = Im2col { axes }.gpu(&ctx) else { panic!("Im2col lowers") };
+        let l = &launches[0];
+        (*l.kernel_as::<Im2colKernel>().unwrap(), l.meta.clone(), l.work)
+    }
+
+    #[test]
+    fn one_and_two_axes_take_the_planar_kernel_and_32_bit_indices_where_they_fit() {
+        let (kernel, meta, work) = launch(vec![axis(7, 3, 2, 1), axis(9, 3, 1, 1)], &[2, 5, 7, 9]);
+        assert_eq!(kernel, Im2colKernel { bytes: 2, planar: true });
+        assert_eq!(meta, [2, 2, 5, 7, 9, 4, 9, 3, 3, 2, 1, 1, 1, 1, 1, 1], "s, N, C, the axes' fields, narrow");
+        assert_eq!(work, Work::Elements(2 * 5 * 4 * 9), "a thread per image, channel and output position");
+        // One axis runs as two, the first of extent 1.
+        let (kernel, meta, work) = launch(vec![axis(11, 3, 2, 1)], &[2, 3, 11]);
+        assert_eq!(kernel, Im2colKernel { bytes: 2, planar: true });
+        assert_eq!(meta, [2, 2, 3, 1, 11, 1, 6, 1, 3, 1, 2, 0, 1, 1, 1, 1]);
+        assert_eq!(work, Work::Elements(2 * 3 * 6));
+        let (kernel, meta, _) = launch(vec![axis(4, 2, 1, 0); 3], &[1, 2, 4, 4, 4]);
+        assert_eq!(kernel, Im2colKernel { bytes: 2, planar: false });
+        assert_eq!((meta[0], meta.len(), meta[21]), (3, 22, 1));
+        // 50000 x 50000 positions: the patch matrix has more elements than 32-bit indices reach; the
+        // same kernel takes its 64-bit body.
+        let (kernel, meta, _) = launch(vec![axis(50_000, 1, 1, 0), axis(50_000, 1, 1, 0)], &[1, 1, 50_000, 50_000]);
+        assert_eq!((kernel, meta[15]), (Im2colKernel { bytes: 2, planar: true }, 0));
+    }
+
+    #[test]
+    fn indices_are_narrow_up_to_the_largest_32_bit_value_of_every_count_and_coordinate() {
+        let max = i32::MAX as usize;
+        let line = |input: usize| Im2col { axes: vec![axis(input, 1, 1, 0)] };
+        assert!(line(max).narrow_indices(1, 1));
+        assert!(!line(max + 1).narrow_indices(1, 1), "the input's extent");
+        assert!(!line(max / 2 + 1).narrow_indices(2, 1), "the patch matrix of two images");
+        assert!(!line(max / 3 + 1).narrow_indices(1, 3), "three channels");
+        // Taps multiply the patch matrix only.
+        let taps = Im2col { axes: vec![Axis { kernel: 3, pad_begin: 1, pad_end: 1, ..axis(max / 3, 1, 1, 0) }] };
+        assert!(taps.narrow_indices(1, 1));
+        let taps = Im2col { axes: vec![Axis { kernel: 3, pad_begin: 1, pad_end: 1, ..axis(max / 3 + 1, 1, 1, 0) }] };
+        assert!(!taps.narrow_indices(1, 1));
+        // The farthest tap's coordinate, even where every count fits.
+        let far = |output: usize| Axis { input: 1 << 30, kernel: 1, stride: 1 << 20, output, ..axis(1, 1, 1, 0) };
+        assert!(Im2col { axes: vec![far(1 << 11)] }.narrow_indices(1, 1));
+        assert!(!Im2col { axes: vec![far((1 << 11) + 1)] }.narrow_indices(1, 1));
     }
 }

@@ -234,30 +234,38 @@ pub fn broadcast(dims: &[usize], out: &[usize]) -> Vec<i64> {
 }
 
 /// How a fused kernel finds an input's element for output element `i`, when the input broadcasts
-/// against `out` in one of the common ways: `[mode, m]` with mode 1 the same shape (`i`), 2 a
+/// against `out` in one of the common ways: `[mode, m, c]` with mode 1 the same shape (`i`), 2 a
 /// trailing block (a bias: `i % m`), 3 a single value (`0`), 4 a leading block repeated along the
-/// trailing axes (`i / m`), and 0 anything else (the kernel walks the dimensions with the
-/// broadcast strides). The kernel branches on the mode, the same for every thread.
-pub fn broadcast_mode(dims: &[usize], out: &[usize]) -> [i64; 2] {
+/// trailing axes (`i / m`), 5 a middle block repeated along the leading and the trailing axes (a
+/// per-channel value over NCHW: `(i / m) % c`), and 0 anything else (the kernel walks the dimensions
+/// with the broadcast strides). For modes 2, 4 and 5, `c` is the block's element count, so that each
+/// reads `(i / inner) % c` with `inner` 1 for mode 2 and `m` for the others; it is 0 for the rest.
+/// The kernel branches on the mode, the same for every thread.
+pub fn broadcast_mode(dims: &[usize], out: &[usize]) -> [i64; 3] {
     let strides = broadcast(dims, out);
     let own = contiguous(out);
-    let matters = |d: usize| out[d] != 1;
-    let inner = |j: usize| numel(&out[j..]) as i64;
-    let suffix =
-        |j: usize| (0..out.len()).filter(|&d| matters(d)).all(|d| strides[d] == if d < j { 0 } else { own[d] });
-    let prefix = |j: usize| {
-        (0..out.len()).filter(|&d| matters(d)).all(|d| strides[d] == if d < j { own[d] / inner(j) } else { 0 })
+    let rank = out.len();
+    let inner = |k: usize| numel(&out[k..]) as i64;
+    // The input is the block of axes `j..k` of the output, broadcast along the others.
+    let block = |j: usize, k: usize| {
+        (0..rank)
+            .filter(|&d| out[d] != 1)
+            .all(|d| Some(strides[d]) == if (j..k).contains(&d) { own[d].checked_div(inner(k)) } else { Some(0) })
     };
-    if suffix(0) {
-        [1, 0]
+    let count = |j: usize, k: usize| numel(&out[j..k]) as i64;
+    if block(0, rank) {
+        [1, 0, 0]
     } else if numel(dims) == 1 {
-        [3, 0]
-    } else if let Some(j) = (1..out.len()).find(|&j| suffix(j)) {
-        [2, inner(j)]
-    } else if let Some(j) = (1..out.len()).find(|&j| prefix(j)) {
-        [4, inner(j)]
+        [3, 0, 0]
+    } else if let Some(j) = (1..rank).find(|&j| block(j, rank)) {
+        [2, inner(j), inner(j)]
+    } else if let Some(k) = (1..rank).find(|&k| block(0, k)) {
+        [4, inner(k), count(0, k)]
+    } else if let Some((j, k)) = (1..rank).flat_map(|j| (j + 1..rank).map(move |k| (j, k))).find(|&(j, k)| block(j, k))
+    {
+        [5, inner(k), count(j, k)]
     } else {
-        [0, 0]
+        [0, 0, 0]
     }
 }
 
@@ -281,11 +289,10 @@ mod tests {
         use crate::ops::reduce::ReduceOp;
         use crate::ops::reduce::gpu::{ArgKernel, ReduceKernel};
         use crate::ops::shapes::gpu::ConcatKernel;
-        let mut kinds: Vec<Box<dyn GpuKernel>> = vec![
-            Box::new(Im2colKernel { bytes: 4 }),
-            Box::new(Im2colKernel { bytes: 2 }),
-            Box::new(BatchNormKernel { epsilon_bits: 1 }),
-        ];
+        let mut kinds: Vec<Box<dyn GpuKernel>> = vec![Box::new(BatchNormKernel { epsilon_bits: 1 })];
+        for (bytes, planar) in [(2, false), (2, true), (4, false), (4, true)] {
+            kinds.push(Box::new(Im2colKernel { bytes, planar }));
+        }
         kinds.extend([1, 2, 4, 8].map(|b| Box::new(CopyKernel { elem_bytes: b }) as Box<dyn GpuKernel>));
         kinds.extend([1, 3].map(|n| Box::new(ConcatKernel { elem_bytes: 4, inputs: n }) as Box<dyn GpuKernel>));
         for form in [GatherForm::Axis, GatherForm::Elements, GatherForm::Nd] {
@@ -359,20 +366,38 @@ mod tests {
     #[test]
     fn broadcast_modes_name_the_common_patterns_and_index_like_the_strides() {
         let out = [2, 3, 4];
-        assert_eq!(broadcast_mode(&[2, 3, 4], &out), [1, 0], "same shape");
-        assert_eq!(broadcast_mode(&[1, 3, 4], &[1, 3, 4]), [1, 0], "unit axes do not matter");
-        assert_eq!(broadcast_mode(&[1], &out), [3, 0], "scalar");
-        assert_eq!(broadcast_mode(&[4], &out), [2, 4], "bias");
-        assert_eq!(broadcast_mode(&[3, 4], &out), [2, 12], "trailing block");
-        assert_eq!(broadcast_mode(&[2, 3, 1], &out), [4, 4], "leading block");
-        assert_eq!(broadcast_mode(&[2, 1, 1], &out), [4, 12], "leading block");
-        assert_eq!(broadcast_mode(&[3, 1], &out), [0, 0], "a middle axis: general");
-        assert_eq!(broadcast_mode(&[2, 1, 4], &out), [0, 0], "a broadcast middle axis: general");
+        assert_eq!(broadcast_mode(&[2, 3, 4], &out), [1, 0, 0], "same shape");
+        assert_eq!(broadcast_mode(&[1, 3, 4], &[1, 3, 4]), [1, 0, 0], "unit axes do not matter");
+        assert_eq!(broadcast_mode(&[1], &out), [3, 0, 0], "scalar");
+        assert_eq!(broadcast_mode(&[4], &out), [2, 4, 4], "bias");
+        assert_eq!(broadcast_mode(&[3, 4], &out), [2, 12, 12], "trailing block");
+        assert_eq!(broadcast_mode(&[2, 3, 1], &out), [4, 4, 6], "leading block");
+        assert_eq!(broadcast_mode(&[2, 1, 1], &out), [4, 12, 2], "leading block");
+        assert_eq!(broadcast_mode(&[3, 1], &out), [5, 4, 3], "a middle axis");
+        assert_eq!(broadcast_mode(&[5, 1, 1], &[2, 5, 7, 7]), [5, 49, 5], "per channel over NCHW");
+        assert_eq!(broadcast_mode(&[1, 5, 1, 1], &[1, 5, 7, 7]), [4, 49, 5], "per channel of one image");
+        assert_eq!(broadcast_mode(&[3, 4, 1], &[2, 3, 4, 5]), [5, 5, 12], "a block of middle axes");
+        assert_eq!(broadcast_mode(&[2, 1, 4], &out), [0, 0, 0], "a broadcast middle axis: general");
+        assert_eq!(broadcast_mode(&[3, 1], &[2, 3, 0]), [0, 0, 0], "nothing to read: general");
         // Every mode reads what the broadcast strides read, at every output element.
-        for dims in [vec![2, 3, 4], vec![1], vec![4], vec![3, 4], vec![2, 3, 1], vec![2, 1, 1], vec![1, 1, 4]] {
-            let strides = broadcast(&dims, &out);
-            let [mode, m] = broadcast_mode(&dims, &out);
-            for i in 0..numel(&out) as i64 {
+        let cases: [(&[usize], &[usize]); 12] = [
+            (&[2, 3, 4], &out),
+            (&[1], &out),
+            (&[4], &out),
+            (&[3, 4], &out),
+            (&[2, 3, 1], &out),
+            (&[2, 1, 1], &out),
+            (&[1, 1, 4], &out),
+            (&[3, 1], &out),
+            (&[5, 1, 1], &[2, 5, 7, 7]),
+            (&[3, 4, 1], &[2, 3, 4, 5]),
+            (&[3, 1, 1], &[2, 3, 1, 2]),
+            (&[1, 3, 1], &[2, 1, 3, 2]),
+        ];
+        for (dims, out) in cases {
+            let strides = broadcast(dims, out);
+            let [mode, m, c] = broadcast_mode(dims, out);
+            for i in 0..numel(out) as i64 {
                 let (mut rem, mut by_strides) = (i, 0);
                 for d in (0..out.len()).rev() {
                     by_strides += rem % out[d] as i64 * strides[d];
@@ -383,9 +408,14 @@ mod tests {
                     2 => i % m,
                     3 => 0,
                     4 => i / m,
+                    5 => i / m % c,
                     _ => continue,
                 };
                 assert_eq!(by_mode, by_strides, "{dims:?} at {i}");
+                if matches!(mode, 2 | 4 | 5) {
+                    let inner = if mode == 2 { 1 } else { m };
+                    assert_eq!(i / inner % c, by_strides, "{dims:?} at {i} as a block");
+                }
             }
         }
     }

@@ -56,6 +56,26 @@ __device__ ONNX_FORCEINLINE float4 onnx_row_load4(const float* __restrict__ p, o
   const float x = p[mode == 4 ? row : 0];
   return make_float4(x, x, x, x);
 }
+// The offsets `(j / inner) % count` of the four flat indices `j = i .. i + 3` of an input read in
+// blocks (broadcast modes 2, 4 and 5 of the fused kernels: a per-channel bias over NCHW has blocks
+// of `inner = H * W`): at most a division and a remainder for the four, each further lane stepping
+// into the next block where it crosses one (the four may straddle several blocks when `inner < 4`)
+// and back to block 0 after `count`. In 32-bit arithmetic when `n32` (every index fits).
+template <typename I> __device__ ONNX_FORCEINLINE void onnx_block_offsets4_in(I i, I inner, I count, onnx_i64* o) {
+  I t = i, r = 0;
+  if (inner != 1) { t = i / inner; r = i - t * inner; }
+  t %= count;
+  o[0] = (onnx_i64)t;
+#pragma unroll
+  for (int l = 1; l < 4; ++l) {
+    if (++r == inner) { r = 0; if (++t == count) t = 0; }
+    o[l] = (onnx_i64)t;
+  }
+}
+__device__ ONNX_FORCEINLINE void onnx_block_offsets4(onnx_i64 i, onnx_i64 inner, onnx_i64 count, bool n32, onnx_i64* o) {
+  if (n32) onnx_block_offsets4_in<unsigned>((unsigned)i, (unsigned)inner, (unsigned)count, o);
+  else onnx_block_offsets4_in<onnx_i64>(i, inner, count, o);
+}
 // The sum over a row's group: `blockDim.x` threads of one `threadIdx.y` (a warp's lanes, or with
 // `blockDim.y == 1` the whole block through `sh`). Every thread of the block calls it together.
 __device__ inline float onnx_row_sum(float v, float* sh) {
