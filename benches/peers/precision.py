@@ -194,7 +194,7 @@ class PackedGraph:
     def __init__(self, module, inputs, dtype):
         import torch
 
-        self.torch, self.inputs = torch, inputs
+        self.torch, self.inputs, self.traced = torch, inputs, False
         sizes = [x.numel() * x.element_size() for x in inputs]
         offsets, total = self.layout(sizes)
         self.host = torch.empty(total, dtype=torch.uint8).pin_memory()
@@ -224,17 +224,39 @@ class PackedGraph:
             out_offsets, out_total = self.layout(out_sizes)
             self.out_dev = torch.empty(out_total, dtype=torch.uint8, device="cuda")
             self.out_host = torch.empty(out_total, dtype=torch.uint8).pin_memory()
-            self.graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(self.graph, stream=self.stream):
-                    self.pack(forward(), out_offsets, out_sizes, kinds)
-                self.captured = None
-            except RuntimeError as e:  # replayed eagerly instead, the same copies around it; the table says so
-                self.graph, self.captured = None, str(e).splitlines()[0][:160]
+            self.graph, self.captured = self.capture(forward, (out_offsets, out_sizes, kinds))
+            if self.graph is None:  # replayed eagerly instead, the same copies around it; the table says so
                 self.offsets = (out_offsets, out_sizes, kinds)
         torch.cuda.synchronize()
         self.outputs = [self.out_host[off:off + n].view(d).view(s)
                         for off, n, (d, s) in zip(out_offsets, out_sizes, kinds)]
+
+    def capture(self, forward, layout):
+        """A CUDA graph of `forward` packing its outputs, or (None, why not). transformers' modules test
+        their masks on the host (`torch.all(mask == 1)`), a device-to-host copy no capture allows; when
+        the plain capture fails, it is tried again with `torch.compiler.is_compiling` answering True, which
+        sends them down the paths they take under tracing (no host tests; the same math)."""
+        torch = self.torch
+        first = None
+        for traced in (False, True):
+            graph = torch.cuda.CUDAGraph()
+            original = torch.compiler.is_compiling
+            try:
+                if traced:
+                    torch.compiler.is_compiling = lambda: True
+                    for _ in range(2):
+                        forward()
+                    self.stream.synchronize()
+                with torch.cuda.graph(graph, stream=self.stream):
+                    self.pack(forward(), *layout)
+                self.traced = traced
+                return graph, None
+            except RuntimeError as e:
+                first = first or str(e).splitlines()[0][:160]
+                torch.cuda.synchronize()
+            finally:
+                torch.compiler.is_compiling = original
+        return None, first
 
     @staticmethod
     def layout(sizes):
@@ -280,6 +302,8 @@ def torch_system(module, inputs, dtype, device, args):
         packed = PackedGraph(module, inputs, dtype)
         run = packed.run
         variant = "CUDA graph, one packed pinned copy in and one out"
+        if packed.traced:
+            variant += " (captured on the module's tracing paths)"
         if packed.captured is not None:
             variant = f"eager, one packed pinned copy in and one out (the capture failed: {packed.captured})"
     outs = [o.float().numpy().copy() for o in run()]

@@ -1,4 +1,5 @@
-//! The import passes: shape chains folded, dead nodes removed, Identity/Dropout removed,
+//! The import passes: shape chains folded, dead nodes removed, Identity/Dropout and same-type Casts
+//! removed,
 //! BatchNormalization folded into Conv and Gemm normalised, each with outputs unchanged.
 
 use saggar_onnx::builder::ModelBuilder;
@@ -46,6 +47,21 @@ fn static_shape_chains_fold_and_dead_nodes_go() {
     let m = import(&b);
     assert_eq!(ops(&m), vec!["Reshape"], "Shape/Gather/Concat folded, Relu dead, Dropout removed");
     assert_eq!(m.outputs()[0].dims(), &[Dim::Fixed(2), Dim::Fixed(12)]);
+}
+
+/// A Cast to the type its input has goes (GPT-2's `attn_weights.type(value.dtype)` between Softmax
+/// and the product, which kept attention unfused); a Cast that changes the type stays.
+#[test]
+fn casts_to_their_inputs_own_type_are_removed() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &[Dim::Fixed(2), Dim::Fixed(3)]);
+    b.node("Softmax", &["x"], &["p"], &[("axis", Attribute::Int(-1))]);
+    b.node("Cast", &["p"], &["same"], &[("to", Attribute::Int(1))]);
+    b.node("CastLike", &["same", "x"], &["like"], &[]);
+    b.node("Cast", &["like"], &["half"], &[("to", Attribute::Int(10))]);
+    b.output("half", DType::F16, &[]);
+    let m = import(&b);
+    assert_eq!(ops(&m), vec!["Softmax", "Cast"], "the f32 -> f32 Cast and CastLike are gone");
 }
 
 #[test]

@@ -131,3 +131,20 @@ fn every_tiny_zoo_model_matches_pytorch_on_host_or_is_listed_with_its_reason() {
     println!("tiny zoo on host: {passed} of {} pass, {} listed as not yet supported", all.len(), listed.len());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The transformers of the tiny zoo run their attention as one fused kernel on the GPUs (the
+/// pattern's intermediates never reach memory): at least one attention group per layer.
+#[test]
+fn transformer_attention_fuses_in_the_gpu_plans() {
+    let mut counts = Vec::new();
+    for name in ["bert_base/torchscript", "gpt2/torchscript", "distilbert/torchscript", "roberta_base/torchscript"] {
+        let dir = zoo_dir().join(name);
+        let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
+        let inputs = read_set(&dir.join("test_data_set_0"), "input");
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        let summary = OnnxCompiler::new(model, OnnxOptions::default()).plan_summary(&dims, BackendKind::Cuda).unwrap();
+        counts.push((name, summary.attention_groups));
+    }
+    println!("{counts:?}");
+    assert!(counts.iter().all(|&(_, n)| n >= 1), "attention groups per model: {counts:?}");
+}

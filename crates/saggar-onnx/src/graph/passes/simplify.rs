@@ -1,14 +1,22 @@
-//! Graph clean-up: Identity and inference-mode Dropout removed, dead nodes removed.
+//! Graph clean-up: Identity, Casts to their input's own type and inference-mode Dropout removed, dead
+//! nodes removed.
 
-use crate::graph::ir::Graph;
+use crate::graph::ir::{Graph, ValueId};
 
-/// Removes Identity nodes and Dropout nodes whose mask nobody reads: their readers read the input.
+/// Removes Identity nodes, Casts to the type their input has, and Dropout nodes whose mask nobody
+/// reads: their readers read the input.
 pub(crate) fn remove_identities(graph: &mut Graph) {
     let mut index = 0;
     while index < graph.nodes.len() {
         let node = &graph.nodes[index];
         let passthrough = match node.op_type.as_str() {
             "Identity" => true,
+            // A Cast to the type its input already has (exporters write `x.to(v.dtype)`).
+            "Cast" | "CastLike" => {
+                let dtype = |v: ValueId| graph.value(v).ty.as_ref().map(|t| t.dtype);
+                let from = node.inputs.first().copied().flatten().and_then(dtype);
+                from.is_some() && from == node.outputs.first().copied().and_then(dtype)
+            }
             "Dropout" => {
                 let uses = graph.use_counts();
                 node.outputs.get(1).is_none_or(|m| uses[m.0] == 0)
