@@ -63,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "zoo"))  # benches/zoo in the source tree, zoo/ in the GPU bundle
@@ -252,7 +253,11 @@ class PackedGraph:
                 self.traced = traced
                 return graph, None
             except RuntimeError as e:
-                first = first or str(e).splitlines()[0][:160]
+                # Where in the module it failed: the innermost frame outside torch itself.
+                frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename]
+                at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}" if frames else ""
+                why = str(e).splitlines()[0][:120] + at
+                first = f"{first}; on the tracing paths: {why}" if first else why
                 torch.cuda.synchronize()
             finally:
                 torch.compiler.is_compiling = original

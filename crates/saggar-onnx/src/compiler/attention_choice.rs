@@ -103,13 +103,13 @@ fn half_precisions_run_the_tensor_core_kernel_unless_the_keep_list_names_the_pat
         OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision).with_keep_fp32(keep.iter().copied()))
     };
     let fp16 = half(Precision::Fp16, &[]);
-    let mma16 = gpu_mma_kernel(true, false, 64, 64, DType::F16).0;
+    let mma16 = |warps| gpu_mma_kernel(true, false, (64, 64), DType::F16, warps).0;
     // Four heads: batch 1 has 8 tiles of 16 rows (one warp), batch 64 has 256 tiles of 64 (four).
-    assert_eq!(attention_launch(&fp16, 1), (mma16.clone(), 32));
-    assert_eq!(attention_launch(&fp16, 16), (mma16.clone(), 64), "256 tiles of 32 rows");
-    assert_eq!(attention_launch(&fp16, 64), (mma16, 128));
+    assert_eq!(attention_launch(&fp16, 1), (mma16(1), 32));
+    assert_eq!(attention_launch(&fp16, 16), (mma16(2), 64), "256 tiles of 32 rows");
+    assert_eq!(attention_launch(&fp16, 64), (mma16(4), 128));
     let bf16 = half(Precision::Bf16, &[]);
-    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(true, false, 64, 64, DType::BF16).0);
+    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(true, false, (64, 64), DType::BF16, 4).0);
     let source = bf16.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
     assert!(source.contains("onnx_mma_bf16(") && !source.contains("onnx_attention_tiled_"));
     for keep in ["Softmax", "MatMul"] {

@@ -1,5 +1,5 @@
-// The tensor-core attention kernel: a block of `blockDim.x / 32` warps per (batch position, tile of
-// 16 query rows a warp). Q, K and V are read in f32 and rounded to @HALF@ (pairs of halves a 32-bit
+// The tensor-core attention kernel: a block of @WARPS@ warps per (batch position, tile of 16 query
+// rows a warp). Q, K and V are read in f32 and rounded to @HALF@ (pairs of halves a 32-bit
 // word) into shared memory: Q rows and K rows (the reduction axis D contiguous) and V transposed
 // (keys contiguous), each padded to a multiple of 16 with zeros. Per tile of @BK@ keys a warp forms
 // its 16 x BK scores with m16n8k16 products accumulating f32, scales them and adds the mask in f32,
@@ -10,8 +10,8 @@
 // meta: as the row kernel's (attention.cu)
 (const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, float* __restrict__ out) {
   constexpr int D = @D@, DV = @DV@, DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BK = @BK@;
-  constexpr int QW = (DP + 8) / 2, VW = (BK + 8) / 2, MAXQ = 64;
-  __shared__ unsigned qs[MAXQ][QW];
+  constexpr int QW = (DP + 8) / 2, VW = (BK + 8) / 2, THREADS = 32 * @WARPS@, BQ = 16 * @WARPS@;
+  __shared__ unsigned qs[BQ][QW];
   __shared__ unsigned ks[BK][QW];
   __shared__ unsigned vt[DVP][VW];
   const int nb = (int)meta[0];
@@ -23,8 +23,7 @@
   const int q_rs = qm[nb], q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
   const int m_rs = mm[nb], m_cs = mm[nb + 1], o_rs = om[nb], o_cs = om[nb + 1];
   (void)m_rs; (void)m_cs;
-  const int tid = threadIdx.x, threads = blockDim.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-  const int BQ = threads / 32 * 16;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   int positions = 1;
   for (int a = 0; a < nb; ++a) positions *= bd[a];
   const int tiles = (Sq + BQ - 1) / BQ;
@@ -46,13 +45,15 @@
     }
     // The block's query rows, as pairs of halves along the head.
     if (vec4) {
-      for (int e = tid; e < BQ * (DP / 4); e += threads) {
+#pragma unroll
+      for (int e = tid; e < BQ * (DP / 4); e += THREADS) {
         const int r = e / (DP / 4), d = e % (DP / 4) * 4;
         const float4 x = row4(q, qo + (i0 + r) * q_rs + d, i0 + r < Sq && d < D);
         qs[r][d / 2] = @PACK@(x.x, x.y); qs[r][d / 2 + 1] = @PACK@(x.z, x.w);
       }
     } else {
-      for (int e = tid; e < BQ * (DP / 2); e += threads) {
+#pragma unroll
+      for (int e = tid; e < BQ * (DP / 2); e += THREADS) {
         const int r = e / (DP / 2), d = e % (DP / 2) * 2;
         const int off = qo + (i0 + r) * q_rs + d * q_cs;
         qs[r][d / 2] = @PACK@(at(q, off, i0 + r < Sq && d < D), at(q, off + q_cs, i0 + r < Sq && d + 1 < D));
@@ -73,12 +74,14 @@
       __syncthreads();
       // Keys as rows along the head; values transposed, pairs of keys a word.
       if (vec4) {
-        for (int e = tid; e < BK * (DP / 4); e += threads) {
+#pragma unroll
+      for (int e = tid; e < BK * (DP / 4); e += THREADS) {
           const int j = e / (DP / 4), d = e % (DP / 4) * 4;
           const float4 x = row4(k, ko + (j0 + j) * k_cs + d, j0 + j < Sk && d < D);
           ks[j][d / 2] = @PACK@(x.x, x.y); ks[j][d / 2 + 1] = @PACK@(x.z, x.w);
         }
-        for (int e = tid; e < (BK / 2) * (DVP / 4); e += threads) {
+#pragma unroll
+      for (int e = tid; e < (BK / 2) * (DVP / 4); e += THREADS) {
           const int j = e / (DVP / 4) * 2, d = e % (DVP / 4) * 4;
           const float4 x = row4(v, vo + (j0 + j) * v_rs + d, j0 + j < Sk && d < DV);
           const float4 y = row4(v, vo + (j0 + j + 1) * v_rs + d, j0 + j + 1 < Sk && d < DV);
@@ -86,12 +89,14 @@
           vt[d + 2][j / 2] = @PACK@(x.z, y.z); vt[d + 3][j / 2] = @PACK@(x.w, y.w);
         }
       } else {
-        for (int e = tid; e < BK * (DP / 2); e += threads) {
+#pragma unroll
+      for (int e = tid; e < BK * (DP / 2); e += THREADS) {
           const int j = k_rs == 1 ? e / (DP / 2) : e % BK, d = (k_rs == 1 ? e % (DP / 2) : e / BK) * 2;
           const int off = ko + d * k_rs + (j0 + j) * k_cs;
           ks[j][d / 2] = @PACK@(at(k, off, j0 + j < Sk && d < D), at(k, off + k_rs, j0 + j < Sk && d + 1 < D));
         }
-        for (int e = tid; e < (BK / 2) * DVP; e += threads) {
+#pragma unroll
+      for (int e = tid; e < (BK / 2) * DVP; e += THREADS) {
           const int j = (v_cs == 1 ? e / DVP : e % (BK / 2)) * 2, d = v_cs == 1 ? e % DVP : e / (BK / 2);
           const int off = vo + (j0 + j) * v_rs + d * v_cs;
           vt[d][j / 2] = @PACK@(at(v, off, j0 + j < Sk && d < DV), at(v, off + v_rs, j0 + j + 1 < Sk && d < DV));

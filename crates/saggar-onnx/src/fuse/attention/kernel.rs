@@ -98,10 +98,17 @@ pub(crate) fn mma_keys(head: usize) -> usize {
 }
 
 /// `(name, C++ definition)` of the tensor-core attention kernel (`attention_mma.cu`) computing in
-/// `half` (f16 or bf16) for head sizes `d` and `dv` up to [`MMA_MAX_HEAD`]. Same parameters and
-/// `meta` table as [`gpu_kernel`]; launched with 32 to 32 x [`MMA_MAX_WARPS`] threads and
-/// grid-stride over `batch positions × ceil(Sq / (16 × warps))`.
-pub(crate) fn gpu_mma_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize, half: DType) -> (String, String) {
+/// `half` (f16 or bf16) for head sizes `d` and `dv` up to [`MMA_MAX_HEAD`], with blocks of `warps`
+/// warps (1 to [`MMA_MAX_WARPS`]: a constant, so its tile loads unroll and are all in flight at
+/// once). Same parameters and `meta` table as [`gpu_kernel`]; launched with `32 × warps` threads
+/// and grid-stride over `batch positions × ceil(Sq / (16 × warps))`.
+pub(crate) fn gpu_mma_kernel(
+    mask: bool,
+    nan_to_zero: bool,
+    (d, dv): (usize, usize),
+    half: DType,
+    warps: u32,
+) -> (String, String) {
     let head = d.max(dv);
     let (pack, mma) =
         if half == DType::BF16 { ("onnx_pack_bf16", "onnx_mma_bf16") } else { ("onnx_pack_f16", "onnx_mma_f16") };
@@ -115,12 +122,13 @@ pub(crate) fn gpu_mma_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize,
             ("PACK", pack),
             ("MMA", mma),
             ("BK", &mma_keys(head).to_string()),
+            ("WARPS", &warps.to_string()),
             ("D", &d.to_string()),
             ("DV", &dv.to_string()),
         ],
     );
     let name = kernel_name("attention_mma", &text);
-    let threads = 32 * MMA_MAX_WARPS;
+    let threads = 32 * warps;
     let blocks = if head.next_multiple_of(16) <= 64 { 4 } else { 2 };
     (name.clone(), format!("SAGGAR_GLOBAL void ONNX_BOUNDS({threads}, {blocks}) {name}{text}"))
 }

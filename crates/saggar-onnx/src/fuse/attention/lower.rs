@@ -95,9 +95,16 @@ pub(crate) fn emit(
             emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: host_config() }));
         }
         (Target::Gpu(_), Some(half)) => {
-            let (name, text) = kernel::gpu_mma_kernel(a.mask.is_some(), a.nan_to_zero, a.d, a.dv, half);
-            emit.kernel(kernel_signature(&name, args.len()), Some(text));
+            // Every block size a bucket may pick is defined, so all buckets share one source.
             let warps = mma_warps(a);
+            let mut name = String::new();
+            for w in 1..=MMA_MAX_WARPS {
+                let (kernel, text) = kernel::gpu_mma_kernel(a.mask.is_some(), a.nan_to_zero, (a.d, a.dv), half, w);
+                if w == warps {
+                    name = kernel.clone();
+                }
+                emit.kernel(kernel_signature(&kernel, args.len()), Some(text));
+            }
             let config =
                 LaunchConfig { block: Dim3::x(32 * warps), ..launch_config(Work::Rows(tiles(a, 16 * warps as usize))) };
             let mut all = vec![emit.meta(&a.meta())];
