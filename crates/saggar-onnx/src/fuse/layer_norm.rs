@@ -7,9 +7,14 @@
 //! come from [`elementwise::fused_values`] in a `__device__` function of the flat index, read from the
 //! cache, or three times per element (sum, variance, output) when rows do not fit it.
 //!
+//! A plain LayerNormalization whose result is first read by a Cast to f16 or bf16 (the precision
+//! pass's shared Cast of a product's activation) takes that Cast in too ([`half_cast`]): its kernel,
+//! this one or the op's own, stores the half copy of each value beside the f32 one, or alone where
+//! nothing else reads the f32 result ([`crate::ops::norm::gpu::NormStores`]).
+//!
 //! Meta: `rows, cols, 1` (the LayerNorm kind's table), then the group's table (`rank, n, dims[rank]`,
 //! the broadcast strides of each external input). Parameters: `meta`, the group's external inputs
-//! (`in0..`, scale and bias among them), `y`.
+//! (`in0..`, scale and bias among them), then the stored outputs: `y`, the half copy `yh`, or both.
 
 use std::fmt::Write as _;
 
@@ -19,16 +24,18 @@ use crate::fuse::elementwise::{self, FusedGroup};
 use crate::graph::ir::Graph;
 use crate::ops::gpu::GpuNode;
 use crate::ops::gpu::{BLOCK, kernel_name};
-use crate::ops::norm::gpu::LayerNormKernel;
+use crate::ops::norm::gpu::{LayerNormKernel, NormStores};
 use crate::plan::nodes::NodeInfo;
 
 /// `(name, C++ definitions)` of a LayerNormalization over the value of `group`'s last node, with
-/// scale `in{scale}`, bias `in{bias}` when present, and epsilon `epsilon_bits` (f32 bits).
+/// scale `in{scale}`, bias `in{bias}` when present, and epsilon `epsilon_bits` (f32 bits), storing
+/// `stores`.
 pub(crate) fn layer_norm_kernel(
     group: &FusedGroup,
     scale: usize,
     bias: Option<usize>,
     epsilon_bits: u32,
+    stores: NormStores,
 ) -> Option<(String, String)> {
     let params = elementwise::fused_params(group)?;
     let values = elementwise::fused_values(group)?;
@@ -39,7 +46,8 @@ pub(crate) fn layer_norm_kernel(
     });
     let bias_add = bias.map_or(String::new(), |b| format!(" + (float)in{b}[j]"));
     let eps = format!("__int_as_float({})", epsilon_bits as i32);
-    let (vector_chain, vector_path) = vector_path(group, scale, bias, &eps).unwrap_or_default();
+    let (vector_chain, vector_path) = vector_path(group, scale, bias, &eps, stores).unwrap_or_default();
+    let (outputs, store) = (stores.params(), stores.store("base + j", "o"));
     // NAME stands for the kernel's name, which hashes this text.
     let text = format!(
         r#"{vector_chain}__device__ inline float NAME_x(const onnx_i64* meta{params}, onnx_i64 i) {{
@@ -47,7 +55,7 @@ pub(crate) fn layer_norm_kernel(
   const onnx_i64* dims = meta + 2;
 {values}  return (float)v{last};
 }}
-SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}, float* __restrict__ y) {{
+SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}{outputs}) {{
   __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
   ONNX_DYNAMIC_SHARED(onnx_row_cache);
   const onnx_i64 rows = meta[0], cols = meta[1];
@@ -73,8 +81,10 @@ SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}, float* __restrict__ y) {{
       v += d * d;
     }}
     const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
-    if (live) for (onnx_i64 j = lane; j < cols; j += lanes)
-      y[base + j] = ((cached ? cache[j] : NAME_x(em{args}, base + j)) - mean) * inv * (float)in{scale}[j]{bias_add};
+    if (live) for (onnx_i64 j = lane; j < cols; j += lanes) {{
+      const float o = ((cached ? cache[j] : NAME_x(em{args}, base + j)) - mean) * inv * (float)in{scale}[j]{bias_add};
+      {store}
+    }}
   }}
 }}
 "#
@@ -88,9 +98,15 @@ SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}, float* __restrict__ y) {{
 /// is the row itself, one row shared by every row, one value per row or a scalar (a bias add and a
 /// residual add are), all 16-byte aligned. The group's value is computed once per element from
 /// vector loads (no broadcast arithmetic per element) into the row cache, and the row is written
-/// back four elements a store.
+/// back four elements a store (to each output `stores` names).
 /// Returns the group's chain function and the path's statements.
-fn vector_path(group: &FusedGroup, scale: usize, bias: Option<usize>, eps: &str) -> Option<(String, String)> {
+fn vector_path(
+    group: &FusedGroup,
+    scale: usize,
+    bias: Option<usize>,
+    eps: &str,
+    stores: NormStores,
+) -> Option<(String, String)> {
     let used = elementwise::used_inputs(group);
     let f32s = |k: usize| group.inputs.get(k) == Some(&DType::F32);
     if !(used.iter().all(|&k| f32s(k)) && f32s(scale) && bias.is_none_or(f32s) && group.nodes.last()?.out == DType::F32)
@@ -99,8 +115,9 @@ fn vector_path(group: &FusedGroup, scale: usize, bias: Option<usize>, eps: &str)
     }
     let aligned = |k: usize| format!("onnx_aligned16(in{k})");
     let externals = group.inputs.len();
+    let (store4, stores_aligned) = stores.store4("row * cols4 + q", "o");
     let mut text = format!(
-        "  const onnx_i64* fm = em + 2 + {} * em[0];\n  bool vec = cached && (cols & 3) == 0 && onnx_aligned16(y) && {};\n",
+        "  const onnx_i64* fm = em + 2 + {} * em[0];\n  bool vec = cached && (cols & 3) == 0 && {stores_aligned} && {};\n",
         externals + 1,
         aligned(scale)
     );
@@ -147,7 +164,8 @@ fn vector_path(group: &FusedGroup, scale: usize, bias: Option<usize>, eps: &str)
       const float inv = 1.0f / sqrtf(onnx_row_sum(v, sh) / (float)cols + {eps});
       if (live) for (int q = lane; q < cols4; q += lanes) {{
         const float4 e = cache4[q], g = ((const float4*)in{scale})[q]{bias4};
-        ((float4*)y)[row * cols4 + q] = make_float4((e.x - mean) * inv * g.x{px}, (e.y - mean) * inv * g.y{py}, (e.z - mean) * inv * g.z{pz}, (e.w - mean) * inv * g.w{pw});
+        const float4 o = make_float4((e.x - mean) * inv * g.x{px}, (e.y - mean) * inv * g.y{py}, (e.z - mean) * inv * g.z{pz}, (e.w - mean) * inv * g.w{pw});
+        {store4}
       }}
     }}
     return;
@@ -163,6 +181,41 @@ fn vector_path(group: &FusedGroup, scale: usize, bias: Option<usize>, eps: &str)
         pw = plus("w"),
     );
     Some((elementwise::chain_function(group, &used)?, text))
+}
+
+/// A group formed around a plain LayerNormalization, as the lowering emits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NormGroup {
+    /// The norm's position among the members; the elementwise members before it compute its input.
+    pub(crate) at: usize,
+    /// The type of the Cast ending the group (the group's root), whose value the norm stores too.
+    pub(crate) half: Option<DType>,
+}
+
+/// The shape of a group of [`crate::fuse::group`] (`members` in graph order, the root last) built
+/// around a plain LayerNormalization: its input group before it, a half Cast of its result after it,
+/// or both. `None` for every other group, a lone LayerNormalization included.
+pub(crate) fn norm_group(graph: &Graph, info: &[NodeInfo], members: &[usize]) -> Option<NormGroup> {
+    let (&root, before) = members.split_last()?;
+    if is_plain_layer_norm(graph, info, root) {
+        return (!before.is_empty()).then_some(NormGroup { at: before.len(), half: None });
+    }
+    let &norm = before.last()?;
+    let half = half_cast(graph, info, norm, root)?;
+    is_plain_layer_norm(graph, info, norm).then_some(NormGroup { at: before.len() - 1, half: Some(half) })
+}
+
+/// The type node `cast` converts node `norm`'s result to, when `cast` is a Cast to f16 or bf16 of
+/// that result alone with a GPU form.
+pub(crate) fn half_cast(graph: &Graph, info: &[NodeInfo], norm: usize, cast: usize) -> Option<DType> {
+    let node = &graph.nodes[cast];
+    let to = info[cast].outputs.first()?.dtype;
+    let reads_norm = node.inputs.as_slice() == [graph.nodes[norm].outputs.first().copied()];
+    (node.op_type == "Cast"
+        && reads_norm
+        && matches!(to, DType::F16 | DType::BF16)
+        && info[cast].elementwise().is_some())
+    .then_some(to)
 }
 
 /// Whether node `n` is a LayerNormalization launching one kernel without its statistics outputs.
@@ -189,7 +242,7 @@ mod tests {
                 FusedNode { expr: "($0 + $1)".into(), operands: vec![Some(Err(0)), Some(Ok(2))], out: DType::F32 },
             ],
         };
-        let (name, text) = layer_norm_kernel(&group, 3, Some(4), 1e-5f32.to_bits()).unwrap();
+        let (name, text) = layer_norm_kernel(&group, 3, Some(4), 1e-5f32.to_bits(), NormStores::F32).unwrap();
         assert!(name.starts_with("onnx_layer_norm_fused_"));
         assert_eq!(text.matches(&format!("{name}_x(em, in0, in1, in2, in3, in4, base + j)")).count(), 3, "{text}");
         assert!(text.contains("const float v1 = (v0 + a2);") && text.contains("return (float)v1;"), "{text}");
@@ -198,7 +251,30 @@ mod tests {
         assert!(text.contains("const float4 x2 = onnx_row_load4(in2, mode2, row, cols4, q);"), "{text}");
         assert!(!text.contains("onnx_row_load4(in3"), "scale and bias are read as rows: {text}");
         let half = FusedGroup { inputs: vec![DType::F32, DType::F16, DType::F32, DType::F32, DType::F32], ..group };
-        let (_, text) = layer_norm_kernel(&half, 3, Some(4), 1e-5f32.to_bits()).unwrap();
+        let (_, text) = layer_norm_kernel(&half, 3, Some(4), 1e-5f32.to_bits(), NormStores::F32).unwrap();
         assert!(!text.contains("onnx_row_load4"), "only all-f32 groups take four elements at once: {text}");
+    }
+
+    #[test]
+    fn the_kernel_stores_the_half_copy_of_each_value_it_computes_beside_or_instead_of_it() {
+        let group = FusedGroup {
+            inputs: vec![DType::F32; 4],
+            nodes: vec![FusedNode {
+                expr: "($0 + $1)".into(),
+                operands: vec![Some(Ok(0)), Some(Ok(1))],
+                out: DType::F32,
+            }],
+        };
+        let both = NormStores { f32: true, half: Some(DType::F16) };
+        let (_, text) = layer_norm_kernel(&group, 2, Some(3), 1e-5f32.to_bits(), both).unwrap();
+        assert!(text.contains("in3, float* __restrict__ y, unsigned short* __restrict__ yh) {"), "{text}");
+        assert!(text.contains("y[base + j] = o; yh[base + j] = onnx_f32_to_f16(o);"), "{text}");
+        assert!(text.contains("((float4*)y)[row * cols4 + q] = o; ((ushort4*)yh)[row * cols4 + q] = make_ushort4(onnx_f32_to_f16(o.x), onnx_f32_to_f16(o.y), onnx_f32_to_f16(o.z), onnx_f32_to_f16(o.w));"), "{text}");
+        assert!(text.contains("onnx_aligned16(y) && onnx_aligned16(yh)"), "{text}");
+        let alone = NormStores { f32: false, half: Some(DType::BF16) };
+        let (_, text) = layer_norm_kernel(&group, 2, Some(3), 1e-5f32.to_bits(), alone).unwrap();
+        assert!(text.contains("in3, unsigned short* __restrict__ yh) {"), "{text}");
+        assert!(text.contains("yh[base + j] = onnx_f32_to_bf16(o);") && !text.contains("y["), "{text}");
+        assert!(text.contains("make_ushort4(onnx_f32_to_bf16(o.x),") && !text.contains("float4*)y"), "{text}");
     }
 }

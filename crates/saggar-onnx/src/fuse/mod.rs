@@ -12,7 +12,11 @@
 //! 3. An embedding bag: a Gather read only by a ReduceSum or ReduceMean over its index axes
 //!    ([`crate::fuse::embedding_bag`]) is one group rooted at the reduction.
 //! 4. A LayerNormalization without statistics outputs whose input is an elementwise group's result
-//!    read by nothing else takes that group in ([`crate::fuse::layer_norm`]).
+//!    read by nothing else takes that group in ([`crate::fuse::layer_norm`]). When the first reader
+//!    of its result is a Cast of it to f16 or bf16 (a half-precision product's activation), that
+//!    Cast joins the group as its root: the norm's kernel stores the half copy too, and the f32
+//!    result only where something else reads it. Nothing between the norm and the Cast reads the
+//!    result, so the group may run at the Cast's position.
 //!
 //! 5. A GEMM whose only reader is a bias add or ReLU group takes it into its BLAS-Lt epilogue
 //!    ([`blas_epilogue`]; decided by the lowering, which knows whether BLAS-Lt runs the GEMM).
@@ -33,7 +37,7 @@ use saggar_shape::DType;
 
 use self::attention::Attention;
 use self::embedding_bag::EmbeddingBag;
-use self::layer_norm::is_plain_layer_norm;
+use self::layer_norm::{half_cast, is_plain_layer_norm};
 use crate::graph::ir::{Graph, ValueId};
 use crate::plan::nodes::NodeInfo;
 
@@ -113,13 +117,45 @@ pub(crate) fn group(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
         {
             continue;
         }
-        for r in root.iter_mut().take(p + 1) {
-            if *r == p {
-                *r = ln;
-            }
+        join(&mut root, p, ln);
+    }
+    join_half_casts(graph, info, &claimed, &mut root);
+    Grouping { root, attention, bags }
+}
+
+/// Ends the group of each plain LayerNormalization with the half Cast that first reads its result,
+/// where that Cast is a group of its own.
+fn join_half_casts(graph: &Graph, info: &[NodeInfo], claimed: &[bool], root: &mut [usize]) {
+    let mut first_reader = vec![usize::MAX; graph.values.len()];
+    for (i, node) in graph.nodes.iter().enumerate().rev() {
+        for id in node.inputs.iter().flatten() {
+            first_reader[id.0] = i;
         }
     }
-    Grouping { root, attention, bags }
+    for ln in 0..graph.nodes.len() {
+        let Some(y) = graph.nodes[ln].outputs.first() else { continue };
+        let cast = first_reader[y.0];
+        if cast == usize::MAX
+            || claimed[ln]
+            || root[ln] != ln
+            || claimed[cast]
+            || root[cast] != cast
+            || !is_plain_layer_norm(graph, info, ln)
+            || half_cast(graph, info, ln, cast).is_none()
+        {
+            continue;
+        }
+        join(root, ln, cast);
+    }
+}
+
+/// Moves the group rooted at `from` into the group rooted at `to` (later in graph order).
+fn join(root: &mut [usize], from: usize, to: usize) {
+    for r in root.iter_mut().take(from + 1) {
+        if *r == from {
+            *r = to;
+        }
+    }
 }
 
 #[cfg(test)]

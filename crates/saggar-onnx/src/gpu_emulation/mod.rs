@@ -16,6 +16,7 @@ use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tenso
 mod conv;
 mod embedding_bag;
 mod every_kind;
+mod half_norm;
 
 const SHIM: &str = r#"
 #include <barrier>

@@ -1,19 +1,19 @@
 //! One group's steps when no fusion of its own took it: a lone GEMM through BLAS-Lt, a host kernel
 //! (one node's, or a fused group evaluating its nodes in order), a generated kernel for an
-//! elementwise group (or a LayerNormalization with its input group), or the launches a node's GPU
-//! form describes.
+//! elementwise group (or a LayerNormalization with its input group, its half Cast, or both), or the
+//! launches a node's GPU form describes.
 
 use std::collections::HashMap;
 
 use crate::error::OnnxError;
 use crate::fuse::elementwise::{self, FusedGroup, FusedNode, Wiring};
-use crate::fuse::layer_norm;
+use crate::fuse::layer_norm::{self, NormGroup};
 use crate::graph::ir::{Graph, ValueId};
 use crate::lower::blas::{BlasLowering, matmul_step};
 use crate::lower::host::{self, FusedHostKernel, NodeKernel};
 use crate::lower::unsupported;
 use crate::ops::gpu::{GpuNode, Slot, Work, broadcast, broadcast_mode, ext, kernel_signature, numel};
-use crate::ops::norm::gpu::LayerNormKernel;
+use crate::ops::norm::gpu::{LayerNormKernel, NormStores};
 use crate::plan::emitter::Emitter;
 use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::{NodeInfo, operand};
@@ -71,14 +71,11 @@ pub(crate) fn emit_group(
     let group = Members { graph, info, members, root, externals, wiring, location, target };
     match target {
         Target::Host => group.emit_host(emit),
-        Target::Gpu(_) => {
-            let prologue = members.len() > 1 && layer_norm::is_plain_layer_norm(graph, info, root);
-            if info[root].elementwise().is_some() || prologue {
-                group.emit_fused(prologue, emit)
-            } else {
-                group.emit_launches(emit)
-            }
-        }
+        Target::Gpu(_) => match layer_norm::norm_group(graph, info, members) {
+            Some(norm) => group.emit_norm(norm, emit),
+            None if info[root].elementwise().is_some() => group.emit_fused(emit),
+            None => group.emit_launches(emit),
+        },
     }
 }
 
@@ -101,18 +98,26 @@ impl Members<'_> {
         unsupported(self.target, self.graph, self.root, "an element type has no device form".into())
     }
 
-    /// One host kernel: the node's own, or the group's nodes evaluated in order.
+    /// One host kernel: the node's own, or the group's nodes evaluated in order, writing the root's
+    /// value and every other member's value that has a location (a LayerNormalization's f32 result
+    /// beside the half Cast ending its group, where something else reads it).
     fn emit_host(self, emit: &mut Emitter) -> Result<(), OnnxError> {
         let mut args: Vec<ArgSource> = self.externals.iter().map(|id| self.at(id)).collect();
-        args.extend(self.graph.nodes[self.root].outputs.iter().map(|id| self.at(id)));
         let signature = if self.members.len() == 1 {
+            args.extend(self.graph.nodes[self.root].outputs.iter().map(|id| self.at(id)));
             let kernel = self.kernel_of(self.root);
             host::ensure_registered(&kernel)?;
             kernel.signature()
         } else {
+            let value = |m: usize| self.graph.nodes[self.members[m]].outputs[0];
+            let last = self.members.len() - 1;
+            let outputs: Vec<usize> =
+                (0..=last).filter(|&m| m == last || self.location.contains_key(&value(m))).collect();
+            args.extend(outputs.iter().map(|&m| self.at(&value(m))));
             let fused = FusedHostKernel {
                 nodes: self.members.iter().zip(&self.wiring).map(|(&j, w)| (self.kernel_of(j), w.clone())).collect(),
                 externals: self.externals.len(),
+                outputs,
             };
             host::ensure_fused_registered(&fused)?;
             fused.signature()
@@ -122,19 +127,17 @@ impl Members<'_> {
         Ok(())
     }
 
-    /// One generated kernel for the elementwise members: all of them, or (`prologue`) all but a
-    /// LayerNormalization root that normalises their result in the same kernel.
-    fn emit_fused(self, prologue: bool, emit: &mut Emitter) -> Result<(), OnnxError> {
-        let (graph, info, members) = (self.graph, self.info, self.members);
-        let count = if prologue { members.len() - 1 } else { members.len() };
-        let group = FusedGroup {
+    /// The first `count` members as one elementwise group.
+    fn fused_group(&self, count: usize) -> Result<FusedGroup, OnnxError> {
+        let (graph, info) = (self.graph, self.info);
+        Ok(FusedGroup {
             inputs: self
                 .externals
                 .iter()
                 .map(|id| graph.value(*id).ty.as_ref().map(|t| t.dtype))
                 .collect::<Option<_>>()
                 .ok_or_else(|| OnnxError::Graph { reason: "an untyped fused input".into() })?,
-            nodes: members[..count]
+            nodes: self.members[..count]
                 .iter()
                 .zip(&self.wiring)
                 .map(|(&j, operands)| FusedNode {
@@ -143,49 +146,99 @@ impl Members<'_> {
                     out: info[j].outputs[0].dtype,
                 })
                 .collect(),
+        })
+    }
+
+    /// One generated kernel for an elementwise group.
+    fn emit_fused(self, emit: &mut Emitter) -> Result<(), OnnxError> {
+        let group = self.fused_group(self.members.len())?;
+        let kernel = elementwise::fused_kernel(&group).ok_or_else(|| self.no_device_form())?;
+        let out_dims = self.info[self.root].outputs[0].dims.clone();
+        let work = Work::Elements(numel(&out_dims));
+        let output = self.at(&self.graph.nodes[self.root].outputs[0]);
+        self.launch_group(kernel, (Vec::new(), work), &out_dims, vec![output], emit)
+    }
+
+    /// A LayerNormalization group ([`layer_norm::norm_group`]): one kernel normalising the value of
+    /// the elementwise members before the norm (the op's own kernel when there are none), storing
+    /// the f32 result where it has a location (always without a half Cast) and the half copy the
+    /// Cast ending the group computes.
+    fn emit_norm(self, norm: NormGroup, emit: &mut Emitter) -> Result<(), OnnxError> {
+        let (graph, info) = (self.graph, self.info);
+        let ln = self.members[norm.at];
+        let Some(Ok(GpuNode::Launches(l))) = &info[ln].gpu else { return Err(self.no_device_form()) };
+        let ([launch], Some(wiring)) = (l.as_slice(), self.wiring.get(norm.at)) else {
+            return Err(self.no_device_form());
         };
-        let out_dims = info[members[count - 1]].outputs[0].dims.clone();
-        let mut meta = Vec::new();
-        let (name, text, work) = if prologue {
-            let Some(Ok(GpuNode::Launches(l))) = &info[self.root].gpu else { return Err(self.no_device_form()) };
-            let ([ln], Some(wiring)) = (l.as_slice(), self.wiring.get(count)) else {
-                return Err(self.no_device_form());
-            };
-            let Some(&LayerNormKernel { epsilon_bits, .. }) = ln.kernel_as::<LayerNormKernel>() else {
-                return Err(self.no_device_form());
-            };
-            let external = |slot: usize| match wiring.get(slot) {
-                Some(Some(Ok(k))) => Ok(Some(*k)),
-                None | Some(None) => Ok(None),
-                Some(Some(Err(_))) => Err(self.no_device_form()),
-            };
-            let scale = external(1)?.ok_or_else(|| self.no_device_form())?;
-            let (name, text) = layer_norm::layer_norm_kernel(&group, scale, external(2)?, epsilon_bits)
-                .ok_or_else(|| self.no_device_form())?;
-            meta.extend_from_slice(&ln.meta);
-            (name, text, ln.work)
-        } else {
-            let (name, text) = elementwise::fused_kernel(&group).ok_or_else(|| self.no_device_form())?;
-            (name, text, Work::Elements(numel(&out_dims)))
+        let Some(&kernel) = launch.kernel_as::<LayerNormKernel>() else { return Err(self.no_device_form()) };
+        let y = graph.nodes[ln].outputs[0];
+        let stores = NormStores { f32: norm.half.is_none() || self.location.contains_key(&y), half: norm.half };
+        let mut outputs = Vec::new();
+        if stores.f32 {
+            outputs.push(self.at(&y));
+        }
+        if norm.half.is_some() {
+            outputs.push(self.at(&graph.nodes[self.root].outputs[0]));
+        }
+        if norm.at == 0 {
+            let mut pointers = Vec::new();
+            for slot in &launch.slots {
+                match *slot {
+                    Slot::In(i) => match graph.nodes[ln].inputs.get(i).copied().flatten() {
+                        Some(id) => pointers.push(self.at(&id)),
+                        None => return Err(self.no_device_form()),
+                    },
+                    Slot::Out(0) => pointers.extend(outputs.iter().copied()),
+                    Slot::Out(_) => return Err(self.no_device_form()),
+                }
+            }
+            emit.gpu_launch(&LayerNormKernel { stores, ..kernel }, &launch.meta, launch.work, pointers);
+            return Ok(());
+        }
+        let external = |slot: usize| match wiring.get(slot) {
+            Some(Some(Ok(k))) => Ok(Some(*k)),
+            None | Some(None) => Ok(None),
+            Some(Some(Err(_))) => Err(self.no_device_form()),
         };
-        let name = emit.kernel(kernel_signature(&name, self.externals.len() + 1), Some(text));
-        meta.extend([ext(out_dims.len()), numel(&out_dims) as i64]);
+        let scale = external(1)?.ok_or_else(|| self.no_device_form())?;
+        let group = self.fused_group(norm.at)?;
+        let text = layer_norm::layer_norm_kernel(&group, scale, external(2)?, kernel.epsilon_bits, stores)
+            .ok_or_else(|| self.no_device_form())?;
+        let out_dims = info[self.members[norm.at - 1]].outputs[0].dims.clone();
+        self.launch_group(text, (launch.meta.clone(), launch.work), &out_dims, outputs, emit)
+    }
+
+    /// Launches the generated kernel `(name, text)` of a fused group computing a value of `out_dims`:
+    /// `meta` is the kernel's own table (`head`, then the group's: extents, each external input's
+    /// broadcast strides and mode, a 32-bit flag), then the externals and `outputs` are its pointers.
+    fn launch_group(
+        &self,
+        (name, text): (String, String),
+        (head, work): (Vec<i64>, Work),
+        out_dims: &[usize],
+        outputs: Vec<ArgSource>,
+        emit: &mut Emitter,
+    ) -> Result<(), OnnxError> {
+        let graph = self.graph;
+        let name = emit.kernel(kernel_signature(&name, self.externals.len() + outputs.len()), Some(text));
+        let mut meta = head;
+        meta.extend([ext(out_dims.len()), numel(out_dims) as i64]);
         meta.extend(out_dims.iter().map(|&d| ext(d)));
         for id in &self.externals {
-            meta.extend(broadcast(&operand(graph, *id)?.dims, &out_dims));
+            meta.extend(broadcast(&operand(graph, *id)?.dims, out_dims));
         }
-        let n = numel(&out_dims);
+        let n = numel(out_dims);
         let modes = self
             .externals
             .iter()
-            .map(|id| Ok(broadcast_mode(&operand(graph, *id)?.dims, &out_dims)))
+            .map(|id| Ok(broadcast_mode(&operand(graph, *id)?.dims, out_dims)))
             .collect::<Result<Vec<_>, OnnxError>>()?;
         meta.extend(modes.iter().flat_map(|&[mode, m, _]| [mode, m]));
         meta.push(i64::from(n <= u64::from(u32::MAX)));
         meta.extend(modes.iter().map(|&[_, _, count]| count));
         let mut args = vec![emit.meta(&meta)];
         args.extend(self.externals.iter().map(|id| self.at(id)));
-        args.push(self.at(&graph.nodes[self.root].outputs[0]));
+        args.extend(outputs);
         emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args, config: launch_config(work) }));
         Ok(())
     }

@@ -55,12 +55,13 @@ impl NodeKernel {
 }
 
 /// A fused group on the host: its nodes in order, each input slot an external input (`Ok(k)`: kernel
-/// parameter `k`) or an earlier node's output (`Err(j)`). Parameters: the externals, then the last
-/// node's output.
+/// parameter `k`) or an earlier node's output (`Err(j)`). Parameters: the externals, then the values
+/// of the nodes `outputs` lists (the last node's among them).
 #[derive(Debug, Clone)]
 pub(crate) struct FusedHostKernel {
     pub(crate) nodes: Vec<(NodeKernel, crate::fuse::elementwise::Wiring)>,
     pub(crate) externals: usize,
+    pub(crate) outputs: Vec<usize>,
 }
 
 impl FusedHostKernel {
@@ -71,10 +72,11 @@ impl FusedHostKernel {
             h.update(kernel.name().as_bytes());
             h.update(format!("{operands:?}").as_bytes());
         }
+        h.update(format!("{:?}", self.outputs).as_bytes());
         let hex = h.finalize().to_hex();
         KernelSignature {
             name: format!("saggar_onnx_fused_{}", &hex[..16]),
-            params: vec![ParamKind::Ptr; self.externals + 1],
+            params: vec![ParamKind::Ptr; self.externals + self.outputs.len()],
         }
     }
 }
@@ -147,7 +149,7 @@ fn output_view<'a>(op: &'a Operand, words: &'a mut [u64], n: usize) -> Option<Te
     Some(TensorMut { dims: &op.dims, data })
 }
 
-/// Evaluates a fused group: each node into its own per-thread buffer, the last copied to the output.
+/// Evaluates a fused group: each node into its own per-thread buffer, those of `outputs` copied out.
 fn run_fused(
     kernel: &FusedHostKernel,
     ctx: &mut KernelContext<'_>,
@@ -192,12 +194,17 @@ fn run_fused(
         crate::ops::evaluate::guarded(|| node.op.eval(&EvalInputs::new(&views), &mut outs))
             .map_err(|e| ctx.fault(format!("{}: {e}", node.op_type)))?;
     }
-    let out = kernel.nodes[n - 1].0.outputs.first().ok_or_else(|| ctx.fault("a fused node has no output"))?;
-    let len = out.bytes().ok_or_else(|| ctx.fault("output size overflows"))?;
-    let ptr =
-        args.get(kernel.externals).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
-    let bytes: &[u8] = bytemuck::cast_slice(&buffers[n - 1]);
-    ctx.bytes_mut(ptr, len)?.copy_from_slice(&bytes[..len]);
+    for (k, &j) in kernel.outputs.iter().enumerate() {
+        let (node, buffer) = kernel.nodes.get(j).zip(buffers.get(j)).ok_or_else(|| ctx.fault("no such fused node"))?;
+        let out = node.0.outputs.first().ok_or_else(|| ctx.fault("a fused node has no output"))?;
+        let len = out.bytes().ok_or_else(|| ctx.fault("output size overflows"))?;
+        let ptr = args
+            .get(kernel.externals + k)
+            .and_then(KernelArg::as_ptr)
+            .ok_or_else(|| ctx.fault("argument is not a pointer"))?;
+        let bytes: &[u8] = bytemuck::cast_slice(buffer);
+        ctx.bytes_mut(ptr, len)?.copy_from_slice(&bytes[..len]);
+    }
     Ok(())
 }
 

@@ -26,6 +26,7 @@ use self::blas::{BlasLowering, matmul_step, reserve_workspace};
 use crate::error::OnnxError;
 use crate::fuse::attention::{self, AttentionKernel};
 use crate::fuse::blas_epilogue::{EpilogueFusion, epilogue_fusions};
+use crate::fuse::layer_norm::{self, NormGroup};
 use crate::fuse::{self, Grouping, embedding_bag};
 use crate::graph::ir::{Graph, ValueId};
 use crate::graph::passes::precision;
@@ -108,6 +109,7 @@ pub(crate) fn lower(
         labels: StepLabels::default(),
         summary: PlanSummary::default(),
         gemm_group: HashMap::new(),
+        uses: graph.use_counts(),
     };
     let input_bytes = lowering.bind_inputs_and_constants(weights, limit)?;
     let outputs = lowering.bind_outputs(limit)?;
@@ -147,6 +149,8 @@ struct Lowering<'g> {
     summary: PlanSummary,
     /// The label group of each GEMM node's steps (so an absorbed group is labelled with it).
     gemm_group: HashMap<usize, usize>,
+    /// How many node inputs and graph outputs read each value.
+    uses: Vec<usize>,
 }
 
 impl Lowering<'_> {
@@ -159,10 +163,9 @@ impl Lowering<'_> {
             input_bytes.push(bytes_of(graph, id, limit)?);
             self.memory.bind(id, ArgSource::Input(i));
         }
-        let uses = graph.use_counts();
         for (i, v) in graph.values.iter().enumerate() {
             let id = ValueId(i);
-            if let (Some(t), true) = (&v.constant, uses[i] > 0) {
+            if let (Some(t), true) = (&v.constant, self.uses[i] > 0) {
                 let src = match weights.offsets.get(&id) {
                     Some(&off) => ArgSource::Weights(off),
                     None => self.emit.constant(&t.to_le_bytes()),
@@ -224,6 +227,14 @@ impl Lowering<'_> {
             }
         }
         let members = self.members(step);
+        // A LayerNormalization whose group ends with its half Cast stores its f32 result only where
+        // something besides the Cast reads it.
+        if let Some(NormGroup { at, half: Some(_) }) = layer_norm::norm_group(graph, &self.info, &members) {
+            let y = graph.nodes[members[at]].outputs[0];
+            if self.memory.location(y).is_none() && self.uses[y.0] > 1 {
+                self.memory.place(graph, y, step)?;
+            }
+        }
         self.count_members(&members);
         let steps_before = self.emit.steps.len();
         self.emit_members(step, &members)?;

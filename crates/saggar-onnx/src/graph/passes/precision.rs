@@ -8,7 +8,8 @@
 //! - `B` is rounded to the half type once, at compile time (to nearest even); the packed weights hold
 //!   only that copy when nothing else reads the f32 one;
 //! - `A` gets a `Cast` to the half type, one per activation, shared by every product reading it; the
-//!   elementwise fusion merges it into the kernel that computes `A` where that kernel is elementwise;
+//!   elementwise fusion merges it into the kernel that computes `A` where that kernel is elementwise,
+//!   and a LayerNormalization computing `A` stores it in the same pass (`fuse::layer_norm`);
 //! - Gemm's `C`, Conv's bias and the output stay f32, so biases and activations add in f32.
 //!
 //! Every other op computes in f32 as before, among them the numerically sensitive ones (the

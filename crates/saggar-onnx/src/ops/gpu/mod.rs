@@ -284,7 +284,9 @@ mod tests {
         use crate::ops::data_movement::gpu::CopyKernel;
         use crate::ops::gather::gpu::{GatherForm, GatherKernel};
         use crate::ops::linalg::gpu::GemmKernel;
-        use crate::ops::norm::gpu::{AxesNorm, AxesNormKernel, GroupNormKernel, LayerNormKernel, SoftmaxKernel};
+        use crate::ops::norm::gpu::{
+            AxesNorm, AxesNormKernel, GroupNormKernel, LayerNormKernel, NormStores, SoftmaxKernel,
+        };
         use crate::ops::pool::gpu::{LrnKernel, MaxUnpoolKernel, PoolKernel, PoolMode};
         use crate::ops::reduce::ReduceOp;
         use crate::ops::reduce::gpu::{ArgKernel, ReduceKernel};
@@ -308,7 +310,12 @@ mod tests {
             kinds.push(Box::new(GemmKernel::f32(2, 3, bias).with_types(DType::F16, DType::F32)));
             kinds.push(Box::new(GemmKernel::f32(2, 3, bias).with_types(DType::BF16, DType::BF16)));
             for (stats, channels) in [(0, false), (1, false), (2, false), (0, true)] {
-                kinds.push(Box::new(LayerNormKernel { epsilon_bits: 5, bias, stats, channels }));
+                let stores = NormStores::F32;
+                kinds.push(Box::new(LayerNormKernel { epsilon_bits: 5, bias, stats, channels, stores }));
+            }
+            for (f32, half) in [(true, DType::F16), (false, DType::BF16)] {
+                let stores = NormStores { f32, half: Some(half) };
+                kinds.push(Box::new(LayerNormKernel { epsilon_bits: 5, bias, stats: 0, channels: false, stores }));
             }
         }
         for flag in [false, true] {

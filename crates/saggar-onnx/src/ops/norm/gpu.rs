@@ -4,7 +4,9 @@
 //! (`layer_norm_channels.cu`), and LpNormalization and MeanVarianceNormalization over a set of
 //! axes (`norm_axes.cu`).
 
-use crate::ops::gpu::{BLOCK, GpuKernel, float_literal, render};
+use saggar_shape::DType;
+
+use crate::ops::gpu::{BLOCK, GpuKernel, float_literal, render, store_f32};
 
 /// Softmax (or LogSoftmax with `log`) over the middle axis of `[outer, len, inner]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,15 +40,74 @@ impl GpuKernel for HardmaxKernel {
     }
 }
 
+/// What a row normalisation stores for each element: its f32 result `y`, a copy `yh` of it rounded
+/// to a half precision (to nearest even: the Cast a half-precision product reads, written in the same
+/// pass), or both. Each stored value is the one f32 the kernel computed, so `yh` is exactly that
+/// value's Cast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NormStores {
+    /// Whether `y` is stored.
+    pub(crate) f32: bool,
+    /// The type of `yh` (F16 or BF16), when it is stored.
+    pub(crate) half: Option<DType>,
+}
+
+impl NormStores {
+    /// `y` alone.
+    pub(crate) const F32: NormStores = NormStores { f32: true, half: None };
+
+    /// The output pointer parameters, `y` then `yh`.
+    pub(crate) fn params(self) -> String {
+        let mut params = String::new();
+        if self.f32 {
+            params.push_str(", float* __restrict__ y");
+        }
+        if self.half.is_some() {
+            params.push_str(", unsigned short* __restrict__ yh");
+        }
+        params
+    }
+
+    /// Statements storing the f32 value `v` at element `at`.
+    pub(crate) fn store(self, at: &str, v: &str) -> String {
+        let mut statements = Vec::new();
+        if self.f32 {
+            statements.push(format!("y[{at}] = {v};"));
+        }
+        if let Some(h) = self.half {
+            statements.push(format!("yh[{at}] = {};", store_f32(h, v)));
+        }
+        statements.join(" ")
+    }
+
+    /// Statements storing the `float4` `v` as the four elements from `4 * at`, and the condition
+    /// under which the pointers allow it (16-byte aligned).
+    pub(crate) fn store4(self, at: &str, v: &str) -> (String, String) {
+        let (mut statements, mut aligned) = (Vec::new(), Vec::new());
+        if self.f32 {
+            statements.push(format!("((float4*)y)[{at}] = {v};"));
+            aligned.push("onnx_aligned16(y)");
+        }
+        if let Some(h) = self.half {
+            let lanes: Vec<String> = ["x", "y", "z", "w"].iter().map(|c| store_f32(h, &format!("{v}.{c}"))).collect();
+            statements.push(format!("((ushort4*)yh)[{at}] = make_ushort4({});", lanes.join(", ")));
+            aligned.push("onnx_aligned16(yh)");
+        }
+        (statements.join(" "), aligned.join(" && "))
+    }
+}
+
 /// LayerNormalization over the trailing `cols` of each row, with `stats` of the Mean and InvStdDev
 /// outputs (0, 1 or 2); with `channels` (InstanceNormalization) scale and bias are indexed by the
-/// row's channel `row % C` instead of the column. Meta: `rows, cols, C`.
+/// row's channel `row % C` instead of the column. `stores`: what the kernel writes per element
+/// (pointers after scale and bias, before the statistics). Meta: `rows, cols, C`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LayerNormKernel {
     pub(crate) epsilon_bits: u32,
     pub(crate) bias: bool,
     pub(crate) stats: u8,
     pub(crate) channels: bool,
+    pub(crate) stores: NormStores,
 }
 
 impl GpuKernel for LayerNormKernel {
@@ -93,6 +154,8 @@ impl LayerNormKernel {
                 ("P", p),
                 ("BIAS_PARAM", bias_param),
                 ("BIAS_ADD", &bias_add),
+                ("OUT_PARAMS", &self.stores.params()),
+                ("STORE", &self.stores.store("row * cols + j", "o")),
                 ("STAT_PARAMS", stat_params),
                 ("STAT_STORES", &stat_stores),
                 ("EPS", &float_literal(self.epsilon_bits)),
@@ -117,7 +180,13 @@ impl GpuKernel for GroupNormKernel {
     }
 
     fn source(&self) -> String {
-        let row_norm = LayerNormKernel { epsilon_bits: self.epsilon_bits, bias: true, stats: 0, channels: true };
+        let row_norm = LayerNormKernel {
+            epsilon_bits: self.epsilon_bits,
+            bias: true,
+            stats: 0,
+            channels: true,
+            stores: NormStores::F32,
+        };
         row_norm.render_with("(row % meta[2]) * meta[3] + j / meta[4]")
     }
 }
@@ -190,6 +259,8 @@ impl GpuKernel for RmsNormKernel {
                 ("SCALE_AT", "mode == 1 ? j : base + red_offset(j, nn, nd, ns)"),
                 ("BIAS_PARAM", ""),
                 ("BIAS_ADD", ""),
+                ("OUT_PARAMS", &NormStores::F32.params()),
+                ("STORE", &NormStores::F32.store("row * cols + j", "o")),
                 ("STAT_PARAMS", ""),
                 ("STAT_STORES", ""),
                 ("BLOCK", &BLOCK.to_string()),

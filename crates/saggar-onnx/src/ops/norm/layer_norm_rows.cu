@@ -5,10 +5,11 @@
 // through them), so a group's lanes always meet at their shuffles. The block's rows stay in dynamic
 // shared memory while they fit ONNX_ROW_CACHE_BYTES. RMSNormalization renders the same kernel: its
 // first pass sums squares (@TERM@, `mean` is then the mean square), it subtracts nothing
-// (@CENTER@) and reads its scale at @SCALE_AT@, which broadcasts (see `RmsNormKernel`).
+// (@CENTER@) and reads its scale at @SCALE_AT@, which broadcasts (see `RmsNormKernel`). Each result
+// `o` is stored by @STORE@: into `y`, into a half-precision copy `yh`, or both (`NormStores`).
 // meta: rows, cols (RMSNormalization: then mode, nl, nn, ldims[nl], lstrides[nl], ndims[nn],
 // nstrides[nn])
-(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale@BIAS_PARAM@, float* __restrict__ y@STAT_PARAMS@) {
+(const onnx_i64* meta, const float* __restrict__ x, const float* __restrict__ scale@BIAS_PARAM@@OUT_PARAMS@@STAT_PARAMS@) {
   __shared__ float sh[@BLOCK@ / ONNX_ROW_LANES];
   ONNX_DYNAMIC_SHARED(onnx_row_cache);
   const onnx_i64 rows = meta[0], cols = meta[1];@SCALE_META@
@@ -25,7 +26,10 @@
     const float mean = onnx_row_sum(s, sh) / (float)cols;
     @INV@
     if (live) {@STAT_STORES@@SCALE_ROW@
-      for (onnx_i64 j = lane; j < cols; j += lanes) y[row * cols + j] = ((cached ? cache[j] : xr[j])@CENTER@) * inv * scale[@SCALE_AT@]@BIAS_ADD@;
+      for (onnx_i64 j = lane; j < cols; j += lanes) {
+        const float o = ((cached ? cache[j] : xr[j])@CENTER@) * inv * scale[@SCALE_AT@]@BIAS_ADD@;
+        @STORE@
+      }
     }
   }
 }

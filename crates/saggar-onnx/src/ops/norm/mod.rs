@@ -11,7 +11,7 @@ mod rms;
 
 use saggar_shape::{DType, Dim};
 
-use self::gpu::{LayerNormKernel, SoftmaxKernel};
+use self::gpu::{LayerNormKernel, NormStores, SoftmaxKernel};
 use crate::ops::shape_util::{
     broadcast_concrete, broadcast_dims, broadcast_strides, for_each_broadcast, normalize_axis,
 };
@@ -180,6 +180,7 @@ impl Op for LayerNorm {
                     bias,
                     stats: ctx.outputs.len().clamp(1, 3) as u8 - 1,
                     channels: false,
+                    stores: NormStores::F32,
                 },
                 vec![rows as i64, ext(cols as usize), 1],
                 Work::RowGroups { rows, cols },
@@ -292,7 +293,13 @@ impl Op for InstanceNorm {
             }
             let rows = numel(&x.dims[..2]);
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                LayerNormKernel { epsilon_bits: self.epsilon.to_bits(), bias: true, stats: 0, channels: true },
+                LayerNormKernel {
+                    epsilon_bits: self.epsilon.to_bits(),
+                    bias: true,
+                    stats: 0,
+                    channels: true,
+                    stores: NormStores::F32,
+                },
                 vec![rows as i64, numel(&x.dims[2..]) as i64, ext(c)],
                 Work::Rows(rows),
                 vec![Slot::In(0), Slot::In(1), Slot::In(2), Slot::Out(0)],
