@@ -222,3 +222,33 @@ fn half_convolutions_agree_across_engines_and_round() {
     let fp16 = OnnxCompiler::new(conv_model(), OnnxOptions::default().with_precision(Precision::Fp16));
     assert_eq!(fp16.plan_summary(&dims, BackendKind::Cuda).unwrap().matmuls, 2, "both convolutions are half GEMMs");
 }
+
+/// A product reading a reshaped activation (GPT-2's Conv1D: `Reshape` then `Gemm`): the Cast goes
+/// before the view, so it fuses into the kernel computing the activation (no launch of its own),
+/// and the result is still the product of the rounded activation.
+#[test]
+fn a_reshaped_activation_is_cast_before_its_view() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &[Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(16)]);
+    b.initializer("shape", &Tensor::from_i64s(vec![6, 16]));
+    b.initializer("w", &tensor(&[16, 4], values(64, 5)));
+    b.node("Relu", &["x"], &["r"], &[]);
+    b.node("Reshape", &["r", "shape"], &["v"], &[]);
+    b.node("MatMul", &["v", "w"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "view", &ImportLimits::default()).unwrap();
+    let x = values(96, 9);
+    let dims = [vec![2, 3, 16]];
+    let launches = |precision| {
+        let options = OnnxOptions::default().with_precision(precision);
+        OnnxCompiler::new(model.clone(), options).plan_summary(&dims, BackendKind::Cuda).unwrap().launches
+    };
+    assert_eq!(launches(Precision::Fp16), launches(Precision::Fp32), "Relu computes the half copy itself");
+    for (precision, half) in [(Precision::Fp16, DType::F16), (Precision::Bf16, DType::BF16)] {
+        let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_precision(precision));
+        let got = run_on_host(&compiler, &[tensor(&[2, 3, 16], x.clone())]).unwrap()[0].to_f32s().unwrap();
+        let relu: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+        let want = product(&round(&relu, half), &round(&values(64, 5), half), 16, 4);
+        assert!(worst(&[got], &[want]) < 1e-5, "{precision}");
+    }
+}

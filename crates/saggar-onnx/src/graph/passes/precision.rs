@@ -9,7 +9,9 @@
 //!   only that copy when nothing else reads the f32 one;
 //! - `A` gets a `Cast` to the half type, one per activation, shared by every product reading it; the
 //!   elementwise fusion merges it into the kernel that computes `A` where that kernel is elementwise,
-//!   and a LayerNormalization computing `A` stores it in the same pass (`fuse::layer_norm`);
+//!   and a LayerNormalization computing `A` stores it in the same pass (`fuse::layer_norm`); where
+//!   `A` is a reshaping view of an activation, the activation is cast and the view repeated on the
+//!   half copy, so the Cast still meets the kernel computing it;
 //! - Gemm's `C`, Conv's bias and the output stay f32, so biases and activations add in f32.
 //!
 //! Every other op computes in f32 as before, among them the numerically sensitive ones (the
@@ -28,6 +30,9 @@ use crate::ops::{self, Attribute, Attributes, NodeCtx, ValueType};
 
 /// The op types the pass converts.
 const PRODUCTS: [&str; 3] = ["MatMul", "Gemm", "Conv"];
+
+/// The views a product's activation is cast ahead of.
+const VIEWS: [&str; 4] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze"];
 
 /// Checks that every entry of `keep` names a node of `graph` or an op type saggar declares, so a
 /// typo is an error rather than a setting that silently does nothing.
@@ -92,15 +97,19 @@ pub(crate) fn convert_products(graph: &mut Graph, half: DType, keep: &[String]) 
                 id
             }
         };
-        let a_half = match casts.get(&a) {
-            Some(&id) => id,
-            None => {
-                let (cast, id) = cast_node(graph, a, half)?;
-                graph.nodes.insert(index, cast);
+        let a_half = match (casts.get(&a), view_of(graph, a)) {
+            (Some(&id), _) => id,
+            // A view (GPT-2's Conv1D reshapes its input) of an activation: the half view of the
+            // activation's Cast, so the Cast fuses into the kernel computing the activation.
+            (None, Some((view, x))) => {
+                let x_half = half_of(graph, &mut casts, &mut index, x, half)?;
+                let (node, id) = half_view(graph, view, x_half, half)?;
+                graph.nodes.insert(index, node);
                 index += 1;
                 casts.insert(a, id);
                 id
             }
+            (None, None) => half_of(graph, &mut casts, &mut index, a, half)?,
         };
         let node = &mut graph.nodes[index];
         node.inputs[0] = Some(a_half);
@@ -110,6 +119,53 @@ pub(crate) fn convert_products(graph: &mut Graph, half: DType, keep: &[String]) 
         index += 1;
     }
     Ok(converted)
+}
+
+/// The half Cast of activation `a`: the one made before, or a new one inserted at `index`, which
+/// moves past it.
+fn half_of(
+    graph: &mut Graph,
+    casts: &mut HashMap<ValueId, ValueId>,
+    index: &mut usize,
+    a: ValueId,
+    half: DType,
+) -> Result<ValueId, OnnxError> {
+    if let Some(&id) = casts.get(&a) {
+        return Ok(id);
+    }
+    let (cast, id) = cast_node(graph, a, half)?;
+    graph.nodes.insert(*index, cast);
+    *index += 1;
+    casts.insert(a, id);
+    Ok(id)
+}
+
+/// The reshaping view (Reshape, Flatten, Squeeze, Unsqueeze) that computes `a` and the f32
+/// activation it views, when `a` is one.
+fn view_of(graph: &Graph, a: ValueId) -> Option<(usize, ValueId)> {
+    let view = graph.nodes.iter().position(|n| n.outputs.first() == Some(&a))?;
+    let node = &graph.nodes[view];
+    let x = node.inputs.first().copied().flatten()?;
+    let activation = graph.value(x).constant.is_none() && graph.ty(x).is_some_and(|t| t.dtype == DType::F32);
+    (VIEWS.contains(&node.op_type.as_str()) && node.outputs.len() == 1 && activation).then_some((view, x))
+}
+
+/// A copy of view node `view` reading `x_half` instead, and its half output.
+fn half_view(graph: &mut Graph, view: usize, x_half: ValueId, half: DType) -> Result<(Node, ValueId), OnnxError> {
+    let mut node = graph.nodes[view].clone();
+    let value = graph.value(node.outputs[0]);
+    let name = format!("{}:{}", value.name, half);
+    let dims = value.ty.as_ref().map(|t| t.dims.clone()).ok_or_else(|| graph_error("activation", &value.name))?;
+    let out = graph.add_value(Value {
+        name: name.clone(),
+        ty: Some(ValueType::new(half, dims)),
+        constant: None,
+        dims_value: None,
+    });
+    node.name = name;
+    node.inputs[0] = Some(x_half);
+    node.outputs = vec![out];
+    Ok((node, out))
 }
 
 /// `(A, B)` of a MatMul or Gemm computing an f32 activation `A` times a constant f32 `B`, or
