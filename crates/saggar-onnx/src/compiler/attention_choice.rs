@@ -3,10 +3,13 @@
 
 use saggar_device::BackendKind;
 
-use crate::fuse::attention::kernel::TILED_THREADS;
+use crate::fuse::attention::kernel::{Form, TILED_THREADS};
 use crate::plan::PlanStep;
 use crate::synthetic::{AttentionConfig, attention_block};
 use crate::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions};
+
+/// The synthetic block's attention: masked, unguarded, f32 out.
+const FORM: Form = Form { mask: true, nan_to_zero: false, store: None };
 
 fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
     let cfg =
@@ -35,8 +38,8 @@ fn attention_launch(c: &OnnxCompiler, batch: u64) -> (String, u32) {
 fn auto_picks_the_row_kernel_or_the_largest_filling_tile_per_bucket_from_one_source() {
     use crate::fuse::attention::kernel::{gpu_kernel, gpu_tiled_kernel};
     let auto = compiler(AttentionKernel::Auto);
-    let rows = gpu_kernel(true, false).0;
-    let tiled = |r: usize| gpu_tiled_kernel(true, false, 64, 64, r).0;
+    let rows = gpu_kernel(FORM).0;
+    let tiled = |r: usize| gpu_tiled_kernel(FORM, 64, 64, r).0;
     // 4 heads, 128 queries: batch 1 gives 32 tiles of 16 rows (row kernel); batch 4 gives 128
     // tiles of 16 rows and fewer than 256 of any larger tile; batch 64 gives 512 tiles of 64.
     assert_eq!(attention_launch(&auto, 1), (rows.clone(), 128), "one key per thread, 128 keys");
@@ -76,7 +79,7 @@ fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_
         )
     };
     let auto = big(&unbounded(AttentionKernel::Auto)).unwrap();
-    let rows = crate::fuse::attention::kernel::gpu_kernel(true, false).0;
+    let rows = crate::fuse::attention::kernel::gpu_kernel(FORM).0;
     assert!(
         auto.steps.iter().any(|s| matches!(s, PlanStep::Launch(l) if l.kernel == rows)),
         "the row kernel serves 2^31 elements"
@@ -103,17 +106,43 @@ fn half_precisions_run_the_tensor_core_kernel_unless_the_keep_list_names_the_pat
         OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision).with_keep_fp32(keep.iter().copied()))
     };
     let fp16 = half(Precision::Fp16, &[]);
-    let mma16 = |warps| gpu_mma_kernel(true, false, (64, 64), DType::F16, warps).0;
+    let mma16 = |warps| gpu_mma_kernel(FORM, (64, 64), DType::F16, warps).0;
     // Four heads: batch 1 has 8 tiles of 16 rows (one warp), batch 64 has 256 tiles of 64 (four).
     assert_eq!(attention_launch(&fp16, 1), (mma16(1), 32));
     assert_eq!(attention_launch(&fp16, 16), (mma16(2), 64), "256 tiles of 32 rows");
     assert_eq!(attention_launch(&fp16, 64), (mma16(4), 128));
     let bf16 = half(Precision::Bf16, &[]);
-    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(true, false, (64, 64), DType::BF16, 4).0);
+    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(FORM, (64, 64), DType::BF16, 4).0);
     let source = bf16.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
     assert!(source.contains("onnx_mma_bf16(") && !source.contains("onnx_attention_tiled_"));
     for keep in ["Softmax", "MatMul"] {
         let kept = half(Precision::Fp16, &[keep]);
         assert!(attention_launch(&kept, 64).0.starts_with("onnx_attention_tiled_"), "{keep} keeps f32");
+    }
+}
+
+/// A result whose only reader is the precision pass's Cast to half (the checked-in BERT's output
+/// projections at fp16 and bf16) is stored in half by the attention kernel: the Cast launches
+/// nothing of its own.
+#[test]
+fn the_half_cast_of_the_result_is_stored_by_the_attention_kernel() {
+    use crate::Precision;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join("bert");
+    let model = OnnxModel::load(root.join("model.onnx")).unwrap();
+    let dims = [vec![2, 8], vec![2, 8]];
+    let plan = |options: OnnxOptions| {
+        let c = OnnxCompiler::new(model.clone(), options);
+        (c.plan_summary(&dims, BackendKind::Cuda).unwrap(), c.gpu_source(&dims).unwrap())
+    };
+    let (f32_plan, f32_source) = plan(OnnxOptions::default());
+    assert!(f32_plan.attention_groups > 0);
+    assert!(!f32_source.contains("= onnx_f32_to_f16(l > 0.0f"), "f32 plans store f32");
+    for (precision, store) in [(Precision::Fp16, "onnx_f32_to_f16"), (Precision::Bf16, "onnx_f32_to_bf16")] {
+        let (summary, source) = plan(OnnxOptions::default().with_precision(precision));
+        assert_eq!(summary.attention_groups, f32_plan.attention_groups, "{precision}");
+        assert!(
+            source.contains(&format!("= {store}(l > 0.0f ? a / l")) || source.contains(&format!("= {store}(a / l)")),
+            "{precision}: the attention kernel stores half"
+        );
     }
 }

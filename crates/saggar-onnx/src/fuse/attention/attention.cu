@@ -3,7 +3,7 @@
 // @RESULT@ stores one output element.
 // meta: nb, Sq, Sk, D, Dv, scale bits, batch dims[nb], then for each of q, k, v, mask, out: the
 // batch strides[nb], the row stride and the column stride
-(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, float* __restrict__ out) {
+(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   __shared__ float qs[@MAX_HEAD@];
   __shared__ float acc[@MAX_HEAD@];
   __shared__ float ps[@BLOCK@];

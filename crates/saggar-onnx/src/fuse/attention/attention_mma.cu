@@ -8,7 +8,7 @@
 // operand layout) and accumulates P·V in f32. Each lane sums its part of a row's probabilities
 // (before rounding); the four meet at the end. Heads up to 128 (DP, DVP: D and DV rounded up to 16).
 // meta: as the row kernel's (attention.cu)
-(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, float* __restrict__ out) {
+(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int D = @D@, DV = @DV@, DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BK = @BK@;
   constexpr int QW = (DP + 8) / 2, VW = (BK + 8) / 2, THREADS = 32 * @WARPS@, BQ = 16 * @WARPS@;
   __shared__ unsigned qs[BQ][QW];

@@ -3,7 +3,7 @@
 // f32. Head sizes @D@ (Q, K) and @DV@ (V); @MASK_PARAM@ and @MASK_ADD@ add the mask input, @RESULT@
 // stores one output element (guarding rows whose sum is not positive where the pattern had it).
 // meta: as the row kernel's (attention.cu)
-(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, float* __restrict__ out) {
+(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int BQ = @BQ@, BK = @BK@, D = @D@, DV = @DV@, RQ = BQ / 16, RK = BK / 8, CV = (DV + 7) / 8;
   __shared__ float qs[D][BQ + 1];
   __shared__ float ks[D][BK + 1];

@@ -48,6 +48,30 @@ pub(crate) const TILED_MIN_TILES: u64 = 64;
 /// Blocks the tiled kernel aims for: it takes the largest tile that still gives this many.
 pub(crate) const TILED_FILL_TILES: u64 = 256;
 
+/// What a fused attention kernel's text depends on besides its tiles: the mask input, the guard of
+/// rows with no valid key, and the half type the result is stored in (a Cast the group absorbed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Form {
+    pub(crate) mask: bool,
+    pub(crate) nan_to_zero: bool,
+    pub(crate) store: Option<DType>,
+}
+
+impl Form {
+    /// The placeholders every kernel shares: `MASK_PARAM`, `OUT_T` and `RESULT` (one output element
+    /// from the accumulator `acc` and the row sum `l`, rounded to the stored type).
+    fn placeholders(self, acc: &str) -> [(&'static str, String); 3] {
+        let value = if self.nan_to_zero { format!("l > 0.0f ? {acc} / l : 0.0f") } else { format!("{acc} / l") };
+        let (out_t, result) = match self.store {
+            Some(DType::BF16) => ("unsigned short", format!("onnx_f32_to_bf16({value})")),
+            Some(_) => ("unsigned short", format!("onnx_f32_to_f16({value})")),
+            None => ("float", value),
+        };
+        let mask = if self.mask { ", const float* __restrict__ mask" } else { "" };
+        [("MASK_PARAM", mask.to_string()), ("OUT_T", out_t.to_string()), ("RESULT", result)]
+    }
+}
+
 /// The query-row counts a tile may have for head sizes up to `head` (the larger of `D` and `Dv`),
 /// smallest first, and the keys per tile: the largest tiles' shared memory (queries, keys, values
 /// and scores of one tile) stays under 48 KiB.
@@ -63,22 +87,22 @@ pub(crate) fn tile_shapes(head: usize) -> (&'static [usize], usize) {
 /// both at most [`MAX_HEAD`], with tiles of `bq` query rows (one of [`tile_shapes`]). Same
 /// parameters and `meta` table as [`gpu_kernel`]; launched with [`TILED_THREADS`] threads and
 /// grid-stride over `batch positions × ceil(Sq / bq)`.
-pub(crate) fn gpu_tiled_kernel(mask: bool, nan_to_zero: bool, d: usize, dv: usize, bq: usize) -> (String, String) {
+pub(crate) fn gpu_tiled_kernel(form: Form, d: usize, dv: usize, bq: usize) -> (String, String) {
     let bk = tile_shapes(d.max(dv)).1;
-    let mask_param = if mask { ", const float* __restrict__ mask" } else { "" };
-    let mask_add = if mask { " + mask[mo + (i0 + r) * m_rs + j * m_cs]" } else { "" };
-    let result = if nan_to_zero { "l > 0.0f ? acc[i][cc] / l : 0.0f" } else { "acc[i][cc] / l" };
-    let text = render(
+    let mask_add = if form.mask { " + mask[mo + (i0 + r) * m_rs + j * m_cs]" } else { "" };
+    let [mask_param, out_t, result] = form.placeholders("acc[i][cc]");
+    let text = render_owned(
         include_str!("attention_tiled.cu"),
         &[
-            ("MASK_PARAM", mask_param),
-            ("MASK_ADD", mask_add),
-            ("RESULT", result),
-            ("BQ", &bq.to_string()),
-            ("BK", &bk.to_string()),
-            ("D", &d.to_string()),
-            ("DV", &dv.to_string()),
-            ("TILED_THREADS", &TILED_THREADS.to_string()),
+            mask_param,
+            out_t,
+            result,
+            ("MASK_ADD", mask_add.to_string()),
+            ("BQ", bq.to_string()),
+            ("BK", bk.to_string()),
+            ("D", d.to_string()),
+            ("DV", dv.to_string()),
+            ("TILED_THREADS", TILED_THREADS.to_string()),
         ],
     );
     let name = kernel_name("attention_tiled", &text);
@@ -102,29 +126,26 @@ pub(crate) fn mma_keys(head: usize) -> usize {
 /// warps (1 to [`MMA_MAX_WARPS`]: a constant, so its tile loads unroll and are all in flight at
 /// once). Same parameters and `meta` table as [`gpu_kernel`]; launched with `32 × warps` threads
 /// and grid-stride over `batch positions × ceil(Sq / (16 × warps))`.
-pub(crate) fn gpu_mma_kernel(
-    mask: bool,
-    nan_to_zero: bool,
-    (d, dv): (usize, usize),
-    half: DType,
-    warps: u32,
-) -> (String, String) {
+pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, warps: u32) -> (String, String) {
     let head = d.max(dv);
     let (pack, mma) =
         if half == DType::BF16 { ("onnx_pack_bf16", "onnx_mma_bf16") } else { ("onnx_pack_f16", "onnx_mma_f16") };
-    let text = render(
+    let mask_add = if form.mask { " + mask[mo + i * m_rs + j * m_cs]" } else { "" };
+    let [mask_param, out_t, result] = form.placeholders("a");
+    let text = render_owned(
         include_str!("attention_mma.cu"),
         &[
-            ("MASK_PARAM", if mask { ", const float* __restrict__ mask" } else { "" }),
-            ("MASK_ADD", if mask { " + mask[mo + i * m_rs + j * m_cs]" } else { "" }),
-            ("RESULT", if nan_to_zero { "l > 0.0f ? a / l : 0.0f" } else { "a / l" }),
-            ("HALF", half.name()),
-            ("PACK", pack),
-            ("MMA", mma),
-            ("BK", &mma_keys(head).to_string()),
-            ("WARPS", &warps.to_string()),
-            ("D", &d.to_string()),
-            ("DV", &dv.to_string()),
+            mask_param,
+            out_t,
+            result,
+            ("MASK_ADD", mask_add.to_string()),
+            ("HALF", half.name().to_string()),
+            ("PACK", pack.to_string()),
+            ("MMA", mma.to_string()),
+            ("BK", mma_keys(head).to_string()),
+            ("WARPS", warps.to_string()),
+            ("D", d.to_string()),
+            ("DV", dv.to_string()),
         ],
     );
     let name = kernel_name("attention_mma", &text);
@@ -134,23 +155,28 @@ pub(crate) fn gpu_mma_kernel(
 }
 
 /// `(name, C++ definition)` of the row attention kernel. Parameters: `meta, q, k, v, [mask,] out`
-/// (meta: [`super::Attention::meta`]).
-pub(crate) fn gpu_kernel(mask: bool, nan_to_zero: bool) -> (String, String) {
-    let (mask_param, mask_add) =
-        if mask { (", const float* __restrict__ mask", " + mask[mo + j * m_cs]") } else { ("", "") };
-    let result = if nan_to_zero { "l > 0.0f ? acc[t] / l : 0.0f" } else { "acc[t] / l" };
-    let text = render(
+/// (meta: [`super::Attention::meta`]; `out` f32, or half bits where `form` stores half).
+pub(crate) fn gpu_kernel(form: Form) -> (String, String) {
+    let mask_add = if form.mask { " + mask[mo + j * m_cs]" } else { "" };
+    let [mask_param, out_t, result] = form.placeholders("acc[t]");
+    let text = render_owned(
         include_str!("attention.cu"),
         &[
-            ("MASK_PARAM", mask_param),
-            ("MASK_ADD", mask_add),
-            ("RESULT", result),
-            ("MAX_HEAD", &MAX_HEAD.to_string()),
-            ("BLOCK", &BLOCK.to_string()),
+            mask_param,
+            out_t,
+            result,
+            ("MASK_ADD", mask_add.to_string()),
+            ("MAX_HEAD", MAX_HEAD.to_string()),
+            ("BLOCK", BLOCK.to_string()),
         ],
     );
     let name = kernel_name("attention", &text);
     (name.clone(), format!("SAGGAR_GLOBAL void {name}{text}"))
+}
+
+/// [`render`] with owned values.
+fn render_owned(template: &str, values: &[(&str, String)]) -> String {
+    render(template, &values.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>())
 }
 
 /// The fused attention group on the host backend.
@@ -161,6 +187,8 @@ pub(crate) struct HostAttention {
     pub(crate) nan_to_zero: bool,
     /// The half type Q, K, V and the probabilities are rounded to, as the tensor-core kernel does.
     pub(crate) half: Option<DType>,
+    /// The half type the result is stored in (bits), or `None` for f32.
+    pub(crate) store: Option<DType>,
     /// Elements of each input (Q, Kᵀ, V, mask) and of the output value.
     pub(crate) lens: Vec<usize>,
     pub(crate) out_len: usize,
@@ -170,8 +198,8 @@ impl HostAttention {
     /// `saggar_onnx_attention_<hash>` over everything the kernel computes with.
     pub(crate) fn signature(&self) -> KernelSignature {
         let text = format!(
-            "{:?}|{}|{}|{:?}|{:?}|{}",
-            self.meta, self.mask, self.nan_to_zero, self.half, self.lens, self.out_len
+            "{:?}|{}|{}|{:?}|{:?}|{:?}|{}",
+            self.meta, self.mask, self.nan_to_zero, self.half, self.store, self.lens, self.out_len
         );
         let hex = blake3::hash(text.as_bytes()).to_hex();
         KernelSignature {
@@ -211,7 +239,20 @@ impl HostAttention {
                 .get(self.lens.len())
                 .and_then(KernelArg::as_ptr)
                 .ok_or_else(|| ctx.fault("argument is not a pointer"))?;
-            ctx.bytes_mut(ptr, self.out_len * 4)?.copy_from_slice(bytemuck::cast_slice(&out));
+            match self.store {
+                None => ctx.bytes_mut(ptr, self.out_len * 4)?.copy_from_slice(bytemuck::cast_slice(&out)),
+                Some(half) => {
+                    let bits = ctx.bytes_mut(ptr, self.out_len * 2)?;
+                    for (b, &v) in bits.chunks_exact_mut(2).zip(&out) {
+                        let h = if half == DType::BF16 {
+                            half::bf16::from_f32(v).to_bits()
+                        } else {
+                            half::f16::from_f32(v).to_bits()
+                        };
+                        b.copy_from_slice(&h.to_le_bytes());
+                    }
+                }
+            }
             Ok(())
         })();
         OUT.with(|c| c.replace(out));

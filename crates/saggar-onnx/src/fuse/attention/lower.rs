@@ -9,7 +9,7 @@ use saggar_shape::DType;
 
 use super::Attention;
 use super::kernel::{
-    self, HostAttention, MMA_MAX_HEAD, MMA_MAX_WARPS, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS,
+    self, Form, HostAttention, MMA_MAX_HEAD, MMA_MAX_WARPS, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS,
 };
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
@@ -80,6 +80,7 @@ pub(crate) fn emit(
         offsets32 &= elements(id)? <= i32::MAX as usize;
     }
     let half = half_tiles(a, half, offsets32);
+    let form = Form { mask: a.mask.is_some(), nan_to_zero: a.nan_to_zero, store: a.store };
     match (target, half) {
         (Target::Host, _) => {
             let kernel = HostAttention {
@@ -87,6 +88,7 @@ pub(crate) fn emit(
                 mask: a.mask.is_some(),
                 nan_to_zero: a.nan_to_zero,
                 half,
+                store: a.store,
                 lens: inputs.iter().map(|&id| elements(id)).collect::<Result<_, _>>()?,
                 out_len: elements(a.out.value)?,
             };
@@ -99,7 +101,7 @@ pub(crate) fn emit(
             let warps = mma_warps(a);
             let mut name = String::new();
             for w in 1..=MMA_MAX_WARPS {
-                let (kernel, text) = kernel::gpu_mma_kernel(a.mask.is_some(), a.nan_to_zero, (a.d, a.dv), half, w);
+                let (kernel, text) = kernel::gpu_mma_kernel(form, (a.d, a.dv), half, w);
                 if w == warps {
                     name = kernel.clone();
                 }
@@ -112,14 +114,13 @@ pub(crate) fn emit(
             emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args: all, config }));
         }
         (Target::Gpu(backend), None) => {
-            let (mask, guard) = (a.mask.is_some(), a.nan_to_zero);
             let mut kernels = Vec::new();
             if choice != AttentionKernel::Tiled {
-                kernels.push((None, kernel::gpu_kernel(mask, guard)));
+                kernels.push((None, kernel::gpu_kernel(form)));
             }
             if choice != AttentionKernel::Rows {
                 for &rows in kernel::tile_shapes(a.d.max(a.dv)).0 {
-                    kernels.push((Some(rows), kernel::gpu_tiled_kernel(mask, guard, a.d, a.dv, rows)));
+                    kernels.push((Some(rows), kernel::gpu_tiled_kernel(form, a.d, a.dv, rows)));
                 }
             }
             if choice == AttentionKernel::Tiled && !offsets32 {

@@ -106,6 +106,9 @@ pub(crate) struct Attention {
     pub(crate) scale: f32,
     /// Rows whose softmax is not a number (every key masked) give zeros, as `Where(IsNaN(P), 0, P)`.
     pub(crate) nan_to_zero: bool,
+    /// The half type the result is stored in: the group took in the Cast to it that was the
+    /// result's only reader (the precision pass's Cast before the output projection).
+    pub(crate) store: Option<DType>,
 }
 
 impl Attention {
@@ -372,9 +375,9 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
         }
         None => None,
     };
-    let out = result(graph, uses, pv, &od, &mut members);
+    let (out, store) = result(graph, uses, pv, &od, &mut members);
     closed(graph, uses, &mut members, out.value)?;
-    Some(Attention { members, q, k, v, mask, out, batch, sq, sk, d, dv, scale, nan_to_zero })
+    Some(Attention { members, q, k, v, mask, out, batch, sq, sk, d, dv, scale, nan_to_zero, store })
 }
 
 /// `P' = Where(IsNaN(P), 0, P)`: `(P, true)` with the guard's nodes added to `members`, or
@@ -442,8 +445,9 @@ fn masked_scores(graph: &Graph, uses: &Uses, s_prime: ValueId, members: &mut Vec
 
 /// Where the result goes: `O` itself (of `od`), or a Transpose of it written through strides, then
 /// the views of that contiguous result (the kernel writes the last of them, so a graph output is
-/// written in place instead of copied); the nodes absorbed are added to `members`.
-fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec<usize>) -> Strided {
+/// written in place instead of copied), then a Cast to a half type (the type stored); the nodes
+/// absorbed are added to `members`.
+fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec<usize>) -> (Strided, Option<DType>) {
     let o = graph.nodes[pv].outputs[0];
     let mut out = Strided { value: o, strides: contiguous(od) };
     if uses.readers[o.0].len() == 1
@@ -461,17 +465,30 @@ fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec
         members.push(t);
         out = Strided { value: graph.nodes[t].outputs[0], strides: os };
     }
-    while uses.readers[out.value.0].len() == 1
-        && !uses.graph_output[out.value.0]
-        && let Some(&n) = uses.readers[out.value.0].first()
+    while let Some(n) = only_reader(graph, uses, out.value)
         && graph.nodes[n].op.is_view()
-        && graph.nodes[n].outputs.len() == 1
-        && input(graph, n, 0) == Some(out.value)
     {
         members.push(n);
         out.value = graph.nodes[n].outputs[0];
     }
-    out
+    // A Cast to a half type: the kernel stores the rounded result instead.
+    let mut store = None;
+    if let Some(n) = only_reader(graph, uses, out.value)
+        && graph.nodes[n].op_type == "Cast"
+        && let Some((to @ (DType::F16 | DType::BF16), _)) = dims(graph, graph.nodes[n].outputs[0])
+    {
+        members.push(n);
+        out.value = graph.nodes[n].outputs[0];
+        store = Some(to);
+    }
+    (out, store)
+}
+
+/// The node reading `id` as its first input and nothing else reading it, when `id` is no graph
+/// output and that node has one output.
+fn only_reader(graph: &Graph, uses: &Uses, id: ValueId) -> Option<usize> {
+    let &n = uses.readers[id.0].first().filter(|_| uses.readers[id.0].len() == 1 && !uses.graph_output[id.0])?;
+    (graph.nodes[n].outputs.len() == 1 && input(graph, n, 0) == Some(id)).then_some(n)
 }
 
 /// Sorts `members` and checks the group is closed: every intermediate is read only inside it, and
