@@ -113,7 +113,10 @@ fn every_im2col_variant_matches_the_host_patch_matrix_when_run_on_the_cpu() {
 
 /// The launches of `lowered` whose kernel name starts with `prefix`, each with the words of its `meta`
 /// table from the one at `k` on (`meta(k)` is word `k`).
-fn launches<'a>(lowered: &'a Lowered, prefix: &'a str) -> impl Iterator<Item = (usize, impl Fn(usize) -> i64 + 'a)> {
+pub(super) fn launches<'a>(
+    lowered: &'a Lowered,
+    prefix: &'a str,
+) -> impl Iterator<Item = (usize, impl Fn(usize) -> i64 + 'a)> {
     lowered.steps.iter().filter_map(move |step| {
         let PlanStep::Launch(step) = step else { return None };
         let (true, Some(ArgSource::Local(at))) = (step.kernel.starts_with(prefix), step.args.first()) else {
@@ -152,7 +155,11 @@ fn launched(lowered: &Lowered) -> HashSet<String> {
 
 /// Runs `model` on `inputs` at every precision on the host and emulated, and checks each plan with
 /// `check`.
-fn matches_the_host_at_every_precision(bytes: &[u8], inputs: &[Tensor], check: impl Fn(Precision, &Lowered)) {
+pub(super) fn matches_the_host_at_every_precision(
+    bytes: &[u8],
+    inputs: &[Tensor],
+    check: impl Fn(Precision, &Lowered),
+) {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
     for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
         let model = OnnxModel::from_bytes(bytes, "conv_blocks", &crate::ImportLimits::default()).unwrap();
@@ -167,7 +174,7 @@ fn matches_the_host_at_every_precision(bytes: &[u8], inputs: &[Tensor], check: i
     }
 }
 
-fn values(dims: &[usize], seed: usize) -> Tensor {
+pub(super) fn values(dims: &[usize], seed: usize) -> Tensor {
     let n: usize = dims.iter().product();
     let v = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 211) as f32 / 105.0 - 1.0).collect();
     Tensor::new(dims.to_vec(), TensorData::F32(v)).unwrap()
