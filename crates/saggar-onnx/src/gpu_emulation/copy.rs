@@ -4,17 +4,14 @@
 //! against a reference over the uncoalesced axes; and a model of Splits, Transposes and Slices at
 //! every precision against the host, its plan checked to take the four-element path.
 
-use std::collections::HashSet;
-use std::fmt::Write as _;
-
 use saggar_shape::{DType, Dim};
 
-use super::build_and_run;
 use super::conv::{launches, matches_the_host_at_every_precision, values};
+use super::single::SingleLaunches;
 use crate::builder::ModelBuilder;
 use crate::ops::Attribute::{Int, Ints};
 use crate::ops::data_movement::gpu::copy_launch;
-use crate::ops::gpu::{PRELUDE, Slot, kernel_definition};
+use crate::ops::gpu::Slot;
 
 /// `(dims, in_base, in_strides, out_base, out_strides, quads)` of a copy case.
 type Case = (&'static [usize], i64, &'static [i64], i64, &'static [i64], bool);
@@ -64,12 +61,7 @@ fn extent(dims: &[usize], base: i64, strides: &[i64]) -> usize {
 /// the reference, bit for bit.
 #[test]
 fn every_copy_path_matches_a_reference_when_run_on_the_cpu() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
-    let (mut source, mut main, mut names) = (String::new(), String::from("int main() {\n"), HashSet::new());
-    source.push_str(saggar_device::builtin::PRELUDE);
-    source.push_str(PRELUDE);
-    let mut expected = Vec::new();
+    let mut runs = SingleLaunches::new();
     for (c, case) in CASES.iter().enumerate() {
         let &(dims, ib, is, ob, os, quads) = case;
         for bytes in [1usize, 2, 4, 8] {
@@ -77,42 +69,16 @@ fn every_copy_path_matches_a_reference_when_run_on_the_cpu() {
             let flags = &launch.meta[launch.meta.len() - 2..];
             assert_eq!(flags, [1, i64::from(quads)], "case {c}: narrow, quads");
             let wide = [&launch.meta[..launch.meta.len() - 2], &[0, flags[1]]].concat();
-            let (name, definition) = kernel_definition(launch.kernel.as_ref());
-            if names.insert(name.clone()) {
-                let _ = writeln!(source, "{definition}");
-            }
             let (in_len, out_len) = (extent(dims, ib, is) + 1, extent(dims, ob, os));
             let x: Vec<u8> = (0..in_len * bytes).map(|k| (k * 131 % 251 + 1) as u8).collect();
             for (v, (meta, shift)) in [(&launch.meta, 0), (&wide, 0), (&launch.meta, 1)].into_iter().enumerate() {
-                let case_name = format!("{c}_{bytes}_{v}");
-                let meta: Vec<u8> = meta.iter().flat_map(|w| w.to_le_bytes()).collect();
-                std::fs::write(file(&format!("meta{case_name}.bin")), &meta).unwrap();
-                std::fs::write(file(&format!("x{case_name}.bin")), &x).unwrap();
-                let _ = writeln!(
-                    main,
-                    "  {{ unsigned char* m = load(\"{}\", {}); unsigned char* x = load(\"{}\", {}); unsigned char* o = load(nullptr, {});\n    launch({name}, 2, 1, 1, 8, 1, {{m, x + {}, o}}); store(\"{}\", o, {}); }}",
-                    file(&format!("meta{case_name}.bin")),
-                    meta.len(),
-                    file(&format!("x{case_name}.bin")),
-                    x.len(),
-                    out_len * bytes,
-                    shift * bytes,
-                    file(&format!("o{case_name}.bin")),
-                    out_len * bytes
-                );
-                expected.push((case_name, reference(case, bytes, &x, shift, out_len)));
+                let want = reference(case, bytes, &x, shift, out_len);
+                let what = format!("case {c}, {bytes}-byte elements, variant {v}");
+                runs.push(launch.kernel.as_ref(), meta, (&x, shift * bytes), (2, 8), want, what);
             }
         }
     }
-    main.push_str("  return 0;\n}\n");
-    if build_and_run(dir.path(), &source, &main).is_none() {
-        return;
-    }
-    for (case, want) in expected {
-        let got = std::fs::read(file(&format!("o{case}.bin"))).unwrap();
-        let first = got.iter().zip(&want).position(|(g, w)| g != w);
-        assert!(got.len() == want.len() && first.is_none(), "case {case}: bytes differ from byte {first:?} on");
-    }
+    runs.check();
 }
 
 /// GPT-2's attention copies in small: the QKV projection split along its last axis, a head split

@@ -17,6 +17,7 @@ mod conv;
 mod copy;
 mod embedding_bag;
 mod every_kind;
+mod single;
 
 const SHIM: &str = r#"
 #include <barrier>
