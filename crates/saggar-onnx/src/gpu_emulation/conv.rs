@@ -4,12 +4,12 @@
 //! checked to take the planar im2col and the four-element path of the fused groups.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 
 use saggar_device::BackendKind;
 use saggar_shape::{DType, Dim};
 
-use super::{assert_close, build_and_run, run_emulated};
+use super::single::SingleLaunches;
+use super::{assert_close, run_emulated};
 use crate::builder::ModelBuilder;
 use crate::ops::Attribute::{Int, Ints};
 use crate::ops::conv::gpu::Im2colKernel;
@@ -36,13 +36,8 @@ const GEOMETRIES: [Geometry; 5] = [
 /// than positions; every patch matrix equals the host's, bit for bit.
 #[test]
 fn every_im2col_variant_matches_the_host_patch_matrix_when_run_on_the_cpu() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
-    let (mut source, mut main, mut names) = (String::new(), String::from("int main() {\n"), HashSet::new());
-    source.push_str(saggar_device::builtin::PRELUDE);
-    source.push_str(crate::ops::gpu::PRELUDE);
-    let mut expected = Vec::new();
-    for (g, &(xd, kernel, strides, dilations, pads)) in GEOMETRIES.iter().enumerate() {
+    let mut runs = SingleLaunches::new();
+    for &(xd, kernel, strides, dilations, pads) in &GEOMETRIES {
         let window = Window {
             kernel: kernel.to_vec(),
             strides: strides.to_vec(),
@@ -76,44 +71,21 @@ fn every_im2col_variant_matches_the_host_patch_matrix_when_run_on_the_cpu() {
                 im2col(xi, xd[1], &op.axes, ci);
             }
             let want: Vec<u8> = want.iter().flat_map(|&v| v.to_le_bytes()[..bytes as usize].to_vec()).collect();
-            for (v, (kernel, meta)) in variants.iter().enumerate() {
-                let meta: Vec<u8> = meta.iter().flat_map(|v| v.to_le_bytes()).collect();
-                let (name, definition) = kernel_definition(kernel);
-                if names.insert(name.clone()) {
-                    let _ = writeln!(source, "{definition}");
-                }
-                let case = format!("{g}_{bytes}_{v}");
-                std::fs::write(file(&format!("meta{case}.bin")), &meta).unwrap();
-                std::fs::write(file(&format!("x{case}.bin")), &x_bytes).unwrap();
-                let _ = writeln!(
-                    main,
-                    "  {{ unsigned char* m = load(\"{}\", {}); unsigned char* x = load(\"{}\", {}); unsigned char* c = load(nullptr, {});\n    launch({name}, 3, 1, 1, 32, 1, {{m, x, c}}); store(\"{}\", c, {}); }}",
-                    file(&format!("meta{case}.bin")),
-                    meta.len(),
-                    file(&format!("x{case}.bin")),
-                    x_bytes.len(),
-                    want.len(),
-                    file(&format!("col{case}.bin")),
-                    want.len()
-                );
-                expected.push((case, format!("{xd:?} {kernel:?} narrow {}", meta[meta.len() - 8]), want.clone()));
+            for (kernel, meta) in &variants {
+                let what = format!("{xd:?} {kernel:?} narrow {}", meta[meta.len() - 1]);
+                runs.push(kernel, meta, (&x_bytes, 0), (3, 32), want.clone(), what);
             }
         }
     }
-    main.push_str("  return 0;\n}\n");
-    if build_and_run(dir.path(), &source, &main).is_none() {
-        return;
-    }
-    for (case, what, want) in expected {
-        let got = std::fs::read(file(&format!("col{case}.bin"))).unwrap();
-        let first = got.iter().zip(&want).position(|(g, w)| g != w);
-        assert!(got.len() == want.len() && first.is_none(), "{what}: bytes differ from byte {first:?} on");
-    }
+    runs.check();
 }
 
 /// The launches of `lowered` whose kernel name starts with `prefix`, each with the words of its `meta`
 /// table from the one at `k` on (`meta(k)` is word `k`).
-fn launches<'a>(lowered: &'a Lowered, prefix: &'a str) -> impl Iterator<Item = (usize, impl Fn(usize) -> i64 + 'a)> {
+pub(super) fn launches<'a>(
+    lowered: &'a Lowered,
+    prefix: &'a str,
+) -> impl Iterator<Item = (usize, impl Fn(usize) -> i64 + 'a)> {
     lowered.steps.iter().filter_map(move |step| {
         let PlanStep::Launch(step) = step else { return None };
         let (true, Some(ArgSource::Local(at))) = (step.kernel.starts_with(prefix), step.args.first()) else {
@@ -152,7 +124,11 @@ fn launched(lowered: &Lowered) -> HashSet<String> {
 
 /// Runs `model` on `inputs` at every precision on the host and emulated, and checks each plan with
 /// `check`.
-fn matches_the_host_at_every_precision(bytes: &[u8], inputs: &[Tensor], check: impl Fn(Precision, &Lowered)) {
+pub(super) fn matches_the_host_at_every_precision(
+    bytes: &[u8],
+    inputs: &[Tensor],
+    check: impl Fn(Precision, &Lowered),
+) {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
     for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
         let model = OnnxModel::from_bytes(bytes, "conv_blocks", &crate::ImportLimits::default()).unwrap();
@@ -167,7 +143,7 @@ fn matches_the_host_at_every_precision(bytes: &[u8], inputs: &[Tensor], check: i
     }
 }
 
-fn values(dims: &[usize], seed: usize) -> Tensor {
+pub(super) fn values(dims: &[usize], seed: usize) -> Tensor {
     let n: usize = dims.iter().product();
     let v = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 211) as f32 / 105.0 - 1.0).collect();
     Tensor::new(dims.to_vec(), TensorData::F32(v)).unwrap()

@@ -14,9 +14,11 @@ use crate::plan::{ArgSource, PlanStep};
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
 
 mod conv;
+mod copy;
 mod embedding_bag;
 mod every_kind;
 mod half_norm;
+mod single;
 
 const SHIM: &str = r#"
 #include <barrier>
@@ -62,6 +64,8 @@ struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct alignas(8) ushort4 { unsigned short x, y, z, w; };
 inline ushort4 make_ushort4(unsigned short x, unsigned short y, unsigned short z, unsigned short w) { return {x, y, z, w}; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 "#;

@@ -7,7 +7,8 @@ use crate::error::OpError;
 use crate::ops::gpu::{GpuCtx, GpuKernel, GpuLaunch, GpuNode, Slot, Work, bits_type, contiguous, ext, numel, render};
 use crate::ops::shape_util::normalize_axis;
 
-/// A strided copy of `elem_bytes`-byte elements (`copy.cu`).
+/// A strided copy of `elem_bytes`-byte elements (`copy.cu` around its body `copy_body.cuh` in 32-bit
+/// and in 64-bit indices), moving groups of four elements as one or two vectors where it can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CopyKernel {
     pub(crate) elem_bytes: u8,
@@ -19,8 +20,85 @@ impl GpuKernel for CopyKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("copy.cu"), &[("T", bits_type(self.elem_bytes))])
+        // A group of four elements: its vector type, how many of them, their alignment in bytes.
+        let (vector, count, align) = match self.elem_bytes {
+            1 => ("unsigned", "1", "4"),
+            2 => ("uint2", "1", "8"),
+            4 => ("uint4", "1", "16"),
+            _ => ("uint4", "2", "16"),
+        };
+        let t = bits_type(self.elem_bytes);
+        let body = |u: &str, i: &str| {
+            render(include_str!("copy_body.cuh"), &[("T", t), ("V", vector), ("VN", count), ("U", u), ("I", i)])
+        };
+        render(
+            include_str!("copy.cu"),
+            &[
+                ("T", t),
+                ("ALIGN", align),
+                ("NARROW", &body("unsigned", "int")),
+                ("WIDE", &body("unsigned long long", "onnx_i64")),
+            ],
+        )
     }
+}
+
+/// A strided copy's axes after [`coalesce`]: extents, and the input's and the output's strides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct CopyAxes {
+    dims: Vec<i64>,
+    ins: Vec<i64>,
+    outs: Vec<i64>,
+}
+
+/// The axes of a copy of `dims` with fewer divisions and the same offsets: axes of extent 1 dropped,
+/// each axis merged into the next where both sides step over it as over the next one's whole extent
+/// (a contiguous run, in either direction). At least one axis stays.
+fn coalesce(dims: &[usize], in_strides: &[i64], out_strides: &[i64]) -> CopyAxes {
+    let mut a = CopyAxes::default();
+    for ((&d, &i), &o) in dims.iter().zip(in_strides).zip(out_strides) {
+        let d = ext(d);
+        if d == 1 {
+            continue;
+        }
+        let last = a.dims.len().checked_sub(1);
+        match last {
+            Some(l) if i.checked_mul(d) == Some(a.ins[l]) && o.checked_mul(d) == Some(a.outs[l]) => {
+                a.dims[l] = a.dims[l].saturating_mul(d);
+                (a.ins[l], a.outs[l]) = (i, o);
+            }
+            _ => {
+                a.dims.push(d);
+                a.ins.push(i);
+                a.outs.push(o);
+            }
+        }
+    }
+    if a.dims.is_empty() {
+        a = CopyAxes { dims: vec![1], ins: vec![1], outs: vec![1] };
+    }
+    a
+}
+
+/// Whether every offset `base + Σ c_d strides_d` over `dims` (and every partial sum of it, each term
+/// included) lies in `0..=i32::MAX`: the lowest and the highest sums do (negative strides lower them).
+fn offsets_fit_i32(base: i64, dims: &[i64], strides: &[i64]) -> bool {
+    let (mut low, mut high) = (i128::from(base), i128::from(base));
+    for (&d, &s) in dims.iter().zip(strides) {
+        let span = i128::from(d - 1) * i128::from(s);
+        if span < 0 { low += span } else { high += span }
+    }
+    low >= 0 && high <= i128::from(i32::MAX)
+}
+
+/// Whether a copy of `axes` may move groups of four elements: the innermost axis contiguous on both
+/// sides with whole groups, every other stride and both bases whole groups.
+fn moves_quads(axes: &CopyAxes, in_base: i64, out_base: i64) -> bool {
+    let l = axes.dims.len() - 1;
+    let whole = |v: &i64| v % 4 == 0;
+    (axes.ins[l], axes.outs[l]) == (1, 1)
+        && whole(&axes.dims[l])
+        && axes.ins[..l].iter().chain(&axes.outs[..l]).chain([&in_base, &out_base]).all(whole)
 }
 
 /// Pad in `mode` (`pad.cu`); the fill value is the `value` input's first element when
@@ -100,18 +178,33 @@ impl GpuKernel for ReverseSequenceKernel {
     }
 }
 
-/// A [`CopyKernel`] launch of `dims` elements with the given bases and strides.
+/// A [`CopyKernel`] launch of `dims` elements with the given bases and strides: the axes coalesced,
+/// 32-bit indices where they provably fit, a thread per group of four elements where the groups are
+/// whole on both sides.
 pub(crate) fn copy_launch(
     elem_bytes: usize,
     dims: &[usize],
     (input, in_base, in_strides): (Slot, i64, &[i64]),
     (output, out_base, out_strides): (Slot, i64, &[i64]),
 ) -> GpuLaunch {
-    let mut meta = vec![ext(dims.len()), numel(dims) as i64, in_base, out_base];
-    meta.extend(dims.iter().map(|&d| ext(d)));
-    meta.extend_from_slice(in_strides);
-    meta.extend_from_slice(out_strides);
-    GpuLaunch::new(CopyKernel { elem_bytes: elem_bytes as u8 }, meta, Work::Elements(numel(dims)), vec![input, output])
+    let n = numel(dims);
+    let mut axes = coalesce(dims, in_strides, out_strides);
+    let narrow = n <= i32::MAX as u64
+        && (n == 0
+            || offsets_fit_i32(in_base, &axes.dims, &axes.ins) && offsets_fit_i32(out_base, &axes.dims, &axes.outs));
+    let quads = n > 0 && moves_quads(&axes, in_base, out_base);
+    let units = if quads {
+        let l = axes.dims.len() - 1;
+        axes.dims[l] /= 4;
+        (axes.ins[l], axes.outs[l]) = (4, 4);
+        n / 4
+    } else {
+        n
+    };
+    let mut meta = vec![ext(axes.dims.len()), units as i64, in_base, out_base];
+    meta.extend([axes.dims, axes.ins, axes.outs].concat());
+    meta.extend([i64::from(narrow), i64::from(quads)]);
+    GpuLaunch::new(CopyKernel { elem_bytes: elem_bytes as u8 }, meta, Work::Elements(units), vec![input, output])
 }
 
 /// A copy of input 0 into output 0 of the same element count (a view that must materialise).
@@ -204,6 +297,64 @@ pub(super) fn pad(op: &Pad, ctx: &GpuCtx<'_>) -> Result<GpuNode, OpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `meta` table of a copy launch of `dims`.
+    fn meta(dims: &[usize], (ib, is): (i64, &[i64]), (ob, os): (i64, &[i64])) -> Vec<i64> {
+        copy_launch(4, dims, (Slot::In(0), ib, is), (Slot::Out(0), ob, os)).meta
+    }
+
+    #[test]
+    fn copies_coalesce_their_axes_and_move_whole_groups_of_four_in_32_bit_indices() {
+        // The second piece of GPT-2's QKV split ([32, 128, 2304] to [32, 128, 768]): two axes, 192
+        // groups a row, a thread a group.
+        let launch = copy_launch(
+            4,
+            &[32, 128, 768],
+            (Slot::In(0), 768, &[294_912, 2304, 1]),
+            (Slot::Out(1), 0, &[98_304, 768, 1]),
+        );
+        let rows = 32 * 128;
+        assert_eq!(launch.meta, [2, rows * 192, 768, 0, rows, 192, 2304, 4, 768, 4, 1, 1]);
+        assert_eq!(launch.work, Work::Elements(rows as u64 * 192));
+        // The head split's transpose ([32, 128, 12, 64] to [32, 12, 128, 64]): no axes merge.
+        let m = meta(&[32, 12, 128, 64], (0, &[98_304, 64, 768, 1]), (0, &[98_304, 8192, 64, 1]));
+        assert_eq!(m, [4, 32 * 12 * 128 * 16, 0, 0, 32, 12, 128, 16, 98_304, 64, 768, 4, 98_304, 8192, 64, 4, 1, 1]);
+        // Axes of extent 1 go; a reversed run merges into one axis of stride -1 (element by element).
+        assert_eq!(meta(&[1, 3, 1, 5], (14, &[7, -5, 9, -1]), (0, &[15, 5, 5, 1])), [1, 15, 14, 0, 15, -1, 1, 1, 0]);
+        assert_eq!(meta(&[1, 1], (3, &[1, 1]), (0, &[1, 1])), [1, 1, 3, 0, 1, 1, 1, 1, 0], "one axis stays");
+        // An odd inner extent, a row stride or a base not of whole groups: element by element.
+        assert_eq!(meta(&[2, 5, 3], (0, &[15, 1, 5]), (0, &[15, 3, 1]))[13..], [1, 0]);
+        assert_eq!(meta(&[3, 4], (0, &[6, 1]), (0, &[4, 1])), [2, 12, 0, 0, 3, 4, 6, 1, 4, 1, 1, 0]);
+        assert_eq!(meta(&[8], (2, &[1]), (0, &[1])), [1, 8, 2, 0, 8, 1, 1, 1, 0]);
+    }
+
+    #[test]
+    fn copies_take_32_bit_indices_only_where_the_count_and_every_offset_fit() {
+        let max = i32::MAX as usize;
+        let flags = |m: Vec<i64>| (m[m.len() - 2], m[m.len() - 1]);
+        // 2^31 elements: 64-bit indices, still in groups of four.
+        assert_eq!(flags(meta(&[1 << 31], (0, &[1]), (0, &[1]))), (0, 1));
+        assert_eq!(flags(meta(&[max - 3], (4, &[1]), (0, &[1]))), (1, 1), "the last offset is i32::MAX");
+        assert_eq!(flags(meta(&[max - 2], (4, &[1]), (0, &[1]))), (0, 0));
+        // Two elements far apart: the offset, not the count.
+        assert_eq!(flags(meta(&[2], (0, &[1 << 31]), (0, &[1]))), (0, 0));
+        assert_eq!(flags(meta(&[2], (0, &[1]), (max as i64, &[-(max as i64)]))), (1, 0), "down to 0");
+        // Negative steps: the lowest offset is below 0 (a malformed launch) or the highest above.
+        assert_eq!(flags(meta(&[3, 5], (13, &[-5, -1]), (0, &[5, 1]))), (0, 0));
+        assert_eq!(flags(meta(&[3, 5], (max as i64, &[-5, -1]), (0, &[5, 1]))), (1, 0));
+        assert_eq!(flags(meta(&[0, 5], (0, &[5, 1]), (0, &[5, 1]))), (1, 0), "no elements");
+    }
+
+    #[test]
+    fn copy_kernels_render_completely_with_both_bodies_and_the_vector_of_their_element_size() {
+        for (bytes, vector, count) in [(1, "unsigned", "1"), (2, "uint2", "1"), (4, "uint4", "1"), (8, "uint4", "2")] {
+            let text = CopyKernel { elem_bytes: bytes }.source();
+            assert!(text.contains(&format!("const {vector}* src = (const {vector}*)(in + a);")), "{text}");
+            assert!(text.contains(&format!("k < {count};")), "{text}");
+            assert!(text.contains("unsigned rem = (unsigned)(i >> shift);"), "{text}");
+            assert!(text.contains("unsigned long long rem = (unsigned long long)(i >> shift);"), "{text}");
+        }
+    }
 
     #[test]
     fn trilu_and_reverse_sequence_kernels_render_completely_with_names_of_their_own() {
