@@ -47,11 +47,14 @@ struct saggar_dim3 { unsigned x, y, z; };
 static saggar_dim3 blockIdx, threadIdx, blockDim, gridDim;
 inline void __syncthreads() {}
 inline float __shfl_xor_sync(unsigned, float v, int, int) { return v; }
+inline unsigned __shfl_sync(unsigned, unsigned v, int, int) { return v; }
 static float saggar_dynamic_shared[1];
 #define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
 #define ONNX_FORCEINLINE inline
 #define ONNX_BOUNDS(threads, blocks)
 struct float4 { float x, y, z, w; };
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
