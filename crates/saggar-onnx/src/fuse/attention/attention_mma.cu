@@ -14,23 +14,8 @@
   __shared__ unsigned qs[BQ][QW];
   __shared__ unsigned ks[BK][QW];
   __shared__ unsigned vt[DVP][VW];
-  const int nb = (int)meta[0];
-  const int Sq = meta[1], Sk = meta[2];
-  const float scale = __int_as_float((int)meta[5]);
-  const onnx_i64* bd = meta + 6;
-  const onnx_i64* qm = bd + nb; const onnx_i64* km = qm + nb + 2; const onnx_i64* vm = km + nb + 2;
-  const onnx_i64* mm = vm + nb + 2; const onnx_i64* om = mm + nb + 2;
-  const int q_rs = qm[nb], q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
-  const int m_rs = mm[nb], m_cs = mm[nb + 1], o_rs = om[nb], o_cs = om[nb + 1];
-  (void)m_rs; (void)m_cs;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
-  int positions = 1;
-  for (int a = 0; a < nb; ++a) positions *= bd[a];
-  const int tiles = (Sq + BQ - 1) / BQ;
-  // Rows of Q and K and of V contiguous along the head and 16-byte aligned: four floats a load.
-  bool vec4 = D % 4 == 0 && DV % 4 == 0 && q_cs == 1 && k_rs == 1 && v_cs == 1 && q_rs % 4 == 0 && k_cs % 4 == 0 && v_rs % 4 == 0
-    && onnx_aligned16(q) && onnx_aligned16(k) && onnx_aligned16(v);
-  for (int a = 0; a < nb; ++a) vec4 = vec4 && qm[a] % 4 == 0 && km[a] % 4 == 0 && vm[a] % 4 == 0;
+@META_TILES@
   // Element `d` of row `r` of an operand (zero outside `rows` x `cols`).
   auto at = [](const float* p, int off, bool inside) { return inside ? p[off] : 0.0f; };
   auto row4 = [](const float* p, int off, bool inside) {

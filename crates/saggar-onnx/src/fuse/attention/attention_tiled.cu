@@ -9,24 +9,8 @@
   __shared__ float ks[D][BK + 1];
   __shared__ __attribute__((aligned(16))) float vs[BK][DV];
   __shared__ float ss[BQ][BK + 1];
-  const int nb = (int)meta[0];
-  const int Sq = meta[1], Sk = meta[2];
-  const float scale = __int_as_float((int)meta[5]);
-  const onnx_i64* bd = meta + 6;
-  const onnx_i64* qm = bd + nb; const onnx_i64* km = qm + nb + 2; const onnx_i64* vm = km + nb + 2;
-  const onnx_i64* mm = vm + nb + 2; const onnx_i64* om = mm + nb + 2;
-  const int q_rs = qm[nb], q_cs = qm[nb + 1], k_rs = km[nb], k_cs = km[nb + 1], v_rs = vm[nb], v_cs = vm[nb + 1];
-  const int m_rs = mm[nb], m_cs = mm[nb + 1], o_rs = om[nb], o_cs = om[nb + 1];
-  (void)m_rs; (void)m_cs;
   const int tid = threadIdx.x, tx = tid % 8, ty = tid / 8;
-  int positions = 1;
-  for (int a = 0; a < nb; ++a) positions *= bd[a];
-  const int tiles = (Sq + BQ - 1) / BQ;
-  // Rows of Q, K and V contiguous and every offset a multiple of four floats: tiles are read
-  // four floats a load.
-  bool vec4 = D % 4 == 0 && DV % 4 == 0 && q_cs == 1 && k_rs == 1 && v_cs == 1 && q_rs % 4 == 0 && k_cs % 4 == 0 && v_rs % 4 == 0
-    && onnx_aligned16(q) && onnx_aligned16(k) && onnx_aligned16(v);
-  for (int a = 0; a < nb; ++a) vec4 = vec4 && qm[a] % 4 == 0 && km[a] % 4 == 0 && vm[a] % 4 == 0;
+@META_TILES@
   ONNX_ROWS(unit, positions * tiles) {
     const int i0 = (unit % tiles) * BQ;
     int rem = unit / tiles, qo = 0, ko = 0, vo = 0, mo = 0, oo = 0;

@@ -24,7 +24,7 @@ use saggar_device::{KernelArg, KernelSignature, LaunchConfig, ParamKind};
 use saggar_shape::DType;
 
 use super::MAX_HEAD;
-use crate::ops::gpu::{BLOCK, kernel_name, render};
+use crate::ops::gpu::{BLOCK, kernel_name, render, strip_header};
 
 /// Keys per chunk of the host kernel (the GPU kernel's chunk is its block size).
 const HOST_CHUNK: usize = BLOCK as usize;
@@ -103,6 +103,7 @@ pub(crate) fn gpu_tiled_kernel(form: Form, d: usize, dv: usize, bq: usize) -> (S
             ("D", d.to_string()),
             ("DV", dv.to_string()),
             ("TILED_THREADS", TILED_THREADS.to_string()),
+            ("META_TILES", meta_tiles()),
         ],
     );
     let name = kernel_name("attention_tiled", &text);
@@ -144,6 +145,7 @@ pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, w
             ("MMA", mma.to_string()),
             ("BK", mma_keys(head).to_string()),
             ("WARPS", warps.to_string()),
+            ("META_TILES", meta_tiles()),
             ("D", d.to_string()),
             ("DV", dv.to_string()),
         ],
@@ -172,6 +174,11 @@ pub(crate) fn gpu_kernel(form: Form) -> (String, String) {
     );
     let name = kernel_name("attention", &text);
     (name.clone(), format!("SAGGAR_GLOBAL void {name}{text}"))
+}
+
+/// `attention_meta.cuh`: the tile kernels' reading of the `meta` table.
+fn meta_tiles() -> String {
+    strip_header(include_str!("attention_meta.cuh")).trim_end().to_string()
 }
 
 /// [`render`] with owned values.

@@ -153,15 +153,7 @@ fn view_of(graph: &Graph, a: ValueId) -> Option<(usize, ValueId)> {
 /// A copy of view node `view` reading `x_half` instead, and its half output.
 fn half_view(graph: &mut Graph, view: usize, x_half: ValueId, half: DType) -> Result<(Node, ValueId), OnnxError> {
     let mut node = graph.nodes[view].clone();
-    let value = graph.value(node.outputs[0]);
-    let name = format!("{}:{}", value.name, half);
-    let dims = value.ty.as_ref().map(|t| t.dims.clone()).ok_or_else(|| graph_error("activation", &value.name))?;
-    let out = graph.add_value(Value {
-        name: name.clone(),
-        ty: Some(ValueType::new(half, dims)),
-        constant: None,
-        dims_value: None,
-    });
+    let (name, out) = half_twin(graph, node.outputs[0], half)?;
     node.name = name;
     node.inputs[0] = Some(x_half);
     node.outputs = vec![out];
@@ -195,17 +187,18 @@ fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, 
     Ok(graph.add_value(Value { name, ty, constant: Some(Arc::new(tensor)), dims_value: None }))
 }
 
-/// A `Cast` of activation `a` to `half`, and the value it defines.
-fn cast_node(graph: &mut Graph, a: ValueId, half: DType) -> Result<(Node, ValueId), OnnxError> {
+/// A new activation `<name of a>:<half>` of `a`'s dims in `half`: its name and id.
+fn half_twin(graph: &mut Graph, a: ValueId, half: DType) -> Result<(String, ValueId), OnnxError> {
     let value = graph.value(a);
     let name = format!("{}:{}", value.name, half);
     let dims = value.ty.as_ref().map(|t| t.dims.clone()).ok_or_else(|| graph_error("activation", &value.name))?;
-    let out = graph.add_value(Value {
-        name: name.clone(),
-        ty: Some(ValueType::new(half, dims)),
-        constant: None,
-        dims_value: None,
-    });
+    let ty = Some(ValueType::new(half, dims));
+    Ok((name.clone(), graph.add_value(Value { name, ty, constant: None, dims_value: None })))
+}
+
+/// A `Cast` of activation `a` to `half`, and the value it defines.
+fn cast_node(graph: &mut Graph, a: ValueId, half: DType) -> Result<(Node, ValueId), OnnxError> {
+    let (name, out) = half_twin(graph, a, half)?;
     let mut attrs = Attributes::default();
     attrs.set("to", Attribute::Int(i64::from(onnx_code(half))));
     let entry = ops::lookup("Cast", graph.opset).ok_or_else(|| graph_error("Cast", &name))?;
