@@ -18,6 +18,7 @@ mod copy;
 mod embedding_bag;
 mod every_kind;
 mod half_norm;
+mod pool;
 mod single;
 
 const SHIM: &str = r#"

@@ -19,6 +19,30 @@ pub(crate) fn axes_meta(axes: &[Axis]) -> Vec<i64> {
     fields.iter().flat_map(|field| axes.iter().map(|a| ext(field(a)))).collect()
 }
 
+/// Whether a window kernel's indices and coordinates over `planes` (image, channel) planes through
+/// `axes` fit 32-bit signed integers: the counts of planes, of a plane's input elements, output
+/// positions and kernel taps, and of all the planes' input elements and output positions (with
+/// `patches`, also of every position's taps: an im2col patch matrix); every axis attribute, the end
+/// of each axis's padding `input + pad_end`, and each axis's farthest tap
+/// `(output - 1) * stride + (kernel - 1) * dilation`.
+pub(crate) fn fits_i32(axes: &[Axis], planes: Option<u64>, patches: bool) -> bool {
+    let product = |field: fn(&Axis) -> usize| axes.iter().try_fold(1u64, |p, a| p.checked_mul(field(a) as u64));
+    let (in_plane, plane, taps) = (product(|a| a.input), product(|a| a.output), product(|a| a.kernel));
+    let times = |a: Option<u64>, b: Option<u64>| a?.checked_mul(b?);
+    let counts = [planes, in_plane, plane, taps, times(planes, in_plane), times(planes, plane)];
+    let every_tap = if patches { times(times(planes, plane), taps) } else { Some(0) };
+    let farthest = axes.iter().map(|a| {
+        let taps = (a.kernel.saturating_sub(1) as u64).checked_mul(a.dilation as u64)?;
+        (a.output.saturating_sub(1) as u64).checked_mul(a.stride as u64)?.checked_add(taps)
+    });
+    let ends = axes.iter().map(|a| (a.input as u64).checked_add(a.pad_end as u64));
+    let attributes = axes.iter().flat_map(|a| {
+        [a.input, a.output, a.kernel, a.stride, a.pad_begin, a.pad_end, a.dilation].map(|v| Some(v as u64))
+    });
+    let fits = |v: Option<u64>| v.is_some_and(|v| v <= i32::MAX as u64);
+    counts.into_iter().chain([every_tap]).chain(farthest).chain(ends).chain(attributes).all(fits)
+}
+
 /// The launch of a direct convolution kernel (`kernel(bias)`: Conv's or ConvTranspose's) over
 /// `axes` for the node's x, w and optional bias: meta `s, N, C, M, group` then [`axes_meta`].
 pub(crate) fn conv_launch<K: GpuKernel>(

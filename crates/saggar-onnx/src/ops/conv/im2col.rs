@@ -7,7 +7,7 @@
 
 use saggar_shape::DType;
 
-use crate::ops::conv::gpu::{Im2colKernel, axes_meta};
+use crate::ops::conv::gpu::{Im2colKernel, axes_meta, fits_i32};
 use crate::ops::conv::{Axis, check_len, im2col};
 use crate::ops::{EvalInputs, InferInputs, Op, OpError, ValueType};
 use crate::tensor::{DataMut, DataRef, TensorMut};
@@ -34,27 +34,9 @@ impl Im2col {
 
 impl Im2col {
     /// Whether the GPU kernel's indices and coordinates for `n` images of `c` channels fit 32-bit
-    /// signed integers: the element counts of the input, of the patch matrix and of the kernel's
-    /// positions (and the per-image extents they multiply), every axis attribute, and each axis's
-    /// farthest tap `(output - 1) * stride + (kernel - 1) * dilation`.
+    /// signed integers ([`fits_i32`], the patch matrix included).
     pub(crate) fn narrow_indices(&self, n: usize, c: usize) -> bool {
-        let product =
-            |field: fn(&Axis) -> usize| self.axes.iter().try_fold(1u64, |p, a| p.checked_mul(field(a) as u64));
-        let (images, in_plane, plane, taps) =
-            ((n as u64).checked_mul(c as u64), product(|a| a.input), product(|a| a.output), product(|a| a.kernel));
-        let times = |a: Option<u64>, b: Option<u64>| a?.checked_mul(b?);
-        let counts = [images, in_plane, plane, taps, times(images, in_plane), times(images, plane)];
-        let patches = times(times(images, plane), taps);
-        let farthest = self.axes.iter().map(|a| {
-            let taps = (a.kernel.saturating_sub(1) as u64).checked_mul(a.dilation as u64)?;
-            (a.output.saturating_sub(1) as u64).checked_mul(a.stride as u64)?.checked_add(taps)
-        });
-        let attributes = self
-            .axes
-            .iter()
-            .flat_map(|a| [a.input, a.output, a.kernel, a.stride, a.pad_begin, a.dilation].map(|v| Some(v as u64)));
-        let fits = |v: Option<u64>| v.is_some_and(|v| v <= i32::MAX as u64);
-        counts.into_iter().chain([patches]).chain(farthest).chain(attributes).all(fits)
+        fits_i32(&self.axes, (n as u64).checked_mul(c as u64), true)
     }
 
     /// The patch matrices (`patches` elements each) of the `n` images of `x` (`channels` channels

@@ -287,7 +287,7 @@ mod tests {
         use crate::ops::norm::gpu::{
             AxesNorm, AxesNormKernel, GroupNormKernel, LayerNormKernel, NormStores, SoftmaxKernel,
         };
-        use crate::ops::pool::gpu::{LrnKernel, MaxUnpoolKernel, PoolKernel, PoolMode};
+        use crate::ops::pool::gpu::{GlobalMode, GlobalPoolKernel, LrnKernel, MaxUnpoolKernel, PoolKernel, PoolMode};
         use crate::ops::reduce::ReduceOp;
         use crate::ops::reduce::gpu::{ArgKernel, ReduceKernel};
         use crate::ops::shapes::gpu::ConcatKernel;
@@ -328,6 +328,9 @@ mod tests {
         kinds.push(Box::new(LrnKernel { scale_bits: 1, beta_bits: 2, bias_bits: 3 }));
         for mode in [PoolMode::Max, PoolMode::MaxWithIndices, PoolMode::Average, PoolMode::Lp] {
             kinds.push(Box::new(PoolKernel { mode }));
+        }
+        for mode in [GlobalMode::Average, GlobalMode::Max, GlobalMode::Lp] {
+            kinds.push(Box::new(GlobalPoolKernel { mode }));
         }
         kinds.push(Box::new(GroupNormKernel { epsilon_bits: 5 }));
         for norm in [AxesNorm::L1, AxesNorm::L2, AxesNorm::MeanVariance] {

@@ -76,19 +76,22 @@ __device__ ONNX_FORCEINLINE void onnx_block_offsets4(onnx_i64 i, onnx_i64 inner,
   if (n32) onnx_block_offsets4_in<unsigned>((unsigned)i, (unsigned)inner, (unsigned)count, o);
   else onnx_block_offsets4_in<onnx_i64>(i, inner, count, o);
 }
-// The sum over a row's group: `blockDim.x` threads of one `threadIdx.y` (a warp's lanes, or with
-// `blockDim.y == 1` the whole block through `sh`). Every thread of the block calls it together.
-__device__ inline float onnx_row_sum(float v, float* sh) {
-  for (int o = ONNX_ROW_LANES / 2; o > 0; o >>= 1) v += ONNX_SHFL_XOR(v, o);
+// The sum (or with MAX the largest, NaN ignored as `gpu_max` does) over a row's group: `blockDim.x`
+// threads of one `threadIdx.y` (a warp's lanes, or with `blockDim.y == 1` the whole block through
+// `sh`). Xor shuffles combine the lanes of each warp (offsets 16, 8, 4, 2, 1), then the warps'
+// results are combined in order from 0. Every thread of the block calls it together.
+template <bool MAX> __device__ inline float onnx_row_fold(float v, float* sh) {
+  for (int o = ONNX_ROW_LANES / 2; o > 0; o >>= 1) { const float u = ONNX_SHFL_XOR(v, o); v = MAX ? gpu_max(v, u) : v + u; }
   if (blockDim.x > ONNX_ROW_LANES) {
     __syncthreads();
     if (threadIdx.x % ONNX_ROW_LANES == 0) sh[threadIdx.x / ONNX_ROW_LANES] = v;
     __syncthreads();
-    v = 0.0f;
-    for (unsigned w = 0; w < blockDim.x / ONNX_ROW_LANES; ++w) v += sh[w];
+    v = MAX ? ONNX_NEG_INF : 0.0f;
+    for (unsigned w = 0; w < blockDim.x / ONNX_ROW_LANES; ++w) v = MAX ? gpu_max(v, sh[w]) : v + sh[w];
   }
   return v;
 }
+__device__ inline float onnx_row_sum(float v, float* sh) { return onnx_row_fold<false>(v, sh); }
 #define ONNX_BLOCK_REDUCE(v, sh, a, b, EXPR) { \
   sh[threadIdx.x] = v; __syncthreads(); \
   for (unsigned s_ = blockDim.x / 2; s_ > 0; s_ >>= 1) { \

@@ -7,9 +7,9 @@ mod unpool;
 
 use saggar_shape::{DType, Dim};
 
-use self::gpu::{LrnKernel, PoolKernel, PoolMode};
-use crate::ops::conv::{AutoPad, Axis, Window, check_len, check_out_dims, image_dims};
-use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
+use self::gpu::{GlobalMode, LrnKernel, PoolMode, global_pool_launch, pool_launch};
+use crate::ops::conv::{Axis, Window, check_len, check_out_dims, image_dims};
+use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext, numel};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
 use crate::tensor::TensorMut;
 
@@ -113,37 +113,6 @@ fn lp_root(sum: f32, p: u32) -> f32 {
     }
 }
 
-/// The launch of [`PoolKernel`] over `axes` for the planes of input 0 into output 0 (and the
-/// Indices into output 1 with [`PoolMode::MaxWithIndices`]); `param` as `pool.cu` says.
-fn pool_launch(ctx: &GpuCtx<'_>, axes: &[Axis], mode: PoolMode, param: i64) -> Result<GpuNode, OpError> {
-    let x = ctx.input(0)?;
-    if axes.len() > MAX_SPATIAL {
-        return Err(OpError::eval(format!("pooling takes at most {MAX_SPATIAL} spatial axes on GPU")));
-    }
-    let mut meta = vec![ext(axes.len()), numel(&x.dims[..2]) as i64, param];
-    for field in [
-        (|a: &Axis| a.input) as fn(&Axis) -> usize,
-        |a| a.output,
-        |a| a.kernel,
-        |a| a.stride,
-        |a| a.pad_begin,
-        |a| a.pad_end,
-        |a| a.dilation,
-    ] {
-        meta.extend(axes.iter().map(|a| ext(field(a))));
-    }
-    let mut slots = vec![Slot::In(0), Slot::Out(0)];
-    if mode == PoolMode::MaxWithIndices {
-        slots.push(Slot::Out(1));
-    }
-    Ok(GpuNode::Launches(vec![GpuLaunch::new(
-        PoolKernel { mode },
-        meta,
-        Work::Elements(numel(&ctx.output(0)?.dims)),
-        slots,
-    )]))
-}
-
 impl Op for Pool {
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| {
@@ -158,7 +127,7 @@ impl Op for Pool {
                 Reduce::Average { count_pad } => (PoolMode::Average, i64::from(count_pad)),
                 Reduce::Lp { p } => (PoolMode::Lp, i64::from(p)),
             };
-            pool_launch(ctx, &axes, mode, param)
+            pool_launch(&axes, x.dims[0] * x.dims[1], mode, param)
         })())
     }
 
@@ -318,35 +287,17 @@ fn build_global_lp_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 
 impl Op for GlobalPool {
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
-        use crate::ops::reduce::ReduceOp;
-        use crate::ops::reduce::gpu::reduce_launch;
         Some((|| {
             let x = ctx.input(0)?;
             if x.dims.len() < 3 {
                 return Err(OpError::eval("global pooling takes an (N, C, spatial...) input"));
             }
-            let op = match self.0 {
-                Global::Average => ReduceOp::Mean,
-                Global::Max => ReduceOp::Max,
-                Global::Lp(1) => ReduceOp::L1,
-                Global::Lp(2) => ReduceOp::L2,
-                Global::Lp(p) => {
-                    // One window over the whole plane.
-                    let kernel = x.dims[2..].to_vec();
-                    let window = Window {
-                        kernel,
-                        strides: Vec::new(),
-                        dilations: Vec::new(),
-                        pads: Vec::new(),
-                        auto_pad: AutoPad::NotSet,
-                        ceil_mode: false,
-                    };
-                    let axes = window.resolve(&x.dims[2..], &window.kernel)?;
-                    return pool_launch(ctx, &axes, PoolMode::Lp, i64::from(p));
-                }
+            let (mode, p) = match self.0 {
+                Global::Average => (GlobalMode::Average, 0),
+                Global::Max => (GlobalMode::Max, 0),
+                Global::Lp(p) => (GlobalMode::Lp, p),
             };
-            let spatial: Vec<usize> = (2..x.dims.len()).collect();
-            Ok(reduce_launch(op, &x.dims, &spatial))
+            Ok(global_pool_launch(mode, x.dims[0] * x.dims[1], x.dims[2..].iter().product(), p))
         })())
     }
 
