@@ -208,14 +208,8 @@ pub(crate) fn norm_group(graph: &Graph, info: &[NodeInfo], members: &[usize]) ->
 /// The type node `cast` converts node `norm`'s result to, when `cast` is a Cast to f16 or bf16 of
 /// that result alone with a GPU form.
 pub(crate) fn half_cast(graph: &Graph, info: &[NodeInfo], norm: usize, cast: usize) -> Option<DType> {
-    let node = &graph.nodes[cast];
-    let to = info[cast].outputs.first()?.dtype;
-    let reads_norm = node.inputs.as_slice() == [graph.nodes[norm].outputs.first().copied()];
-    (node.op_type == "Cast"
-        && reads_norm
-        && matches!(to, DType::F16 | DType::BF16)
-        && info[cast].elementwise().is_some())
-    .then_some(to)
+    let reads_norm = graph.nodes[cast].inputs.as_slice() == [graph.nodes[norm].outputs.first().copied()];
+    graph.half_cast(cast).filter(|_| reads_norm && info[cast].elementwise().is_some())
 }
 
 /// Whether node `n` is a LayerNormalization launching one kernel without its statistics outputs.

@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use saggar_shape::DType;
+
 use crate::ops::{Attributes, Op, SymInt, ValueType};
 use crate::tensor::Tensor;
 
@@ -94,6 +96,18 @@ impl Graph {
     pub fn add_value(&mut self, value: Value) -> ValueId {
         self.values.push(value);
         ValueId(self.values.len() - 1)
+    }
+
+    /// The node computing `id`, if a node does.
+    pub fn producer(&self, id: ValueId) -> Option<usize> {
+        self.nodes.iter().position(|n| n.outputs.contains(&id))
+    }
+
+    /// The half type (f16 or bf16) node `n` casts to, when it is a Cast to one.
+    pub fn half_cast(&self, n: usize) -> Option<DType> {
+        let node = self.nodes.get(n).filter(|node| node.op_type == "Cast")?;
+        let to = self.value(*node.outputs.first()?).ty.as_ref()?.dtype;
+        matches!(to, DType::F16 | DType::BF16).then_some(to)
     }
 
     /// How many node inputs and graph outputs read each value.

@@ -169,10 +169,6 @@ impl Uses {
 }
 
 /// The node producing `id`, when a node does.
-fn producer(graph: &Graph, id: ValueId) -> Option<usize> {
-    graph.nodes.iter().position(|n| n.outputs.contains(&id))
-}
-
 fn dims(graph: &Graph, id: ValueId) -> Option<(DType, Vec<usize>)> {
     let ty = graph.value(id).ty.as_ref()?;
     Some((ty.dtype, ty.fixed_dims()?))
@@ -206,7 +202,7 @@ fn scaled(graph: &Graph, n: usize) -> Option<(ValueId, f32)> {
 /// product of the factors, with the stripped nodes added to `members`.
 fn strip_scales(graph: &Graph, uses: &Uses, mut id: ValueId, members: &mut Vec<usize>) -> (ValueId, f32) {
     let mut scale = 1.0f32;
-    while let Some(p) = producer(graph, id)
+    while let Some(p) = graph.producer(id)
         && uses.readers[id.0].len() == 1
         && uses.only_by(id, members)
         && let Some((x, c)) = scaled(graph, p)
@@ -245,7 +241,7 @@ fn through_views(
     let (mut cur, mut next_reader) = (id, reader);
     while uses.readers[cur.0] == [next_reader]
         && !uses.graph_output[cur.0]
-        && let Some(p) = producer(graph, cur)
+        && let Some(p) = graph.producer(cur)
         && (graph.nodes[p].op_type == "Transpose" || graph.nodes[p].op.is_view())
         && info[p].outputs.len() == 1
         && let Some(Some(input)) = graph.nodes[p].inputs.first()
@@ -332,7 +328,7 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
         return None;
     }
     let (s0, mut scale) = strip_scales(graph, uses, s, &mut members);
-    let qk = producer(graph, s0)?;
+    let qk = graph.producer(s0)?;
     if graph.nodes[qk].op_type != "MatMul" || !uses.only_by(s0, &members) {
         return None;
     }
@@ -383,12 +379,12 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
 /// `P' = Where(IsNaN(P), 0, P)`: `(P, true)` with the guard's nodes added to `members`, or
 /// `(P', false)` when `P'` is not guarded; `None` when the guard's test is read elsewhere.
 fn nan_guard(graph: &Graph, uses: &Uses, p_prime: ValueId, members: &mut Vec<usize>) -> Option<(ValueId, bool)> {
-    if let Some(w) = producer(graph, p_prime)
+    if let Some(w) = graph.producer(p_prime)
         && graph.nodes[w].op_type == "Where"
         && uses.only_by(p_prime, members)
         && let (Some(isnan), Some(zero), Some(pw)) = (input(graph, w, 0), input(graph, w, 1), input(graph, w, 2))
         && scalar(graph, Some(zero)) == Some(0.0)
-        && let Some(n) = producer(graph, isnan)
+        && let Some(n) = graph.producer(isnan)
         && graph.nodes[n].op_type == "IsNaN"
         && input(graph, n, 0) == Some(pw)
         && dims(graph, pw) == dims(graph, p_prime)
@@ -401,7 +397,7 @@ fn nan_guard(graph: &Graph, uses: &Uses, p_prime: ValueId, members: &mut Vec<usi
 
 /// `P = Softmax(S')` over the last axis: `S'`, with the Softmax added to `members`.
 fn softmax_input(graph: &Graph, uses: &Uses, p: ValueId, members: &mut Vec<usize>) -> Option<ValueId> {
-    let sm = producer(graph, p)?;
+    let sm = graph.producer(p)?;
     let node = &graph.nodes[sm];
     let pd = f32_dims(graph, p)?;
     let last_axis = match node.attrs.get("axis") {
@@ -419,14 +415,14 @@ fn softmax_input(graph: &Graph, uses: &Uses, p: ValueId, members: &mut Vec<usize
 /// `S' = S + mask` where `S` comes from a MatMul (through scales): `(S, Some(mask))` with the Add added
 /// to `members`, or `(S', None)`.
 fn masked_scores(graph: &Graph, uses: &Uses, s_prime: ValueId, members: &mut Vec<usize>) -> (ValueId, Option<ValueId>) {
-    let Some(add) = producer(graph, s_prime) else { return (s_prime, None) };
+    let Some(add) = graph.producer(s_prime) else { return (s_prime, None) };
     let (Some(a), Some(b)) = (input(graph, add, 0), input(graph, add, 1)) else { return (s_prime, None) };
     if graph.nodes[add].op_type != "Add" || !uses.only_by(s_prime, members) {
         return (s_prime, None);
     }
     let from_matmul = |id: ValueId| -> Option<bool> {
         let mut at = id;
-        while let Some(n) = producer(graph, at) {
+        while let Some(n) = graph.producer(at) {
             if graph.nodes[n].op_type == "MatMul" {
                 return Some(true);
             }
@@ -474,8 +470,7 @@ fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec
     // A Cast to a half type: the kernel stores the rounded result instead.
     let mut store = None;
     if let Some(n) = only_reader(graph, uses, out.value)
-        && graph.nodes[n].op_type == "Cast"
-        && let Some((to @ (DType::F16 | DType::BF16), _)) = dims(graph, graph.nodes[n].outputs[0])
+        && let Some(to) = graph.half_cast(n)
     {
         members.push(n);
         out.value = graph.nodes[n].outputs[0];

@@ -143,7 +143,7 @@ fn half_of(
 /// The reshaping view (Reshape, Flatten, Squeeze, Unsqueeze) that computes `a` and the f32
 /// activation it views, when `a` is one.
 fn view_of(graph: &Graph, a: ValueId) -> Option<(usize, ValueId)> {
-    let view = graph.nodes.iter().position(|n| n.outputs.first() == Some(&a))?;
+    let view = graph.producer(a)?;
     let node = &graph.nodes[view];
     let x = node.inputs.first().copied().flatten()?;
     let activation = graph.value(x).constant.is_none() && graph.ty(x).is_some_and(|t| t.dtype == DType::F32);
