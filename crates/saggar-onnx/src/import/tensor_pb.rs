@@ -68,6 +68,14 @@ pub fn tensor_from_proto(
         DType::I64 => TensorData::I64(proto.int64_data.clone()),
         DType::I32 => TensorData::I32(proto.int32_data.clone()),
         DType::Bool => TensorData::Bool(proto.int32_data.iter().map(|&v| u8::from(v != 0)).collect()),
+        DType::F64 => TensorData::F64(proto.double_data.clone()),
+        DType::U64 => TensorData::U64(proto.uint64_data.clone()),
+        // ONNX stores each element of the narrower types in one int32 (uint32 in one uint64).
+        DType::U32 => TensorData::U32(narrow_each(&proto.uint64_data, dtype, &bad)?),
+        DType::I8 => TensorData::I8(narrow_each(&proto.int32_data, dtype, &bad)?),
+        DType::U8 => TensorData::U8(narrow_each(&proto.int32_data, dtype, &bad)?),
+        DType::I16 => TensorData::I16(narrow_each(&proto.int32_data, dtype, &bad)?),
+        DType::U16 => TensorData::U16(narrow_each(&proto.int32_data, dtype, &bad)?),
         // ONNX stores each half-precision element's bits in one int32.
         DType::F16 | DType::BF16 => {
             let bits = proto
@@ -80,6 +88,15 @@ pub fn tensor_from_proto(
         other => return Err(bad(format!("element type {other} is not supported"))),
     };
     Tensor::new(dims, data).map_err(|e| bad(e.to_string()))
+}
+
+/// Each of `values` as `T`, an error naming the first that does not fit.
+fn narrow_each<S: Copy + std::fmt::Display, T: TryFrom<S>>(
+    values: &[S],
+    dtype: DType,
+    bad: &dyn Fn(String) -> OnnxError,
+) -> Result<Vec<T>, OnnxError> {
+    values.iter().map(|&v| T::try_from(v).map_err(|_| bad(format!("{dtype} element {v} is out of range")))).collect()
 }
 
 /// A `TensorProto` holding `tensor` as raw little-endian data.

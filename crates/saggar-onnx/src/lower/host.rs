@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use saggar_device::host::KernelContext;
 use saggar_device::{KernelArg, KernelSignature, LaunchConfig, ParamKind};
-use saggar_shape::DType;
 use smallvec::SmallVec;
 
 use crate::ops::{EvalInputs, Op};
@@ -124,29 +123,11 @@ thread_local! {
 }
 
 fn view<'a>(op: &'a Operand, bytes: &'a [u8]) -> Option<TensorView<'a>> {
-    let data = match op.dtype {
-        DType::F32 => DataRef::F32(bytemuck::try_cast_slice(bytes).ok()?),
-        DType::I64 => DataRef::I64(bytemuck::try_cast_slice(bytes).ok()?),
-        DType::I32 => DataRef::I32(bytemuck::try_cast_slice(bytes).ok()?),
-        DType::Bool => DataRef::Bool(bytes),
-        DType::F16 => DataRef::F16(bytemuck::try_cast_slice(bytes).ok()?),
-        DType::BF16 => DataRef::BF16(bytemuck::try_cast_slice(bytes).ok()?),
-        _ => return None,
-    };
-    Some(TensorView { dims: &op.dims, data })
+    Some(TensorView { dims: &op.dims, data: DataRef::from_bytes(op.dtype, bytes)? })
 }
 
 fn output_view<'a>(op: &'a Operand, words: &'a mut [u64], n: usize) -> Option<TensorMut<'a>> {
-    let data = match op.dtype {
-        DType::F32 => DataMut::F32(bytemuck::cast_slice_mut(words).get_mut(..n)?),
-        DType::I64 => DataMut::I64(bytemuck::cast_slice_mut(words).get_mut(..n)?),
-        DType::I32 => DataMut::I32(bytemuck::cast_slice_mut(words).get_mut(..n)?),
-        DType::Bool => DataMut::Bool(bytemuck::cast_slice_mut(words).get_mut(..n)?),
-        DType::F16 => DataMut::F16(bytemuck::cast_slice_mut(words).get_mut(..n)?),
-        DType::BF16 => DataMut::BF16(bytemuck::cast_slice_mut(words).get_mut(..n)?),
-        _ => return None,
-    };
-    Some(TensorMut { dims: &op.dims, data })
+    Some(TensorMut { dims: &op.dims, data: DataMut::from_words(op.dtype, words, n)? })
 }
 
 /// Evaluates a fused group: each node into its own per-thread buffer, those of `outputs` copied out.

@@ -7,7 +7,7 @@ use saggar_shape::DType;
 use super::gpu::EyeLikeKernel;
 use crate::error::OpError;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, ValueType};
-use crate::tensor::{DataMut, TensorMut, is_supported_dtype};
+use crate::tensor::{DataMut, Number, TensorMut, Wide, each_number_mut, is_supported_dtype};
 
 /// `EyeLike`.
 #[derive(Debug)]
@@ -71,13 +71,11 @@ impl Op for EyeLike {
             o.iter_mut().enumerate().for_each(|(i, o)| *o = if on(i) { one } else { zero });
         }
         let one = one_bits(out.dtype());
-        match &mut out.data {
-            DataMut::F32(o) => fill(o, 0.0, 1.0, on),
-            DataMut::I64(o) => fill(o, 0, 1, on),
-            DataMut::I32(o) => fill(o, 0, 1, on),
+        each_number_mut!(&mut out.data, |o| fill(o, Default::default(), Number::narrow(Wide::Int(1)), on), other => match other {
             DataMut::Bool(o) => fill(o, 0, 1, on),
             DataMut::F16(o) | DataMut::BF16(o) => fill(o, 0, one as u16, on),
-        }
+            _ => return Err(OpError::eval(format!("EyeLike cannot make {}", other.dtype()))),
+        });
         Ok(())
     }
 }

@@ -49,14 +49,12 @@ fn scalar_f64(input: &InferInput<'_>) -> Option<f64> {
     first_number(t.view().data)
 }
 
-/// The first element of f32, i64 or i32 elements, as f64.
+/// The first element of numeric elements, as f64.
 fn first_number(data: DataRef<'_>) -> Option<f64> {
-    match data {
-        DataRef::F32(v) => v.first().map(|&x| f64::from(x)),
-        DataRef::I64(v) => v.first().map(|&x| x as f64),
-        DataRef::I32(v) => v.first().map(|&x| f64::from(x)),
-        DataRef::Bool(_) | DataRef::F16(_) | DataRef::BF16(_) => None,
+    if data.dtype() == DType::Bool {
+        return None;
     }
+    crate::tensor::first_wide(data).map(crate::tensor::Wide::to_f64)
 }
 
 impl Op for Range {

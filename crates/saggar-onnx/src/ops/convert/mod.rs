@@ -8,7 +8,10 @@ use saggar_shape::DType;
 use crate::ops::elementwise::{c_float, check_broadcast, output_mismatch, require_dtype};
 use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
+use crate::tensor::{
+    DataMut, NUMERIC_DTYPES, Number, TensorMut, TensorView, Wide, each_ref, first_wide, same_number, typed_like,
+    typed_like_mut,
+};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -77,20 +80,14 @@ impl Op for Where {
         let cv = c.bools()?;
         let out = &mut outputs[0];
         let od = out.dims;
-        match (x.data, y.data, &mut out.data) {
-            (DataRef::F32(a), DataRef::F32(b), DataMut::F32(o)) => {
-                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
-            }
-            (DataRef::I64(a), DataRef::I64(b), DataMut::I64(o)) => {
-                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
-            }
-            (DataRef::I32(a), DataRef::I32(b), DataMut::I32(o)) => {
-                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
-            }
-            (DataRef::Bool(a), DataRef::Bool(b), DataMut::Bool(o)) => {
-                where_typed((cv, c.dims), (a, x.dims), (b, y.dims), (o, od))
-            }
-            _ => Err(output_mismatch()),
+        let (xs, ys) = ((x.data, x.dims), (y.data, y.dims));
+        match (xs.0, ys.0) {
+            (a, b) if a.dtype() != b.dtype() => Err(output_mismatch()),
+            (a, _) => each_ref!(a, |a| {
+                let b = typed_like(a, ys.0)?;
+                let o = typed_like_mut(a, &mut out.data)?;
+                where_typed((cv, c.dims), (a, xs.1), (b, ys.1), (o, od))
+            }),
         }
     }
 }
@@ -106,19 +103,21 @@ fn build_clip_attrs(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(Clip { min: ctx.float("min")?, max: ctx.float("max")? }))
 }
 
-fn scalar_bound(input: Option<&TensorView<'_>>) -> Result<Option<f64>, OpError> {
+fn scalar_bound(input: Option<&TensorView<'_>>) -> Result<Option<Wide>, OpError> {
     let Some(t) = input else { return Ok(None) };
-    if t.len() != 1 {
-        return Err(OpError::eval("Clip bounds must be scalars"));
+    if t.len() != 1 || t.dtype() == DType::Bool {
+        return Err(OpError::eval(format!("Clip bounds must be numeric scalars, not {} x{}", t.dtype(), t.len())));
     }
-    Ok(Some(match t.data {
-        DataRef::F32(v) => f64::from(v[0]),
-        DataRef::I64(v) => v[0] as f64,
-        DataRef::I32(v) => f64::from(v[0]),
-        DataRef::Bool(_) | DataRef::F16(_) | DataRef::BF16(_) => {
-            return Err(OpError::eval(format!("Clip bounds cannot be {}", t.data.dtype())));
-        }
-    }))
+    Ok(first_wide(t.data))
+}
+
+/// `min(max(x, lo), hi)` elementwise: with lo > hi every element is hi, as ONNX says; NaN stays NaN.
+fn clip<T: Number>(x: &[T], o: &mut [T], lo: Option<Wide>, hi: Option<Wide>) {
+    let (lo, hi) = (lo.map_or(T::LOWEST, T::narrow), hi.map_or(T::HIGHEST, T::narrow));
+    o.iter_mut().zip(x).for_each(|(o, &v)| {
+        let t = if v < lo { lo } else { v };
+        *o = if t > hi { hi } else { t };
+    });
 }
 
 impl Op for Clip {
@@ -142,7 +141,7 @@ impl Op for Clip {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
-        require_dtype("Clip", x.ty.dtype, &[DType::F32, DType::I64, DType::I32])?;
+        require_dtype("Clip", x.ty.dtype, &[&NUMERIC_DTYPES[..], &[DType::F16, DType::BF16]].concat())?;
         for i in [1, 2] {
             if let Some(b) = inputs.get(i)
                 && (b.ty.dtype != x.ty.dtype || b.ty.dims.iter().any(|d| d.as_fixed() != Some(1)))
@@ -155,28 +154,25 @@ impl Op for Clip {
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let x = inputs.req(0)?;
-        let lo = scalar_bound(inputs.get(1))?.or(self.min.map(f64::from));
-        let hi = scalar_bound(inputs.get(2))?.or(self.max.map(f64::from));
-        match (x.data, &mut outputs[0].data) {
-            (DataRef::F32(x), DataMut::F32(o)) => {
-                let (lo, hi) = (lo.map_or(f32::NEG_INFINITY, |v| v as f32), hi.map_or(f32::INFINITY, |v| v as f32));
-                // min(max(x, lo), hi): with lo > hi every element is hi, as ONNX says; NaN stays NaN.
-                o.iter_mut().zip(x).for_each(|(o, &v)| {
-                    let t = if v < lo { lo } else { v };
-                    *o = if t > hi { hi } else { t };
-                });
-            }
-            (DataRef::I64(x), DataMut::I64(o)) => {
-                let (lo, hi) = (lo.map_or(i64::MIN, |v| v as i64), hi.map_or(i64::MAX, |v| v as i64));
-                o.iter_mut().zip(x).for_each(|(o, &v)| *o = v.max(lo).min(hi));
-            }
-            (DataRef::I32(x), DataMut::I32(o)) => {
-                let (lo, hi) = (lo.map_or(i32::MIN, |v| v as i32), hi.map_or(i32::MAX, |v| v as i32));
-                o.iter_mut().zip(x).for_each(|(o, &v)| *o = v.max(lo).min(hi));
-            }
-            _ => return Err(output_mismatch()),
-        }
-        Ok(())
+        let attr = |v: Option<f32>| v.map(|v| Wide::Float(f64::from(v)));
+        let lo = scalar_bound(inputs.get(1))?.or(attr(self.min));
+        let hi = scalar_bound(inputs.get(2))?.or(attr(self.max));
+        let half = |o: &mut [u16], bf: bool| {
+            let x = x.floats()?;
+            let mut wide = vec![0f32; x.len()];
+            clip(&x, &mut wide, lo, hi);
+            let round = |v: f32| if bf { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() };
+            o.iter_mut().zip(wide).for_each(|(o, v)| *o = round(v));
+            Ok(())
+        };
+        same_number!(x.data, &mut outputs[0].data, |x, o| {
+            clip(x, o, lo, hi);
+            Ok(())
+        }, (_, other) => match other {
+            DataMut::F16(o) => half(o, false),
+            DataMut::BF16(o) => half(o, true),
+            _ => Err(output_mismatch()),
+        })
     }
 }
 
@@ -192,34 +188,16 @@ fn build_cast(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     let to = ctx.int("to")?.ok_or_else(|| OpError::attribute("to", "required"))?;
     // `saturate` only affects float8 targets, which are not supported anyway.
     ctx.ignore("saturate");
-    let dtype =
-        crate::import::proto::dtype_from_onnx(to).filter(|d| crate::tensor::is_supported_dtype(*d)).ok_or_else(
-            || ctx.unsupported("to", to, "1 (FLOAT), 6 (INT32), 7 (INT64), 9 (BOOL), 10 (FLOAT16), 16 (BFLOAT16)"),
-        )?;
+    let dtype = crate::import::proto::dtype_from_onnx(to)
+        .filter(|d| crate::tensor::is_supported_dtype(*d))
+        .ok_or_else(|| {
+            ctx.unsupported(
+                "to",
+                to,
+                "a numeric type or bool (1 to 7, 9 to 13, 16): float8, int4 and strings are not supported",
+            )
+        })?;
     Ok(Box::new(Cast { to: dtype }))
-}
-
-macro_rules! cast_from {
-    ($x:expr, $o:expr) => {
-        match $o {
-            DataMut::F32(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as f32),
-            DataMut::I64(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as i64),
-            DataMut::I32(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = v as i32),
-            DataMut::Bool(o) => o.iter_mut().zip($x).for_each(|(o, &v)| *o = u8::from(v != Default::default())),
-            // Half-precision outputs are written from f32 before this match.
-            DataMut::F16(_) | DataMut::BF16(_) => return Err(OpError::eval("Cast to a half precision from f32 only")),
-        }
-    };
-}
-
-/// The elements of `x` as f32 (`as` for integers, 0 or 1 for bool, exact for half precisions).
-fn as_f32s(x: DataRef<'_>) -> Vec<f32> {
-    match x {
-        DataRef::I64(v) => v.iter().map(|&x| x as f32).collect(),
-        DataRef::I32(v) => v.iter().map(|&x| x as f32).collect(),
-        DataRef::Bool(v) => v.iter().map(|&x| f32::from(x)).collect(),
-        floats => floats.to_f32s().unwrap_or_default(),
-    }
 }
 
 impl Op for Cast {
@@ -259,43 +237,6 @@ impl Op for Cast {
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let x = inputs.req(0)?;
-        let o = &mut outputs[0].data;
-        match o {
-            DataMut::F16(o) => {
-                let x = as_f32s(x.data);
-                o.iter_mut().zip(x).for_each(|(o, v)| *o = half::f16::from_f32(v).to_bits());
-                return Ok(());
-            }
-            DataMut::BF16(o) => {
-                let x = as_f32s(x.data);
-                o.iter_mut().zip(x).for_each(|(o, v)| *o = half::bf16::from_f32(v).to_bits());
-                return Ok(());
-            }
-            _ => {}
-        }
-        let widened;
-        let data = match x.data {
-            DataRef::F16(_) | DataRef::BF16(_) => {
-                widened = as_f32s(x.data);
-                DataRef::F32(&widened)
-            }
-            other => other,
-        };
-        match data {
-            DataRef::F32(x) => match o {
-                // NaN and out-of-range floats saturate (Rust `as`), where C would be undefined.
-                DataMut::Bool(o) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = u8::from(v != 0.0)),
-                o => cast_from!(x, o),
-            },
-            DataRef::I64(x) => cast_from!(x, o),
-            DataRef::I32(x) => cast_from!(x, o),
-            DataRef::Bool(x) => match o {
-                DataMut::Bool(o) => o.copy_from_slice(x),
-                o => cast_from!(x, o),
-            },
-            DataRef::F16(_) | DataRef::BF16(_) => return Err(OpError::eval("half precisions are widened above")),
-        }
-        Ok(())
+        crate::tensor::cast_into(inputs.req(0)?.data, &mut outputs[0].data)
     }
 }

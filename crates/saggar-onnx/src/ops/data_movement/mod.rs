@@ -527,18 +527,11 @@ impl Op for Pad {
         let x = inputs.req(0)?;
         let rank = x.dims.len();
         let (pads, value) = match &self.attrs {
-            Some((p, v)) => (self.pads(rank, p.clone(), None)?, Some(f64::from(*v))),
+            Some((p, v)) => (self.pads(rank, p.clone(), None)?, Some(crate::tensor::Wide::Float(f64::from(*v)))),
             None => {
                 let axes = inputs.get(3).map(index_values).transpose()?;
                 let pads = self.pads(rank, index_values(inputs.req(1)?)?, axes)?;
-                let value = inputs.get(2).map(|v| match v.data {
-                    DataRef::F32(s) => s.first().map(|&x| f64::from(x)),
-                    DataRef::I64(s) => s.first().map(|&x| x as f64),
-                    DataRef::I32(s) => s.first().map(|&x| f64::from(x)),
-                    DataRef::Bool(s) => s.first().map(|&x| f64::from(x)),
-                    DataRef::F16(_) | DataRef::BF16(_) => None,
-                });
-                (pads, value.flatten())
+                (pads, inputs.get(2).and_then(|v| crate::tensor::first_wide(v.data)))
             }
         };
         let out = &mut outputs[0];
@@ -569,7 +562,11 @@ impl Op for Pad {
                 }
             }
         };
-        let fill = value.unwrap_or(0.0);
+        // The fill value as one element of the output's type.
+        let mut fill = crate::tensor::Tensor::zeros(out.dtype(), vec![1])?;
+        if let Some(v) = value {
+            crate::tensor::cast_into(DataRef::F64(&[v.to_f64()]), &mut fill.view_mut().data)?;
+        }
         macro_rules! pad_typed {
             ($s:expr, $d:expr, $fill:expr) => {{
                 let mut index = vec![0usize; rank];
@@ -596,13 +593,10 @@ impl Op for Pad {
                 Ok(())
             }};
         }
-        match (x.data, &mut out.data) {
-            (DataRef::F32(s), crate::tensor::DataMut::F32(d)) => pad_typed!(s, d, fill as f32),
-            (DataRef::I64(s), crate::tensor::DataMut::I64(d)) => pad_typed!(s, d, fill as i64),
-            (DataRef::I32(s), crate::tensor::DataMut::I32(d)) => pad_typed!(s, d, fill as i32),
-            (DataRef::Bool(s), crate::tensor::DataMut::Bool(d)) => pad_typed!(s, d, u8::from(fill != 0.0)),
-            _ => Err(OpError::eval("Pad output type differs")),
-        }
+        crate::tensor::same_type!(x.data, &mut out.data, |s, d| {
+            let fill = crate::tensor::typed_like(s, fill.view().data)?[0];
+            pad_typed!(s, d, fill)
+        })
     }
 }
 

@@ -90,8 +90,15 @@ impl Operand {
 pub fn ctype(d: DType) -> Option<&'static str> {
     match d {
         DType::F32 => Some("float"),
-        DType::I64 => Some("long long"),
+        DType::F64 => Some("double"),
+        DType::I8 => Some("signed char"),
+        DType::U8 => Some("unsigned char"),
+        DType::I16 => Some("short"),
+        DType::U16 => Some("unsigned short"),
         DType::I32 => Some("int"),
+        DType::U32 => Some("unsigned int"),
+        DType::I64 => Some("long long"),
+        DType::U64 => Some("unsigned long long"),
         DType::Bool => Some("unsigned char"),
         // Bits; only Cast reads or writes them, through the prelude's conversions.
         DType::F16 | DType::BF16 => Some("unsigned short"),

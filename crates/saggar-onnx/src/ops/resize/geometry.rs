@@ -335,10 +335,20 @@ impl Params {
 /// The bits of the extrapolation value `v` as a `dtype` element (what tf_crop_and_resize writes
 /// outside the input): integers round half to even, saturating; bool is `v != 0`.
 pub(crate) fn fill_bits(dtype: DType, v: f32) -> Result<u64, OpError> {
+    let int = f64::from(v.round_ties_even());
     Ok(match dtype {
         DType::F32 => u64::from(v.to_bits()),
-        DType::I64 => v.round_ties_even() as i64 as u64,
-        DType::I32 => u64::from(v.round_ties_even() as i32 as u32),
+        DType::F64 => f64::from(v).to_bits(),
+        DType::F16 => u64::from(half::f16::from_f32(v).to_bits()),
+        DType::BF16 => u64::from(half::bf16::from_f32(v).to_bits()),
+        DType::I64 => int as i64 as u64,
+        DType::U64 => int as u64,
+        DType::I32 => u64::from(int as i32 as u32),
+        DType::U32 => u64::from(int as u32),
+        DType::I16 => u64::from(int as i16 as u16),
+        DType::U16 => u64::from(int as u16),
+        DType::I8 => u64::from(int as i8 as u8),
+        DType::U8 => u64::from(int as u8),
         DType::Bool => u64::from(v != 0.0),
         other => return Err(OpError::infer(format!("Resize does not take {other} inputs"))),
     })

@@ -19,23 +19,23 @@ impl FromBits for f32 {
     }
 }
 
-impl FromBits for i64 {
-    fn from_bits(bits: u64) -> i64 {
-        bits as i64
+impl FromBits for f64 {
+    fn from_bits(bits: u64) -> f64 {
+        f64::from_bits(bits)
     }
 }
 
-impl FromBits for i32 {
-    fn from_bits(bits: u64) -> i32 {
-        bits as u32 as i32
-    }
+/// Integers (and the bits of bool, f16 and bf16) are the low bits.
+macro_rules! int_from_bits {
+    ($($ty:ty),*) => {$(
+        impl FromBits for $ty {
+            fn from_bits(bits: u64) -> $ty {
+                bits as $ty
+            }
+        }
+    )*};
 }
-
-impl FromBits for u8 {
-    fn from_bits(bits: u64) -> u8 {
-        bits as u8
-    }
-}
+int_from_bits!(i8, u8, i16, u16, i32, u32, i64, u64);
 
 /// Checks that `x` and `y` hold the input and output extents' elements.
 fn check_lens(geo: &Geometry, in_dims: &[usize], x: usize, y: usize) -> Result<(), OpError> {

@@ -16,7 +16,7 @@ use saggar_shape::DType;
 
 use crate::import::proto::dtype_from_onnx;
 use crate::ops::{InferInput, NodeCtx, OpEntry, OpError};
-use crate::tensor::{DataMut, TensorMut, TensorView};
+use crate::tensor::{DataRef, TensorMut, TensorView};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -55,18 +55,12 @@ fn store(out: &mut TensorMut<'_>, values: impl ExactSizeIterator<Item = f64>) ->
     let check = |n: usize| {
         if n == len { Ok(()) } else { Err(OpError::eval(format!("{n} output elements for {len} values"))) }
     };
-    match &mut out.data {
-        DataMut::F32(o) => check(o.len()).map(|_| o.iter_mut().zip(values).for_each(|(o, v)| *o = v as f32)),
-        DataMut::F16(o) => {
-            check(o.len()).map(|_| o.iter_mut().zip(values).for_each(|(o, v)| *o = half::f16::from_f64(v).to_bits()))
-        }
-        DataMut::BF16(o) => {
-            check(o.len()).map(|_| o.iter_mut().zip(values).for_each(|(o, v)| *o = half::bf16::from_f64(v).to_bits()))
-        }
-        DataMut::I32(o) => check(o.len()).map(|_| o.iter_mut().zip(values).for_each(|(o, v)| *o = v as i32)),
-        DataMut::I64(o) => check(o.len()).map(|_| o.iter_mut().zip(values).for_each(|(o, v)| *o = v as i64)),
-        DataMut::Bool(_) => Err(OpError::eval("a signal op cannot make bool elements")),
+    check(out.data.len())?;
+    if out.dtype() == DType::Bool {
+        return Err(OpError::eval("a signal op cannot make bool elements"));
     }
+    let values: Vec<f64> = values.collect();
+    crate::tensor::cast_into(DataRef::F64(&values), &mut out.data)
 }
 
 /// The one integer of a scalar (or one-element) int64/int32 input named `name`, when constant.

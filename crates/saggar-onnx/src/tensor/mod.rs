@@ -1,22 +1,71 @@
 //! Host tensors: owned [`Tensor`]s (initializers, folded constants, test data) and the borrowed
 //! [`TensorView`] / [`TensorMut`] that op evaluation reads and writes.
 //!
-//! The element types are those of the declared op set: f32, i64, i32 and bool, and f16 and bf16 at a
-//! model's inputs and outputs (stored as their bits; the import computes half-precision models in
-//! f32 between casts at the inputs and outputs, weights widened). Bools are stored as one byte each
-//! (0 or 1), as ONNX raw data and device memory hold them; reading any other byte value as `bool`
-//! would be undefined behaviour, so they stay `u8`.
+//! The element types are ONNX's numeric ones: f32, f64, the signed and unsigned integers of 8, 16,
+//! 32 and 64 bits, bool, and f16 and bf16 (stored as their bits; the import computes half-precision
+//! models in f32 between casts at the inputs and outputs, weights widened). Bools are stored as one
+//! byte each (0 or 1), as ONNX raw data and device memory hold them; reading any other byte value as
+//! `bool` would be undefined behaviour, so they stay `u8`.
+
+mod data;
+mod number;
 
 use saggar_shape::DType;
 
+pub use data::{DataMut, DataRef, Storage, TensorData, typed_like, typed_like_mut};
+pub(crate) use data::{each_ref, same_type};
+pub use number::{Number, Wide, cast_into, first_wide, for_each_wide};
+#[allow(unused_imports)]
+pub(crate) use number::{each_number, each_number_mut, same_number};
+
 use crate::error::OpError;
 
-/// The element types a tensor may have: those the declared op set computes with, and the half
-/// precisions a model's inputs and outputs may have.
-pub const SUPPORTED_DTYPES: [DType; 6] = [DType::F32, DType::I64, DType::I32, DType::Bool, DType::F16, DType::BF16];
+/// The element types a tensor may have: every numeric type of ONNX but the 8-bit and sub-byte
+/// floats, and bool.
+pub const SUPPORTED_DTYPES: [DType; 13] = [
+    DType::F32,
+    DType::F64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+    DType::Bool,
+    DType::F16,
+    DType::BF16,
+];
+
+/// The numeric element types ops compute with: floats and integers, not bool.
+pub const NUMERIC_DTYPES: [DType; 10] = [
+    DType::F32,
+    DType::F64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+];
 
 /// The element types ops compute with (half-precision values are widened to f32 at import).
-pub const COMPUTE_DTYPES: [DType; 4] = [DType::F32, DType::I64, DType::I32, DType::Bool];
+pub const COMPUTE_DTYPES: [DType; 11] = [
+    DType::F32,
+    DType::F64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+    DType::Bool,
+];
 
 /// Whether `dtype` is one the declared op set computes with.
 pub fn is_supported_dtype(dtype: DType) -> bool {
@@ -26,23 +75,6 @@ pub fn is_supported_dtype(dtype: DType) -> bool {
 /// Bytes of one element of a supported type (bool is one byte).
 pub fn element_bytes(dtype: DType) -> usize {
     dtype.size_bytes()
-}
-
-/// The elements of an owned tensor.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TensorData {
-    /// 32-bit floats.
-    F32(Vec<f32>),
-    /// 64-bit signed integers.
-    I64(Vec<i64>),
-    /// 32-bit signed integers.
-    I32(Vec<i32>),
-    /// Booleans, one byte each, 0 or 1.
-    Bool(Vec<u8>),
-    /// IEEE half precision, as bits.
-    F16(Vec<u16>),
-    /// bfloat16, as bits.
-    BF16(Vec<u16>),
 }
 
 /// An owned host tensor in row-major order.
@@ -73,15 +105,8 @@ impl Tensor {
     /// A tensor of `dims` and `dtype` filled with zeros (false for bool).
     pub fn zeros(dtype: DType, dims: Vec<usize>) -> Result<Tensor, OpError> {
         let n = checked_numel(&dims).ok_or_else(|| OpError::eval(format!("shape {dims:?} overflows")))?;
-        let data = match dtype {
-            DType::F32 => TensorData::F32(vec![0.0; n]),
-            DType::I64 => TensorData::I64(vec![0; n]),
-            DType::I32 => TensorData::I32(vec![0; n]),
-            DType::Bool => TensorData::Bool(vec![0; n]),
-            DType::F16 => TensorData::F16(vec![0; n]),
-            DType::BF16 => TensorData::BF16(vec![0; n]),
-            other => return Err(OpError::eval(format!("element type {other} is not supported"))),
-        };
+        let data = TensorData::zeros(dtype, n)
+            .ok_or_else(|| OpError::eval(format!("element type {dtype} is not supported")))?;
         Ok(Tensor { dims, data })
     }
 
@@ -192,175 +217,9 @@ impl Tensor {
                 bytes.len()
             )));
         }
-        let data = match dtype {
-            DType::F32 => TensorData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(arr(c))).collect()),
-            DType::I64 => TensorData::I64(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(arr(c))).collect()),
-            DType::I32 => TensorData::I32(bytes.chunks_exact(4).map(|c| i32::from_le_bytes(arr(c))).collect()),
-            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| u8::from(b != 0)).collect()),
-            DType::F16 => TensorData::F16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes(arr(c))).collect()),
-            DType::BF16 => TensorData::BF16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes(arr(c))).collect()),
-            other => return Err(OpError::eval(format!("element type {other} is not supported"))),
-        };
+        let data = TensorData::from_le_bytes(dtype, bytes)
+            .ok_or_else(|| OpError::eval(format!("element type {dtype} is not supported")))?;
         Ok(Tensor { dims, data })
-    }
-}
-
-fn arr<const N: usize>(chunk: &[u8]) -> [u8; N] {
-    let mut out = [0u8; N];
-    out.copy_from_slice(chunk);
-    out
-}
-
-impl TensorData {
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        match self {
-            TensorData::F32(_) => DType::F32,
-            TensorData::I64(_) => DType::I64,
-            TensorData::I32(_) => DType::I32,
-            TensorData::Bool(_) => DType::Bool,
-            TensorData::F16(_) => DType::F16,
-            TensorData::BF16(_) => DType::BF16,
-        }
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            TensorData::F32(v) => v.len(),
-            TensorData::I64(v) => v.len(),
-            TensorData::I32(v) => v.len(),
-            TensorData::Bool(v) => v.len(),
-            TensorData::F16(v) | TensorData::BF16(v) => v.len(),
-        }
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// A borrowed view of the elements.
-    pub fn as_ref(&self) -> DataRef<'_> {
-        match self {
-            TensorData::F32(v) => DataRef::F32(v),
-            TensorData::I64(v) => DataRef::I64(v),
-            TensorData::I32(v) => DataRef::I32(v),
-            TensorData::Bool(v) => DataRef::Bool(v),
-            TensorData::F16(v) => DataRef::F16(v),
-            TensorData::BF16(v) => DataRef::BF16(v),
-        }
-    }
-
-    /// A mutable borrowed view of the elements.
-    pub fn as_mut(&mut self) -> DataMut<'_> {
-        match self {
-            TensorData::F32(v) => DataMut::F32(v),
-            TensorData::I64(v) => DataMut::I64(v),
-            TensorData::I32(v) => DataMut::I32(v),
-            TensorData::Bool(v) => DataMut::Bool(v),
-            TensorData::F16(v) => DataMut::F16(v),
-            TensorData::BF16(v) => DataMut::BF16(v),
-        }
-    }
-}
-
-/// Borrowed elements of one of the supported types.
-#[derive(Clone, Copy, Debug)]
-pub enum DataRef<'a> {
-    /// 32-bit floats.
-    F32(&'a [f32]),
-    /// 64-bit signed integers.
-    I64(&'a [i64]),
-    /// 32-bit signed integers.
-    I32(&'a [i32]),
-    /// Booleans, one byte each.
-    Bool(&'a [u8]),
-    /// IEEE half precision, as bits.
-    F16(&'a [u16]),
-    /// bfloat16, as bits.
-    BF16(&'a [u16]),
-}
-
-impl DataRef<'_> {
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        match self {
-            DataRef::F32(_) => DType::F32,
-            DataRef::I64(_) => DType::I64,
-            DataRef::I32(_) => DType::I32,
-            DataRef::Bool(_) => DType::Bool,
-            DataRef::F16(_) => DType::F16,
-            DataRef::BF16(_) => DType::BF16,
-        }
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            DataRef::F32(v) => v.len(),
-            DataRef::I64(v) => v.len(),
-            DataRef::I32(v) => v.len(),
-            DataRef::Bool(v) => v.len(),
-            DataRef::F16(v) | DataRef::BF16(v) => v.len(),
-        }
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The elements as f32 when they are floating point (f32; f16 and bf16 widened exactly).
-    pub fn to_f32s(&self) -> Option<Vec<f32>> {
-        match self {
-            DataRef::F32(v) => Some(v.to_vec()),
-            DataRef::F16(v) => Some(v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect()),
-            DataRef::BF16(v) => Some(v.iter().map(|&b| half::bf16::from_bits(b).to_f32()).collect()),
-            _ => None,
-        }
-    }
-
-    /// The little-endian bytes of the elements.
-    pub fn to_le_bytes(&self) -> Vec<u8> {
-        match self {
-            DataRef::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            DataRef::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            DataRef::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            DataRef::Bool(v) => v.to_vec(),
-            DataRef::F16(v) | DataRef::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
-    }
-}
-
-/// Mutably borrowed elements of one of the supported types.
-#[derive(Debug)]
-pub enum DataMut<'a> {
-    /// 32-bit floats.
-    F32(&'a mut [f32]),
-    /// 64-bit signed integers.
-    I64(&'a mut [i64]),
-    /// 32-bit signed integers.
-    I32(&'a mut [i32]),
-    /// Booleans, one byte each (write only 0 or 1).
-    Bool(&'a mut [u8]),
-    /// IEEE half precision, as bits.
-    F16(&'a mut [u16]),
-    /// bfloat16, as bits.
-    BF16(&'a mut [u16]),
-}
-
-impl DataMut<'_> {
-    /// The element type.
-    pub fn dtype(&self) -> DType {
-        match self {
-            DataMut::F32(_) => DType::F32,
-            DataMut::I64(_) => DType::I64,
-            DataMut::I32(_) => DType::I32,
-            DataMut::Bool(_) => DType::Bool,
-            DataMut::F16(_) => DType::F16,
-            DataMut::BF16(_) => DType::BF16,
-        }
     }
 }
 
@@ -420,6 +279,7 @@ impl<'a> TensorView<'a> {
     typed_access!(i64s, I64, i64);
     typed_access!(i32s, I32, i32);
     typed_access!(bools, Bool, u8);
+    typed_access!(f64s, F64, f64);
 
     /// The element type.
     pub fn dtype(&self) -> DType {
@@ -447,15 +307,7 @@ impl<'a> TensorView<'a> {
 
     /// An owned copy.
     pub fn to_tensor(&self) -> Tensor {
-        let data = match self.data {
-            DataRef::F32(v) => TensorData::F32(v.to_vec()),
-            DataRef::I64(v) => TensorData::I64(v.to_vec()),
-            DataRef::I32(v) => TensorData::I32(v.to_vec()),
-            DataRef::Bool(v) => TensorData::Bool(v.to_vec()),
-            DataRef::F16(v) => TensorData::F16(v.to_vec()),
-            DataRef::BF16(v) => TensorData::BF16(v.to_vec()),
-        };
-        Tensor { dims: self.dims.to_vec(), data }
+        Tensor { dims: self.dims.to_vec(), data: self.data.to_owned() }
     }
 }
 
@@ -474,6 +326,7 @@ impl TensorMut<'_> {
     typed_access_mut!(i64s, I64, i64);
     typed_access_mut!(i32s, I32, i32);
     typed_access_mut!(bools, Bool, u8);
+    typed_access_mut!(f64s, F64, f64);
 
     /// The element type.
     pub fn dtype(&self) -> DType {
@@ -482,33 +335,13 @@ impl TensorMut<'_> {
 
     /// Copies `src` (same type and element count) into this output.
     pub fn copy_from(&mut self, src: &TensorView<'_>) -> Result<(), OpError> {
-        match (&mut self.data, src.data) {
-            (DataMut::F32(d), DataRef::F32(s)) if d.len() == s.len() => d.copy_from_slice(s),
-            (DataMut::I64(d), DataRef::I64(s)) if d.len() == s.len() => d.copy_from_slice(s),
-            (DataMut::I32(d), DataRef::I32(s)) if d.len() == s.len() => d.copy_from_slice(s),
-            (DataMut::Bool(d), DataRef::Bool(s)) if d.len() == s.len() => d.copy_from_slice(s),
-            (d, s) => {
-                return Err(OpError::eval(format!("cannot copy {} x{} into {} output", s.dtype(), s.len(), d.dtype())));
-            }
+        if !self.data.copy_from(src.data) {
+            let (s, d) = (src.data, &self.data);
+            return Err(OpError::eval(format!("cannot copy {} x{} into {} output", s.dtype(), s.len(), d.dtype())));
         }
         Ok(())
     }
 }
-
-/// Runs `$body` with `$s` and `$d` bound to the typed source and destination slices when both
-/// have the same element type; otherwise evaluates to an [`OpError::Eval`].
-macro_rules! same_type {
-    ($src:expr, $dst:expr, |$s:ident, $d:ident| $body:expr) => {
-        match ($src, $dst) {
-            ($crate::tensor::DataRef::F32($s), $crate::tensor::DataMut::F32($d)) => $body,
-            ($crate::tensor::DataRef::I64($s), $crate::tensor::DataMut::I64($d)) => $body,
-            ($crate::tensor::DataRef::I32($s), $crate::tensor::DataMut::I32($d)) => $body,
-            ($crate::tensor::DataRef::Bool($s), $crate::tensor::DataMut::Bool($d)) => $body,
-            _ => Err($crate::error::OpError::eval("output element type differs from the input's")),
-        }
-    };
-}
-pub(crate) use same_type;
 
 #[cfg(test)]
 mod tests {
@@ -521,6 +354,15 @@ mod tests {
             Tensor::new(vec![1, 2], TensorData::I64(vec![i64::MIN, 7])).unwrap(),
             Tensor::new(vec![2], TensorData::I32(vec![-1, 3])).unwrap(),
             Tensor::new(vec![3], TensorData::Bool(vec![1, 0, 1])).unwrap(),
+            Tensor::new(vec![2], TensorData::F64(vec![1e300, -0.5])).unwrap(),
+            Tensor::new(vec![2], TensorData::I8(vec![-128, 127])).unwrap(),
+            Tensor::new(vec![2], TensorData::U8(vec![0, 255])).unwrap(),
+            Tensor::new(vec![2], TensorData::I16(vec![i16::MIN, 1])).unwrap(),
+            Tensor::new(vec![2], TensorData::U16(vec![u16::MAX, 1])).unwrap(),
+            Tensor::new(vec![2], TensorData::U32(vec![u32::MAX, 1])).unwrap(),
+            Tensor::new(vec![2], TensorData::U64(vec![u64::MAX, 1])).unwrap(),
+            Tensor::new(vec![1], TensorData::F16(vec![0x3c00])).unwrap(),
+            Tensor::new(vec![1], TensorData::BF16(vec![0x3f80])).unwrap(),
         ] {
             let back = Tensor::from_le_bytes(t.dtype(), t.dims().to_vec(), &t.to_le_bytes()).unwrap();
             assert_eq!(back, t);
@@ -532,5 +374,11 @@ mod tests {
         assert!(Tensor::new(vec![2, 2], TensorData::F32(vec![1.0])).is_err());
         assert!(Tensor::from_le_bytes(DType::F32, vec![2], &[0; 7]).is_err());
         assert!(Tensor::zeros(DType::F32, vec![usize::MAX, 2]).is_err());
+    }
+
+    #[test]
+    fn bool_bytes_are_normalised() {
+        let t = Tensor::from_le_bytes(DType::Bool, vec![3], &[0, 2, 255]).unwrap();
+        assert_eq!(t.data(), &TensorData::Bool(vec![0, 1, 1]));
     }
 }
