@@ -1,6 +1,7 @@
 //! A model with a node of every GPU kernel kind (and the fused forms around them), run through the
 //! emulation against the host backend.
 
+mod element_types;
 mod sampling_signal_loss;
 
 use saggar_shape::{DType, Dim};

@@ -33,6 +33,29 @@ pub trait Number: Copy + Default + PartialOrd + std::fmt::Debug + Send + Sync + 
     fn to_f64(self) -> f64;
     /// `v` converted as `v as Self` (floats saturate into integers, NaN as 0).
     fn from_f64(v: f64) -> Self;
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// `self + v`, wrapping for integers.
+    fn add(self, v: Self) -> Self;
+    /// `self * v`, wrapping for integers.
+    fn mul(self, v: Self) -> Self;
+    /// `|self|`, wrapping for signed integers (`MIN` stays `MIN`), unchanged for unsigned ones.
+    fn abs(self) -> Self;
+    /// `self / n` for a count `n`: floats divide, integers divide toward zero (0 when `n` does not
+    /// fit the type).
+    fn div_count(self, n: usize) -> Self;
+}
+
+/// The float element types (f32, f64): the math of the float-only ops.
+pub trait Float: Number {
+    /// `e^self`.
+    fn exp(self) -> Self;
+    /// The natural logarithm.
+    fn ln(self) -> Self;
+    /// The square root.
+    fn sqrt(self) -> Self;
 }
 
 macro_rules! int_number {
@@ -56,6 +79,21 @@ macro_rules! int_number {
             }
             fn from_f64(v: f64) -> Self {
                 v as $ty
+            }
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            fn add(self, v: Self) -> Self {
+                self.wrapping_add(v)
+            }
+            fn mul(self, v: Self) -> Self {
+                self.wrapping_mul(v)
+            }
+            #[allow(unused_comparisons)] // unsigned types are never negative
+            fn abs(self) -> Self {
+                if self < 0 { (0 as $ty).wrapping_sub(self) } else { self }
+            }
+            fn div_count(self, n: usize) -> Self {
+                <$ty>::try_from(n).ok().and_then(|n| self.checked_div(n)).unwrap_or(0)
             }
         }
     )*};
@@ -82,6 +120,32 @@ macro_rules! float_number {
             }
             fn from_f64(v: f64) -> Self {
                 v as $ty
+            }
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn add(self, v: Self) -> Self {
+                self + v
+            }
+            fn mul(self, v: Self) -> Self {
+                self * v
+            }
+            fn abs(self) -> Self {
+                <$ty>::abs(self)
+            }
+            fn div_count(self, n: usize) -> Self {
+                self / n as $ty
+            }
+        }
+
+        impl Float for $ty {
+            fn exp(self) -> Self {
+                <$ty>::exp(self)
+            }
+            fn ln(self) -> Self {
+                <$ty>::ln(self)
+            }
+            fn sqrt(self) -> Self {
+                <$ty>::sqrt(self)
             }
         }
     )*};
@@ -230,6 +294,17 @@ pub fn cast_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arithmetic_wraps_for_integers() {
+        assert_eq!(200u8.add(100), 44);
+        assert_eq!(Number::abs(i8::MIN), i8::MIN);
+        assert_eq!(Number::abs(7u16), 7);
+        assert_eq!(Number::abs(-2.5f64), 2.5);
+        assert_eq!((-7i32).div_count(2), -3);
+        assert_eq!(5i8.div_count(300), 0);
+        assert_eq!(3f64.div_count(2), 1.5);
+    }
 
     #[test]
     fn conversions_act_as_rust_as() {

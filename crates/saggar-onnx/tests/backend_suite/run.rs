@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use saggar_device::Backend;
 use saggar_dispatch::{BucketSpec, HostTensor, Session, SessionConfig};
-use saggar_onnx::{OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb};
+use saggar_onnx::tensor::Wide;
+use saggar_onnx::{OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, read_tensor_pb};
 use saggar_shape::DType;
 
 use crate::applicable::data_set_dirs;
@@ -152,8 +153,8 @@ fn run_set<B: Backend>(
 }
 
 /// `Ok` when `got` equals `want` under the ONNX runner's rule: same element type and shape; floats
-/// (f32, f16, bf16, compared as their f32 values) within `ATOL + RTOL * |want|` (NaN equals NaN,
-/// infinities equal themselves); others exactly.
+/// (f32, f64, f16, bf16, compared as f64) within `ATOL + RTOL * |want|` (NaN equals NaN, infinities
+/// equal themselves); others exactly.
 pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
     if got.dtype() != want.dtype() {
         return Err(format!("element type {}, expected {}", got.dtype(), want.dtype()));
@@ -161,29 +162,22 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
     if got.dims() != want.dims() {
         return Err(format!("shape {:?}, expected {:?}", got.dims(), want.dims()));
     }
-    let mismatches = |at: Option<usize>, n: usize, show: &dyn Fn(usize) -> String| match at {
-        None => Ok(()),
-        Some(i) => Err(format!("{n} of {} elements differ; first at {i}: {}", want.len(), show(i))),
+    let wides = |t: &Tensor| {
+        let mut v = Vec::with_capacity(t.len());
+        saggar_onnx::tensor::for_each_wide(t.data().as_ref(), |_, w| v.push(w));
+        v
     };
-    if let (Some(g), Some(w)) = (got.to_f32s(), want.to_f32s()) {
-        let close = |a: f32, b: f32| {
-            let (a, b) = (f64::from(a), f64::from(b));
-            (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
-        };
-        let bad: Vec<usize> = (0..w.len()).filter(|&i| !close(g[i], w[i])).collect();
-        return mismatches(bad.first().copied(), bad.len(), &|i| format!("{} vs {}", g[i], w[i]));
+    let (g, w) = (wides(got), wides(want));
+    let float = matches!(want.dtype(), DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+    let close = |a: Wide, b: Wide| {
+        let (a, b) = (a.to_f64(), b.to_f64());
+        (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
+    };
+    let bad: Vec<usize> = (0..w.len()).filter(|&i| if float { !close(g[i], w[i]) } else { g[i] != w[i] }).collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(&i) => {
+            Err(format!("{} of {} elements differ; first at {i}: {:?} vs {:?}", bad.len(), want.len(), g[i], w[i]))
+        }
     }
-    match (got.data(), want.data()) {
-        (TensorData::I64(g), TensorData::I64(w)) => exact(g, w, &mismatches),
-        (TensorData::I32(g), TensorData::I32(w)) => exact(g, w, &mismatches),
-        (TensorData::Bool(g), TensorData::Bool(w)) => exact(g, w, &mismatches),
-        (g, w) => Err(format!("element types {:?} and {:?}", g.dtype(), w.dtype())),
-    }
-}
-
-type Mismatches<'a> = dyn Fn(Option<usize>, usize, &dyn Fn(usize) -> String) -> Result<(), String> + 'a;
-
-fn exact<T: PartialEq + std::fmt::Debug>(g: &[T], w: &[T], mismatches: &Mismatches<'_>) -> Result<(), String> {
-    let bad: Vec<usize> = (0..w.len()).filter(|&i| g[i] != w[i]).collect();
-    mismatches(bad.first().copied(), bad.len(), &|i| format!("{:?} vs {:?}", g[i], w[i]))
 }

@@ -77,7 +77,9 @@ fn match_at(
     r: usize,
 ) -> Option<EmbeddingBag> {
     let reduce = single_launch(&info[r])?;
-    let &ReduceKernel { op: op @ (ReduceOp::Sum | ReduceOp::Mean) } = reduce.kernel_as::<ReduceKernel>()? else {
+    let &ReduceKernel { op: op @ (ReduceOp::Sum | ReduceOp::Mean), dtype: DType::F32 } =
+        reduce.kernel_as::<ReduceKernel>()?
+    else {
         return None;
     };
     let x = graph.nodes[r].inputs.first().copied().flatten()?;

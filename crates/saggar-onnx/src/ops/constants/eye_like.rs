@@ -106,8 +106,11 @@ mod tests {
     fn vectors_and_unsupported_types_are_errors() {
         assert!(run_op("EyeLike", 9, &Attributes::default(), &[Some(&iota(&[3]))]).is_err());
         let f64s = Attributes(vec![("dtype".into(), Attribute::Int(11))]);
+        let out = run_op("EyeLike", 9, &f64s, &[Some(&iota(&[2, 2]))]).unwrap();
+        assert_eq!(out[0].data(), &TensorData::F64(vec![1.0, 0.0, 0.0, 1.0]));
+        let float8 = Attributes(vec![("dtype".into(), Attribute::Int(17))]);
         assert!(matches!(
-            run_op("EyeLike", 9, &f64s, &[Some(&iota(&[2, 2]))]),
+            run_op("EyeLike", 9, &float8, &[Some(&iota(&[2, 2]))]),
             Err(crate::error::OpError::Unsupported { .. })
         ));
     }

@@ -264,7 +264,13 @@ mod tests {
         let half = Attributes(vec![("to".into(), crate::ops::Attribute::Int(10))]);
         let cast = run_op("Cast", 13, &half, &[Some(&v)]).unwrap();
         assert_eq!(cast[0].data(), &TensorData::F16(vec![0xbc00, 0x3800, 0x4880]), "-1, 0.5 and 9 in f16");
-        let bad = Attributes(vec![("to".into(), crate::ops::Attribute::Int(11))]);
+        let double = Attributes(vec![("to".into(), crate::ops::Attribute::Int(11))]);
+        let cast = run_op("Cast", 13, &double, &[Some(&v)]).unwrap();
+        assert_eq!(cast[0].data(), &TensorData::F64(vec![-1.0, 0.5, 9.0]));
+        let bytes = Attributes(vec![("to".into(), crate::ops::Attribute::Int(2))]);
+        let cast = run_op("Cast", 13, &bytes, &[Some(&v)]).unwrap();
+        assert_eq!(cast[0].data(), &TensorData::U8(vec![0, 0, 9]), "saturating, as Rust's `as`");
+        let bad = Attributes(vec![("to".into(), crate::ops::Attribute::Int(17))]);
         assert!(matches!(run_op("Cast", 13, &bad, &[Some(&v)]), Err(crate::error::OpError::Unsupported { .. })));
 
         let erf = run_op("Erf", 13, &Attributes::default(), &[Some(&f32s(&[2], &[0.0, 1.0]))]).unwrap();

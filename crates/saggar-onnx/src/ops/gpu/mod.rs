@@ -345,7 +345,15 @@ mod tests {
         }
         use ReduceOp::*;
         for op in [Sum, Mean, Max, Min, Prod, L1, L2, SumSquare, LogSum, LogSumExp] {
-            kinds.push(Box::new(ReduceKernel { op }));
+            kinds.push(Box::new(ReduceKernel { op, dtype: DType::F32 }));
+            kinds.push(Box::new(ReduceKernel { op, dtype: DType::F64 }));
+            if !matches!(op, L2 | LogSum | LogSumExp) {
+                for dtype in
+                    [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::U64]
+                {
+                    kinds.push(Box::new(ReduceKernel { op, dtype }));
+                }
+            }
         }
         kinds
     }

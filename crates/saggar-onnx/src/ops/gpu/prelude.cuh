@@ -7,6 +7,14 @@ typedef long long onnx_i64;
 #define ONNX_ROWS(r, n) for (onnx_i64 r = blockIdx.x; r < (n); r += gridDim.x)
 template <typename T> __device__ inline T gpu_max(T a, T b) { return b > a ? b : a; }
 template <typename T> __device__ inline T gpu_min(T a, T b) { return b < a ? b : a; }
+// A float to an integer type as Rust's `as` and PTX's cvt convert it: toward zero, saturated at the
+// type's bounds, NaN as 0. `lo` and `hi` are -2^(n-1) and 2^(n-1) (signed) or 0 and 2^n, exact.
+template <typename T, typename F> __device__ inline T onnx_float_to_int(F v, F lo, F hi) {
+  if (v != v) return (T)0;
+  if (v <= lo) return (T)lo;
+  if (v >= hi) return (T)(~0ULL >> (64 - 8 * sizeof(T) + (lo < 0 ? 1 : 0)));
+  return (T)v;
+}
 // Row groups: ONNX_ROW_LANES consecutive threads share one row and sum across it with xor
 // shuffles within the group (a width of 32 on HIP's 64-lane wavefronts too).
 #define ONNX_ROW_LANES 32
@@ -95,7 +103,7 @@ __device__ inline float onnx_row_sum(float v, float* sh) { return onnx_row_fold<
 #define ONNX_BLOCK_REDUCE(v, sh, a, b, EXPR) { \
   sh[threadIdx.x] = v; __syncthreads(); \
   for (unsigned s_ = blockDim.x / 2; s_ > 0; s_ >>= 1) { \
-    if (threadIdx.x < s_) { float a = sh[threadIdx.x]; float b = sh[threadIdx.x + s_]; sh[threadIdx.x] = (EXPR); } \
+    if (threadIdx.x < s_) { const auto a = sh[threadIdx.x]; const auto b = sh[threadIdx.x + s_]; sh[threadIdx.x] = (EXPR); } \
     __syncthreads(); } \
   v = sh[0]; __syncthreads(); }
 // Half precisions are bits in memory; Cast converts through f32 (exactly one way, rounding to

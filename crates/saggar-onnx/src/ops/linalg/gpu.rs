@@ -100,9 +100,10 @@ impl GpuKernel for EinsumKernel {
         let t = ctype(self.dtype).unwrap_or("float");
         // Integers multiply and add as unsigned values of their width, which wrap as the host's do.
         let acc = match self.dtype {
-            DType::I64 => "unsigned long long",
-            DType::I32 => "unsigned int",
-            _ => "float",
+            DType::I64 | DType::U64 => "unsigned long long",
+            DType::F32 => "float",
+            DType::F64 => "double",
+            _ => "unsigned int",
         };
         let params: Vec<String> = (0..self.operands).map(|k| format!("const {t}* __restrict__ x{k}")).collect();
         let product: Vec<String> = (0..self.operands).map(|k| format!("({acc})x{k}[off[{k}]]")).collect();

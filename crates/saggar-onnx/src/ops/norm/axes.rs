@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use saggar_shape::DType;
+
 use super::gpu::{AxesNorm, AxesNormKernel};
 use super::{check_len, require_f32};
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode};
@@ -100,7 +102,7 @@ impl Op for AxesNormOp {
             let reduced = normalize_axes(&self.axes, x.dims.len())?;
             // A reduction's launch (its meta table, a block per kept position, input 0 to output 0)
             // running this normalisation instead.
-            let GpuNode::Launches(launches) = reduce_launch(ReduceOp::Sum, &x.dims, &reduced) else {
+            let GpuNode::Launches(launches) = reduce_launch(ReduceOp::Sum, DType::F32, &x.dims, &reduced) else {
                 return Err(OpError::eval("a reduction is a launch"));
             };
             let kernel = Arc::new(AxesNormKernel { norm: self.norm });

@@ -10,7 +10,7 @@ use super::gpu::CumSumKernel;
 use crate::error::OpError;
 use crate::ops::shape_util::normalize_axis;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut, TensorView};
+use crate::tensor::{Number, TensorMut, TensorView, same_number};
 
 /// `CumSum`.
 #[derive(Debug)]
@@ -84,8 +84,8 @@ impl Op for CumSum {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (x, axis) = (inputs.req(0)?.ty, inputs.req(1)?);
-        if !matches!(x.dtype, DType::F32 | DType::I64 | DType::I32) {
-            return Err(OpError::infer(format!("CumSum takes f32, i64 or i32, not {}", x.dtype)));
+        if !matches!(x.dtype, DType::F32 | DType::F64 | DType::I32 | DType::U32 | DType::I64 | DType::U64) {
+            return Err(OpError::infer(format!("CumSum takes f32, f64 or 32- or 64-bit integers, not {}", x.dtype)));
         }
         let one = axis.ty.rank() <= 1 && axis.ty.dims.iter().all(|d| d.as_fixed().is_none_or(|n| n == 1));
         if !matches!(axis.ty.dtype, DType::I64 | DType::I32) || !one {
@@ -105,17 +105,13 @@ impl Op for CumSum {
         if len * inner == 0 {
             return Ok(());
         }
-        match (x.data, &mut outputs[0].data) {
-            (DataRef::F32(s), DataMut::F32(d)) if s.len() == d.len() => self.scan(s, d, (len, inner), |a, v| a + v),
-            (DataRef::I64(s), DataMut::I64(d)) if s.len() == d.len() => {
-                self.scan(s, d, (len, inner), i64::wrapping_add)
+        same_number!(x.data, &mut outputs[0].data, |s, d| {
+            if s.len() != d.len() {
+                return Err(OpError::eval("CumSum output size differs from its input's"));
             }
-            (DataRef::I32(s), DataMut::I32(d)) if s.len() == d.len() => {
-                self.scan(s, d, (len, inner), i32::wrapping_add)
-            }
-            _ => return Err(OpError::eval("CumSum output does not match its f32, i64 or i32 input")),
-        }
-        Ok(())
+            self.scan(s, d, (len, inner), Number::add);
+            Ok(())
+        }, _ => Err(OpError::eval("CumSum output does not match its numeric input")))
     }
 }
 
@@ -178,12 +174,14 @@ mod tests {
         use crate::ops::gpu::GpuKernel;
         use saggar_shape::DType;
         let mut kinds: Vec<Box<dyn GpuKernel>> = Vec::new();
-        for (dtype, axis_index) in [(DType::F32, DType::I64), (DType::I64, DType::I32), (DType::I32, DType::I64)] {
+        for (dtype, axis_index) in
+            [(DType::F32, DType::I64), (DType::I64, DType::I32), (DType::I32, DType::I64), (DType::F64, DType::I64)]
+        {
             for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)] {
                 kinds.push(Box::new(super::CumSumKernel { dtype, axis_index, exclusive, reverse }));
             }
         }
-        assert_eq!(kinds.len(), 12);
+        assert_eq!(kinds.len(), 16);
         crate::ops::testing::assert_kernels_render(&kinds);
     }
 }

@@ -11,7 +11,7 @@ use saggar_shape::{DType, Dim};
 use self::gpu::ArgKernel;
 use crate::ops::shape_util::{for_each_broadcast, normalize_axes, normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType, unknown_dim};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::tensor::{DataMut, DataRef, Float, NUMERIC_DTYPES, Number, TensorMut, each_number, same_number};
 
 /// The ops of this family. Axes moved from attribute to input at opset 13 for ReduceSum and at 18
 /// for the others.
@@ -60,14 +60,27 @@ impl ReduceOp {
     /// The element types the reduction takes (and gives).
     fn dtypes(self) -> &'static [DType] {
         match self {
-            ReduceOp::Max | ReduceOp::Min => &[DType::F32, DType::I64, DType::I32, DType::Bool],
-            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::L1 | ReduceOp::SumSquare => {
-                &[DType::F32, DType::I64, DType::I32]
-            }
-            ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp => &[DType::F32],
+            ReduceOp::Max | ReduceOp::Min => &NUMBERS_AND_BOOL,
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::L1 | ReduceOp::SumSquare => &NUMERIC_DTYPES,
+            ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp => &[DType::F32, DType::F64],
         }
     }
 }
+
+/// Max and Min reduce every numeric type and bool.
+const NUMBERS_AND_BOOL: [DType; 11] = [
+    DType::F32,
+    DType::F64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+    DType::Bool,
+];
 
 /// One reduction node.
 #[derive(Debug)]
@@ -134,12 +147,8 @@ impl Op for Reduce {
         use gpu::reduce_launch;
         Some((|| {
             let x = ctx.input(0)?;
-            if x.dtype != DType::F32 {
-                return Err(OpError::eval(format!(
-                    "{:?} of {} is not supported on GPU (f32 only)",
-                    self.kind, x.dtype
-                )));
-            }
+            // Max and Min of bools (0 or 1) are Or and And: the u8 kernel over their bytes.
+            let dtype = if x.dtype == DType::Bool { DType::U8 } else { x.dtype };
             let axes = match (&self.attr_axes, ctx.infer.get(1)) {
                 (Some(a), _) => a.clone(),
                 (None, Some(a)) if self.axes_input => {
@@ -149,7 +158,7 @@ impl Op for Reduce {
             };
             let axes = normalize_axes(&axes, x.dims.len())?;
             let Some(reduced) = self.resolve(axes, x.dims.len()) else { return contiguous_copy(ctx) };
-            Ok(reduce_launch(self.kind, &x.dims, &reduced))
+            Ok(reduce_launch(self.kind, dtype, &x.dims, &reduced))
         })())
     }
 
@@ -213,110 +222,72 @@ impl Op for Reduce {
         let walk =
             |f: &mut dyn FnMut(usize, usize)| for_each_broadcast(in_dims, [out_strides.as_slice()], |i, [o]| f(i, o));
         let kind = self.kind;
-        match (xv.data, &mut out.data) {
-            (DataRef::F32(x), DataMut::F32(y)) => {
-                let (init, step): (f32, fn(f32, f32) -> f32) = match kind {
-                    ReduceOp::Sum | ReduceOp::Mean | ReduceOp::LogSum => (0.0, |a, v| a + v),
-                    ReduceOp::Prod => (1.0, |a, v| a * v),
-                    ReduceOp::Max => (f32::NEG_INFINITY, |a, v| if v > a || v.is_nan() { v } else { a }),
-                    ReduceOp::Min => (f32::INFINITY, |a, v| if v < a || v.is_nan() { v } else { a }),
-                    ReduceOp::L1 => (0.0, |a, v| a + v.abs()),
-                    ReduceOp::L2 | ReduceOp::SumSquare => (0.0, |a, v| a + v * v),
-                    ReduceOp::LogSumExp => (0.0, |a, v| a + v.exp()),
-                };
-                y.fill(init);
-                walk(&mut |i, o| y[o] = step(y[o], x[i]));
-                let finish: Option<fn(f32, usize) -> f32> = match kind {
-                    ReduceOp::Mean => Some(|a, n| a / n as f32),
-                    ReduceOp::L2 => Some(|a, _| a.sqrt()),
-                    ReduceOp::LogSum | ReduceOp::LogSumExp => Some(|a, _| a.ln()),
-                    _ => None,
-                };
-                if let Some(finish) = finish {
-                    y.iter_mut().for_each(|a| *a = finish(*a, count));
-                }
+        match (kind, xv.data, &mut out.data) {
+            (ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp, DataRef::F32(x), DataMut::F32(y)) => {
+                reduce_floats(kind, x, y, walk)
             }
-            (DataRef::I64(x), DataMut::I64(y)) => reduce_ints(kind, x, y, count, walk)?,
-            (DataRef::I32(x), DataMut::I32(y)) => reduce_ints(kind, x, y, count, walk)?,
-            (DataRef::Bool(x), DataMut::Bool(y)) if matches!(kind, ReduceOp::Max | ReduceOp::Min) => {
+            (ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp, DataRef::F64(x), DataMut::F64(y)) => {
+                reduce_floats(kind, x, y, walk)
+            }
+            (ReduceOp::Max | ReduceOp::Min, DataRef::Bool(x), DataMut::Bool(y)) => {
                 let max = kind == ReduceOp::Max;
                 y.fill(u8::from(!max));
                 walk(&mut |i, o| y[o] = if max { y[o] | x[i] } else { y[o] & x[i] });
+                Ok(())
             }
-            _ => return Err(OpError::eval("reduction input and output element types differ")),
+            (_, x, y) => same_number!(x, y, |x, y| reduce_numbers(kind, x, y, count, walk), _ => {
+                Err(OpError::eval(format!("{kind:?} reduction of {} elements is not supported", xv.dtype())))
+            }),
         }
-        Ok(())
     }
 }
 
-/// Integer reductions (wrapping arithmetic; Mean divides toward zero).
-fn reduce_ints<T>(
+/// The reductions every numeric type has (wrapping integer arithmetic; Mean divides integers toward
+/// zero; Max and Min propagate NaN).
+fn reduce_numbers<T: Number>(
     kind: ReduceOp,
     x: &[T],
     y: &mut [T],
     count: usize,
     walk: impl Fn(&mut dyn FnMut(usize, usize)),
-) -> Result<(), OpError>
-where
-    T: Copy + Ord + TryFrom<usize> + num_like::Int,
-{
+) -> Result<(), OpError> {
+    #[allow(clippy::eq_op)] // `v != v` is NaN's test, generic over floats and integers
     let (init, step): (T, fn(T, T) -> T) = match kind {
-        ReduceOp::Sum | ReduceOp::Mean => (T::ZERO, T::wrapping_add),
-        ReduceOp::Prod => (T::ONE, T::wrapping_mul),
-        ReduceOp::Max => (T::MIN, |a, v| a.max(v)),
-        ReduceOp::Min => (T::MAX, |a, v| a.min(v)),
-        ReduceOp::L1 => (T::ZERO, |a, v| a.wrapping_add(v.wrapping_abs())),
-        ReduceOp::SumSquare => (T::ZERO, |a, v| a.wrapping_add(v.wrapping_mul(v))),
+        ReduceOp::Sum | ReduceOp::Mean => (T::ZERO, T::add),
+        ReduceOp::Prod => (T::ONE, T::mul),
+        ReduceOp::Max => (T::LOWEST, |a, v| if v > a || v != v { v } else { a }),
+        ReduceOp::Min => (T::HIGHEST, |a, v| if v < a || v != v { v } else { a }),
+        ReduceOp::L1 => (T::ZERO, |a, v| a.add(v.abs())),
+        ReduceOp::SumSquare => (T::ZERO, |a, v| a.add(v.mul(v))),
         ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp => {
-            return Err(OpError::eval(format!("{kind:?} reduction does not take integers")));
+            return Err(OpError::eval(format!("{kind:?} reduction takes floats, not {}", T::DTYPE)));
         }
     };
     y.fill(init);
     walk(&mut |i, o| y[o] = step(y[o], x[i]));
     if kind == ReduceOp::Mean {
-        let n = T::try_from(count).map_err(|_| OpError::eval("reduction count overflows the element type"))?;
-        y.iter_mut().for_each(|a| *a = a.checked_div(n).unwrap_or(T::ZERO));
+        y.iter_mut().for_each(|a| *a = a.div_count(count));
     }
     Ok(())
 }
 
-/// The integer operations the reductions use, for i64 and i32.
-mod num_like {
-    pub trait Int: Sized {
-        const ZERO: Self;
-        const ONE: Self;
-        const MIN: Self;
-        const MAX: Self;
-        fn wrapping_add(self, v: Self) -> Self;
-        fn wrapping_mul(self, v: Self) -> Self;
-        fn wrapping_abs(self) -> Self;
-        fn checked_div(self, v: Self) -> Option<Self>;
-    }
-
-    macro_rules! int {
-        ($t:ty) => {
-            impl Int for $t {
-                const ZERO: Self = 0;
-                const ONE: Self = 1;
-                const MIN: Self = <$t>::MIN;
-                const MAX: Self = <$t>::MAX;
-                fn wrapping_add(self, v: Self) -> Self {
-                    <$t>::wrapping_add(self, v)
-                }
-                fn wrapping_mul(self, v: Self) -> Self {
-                    <$t>::wrapping_mul(self, v)
-                }
-                fn wrapping_abs(self) -> Self {
-                    <$t>::wrapping_abs(self)
-                }
-                fn checked_div(self, v: Self) -> Option<Self> {
-                    <$t>::checked_div(self, v)
-                }
-            }
-        };
-    }
-    int!(i64);
-    int!(i32);
+/// The float-only reductions: L2, LogSum and LogSumExp.
+fn reduce_floats<T: Float>(
+    kind: ReduceOp,
+    x: &[T],
+    y: &mut [T],
+    walk: impl Fn(&mut dyn FnMut(usize, usize)),
+) -> Result<(), OpError> {
+    let step: fn(T, T) -> T = match kind {
+        ReduceOp::L2 => |a, v| a.add(v.mul(v)),
+        ReduceOp::LogSumExp => |a, v| a.add(v.exp()),
+        _ => T::add,
+    };
+    y.fill(T::ZERO);
+    walk(&mut |i, o| y[o] = step(y[o], x[i]));
+    let finish: fn(T) -> T = if kind == ReduceOp::L2 { T::sqrt } else { T::ln };
+    y.iter_mut().for_each(|a| *a = finish(*a));
+    Ok(())
 }
 
 /// `ArgMax` / `ArgMin`: the index of the extreme element along `axis` (the first, or with
@@ -343,9 +314,6 @@ impl Op for Arg {
         use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
             let x = ctx.input(0)?;
-            if !matches!(x.dtype, DType::F32 | DType::I64 | DType::I32) {
-                return Err(OpError::eval(format!("ArgMax/ArgMin of {} is not supported on GPU", x.dtype)));
-            }
             let axis = normalize_axis(self.axis, x.dims.len())?;
             if x.dims[axis] == 0 {
                 return Err(OpError::eval("ArgMax/ArgMin over an empty axis has no answer"));
@@ -361,8 +329,8 @@ impl Op for Arg {
     }
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
-        if ![DType::F32, DType::I64, DType::I32].contains(&x.dtype) {
-            return Err(OpError::infer(format!("ArgMax/ArgMin take f32, i64 or i32 inputs, not {}", x.dtype)));
+        if !NUMERIC_DTYPES.contains(&x.dtype) {
+            return Err(OpError::infer(format!("ArgMax/ArgMin take numeric inputs, not {}", x.dtype)));
         }
         let axis = normalize_axis(self.axis, x.rank())?;
         let mut dims = x.dims.clone();
@@ -387,12 +355,9 @@ impl Op for Arg {
             return Err(OpError::eval("ArgMax/ArgMin over an empty axis has no answer"));
         }
         let (max, last) = (self.max, self.last);
-        match xv.data {
-            DataRef::F32(x) => arg_along(x, y, len, inner, |a, b| better(max, last, a, b)),
-            DataRef::I64(x) => arg_along(x, y, len, inner, |a, b| better(max, last, a, b)),
-            DataRef::I32(x) => arg_along(x, y, len, inner, |a, b| better(max, last, a, b)),
-            other => return Err(OpError::eval(format!("ArgMax/ArgMin do not take {} inputs", other.dtype()))),
-        }
+        each_number!(xv.data, |x| arg_along(x, y, len, inner, |a, b| better(max, last, a, b)), other => {
+            return Err(OpError::eval(format!("ArgMax/ArgMin do not take {} inputs", other.dtype())));
+        });
         Ok(())
     }
 }

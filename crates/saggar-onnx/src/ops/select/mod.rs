@@ -16,7 +16,7 @@ use crate::ops::elementwise::require_dtype;
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext};
 use crate::ops::shape_util::normalize_axis;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType, unknown_dim};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::tensor::TensorMut;
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -72,21 +72,10 @@ trait Ordered: Copy {
     fn order(a: Self, b: Self) -> Ordering;
 }
 
-impl Ordered for f32 {
-    fn order(a: f32, b: f32) -> Ordering {
-        a.partial_cmp(&b).unwrap_or_else(|| a.is_nan().cmp(&b.is_nan()))
-    }
-}
-
-impl Ordered for i64 {
-    fn order(a: i64, b: i64) -> Ordering {
-        a.cmp(&b)
-    }
-}
-
-impl Ordered for i32 {
-    fn order(a: i32, b: i32) -> Ordering {
-        a.cmp(&b)
+#[allow(clippy::eq_op)] // `a != a` is NaN's test, generic over floats and integers
+impl<T: crate::tensor::Number> Ordered for T {
+    fn order(a: T, b: T) -> Ordering {
+        a.partial_cmp(&b).unwrap_or_else(|| (a != a).cmp(&(b != b)))
     }
 }
 
@@ -169,7 +158,7 @@ impl Op for TopK {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
-        require_dtype("TopK", x.dtype, &[DType::F32, DType::I64, DType::I32])?;
+        require_dtype("TopK", x.dtype, &crate::tensor::NUMERIC_DTYPES)?;
         if let Some(k) = inputs.get(1).filter(|_| self.attr_k.is_none()) {
             require_dtype("TopK's K", k.ty.dtype, &[DType::I64])?;
         }
@@ -200,12 +189,9 @@ impl Op for TopK {
             return Err(OpError::eval(format!("TopK's k = {k} differs from the output shape {:?}", values.dims)));
         }
         let (indices, dims) = (indices.i64s()?, x.dims);
-        match (x.data, &mut values.data) {
-            (DataRef::F32(x), DataMut::F32(v)) => self.select(x, dims, k, v, indices),
-            (DataRef::I64(x), DataMut::I64(v)) => self.select(x, dims, k, v, indices),
-            (DataRef::I32(x), DataMut::I32(v)) => self.select(x, dims, k, v, indices),
-            _ => Err(OpError::eval("TopK: the values output's type differs from the input's")),
-        }
+        crate::tensor::same_number!(x.data, &mut values.data, |x, v| self.select(x, dims, k, v, indices), _ => {
+            Err(OpError::eval("TopK: the values output's type differs from the input's"))
+        })
     }
 }
 

@@ -159,7 +159,7 @@ impl Op for Einsum {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let tys = (0..inputs.len()).map(|i| inputs.req(i).map(|x| x.ty)).collect::<Result<Vec<_>, _>>()?;
         let dtype = tys.first().map_or(DType::F32, |t| t.dtype);
-        require_dtype("Einsum", dtype, &[DType::F32, DType::I64, DType::I32])?;
+        require_dtype("Einsum", dtype, &crate::tensor::NUMERIC_DTYPES)?;
         if let Some(t) = tys.iter().find(|t| t.dtype != dtype) {
             return Err(OpError::infer(format!("Einsum's operands differ in type ({dtype} and {})", t.dtype)));
         }

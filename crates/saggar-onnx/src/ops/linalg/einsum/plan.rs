@@ -17,7 +17,7 @@ use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext};
 use crate::ops::linalg::Gemm;
 use crate::ops::linalg::gpu::{EinsumKernel, GemmKernel};
 use crate::ops::shape_util::strides;
-use crate::tensor::{DataMut, DataRef, TensorMut, TensorView, checked_numel};
+use crate::tensor::{DataMut, Number, TensorMut, TensorView, checked_numel, typed_like};
 
 /// Most multiply-adds a generic contraction may take (about a minute on one host core): above it an
 /// equation of several operands should be split into two-operand Einsums.
@@ -199,21 +199,16 @@ impl EinsumPlan {
         }
         match &mut out.data {
             DataMut::F32(y) => {
-                let ops = typed(inputs, |d| if let DataRef::F32(v) = d { Some(v) } else { None })?;
+                let ops = inputs.iter().map(|v| typed_like(y, v.data)).collect::<Result<Vec<_>, _>>()?;
                 match self.gemm_form() {
                     Some(g) => self.gemm(&g, &ops, y),
                     None => self.generic(&ops, y, 0.0, |a, b| a * b, |a, b| a + b),
                 }
             }
-            DataMut::I64(y) => {
-                let ops = typed(inputs, |d| if let DataRef::I64(v) = d { Some(v) } else { None })?;
-                self.generic(&ops, y, 0, i64::wrapping_mul, i64::wrapping_add)
-            }
-            DataMut::I32(y) => {
-                let ops = typed(inputs, |d| if let DataRef::I32(v) = d { Some(v) } else { None })?;
-                self.generic(&ops, y, 0, i32::wrapping_mul, i32::wrapping_add)
-            }
-            other => Err(OpError::eval(format!("Einsum does not compute {}", other.dtype()))),
+            other => crate::tensor::each_number_mut!(other, |y| {
+                let ops = inputs.iter().map(|v| typed_like(y, v.data)).collect::<Result<Vec<_>, _>>()?;
+                self.generic(&ops, y, Number::ZERO, Number::mul, Number::add)
+            }, other => Err(OpError::eval(format!("Einsum does not compute {}", other.dtype())))),
         }
     }
 
@@ -278,12 +273,4 @@ impl EinsumPlan {
         }
         Ok(())
     }
-}
-
-/// The operands' elements as `T`, all of one type.
-fn typed<'a, T>(
-    inputs: &[&TensorView<'a>],
-    get: impl Fn(DataRef<'a>) -> Option<&'a [T]>,
-) -> Result<Vec<&'a [T]>, OpError> {
-    inputs.iter().map(|v| get(v.data).ok_or_else(|| OpError::eval("Einsum's operands differ in type"))).collect()
 }
