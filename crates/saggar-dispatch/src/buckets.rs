@@ -167,7 +167,7 @@ pub(crate) fn cell_spec(
 ) -> ProgramSpec {
     let mut values: Vec<(&str, u64)> = batch_symbol.map(|s| (s, batch)).into_iter().collect();
     values.extend(axis_symbol.zip(axis));
-    ProgramSpec { bucket: Some(batch), input_dims: inputs.iter().map(|s| concrete_dims(s, &values)).collect() }
+    ProgramSpec::new(Some(batch), inputs.iter().map(|s| concrete_dims(s, &values)).collect())
 }
 
 /// Whether a model of `signature` is served by a grid of the batch and `axis`: its only symbols are

@@ -26,14 +26,30 @@ pub struct ModelSpec {
     pub inputs: Vec<TensorSpec>,
     /// Outputs in binding order.
     pub outputs: Vec<TensorSpec>,
+    /// Inputs whose values, not only their shapes, fix the program (a `shape`, `axes` or `k` tensor
+    /// given as a model input), by binding index. A session serves such a model a program per
+    /// shape and values (the values are part of the key: a bounded table, with graphs), reads them
+    /// from host memory (device requests: one copy to the host, counted), and hands them to
+    /// [`ProgramCompiler::compile`] and [`ProgramCompiler::load`] in [`CompileRequest::input_values`].
+    pub value_inputs: Vec<usize>,
 }
 
 impl ModelSpec {
     /// A model named `name` with `inputs` and `outputs` in binding order.
     pub fn new(name: impl Into<String>, inputs: Vec<TensorSpec>, outputs: Vec<TensorSpec>) -> ModelSpec {
-        ModelSpec { name: name.into(), inputs, outputs }
+        ModelSpec { name: name.into(), inputs, outputs, value_inputs: Vec::new() }
+    }
+
+    /// The model with `inputs` (binding indices) as [`ModelSpec::value_inputs`].
+    pub fn with_value_inputs(mut self, inputs: Vec<usize>) -> ModelSpec {
+        self.value_inputs = inputs;
+        self
     }
 }
+
+/// Most bytes of one value input ([`ModelSpec::value_inputs`]) a request may carry: the values are
+/// hashed into the program key and copied to the host from device requests.
+pub const MAX_VALUE_INPUT_BYTES: usize = 64 << 10;
 
 /// Everything besides shapes and the device that changes generated code; part of the cache key.
 ///
@@ -83,12 +99,21 @@ pub struct CompileRequest<'a> {
     pub input_dims: &'a [Vec<u64>],
     /// The batch bucket this program serves, when the model is batch-bucketed.
     pub bucket: Option<u64>,
+    /// The values of the model's [`ModelSpec::value_inputs`] this program is made for: binding
+    /// index and little-endian bytes, in the order of `value_inputs` (empty for other models).
+    pub input_values: &'a [(usize, Vec<u8>)],
 }
 
 impl<'a> CompileRequest<'a> {
     /// A request for `input_dims` (binding order), serving `bucket` if the model is batch-bucketed.
     pub fn new(input_dims: &'a [Vec<u64>], bucket: Option<u64>) -> CompileRequest<'a> {
-        CompileRequest { input_dims, bucket }
+        CompileRequest { input_dims, bucket, input_values: &[] }
+    }
+
+    /// The request for a program made for these values of the model's value inputs.
+    pub fn with_input_values(mut self, values: &'a [(usize, Vec<u8>)]) -> CompileRequest<'a> {
+        self.input_values = values;
+        self
     }
 }
 

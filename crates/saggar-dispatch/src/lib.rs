@@ -85,7 +85,8 @@ mod timing;
 pub use binding::DeviceBinding;
 pub use builder::SessionBuilder;
 pub use compiler::{
-    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, ModelSpec, Program, ProgramCompiler,
+    CompileRequest, CompilerCapabilities, CompilerError, CompilerIdentity, MAX_VALUE_INPUT_BYTES, ModelSpec, Program,
+    ProgramCompiler,
 };
 pub use config::{
     BucketSpec, CaptureWhen, GRAPH_NODE_BYTES, GraphConfig, LiveBuckets, PadValue, PaddedAxis, SessionConfig,

@@ -34,9 +34,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let (result, _lease) = self.inner.instrumented(|inner, ctx| {
             let request = request::check(&inner.signature, &inner.guard, inputs)?;
             request::check_host_inputs(&inner.signature, &request.ordered)?;
-            let dims = (0..inner.signature.outputs().len())
-                .map(|o| Ok(request.bindings.output_shape(o)?.to_vec()))
-                .collect::<Result<Vec<_>>>()?;
+            let dims = match (0..inner.signature.outputs().len())
+                .map(|o| request.bindings.output_shape(o).map(|d| d.to_vec()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+            {
+                Ok(dims) => dims,
+                // Extents that input values fix: the request's program knows them.
+                Err(e) => inner.value_output_dims(&request.bindings, &request.ordered)?.ok_or(e)?,
+            };
             let specs = inner.signature.outputs();
             let mut buffers: Vec<AlignedBuffer> = specs
                 .iter()

@@ -22,9 +22,9 @@ use saggar_arena::{ArenaLayout, ArenaLease, ArenaPool, InputSource, Pool, PoolCo
 use saggar_device::{Backend, Device, DevicePtr, DeviceSlice, GraphExec, Stream};
 use saggar_shape::{Chunk, PadPlan, SlicePlan, StableShapeKey};
 
-use crate::compiler::{Program, ProgramCompiler};
+use crate::compiler::{MAX_VALUE_INPUT_BYTES, Program, ProgramCompiler};
 use crate::context::DeviceIo;
-use crate::error::Result;
+use crate::error::{DispatchError, Result};
 use crate::graphs::{GraphBytes, capture};
 use crate::programs::{self, ProgramEntry, ProgramSpec, slot};
 use crate::session::Inner;
@@ -214,19 +214,96 @@ impl<B: Backend, P> ShapeTable<B, P> {
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
-    /// The program for a per-shape model's concrete shape (`key` of `dims`, binding order): from the
-    /// table, else through the cache, under the shape's lock.
+    /// The program for a per-shape model's concrete shape (`key` of `dims`, binding order) and
+    /// value inputs' `values`: from the table, else through the cache, under the key's lock.
     fn shape_program<T: AsRef<[u64]>>(
         &self,
         key: StableShapeKey,
         dims: &[T],
+        values: Vec<(usize, Vec<u8>)>,
     ) -> Result<Arc<ShapeProgram<B, C::Program>>> {
         let tick = self.stats.requests.load(Relaxed);
-        self.shape_programs.get_or_make(key, tick, &self.stats, || self.make_shape_program(dims))
+        let key = key.with_values(&values.iter().map(|(i, v)| (*i, v.as_slice())).collect::<Vec<_>>());
+        self.shape_programs.get_or_make(key, tick, &self.stats, || self.make_shape_program(dims, values))
     }
 
-    fn make_shape_program<T: AsRef<[u64]>>(&self, dims: &[T]) -> Result<ShapeProgram<B, C::Program>> {
-        let spec = ProgramSpec { bucket: None, input_dims: dims.iter().map(|d| d.as_ref().to_vec()).collect() };
+    /// The output shapes of a host request of a model with value inputs, from its program (made now
+    /// if it is new, and kept for the run); `None` for other models.
+    pub(crate) fn value_output_dims(
+        &self,
+        bindings: &saggar_shape::Bindings<'_>,
+        ordered: &[HostTensor<'_>],
+    ) -> Result<Option<Vec<Vec<u64>>>> {
+        if self.compiler.model().value_inputs.is_empty() {
+            return Ok(None);
+        }
+        let sp = self.shape_program(bindings.stable_key(), ordered, self.host_values(ordered)?)?;
+        Ok(Some(sp.entry.output_dims.clone()))
+    }
+
+    /// The byte length of value input `index` of `dims` elements, checked against
+    /// [`MAX_VALUE_INPUT_BYTES`].
+    fn value_bytes<T: AsRef<[u64]>>(&self, index: usize, dims: &[T]) -> Result<usize> {
+        let dtype = self.signature.inputs()[index].dtype();
+        let bytes = dims[index]
+            .as_ref()
+            .iter()
+            .try_fold(dtype.size_bytes() as u64, |n, &d| n.checked_mul(d))
+            .unwrap_or(u64::MAX);
+        if bytes > MAX_VALUE_INPUT_BYTES as u64 {
+            return Err(DispatchError::LimitExceeded {
+                what: "bytes in one value input (an input whose values fix the program)",
+                requested: bytes,
+                limit: MAX_VALUE_INPUT_BYTES as u64,
+            });
+        }
+        Ok(bytes as usize)
+    }
+
+    /// The values of the model's value inputs in a host request (binding order).
+    fn host_values(&self, ordered: &[HostTensor<'_>]) -> Result<Vec<(usize, Vec<u8>)>> {
+        self.compiler
+            .model()
+            .value_inputs
+            .iter()
+            .map(|&i| {
+                let n = self.value_bytes(i, ordered)?;
+                Ok((i, ordered[i].data.get(..n).unwrap_or(ordered[i].data).to_vec()))
+            })
+            .collect()
+    }
+
+    /// The values of the model's value inputs in a device request, copied to the host (one
+    /// synchronisation, counted).
+    fn device_values<T: AsRef<[u64]>>(
+        &self,
+        dims: &[T],
+        io: &DeviceIo,
+        stream: &B::Stream,
+    ) -> Result<Vec<(usize, Vec<u8>)>> {
+        let value_inputs = &self.compiler.model().value_inputs;
+        if value_inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = value_inputs
+            .iter()
+            .map(|&i| {
+                let mut bytes = vec![0u8; self.value_bytes(i, dims)?];
+                stream.download(io.inputs()[i].sub(0, bytes.len())?, &mut bytes)?;
+                Ok((i, bytes))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Stats::bump(&self.stats.value_input_reads);
+        Ok(values)
+    }
+
+    fn make_shape_program<T: AsRef<[u64]>>(
+        &self,
+        dims: &[T],
+        values: Vec<(usize, Vec<u8>)>,
+    ) -> Result<ShapeProgram<B, C::Program>> {
+        let mut spec = ProgramSpec::new(None, dims.iter().map(|d| d.as_ref().to_vec()).collect());
+        spec.input_values = values;
         let entry =
             programs::get_or_compile(&*self.compiler, &self.device, self.config.cache.as_deref(), &spec, &self.stats)?;
         let inputs: Vec<SlotSpec> =
@@ -301,7 +378,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         ordered: &[HostTensor<'_>],
         outputs: &mut [T],
     ) -> Result<bool> {
-        let sp = self.shape_program(key, ordered)?;
+        let sp = self.shape_program(key, ordered, self.host_values(ordered)?)?;
         let mut run = sp.runs.lease()?;
         run.arena.gather_host_with(|i| InputSource::Host { data: ordered[i].data, plan: sp.pad_plans[i] })?;
         let replayed = if !self.config.graphs.enabled {
@@ -361,7 +438,18 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         io: &DeviceIo,
         stream: &B::Stream,
     ) -> Result<()> {
-        let sp = self.shape_program(key, dims)?;
+        let sp = self.shape_program(key, dims, self.device_values(dims, io, stream)?)?;
+        // Outputs whose extents the values fix were sized from the caller's shapes: they must be the
+        // program's.
+        if let Some(o) = (0..sp.entry.output_bytes.len()).find(|&o| io.outputs()[o].len() != sp.entry.output_bytes[o]) {
+            let spec = &self.signature.outputs()[o];
+            let elements = io.outputs()[o].len() / spec.dtype().size_bytes().max(1);
+            return Err(DispatchError::OutputShape {
+                output: spec.name().to_string(),
+                expected: sp.entry.output_dims[o].clone(),
+                actual: (spec.name().to_string(), spec.dtype(), vec![elements as u64]),
+            });
+        }
         let run = sp.runs.lease()?;
         let trim = |slices: &[DeviceSlice], bytes: &[usize]| {
             slices.iter().zip(bytes).map(|(s, b)| s.sub(0, *b)).collect::<std::result::Result<Vec<_>, _>>()

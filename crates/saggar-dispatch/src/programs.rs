@@ -153,6 +153,35 @@ fn device_key<B: Backend>(
 pub(crate) struct ProgramSpec {
     pub(crate) bucket: Option<u64>,
     pub(crate) input_dims: Vec<Vec<u64>>,
+    /// The values of the model's value inputs the program is made for (binding index, bytes).
+    pub(crate) input_values: Vec<(usize, Vec<u8>)>,
+}
+
+impl ProgramSpec {
+    /// A program for `input_dims`, serving `bucket`, fixed by no input's values.
+    pub(crate) fn new(bucket: Option<u64>, input_dims: Vec<Vec<u64>>) -> ProgramSpec {
+        ProgramSpec { bucket, input_dims, input_values: Vec::new() }
+    }
+
+    /// The compile request of this program.
+    fn request(&self) -> CompileRequest<'_> {
+        CompileRequest::new(&self.input_dims, self.bucket).with_input_values(&self.input_values)
+    }
+
+    /// `identity`, with the input values (when there are any) as the option `saggar_input_values`:
+    /// a hash of them, so programs of other values have other cache keys.
+    fn keyed(&self, identity: CompilerIdentity) -> CompilerIdentity {
+        if self.input_values.is_empty() {
+            return identity;
+        }
+        let mut hasher = blake3::Hasher::new();
+        for (index, bytes) in &self.input_values {
+            hasher.update(&(*index as u64).to_le_bytes());
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+        identity.with_option("saggar_input_values", hasher.finalize().to_hex().to_string())
+    }
 }
 
 /// Turns artifact bytes into a loaded program entry.
@@ -164,7 +193,7 @@ pub(crate) fn load_entry<B: Backend, C: ProgramCompiler<B>>(
     stats: &Stats,
 ) -> Result<ProgramEntry<C::Program>> {
     let model = compiler.model();
-    let request = CompileRequest::new(&spec.input_dims, spec.bucket);
+    let request = spec.request();
     let program = compiler
         .load(device, &request, artifact)
         .map_err(|source| DispatchError::Load { model: model.name.clone(), source })?;
@@ -256,7 +285,7 @@ fn compile_bytes<B: Backend, C: ProgramCompiler<B>>(
     device: &B::Device,
     spec: &ProgramSpec,
 ) -> Result<Vec<u8>> {
-    let request = CompileRequest::new(&spec.input_dims, spec.bucket);
+    let request = spec.request();
     compiler.compile(device, &request).map_err(|source| DispatchError::Compile {
         model: compiler.model().name.clone(),
         shapes: format!("{:?}", spec.input_dims),
@@ -317,7 +346,9 @@ pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
     stats: &Stats,
 ) -> Result<ProgramEntry<C::Program>> {
     let key = match cache {
-        Some(_) => Some(device_key::<B>(&compiler.identity(), &compiler.model().inputs, &spec.input_dims, device)?),
+        Some(_) => {
+            Some(device_key::<B>(&spec.keyed(compiler.identity()), &compiler.model().inputs, &spec.input_dims, device)?)
+        }
         None => None,
     };
     let artifact = fetch(compiler, cache, key.as_ref(), stats, || compile_bytes(compiler, device, spec))?;

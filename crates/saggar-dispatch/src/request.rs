@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 
 use saggar_device::DeviceSlice;
-use saggar_shape::{Bindings, Dim, Signature, TensorShape, TensorSpec};
+use saggar_shape::{Bindings, Dim, ShapeError, Signature, TensorShape, TensorSpec};
 
 use crate::context::DeviceIo;
 use crate::error::{DispatchError, Result};
@@ -280,10 +280,16 @@ pub(crate) fn check_device_io<P>(
         let computed;
         let (expected, needed) = match exact {
             Some(entry) => (&entry.output_dims[o][..], entry.output_bytes[o]),
-            None => {
-                computed = bindings.output_shape(o)?;
-                (&computed[..], request_bytes(spec, &computed)?)
-            }
+            None => match bindings.output_shape(o) {
+                Ok(shape) => {
+                    computed = shape;
+                    (&computed[..], request_bytes(spec, &computed)?)
+                }
+                // An extent input values fix (a per-shape model with value inputs): the caller's
+                // shape is taken here and checked against the program's before it runs.
+                Err(ShapeError::UnboundSymbol { .. }) => (t.dims, request_bytes(spec, t.dims)?),
+                Err(e) => return Err(e.into()),
+            },
         };
         if t.dims != expected || t.dtype != spec.dtype() || !same_name(t.name, spec.name()) {
             return Err(DispatchError::OutputShape {

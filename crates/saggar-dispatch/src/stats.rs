@@ -47,6 +47,7 @@ pub(crate) struct Stats {
     pub(crate) shape_programs: AtomicU64,
     pub(crate) shape_program_evictions: AtomicU64,
     pub(crate) shape_overflow_runs: AtomicU64,
+    pub(crate) value_input_reads: AtomicU64,
     pub(crate) parallel_compiles: AtomicU64,
     latency_ns: [AtomicU64; LATENCY_BUCKETS],
     latency_max_ns: AtomicU64,
@@ -86,6 +87,7 @@ impl Default for Stats {
             shape_programs: AtomicU64::new(0),
             shape_program_evictions: AtomicU64::new(0),
             shape_overflow_runs: AtomicU64::new(0),
+            value_input_reads: AtomicU64::new(0),
             parallel_compiles: AtomicU64::new(0),
             latency_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_max_ns: AtomicU64::new(0),
@@ -175,6 +177,7 @@ impl Stats {
             shape_programs: load(&self.shape_programs),
             shape_program_evictions: load(&self.shape_program_evictions),
             shape_overflow_runs: load(&self.shape_overflow_runs),
+            value_input_reads: load(&self.value_input_reads),
             parallel_compiles: load(&self.parallel_compiles),
             latency: LatencyHistogram {
                 buckets: std::array::from_fn(|i| load(&self.latency_ns[i])),
@@ -289,6 +292,9 @@ pub struct StatsSnapshot {
     pub shape_program_evictions: u64,
     /// Per-shape requests run on a program that could not be kept, because every program in the full table was in use.
     pub shape_overflow_runs: u64,
+    /// Device requests whose value inputs ([`crate::ModelSpec::value_inputs`]) were copied to the host
+    /// to find their program: one synchronisation each.
+    pub value_input_reads: u64,
     /// Programs compiled on more than one thread at once (thread-safe compilers), at session creation
     /// or for the cells live re-bucketing adds.
     pub parallel_compiles: u64,
@@ -364,6 +370,7 @@ impl StatsSnapshot {
             shape_programs,
             shape_program_evictions,
             shape_overflow_runs,
+            value_input_reads,
             parallel_compiles,
             latency,
         } = other;
@@ -398,6 +405,7 @@ impl StatsSnapshot {
             (&mut self.shape_programs, shape_programs),
             (&mut self.shape_program_evictions, shape_program_evictions),
             (&mut self.shape_overflow_runs, shape_overflow_runs),
+            (&mut self.value_input_reads, value_input_reads),
             (&mut self.parallel_compiles, parallel_compiles),
         ] {
             *mine += theirs;

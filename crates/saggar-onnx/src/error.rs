@@ -83,10 +83,12 @@ pub enum OnnxError {
         source: Box<OpError>,
     },
     /// An output extent depends on the values of inputs, not only on their shapes (a Slice bound, a
-    /// Reshape target or Split sizes given as model inputs). Programs are compiled per input shape;
-    /// bind such inputs as constants with [`crate::OnnxModel::with_constant_inputs`].
+    /// Reshape target or Split sizes given as model inputs) in a way the value-input analysis does
+    /// not follow (it keys programs by a model input's values when a shape reads it, see
+    /// [`crate::OnnxCompiler::value_inputs`]); binding such inputs as constants with
+    /// [`crate::OnnxModel::with_constant_inputs`] still works.
     #[error(
-        "node `{node}` ({op}): axis {axis} of output {output} depends on run-time data (input values, not only input shapes); bind those inputs as constants (OnnxModel::with_constant_inputs)"
+        "node `{node}` ({op}): axis {axis} of output {output} depends on run-time data that no model input's values fix (the values of an op's own computation); bind the inputs it comes from as constants (OnnxModel::with_constant_inputs) or report the model"
     )]
     ShapeDependsOnData {
         /// The node.

@@ -48,7 +48,7 @@ pub use graph::ir;
 pub use import::{proto, tensor_pb};
 
 pub use compiler::profile::{MAX_PROFILE_ITERATIONS, OpsTotal, ProgramProfile, StepProfile};
-pub use compiler::run::{MAX_BOUND_INPUT_ELEMENTS, run_on_host};
+pub use compiler::run::run_on_host;
 pub use compiler::{
     ARTIFACT_VERSION, COMPILER_NAME, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions, OnnxProgram, Precision,
 };

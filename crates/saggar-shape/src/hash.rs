@@ -36,6 +36,9 @@ use crate::DType;
 /// The BLAKE3 key-derivation context of stable shape keys; it carries the encoding version.
 pub const STABLE_KEY_CONTEXT: &str = "saggar-shape 2026-11-22 stable shape key v1";
 
+/// The BLAKE3 key-derivation context of [`StableShapeKey::with_values`].
+pub const VALUE_KEY_CONTEXT: &str = "saggar-shape 2026-11-28 shape key with input values v1";
+
 /// The concrete shape of one named tensor, borrowed from the caller: what a request gives for
 /// one input, or what a program produced for one output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,6 +113,33 @@ impl StableShapeKey {
         let mut sink = StableSink::new();
         encode_canonical(inputs, &mut sink);
         sink.finish()
+    }
+
+    /// This key extended with the values of some inputs (their binding index and bytes): the key
+    /// of a program that the values fix as well as the shapes (a `shape` or `axes` tensor given as
+    /// a model input). Keys with different values, or of different inputs, differ.
+    ///
+    /// ```
+    /// use saggar_shape::{DType, StableShapeKey, TensorShape};
+    ///
+    /// let key = StableShapeKey::of(&[TensorShape::new("shape", DType::I64, &[2])]);
+    /// let a = key.with_values(&[(0, &[1, 0, 0, 0, 0, 0, 0, 0][..])]);
+    /// assert_ne!(a, key);
+    /// assert_ne!(a, key.with_values(&[(0, &[2, 0, 0, 0, 0, 0, 0, 0][..])]));
+    /// assert_eq!(key.with_values(&[]), key);
+    /// ```
+    pub fn with_values(self, values: &[(usize, &[u8])]) -> StableShapeKey {
+        if values.is_empty() {
+            return self;
+        }
+        let mut hasher = blake3::Hasher::new_derive_key(VALUE_KEY_CONTEXT);
+        hasher.update(&self.0);
+        for (index, bytes) in values {
+            hasher.update(&(*index as u64).to_le_bytes());
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+        StableShapeKey(*hasher.finalize().as_bytes())
     }
 
     /// The key's 32 bytes.

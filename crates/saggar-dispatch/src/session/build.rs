@@ -48,8 +48,12 @@ enum Kind {
 /// How a session serves a model of `signature`: from a grid of buckets when the batch is its only
 /// dynamic dimension (or the other is the declared padded axis), one program when it has none, a
 /// program per shape otherwise.
-fn kind_of(signature: &Signature, config: &SessionConfig) -> Result<Kind> {
+fn kind_of(signature: &Signature, config: &SessionConfig, value_inputs: bool) -> Result<Kind> {
     let layout = signature.batch_layout();
+    if value_inputs {
+        // Programs depend on input values: one per shape and values.
+        return Ok(Kind::PerShape);
+    }
     if signature.is_static() {
         return Ok(Kind::Static);
     }
@@ -136,7 +140,7 @@ fn program_specs(
         }
         Kind::Static => {
             let input_dims = model.inputs.iter().map(|s| concrete_dims(s, &[])).collect();
-            (Vec::new(), vec![ProgramSpec { bucket: None, input_dims }])
+            (Vec::new(), vec![ProgramSpec::new(None, input_dims)])
         }
         Kind::PerShape => (Vec::new(), Vec::new()),
     }
@@ -236,7 +240,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let _pin = device.pin()?;
         let model_spec = compiler.model().clone();
         let signature = Signature::new(model_spec.inputs.clone(), model_spec.outputs.clone())?;
-        let kind = kind_of(&signature, &config)?;
+        let kind = kind_of(&signature, &config, !model_spec.value_inputs.is_empty())?;
         let (cells, specs) = program_specs(&kind, &model_spec, &signature, &config);
         let stats = Arc::new(Stats::default());
         let (main, builtins) = precompile_all(&*compiler, &device, &config, &specs, &stats, progress)?;

@@ -21,7 +21,7 @@ fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
 /// The attention launch of the CUDA plan at `batch` (sequence 128): its kernel and threads.
 fn attention_launch(c: &OnnxCompiler, batch: u64) -> (String, u32) {
     let dims = vec![vec![batch, 128, 256], vec![batch, 1, 1, 128]];
-    let lowered = c.lower(&dims, BackendKind::Cuda).unwrap();
+    let lowered = c.lower(&dims, &[], BackendKind::Cuda).unwrap();
     let launches: Vec<_> = lowered
         .steps
         .iter()
@@ -70,7 +70,7 @@ fn auto_picks_the_row_kernel_or_the_largest_filling_tile_per_bucket_from_one_sou
 #[test]
 fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_is_forced() {
     // Batch 65536, 128 tokens of 256: 2^31 elements in the activations.
-    let big = |c: &OnnxCompiler| c.lower(&[vec![1 << 16, 128, 256], vec![1 << 16, 1, 1, 128]], BackendKind::Cuda);
+    let big = |c: &OnnxCompiler| c.lower(&[vec![1 << 16, 128, 256], vec![1 << 16, 1, 1, 128]], &[], BackendKind::Cuda);
     let unbounded = |kernel| {
         let c = compiler(kernel);
         OnnxCompiler::new(

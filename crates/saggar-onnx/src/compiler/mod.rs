@@ -117,7 +117,8 @@ impl OnnxCompiler {
             Ok(None) => (model.graph().clone(), None),
             Err(e) => (model.graph().clone(), Some(e)),
         };
-        let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec());
+        let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec())
+            .with_value_inputs(passes::value_inputs::value_inputs(&graph));
         let weights = memory::weight_layout(&graph);
         let mut model_hash = [0u8; 32];
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
@@ -162,6 +163,12 @@ impl OnnxCompiler {
         &self.options
     }
 
+    /// The model inputs whose values, not only their shapes, fix the program (binding order): a
+    /// `shape`, `axes` or `k` given as an input. Sessions key programs by their values too.
+    pub fn value_inputs(&self) -> &[usize] {
+        &self.spec.value_inputs
+    }
+
     /// The constants uploaded once per device (after the residency marker).
     #[cfg(test)]
     pub(crate) fn weight_layout(&self) -> &WeightLayout {
@@ -188,9 +195,14 @@ impl OnnxCompiler {
         self.weights.bytes.len()
     }
 
-    pub(crate) fn lower(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<Lowered, OnnxError> {
+    pub(crate) fn lower(
+        &self,
+        input_dims: &[Vec<u64>],
+        values: &[(usize, Vec<u8>)],
+        backend: BackendKind,
+    ) -> Result<Lowered, OnnxError> {
         self.check_precision()?;
-        let mut graph = passes::specialise(&self.graph, input_dims, self.model.name())?;
+        let mut graph = passes::specialise(&self.graph, input_dims, values, self.model.name())?;
         if self.options.conv == ConvEngine::Im2col {
             passes::conv_gemm::convs_as_gemms(&mut graph);
         }
@@ -220,13 +232,13 @@ impl OnnxCompiler {
     /// Lowers the model for `input_dims` on `backend` and returns its kernel counts (before and
     /// after fusion) and scratch bytes, for reports and benches. Compiles nothing.
     pub fn plan_summary(&self, input_dims: &[Vec<u64>], backend: BackendKind) -> Result<PlanSummary, OnnxError> {
-        Ok(self.lower(input_dims, backend)?.summary)
+        Ok(self.lower(input_dims, &[], backend)?.summary)
     }
 
     /// The CUDA/HIP C++ source generated for `input_dims` (the same text for every input shape of
     /// a model whose specialised graphs have the same structure). Compiles nothing.
     pub fn gpu_source(&self, input_dims: &[Vec<u64>]) -> Result<String, OnnxError> {
-        Ok(self.source(&self.lower(input_dims, BackendKind::Cuda)?).code)
+        Ok(self.source(&self.lower(input_dims, &[], BackendKind::Cuda)?).code)
     }
 
     /// How many generated CUDA/HIP sources this compiler has compiled: one per model, backend and
@@ -379,7 +391,7 @@ impl StepCompiler for OnnxCompiler {
         device: &B::Device,
         request: &CompileRequest<'_>,
     ) -> Result<Vec<u8>, OnnxError> {
-        let lowered = self.lower(request.input_dims, B::KIND)?;
+        let lowered = self.lower(request.input_dims, request.input_values, B::KIND)?;
         let source = self.source(&lowered);
         let codes = if B::KIND == BackendKind::Host {
             vec![device.compile(&source)?]
@@ -396,7 +408,7 @@ impl StepCompiler for OnnxCompiler {
         artifact: &[u8],
     ) -> Result<OnnxProgram<B>, OnnxError> {
         let artifact = self.parse_artifact::<B>(artifact)?;
-        let lowered = self.lower(request.input_dims, B::KIND)?;
+        let lowered = self.lower(request.input_dims, request.input_values, B::KIND)?;
         self.load_lowered(device, request, &artifact, lowered)
     }
 }
@@ -438,7 +450,7 @@ mod tests {
         let mut all = Vec::new();
         for batch in [1, 2, 4, 64] {
             let dims = [vec![batch, 16], vec![batch, 16]];
-            let lowered = c.lower(&dims, BackendKind::Cuda).unwrap();
+            let lowered = c.lower(&dims, &[], BackendKind::Cuda).unwrap();
             let source = c.source(&lowered);
             // Stand-ins, so the host device accepts the units as it would compiled CUDA.
             for k in &lowered.kernels {

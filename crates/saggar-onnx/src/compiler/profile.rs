@@ -132,7 +132,7 @@ impl OnnxCompiler {
         let input_dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
         let request = CompileRequest::new(&input_dims, None);
         let artifact = self.parse_artifact::<B>(&self.compile_steps::<B>(device, &request)?)?;
-        let lowered = self.lower(&input_dims, B::KIND)?;
+        let lowered = self.lower(&input_dims, &[], B::KIND)?;
         let kinds = crate::plan::labels::kinds(&lowered.steps);
         let labels = lowered.labels.clone();
         let program: OnnxProgram<B> = self.load_lowered::<B>(device, &request, &artifact, lowered)?;

@@ -10,31 +10,11 @@ use crate::compiler::OnnxCompiler;
 use crate::error::OnnxError;
 use crate::tensor::Tensor;
 
-/// Most elements of an integer input [`run_on_host`] binds as a constant when the model's shapes
-/// depend on input values.
-pub const MAX_BOUND_INPUT_ELEMENTS: usize = 4096;
-
-/// Compiles `compiler`'s model for the shapes of `inputs` (binding order), runs it once on a fresh
-/// host device and returns the outputs in binding order.
-///
-/// When an output shape depends on input values ([`OnnxError::ShapeDependsOnData`]: Slice bounds
-/// or Reshape targets given as model inputs, as in the ONNX backend tests), the integer inputs of at
-/// most [`MAX_BOUND_INPUT_ELEMENTS`] elements and the scalar inputs are bound as constants
-/// ([`crate::OnnxModel::with_constant_inputs`]) and the run is compiled again for those values.
+/// Compiles `compiler`'s model for the shapes of `inputs` (binding order) and the values of its
+/// value inputs ([`OnnxCompiler::value_inputs`]: a `shape`, `axes` or `k` given as an input), runs
+/// it once on a fresh host device and returns the outputs in binding order.
 pub fn run_on_host(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
-    match run_compiled(compiler, inputs) {
-        Err(OnnxError::ShapeDependsOnData { .. }) => {
-            let (bound, rest): (Vec<_>, Vec<_>) = inputs.iter().cloned().enumerate().partition(|(_, t)| {
-                t.len() == 1
-                    || (matches!(t.dtype(), saggar_shape::DType::I64 | saggar_shape::DType::I32)
-                        && t.len() <= MAX_BOUND_INPUT_ELEMENTS)
-            });
-            let model = compiler.onnx_model().with_constant_inputs(&bound)?;
-            let rest: Vec<Tensor> = rest.into_iter().map(|(_, t)| t).collect();
-            run_compiled(&OnnxCompiler::new(model, compiler.options().clone()), &rest)
-        }
-        other => other,
-    }
+    run_compiled(compiler, inputs)
 }
 
 fn run_compiled(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
@@ -59,7 +39,8 @@ fn run_compiled(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor
     };
     let device = HostBackend::open(0)?;
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-    let request = CompileRequest::new(&dims, None);
+    let values: Vec<(usize, Vec<u8>)> = compiler.value_inputs().iter().map(|&i| (i, inputs[i].to_le_bytes())).collect();
+    let request = CompileRequest::new(&dims, None).with_input_values(&values);
     let artifact = ProgramCompiler::<HostBackend>::compile(compiler, &device, &request).map_err(boxed)?;
     let program = ProgramCompiler::<HostBackend>::load(compiler, &device, &request, &artifact).map_err(boxed)?;
     let stream = device.create_stream()?;

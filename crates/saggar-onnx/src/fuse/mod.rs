@@ -168,7 +168,7 @@ mod tests {
 
     fn specialised(b: &ModelBuilder, dims: &[Vec<u64>]) -> Graph {
         let model = crate::OnnxModel::from_bytes(&b.to_bytes(), "m", &crate::ImportLimits::default()).unwrap();
-        crate::graph::passes::specialise(model.graph(), dims, "m").unwrap()
+        crate::graph::passes::specialise(model.graph(), dims, &[], "m").unwrap()
     }
 
     #[test]

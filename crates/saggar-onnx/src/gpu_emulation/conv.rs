@@ -133,7 +133,7 @@ pub(super) fn matches_the_host_at_every_precision(
     for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
         let model = OnnxModel::from_bytes(bytes, "conv_blocks", &crate::ImportLimits::default()).unwrap();
         let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision));
-        check(precision, &compiler.lower(&dims, BackendKind::Cuda).unwrap());
+        check(precision, &compiler.lower(&dims, &[], BackendKind::Cuda).unwrap());
         let want = run_on_host(&compiler, inputs).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let Some(got) = run_emulated(&compiler, inputs, dir.path()) else { return };

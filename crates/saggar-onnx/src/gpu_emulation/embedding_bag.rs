@@ -132,7 +132,7 @@ fn reference(c: &Case, k: usize, idx: &Tensor) -> Vec<f32> {
 
 fn bag_launches(compiler: &OnnxCompiler, inputs: &[Tensor]) -> usize {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-    let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+    let lowered = compiler.lower(&dims, &[], BackendKind::Cuda).unwrap();
     lowered
         .steps
         .iter()
@@ -187,7 +187,7 @@ fn each_bag_of_the_dlrm_model_is_one_step_naming_both_nodes() {
         for batch in [1u64, 3] {
             let dims: Vec<Vec<u64>> =
                 model.inputs().iter().enumerate().map(|(i, _)| vec![batch, if i == 0 { 13 } else { 4 }]).collect();
-            let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+            let lowered = compiler.lower(&dims, &[], BackendKind::Cuda).unwrap();
             let labels = &lowered.labels;
             let bag_steps: Vec<usize> = (0..lowered.steps.len())
                 .filter(|&s| labels.groups[labels.step_group[s]].ops == ["Gather", "ReduceSum"])

@@ -147,7 +147,7 @@ fn norms_storing_their_half_casts_match_the_host_when_run_on_the_cpu() {
     for (half, precision) in [(DType::F16, Precision::Fp16), (DType::BF16, Precision::Bf16)] {
         let options = OnnxOptions::default().with_precision(precision);
         let compiler = OnnxCompiler::new(model.clone(), options.clone());
-        let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+        let lowered = compiler.lower(&dims, &[], BackendKind::Cuda).unwrap();
         let groups = &lowered.labels.groups;
         let alone = groups.iter().filter(|g| g.ops == ["Cast"]).count();
         let stored = groups.iter().filter(|g| g.ops.ends_with(&["LayerNormalization".into(), "Cast".into()])).count();
@@ -201,7 +201,7 @@ fn an_encoders_half_precision_plan_has_no_casts_after_its_norms() {
     let dims = [vec![2, 16], vec![2, 16]];
     let plan = |precision| {
         let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_precision(precision));
-        compiler.lower(&dims, BackendKind::Cuda).unwrap()
+        compiler.lower(&dims, &[], BackendKind::Cuda).unwrap()
     };
     let fp32 = plan(Precision::Fp32).steps.len();
     for precision in [Precision::Fp16, Precision::Bf16] {

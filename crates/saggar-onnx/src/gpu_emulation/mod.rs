@@ -129,7 +129,7 @@ static void store(const char* path, const unsigned char* p, size_t size) {
 /// Runs `compiler` on `inputs` through its CUDA plan compiled for the CPU in `dir`; `None` without g++.
 pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Vec<u8>>> {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-    let lowered = compiler.lower(&dims, BackendKind::Cuda).unwrap();
+    let lowered = compiler.lower(&dims, &[], BackendKind::Cuda).unwrap();
     let source = compiler.source(&lowered).code;
     let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
     std::fs::write(file("weights.bin"), &compiler.weight_layout().bytes).unwrap();
@@ -412,7 +412,7 @@ fn every_translation_unit_of_a_model_source_compiles_on_its_own() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
     let model = OnnxModel::load(root.join("bert").join("model.onnx")).unwrap();
     let compiler = OnnxCompiler::new(model, OnnxOptions::default());
-    let lowered = compiler.lower(&[vec![2, 16], vec![2, 16]], BackendKind::Cuda).unwrap();
+    let lowered = compiler.lower(&[vec![2, 16], vec![2, 16]], &[], BackendKind::Cuda).unwrap();
     let source = compiler.source(&lowered);
     let units = compiler.units(&lowered, &source);
     assert!(units.len() > 1, "the BERT source is split");

@@ -270,7 +270,11 @@ impl OnnxModel {
     /// [`RUN_ONCE_MAX_ELEMENTS`] elements is refused before it is allocated.
     pub fn run_once(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
         let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-        let graph = passes::specialise(&self.graph, &dims, &self.name)?;
+        let bound: Vec<(usize, Vec<u8>)> = passes::value_inputs::value_inputs(&self.graph)
+            .into_iter()
+            .filter_map(|i| inputs.get(i).map(|t| (i, t.to_le_bytes())))
+            .collect();
+        let graph = passes::specialise(&self.graph, &dims, &bound, &self.name)?;
         let mut values: Vec<Option<std::sync::Arc<Tensor>>> = graph.values.iter().map(|v| v.constant.clone()).collect();
         for (&id, t) in graph.inputs.iter().zip(inputs) {
             let want = graph.ty(id).map(|ty| ty.dtype);

@@ -398,7 +398,7 @@ mod tests {
                 .collect();
             let model = OnnxModel::load(dir.join("model.onnx")).unwrap();
             let weights = weight_layout(model.graph());
-            let mut graph = passes::specialise(model.graph(), &inputs, name).unwrap();
+            let mut graph = passes::specialise(model.graph(), &inputs, &[], name).unwrap();
             // The nodes lowering sees: each Conv rewritten into im2col, matmul and bias steps.
             passes::conv_gemm::convs_as_gemms(&mut graph);
             let mut want: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();

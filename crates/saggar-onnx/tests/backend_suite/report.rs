@@ -34,8 +34,8 @@ pub struct TestResult {
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
     passed: usize,
-    /// Of `passed`, those run with their shape inputs bound ([`Mode::ShapeInputsBound`]).
-    bound: usize,
+    /// Of `passed`, those whose programs are keyed by input values ([`Mode::ValueInputs`]).
+    keyed: usize,
     expected: usize,
     failed: usize,
     stale: usize,
@@ -97,7 +97,7 @@ impl Report {
             match (&t.outcome, listed) {
                 (Outcome::Passed(mode), None) => {
                     counts.passed += 1;
-                    counts.bound += usize::from(*mode == Mode::ShapeInputsBound);
+                    counts.keyed += usize::from(*mode == Mode::ValueInputs);
                 }
                 (Outcome::Passed(_), Some(_)) => {
                     counts.stale += 1;
@@ -128,7 +128,7 @@ impl Report {
         }
         for c in r.per_suite.values() {
             r.total.passed += c.passed;
-            r.total.bound += c.bound;
+            r.total.keyed += c.keyed;
             r.total.expected += c.expected;
             r.total.failed += c.failed;
             r.total.stale += c.stale;
@@ -172,7 +172,7 @@ impl Report {
 
     fn counts_table(&self) -> String {
         let mut s = String::from(
-            "| suite | applicable | passed | of which shape inputs bound | expected failures | failed | stale | not applicable |\n\
+            "| suite | applicable | passed | of which keyed by input values | expected failures | failed | stale | not applicable |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let rows = self.per_suite.iter().map(|(k, v)| (*k, *v)).chain([("total", self.total)]);
@@ -182,7 +182,7 @@ impl Report {
                 "| {suite} | {} | {} | {} | {} | {} | {} | {} |",
                 c.applicable(),
                 c.passed,
-                c.bound,
+                c.keyed,
                 c.expected,
                 c.failed,
                 c.stale,
@@ -196,11 +196,11 @@ impl Report {
     pub fn text(&self) -> String {
         let t = &self.total;
         let mut s = format!(
-            "ONNX backend tests on {}{}: {} passed ({} with shape inputs bound), {} expected failures, {} failed, {} stale, {} not applicable ({:.1} s)\n",
+            "ONNX backend tests on {}{}: {} passed ({} keyed by input values), {} expected failures, {} failed, {} stale, {} not applicable ({:.1} s)\n",
             self.backend,
             self.filter.as_deref().map(|f| format!(" (filter `{f}`)")).unwrap_or_default(),
             t.passed,
-            t.bound,
+            t.keyed,
             t.expected,
             t.failed,
             t.stale,
@@ -242,10 +242,10 @@ impl Report {
              node is in the declared op set at the model's opset (7 to 24) and every graph input, output and constant \
              has a declared element type (every numeric type but the 8-bit and sub-byte floats, and bool); each applicable test is imported and run through a \
              `Session`, every data set compared with the ONNX runner's tolerances (rtol 1e-3, atol 1e-7, NaN equals \
-             NaN, same shapes and element types). A compiled program's shapes cannot depend on run-time data, so \
-             a test whose output shapes depend on the values of some inputs (a `shape`, `starts` or `axes` fed as a \
-             graph input, where exporters emit constants) is run a second time with each data set's integer and \
-             scalar inputs bound as constants; the table counts those separately. Expected failures are listed with their reasons in \
+             NaN, same shapes and element types). Every input is fed at run time: a test whose output shapes \
+             depend on the values of some inputs (a `shape`, `starts`, `axes` or `k` fed as a graph input, where \
+             exporters emit constants) gets a program per shape and values of those inputs (the session's value \
+             inputs, part of the program key); the table counts those separately. Expected failures are listed with their reasons in \
              `crates/saggar-onnx/tests/backend_expectations.txt`.\n",
             self.backend
         );

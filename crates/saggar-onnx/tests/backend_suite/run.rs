@@ -32,46 +32,25 @@ fn read_all(set: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
 /// How a passing test was run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// The model as shipped, every input fed at run time.
+    /// The model as shipped, every input fed at run time, through one program.
     Direct,
     /// The model's shapes depend on the values of some inputs (a Reshape `shape`, Slice `starts`, a
-    /// reduction's `axes` fed as graph inputs): a compiled program's shapes cannot depend on run-time
-    /// data, so each data set's integer and scalar inputs were bound as constants and the rest fed.
-    ShapeInputsBound,
+    /// reduction's `axes` fed as graph inputs): the session kept a program per shape and values
+    /// (`ModelSpec::value_inputs`), every input still fed at run time.
+    ValueInputs,
 }
 
-/// Most elements of an integer input bound as a constant (the rule of `saggar_onnx::run_on_host`).
-const MAX_BOUND_INPUT_ELEMENTS: usize = 4096;
-
-/// Imports the test's model, opens a session on a device from `open` and runs every data set. A data
-/// set whose output shapes depend on input values ([`OnnxError::ShapeDependsOnData`]) is run through
-/// its own session with its integer and scalar inputs bound as constants.
+/// Imports the test's model, opens a session on a device from `open` and runs every data set
+/// through it, every input fed.
 pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, String>) -> Result<Mode, String> {
     let model = OnnxModel::load(dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
     let options = OnnxOptions::default().with_max_program_bytes(MAX_PROGRAM_BYTES);
-    let compiler = Arc::new(OnnxCompiler::new(model.clone(), options.clone()));
-    let mut session = None;
-    let mut mode = Mode::Direct;
+    let compiler = Arc::new(OnnxCompiler::new(model.clone(), options));
+    let mode = if compiler.value_inputs().is_empty() { Mode::Direct } else { Mode::ValueInputs };
+    let session = open_session::<B>(compiler, open()?)?;
     for set in data_set_dirs(dir)? {
         let inputs = read_all(&set, "input")?;
-        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-        if let Err(OnnxError::ShapeDependsOnData { .. }) =
-            compiler.plan_summary(&dims, saggar_device::BackendKind::Host)
-        {
-            mode = Mode::ShapeInputsBound;
-            let (bound, fed): (Vec<_>, Vec<_>) = inputs.into_iter().enumerate().partition(|(_, t)| {
-                t.len() == 1 || (matches!(t.dtype(), DType::I64 | DType::I32) && t.len() <= MAX_BOUND_INPUT_ELEMENTS)
-            });
-            let bound_model = model.with_constant_inputs(&bound).map_err(|e| format!("binding inputs: {e}"))?;
-            let bound_compiler = Arc::new(OnnxCompiler::new(bound_model.clone(), options.clone()));
-            let bound_session = open_session::<B>(bound_compiler, open()?)?;
-            run_set(&bound_session, &bound_model, &set, fed.into_iter().map(|(_, t)| t).collect())?;
-            continue;
-        }
-        if session.is_none() {
-            session = Some(open_session::<B>(compiler.clone(), open()?)?);
-        }
-        run_set(session.as_ref().expect("opened above"), &model, &set, inputs)?;
+        run_set(&session, &model, &set, inputs)?;
     }
     Ok(mode)
 }

@@ -222,7 +222,7 @@ mod tests {
         b.output("y", DType::F32, &[]);
         extra(&mut b);
         let model = OnnxModel::from_bytes(&b.to_bytes(), "bag", &ImportLimits::default()).unwrap();
-        let g = crate::graph::passes::specialise(model.graph(), &[vec![3, 4]], "bag").unwrap();
+        let g = crate::graph::passes::specialise(model.graph(), &[vec![3, 4]], &[], "bag").unwrap();
         let info = crate::plan::nodes::describe(&g).unwrap();
         let at = |t: &str| g.nodes.iter().position(|n| n.op_type == t).unwrap();
         let (gather, reduce) = (at("Gather"), at(op));

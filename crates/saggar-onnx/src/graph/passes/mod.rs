@@ -12,6 +12,7 @@ mod fuse;
 pub(crate) mod infer;
 pub(crate) mod precision;
 mod simplify;
+pub(crate) mod value_inputs;
 
 use crate::error::OnnxError;
 use crate::graph::ir::Graph;
@@ -30,10 +31,17 @@ pub(crate) fn optimise(graph: &mut Graph, fold_limit: usize) -> Result<(), OnnxE
     Ok(())
 }
 
-/// A copy of `graph` for concrete `input_dims`, every extent known and shape chains folded.
-pub(crate) fn specialise(graph: &Graph, input_dims: &[Vec<u64>], model: &str) -> Result<Graph, OnnxError> {
+/// A copy of `graph` for concrete `input_dims` and the value inputs' `values` (binding index, bytes),
+/// every extent known and shape chains folded.
+pub(crate) fn specialise(
+    graph: &Graph,
+    input_dims: &[Vec<u64>],
+    values: &[(usize, Vec<u8>)],
+    model: &str,
+) -> Result<Graph, OnnxError> {
     let mut g = graph.clone();
     infer::bind_inputs(&mut g, input_dims, model)?;
+    value_inputs::bind_values(&mut g, values, model)?;
     infer::infer_and_fold(&mut g, infer::Mode::Concrete, SPECIALISE_FOLD_LIMIT)?;
     simplify::remove_dead_nodes(&mut g);
     Ok(g)

@@ -311,14 +311,17 @@ impl Op for AxesOp {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
-        if self.unsqueeze
-            && self.axes.is_none()
+        if self.axes.is_none()
             && let Some(axes) = inputs.get(1).filter(|a| a.const_i64s().is_none())
         {
-            // Axes known only at run time: the rank is known, the extents are not.
+            // Axes known only at run time (a model input, whose values key the program): the rank
+            // is known, the extents are not.
             let n = axes.ty.dims.first().and_then(Dim::as_fixed).filter(|&n| n as usize <= MAX_RANK);
-            let n = n.ok_or_else(|| OpError::infer("Unsqueeze's axes count is not known"))? as usize;
-            return Ok(vec![ValueType::new(x.ty.dtype, vec![unknown_dim(); x.ty.rank() + n])]);
+            let n = n.ok_or_else(|| OpError::infer("the count of Squeeze or Unsqueeze axes is not known"))? as usize;
+            let rank = if self.unsqueeze { Some(x.ty.rank() + n) } else { x.ty.rank().checked_sub(n) };
+            let rank =
+                rank.ok_or_else(|| OpError::infer(format!("Squeeze of {n} axes of a rank {} input", x.ty.rank())))?;
+            return Ok(vec![ValueType::new(x.ty.dtype, vec![unknown_dim(); rank])]);
         }
         Ok(vec![ValueType::new(x.ty.dtype, self.out_dims(&x.ty.dims, self.axes(inputs)?)?)])
     }

@@ -1,0 +1,101 @@
+//! Value inputs: the model inputs whose values, not only their shapes, fix the program. A node
+//! whose output extents import could not know (an unnamed symbol none of its inputs has) reads a
+//! small non-constant tensor at a slot past its data input (a Reshape `shape`, Slice `starts`, a
+//! reduction's `axes`, TopK's `k`, Resize's `scales`): the model inputs that tensor is computed
+//! from are value inputs. Sessions key programs by their values as well as the shapes; per
+//! compile, [`bind_values`] makes them constants, so the shape chains fold as for initializers.
+
+use std::collections::BTreeSet;
+
+use saggar_shape::{DType, Dim};
+
+use crate::error::OnnxError;
+use crate::graph::ir::{Graph, ValueId};
+use crate::ops::shape_util::is_unnamed;
+use crate::tensor::{Tensor, checked_numel};
+
+/// Most elements of a tensor read as a shape-fixing value: shape, axes, pads and scale vectors are
+/// short; a longer tensor is data.
+pub(crate) const MAX_VALUE_ELEMENTS: usize = 4096;
+
+/// Ops whose output values depend only on their input's shape: tracing stops there.
+const SHAPE_ONLY: [&str; 2] = ["Shape", "Size"];
+
+/// Ops whose first input fixes their output's shape (elsewhere it is the data).
+const SHAPE_FIRST: [&str; 6] =
+    ["Range", "ConstantOfShape", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix"];
+
+/// The binding indices of `graph`'s value inputs, ascending.
+pub(crate) fn value_inputs(graph: &Graph) -> Vec<usize> {
+    let mut found = BTreeSet::new();
+    for node in &graph.nodes {
+        let input_dims: Vec<&Dim> =
+            node.inputs.iter().flatten().filter_map(|&id| graph.ty(id)).flat_map(|t| t.dims.iter()).collect();
+        let fresh = node
+            .outputs
+            .iter()
+            .filter_map(|&id| graph.ty(id))
+            .flat_map(|t| t.dims.iter())
+            .any(|d| is_unnamed(d) && !input_dims.contains(&d));
+        if !fresh {
+            continue;
+        }
+        // Slot 0 is the data input, except for the ops whose first input is a shape.
+        let first = SHAPE_FIRST.contains(&node.op_type.as_str());
+        for (slot, id) in node.inputs.iter().enumerate() {
+            let Some(id) = *id else { continue };
+            if (slot > 0 || first) && small(graph, id) && graph.value(id).constant.is_none() {
+                trace(graph, id, &mut found);
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// Whether `id` is a short vector or a scalar (at most [`MAX_VALUE_ELEMENTS`] elements, rank at
+/// most 1 when its length is symbolic), of a numeric type.
+fn small(graph: &Graph, id: ValueId) -> bool {
+    let Some(ty) = graph.ty(id) else { return false };
+    let count = ty.fixed_dims().and_then(|d| checked_numel(&d));
+    ty.dtype != DType::Bool && count.map_or(ty.rank() <= 1, |n| n <= MAX_VALUE_ELEMENTS)
+}
+
+/// Adds the model inputs `id` is computed from (through every producer but the shape-only ops).
+fn trace(graph: &Graph, id: ValueId, found: &mut BTreeSet<usize>) {
+    let mut stack = vec![id];
+    let mut seen = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || graph.value(v).constant.is_some() {
+            continue;
+        }
+        if let Some(i) = graph.inputs.iter().position(|&input| input == v) {
+            if small(graph, v) {
+                found.insert(i);
+            }
+            continue;
+        }
+        if let Some(n) = graph.producer(v) {
+            let node = &graph.nodes[n];
+            if !SHAPE_ONLY.contains(&node.op_type.as_str()) {
+                stack.extend(node.inputs.iter().flatten());
+            }
+        }
+    }
+}
+
+/// Makes the value inputs' `values` (binding index, little-endian bytes) constants of `graph`,
+/// which keeps them as inputs: a program made for these values reads nothing else from them. The
+/// input's shape must already be bound.
+pub(crate) fn bind_values(graph: &mut Graph, values: &[(usize, Vec<u8>)], model: &str) -> Result<(), OnnxError> {
+    let err = |reason: String| OnnxError::Request { model: model.to_string(), reason };
+    for (index, bytes) in values {
+        let id = *graph.inputs.get(*index).ok_or_else(|| err(format!("no input {index} to bind a value to")))?;
+        let value = graph.value(id);
+        let ty = value.ty.as_ref().ok_or_else(|| err(format!("input `{}` has no type", value.name)))?;
+        let dims = ty.fixed_dims().ok_or_else(|| err(format!("input `{}` has no concrete shape", value.name)))?;
+        let tensor = Tensor::from_le_bytes(ty.dtype, dims, bytes)
+            .map_err(|e| err(format!("the value of input `{}`: {e}", value.name)))?;
+        graph.value_mut(id).constant = Some(std::sync::Arc::new(tensor));
+    }
+    Ok(())
+}
