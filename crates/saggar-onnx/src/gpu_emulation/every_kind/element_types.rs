@@ -1,5 +1,5 @@
 //! The kernel kinds that take every numeric element type (reductions, ArgMax, CumSum, TopK, Einsum,
-//! Cast, Clip, Where and the copies): a model that casts its f32 input to f64, i8, u8, i16, u16,
+//! Cast, Clip, Where and the copies; MaxPool of i8 and u8): a model that casts its f32 input to f64, i8, u8, i16, u16,
 //! u32 and u64 and runs each kind on each, through the emulation against the host backend.
 
 use saggar_shape::{DType, Dim};
@@ -48,6 +48,10 @@ fn typed_nodes(k: &mut Kinds, t: DType, s: &str) {
     if matches!(t, DType::F64 | DType::U32 | DType::U64) {
         k.node("CumSum", &[x, "cs_axis"], &[name(&["cumsum", s])], &[("reverse", Int(1))], t);
     }
+    if matches!(t, DType::I8 | DType::U8) {
+        let attrs = [("kernel_shape", Ints(vec![2, 2])), ("pads", Ints(vec![0, 1, 1, 0]))];
+        k.node("MaxPool", &[x], &[name(&["maxpool", s])], &attrs, t);
+    }
     let (vals, idx) = (name(&["topk", s]), name(&["topk_i", s]));
     k.b.node("TopK", &[x, "k3"], &[vals, idx], &[("axis", Int(2))]);
     k.outputs.extend([(vals, t), (idx, DType::I64)]);
@@ -89,5 +93,5 @@ fn model() -> OnnxModel {
 
 #[test]
 fn every_element_type_matches_the_host_when_run_on_the_cpu() {
-    matches_the_host(model(), 7 * 16 + 3 + 3);
+    matches_the_host(model(), 7 * 16 + 3 + 3 + 2);
 }

@@ -216,7 +216,7 @@ pub(crate) fn image_dims<'a>(op: &str, ty: &'a ValueType) -> Result<&'a [Dim], O
 }
 
 /// As [`image_dims`] for an input of element type `element`.
-fn typed_image_dims<'a>(op: &str, ty: &'a ValueType, element: DType) -> Result<&'a [Dim], OpError> {
+pub(crate) fn typed_image_dims<'a>(op: &str, ty: &'a ValueType, element: DType) -> Result<&'a [Dim], OpError> {
     if ty.dtype != element {
         return Err(OpError::infer(format!("{op} takes {element} inputs, not {}", ty.dtype)));
     }

@@ -334,7 +334,11 @@ mod tests {
         }
         kinds.push(Box::new(LrnKernel { scale_bits: 1, beta_bits: 2, bias_bits: 3 }));
         for mode in [PoolMode::Max, PoolMode::MaxWithIndices, PoolMode::Average, PoolMode::Lp] {
-            kinds.push(Box::new(PoolKernel { mode }));
+            kinds.push(Box::new(PoolKernel { mode, dtype: DType::F32 }));
+            if matches!(mode, PoolMode::Max | PoolMode::MaxWithIndices) {
+                kinds.push(Box::new(PoolKernel { mode, dtype: DType::U8 }));
+                kinds.push(Box::new(PoolKernel { mode, dtype: DType::I8 }));
+            }
         }
         for mode in [GlobalMode::Average, GlobalMode::Max, GlobalMode::Lp] {
             kinds.push(Box::new(GlobalPoolKernel { mode }));

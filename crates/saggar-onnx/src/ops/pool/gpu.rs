@@ -1,10 +1,14 @@
 //! The GPU kernels of the pooling family: max, average and Lp pooling (`pool.cu` and its bodies),
 //! global pooling (`global_pool.cu`), MaxUnpool's scatter (`max_unpool.cu`) and LRN (`lrn.cu`).
 
+use saggar_shape::DType;
+
 use crate::ops::OpError;
 use crate::ops::conv::Axis;
 use crate::ops::conv::gpu::fits_i32;
-use crate::ops::gpu::{BLOCK, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, float_literal, render};
+use crate::ops::gpu::{
+    BLOCK, GpuKernel, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ctype, ext, float_literal, render,
+};
 
 /// What [`PoolKernel`] computes over each window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +28,8 @@ pub(crate) enum PoolMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PoolKernel {
     pub(crate) mode: PoolMode,
+    /// The element type: f32, or i8 and u8 for max pooling (compared as their exact f32 values).
+    pub(crate) dtype: DType,
 }
 
 /// The column-major position of row-major plane offset `best` (storage_order 1).
@@ -62,14 +68,20 @@ impl GpuKernel for PoolKernel {
             ),
         };
         let spatial = MAX_SPATIAL.to_string();
+        let t = ctype(self.dtype).unwrap_or("float");
+        // Max pooling stores the greatest element as it is (an exact f32 for i8 and u8).
+        let store = store.replace("y[i] = acc;", &format!("y[i] = ({t})acc;"));
         let body = |template: &str, i: &str| {
-            let values = [("I", i), ("INIT", init), ("TAKE", take), ("STORE", &store), ("MAX_SPATIAL", &spatial)];
+            let values =
+                [("I", i), ("T", t), ("INIT", init), ("TAKE", take), ("STORE", &store), ("MAX_SPATIAL", &spatial)];
             render(template, &values)
         };
         let (planar, rank) = (include_str!("pool_planar.cuh"), include_str!("pool_rank.cuh"));
+        let t = ctype(self.dtype).unwrap_or("float");
         render(
             include_str!("pool.cu"),
             &[
+                ("T", t),
                 ("INDICES_PARAM", indices_param),
                 ("PLANAR_NARROW", &body(planar, "int")),
                 ("PLANAR_WIDE", &body(planar, "onnx_i64")),
@@ -83,7 +95,13 @@ impl GpuKernel for PoolKernel {
 /// The launch of [`PoolKernel`] over `axes` (one axis runs as two, the first of extent 1) for the
 /// `planes` (image, channel) planes of input 0 into output 0 (and the Indices into output 1 with
 /// [`PoolMode::MaxWithIndices`]); `param` as `pool.cu` says.
-pub(crate) fn pool_launch(axes: &[Axis], planes: usize, mode: PoolMode, param: i64) -> Result<GpuNode, OpError> {
+pub(crate) fn pool_launch(
+    axes: &[Axis],
+    planes: usize,
+    mode: PoolMode,
+    param: i64,
+    dtype: DType,
+) -> Result<GpuNode, OpError> {
     if axes.len() > MAX_SPATIAL {
         return Err(OpError::eval(format!("pooling takes at most {MAX_SPATIAL} spatial axes on GPU")));
     }
@@ -108,7 +126,7 @@ pub(crate) fn pool_launch(axes: &[Axis], planes: usize, mode: PoolMode, param: i
     }
     let outputs: u64 = axes.iter().map(|a| a.output as u64).product();
     let work = Work::Elements(outputs.saturating_mul(planes as u64));
-    Ok(GpuNode::Launches(vec![GpuLaunch::new(PoolKernel { mode }, meta, work, slots)]))
+    Ok(GpuNode::Launches(vec![GpuLaunch::new(PoolKernel { mode, dtype }, meta, work, slots)]))
 }
 
 /// What [`GlobalPoolKernel`] computes over each plane.
@@ -222,7 +240,9 @@ mod tests {
 
     /// The kernel, meta table and work of the pooling launch over `axes` and `planes` planes.
     fn launch(axes: &[Axis], planes: usize, mode: PoolMode) -> (PoolKernel, Vec<i64>, Work) {
-        let GpuNode::Launches(launches) = pool_launch(axes, planes, mode, 1).unwrap() else { panic!("launches") };
+        let GpuNode::Launches(launches) = pool_launch(axes, planes, mode, 1, DType::F32).unwrap() else {
+            panic!("launches")
+        };
         let l = &launches[0];
         (*l.kernel_as::<PoolKernel>().unwrap(), l.meta.clone(), l.work)
     }
@@ -232,7 +252,7 @@ mod tests {
         // ResNet's stem MaxPool: [32, 64, 112, 112] to [32, 64, 56, 56].
         let stem = [axis(112, 3, 2, 1), axis(112, 3, 2, 1)];
         let (kernel, meta, work) = launch(&stem, 32 * 64, PoolMode::Max);
-        assert_eq!(kernel, PoolKernel { mode: PoolMode::Max });
+        assert_eq!(kernel, PoolKernel { mode: PoolMode::Max, dtype: DType::F32 });
         assert_eq!(
             meta,
             [2, 2048, 1, 112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1],

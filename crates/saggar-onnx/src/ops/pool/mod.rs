@@ -8,10 +8,10 @@ mod unpool;
 use saggar_shape::{DType, Dim};
 
 use self::gpu::{GlobalMode, LrnKernel, PoolMode, global_pool_launch, pool_launch};
-use crate::ops::conv::{Axis, Window, check_len, check_out_dims, image_dims};
+use crate::ops::conv::{Axis, Window, check_len, check_out_dims, image_dims, typed_image_dims};
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext, numel};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType};
-use crate::tensor::TensorMut;
+use crate::tensor::{DataRef, TensorMut};
 
 /// The ops of this family. LpPool has dilations and ceil_mode from opset 18.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -127,12 +127,19 @@ impl Op for Pool {
                 Reduce::Average { count_pad } => (PoolMode::Average, i64::from(count_pad)),
                 Reduce::Lp { p } => (PoolMode::Lp, i64::from(p)),
             };
-            pool_launch(&axes, x.dims[0] * x.dims[1], mode, param)
+            pool_launch(&axes, x.dims[0] * x.dims[1], mode, param, x.dtype)
         })())
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
-        let x = image_dims("pooling", inputs.req(0)?.ty)?;
+        let ty = inputs.req(0)?.ty;
+        // Max pooling also takes i8 and u8 (their values compare exactly as f32).
+        let dtype = if matches!(self.reduce, Reduce::Max { .. }) && matches!(ty.dtype, DType::I8 | DType::U8) {
+            ty.dtype
+        } else {
+            DType::F32
+        };
+        let x = typed_image_dims("pooling", ty, dtype)?;
         let kernel: Vec<Option<usize>> = self.window.kernel.iter().map(|&k| Some(k)).collect();
         if kernel.len() != x.len() - 2 {
             return Err(OpError::infer(format!(
@@ -143,7 +150,7 @@ impl Op for Pool {
         }
         let mut dims = x[..2].to_vec();
         dims.extend(self.window.infer_spatial(&x[2..], &kernel)?);
-        let mut out = vec![ValueType::new(DType::F32, dims.clone())];
+        let mut out = vec![ValueType::new(dtype, dims.clone())];
         if self.reduce == (Reduce::Max { indices: true }) {
             out.push(ValueType::new(DType::I64, dims));
         }
@@ -162,9 +169,21 @@ impl Op for Pool {
         for out in outputs.iter() {
             check_out_dims("pooling", out.dims, expected())?;
         }
-        let x = xv.f32s()?;
+        let x: std::borrow::Cow<'_, [f32]> = match xv.data {
+            DataRef::I8(v) => v.iter().map(|&b| f32::from(b)).collect(),
+            DataRef::U8(v) => v.iter().map(|&b| f32::from(b)).collect(),
+            _ => xv.floats()?,
+        };
         let (first, rest) = outputs.split_first_mut().ok_or_else(|| OpError::eval("pooling needs an output"))?;
-        let y = first.f32s()?;
+        // i8 and u8 inputs (max pooling) are pooled as their exact f32 values and stored back.
+        let mut widened = Vec::new();
+        let y: &mut [f32] = match &mut first.data {
+            crate::tensor::DataMut::F32(y) => y,
+            other => {
+                widened.resize(other.len(), 0.0);
+                &mut widened
+            }
+        };
         let mut indices = match (self.reduce, rest.first_mut()) {
             (Reduce::Max { indices: true }, Some(i)) => Some(i.i64s()?),
             (Reduce::Max { indices: true }, None) => return Err(OpError::eval("MaxPool: missing Indices output")),
@@ -215,6 +234,9 @@ impl Op for Pool {
                 }
                 advance(&mut pos, |a| axes[a].output);
             }
+        }
+        if !widened.is_empty() {
+            crate::tensor::cast_into(DataRef::F32(&widened), &mut first.data)?;
         }
         Ok(())
     }

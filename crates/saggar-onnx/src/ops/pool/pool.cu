@@ -9,7 +9,7 @@
 // ones otherwise.
 // meta: s, N*C, param, in[s], out[s], kernel[s], stride[s], pad_begin[s], pad_end[s], dilation[s],
 // narrow; param is count_include_pad (average), storage_order (max with indices) or p (Lp).
-(const onnx_i64* meta, const float* __restrict__ x, float* __restrict__ y@INDICES_PARAM@) {
+(const onnx_i64* meta, const @T@* __restrict__ x, @T@* __restrict__ y@INDICES_PARAM@) {
   const int s = (int)meta[0];
   const onnx_i64 param = meta[2];
   const onnx_i64* in = meta + 3;

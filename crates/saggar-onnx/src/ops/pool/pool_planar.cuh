@@ -10,7 +10,7 @@
     ONNX_LOOP(q, (onnx_i64)NC * out_plane) {
       const @I@ i = (@I@)q, nc = i / out_plane, p = i - nc * out_plane, oy = p / OW, ox = p - oy * OW;
       const @I@ y0 = oy * SY - PY, x0 = ox * SX - PX;
-      const float* xp = x + nc * in_plane;
+      const @T@* xp = x + nc * in_plane;
       float acc = @INIT@;
       @I@ inside = 0, padded = 0, best = 0;
       for (@I@ ky = 0; ky < KH; ++ky) {
@@ -21,7 +21,7 @@
         for (@I@ kx = 0; kx < KW; ++kx) {
           const @I@ ix = x0 + kx * DX;
           if (ix >= EX) break;
-          if (row && ix >= 0 && ix < W) { const @I@ at = line + ix; const float v = xp[at]; @TAKE@ ++inside; }
+          if (row && ix >= 0 && ix < W) { const @I@ at = line + ix; const float v = (float)xp[at]; @TAKE@ ++inside; }
           else ++padded;
         }
       }

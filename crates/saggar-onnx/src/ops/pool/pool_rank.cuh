@@ -16,7 +16,7 @@
         first[d] = o * (@I@)st[d] - (@I@)pb[d];
         k[d] = 0;
       }
-      const float* xp = x + nc * in_plane;
+      const @T@* xp = x + nc * in_plane;
       float acc = @INIT@;
       @I@ inside = 0, padded = 0, best = 0;
       for (@I@ t = 0; t < taps; ++t) {
@@ -28,7 +28,7 @@
           else if ((c < 0 || c >= (@I@)in[d]) && where == 0) where = 1;
           at = where == 0 ? at * (@I@)in[d] + c : 0;
         }
-        if (where == 0) { const float v = xp[at]; @TAKE@ ++inside; }
+        if (where == 0) { const float v = (float)xp[at]; @TAKE@ ++inside; }
         else if (where == 1) ++padded;
         for (int d = s - 1; d >= 0 && ++k[d] == (@I@)ker[d]; --d) k[d] = 0;
       }
