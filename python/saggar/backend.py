@@ -2,12 +2,11 @@
 runner (``onnx.backend.test.BackendTest(saggar.backend, __name__)``) runs on saggar.
 
 ``prepare`` imports the model into a session on the device's provider (``"CPU"``: the host
-backend; ``"CUDA"``: the cuda backend). saggar compiles a program per input shape, so a model whose
-output shapes depend on the values of some inputs (a Reshape ``shape`` or Slice ``starts`` fed as
-graph inputs, as in many node tests) is compiled at ``run`` instead, with those inputs (scalars and
-integer tensors of at most 4096 elements) bound as constants, the rule of ``cargo xtask
-onnx-tests``. ``is_compatible`` says whether saggar imports the model (its ops, opsets and element
-types), so the runner skips what saggar does not declare.
+backend; ``"CUDA"``: the cuda backend). A model whose output shapes depend on the values of some
+inputs (a Reshape ``shape`` or Slice ``starts`` fed as graph inputs, as in many node tests) gets a
+program per shape and values of those inputs, every input fed, as ``cargo xtask onnx-tests`` runs
+it. ``is_compatible`` says whether saggar imports the model (its ops, opsets and element types), so
+the runner skips what saggar does not declare.
 
 ``onnx`` is needed only by this module, not by ``saggar`` itself.
 """
@@ -18,14 +17,11 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from . import Error, InferenceSession, SessionOptions, ShapeDependsOnData, get_available_providers
+from . import Error, InferenceSession, SessionOptions, get_available_providers
 from . import NotImplemented as NotImplementedHere
 
 #: The newest opset saggar imports (``run_node`` builds its models at it).
 MAX_OPSET = 21
-
-#: Most elements of an integer input bound as a constant (saggar_onnx::MAX_BOUND_INPUT_ELEMENTS).
-MAX_BOUND_INPUT_ELEMENTS = 4096
 
 _PROVIDERS = {DeviceType.CPU: "CPUExecutionProvider", DeviceType.CUDA: "CUDAExecutionProvider"}
 
@@ -54,21 +50,12 @@ def _session(model_bytes, provider, **kwargs):
     return session
 
 
-def _bound(value):
-    """Whether an input is bound as a constant when shapes depend on input values."""
-    value = np.asarray(value)
-    return value.size == 1 or (value.dtype in (np.int64, np.int32) and value.size <= MAX_BOUND_INPUT_ELEMENTS)
-
-
 class SaggarRep(BackendRep):
-    """A prepared model: a session, or (for models whose shapes depend on input values) the model
-    bytes, compiled per data set with those inputs bound."""
+    """A prepared model: its session."""
 
-    def __init__(self, model_bytes, input_names, output_names, provider, session):
-        self._bytes = model_bytes
+    def __init__(self, input_names, output_names, session):
         self._inputs = input_names
         self._outputs = output_names
-        self._provider = provider
         self._session = session
 
     def run(self, inputs, **kwargs):
@@ -79,12 +66,7 @@ class SaggarRep(BackendRep):
                 inputs = [inputs]
             feeds = dict(zip(self._inputs, inputs))
         feeds = {name: np.asarray(value) for name, value in feeds.items()}
-        if self._session is not None:
-            outputs = self._session.run(None, feeds)
-        else:
-            constants = {n: v for n, v in feeds.items() if _bound(v)}
-            session = _session(self._bytes, self._provider, _constant_inputs=constants)
-            outputs = session.run(None, {n: v for n, v in feeds.items() if n not in constants})
+        outputs = self._session.run(None, feeds)
         return namedtupledict("Outputs", self._outputs)(*outputs)
 
 
@@ -104,8 +86,6 @@ class SaggarBackend(Backend):
             return False
         try:
             cls.prepare(model, device, **kwargs)
-        except ShapeDependsOnData:
-            return True
         except Error:
             return False
         return True
@@ -124,11 +104,7 @@ class SaggarBackend(Backend):
         global _last
         if _last is not None and _last[0] == model_bytes and _last[1] == provider:
             return _last[2]
-        try:
-            session = _session(model_bytes, provider)
-        except ShapeDependsOnData:
-            session = None
-        rep = SaggarRep(model_bytes, input_names, output_names, provider, session)
+        rep = SaggarRep(input_names, output_names, _session(model_bytes, provider))
         _last = (model_bytes, provider, rep)
         return rep
 
