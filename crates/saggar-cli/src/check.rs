@@ -50,6 +50,9 @@ pub struct CheckReport {
     pub nodes: Option<usize>,
     /// The input shapes lowered.
     pub input_dims: Vec<Vec<u64>>,
+    /// The model inputs whose values fix shapes (a `shape` or `axes` given as an input): sessions
+    /// compile a program per shape and values, so a backend's verdict is on the op set alone.
+    pub value_inputs: Vec<String>,
     /// One verdict per backend asked about.
     pub backends: Vec<BackendCheck>,
 }
@@ -90,6 +93,7 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
                 opset: None,
                 nodes: None,
                 input_dims: Vec::new(),
+                value_inputs: Vec::new(),
                 backends: kinds.iter().map(|k| verdict(*k, refused.clone())).collect(),
             });
         }
@@ -102,11 +106,15 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
         .collect();
     let nodes = model.graph().nodes.len();
     let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+    let inputs = compiler.onnx_model().inputs();
+    let value_inputs: Vec<String> = compiler.value_inputs().iter().map(|&i| inputs[i].name().to_string()).collect();
     let backends = kinds
         .iter()
         .map(|&kind| {
             let refused = match compiler.plan_summary(&dims, kind) {
                 Ok(_) => Vec::new(),
+                // Lowered per value at run time: every node imported, every op has its form.
+                Err(OnnxError::ShapeDependsOnData { .. }) if !value_inputs.is_empty() => Vec::new(),
                 Err(e) => refusals(&e, Some(opset)),
             };
             verdict(kind, refused)
@@ -117,6 +125,7 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
         opset: Some(opset),
         nodes: Some(nodes),
         input_dims: dims,
+        value_inputs,
         backends,
     })
 }
@@ -178,6 +187,13 @@ fn table(report: &CheckReport) -> String {
         out.push_str(&format!(": opset {opset}, {nodes} nodes, checked at input shapes {:?}", report.input_dims));
     }
     out.push('\n');
+    if !report.value_inputs.is_empty() {
+        out.push_str(&format!(
+            "shapes depend on the values of inputs {}: sessions compile a program per shape and values, so the \
+             verdicts are on the op set (a value no op accepts fails when it is sent)\n",
+            report.value_inputs.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let mut t = Table::with_header(&["BACKEND", "VERDICT"]);
     for b in &report.backends {
         let verdict = if b.supported { "supported".to_string() } else { format!("{} nodes refused", b.refused.len()) };
