@@ -13,6 +13,8 @@
 //! - `cargo xtask zoo [FLAGS]`: exports the zoo's architectures (`benches/zoo`) and runs them through
 //!   `saggar` against PyTorch and ONNX Runtime, where PyTorch is (the GPU machine: there it runs from
 //!   the bundle, `SAGGAR_ZOO=1 bash run.sh REPORT`).
+//! - `cargo xtask fuzz [--seconds N]`: runs the cargo-fuzz target over import, checking and lowering,
+//!   seeded with the backend suite's models (see `fuzz.rs`).
 //! - `cargo xtask tidy`: prints every violation of the source-tree rules that `cargo test --workspace`
 //!   also checks (file and function length, module docs, saggar-onnx's layers; see `tidy.rs`).
 //!
@@ -50,6 +52,7 @@
 //! in a step of their own, "HIP backend on CUDA via fixture", on GPU 0 with that directory first on the
 //! library path; the report labels those results `hip-fixture` and never presents them as AMD results.
 
+mod fuzz;
 mod onnx_bundle;
 mod onnx_tests;
 mod publish;
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         }
         (Some("publish-check"), _) => publish::publish_check(&workspace_root()),
         (Some("tidy"), _) => tidy::run(&workspace_root()),
+        (Some("fuzz"), _) => fuzz::run(&workspace_root(), flag(&args, "--seconds"), flag(&args, "--jobs")),
         (Some("gpu"), Ok(machine)) => {
             let bundle = PathBuf::from("target/gpu-bundle");
             let report = flag(&args, "--report").unwrap_or_else(|| "target/gpu-report".into());
@@ -95,7 +99,7 @@ fn usage() -> String {
     "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
      cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--report FILE] [--fetch-only]\n       \
      cargo xtask zoo [zoo.py flags: --only A,B --exporters torchscript,dynamo --tiny --export-only ...]\n       \
-     cargo xtask publish-check | cargo xtask tidy"
+     cargo xtask publish-check | cargo xtask tidy | cargo xtask fuzz [--seconds N] [--jobs J]"
         .into()
 }
 

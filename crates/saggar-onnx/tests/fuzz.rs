@@ -1,4 +1,5 @@
-//! Byte-mutation fuzzing of small models and the shipped models with a fixed case budget: whatever the bytes, import,
+//! Byte-mutation fuzzing of small models and the shipped models with a fixed case budget, and the
+//! replay of the cargo-fuzz regressions (`tests/fuzz-regressions/`): whatever the bytes, import,
 //! compile and one host run return values or typed errors, never panic, and never allocate what the
 //! bytes claim (programs are capped at 64 MiB).
 
@@ -59,6 +60,11 @@ fn exercise(bytes: &[u8]) {
     if let Err(e) = run_on_host(&compiler, &inputs) {
         no_panic(&e);
     }
+    // The GPU lowering too (no device needed): the cargo-fuzz target's second step.
+    let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+    if let Err(e) = compiler.gpu_source(&dims) {
+        no_panic(&e);
+    }
 }
 
 proptest! {
@@ -97,5 +103,19 @@ fn the_unmutated_seeds_run() {
             .collect();
         let compiler = OnnxCompiler::new(model, OnnxOptions::default());
         assert!(run_on_host(&compiler, &inputs).is_ok());
+    }
+}
+
+/// Every input the cargo-fuzz target once crashed on (`tests/fuzz-regressions/`, kept with its fix)
+/// imports, compiles and runs to a value or a typed error.
+#[test]
+fn the_fuzz_regressions_never_panic() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "md") {
+            continue;
+        }
+        exercise(&std::fs::read(&path).unwrap());
     }
 }

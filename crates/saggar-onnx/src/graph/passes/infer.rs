@@ -93,6 +93,16 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
                     "output {k} has shape {ty}, not fixed for these input shapes"
                 ))));
             }
+            // Sizes past the address space are refused here, before any lowering multiplies them.
+            if let Some(dims) = ty.fixed_dims()
+                && checked_numel(&dims)
+                    .and_then(|n| n.checked_mul(ty.dtype.size_bytes()))
+                    .is_none_or(|b| b > isize::MAX as usize)
+            {
+                return Err(node_err(OpError::infer(format!(
+                    "output {k} of shape {ty} has more bytes than memory can hold"
+                ))));
+            }
         }
         let dims_value = if types.len() == 1
             && types[0].rank() <= 1

@@ -276,9 +276,10 @@ pub fn broadcast_mode(dims: &[usize], out: &[usize]) -> [i64; 3] {
     }
 }
 
-/// Element count of `dims`.
+/// Element count of `dims` (saturating: inference refuses shapes whose bytes overflow, so a
+/// saturated count never reaches a launch).
 pub fn numel(dims: &[usize]) -> u64 {
-    dims.iter().map(|&d| d as u64).product()
+    dims.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
 }
 
 #[cfg(test)]
