@@ -1,6 +1,7 @@
 //! A model with a node of every GPU kernel kind (and the fused forms around them), run through the
 //! emulation against the host backend.
 
+mod quantize;
 mod sampling_signal_loss;
 
 use saggar_shape::{DType, Dim};
@@ -594,6 +595,7 @@ fn every_kind_model() -> OnnxModel {
     tensor_op_nodes(&mut k);
     recurrent_nodes(&mut k);
     sampling_signal_loss::sampling_signal_and_loss_nodes(&mut k);
+    quantize::quantize_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }
