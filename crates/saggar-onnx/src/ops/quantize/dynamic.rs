@@ -18,7 +18,7 @@ pub(super) struct Dynamic;
 pub(super) fn scale_and_zero_point(x: &[f32]) -> (f32, f32) {
     let (lo, hi) = x.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
-    let zp = (0.0 - lo / scale).max(0.0).min(255.0).round_ties_even();
+    let zp = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even();
     (scale, zp)
 }
 
@@ -40,7 +40,7 @@ impl Op for Dynamic {
         match (&mut y.data, &mut s.data, &mut z.data) {
             (DataMut::U8(y), DataMut::F32(s), DataMut::U8(z)) if y.len() == x.len() && s.len() == 1 && z.len() == 1 => {
                 for (o, &v) in y.iter_mut().zip(x) {
-                    *o = ((v / scale).round_ties_even() + zp).max(0.0).min(255.0) as u8;
+                    *o = ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0) as u8;
                 }
                 s[0] = scale;
                 z[0] = zp as u8;

@@ -153,7 +153,7 @@ impl Op for Quantize {
         let floats: &[DType] = if self.opset >= 19 { &[DType::F32, DType::F16, DType::BF16] } else { &[DType::F32] };
         require_dtype("QuantizeLinear", x.dtype, &[floats, &[DType::I32]].concat())?;
         let scales: &[DType] = if self.opset >= 23 { &[floats, &[DType::I32]].concat() } else { floats };
-        require_dtype("QuantizeLinear scale", s.dtype, &scales.to_vec())?;
+        require_dtype("QuantizeLinear scale", s.dtype, scales)?;
         let zp = inputs.get(2).map(|z| z.ty);
         check_zero_point("QuantizeLinear", s, zp)?;
         infer_layout(&x.dims, &s.dims, self.at.axis, self.at.block)?;
