@@ -6,14 +6,17 @@
 use saggar_shape::{DType, Dim};
 
 use super::gpu::{Epilogue, QConvKernel};
-use super::{centred, check_8bit, multiplier, quant_range, requantize, single, step, wide_values};
+use super::{
+    centred, check_8bit, check_product_inputs, multiplier, quant_range, requantize, single, step, wide_values,
+    write_numbers,
+};
 use crate::ops::conv::gpu::axes_meta;
 use crate::ops::conv::{Axis, Window, fixed};
 use crate::ops::elementwise::output_mismatch;
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
 use crate::ops::shape_util::strides;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
-use crate::tensor::{Number, TensorMut, each_number_mut};
+use crate::tensor::{TensorMut, each_number_mut};
 
 /// ConvInteger (`qlinear` false: inputs x, w, x_zero_point, w_zero_point) or QLinearConv (inputs
 /// x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B).
@@ -96,32 +99,13 @@ impl Op for QConv {
                 "{op}: input {x} and weights {w} must be (N, C, spatial...) of one rank"
             )));
         }
-        for (slot, want, what) in [(xzi, x.dtype, "x_zero_point"), (wzi, w.dtype, "w_zero_point")] {
-            let zp = if self.qlinear { Some(inputs.req(slot)?) } else { inputs.get(slot) };
-            if let Some(z) = zp
-                && z.ty.dtype != want
-            {
-                return Err(OpError::infer(format!("{op}: {what} is {} but its operand is {want}", z.ty.dtype)));
-            }
+        let zero_points = [(xzi, x.dtype, "x_zero_point"), (wzi, w.dtype, "w_zero_point")];
+        let out = check_product_inputs(op, inputs, zero_points, self.qlinear)?;
+        if let Some(b) = inputs.get(8).filter(|_| self.qlinear)
+            && (b.ty.dtype != DType::I32 || b.ty.rank() != 1)
+        {
+            return Err(OpError::infer(format!("{op}: the bias must be an int32 vector, found {}", b.ty)));
         }
-        let out = if self.qlinear {
-            for slot in [1, 4, 6] {
-                let s = inputs.req(slot)?.ty.dtype;
-                if !matches!(s, DType::F32 | DType::F16 | DType::BF16) {
-                    return Err(OpError::infer(format!("{op}: scales must be f32, f16 or bf16, found {s}")));
-                }
-            }
-            if let Some(b) = inputs.get(8)
-                && (b.ty.dtype != DType::I32 || b.ty.rank() != 1)
-            {
-                return Err(OpError::infer(format!("{op}: the bias must be an int32 vector, found {}", b.ty)));
-            }
-            let y = inputs.req(7)?.ty.dtype;
-            check_8bit(op, "y_zero_point", y)?;
-            y
-        } else {
-            DType::I32
-        };
         let mut kernel: Vec<Option<usize>> = w.dims[2..].iter().map(fixed).collect();
         for (k, &attr) in kernel.iter_mut().zip(&self.window.kernel) {
             *k = Some(attr);
@@ -168,11 +152,7 @@ impl Op for QConv {
             let channel = i / plane.max(1) % m;
             requantize(sums[i], multiplier(x_s, w_s[channel * wss], y_s, ty), y_zp[0], range)
         };
-        fn write<T: Number>(o: &mut [T], f: impl Fn(usize) -> f64) -> Result<(), OpError> {
-            o.iter_mut().enumerate().for_each(|(i, o)| *o = T::from_f64(f(i)));
-            Ok(())
-        }
-        each_number_mut!(&mut outputs[0].data, |o| write(o, value), _ => Err(output_mismatch()))
+        each_number_mut!(&mut outputs[0].data, |o| write_numbers(o, value), _ => Err(output_mismatch()))
     }
 
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {

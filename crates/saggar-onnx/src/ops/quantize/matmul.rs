@@ -2,15 +2,18 @@
 //! (per tensor, per row of a, per column of b), summed in 32 bits; QLinearMatMul requantises the
 //! sums through its scales.
 
-use saggar_shape::{DType, Dim};
+use saggar_shape::Dim;
 
 use super::gpu::{Epilogue, QMatMulKernel};
-use super::{centred, check_8bit, multiplier, quant_range, requantize, single, step, wide_values};
+use super::{
+    centred, check_8bit, check_product_inputs, multiplier, quant_range, requantize, single, step, wide_values,
+    write_numbers,
+};
 use crate::ops::elementwise::output_mismatch;
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, broadcast, ext, numel};
 use crate::ops::shape_util::{broadcast_concrete, broadcast_dims, broadcast_strides, for_each_broadcast};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
-use crate::tensor::{Number, TensorMut, each_number_mut};
+use crate::tensor::{TensorMut, each_number_mut};
 
 /// MatMulInteger (`qlinear` false: inputs a, b, a_zero_point, b_zero_point) or QLinearMatMul
 /// (inputs a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point).
@@ -95,27 +98,8 @@ impl Op for QMatMul {
         let (a, b) = (inputs.req(a)?.ty, inputs.req(b)?.ty);
         check_8bit(op, "a", a.dtype)?;
         check_8bit(op, "b", b.dtype)?;
-        for (slot, want, what) in [(az, a.dtype, "a_zero_point"), (bz, b.dtype, "b_zero_point")] {
-            let zp = if self.qlinear { Some(inputs.req(slot)?) } else { inputs.get(slot) };
-            if let Some(z) = zp
-                && z.ty.dtype != want
-            {
-                return Err(OpError::infer(format!("{op}: {what} is {} but its operand is {want}", z.ty.dtype)));
-            }
-        }
-        let out = if self.qlinear {
-            for slot in [1, 4, 6] {
-                let s = inputs.req(slot)?.ty.dtype;
-                if !matches!(s, DType::F32 | DType::F16 | DType::BF16) {
-                    return Err(OpError::infer(format!("{op}: scales must be f32, f16 or bf16, found {s}")));
-                }
-            }
-            let y = inputs.req(7)?.ty.dtype;
-            check_8bit(op, "y_zero_point", y)?;
-            y
-        } else {
-            DType::I32
-        };
+        let zero_points = [(az, a.dtype, "a_zero_point"), (bz, b.dtype, "b_zero_point")];
+        let out = check_product_inputs(op, inputs, zero_points, self.qlinear)?;
         Ok(vec![ValueType::new(out, product_dims(op, &a.dims, &b.dims)?)])
     }
 
@@ -161,11 +145,7 @@ impl Op for QMatMul {
             let (col, row) = (i % n, i / n % m);
             requantize(sums[i], multiplier(a_s[row * ass], b_s[col * bss], y_s, ty), y_zp[0], range)
         };
-        fn write<T: Number>(o: &mut [T], f: impl Fn(usize) -> f64) -> Result<(), OpError> {
-            o.iter_mut().enumerate().for_each(|(i, o)| *o = T::from_f64(f(i)));
-            Ok(())
-        }
-        each_number_mut!(&mut outputs[0].data, |o| write(o, value), _ => Err(output_mismatch()))
+        each_number_mut!(&mut outputs[0].data, |o| write_numbers(o, value), _ => Err(output_mismatch()))
     }
 
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {

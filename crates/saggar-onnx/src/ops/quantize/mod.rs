@@ -241,3 +241,41 @@ fn centred(op: &str, x: DataRef<'_>, zp: Option<DataRef<'_>>, inner: usize) -> R
 fn single(op: &str, what: &str, count: usize) -> Result<(), OpError> {
     if count == 1 { Ok(()) } else { Err(OpError::eval(format!("{op}: {what} must hold one value, found {count}"))) }
 }
+
+/// The integer products' input checks at inference: the zero points of `zero_points` (slot,
+/// operand type, name) of their operand's type (required for the QLinear ops), and for those the
+/// scales (inputs 1, 4, 6) floats and the output zero point (input 7) int8 or uint8. The output
+/// type: int32, or the output zero point's.
+fn check_product_inputs(
+    op: &str,
+    inputs: &crate::ops::InferInputs<'_>,
+    zero_points: [(usize, DType, &str); 2],
+    qlinear: bool,
+) -> Result<DType, OpError> {
+    for (slot, want, what) in zero_points {
+        let zp = if qlinear { Some(inputs.req(slot)?) } else { inputs.get(slot) };
+        if let Some(z) = zp
+            && z.ty.dtype != want
+        {
+            return Err(OpError::infer(format!("{op}: {what} is {} but its operand is {want}", z.ty.dtype)));
+        }
+    }
+    if !qlinear {
+        return Ok(DType::I32);
+    }
+    for slot in [1, 4, 6] {
+        let s = inputs.req(slot)?.ty.dtype;
+        if !matches!(s, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(OpError::infer(format!("{op}: scales must be f32, f16 or bf16, found {s}")));
+        }
+    }
+    let y = inputs.req(7)?.ty.dtype;
+    check_8bit(op, "y_zero_point", y)?;
+    Ok(y)
+}
+
+/// Writes `f(i)` into every element of `o`.
+fn write_numbers<T: crate::tensor::Number>(o: &mut [T], f: impl Fn(usize) -> f64) -> Result<(), OpError> {
+    o.iter_mut().enumerate().for_each(|(i, o)| *o = T::from_f64(f(i)));
+    Ok(())
+}
