@@ -2,6 +2,7 @@
 //! emulation against the host backend.
 
 mod element_types;
+mod quantize;
 mod sampling_signal_loss;
 
 use saggar_shape::{DType, Dim};
@@ -595,6 +596,7 @@ fn every_kind_model() -> OnnxModel {
     tensor_op_nodes(&mut k);
     recurrent_nodes(&mut k);
     sampling_signal_loss::sampling_signal_and_loss_nodes(&mut k);
+    quantize::quantize_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

@@ -71,6 +71,7 @@ pub(crate) mod linalg;
 pub(crate) mod loss;
 pub(crate) mod norm;
 pub(crate) mod pool;
+pub(crate) mod quantize;
 pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
@@ -382,6 +383,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     roi::OPS,
     signal::OPS,
     loss::OPS,
+    quantize::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.

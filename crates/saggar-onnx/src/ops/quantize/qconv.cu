@@ -1,0 +1,39 @@
+// ConvInteger and QLinearConv, one thread per output element: the 32-bit (wrapping) sum over the
+// group's channels and the kernel taps inside the input of `(x - x_zero_point) * (w - w_zero_point)`
+// (padding adds nothing), the w zero point per tensor or per output channel (step 0 or 1), plus the
+// bias, then RESULT (the sum, or requantised through the scales).
+// meta: s, N, C, M, group, wzp_step, ws_step, in[s], out[s], kernel[s], stride[s], pad_begin[s],
+// dilation[s]
+(const onnx_i64* meta, const @TX@* __restrict__ x, const @TW@* __restrict__ w@PARAMS@, @TY@* __restrict__ y) {
+  const int s = (int)meta[0];
+  const onnx_i64 N = meta[1], C = meta[2], M = meta[3], G = meta[4], wzs = meta[5], wss = meta[6];
+  const onnx_i64* in = meta + 7; const onnx_i64* out = in + s; const onnx_i64* ker = out + s;
+  const onnx_i64* st = ker + s; const onnx_i64* pad = st + s; const onnx_i64* dil = pad + s;
+  onnx_i64 in_plane = 1, out_plane = 1, taps = 1;
+  for (int d = 0; d < s; ++d) { in_plane *= in[d]; out_plane *= out[d]; taps *= ker[d]; }
+  const onnx_i64 cg = C / G, mg = M / G;
+  ONNX_LOOP(i, N * M * out_plane) {
+    onnx_i64 pos[@MAX_SPATIAL@];
+    onnx_i64 rem = i % out_plane;
+    for (int d = s - 1; d >= 0; --d) { pos[d] = rem % out[d]; rem /= out[d]; }
+    const onnx_i64 m = (i / out_plane) % M, n = i / out_plane / M, g = m / mg;
+    const int zx = @XZP@, zw = @WZP@;
+    unsigned acc = @INIT@;
+    for (onnx_i64 c = 0; c < cg; ++c) {
+      const @TX@* xp = x + (n * C + g * cg + c) * in_plane;
+      const @TW@* wp = w + (m * cg + c) * taps;
+      for (onnx_i64 t = 0; t < taps; ++t) {
+        onnx_i64 tr = t, at = 0, stride = 1;
+        bool inside = true;
+        for (int d = s - 1; d >= 0; --d) {
+          const onnx_i64 k = tr % ker[d]; tr /= ker[d];
+          const onnx_i64 p = pos[d] * st[d] + k * dil[d] - pad[d];
+          inside = inside && p >= 0 && p < in[d];
+          at += p * stride; stride *= in[d];
+        }
+        if (inside) acc += (unsigned)(((int)xp[at] - zx) * ((int)wp[t] - zw));
+      }
+    }
+    y[i] = @RESULT@;
+  }
+}
