@@ -174,6 +174,13 @@ impl TensorData {
     }
 }
 
+impl DataMut<'_> {
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl DataRef<'_> {
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {

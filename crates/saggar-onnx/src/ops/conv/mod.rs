@@ -262,7 +262,7 @@ pub(crate) fn half_conv_writing_f32(attrs: &Attributes, opset: u32, half: DType)
 }
 
 /// The `group` attribute of Conv and ConvTranspose.
-fn parse_group(ctx: &NodeCtx<'_>) -> Result<usize, OpError> {
+pub(crate) fn parse_group(ctx: &NodeCtx<'_>) -> Result<usize, OpError> {
     let group = ctx.int_or("group", 1)?;
     usize::try_from(group)
         .ok()
@@ -302,7 +302,7 @@ fn kernel_extents(op: &str, window: &Window, w: &ValueType) -> Result<Vec<Option
 }
 
 /// Checks concrete kernel extents (from the weights) against `kernel_shape`; none may be zero.
-fn check_kernel(op: &str, window: &Window, kernel: &[usize]) -> Result<(), OpError> {
+pub(crate) fn check_kernel(op: &str, window: &Window, kernel: &[usize]) -> Result<(), OpError> {
     if !window.kernel.is_empty() && window.kernel != kernel {
         return Err(OpError::eval(format!(
             "{op}: kernel_shape {:?} differs from the weights {kernel:?}",

@@ -11,7 +11,7 @@ use super::{
     write_numbers,
 };
 use crate::ops::conv::gpu::axes_meta;
-use crate::ops::conv::{Axis, Window, fixed};
+use crate::ops::conv::{Axis, Window, check_kernel, fixed, parse_group};
 use crate::ops::elementwise::output_mismatch;
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, MAX_SPATIAL, Slot, Work, ext, numel};
 use crate::ops::shape_util::strides;
@@ -29,12 +29,7 @@ struct QConv {
 
 fn build(ctx: &mut NodeCtx<'_>, qlinear: bool) -> Result<Box<dyn Op>, OpError> {
     let window = Window::parse(ctx, false)?;
-    let group = ctx.int_or("group", 1)?;
-    let group = usize::try_from(group)
-        .ok()
-        .filter(|&g| g >= 1)
-        .ok_or_else(|| OpError::attribute("group", format!("must be at least 1, found {group}")))?;
-    Ok(Box::new(QConv { window, group, qlinear }))
+    Ok(Box::new(QConv { window, group: parse_group(ctx)?, qlinear }))
 }
 
 pub(super) fn build_conv_integer(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -76,12 +71,7 @@ impl QConv {
             return Err(OpError::eval(format!("{op}: input {x:?}, weights {w:?} and {g} groups disagree")));
         }
         let kernel = &w[2..];
-        if (!self.window.kernel.is_empty() && self.window.kernel != kernel) || kernel.contains(&0) {
-            return Err(OpError::eval(format!(
-                "{op}: kernel_shape {:?} does not match the weights {w:?}",
-                self.window.kernel
-            )));
-        }
+        check_kernel(op, &self.window, kernel)?;
         let axes = self.window.resolve(&x[2..], kernel)?;
         Ok(Shape { ncm: [x[0], c, m], axes, taps: kernel.iter().product(), cg })
     }
