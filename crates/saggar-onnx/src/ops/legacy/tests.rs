@@ -1,0 +1,1 @@
+//! Tests of the opset 1-6 forms.
