@@ -93,8 +93,16 @@ impl Checked {
 
 impl Op for Checked {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
+        // Checked ahead of the op's own inference (whose messages know nothing of the legacy form),
+        // except where the rule needs the output.
+        let after = self.check == Check::ThirdIsOutput;
+        if !after {
+            self.check(inputs, &[])?;
+        }
         let out = self.inner.infer(inputs)?;
-        self.check(inputs, &out)?;
+        if after {
+            self.check(inputs, &out)?;
+        }
         Ok(out)
     }
 
@@ -147,7 +155,7 @@ impl Op for AlignAt {
             )));
         }
         let mut dims = b.dims.clone();
-        dims.resize(a.rank(), Dim::Fixed(1));
+        dims.resize(a.rank() - self.axis, Dim::Fixed(1));
         Ok(vec![ValueType::new(b.dtype, dims)])
     }
 
