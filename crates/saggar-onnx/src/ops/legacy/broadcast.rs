@@ -1,5 +1,5 @@
-//! Opset 1-6 broadcasting: the binary ops' `broadcast`/`axis` attributes ([`build_binary`]), the
-//! view aligning `B` with `A` at `axis` ([`AlignAt`]) and the shape checks legacy forms add to
+//! Opset 1-6 broadcasting: the binary ops' `broadcast`/`axis` attributes ([`build_binary`]) and
+//! PRelu's per-channel slope ([`build_prelu`]), the view aligning `B` with `A` at `axis` ([`AlignAt`]) and the shape checks legacy forms add to
 //! today's ops ([`Checked`]).
 
 use saggar_shape::Dim;
@@ -189,4 +189,15 @@ pub(super) fn build_binary(ctx: &mut NodeCtx<'_>, op_type: &str, consumed: bool)
         ctx.view_input(InputView { input: 1, op_type: ALIGN, op: Box::new(AlignAt { axis }), with: vec![0] });
     }
     Ok(Box::new(Checked { inner, check }))
+}
+
+/// PRelu 1-6: the slope is one value, or one per channel of axis 1 (Caffe2's NCHW PRelu), viewed
+/// as `(C, 1, ...)` ahead of opset 7's PRelu.
+pub(super) fn build_prelu(ctx: &mut NodeCtx<'_>, consumed: bool) -> Result<Box<dyn Op>, OpError> {
+    if consumed {
+        ctx.ignore("consumed_inputs");
+    }
+    let op = rebuild(ctx, "PRelu", 7, Default::default())?;
+    ctx.view_input(InputView { input: 1, op_type: ALIGN, op: Box::new(AlignAt { axis: 1 }), with: vec![0] });
+    Ok(op)
 }

@@ -16,7 +16,7 @@ mod broadcast;
 mod tests;
 
 use crate::ops::{Attribute, Attributes, NodeCtx, Op, OpEntry, OpError, lookup};
-use broadcast::{Check, Checked, build_binary};
+use broadcast::{Check, Checked, build_binary, build_prelu};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -43,9 +43,9 @@ pub(crate) static OPS: &[OpEntry] = &[
         until: 5,
         build: |c| consumed(c, "InstanceNormalization", 6, &["epsilon"]),
     },
-    // The version converter calls PRelu 6 to 7 compatible.
-    OpEntry { op_type: "PRelu", since: 1, until: 5, build: |c| consumed(c, "PRelu", 7, &[]) },
-    OpEntry { op_type: "PRelu", since: 6, until: 6, build: |c| translate(c, "PRelu", 7, &[]) },
+    // A slope of one element, or of one per channel (axis 1).
+    OpEntry { op_type: "PRelu", since: 1, until: 5, build: |c| build_prelu(c, true) },
+    OpEntry { op_type: "PRelu", since: 6, until: 6, build: |c| build_prelu(c, false) },
     // `broadcast` and `axis` instead of numpy broadcasting.
     OpEntry { op_type: "Add", since: 1, until: 5, build: |c| build_binary(c, "Add", true) },
     OpEntry { op_type: "Add", since: 6, until: 6, build: |c| build_binary(c, "Add", false) },

@@ -223,3 +223,13 @@ fn split_1_needs_its_axis() {
     let err = run_op_outputs("Split", 1, &attrs(&[("split", ints(&[1, 2]))]), &[Some(&iota(&[3]))], 2).unwrap_err();
     assert!(err.to_string().contains("axis"), "{err}");
 }
+
+#[test]
+fn prelu_before_7_takes_one_slope_per_channel() {
+    let x = f32s(&[1, 2, 2], &[-1.0, 1.0, -2.0, 2.0]);
+    let y = run("PRelu", 6, &[], &[&x, &f32s(&[2], &[0.5, 0.25])]).unwrap();
+    assert_eq!(values(&y), &[-0.5, 1.0, -0.5, 2.0]);
+    let y = run("PRelu", 1, &[("consumed_inputs", ints(&[0]))], &[&x, &f32s(&[1], &[0.1])]).unwrap();
+    assert_eq!(values(&y), &[-0.1, 1.0, -0.2, 2.0]);
+    assert!(run("PRelu", 6, &[], &[&x, &f32s(&[3], &[0.5; 3])]).is_err());
+}
