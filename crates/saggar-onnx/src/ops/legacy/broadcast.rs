@@ -1,6 +1,6 @@
 //! Opset 1-6 broadcasting: the binary ops' `broadcast`/`axis` attributes ([`build_binary`]) and
-//! PRelu's per-channel slope ([`build_prelu`]), the view aligning `B` with `A` at `axis` ([`AlignAt`]) and the shape checks legacy forms add to
-//! today's ops ([`Checked`]).
+//! PRelu's per-channel slope ([`build_prelu`]), the view aligning `B` with `A` at `axis`
+//! ([`AlignAt`]) and the shape checks legacy forms add to today's ops ([`Checked`]).
 
 use saggar_shape::Dim;
 
