@@ -56,7 +56,9 @@ impl Checked {
         let ok = match self.check {
             Check::SameShapes => {
                 let first = dims(0)?;
-                inputs.present().all(|x| x.ty.rank() == first.len() && x.ty.dims.iter().zip(first).all(|(a, b)| agree(a, b)))
+                inputs
+                    .present()
+                    .all(|x| x.ty.rank() == first.len() && x.ty.dims.iter().zip(first).all(|(a, b)| agree(a, b)))
             }
             Check::OntoFirst => onto(dims(0)?, dims(1)?),
             Check::ThirdIsOutput => {

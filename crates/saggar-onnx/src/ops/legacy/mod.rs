@@ -33,7 +33,12 @@ pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Sqrt", since: 1, until: 5, build: |c| consumed(c, "Sqrt", 6, &[]) },
     OpEntry { op_type: "Tanh", since: 1, until: 5, build: |c| consumed(c, "Tanh", 6, &[]) },
     OpEntry { op_type: "Elu", since: 1, until: 5, build: |c| consumed(c, "Elu", 6, &["alpha"]) },
-    OpEntry { op_type: "HardSigmoid", since: 1, until: 5, build: |c| consumed(c, "HardSigmoid", 6, &["alpha", "beta"]) },
+    OpEntry {
+        op_type: "HardSigmoid",
+        since: 1,
+        until: 5,
+        build: |c| consumed(c, "HardSigmoid", 6, &["alpha", "beta"]),
+    },
     OpEntry { op_type: "LeakyRelu", since: 1, until: 5, build: |c| consumed(c, "LeakyRelu", 6, &["alpha"]) },
     OpEntry { op_type: "Selu", since: 1, until: 5, build: build_selu },
     OpEntry { op_type: "Clip", since: 1, until: 5, build: |c| consumed(c, "Clip", 6, &["min", "max"]) },
@@ -91,7 +96,8 @@ const POOL_ATTRS: [&str; 4] = ["auto_pad", "kernel_shape", "pads", "strides"];
 /// Builds `op_type` in its form of opset `at` from `attrs` (every one of which that form must read)
 /// for the node `ctx` describes.
 pub(super) fn rebuild(ctx: &NodeCtx<'_>, op_type: &str, at: u32, attrs: Attributes) -> Result<Box<dyn Op>, OpError> {
-    let entry = lookup(op_type, at).ok_or_else(|| OpError::infer(format!("{op_type} is not declared at opset {at}")))?;
+    let entry =
+        lookup(op_type, at).ok_or_else(|| OpError::infer(format!("{op_type} is not declared at opset {at}")))?;
     let mut inner = NodeCtx::new(&attrs, at, ctx.num_inputs(), ctx.num_outputs());
     let op = (entry.build)(&mut inner)?;
     if let Some(name) = inner.unread().first() {

@@ -42,10 +42,12 @@ fn broadcast_with_axis_aligns_b_inside_a() {
     let y = run("Sub", 6, &[("broadcast", Attribute::Int(1)), ("axis", Attribute::Int(0))], &[&a, &b]).unwrap();
     assert_eq!(values(&y), &[-100.0, -99.0, -98.0, -197.0, -196.0, -195.0]);
     // The trailing alignment: axis equal to rank(A) - rank(B).
-    let y = run("Mul", 1, &[("broadcast", Attribute::Int(1)), ("axis", Attribute::Int(1)), ("consumed_inputs", ints(&[0]))], &[
-        &iota(&[2, 2]),
-        &f32s(&[2], &[2.0, 3.0]),
-    ])
+    let y = run(
+        "Mul",
+        1,
+        &[("broadcast", Attribute::Int(1)), ("axis", Attribute::Int(1)), ("consumed_inputs", ints(&[0]))],
+        &[&iota(&[2, 2]), &f32s(&[2], &[2.0, 3.0])],
+    )
     .unwrap();
     assert_eq!(values(&y), &[0.0, 3.0, 4.0, 9.0]);
 }
@@ -106,7 +108,8 @@ fn variadic_ops_before_8_need_equal_shapes() {
 fn gemm_broadcasts_c_only_with_broadcast_1() {
     let (a, b) = (iota(&[2, 2]), f32s(&[2, 2], &[1.0, 0.0, 0.0, 1.0]));
     let c = f32s(&[2], &[10.0, 20.0]);
-    let y = run("Gemm", 6, &[("broadcast", Attribute::Int(1)), ("beta", Attribute::Float(2.0))], &[&a, &b, &c]).unwrap();
+    let y =
+        run("Gemm", 6, &[("broadcast", Attribute::Int(1)), ("beta", Attribute::Float(2.0))], &[&a, &b, &c]).unwrap();
     assert_eq!(values(&y), &[20.0, 41.0, 22.0, 43.0]);
     let err = run("Gemm", 6, &[], &[&a, &b, &c]).unwrap_err();
     assert!(err.to_string().contains("without broadcast=1, C must have the output's shape"), "{err}");
