@@ -642,11 +642,21 @@ fn an_opset_6_model_matches_the_host_when_run_on_the_cpu() {
     b.node("Flatten", &["x"], &["f"], &[("axis", Int(1))]);
     b.node("Gemm", &["f", "w", "c4"], &["g"], &[bcast, ("alpha", Float(0.5))]);
     b.node("BatchNormalization", &["x", "s", "bb", "m", "v"], &["bn"], &[("is_test", Int(1))]);
-    for out in ["y4", "g", "bn"] {
+    for out in ["y1", "y4", "g", "bn"] {
         b.output(out, DType::F32, &[]);
     }
     let model = OnnxModel::from_bytes(&b.to_bytes(), "opset6", &crate::ImportLimits::default()).unwrap();
-    matches_the_host(model, 3);
+    // On the host, `b34` is added along axes 1 and 2 of x (2, 3, 4, 5).
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    let x = f32s(&[2, 3, 4, 5], 9);
+    let y1 = run_on_host(&compiler, std::slice::from_ref(&x)).unwrap().remove(0);
+    let (TensorData::F32(xv), TensorData::F32(bv), TensorData::F32(yv)) =
+        (x.data(), f32s(&[3, 4], 1).data().clone(), y1.data())
+    else {
+        panic!("f32 expected")
+    };
+    assert!((0..120).all(|i| yv[i] == xv[i] + bv[i / 5 % 12]), "{yv:?}");
+    matches_the_host(model, 4);
 }
 
 /// Runs `model` (at least `min_outputs` outputs) on the host and emulated, and compares.
