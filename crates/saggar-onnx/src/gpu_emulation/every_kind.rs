@@ -635,7 +635,7 @@ fn an_opset_6_model_matches_the_host_when_run_on_the_cpu() {
     b.initializer("v", &Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
     let bcast = ("broadcast", Int(1));
     b.node("Add", &["x", "b34"], &["y1"], &[bcast.clone(), ("axis", Int(1))]);
-    b.node("Mul", &["y1", "c5"], &["y2"], &[bcast.clone()]);
+    b.node("Mul", &["y1", "c5"], &["y2"], std::slice::from_ref(&bcast));
     b.node("ReduceSum", &["x"], &["r"], &[("axes", Ints(vec![0, 3])), ("keepdims", Int(0))]);
     b.node("Sub", &["y2", "r"], &["y3"], &[bcast.clone(), ("axis", Int(1))]);
     b.node("Sum", &["y3", "x"], &["y4"], &[]);
