@@ -4,7 +4,7 @@
 //! 1. [`OnnxModel::load`] reads a `.onnx` file (protobuf, [`proto`]) with its external data (side
 //!    files inside the model's folder only), checks sizes before allocating, and builds the [`ir`]
 //!    graph: values with element types and symbolic dimensions from `dim_param`, nodes with their
-//!    parsed [`ops::Op`]. An op outside the declared op set, an opset outside 7..=24 or an attribute
+//!    parsed [`ops::Op`]. An op outside the declared op set, an opset outside 1..=24 or an attribute
 //!    value no op implements is an [`OnnxError`] here, at import, naming the node.
 //! 2. The graph passes infer shapes and types, fold constants (the Shape/Gather/Concat chains
 //!    exporters emit), remove Identity/Dropout and dead nodes, fold BatchNormalization into Conv.

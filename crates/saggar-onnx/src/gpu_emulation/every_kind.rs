@@ -622,6 +622,42 @@ fn a_resize_of_opset_19_matches_the_host_when_run_on_the_cpu() {
     matches_the_host(OnnxModel::from_bytes(&b.to_bytes(), "resize19", &crate::ImportLimits::default()).unwrap(), 1);
 }
 
+/// Opset 6's forms: `broadcast`/`axis` (an aligning view of `B` ahead of the fused elementwise
+/// group, on a constant and on an activation), Gemm's `broadcast`, BatchNormalization's `is_test`.
+#[test]
+fn an_opset_6_model_matches_the_host_when_run_on_the_cpu() {
+    let mut b = ModelBuilder::new(6);
+    b.input("x", DType::F32, &[2, 3, 4, 5].map(Dim::Fixed));
+    b.initializer("b34", &f32s(&[3, 4], 1));
+    b.initializer("c5", &f32s(&[5], 2));
+    b.initializer("w", &f32s(&[60, 4], 3));
+    b.initializer("c4", &f32s(&[4], 4));
+    for (k, name) in ["s", "bb", "m"].iter().enumerate() {
+        b.initializer(name, &f32s(&[3], 5 + k));
+    }
+    b.initializer("v", &Tensor::new(vec![3], TensorData::F32(vec![0.5, 1.0, 2.0])).unwrap());
+    let bcast = ("broadcast", Int(1));
+    b.node("Add", &["x", "b34"], &["y1"], &[bcast.clone(), ("axis", Int(1))]);
+    b.node("Mul", &["y1", "c5"], &["y2"], std::slice::from_ref(&bcast));
+    b.node("ReduceSum", &["x"], &["r"], &[("axes", Ints(vec![0, 3])), ("keepdims", Int(0))]);
+    b.node("Sub", &["y2", "r"], &["y3"], &[bcast.clone(), ("axis", Int(1))]);
+    b.node("Sum", &["y3", "x"], &["y4"], &[]);
+    b.node("Flatten", &["x"], &["f"], &[("axis", Int(1))]);
+    b.node("Gemm", &["f", "w", "c4"], &["g"], &[bcast, ("alpha", Float(0.5))]);
+    b.node("BatchNormalization", &["x", "s", "bb", "m", "v"], &["bn"], &[("is_test", Int(1))]);
+    for out in ["y1", "y4", "g", "bn"] {
+        b.output(out, DType::F32, &[]);
+    }
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "opset6", &crate::ImportLimits::default()).unwrap();
+    // On the host, `b34` is added along axes 1 and 2 of x (2, 3, 4, 5).
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    let x = f32s(&[2, 3, 4, 5], 9);
+    let y1 = run_on_host(&compiler, std::slice::from_ref(&x)).unwrap().remove(0);
+    let (xv, bv, yv) = (x.to_f32s().unwrap(), f32s(&[3, 4], 1).to_f32s().unwrap(), y1.to_f32s().unwrap());
+    assert!((0..120).all(|i| yv[i] == xv[i] + bv[i / 5 % 12]), "{yv:?}");
+    matches_the_host(model, 4);
+}
+
 /// Runs `model` (at least `min_outputs` outputs) on the host and emulated, and compares.
 fn matches_the_host(model: OnnxModel, min_outputs: usize) {
     let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());

@@ -117,13 +117,11 @@ fn convert_attribute(a: &AttributeProto, limits: &ImportLimits) -> Result<Attrib
     })
 }
 
+/// A node's op with its attributes and the nodes its builder inserts ahead of it.
+type BuiltNode = (Arc<dyn ops::Op>, Attributes, Vec<ops::InputView>);
+
 /// Builds a node's op; the error names the node, its op and the opset.
-fn build_node(
-    proto: &NodeProto,
-    name: &str,
-    opset: u32,
-    limits: &ImportLimits,
-) -> Result<(Arc<dyn ops::Op>, Attributes), OnnxError> {
+fn build_node(proto: &NodeProto, name: &str, opset: u32, limits: &ImportLimits) -> Result<BuiltNode, OnnxError> {
     let node_err = |source: ops::OpError| OnnxError::Node {
         node: name.to_string(),
         op: proto.op_type.clone(),
@@ -168,7 +166,8 @@ fn build_node(
             supported: format!("{} does not implement this attribute", proto.op_type),
         }));
     }
-    Ok((Arc::from(op), attrs))
+    let views = ctx.take_views();
+    Ok((Arc::from(op), attrs, views))
 }
 
 /// Builds the graph of `model`. Types of node outputs are filled in by inference afterwards.
@@ -276,10 +275,11 @@ fn build_nodes(
     table: &mut ValueTable,
 ) -> Result<Vec<Node>, OnnxError> {
     let mut nodes = Vec::with_capacity(graph.node.len());
+    let mut inserted = Vec::new();
     let mut refused = Vec::new();
     for (index, proto) in graph.node.iter().enumerate() {
         let name = if proto.name.is_empty() { format!("{}_{index}", proto.op_type) } else { proto.name.clone() };
-        let (op, attrs) = match build_node(proto, &name, opset, limits) {
+        let (op, attrs, views) = match build_node(proto, &name, opset, limits) {
             Ok(built) => built,
             Err(e) => {
                 refused.push(e);
@@ -290,6 +290,11 @@ fn build_nodes(
         for (k, out) in proto.output.iter().enumerate() {
             let value_name = if out.is_empty() { format!("{name}:unused{k}") } else { out.clone() };
             outputs.push(table.define(Value { name: value_name, ty: None, constant: None, dims_value: None })?);
+        }
+        for (k, view) in views.into_iter().enumerate() {
+            let value_name = format!("{name}:{}{k}", view.op_type);
+            let out = table.define(Value { name: value_name.clone(), ty: None, constant: None, dims_value: None })?;
+            inserted.push((nodes.len(), view, out, value_name));
         }
         nodes.push((proto, Node { name, op_type: proto.op_type.clone(), attrs, inputs: Vec::new(), outputs, op }));
     }
@@ -313,7 +318,20 @@ fn build_nodes(
             })
             .collect::<Result<_, _>>()?;
     }
-    Ok(nodes.into_iter().map(|(_, n)| n).collect())
+    let mut nodes: Vec<Node> = nodes.into_iter().map(|(_, n)| n).collect();
+    for (at, view, out, name) in inserted {
+        let node = &mut nodes[at];
+        let slot = |i: usize| node.inputs.get(i).copied().flatten();
+        let missing = || graph_err(format!("node `{}` lacks input {} of its {}", node.name, view.input, view.op_type));
+        let inputs: Vec<Option<ValueId>> = std::iter::once(view.input)
+            .chain(view.with.iter().copied())
+            .map(|i| slot(i).map(Some).ok_or_else(missing))
+            .collect::<Result<_, _>>()?;
+        node.inputs[view.input] = Some(out);
+        let (op_type, op) = (view.op_type.to_string(), Arc::from(view.op));
+        nodes.push(Node { name, op_type, attrs: Attributes::default(), inputs, outputs: vec![out], op });
+    }
+    Ok(nodes)
 }
 
 /// Sorts `nodes` so every node comes after the producers of its inputs (Kahn's algorithm, stable

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::error::OpError;
+use crate::ops::Op;
 use crate::tensor::Tensor;
 
 /// One attribute value, as ONNX stores it (graph-valued attributes are refused at parse).
@@ -83,6 +84,20 @@ impl Attributes {
     }
 }
 
+/// A node the importer inserts ahead of the node being built, on one of its inputs (legacy
+/// broadcasting, opsets 1 to 6: `B` viewed as aligned with `A` at `axis`, see `ops::legacy`).
+#[derive(Debug)]
+pub struct InputView {
+    /// The input slot whose value the inserted node replaces.
+    pub input: usize,
+    /// The op type the inserted node is named by in errors and listings.
+    pub op_type: &'static str,
+    /// The inserted op. Its inputs: input `input` of the node, then the node's inputs at `with`.
+    pub op: Box<dyn Op>,
+    /// Further inputs of the node the inserted op reads (for their shapes).
+    pub with: Vec<usize>,
+}
+
 /// What an op builder sees of a node: its attributes, its input and output counts and the opset.
 /// Every attribute read is recorded; the importer refuses attributes no builder read.
 #[derive(Debug)]
@@ -92,12 +107,23 @@ pub struct NodeCtx<'a> {
     inputs: usize,
     outputs: usize,
     read: RefCell<BTreeSet<String>>,
+    views: Vec<InputView>,
 }
 
 impl<'a> NodeCtx<'a> {
     /// The context of a node with `attrs`, `inputs` input slots and `outputs` outputs at `opset`.
     pub fn new(attrs: &'a Attributes, opset: u32, inputs: usize, outputs: usize) -> NodeCtx<'a> {
-        NodeCtx { attrs, opset, inputs, outputs, read: RefCell::new(BTreeSet::new()) }
+        NodeCtx { attrs, opset, inputs, outputs, read: RefCell::new(BTreeSet::new()), views: Vec::new() }
+    }
+
+    /// Asks the importer to pass an input through another op before this node reads it.
+    pub fn view_input(&mut self, view: InputView) {
+        self.views.push(view);
+    }
+
+    /// The inserted nodes [`NodeCtx::view_input`] asked for, taken out.
+    pub fn take_views(&mut self) -> Vec<InputView> {
+        std::mem::take(&mut self.views)
     }
 
     /// For tests: a context from `(name, value)` pairs.

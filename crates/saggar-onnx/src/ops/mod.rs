@@ -67,6 +67,7 @@ pub mod evaluate;
 pub(crate) mod gather;
 #[doc(hidden)]
 pub mod gpu;
+pub(crate) mod legacy;
 pub(crate) mod linalg;
 pub(crate) mod loss;
 pub(crate) mod norm;
@@ -88,7 +89,7 @@ use std::fmt;
 
 use saggar_shape::{DType, Dim};
 
-pub use attr::{Attribute, Attributes, NodeCtx};
+pub use attr::{Attribute, Attributes, InputView, NodeCtx};
 
 pub use crate::error::OpError;
 
@@ -356,8 +357,13 @@ pub struct OpEntry {
     pub build: BuildFn,
 }
 
-/// The oldest default-domain opset imported.
-pub const MIN_OPSET: u32 = 7;
+/// The oldest default-domain opset imported (the forms of opsets 1 to 6 are translated by
+/// [`legacy`]).
+pub const MIN_OPSET: u32 = 1;
+/// The oldest opset whose forms have today's semantics (numpy broadcasting, no `broadcast` or
+/// `is_test` attributes): graph passes that add nodes build them at this opset or the model's,
+/// whichever is newer.
+pub const MODERN_OPSET: u32 = 7;
 /// The newest default-domain opset imported.
 pub const MAX_OPSET: u32 = 24;
 
@@ -384,6 +390,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     signal::OPS,
     loss::OPS,
     quantize::OPS,
+    legacy::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.

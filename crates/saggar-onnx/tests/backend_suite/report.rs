@@ -239,7 +239,7 @@ impl Report {
             s,
             "The ONNX project's backend tests (onnx 1.19.1: `node`, `pytorch-converted`, `pytorch-operator`, `simple`) \
              run through saggar-onnx on the **{}** backend by `cargo xtask onnx-tests`. A test is applicable when every \
-             node is in the declared op set at the model's opset (7 to 24) and every graph input, output and constant \
+             node is in the declared op set at the model's opset (1 to 24) and every graph input, output and constant \
              has a declared element type (every numeric type but the 8-bit and sub-byte floats, and bool); each applicable test is imported and run through a \
              `Session`, every data set compared with the ONNX runner's tolerances (rtol 1e-3, atol 1e-7, NaN equals \
              NaN, same shapes and element types). Every input is fed at run time: a test whose output shapes \

@@ -137,8 +137,10 @@ impl Builder<'_> {
     }
 
     fn op(&self, op_type: &str, inputs: usize) -> Option<Arc<dyn Op>> {
-        let entry = ops::lookup(op_type, self.opset)?;
-        (entry.build)(&mut NodeCtx::new(&Attributes::default(), self.opset, inputs, 1)).ok().map(Arc::from)
+        // Today's forms (numpy broadcasting) even in a model of opset 6 or older.
+        let opset = self.opset.max(ops::MODERN_OPSET);
+        let entry = ops::lookup(op_type, opset)?;
+        (entry.build)(&mut NodeCtx::new(&Attributes::default(), opset, inputs, 1)).ok().map(Arc::from)
     }
 
     fn push(&mut self, op_type: &str, op: Arc<dyn Op>, inputs: Vec<Option<ValueId>>, out: ValueId) {

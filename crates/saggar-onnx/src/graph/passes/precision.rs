@@ -201,8 +201,9 @@ fn cast_node(graph: &mut Graph, a: ValueId, half: DType) -> Result<(Node, ValueI
     let (name, out) = half_twin(graph, a, half)?;
     let mut attrs = Attributes::default();
     attrs.set("to", Attribute::Int(i64::from(onnx_code(half))));
-    let entry = ops::lookup("Cast", graph.opset).ok_or_else(|| graph_error("Cast", &name))?;
-    let op = (entry.build)(&mut NodeCtx::new(&attrs, graph.opset, 1, 1))
+    let opset = graph.opset.max(ops::MODERN_OPSET);
+    let entry = ops::lookup("Cast", opset).ok_or_else(|| graph_error("Cast", &name))?;
+    let op = (entry.build)(&mut NodeCtx::new(&attrs, opset, 1, 1))
         .map_err(|e| OnnxError::Graph { reason: format!("the precision pass's Cast of `{name}`: {e}") })?;
     let node =
         Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(a)], outputs: vec![out], op: Arc::from(op) };

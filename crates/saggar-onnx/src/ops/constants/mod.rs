@@ -15,7 +15,7 @@ use crate::tensor::{DataMut, DataRef, Tensor, TensorData, TensorMut};
 pub(crate) static OPS: &[OpEntry] = &[
     OpEntry { op_type: "Range", since: 11, until: 24, build: |_| Ok(Box::new(Range)) },
     OpEntry { op_type: "ConstantOfShape", since: 9, until: 24, build: build_constant_of_shape },
-    OpEntry { op_type: "Constant", since: 9, until: 24, build: build_constant },
+    OpEntry { op_type: "Constant", since: 1, until: 24, build: build_constant },
     OpEntry { op_type: "Identity", since: 1, until: 24, build: |_| Ok(Box::new(Identity)) },
     OpEntry { op_type: "Dropout", since: 7, until: 11, build: build_dropout_attrs },
     OpEntry { op_type: "Dropout", since: 12, until: 24, build: build_dropout },

@@ -18,8 +18,8 @@ use crate::tensor::{DataMut, TensorMut};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "MatMul", since: 9, until: 24, build: |_| Ok(Box::new(MatMul { out: None })) },
-    OpEntry { op_type: "Gemm", since: 9, until: 24, build: build_gemm },
+    OpEntry { op_type: "MatMul", since: 1, until: 24, build: |_| Ok(Box::new(MatMul { out: None })) },
+    OpEntry { op_type: "Gemm", since: 7, until: 24, build: build_gemm },
     OpEntry { op_type: "Det", since: 11, until: 24, build: det::build_det },
     OpEntry { op_type: "Einsum", since: 12, until: 24, build: einsum::build_einsum },
 ];
