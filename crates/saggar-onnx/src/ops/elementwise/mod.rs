@@ -4,12 +4,16 @@
 //! arithmetic, comparisons and logic ([`binary`]), the integer-minded binary ops Mod, BitShift and
 //! BitwiseAnd/Or/Xor ([`integer`]), and the variadic Sum/Max/Min/Mean ([`variadic`]).
 //!
-//! Host and GPU compute the same function: the host kernel of each op sits next to its C++
-//! expression, and where C would trap or leave a result undefined (integer division or remainder by
-//! zero, shifts by the width or more) both define the result the same way.
+//! Each op takes the element types its ONNX signature lists at the model's opset (f16 and bf16
+//! reach it as f32). Host and GPU compute the same function: the host kernel of each op is one
+//! generic function over its element ([`element`]'s traits) next to its C++ expression, and where C
+//! would trap or leave a result undefined (integer overflow, division or remainder by zero, shifts by
+//! the width or more, out-of-range float to integer conversions) both define the result the same
+//! way: integers wrap, a zero divisor gives 0, a shift past the width 0, a conversion saturates.
 
 mod activation;
 mod binary;
+mod element;
 mod integer;
 mod unary;
 mod variadic;
@@ -18,11 +22,14 @@ use saggar_shape::DType;
 
 use crate::ops::shape_util::{broadcast_strides, for_each_broadcast};
 use crate::ops::{InferInputs, OpEntry, OpError, SymInt};
+use crate::tensor::{DataMut, Storage, typed_like_mut};
 use activation::{Activation, build_celu, build_prelu, build_shrink};
 use binary::{Binary, BinaryKind};
 use integer::{IntegerKind, bitwise, build_bitshift, build_mod};
 use unary::{Unary, build_gelu, build_is_inf, is_nan, not, unary};
 use variadic::{Variadic, VariadicKind};
+
+pub(crate) use element::c_float_to_int;
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -71,28 +78,28 @@ pub(crate) static OPS: &[OpEntry] = &[
     // Unidirectional broadcasting of the slope from 7, integer types from 9.
     OpEntry { op_type: "PRelu", since: 7, until: 8, build: |c| build_prelu(c, false) },
     OpEntry { op_type: "PRelu", since: 9, until: 24, build: |c| build_prelu(c, true) },
-    OpEntry { op_type: "Add", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Add) },
-    OpEntry { op_type: "Sub", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Sub) },
-    OpEntry { op_type: "Mul", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Mul) },
-    OpEntry { op_type: "Div", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Div) },
-    OpEntry { op_type: "Pow", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Pow) },
-    OpEntry { op_type: "Equal", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Equal) },
-    OpEntry { op_type: "Greater", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Greater) },
-    OpEntry { op_type: "Less", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Less) },
-    OpEntry { op_type: "GreaterOrEqual", since: 12, until: 24, build: |_| Binary::boxed(BinaryKind::GreaterEq) },
-    OpEntry { op_type: "LessOrEqual", since: 12, until: 24, build: |_| Binary::boxed(BinaryKind::LessEq) },
-    OpEntry { op_type: "And", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::And) },
-    OpEntry { op_type: "Or", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Or) },
-    OpEntry { op_type: "Xor", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Xor) },
+    OpEntry { op_type: "Add", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Add) },
+    OpEntry { op_type: "Sub", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Sub) },
+    OpEntry { op_type: "Mul", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Mul) },
+    OpEntry { op_type: "Div", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Div) },
+    OpEntry { op_type: "Pow", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Pow) },
+    OpEntry { op_type: "Equal", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Equal) },
+    OpEntry { op_type: "Greater", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Greater) },
+    OpEntry { op_type: "Less", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Less) },
+    OpEntry { op_type: "GreaterOrEqual", since: 12, until: 24, build: |c| Binary::boxed(c, BinaryKind::GreaterEq) },
+    OpEntry { op_type: "LessOrEqual", since: 12, until: 24, build: |c| Binary::boxed(c, BinaryKind::LessEq) },
+    OpEntry { op_type: "And", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::And) },
+    OpEntry { op_type: "Or", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Or) },
+    OpEntry { op_type: "Xor", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Xor) },
     OpEntry { op_type: "Mod", since: 10, until: 24, build: build_mod },
     OpEntry { op_type: "BitShift", since: 11, until: 24, build: build_bitshift },
     OpEntry { op_type: "BitwiseAnd", since: 18, until: 24, build: |_| bitwise(IntegerKind::And) },
     OpEntry { op_type: "BitwiseOr", since: 18, until: 24, build: |_| bitwise(IntegerKind::Or) },
     OpEntry { op_type: "BitwiseXor", since: 18, until: 24, build: |_| bitwise(IntegerKind::Xor) },
-    OpEntry { op_type: "Sum", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Sum) },
-    OpEntry { op_type: "Mean", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Mean) },
-    OpEntry { op_type: "Max", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Max) },
-    OpEntry { op_type: "Min", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Min) },
+    OpEntry { op_type: "Sum", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Sum) },
+    OpEntry { op_type: "Mean", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Mean) },
+    OpEntry { op_type: "Max", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Max) },
+    OpEntry { op_type: "Min", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Min) },
 ];
 
 /// Fails unless `got` is one of `allowed`, naming them.
@@ -122,8 +129,11 @@ pub(crate) fn c_float(v: f32) -> String {
     }
 }
 
-/// The element types of the signed integer and f32 elementwise ops.
-const NUMBERS: &[DType] = &[DType::F32, DType::I64, DType::I32];
+/// `f` of each element of `x` into `out` (of `x`'s storage type and length).
+fn map<T: Storage>(x: &[T], out: &mut DataMut<'_>, f: impl Fn(T) -> T) -> Result<(), OpError> {
+    typed_like_mut(x, out)?.iter_mut().zip(x).for_each(|(o, &x)| *o = f(x));
+    Ok(())
+}
 
 /// Applies `f` over the broadcast of `a` and `b` into `out` (shaped as the broadcast).
 fn broadcast2<A: Copy, B: Copy, O>(
