@@ -2,6 +2,7 @@
 //! emulation against the host backend.
 
 mod element_types;
+mod elementwise_types;
 mod sampling_signal_loss;
 
 use saggar_shape::{DType, Dim};
