@@ -5,28 +5,13 @@
 
 use saggar_shape::{DType, Dim};
 
+use super::element_types::{TYPES, name};
 use super::{Kinds, matches_the_host};
 use crate::OnnxModel;
 use crate::builder::ModelBuilder;
 use crate::import::proto::dtype_to_onnx;
 use crate::ops::Attribute::{Float, Int, String as Str};
 use crate::tensor::{Tensor, TensorData};
-
-/// The element types beyond f32, i64, i32 and bool, with a short name for value names.
-const TYPES: [(DType, &str); 7] = [
-    (DType::F64, "f64"),
-    (DType::I8, "i8"),
-    (DType::U8, "u8"),
-    (DType::I16, "i16"),
-    (DType::U16, "u16"),
-    (DType::U32, "u32"),
-    (DType::U64, "u64"),
-];
-
-/// A name made of parts, leaked for the model's lifetime (a test).
-fn name(parts: &[&str]) -> &'static str {
-    parts.join("_").leak()
-}
 
 fn cast(k: &mut Kinds, from: &str, to: DType, out: &'static str) -> &'static str {
     k.hidden("Cast", &[from], &[out], &[("to", Int(i64::from(dtype_to_onnx(to))))]);

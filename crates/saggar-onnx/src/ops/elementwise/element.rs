@@ -126,29 +126,24 @@ macro_rules! float_math {
             float_arith!();
         }
 
-        impl FloatMath for f32 {
-            $(fn $f(self) -> Self { f32::$f(self) })*
-            fn erf(self) -> Self {
-                libm::erff(self)
-            }
-            fn max(self, v: Self) -> Self {
-                f32::max(self, v)
-            }
-            fn of(v: f32) -> Self {
-                v
-            }
-        }
+        float_math_impl!(f32, libm::erff; $($f),*);
+        float_math_impl!(f64, libm::erf; $($f),*);
+    };
+}
 
-        impl FloatMath for f64 {
-            $(fn $f(self) -> Self { f64::$f(self) })*
+/// Implements [`FloatMath`] for a type with its error function.
+macro_rules! float_math_impl {
+    ($ty:ty, $erf:path; $($f:ident),*) => {
+        impl FloatMath for $ty {
+            $(fn $f(self) -> Self { <$ty>::$f(self) })*
             fn erf(self) -> Self {
-                libm::erf(self)
+                $erf(self)
             }
             fn max(self, v: Self) -> Self {
-                f64::max(self, v)
+                <$ty>::max(self, v)
             }
             fn of(v: f32) -> Self {
-                f64::from(v)
+                Self::from(v)
             }
         }
     };
