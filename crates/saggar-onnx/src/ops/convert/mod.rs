@@ -126,6 +126,10 @@ impl Op for Clip {
         let f = x.dtype == DType::F32;
         let bound = |slot: usize, attr: Option<f32>| match (ctx.inputs.get(slot).and_then(Option::as_ref), attr) {
             (Some(_), _) => Some(format!("${slot}")),
+            // Of the input's type: `gpu_max` deduces one type from both arguments.
+            (None, Some(v)) if v.is_finite() && !f => {
+                crate::ops::gpu::ctype(x.dtype).map(|t| format!("(({t}){})", c_float(v)))
+            }
             (None, Some(v)) if v.is_finite() => Some(c_float(v)),
             _ => None,
         };
