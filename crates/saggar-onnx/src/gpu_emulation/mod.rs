@@ -257,13 +257,19 @@ pub(crate) fn assert_close(got: &[u8], want: &Tensor, what: &str) {
         (TensorData::F32(g), TensorData::F32(w)) => {
             for (k, (a, b)) in g.iter().zip(w).enumerate() {
                 let both_nan = a.is_nan() && b.is_nan();
-                assert!(both_nan || (a - b).abs() <= 1e-4 + 1e-3 * b.abs(), "{what}: element {k}: {a} vs {b}");
+                assert!(
+                    a == b || both_nan || (a - b).abs() <= 1e-4 + 1e-3 * b.abs(),
+                    "{what}: element {k}: {a} vs {b}"
+                );
             }
         }
         (TensorData::F64(g), TensorData::F64(w)) => {
             for (k, (a, b)) in g.iter().zip(w).enumerate() {
                 let both_nan = a.is_nan() && b.is_nan();
-                assert!(both_nan || (a - b).abs() <= 1e-9 + 1e-9 * b.abs(), "{what}: element {k}: {a} vs {b}");
+                assert!(
+                    a == b || both_nan || (a - b).abs() <= 1e-9 + 1e-9 * b.abs(),
+                    "{what}: element {k}: {a} vs {b}"
+                );
             }
         }
         (g, w) => assert_eq!(g, w, "{what}"),

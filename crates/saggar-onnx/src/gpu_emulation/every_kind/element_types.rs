@@ -12,7 +12,7 @@ use crate::ops::Attribute::{Int, Ints, String as Str};
 use crate::tensor::Tensor;
 
 /// The element types beyond f32, i64, i32 and bool, with a short name for value names.
-const TYPES: [(DType, &str); 7] = [
+pub(super) const TYPES: [(DType, &str); 7] = [
     (DType::F64, "f64"),
     (DType::I8, "i8"),
     (DType::U8, "u8"),
@@ -23,7 +23,7 @@ const TYPES: [(DType, &str); 7] = [
 ];
 
 /// A name made of parts, leaked for the model's lifetime (a test).
-fn name(parts: &[&str]) -> &'static str {
+pub(super) fn name(parts: &[&str]) -> &'static str {
     parts.join("_").leak()
 }
 

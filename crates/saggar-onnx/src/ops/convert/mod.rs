@@ -5,7 +5,7 @@ pub(crate) mod gpu;
 
 use saggar_shape::DType;
 
-use crate::ops::elementwise::{c_float, check_broadcast, output_mismatch, require_dtype};
+use crate::ops::elementwise::{c_float, c_float_to_int, check_broadcast, output_mismatch, require_dtype};
 use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType};
 use crate::tensor::{
@@ -126,6 +126,10 @@ impl Op for Clip {
         let f = x.dtype == DType::F32;
         let bound = |slot: usize, attr: Option<f32>| match (ctx.inputs.get(slot).and_then(Option::as_ref), attr) {
             (Some(_), _) => Some(format!("${slot}")),
+            // Of the input's type: `gpu_max` deduces one type from both arguments.
+            (None, Some(v)) if v.is_finite() && !f => {
+                crate::ops::gpu::ctype(x.dtype).map(|t| format!("(({t}){})", c_float(v)))
+            }
             (None, Some(v)) if v.is_finite() => Some(c_float(v)),
             _ => None,
         };
@@ -216,19 +220,12 @@ impl Op for Cast {
         let float = matches!(from, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
         Some(match (self.to, crate::ops::gpu::ctype(self.to)) {
             (DType::Bool, _) => Ok(Elementwise(format!("(unsigned char)({x} != 0)"))),
-            (to, Some(t))
+            (to, Some(_))
                 if float && crate::tensor::NUMERIC_DTYPES.contains(&to) && !matches!(to, DType::F32 | DType::F64) =>
             {
                 // Saturating as the host's `as` does (C leaves out-of-range conversions undefined).
                 let f = if from == DType::F64 { "double" } else { "float" };
-                let bits = 8 * to.size_bytes() as i32
-                    - i32::from(matches!(to, DType::I8 | DType::I16 | DType::I32 | DType::I64));
-                let (lo, hi) = if bits < 8 * to.size_bytes() as i32 {
-                    (-(2f64.powi(bits)), 2f64.powi(bits))
-                } else {
-                    (0.0, 2f64.powi(bits))
-                };
-                Ok(Elementwise(format!("onnx_float_to_int<{t}, {f}>(({f}){x}, ({f}){lo:?}, ({f}){hi:?})")))
+                c_float_to_int(to, f, x).map(Elementwise)
             }
             (DType::F16, _) => Ok(Elementwise(format!("onnx_f32_to_f16((float){x})"))),
             (DType::BF16, _) => Ok(Elementwise(format!("onnx_f32_to_bf16((float){x})"))),

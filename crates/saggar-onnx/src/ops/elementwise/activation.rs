@@ -1,17 +1,18 @@
-//! Activations: the f32 ones of one input and their attributes (HardSigmoid, HardSwish, LeakyRelu,
-//! Elu, Selu, Celu, Softplus, Softsign, Mish, ThresholdedRelu, Swish), Shrink (f32 and integers) and PRelu
-//! (a slope tensor broadcast to the input's shape). Where numpy's reference propagates NaN, so do
-//! these: the clamps are comparisons, not `fminf`/`fmaxf`.
+//! Activations: the float ones of one input and their attributes (HardSigmoid, HardSwish, LeakyRelu,
+//! Elu, Selu, Celu, Softplus, Softsign, Mish, ThresholdedRelu, Swish), Shrink (every numeric type)
+//! and PRelu (a slope tensor broadcast to the input's shape). Where numpy's reference propagates
+//! NaN, so do these: the clamps are comparisons, not `fmin`/`fmax`.
 
 use saggar_shape::{DType, Dim};
 
-use super::{NUMBERS, broadcast2, c_float, output_mismatch, require_dtype};
-use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use super::element::{Arith, FLOATS, FloatMath, c_float_to_int, c_lit, c_suffix, c_wrapping, each_float};
+use super::{broadcast2, map, output_mismatch, require_dtype};
+use crate::ops::gpu::{GpuCtx, GpuNode};
 use crate::ops::shape_util::fmt_dims;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::tensor::{NUMERIC_DTYPES, Number, TensorMut, each_number, typed_like, typed_like_mut};
 
-/// A one-input f32 activation with its attributes.
+/// A one-input float activation with its attributes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Activation {
     /// `max(0, min(1, alpha * x + beta))`.
@@ -39,26 +40,35 @@ pub(super) enum Activation {
 }
 
 /// HardSwish's HardSigmoid (the spec's alpha and beta).
-const HARD_SWISH: (f32, f32) = (1.0 / 6.0, 0.5);
+const HARD_SWISH: (f64, f64) = (1.0 / 6.0, 0.5);
 
 #[derive(Debug)]
 struct ActivationOp(Activation);
 
 /// Clamps `t` to [0, 1]; NaN stays NaN.
-fn unit_clamp(t: f32) -> f32 {
-    t.clamp(0.0, 1.0)
+fn unit_clamp<F: FloatMath>(t: F) -> F {
+    if t < F::ZERO {
+        F::ZERO
+    } else if t > F::ONE {
+        F::ONE
+    } else {
+        t
+    }
 }
 
-fn softplus(x: f32) -> f32 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
+fn softplus<F: FloatMath>(x: F) -> F {
+    x.max(F::ZERO) + (-x.abs()).exp().ln_1p()
 }
 
-const SOFTPLUS_EXPR: &str = "(fmaxf($0, 0.0f) + log1pf(expf(-fabsf($0))))";
+/// The C++ of [`softplus`] for functions and literals of suffix `s`.
+fn softplus_expr(s: &str) -> String {
+    format!("(fmax{s}($0, 0.0{s}) + log1p{s}(exp{s}(-fabs{s}($0))))")
+}
 
-/// The C++ of `unit_clamp(alpha * $0 + beta)`.
-fn hard_sigmoid_expr(alpha: f32, beta: f32) -> String {
-    let t = format!("({} * $0 + {})", c_float(alpha), c_float(beta));
-    format!("({t} < 0.0f ? 0.0f : ({t} > 1.0f ? 1.0f : {t}))")
+/// The C++ of `unit_clamp(alpha * $0 + beta)` for constants `alpha` and `beta` of suffix `s`.
+fn hard_sigmoid_expr(s: &str, alpha: String, beta: String) -> String {
+    let t = format!("({alpha} * $0 + {beta})");
+    format!("({t} < 0.0{s} ? 0.0{s} : ({t} > 1.0{s} ? 1.0{s} : {t}))")
 }
 
 impl Activation {
@@ -109,67 +119,70 @@ impl Activation {
         }
     }
 
-    fn f32(self, x: f32) -> f32 {
+    fn apply<F: FloatMath>(self, x: F) -> F {
+        let (zero, one) = (F::ZERO, F::ONE);
         match self {
-            Activation::HardSigmoid { alpha, beta } => unit_clamp(alpha * x + beta),
-            Activation::HardSwish => x * unit_clamp(HARD_SWISH.0 * x + HARD_SWISH.1),
+            Activation::HardSigmoid { alpha, beta } => unit_clamp(F::of(alpha) * x + F::of(beta)),
+            Activation::HardSwish => x * unit_clamp(F::from_f64(HARD_SWISH.0) * x + F::from_f64(HARD_SWISH.1)),
             Activation::LeakyRelu { alpha } => {
-                if x > 0.0 {
+                if x > zero {
                     x
                 } else {
-                    alpha * x
+                    F::of(alpha) * x
                 }
             }
             Activation::Elu { alpha } => {
-                if x > 0.0 {
+                if x > zero {
                     x
                 } else {
-                    alpha * x.exp_m1()
+                    F::of(alpha) * x.exp_m1()
                 }
             }
-            Activation::Selu { alpha, gamma } => gamma * if x > 0.0 { x } else { alpha * x.exp_m1() },
+            Activation::Selu { alpha, gamma } => F::of(gamma) * if x > zero { x } else { F::of(alpha) * x.exp_m1() },
             // For x > 0 the second term of the definition is 0 and for x <= 0 the first is, whatever
             // alpha's sign.
             Activation::Celu { alpha } => {
-                if x > 0.0 {
+                if x > zero {
                     x
                 } else {
-                    alpha * (x / alpha).exp_m1()
+                    F::of(alpha) * (x / F::of(alpha)).exp_m1()
                 }
             }
             Activation::Softplus => softplus(x),
-            Activation::Softsign => x / (1.0 + x.abs()),
+            Activation::Softsign => x / (one + x.abs()),
             Activation::Mish => x * softplus(x).tanh(),
             Activation::ThresholdedRelu { alpha } => {
-                if x > alpha {
+                if x > F::of(alpha) {
                     x
                 } else {
-                    0.0
+                    zero
                 }
             }
-            Activation::Swish { alpha } => x * (1.0 / (1.0 + (-(alpha * x)).exp())),
+            Activation::Swish { alpha } => x * (one / (one + (-(F::of(alpha) * x)).exp())),
         }
     }
 
-    /// The C++ expression of `$0`, computing what [`Activation::f32`] does.
-    fn c_expr(self) -> String {
+    /// The C++ expression of `$0` of float type `dtype`, computing what [`Activation::apply`] does.
+    fn c_expr(self, dtype: DType) -> String {
+        let s = c_suffix(dtype);
+        let k = |v: f32| c_lit(dtype, f64::from(v));
         match self {
-            Activation::HardSigmoid { alpha, beta } => hard_sigmoid_expr(alpha, beta),
-            Activation::HardSwish => format!("($0 * {})", hard_sigmoid_expr(HARD_SWISH.0, HARD_SWISH.1)),
-            Activation::LeakyRelu { alpha } => format!("($0 > 0.0f ? $0 : {} * $0)", c_float(alpha)),
-            Activation::Elu { alpha } => format!("($0 > 0.0f ? $0 : {} * expm1f($0))", c_float(alpha)),
+            Activation::HardSigmoid { alpha, beta } => hard_sigmoid_expr(s, k(alpha), k(beta)),
+            Activation::HardSwish => {
+                let (alpha, beta) = (c_lit(dtype, HARD_SWISH.0), c_lit(dtype, HARD_SWISH.1));
+                format!("($0 * {})", hard_sigmoid_expr(s, alpha, beta))
+            }
+            Activation::LeakyRelu { alpha } => format!("($0 > 0.0{s} ? $0 : {} * $0)", k(alpha)),
+            Activation::Elu { alpha } => format!("($0 > 0.0{s} ? $0 : {} * expm1{s}($0))", k(alpha)),
             Activation::Selu { alpha, gamma } => {
-                format!("({} * ($0 > 0.0f ? $0 : {} * expm1f($0)))", c_float(gamma), c_float(alpha))
+                format!("({} * ($0 > 0.0{s} ? $0 : {} * expm1{s}($0)))", k(gamma), k(alpha))
             }
-            Activation::Celu { alpha } => {
-                let a = c_float(alpha);
-                format!("($0 > 0.0f ? $0 : {a} * expm1f($0 / {a}))")
-            }
-            Activation::Softplus => SOFTPLUS_EXPR.into(),
-            Activation::Softsign => "($0 / (1.0f + fabsf($0)))".into(),
-            Activation::Mish => format!("($0 * tanhf{SOFTPLUS_EXPR})"),
-            Activation::ThresholdedRelu { alpha } => format!("($0 > {} ? $0 : 0.0f)", c_float(alpha)),
-            Activation::Swish { alpha } => format!("($0 * (1.0f / (1.0f + expf(-({} * $0)))))", c_float(alpha)),
+            Activation::Celu { alpha } => format!("($0 > 0.0{s} ? $0 : {a} * expm1{s}($0 / {a}))", a = k(alpha)),
+            Activation::Softplus => softplus_expr(s),
+            Activation::Softsign => format!("($0 / (1.0{s} + fabs{s}($0)))"),
+            Activation::Mish => format!("($0 * tanh{s}{})", softplus_expr(s)),
+            Activation::ThresholdedRelu { alpha } => format!("($0 > {} ? $0 : 0.0{s})", k(alpha)),
+            Activation::Swish { alpha } => format!("($0 * (1.0{s} / (1.0{s} + exp{s}(-({} * $0)))))", k(alpha)),
         }
     }
 }
@@ -183,21 +196,21 @@ pub(super) fn build_celu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> 
 }
 
 impl Op for ActivationOp {
-    fn gpu(&self, _: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
-        Some(Ok(GpuNode::Elementwise(self.0.c_expr())))
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
+        Some(ctx.input(0).map(|x| GpuNode::Elementwise(self.0.c_expr(x.dtype))))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
-        require_dtype(self.0.name(), x.ty.dtype, &[DType::F32])?;
+        // Celu takes f32 only up to opset 27.
+        let dtypes = if matches!(self.0, Activation::Celu { .. }) { &FLOATS[..1] } else { FLOATS };
+        require_dtype(self.0.name(), x.ty.dtype, dtypes)?;
         Ok(vec![x.ty.clone()])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let x = inputs.req(0)?.f32s()?;
-        let kind = self.0;
-        outputs[0].f32s()?.iter_mut().zip(x).for_each(|(o, &x)| *o = kind.f32(x));
-        Ok(())
+        let (kind, out) = (self.0, &mut outputs[0].data);
+        each_float!(inputs.req(0)?.data, |x| map(x, out, |x| kind.apply(x)), _ => Err(output_mismatch()))
     }
 }
 
@@ -215,40 +228,29 @@ pub(super) fn build_shrink(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError
 }
 
 impl Shrink {
-    fn f64(&self, x: f64) -> f64 {
-        let (bias, lambd) = (f64::from(self.bias), f64::from(self.lambd));
-        if x < -lambd {
-            x + bias
+    fn apply<T: Arith>(&self, x: T) -> T {
+        if !T::FLOAT {
+            return T::from_f64(self.apply(x.to_f64()));
+        }
+        let (bias, lambd) = (T::from_f64(f64::from(self.bias)), T::from_f64(f64::from(self.lambd)));
+        if x < lambd.neg() {
+            x.add(bias)
         } else if x > lambd {
-            x - bias
+            x.sub(bias)
         } else {
-            0.0
+            T::ZERO
         }
     }
 
     fn c_expr(&self, dtype: DType) -> Result<String, OpError> {
-        let (bias, lambd, neg) = (c_float(self.bias), c_float(self.lambd), c_float(-self.lambd));
-        if dtype == DType::F32 {
-            return Ok(format!("($0 < {neg} ? $0 + {bias} : ($0 > {lambd} ? $0 - {bias} : 0.0f))"));
-        }
-        let t = ctype(dtype).ok_or_else(|| OpError::eval(format!("{dtype} is not supported on GPU")))?;
-        let x = "(double)$0";
-        let r = format!(
-            "({x} < (double){neg} ? {x} + (double){bias} : ({x} > (double){lambd} ? {x} - (double){bias} : 0.0))"
-        );
-        // Saturating like Rust's `as`: the bounds of i32 are exact in double, and i64's upper bound
-        // 2^63 is the first double past it.
-        let (max, min) = if dtype == DType::I32 {
-            ("2147483647.0", "-2147483648.0")
-        } else {
-            ("9223372036854775808.0", "-9223372036854775808.0")
-        };
-        let (tmax, tmin) = if dtype == DType::I32 {
-            ("2147483647", "(-2147483647 - 1)")
-        } else {
-            ("9223372036854775807LL", "(-9223372036854775807LL - 1)")
-        };
-        Ok(format!("({r} != {r} ? ({t})0 : ({r} >= {max} ? {tmax} : ({r} <= {min} ? {tmin} : ({t}){r})))"))
+        let float = FLOATS.contains(&dtype);
+        // Integers compute in double.
+        let (d, x) = if float { (dtype, "$0") } else { (DType::F64, "(double)$0") };
+        let s = c_suffix(d);
+        let k = |v: f32| c_lit(d, f64::from(v));
+        let (bias, lambd, neg) = (k(self.bias), k(self.lambd), k(-self.lambd));
+        let r = format!("({x} < {neg} ? {x} + {bias} : ({x} > {lambd} ? {x} - {bias} : 0.0{s}))");
+        if float { Ok(r) } else { c_float_to_int(dtype, "double", &r) }
     }
 }
 
@@ -259,37 +261,18 @@ impl Op for Shrink {
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
-        require_dtype("Shrink", x.ty.dtype, NUMBERS)?;
+        require_dtype("Shrink", x.ty.dtype, &NUMERIC_DTYPES)?;
         Ok(vec![x.ty.clone()])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let x = inputs.req(0)?;
-        let (bias, lambd) = (self.bias, self.lambd);
-        match (x.data, &mut outputs[0].data) {
-            (DataRef::F32(x), DataMut::F32(o)) => o.iter_mut().zip(x).for_each(|(o, &x)| {
-                *o = if x < -lambd {
-                    x + bias
-                } else if x > lambd {
-                    x - bias
-                } else {
-                    0.0
-                }
-            }),
-            (DataRef::I64(x), DataMut::I64(o)) => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = self.f64(x as f64) as i64)
-            }
-            (DataRef::I32(x), DataMut::I32(o)) => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = self.f64(f64::from(x)) as i32)
-            }
-            _ => return Err(output_mismatch()),
-        }
-        Ok(())
+        let out = &mut outputs[0].data;
+        each_number!(inputs.req(0)?.data, |x| map(x, out, |x| self.apply(x)), _ => Err(output_mismatch()))
     }
 }
 
 /// `PRelu(x, slope)`: `x` where `x > 0`, else `x * slope`, the slope broadcast to `x`'s shape
-/// (unidirectionally). Integer types from opset 9 (products wrap).
+/// (unidirectionally). Floats; from opset 9 also i32, i64, u32 and u64 (products wrap).
 #[derive(Debug)]
 struct PRelu {
     integers: bool,
@@ -297,6 +280,10 @@ struct PRelu {
 
 pub(super) fn build_prelu(_: &mut NodeCtx<'_>, integers: bool) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(PRelu { integers }))
+}
+
+fn prelu<T: Number>(x: T, slope: T) -> T {
+    if x > T::ZERO { x } else { x.mul(slope) }
 }
 
 /// Fails where `slope` certainly does not broadcast to `x` (a symbolic extent is checked at run time).
@@ -317,13 +304,15 @@ fn check_unidirectional(x: &[Dim], slope: &[Dim]) -> Result<(), OpError> {
 }
 
 impl Op for PRelu {
-    fn gpu(&self, _: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
-        Some(Ok(GpuNode::Elementwise("($0 > 0 ? $0 : $0 * $1)".into())))
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
+        let expr = |d: DType| Ok(format!("($0 > 0 ? $0 : {})", c_wrapping(d, "*")?));
+        Some(ctx.input(0).and_then(|x| expr(x.dtype)).map(GpuNode::Elementwise))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (x, slope) = (inputs.req(0)?, inputs.req(1)?);
-        require_dtype("PRelu", x.ty.dtype, if self.integers { NUMBERS } else { &[DType::F32] })?;
+        let ints: &[DType] = if self.integers { &[DType::I32, DType::I64, DType::U32, DType::U64] } else { &[] };
+        require_dtype("PRelu", x.ty.dtype, &[FLOATS, ints].concat())?;
         if slope.ty.dtype != x.ty.dtype {
             return Err(OpError::infer(format!("PRelu's slope is {}, its input {}", slope.ty.dtype, x.ty.dtype)));
         }
@@ -338,18 +327,10 @@ impl Op for PRelu {
         if x.dims != od {
             return Err(OpError::eval(format!("PRelu's input {:?} differs from its output {od:?}", x.dims)));
         }
-        match (x.data, s.data, &mut out.data) {
-            (DataRef::F32(a), DataRef::F32(b), DataMut::F32(o)) => {
-                broadcast2(a, x.dims, b, s.dims, o, od, |x, s| if x > 0.0 { x } else { x * s })
-            }
-            (DataRef::I64(a), DataRef::I64(b), DataMut::I64(o)) => {
-                broadcast2(a, x.dims, b, s.dims, o, od, |x, s| if x > 0 { x } else { x.wrapping_mul(s) })
-            }
-            (DataRef::I32(a), DataRef::I32(b), DataMut::I32(o)) => {
-                broadcast2(a, x.dims, b, s.dims, o, od, |x, s| if x > 0 { x } else { x.wrapping_mul(s) })
-            }
-            _ => Err(output_mismatch()),
-        }
+        each_number!(x.data, |a| {
+            let b = typed_like(a, s.data)?;
+            broadcast2(a, x.dims, b, s.dims, typed_like_mut(a, &mut out.data)?, od, prelu)
+        }, _ => Err(output_mismatch()))
     }
 }
 
@@ -427,8 +408,10 @@ mod tests {
         assert!(run_op("Swish", 23, &Attributes::default(), &[Some(&f32s(&[1], &[1.0]))]).is_err(), "from 24");
         let ints = Tensor::from_i64s(vec![1]);
         assert!(run_op("Swish", 24, &Attributes::default(), &[Some(&ints)]).is_err(), "f32 only");
-        let e = super::Activation::Swish { alpha: -0.5 }.c_expr();
+        let e = super::Activation::Swish { alpha: -0.5 }.c_expr(saggar_shape::DType::F32);
         assert_eq!(e, "($0 * (1.0f / (1.0f + expf(-((-0.5f) * $0)))))");
+        let e = super::Activation::Swish { alpha: -0.5 }.c_expr(saggar_shape::DType::F64);
+        assert_eq!(e, "($0 * (1.0 / (1.0 + exp(-((-0.5) * $0)))))");
     }
 
     #[test]
@@ -470,12 +453,17 @@ mod tests {
     fn expressions_embed_the_attributes_exactly() {
         use super::{Activation, Shrink};
         use saggar_shape::DType;
-        let e = Activation::HardSigmoid { alpha: -0.5, beta: 1e-5 }.c_expr();
+        let e = Activation::HardSigmoid { alpha: -0.5, beta: 1e-5 }.c_expr(DType::F32);
         assert!(e.contains("((-0.5f) * $0 + 1e-5f)"), "{e}");
-        assert!(Activation::HardSwish.c_expr().contains("(0.16666667f * $0 + 0.5f)"));
-        assert_eq!(Activation::LeakyRelu { alpha: 2.0 }.c_expr(), "($0 > 0.0f ? $0 : 2.0f * $0)");
+        let e = Activation::HardSigmoid { alpha: 0.2, beta: 0.5 }.c_expr(DType::F64);
+        assert!(e.contains("(0.20000000298023224 * $0 + 0.5)"), "the f32 attribute, widened: {e}");
+        assert!(Activation::HardSwish.c_expr(DType::F32).contains("(0.16666667f * $0 + 0.5f)"));
+        assert!(Activation::HardSwish.c_expr(DType::F64).contains("(0.16666666666666666 * $0 + 0.5)"));
+        assert_eq!(Activation::LeakyRelu { alpha: 2.0 }.c_expr(DType::F32), "($0 > 0.0f ? $0 : 2.0f * $0)");
+        assert_eq!(Activation::Elu { alpha: 2.0 }.c_expr(DType::F64), "($0 > 0.0 ? $0 : 2.0 * expm1($0))");
         let s = Shrink { bias: 0.5, lambd: 1.0 };
         assert_eq!(s.c_expr(DType::F32).unwrap(), "($0 < (-1.0f) ? $0 + 0.5f : ($0 > 1.0f ? $0 - 0.5f : 0.0f))");
-        assert!(s.c_expr(DType::I64).unwrap().contains("9223372036854775807LL"));
+        let i = s.c_expr(DType::I8).unwrap();
+        assert!(i.starts_with("onnx_float_to_int<signed char, double>((double)(((double)$0 < (-1.0) ?"), "{i}");
     }
 }

@@ -4,18 +4,21 @@
 
 use saggar_shape::DType;
 
-use super::{NUMBERS, broadcast2, output_mismatch, require_dtype, sym_pairs};
-use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use super::element::{Arith, FLOATS, SIGNED, c_float_to_int, c_int_pow, c_type, c_wrapping};
+use super::{broadcast2, output_mismatch, require_dtype, sym_pairs};
+use crate::ops::gpu::{GpuCtx, GpuNode};
 use crate::ops::shape_util::broadcast_all;
-use crate::ops::{EvalInputs, InferInputs, Op, OpError, SymInt, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, SymInt, ValueType};
+use crate::tensor::{
+    DataRef, NUMERIC_DTYPES, Number, Storage, TensorMut, TensorView, Wide, each_number, for_each_wide, typed_like,
+    typed_like_mut,
+};
 
 /// Whether a shape-vector element is a symbol inference invented (never equal to anything known).
 fn is_unnamed_sym(v: &SymInt) -> bool {
     matches!(v, SymInt::Sym(s) if crate::ops::shape_util::is_unnamed(&saggar_shape::Dim::Symbolic(s.clone())))
 }
 
-/// Applies `f` over the broadcast of `a` and `b` into `out` (shaped as the broadcast).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum BinaryKind {
     Add,
@@ -38,95 +41,95 @@ impl BinaryKind {
         matches!(self, Self::Equal | Self::Greater | Self::Less | Self::GreaterEq | Self::LessEq)
     }
 
-    fn is_logic(self) -> bool {
-        matches!(self, Self::And | Self::Or | Self::Xor)
+    /// The element types of the first input at `opset` (the second's too, but for Pow's exponent).
+    fn dtypes(self, opset: u32) -> Vec<DType> {
+        let numeric = NUMERIC_DTYPES.to_vec();
+        let wide_ints = [FLOATS, &[DType::I32, DType::I64, DType::U32, DType::U64]].concat();
+        match self {
+            // 8- and 16-bit integers from opset 14.
+            Self::Add | Self::Sub | Self::Mul | Self::Div if opset < 14 => wide_ints,
+            Self::Pow if opset < 12 => FLOATS.to_vec(),
+            Self::Pow => [FLOATS, &[DType::I32, DType::I64]].concat(),
+            Self::Equal if opset < 11 => vec![DType::Bool, DType::I32, DType::I64],
+            Self::Equal => [&numeric[..], &[DType::Bool]].concat(),
+            Self::Greater | Self::Less if opset < 9 => FLOATS.to_vec(),
+            Self::And | Self::Or | Self::Xor => vec![DType::Bool],
+            _ => numeric,
+        }
     }
 
     /// The C++ expression of `$0 op $1` for operands of these element types, as `eval` computes it.
     fn c_expr(self, a: DType, b: DType) -> Result<String, OpError> {
-        let t = ctype(a).ok_or_else(|| OpError::eval(format!("{a} is not supported on GPU")))?;
+        let t = c_type(a)?;
         let cmp = |op: &str| format!("(unsigned char)($0 {op} $1)");
-        Ok(match (self, a, b) {
-            (Self::Equal, DType::Bool, _) => "(unsigned char)(($0 != 0) == ($1 != 0))".into(),
-            (Self::Equal, ..) => cmp("=="),
-            (Self::Greater, ..) => cmp(">"),
-            (Self::Less, ..) => cmp("<"),
-            (Self::GreaterEq, ..) => cmp(">="),
-            (Self::LessEq, ..) => cmp("<="),
-            (Self::And, ..) => "(unsigned char)(($0 != 0) && ($1 != 0))".into(),
-            (Self::Or, ..) => "(unsigned char)(($0 != 0) || ($1 != 0))".into(),
-            (Self::Xor, ..) => "(unsigned char)(($0 != 0) != ($1 != 0))".into(),
-            (Self::Pow, DType::F32, _) => "powf($0, (float)$1)".into(),
-            (Self::Pow, _, _) if a == b => format!("($1 < 0 ? ({t})0 : ({t})pow((double)$0, (double)$1))"),
-            (Self::Pow, _, _) => format!("({t})pow((double)$0, (double)$1)"),
-            (Self::Add, ..) => "($0 + $1)".into(),
-            (Self::Sub, ..) => "($0 - $1)".into(),
-            (Self::Mul, ..) => "($0 * $1)".into(),
-            (Self::Div, DType::F32, _) => "($0 / $1)".into(),
-            (Self::Div, ..) => format!("($1 == 0 ? ({t})0 : ({t})($0 / $1))"),
+        let float = FLOATS.contains(&a);
+        Ok(match self {
+            Self::Equal if a == DType::Bool => "(unsigned char)(($0 != 0) == ($1 != 0))".into(),
+            Self::Equal => cmp("=="),
+            Self::Greater => cmp(">"),
+            Self::Less => cmp("<"),
+            Self::GreaterEq => cmp(">="),
+            Self::LessEq => cmp("<="),
+            Self::And => "(unsigned char)(($0 != 0) && ($1 != 0))".into(),
+            Self::Or => "(unsigned char)(($0 != 0) || ($1 != 0))".into(),
+            Self::Xor => "(unsigned char)(($0 != 0) != ($1 != 0))".into(),
+            Self::Pow if float => format!("pow{}($0, ({t})$1)", super::element::c_suffix(a)),
+            Self::Pow if FLOATS.contains(&b) => c_float_to_int(a, "double", "pow((double)$0, (double)$1)")?,
+            Self::Pow => c_int_pow(a, b)?,
+            Self::Add => c_wrapping(a, "+")?,
+            Self::Sub => c_wrapping(a, "-")?,
+            Self::Mul => c_wrapping(a, "*")?,
+            Self::Div if float => "($0 / $1)".into(),
+            // The quotient by -1 is the wrapping negation (C traps on `MIN / -1`).
+            Self::Div if SIGNED.contains(&a) => {
+                format!("($1 == 0 ? ({t})0 : ($1 == -1 ? {} : ({t})($0 / $1)))", super::element::c_negate(a)?)
+            }
+            Self::Div => format!("($1 == 0 ? ({t})0 : ({t})($0 / $1))"),
         })
     }
 }
 
+/// A binary op with the element types its signature takes at the model's opset.
 #[derive(Debug)]
-pub(super) struct Binary(BinaryKind);
+pub(super) struct Binary {
+    kind: BinaryKind,
+    dtypes: Vec<DType>,
+}
 
 impl Binary {
-    pub(super) fn boxed(kind: BinaryKind) -> Result<Box<dyn Op>, OpError> {
-        Ok(Box::new(Binary(kind)))
+    pub(super) fn boxed(ctx: &mut NodeCtx<'_>, kind: BinaryKind) -> Result<Box<dyn Op>, OpError> {
+        Ok(Box::new(Binary { kind, dtypes: kind.dtypes(ctx.opset()) }))
     }
 }
 
-macro_rules! int_arith {
-    ($kind:expr, $x:expr, $y:expr) => {
-        match $kind {
-            BinaryKind::Add => $x.wrapping_add($y),
-            BinaryKind::Sub => $x.wrapping_sub($y),
-            BinaryKind::Mul => $x.wrapping_mul($y),
-            // Integer division truncates like C; division by zero gives 0 rather than a fault.
-            BinaryKind::Div => $x.checked_div($y).unwrap_or(0),
-            _ => {
-                let e = $y;
-                if e < 0 { 0 } else { $x.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX)) }
-            }
-        }
-    };
-}
-
-macro_rules! compare {
-    ($kind:expr, $x:expr, $y:expr) => {
-        u8::from(match $kind {
-            BinaryKind::Equal => $x == $y,
-            BinaryKind::Greater => $x > $y,
-            BinaryKind::Less => $x < $y,
-            BinaryKind::GreaterEq => $x >= $y,
-            _ => $x <= $y,
-        })
-    };
+/// `f` of each pair of the broadcast `x` (of shape `xd`) and `b`, of one element type, into the bool
+/// output.
+fn to_bools<T: Storage>(
+    (x, xd): (&[T], &[usize]),
+    b: &TensorView<'_>,
+    out: &mut TensorMut<'_>,
+    f: impl Fn(T, T) -> bool,
+) -> Result<(), OpError> {
+    let y = typed_like(x, b.data)?;
+    let od = out.dims;
+    broadcast2(x, xd, y, b.dims, out.bools()?, od, |x, y| u8::from(f(x, y)))
 }
 
 impl Op for Binary {
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
-        Some((|| Ok(GpuNode::Elementwise(self.0.c_expr(ctx.input(0)?.dtype, ctx.input(1)?.dtype)?)))())
+        Some((|| Ok(GpuNode::Elementwise(self.kind.c_expr(ctx.input(0)?.dtype, ctx.input(1)?.dtype)?)))())
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?, inputs.req(1)?);
-        let kind = self.0;
+        let kind = self.kind;
         let name = format!("{kind:?}");
-        if kind.is_logic() {
-            require_dtype(&name, a.ty.dtype, &[DType::Bool])?;
-            require_dtype(&name, b.ty.dtype, &[DType::Bool])?;
-        } else if kind == BinaryKind::Pow {
-            require_dtype(&name, a.ty.dtype, NUMBERS)?;
-            require_dtype(&name, b.ty.dtype, NUMBERS)?;
-        } else {
-            let allowed: &[DType] =
-                if kind == BinaryKind::Equal { &[DType::F32, DType::I64, DType::I32, DType::Bool] } else { NUMBERS };
-            require_dtype(&name, a.ty.dtype, allowed)?;
-            if a.ty.dtype != b.ty.dtype {
-                return Err(OpError::infer(format!("{name} inputs differ in type: {} and {}", a.ty.dtype, b.ty.dtype)));
-            }
+        require_dtype(&name, a.ty.dtype, &self.dtypes)?;
+        if kind == BinaryKind::Pow {
+            let exponents = if self.dtypes.len() == FLOATS.len() { FLOATS } else { &NUMERIC_DTYPES[..] };
+            require_dtype("Pow's exponent", b.ty.dtype, exponents)?;
+        } else if a.ty.dtype != b.ty.dtype {
+            return Err(OpError::infer(format!("{name} inputs differ in type: {} and {}", a.ty.dtype, b.ty.dtype)));
         }
         let dims = broadcast_all([a.ty.dims.as_slice(), b.ty.dims.as_slice()])?;
         let dtype = if kind.is_comparison() { DType::Bool } else { a.ty.dtype };
@@ -136,13 +139,15 @@ impl Op for Binary {
     fn dims_value(&self, inputs: &InferInputs<'_>) -> Option<Vec<SymInt>> {
         // Shape arithmetic (`seq * heads`, `hidden / heads`), elementwise or with a scalar: known
         // where both sides are known, the symbol itself where the other side is neutral.
-        if !matches!(self.0, BinaryKind::Add | BinaryKind::Sub | BinaryKind::Mul | BinaryKind::Div | BinaryKind::Equal)
-        {
+        if !matches!(
+            self.kind,
+            BinaryKind::Add | BinaryKind::Sub | BinaryKind::Mul | BinaryKind::Div | BinaryKind::Equal
+        ) {
             return None;
         }
         let unknown = || SymInt::Sym(crate::ops::UNKNOWN_DIM.into());
         sym_pairs(inputs, |x, y| {
-            Some(match (x.as_int(), y.as_int(), self.0) {
+            Some(match (x.as_int(), y.as_int(), self.kind) {
                 (Some(p), Some(q), BinaryKind::Add) => SymInt::Int(p.checked_add(q)?),
                 (Some(p), Some(q), BinaryKind::Sub) => SymInt::Int(p.checked_sub(q)?),
                 (Some(p), Some(q), BinaryKind::Mul) => SymInt::Int(p.checked_mul(q)?),
@@ -162,62 +167,59 @@ impl Op for Binary {
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let (a, b) = (inputs.req(0)?, inputs.req(1)?);
-        let kind = self.0;
         let out = &mut outputs[0];
-        let od = out.dims;
-        let (ad, bd) = (a.dims, b.dims);
-        match (a.data, b.data, &mut out.data) {
-            (DataRef::F32(x), DataRef::F32(y), DataMut::F32(o)) => broadcast2(x, ad, y, bd, o, od, |x, y| match kind {
-                BinaryKind::Add => x + y,
-                BinaryKind::Sub => x - y,
-                BinaryKind::Mul => x * y,
-                BinaryKind::Div => x / y,
-                _ => x.powf(y),
+        match self.kind {
+            BinaryKind::Pow => {
+                // The exponents as exact wide values: one kernel per base type, whatever the exponent's.
+                let mut e = vec![Wide::Int(0); b.data.len()];
+                for_each_wide(b.data, |i, w| e[i] = w);
+                let od = out.dims;
+                each_number!(a.data, |x| {
+                    broadcast2(x, a.dims, &e, b.dims, typed_like_mut(x, &mut out.data)?, od, |x, e| x.power(e))
+                }, _ => Err(output_mismatch()))
+            }
+            kind if kind.is_comparison() => each_number!(a.data, |x| {
+                let f = comparison(kind);
+                to_bools((x, a.dims), b, out, |x, y| f(&x, &y))
+            }, other => match other {
+                DataRef::Bool(x) => to_bools((x, a.dims), b, out, |x, y| (x != 0) == (y != 0)),
+                _ => Err(output_mismatch()),
             }),
-            (DataRef::F32(x), DataRef::I64(y), DataMut::F32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| x.powf(y as f32))
+            BinaryKind::And | BinaryKind::Or | BinaryKind::Xor => {
+                let f: fn(bool, bool) -> bool = match self.kind {
+                    BinaryKind::And => |x, y| x && y,
+                    BinaryKind::Or => |x, y| x || y,
+                    _ => |x, y| x != y,
+                };
+                to_bools((a.bools()?, a.dims), b, out, |x, y| f(x != 0, y != 0))
             }
-            (DataRef::F32(x), DataRef::I32(y), DataMut::F32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| x.powf(y as f32))
-            }
-            (DataRef::I64(x), DataRef::I64(y), DataMut::I64(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| int_arith!(kind, x, y))
-            }
-            // Pow with an integer base and an exponent of another type, computed as numpy does
-            // (in double precision, then converted back to the base's type).
-            (DataRef::I64(x), DataRef::I32(y), DataMut::I64(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| (x as f64).powf(f64::from(y)) as i64)
-            }
-            (DataRef::I64(x), DataRef::F32(y), DataMut::I64(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| (x as f64).powf(f64::from(y)) as i64)
-            }
-            (DataRef::I32(x), DataRef::I64(y), DataMut::I32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| f64::from(x).powf(y as f64) as i32)
-            }
-            (DataRef::I32(x), DataRef::F32(y), DataMut::I32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| f64::from(x).powf(f64::from(y)) as i32)
-            }
-            (DataRef::I32(x), DataRef::I32(y), DataMut::I32(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| int_arith!(kind, x, y))
-            }
-            (DataRef::F32(x), DataRef::F32(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| compare!(kind, x, y))
-            }
-            (DataRef::I64(x), DataRef::I64(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| compare!(kind, x, y))
-            }
-            (DataRef::I32(x), DataRef::I32(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| compare!(kind, x, y))
-            }
-            (DataRef::Bool(x), DataRef::Bool(y), DataMut::Bool(o)) => {
-                broadcast2(x, ad, y, bd, o, od, |x, y| match kind {
-                    BinaryKind::And => u8::from(x != 0 && y != 0),
-                    BinaryKind::Or => u8::from(x != 0 || y != 0),
-                    BinaryKind::Xor => u8::from((x != 0) != (y != 0)),
-                    _ => u8::from((x != 0) == (y != 0)),
-                })
-            }
-            _ => Err(output_mismatch()),
+            kind => each_number!(a.data, |x| {
+                let f = arithmetic(kind);
+                let y = typed_like(x, b.data)?;
+                let od = out.dims;
+                broadcast2(x, a.dims, y, b.dims, typed_like_mut(x, &mut out.data)?, od, f)
+            }, _ => Err(output_mismatch())),
         }
+    }
+}
+
+/// The function of an arithmetic kind on `T`.
+fn arithmetic<T: Arith>(kind: BinaryKind) -> fn(T, T) -> T {
+    match kind {
+        BinaryKind::Add => Number::add,
+        BinaryKind::Sub => Arith::sub,
+        BinaryKind::Mul => Number::mul,
+        _ => Arith::div,
+    }
+}
+
+/// The predicate of a comparison kind on `T`.
+fn comparison<T: PartialOrd>(kind: BinaryKind) -> fn(&T, &T) -> bool {
+    match kind {
+        BinaryKind::Equal => PartialEq::eq,
+        BinaryKind::Greater => PartialOrd::gt,
+        BinaryKind::Less => PartialOrd::lt,
+        BinaryKind::GreaterEq => PartialOrd::ge,
+        _ => PartialOrd::le,
     }
 }

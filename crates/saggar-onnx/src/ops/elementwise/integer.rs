@@ -1,22 +1,19 @@
 //! The binary ops of integer arithmetic, with numpy broadcasting and one element type for both
-//! inputs: Mod (integers, and f32 with `fmod=1`), BitShift and BitwiseAnd/Or/Xor.
+//! inputs: Mod (every numeric type; floats only with `fmod=1`), BitShift (unsigned types) and
+//! BitwiseAnd/Or/Xor (integer types).
 //!
 //! Where C would trap or leave the result undefined, host and GPU define it alike: a remainder by 0
 //! is 0 (what numpy gives, and what integer `Div` gives here), a remainder by -1 is 0 without
 //! computing `MIN % -1`, and a shift by the type's width or more is 0.
-//!
-//! BitShift is defined for unsigned types only, which the tensor model does not have: it takes
-//! `i32` and `i64` and shifts their bits as the unsigned type of their width would be shifted. A
-//! right shift fills with zeros (logical, not arithmetic), and the shift amount is read as unsigned
-//! too, so a negative amount is past the width and gives 0.
 
 use saggar_shape::DType;
 
-use super::{NUMBERS, broadcast2, output_mismatch, require_dtype, sym_pairs};
-use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use super::element::{Arith, FLOATS, INTS, Int, SIGNED, UNSIGNED, c_suffix, c_type, each_float, each_int};
+use super::{broadcast2, output_mismatch, require_dtype, sym_pairs};
+use crate::ops::gpu::{GpuCtx, GpuNode};
 use crate::ops::shape_util::broadcast_all;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, SymInt, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::tensor::{NUMERIC_DTYPES, TensorMut, typed_like, typed_like_mut};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum IntegerKind {
@@ -57,6 +54,12 @@ pub(super) fn build_bitshift(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpErr
     }
 }
 
+/// The remainder of `x / y` of the divisor's sign: `r + y` where `r` and `y` have opposite signs.
+fn floor_rem<T: Arith>(x: T, y: T) -> T {
+    let r = x.rem(y);
+    if r != T::ZERO && (r < T::ZERO) != (y < T::ZERO) { r.add(y) } else { r }
+}
+
 impl IntegerKind {
     fn name(self) -> &'static str {
         match self {
@@ -68,51 +71,54 @@ impl IntegerKind {
         }
     }
 
-    /// The C++ expression of `$0 op $1`, both of element type `dtype`, as `eval` computes it.
+    fn dtypes(self) -> &'static [DType] {
+        match self {
+            IntegerKind::Mod | IntegerKind::Fmod => &NUMERIC_DTYPES,
+            IntegerKind::ShiftLeft | IntegerKind::ShiftRight => UNSIGNED,
+            _ => INTS,
+        }
+    }
+
+    /// `x op y` on integers.
+    fn int<T: Int>(self, x: T, y: T) -> T {
+        match self {
+            IntegerKind::Fmod => x.rem(y),
+            IntegerKind::Mod => floor_rem(x, y),
+            IntegerKind::ShiftLeft => x.shift(y, true),
+            IntegerKind::ShiftRight => x.shift(y, false),
+            IntegerKind::And => x & y,
+            IntegerKind::Or => x | y,
+            IntegerKind::Xor => x ^ y,
+        }
+    }
+
+    /// The C++ expression of `$0 op $1` for operands of `dtype`, as `eval` computes it.
     fn c_expr(self, dtype: DType) -> Result<String, OpError> {
-        if dtype == DType::F32 {
+        if FLOATS.contains(&dtype) {
             return match self {
-                IntegerKind::Fmod => Ok("fmodf($0, $1)".into()),
+                IntegerKind::Fmod => Ok(format!("fmod{}($0, $1)", c_suffix(dtype))),
                 _ => Err(OpError::eval(format!("{} takes integers", self.name()))),
             };
         }
-        let t = ctype(dtype).ok_or_else(|| OpError::eval(format!("{dtype} is not supported on GPU")))?;
-        let (u, width) = if dtype == DType::I32 { ("unsigned", 32) } else { ("unsigned long long", 64) };
-        let zero_or = |rest: String| format!("(($1 == 0 || $1 == -1) ? ({t})0 : {rest})");
+        let t = c_type(dtype)?;
+        // An unsigned `$1 == -1` would compare with the type's largest value.
+        let zero_or = |rest: String| {
+            let minus_one = if SIGNED.contains(&dtype) { " || $1 == -1" } else { "" };
+            format!("(($1 == 0{minus_one}) ? ({t})0 : {rest})")
+        };
+        let width = 8 * dtype.size_bytes();
         Ok(match self {
             IntegerKind::Fmod => zero_or(format!("({t})($0 % $1)")),
             IntegerKind::Mod => {
                 zero_or(format!("(($0 % $1 != 0 && ($0 % $1 < 0) != ($1 < 0)) ? ({t})($0 % $1 + $1) : ({t})($0 % $1))"))
             }
-            IntegerKind::ShiftLeft => format!("(({u})$1 >= {width}u ? ({t})0 : ({t})(({u})$0 << ({u})$1))"),
-            IntegerKind::ShiftRight => format!("(({u})$1 >= {width}u ? ({t})0 : ({t})(({u})$0 >> ({u})$1))"),
+            IntegerKind::ShiftLeft => format!("($1 >= {width} ? ({t})0 : ({t})($0 << $1))"),
+            IntegerKind::ShiftRight => format!("($1 >= {width} ? ({t})0 : ({t})($0 >> $1))"),
             IntegerKind::And => "($0 & $1)".into(),
             IntegerKind::Or => "($0 | $1)".into(),
             IntegerKind::Xor => "($0 ^ $1)".into(),
         })
     }
-}
-
-/// `$x op $y` for one integer type whose unsigned type of the same width is `$u`.
-macro_rules! int_op {
-    ($kind:expr, $x:expr, $y:expr, $u:ty) => {{
-        let (x, y) = ($x, $y);
-        // The amount read as unsigned: a negative one (and any past u32) is past the width.
-        let amount = u32::try_from(y).ok();
-        match $kind {
-            IntegerKind::Fmod => x.checked_rem(y).unwrap_or(0),
-            IntegerKind::Mod => {
-                let r = x.checked_rem(y).unwrap_or(0);
-                // r and y of opposite signs: r + y is between them.
-                if r != 0 && (r < 0) != (y < 0) { r + y } else { r }
-            }
-            IntegerKind::ShiftLeft => amount.and_then(|s| x.checked_shl(s)).unwrap_or(0),
-            IntegerKind::ShiftRight => amount.and_then(|s| (x as $u).checked_shr(s)).map_or(0, |v| v as _),
-            IntegerKind::And => x & y,
-            IntegerKind::Or => x | y,
-            IntegerKind::Xor => x ^ y,
-        }
-    }};
 }
 
 impl Op for IntegerOp {
@@ -123,13 +129,13 @@ impl Op for IntegerOp {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (a, b) = (inputs.req(0)?, inputs.req(1)?);
         let name = self.0.name();
-        match self.0 {
-            IntegerKind::Mod if a.ty.dtype == DType::F32 => {
-                return Err(OpError::infer("Mod of f32 inputs needs fmod=1 (the spec requires it for floats)"));
-            }
-            IntegerKind::Fmod | IntegerKind::Mod => require_dtype(name, a.ty.dtype, NUMBERS)?,
-            _ => require_dtype(name, a.ty.dtype, &[DType::I64, DType::I32])?,
+        if self.0 == IntegerKind::Mod && FLOATS.contains(&a.ty.dtype) {
+            return Err(OpError::infer(format!(
+                "Mod of {} inputs needs fmod=1 (the spec requires it for floats)",
+                a.ty.dtype
+            )));
         }
+        require_dtype(name, a.ty.dtype, self.0.dtypes())?;
         if a.ty.dtype != b.ty.dtype {
             return Err(OpError::infer(format!("{name} inputs differ in type: {} and {}", a.ty.dtype, b.ty.dtype)));
         }
@@ -143,7 +149,7 @@ impl Op for IntegerOp {
         let kind = self.0;
         sym_pairs(inputs, |x, y| {
             Some(match (x.as_int(), y.as_int()) {
-                (Some(p), Some(q)) => SymInt::Int(int_op!(kind, p, q, u64)),
+                (Some(p), Some(q)) => SymInt::Int(kind.int(p, q)),
                 _ => SymInt::Sym(crate::ops::UNKNOWN_DIM.into()),
             })
         })
@@ -154,18 +160,16 @@ impl Op for IntegerOp {
         let kind = self.0;
         let out = &mut outputs[0];
         let od = out.dims;
-        match (a.data, b.data, &mut out.data) {
-            (DataRef::F32(x), DataRef::F32(y), DataMut::F32(o)) if kind == IntegerKind::Fmod => {
-                broadcast2(x, a.dims, y, b.dims, o, od, |x, y| x % y)
+        each_int!(a.data, |x| {
+            let y = typed_like(x, b.data)?;
+            broadcast2(x, a.dims, y, b.dims, typed_like_mut(x, &mut out.data)?, od, |x, y| kind.int(x, y))
+        }, floats => each_float!(floats, |x| {
+            let y = typed_like(x, b.data)?;
+            if kind != IntegerKind::Fmod {
+                return Err(output_mismatch());
             }
-            (DataRef::I64(x), DataRef::I64(y), DataMut::I64(o)) => {
-                broadcast2(x, a.dims, y, b.dims, o, od, |x, y| int_op!(kind, x, y, u64))
-            }
-            (DataRef::I32(x), DataRef::I32(y), DataMut::I32(o)) => {
-                broadcast2(x, a.dims, y, b.dims, o, od, |x, y| int_op!(kind, x, y, u32))
-            }
-            _ => Err(output_mismatch()),
-        }
+            broadcast2(x, a.dims, y, b.dims, typed_like_mut(x, &mut out.data)?, od, Arith::rem)
+        }, _ => Err(output_mismatch())))
     }
 }
 
@@ -219,22 +223,47 @@ mod tests {
     }
 
     #[test]
-    fn bitshift_moves_unsigned_bits_and_gives_zero_past_the_width() {
-        let x = Tensor::from_i64s(vec![1, -1, 16, 5, -8]);
-        let s = Tensor::from_i64s(vec![63, 60, 2, 64, -1]);
+    fn bitshift_of_unsigned_types_gives_zero_past_the_width() {
+        let t = |d: TensorData| Tensor::new(vec![d.len()], d).unwrap();
+        let (x, s) = (t(TensorData::U64(vec![1, u64::MAX, 16, 5])), t(TensorData::U64(vec![63, 60, 2, 64])));
         let l = run_op("BitShift", 11, &shift("LEFT"), &[Some(&x), Some(&s)]).unwrap();
-        assert_eq!(l[0].data(), &TensorData::I64(vec![i64::MIN, -(1 << 60), 64, 0, 0]));
+        assert_eq!(l[0].data(), &TensorData::U64(vec![1 << 63, u64::MAX << 60, 64, 0]));
         let r = run_op("BitShift", 11, &shift("RIGHT"), &[Some(&x), Some(&s)]).unwrap();
-        assert_eq!(r[0].data(), &TensorData::I64(vec![0, 15, 4, 0, 0]), "logical: -1 >> 60 is 15");
-        let r32 = run_op("BitShift", 11, &shift("RIGHT"), &[Some(&i32s(&[-1, 7])), Some(&i32s(&[28, 1]))]);
-        assert_eq!(r32.unwrap()[0].data(), &TensorData::I32(vec![15, 3]));
+        assert_eq!(r[0].data(), &TensorData::U64(vec![0, 15, 4, 0]));
+        let (x, s) = (t(TensorData::U8(vec![0x81, 0x81, 3])), t(TensorData::U8(vec![1, 8, 7])));
+        let l = run_op("BitShift", 11, &shift("LEFT"), &[Some(&x), Some(&s)]).unwrap();
+        assert_eq!(l[0].data(), &TensorData::U8(vec![2, 0, 0x80]), "bits past the width are dropped");
+        let r = run_op(
+            "BitShift",
+            11,
+            &shift("RIGHT"),
+            &[Some(&t(TensorData::U16(vec![0x8000]))), Some(&t(TensorData::U16(vec![15])))],
+        );
+        assert_eq!(r.unwrap()[0].data(), &TensorData::U16(vec![1]));
         assert!(run_op("BitShift", 11, &shift("UP"), &[Some(&x), Some(&s)]).is_err());
         assert!(
             run_op("BitShift", 11, &Attributes::default(), &[Some(&x), Some(&s)]).is_err(),
             "direction is required"
         );
-        let f = f32s(&[1], &[1.0]);
-        assert!(run_op("BitShift", 11, &shift("LEFT"), &[Some(&f), Some(&f)]).is_err());
+        let i = Tensor::from_i64s(vec![1]);
+        assert!(run_op("BitShift", 11, &shift("LEFT"), &[Some(&i), Some(&i)]).is_err(), "unsigned types only");
+    }
+
+    #[test]
+    fn mod_of_narrow_and_unsigned_types() {
+        let t = |d: TensorData| Tensor::new(vec![d.len()], d).unwrap();
+        let (a, b) = (t(TensorData::I8(vec![-128, -7, 7, 5])), t(TensorData::I8(vec![-1, 3, -3, 0])));
+        let m = run_op("Mod", 13, &Attributes::default(), &[Some(&a), Some(&b)]).unwrap();
+        assert_eq!(m[0].data(), &TensorData::I8(vec![0, 2, -2, 0]));
+        let (a, b) = (t(TensorData::U32(vec![7, u32::MAX, 9])), t(TensorData::U32(vec![3, u32::MAX, 0])));
+        for f in [0, 1] {
+            let m = run_op("Mod", 13, &fmod(f), &[Some(&a), Some(&b)]).unwrap();
+            assert_eq!(m[0].data(), &TensorData::U32(vec![1, 0, 0]), "fmod={f}: no sign, so one result");
+        }
+        let (a, b) = (t(TensorData::F64(vec![-7.5, 7.5])), t(TensorData::F64(vec![2.0, -2.0])));
+        let m = run_op("Mod", 13, &fmod(1), &[Some(&a), Some(&b)]).unwrap();
+        assert_eq!(m[0].data(), &TensorData::F64(vec![-1.5, 1.5]));
+        assert!(run_op("Mod", 13, &fmod(0), &[Some(&a), Some(&b)]).is_err(), "f64 needs fmod=1 too");
     }
 
     #[test]
@@ -249,6 +278,16 @@ mod tests {
             let got = run_op(op, 18, &Attributes::default(), &[Some(&a), Some(&b)]).unwrap();
             assert_eq!(got[0].data(), &TensorData::I32(want), "{op}");
         }
+        let u = Tensor::new(vec![2], TensorData::U8(vec![0xf0, 0x3c])).unwrap();
+        let x = run_op("BitwiseXor", 18, &Attributes::default(), &[Some(&u), Some(&u)]).unwrap();
+        assert_eq!(x[0].data(), &TensorData::U8(vec![0, 0]));
+        let o = run_op(
+            "BitwiseOr",
+            18,
+            &Attributes::default(),
+            &[Some(&u), Some(&u.clone().reshaped(vec![2, 1]).unwrap())],
+        );
+        assert_eq!(o.unwrap()[0].data(), &TensorData::U8(vec![0xf0, 0xfc, 0xfc, 0x3c]));
         let f = f32s(&[1], &[1.0]);
         assert!(run_op("BitwiseAnd", 18, &Attributes::default(), &[Some(&f), Some(&f)]).is_err());
         assert!(run_op("BitwiseOr", 17, &Attributes::default(), &[Some(&a), Some(&b)]).is_err(), "from opset 18");
@@ -278,9 +317,12 @@ mod tests {
         assert!(m.starts_with("(($1 == 0 || $1 == -1) ? (long long)0 :"), "{m}");
         assert_eq!(IntegerKind::Fmod.c_expr(DType::F32).unwrap(), "fmodf($0, $1)");
         assert_eq!(
-            IntegerKind::ShiftLeft.c_expr(DType::I32).unwrap(),
-            "((unsigned)$1 >= 32u ? (int)0 : (int)((unsigned)$0 << (unsigned)$1))"
+            IntegerKind::ShiftLeft.c_expr(DType::U32).unwrap(),
+            "($1 >= 32 ? (unsigned int)0 : (unsigned int)($0 << $1))"
         );
+        let u = IntegerKind::Mod.c_expr(DType::U64).unwrap();
+        assert!(u.starts_with("(($1 == 0) ? (unsigned long long)0 :"), "no -1 for unsigned types: {u}");
+        assert_eq!(IntegerKind::Fmod.c_expr(DType::F64).unwrap(), "fmod($0, $1)");
         assert!(IntegerKind::Xor.c_expr(DType::F32).is_err());
     }
 }

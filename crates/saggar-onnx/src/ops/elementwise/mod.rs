@@ -4,12 +4,16 @@
 //! arithmetic, comparisons and logic ([`binary`]), the integer-minded binary ops Mod, BitShift and
 //! BitwiseAnd/Or/Xor ([`integer`]), and the variadic Sum/Max/Min/Mean ([`variadic`]).
 //!
-//! Host and GPU compute the same function: the host kernel of each op sits next to its C++
-//! expression, and where C would trap or leave a result undefined (integer division or remainder by
-//! zero, shifts by the width or more) both define the result the same way.
+//! Each op takes the element types its ONNX signature lists at the model's opset (f16 and bf16
+//! reach it as f32). Host and GPU compute the same function: the host kernel of each op is one
+//! generic function over its element ([`element`]'s traits) next to its C++ expression, and where C
+//! would trap or leave a result undefined (integer overflow, division or remainder by zero, shifts by
+//! the width or more, out-of-range float to integer conversions) both define the result the same
+//! way: integers wrap, a zero divisor gives 0, a shift past the width 0, a conversion saturates.
 
 mod activation;
 mod binary;
+mod element;
 mod integer;
 mod unary;
 mod variadic;
@@ -18,11 +22,14 @@ use saggar_shape::DType;
 
 use crate::ops::shape_util::{broadcast_strides, for_each_broadcast};
 use crate::ops::{InferInputs, OpEntry, OpError, SymInt};
+use crate::tensor::{DataMut, Storage, typed_like_mut};
 use activation::{Activation, build_celu, build_prelu, build_shrink};
 use binary::{Binary, BinaryKind};
 use integer::{IntegerKind, bitwise, build_bitshift, build_mod};
 use unary::{Unary, build_gelu, build_is_inf, is_nan, not, unary};
 use variadic::{Variadic, VariadicKind};
+
+pub(crate) use element::c_float_to_int;
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
@@ -71,28 +78,28 @@ pub(crate) static OPS: &[OpEntry] = &[
     // Unidirectional broadcasting of the slope from 7, integer types from 9.
     OpEntry { op_type: "PRelu", since: 7, until: 8, build: |c| build_prelu(c, false) },
     OpEntry { op_type: "PRelu", since: 9, until: 24, build: |c| build_prelu(c, true) },
-    OpEntry { op_type: "Add", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Add) },
-    OpEntry { op_type: "Sub", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Sub) },
-    OpEntry { op_type: "Mul", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Mul) },
-    OpEntry { op_type: "Div", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Div) },
-    OpEntry { op_type: "Pow", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Pow) },
-    OpEntry { op_type: "Equal", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Equal) },
-    OpEntry { op_type: "Greater", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Greater) },
-    OpEntry { op_type: "Less", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Less) },
-    OpEntry { op_type: "GreaterOrEqual", since: 12, until: 24, build: |_| Binary::boxed(BinaryKind::GreaterEq) },
-    OpEntry { op_type: "LessOrEqual", since: 12, until: 24, build: |_| Binary::boxed(BinaryKind::LessEq) },
-    OpEntry { op_type: "And", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::And) },
-    OpEntry { op_type: "Or", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Or) },
-    OpEntry { op_type: "Xor", since: 7, until: 24, build: |_| Binary::boxed(BinaryKind::Xor) },
+    OpEntry { op_type: "Add", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Add) },
+    OpEntry { op_type: "Sub", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Sub) },
+    OpEntry { op_type: "Mul", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Mul) },
+    OpEntry { op_type: "Div", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Div) },
+    OpEntry { op_type: "Pow", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Pow) },
+    OpEntry { op_type: "Equal", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Equal) },
+    OpEntry { op_type: "Greater", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Greater) },
+    OpEntry { op_type: "Less", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Less) },
+    OpEntry { op_type: "GreaterOrEqual", since: 12, until: 24, build: |c| Binary::boxed(c, BinaryKind::GreaterEq) },
+    OpEntry { op_type: "LessOrEqual", since: 12, until: 24, build: |c| Binary::boxed(c, BinaryKind::LessEq) },
+    OpEntry { op_type: "And", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::And) },
+    OpEntry { op_type: "Or", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Or) },
+    OpEntry { op_type: "Xor", since: 7, until: 24, build: |c| Binary::boxed(c, BinaryKind::Xor) },
     OpEntry { op_type: "Mod", since: 10, until: 24, build: build_mod },
     OpEntry { op_type: "BitShift", since: 11, until: 24, build: build_bitshift },
     OpEntry { op_type: "BitwiseAnd", since: 18, until: 24, build: |_| bitwise(IntegerKind::And) },
     OpEntry { op_type: "BitwiseOr", since: 18, until: 24, build: |_| bitwise(IntegerKind::Or) },
     OpEntry { op_type: "BitwiseXor", since: 18, until: 24, build: |_| bitwise(IntegerKind::Xor) },
-    OpEntry { op_type: "Sum", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Sum) },
-    OpEntry { op_type: "Mean", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Mean) },
-    OpEntry { op_type: "Max", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Max) },
-    OpEntry { op_type: "Min", since: 8, until: 24, build: |_| Variadic::boxed(VariadicKind::Min) },
+    OpEntry { op_type: "Sum", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Sum) },
+    OpEntry { op_type: "Mean", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Mean) },
+    OpEntry { op_type: "Max", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Max) },
+    OpEntry { op_type: "Min", since: 8, until: 24, build: |c| Variadic::boxed(c, VariadicKind::Min) },
 ];
 
 /// Fails unless `got` is one of `allowed`, naming them.
@@ -122,8 +129,11 @@ pub(crate) fn c_float(v: f32) -> String {
     }
 }
 
-/// The element types of the signed integer and f32 elementwise ops.
-const NUMBERS: &[DType] = &[DType::F32, DType::I64, DType::I32];
+/// `f` of each element of `x` into `out` (of `x`'s storage type and length).
+fn map<T: Storage>(x: &[T], out: &mut DataMut<'_>, f: impl Fn(T) -> T) -> Result<(), OpError> {
+    typed_like_mut(x, out)?.iter_mut().zip(x).for_each(|(o, &x)| *o = f(x));
+    Ok(())
+}
 
 /// Applies `f` over the broadcast of `a` and `b` into `out` (shaped as the broadcast).
 fn broadcast2<A: Copy, B: Copy, O>(
@@ -232,6 +242,108 @@ mod tests {
         let b = Tensor::from_i64s(vec![0, 2]);
         let out = run_op("Div", 14, &Attributes::default(), &[Some(&a), Some(&b)]).unwrap();
         assert_eq!(out[0].data(), &TensorData::I64(vec![0, -3]));
+    }
+
+    fn typed(d: TensorData) -> Tensor {
+        Tensor::new(vec![d.len()], d).unwrap()
+    }
+
+    fn run2(op: &str, opset: u32, a: TensorData, b: TensorData) -> Result<TensorData, crate::error::OpError> {
+        let out = run_op(op, opset, &Attributes::default(), &[Some(&typed(a)), Some(&typed(b))])?;
+        Ok(out[0].data().clone())
+    }
+
+    #[test]
+    fn integer_arithmetic_of_every_width_wraps() {
+        let (a, b) = (TensorData::U8(vec![200, 3, 7]), TensorData::U8(vec![100, 5, 0]));
+        assert_eq!(run2("Add", 14, a.clone(), b.clone()).unwrap(), TensorData::U8(vec![44, 8, 7]));
+        assert_eq!(run2("Sub", 14, a.clone(), b.clone()).unwrap(), TensorData::U8(vec![100, 254, 7]));
+        assert_eq!(run2("Div", 14, a, b).unwrap(), TensorData::U8(vec![2, 0, 0]), "by zero: 0");
+        let u16s = TensorData::U16(vec![65535, 300]);
+        assert_eq!(run2("Mul", 14, u16s.clone(), u16s).unwrap(), TensorData::U16(vec![1, 24464]));
+        let (a, b) = (TensorData::I8(vec![-128, -7, 100]), TensorData::I8(vec![-1, 2, 2]));
+        assert_eq!(
+            run2("Div", 14, a.clone(), b.clone()).unwrap(),
+            TensorData::I8(vec![-128, -3, 50]),
+            "MIN / -1 wraps"
+        );
+        assert_eq!(run2("Mul", 14, a, b).unwrap(), TensorData::I8(vec![-128, -14, -56]));
+        let (a, b) = (TensorData::F64(vec![1.0, -3.0]), TensorData::F64(vec![0.0, 2.0]));
+        assert_eq!(run2("Div", 14, a, b).unwrap(), TensorData::F64(vec![f64::INFINITY, -1.5]));
+        assert_eq!(
+            run2("Add", 7, TensorData::U64(vec![u64::MAX]), TensorData::U64(vec![2])).unwrap(),
+            TensorData::U64(vec![1])
+        );
+    }
+
+    #[test]
+    fn comparisons_of_unsigned_and_f64_values() {
+        let (a, b) = (TensorData::U64(vec![u64::MAX, 0, 5]), TensorData::U64(vec![1, 1, 5]));
+        assert_eq!(run2("Greater", 13, a.clone(), b.clone()).unwrap(), TensorData::Bool(vec![1, 0, 0]));
+        assert_eq!(run2("LessOrEqual", 16, a.clone(), b.clone()).unwrap(), TensorData::Bool(vec![0, 1, 1]));
+        assert_eq!(run2("Equal", 13, a, b).unwrap(), TensorData::Bool(vec![0, 0, 1]));
+        let (a, b) = (TensorData::F64(vec![f64::NAN, 1.0]), TensorData::F64(vec![f64::NAN, 1.0]));
+        assert_eq!(run2("Equal", 13, a.clone(), b.clone()).unwrap(), TensorData::Bool(vec![0, 1]));
+        assert_eq!(run2("GreaterOrEqual", 13, a, b).unwrap(), TensorData::Bool(vec![0, 1]));
+    }
+
+    #[test]
+    fn pow_of_every_base_and_exponent_kind() {
+        let base = TensorData::I32(vec![3, -2, 2, 7]);
+        let p = run2("Pow", 15, base.clone(), TensorData::U8(vec![4, 3, 31, 0])).unwrap();
+        assert_eq!(p, TensorData::I32(vec![81, -8, i32::MIN, 1]), "wrapping integer powers");
+        let p = run2("Pow", 15, base.clone(), TensorData::I64(vec![-1, 2, 40, 1])).unwrap();
+        assert_eq!(p, TensorData::I32(vec![0, 4, 0, 7]), "a negative exponent gives 0, 2^40 wraps to 0");
+        let p = run2("Pow", 15, base, TensorData::F64(vec![0.5, 0.5, 40.0, -1.0])).unwrap();
+        assert_eq!(p, TensorData::I32(vec![1, 0, i32::MAX, 0]), "f64 pow converted as `as`: NaN 0, saturated");
+        let p = run2("Pow", 15, TensorData::F64(vec![2.0, 9.0]), TensorData::U16(vec![10, 0])).unwrap();
+        assert_eq!(p, TensorData::F64(vec![1024.0, 1.0]));
+        assert!(run2("Pow", 15, TensorData::U8(vec![2]), TensorData::U8(vec![2])).is_err(), "bases: floats, i32, i64");
+        assert!(run2("Pow", 11, TensorData::I32(vec![2]), TensorData::I32(vec![2])).is_err(), "integers from 12");
+    }
+
+    #[test]
+    fn each_opset_takes_the_types_its_signature_lists() {
+        let (i8s, f32s1) = (TensorData::I8(vec![1]), TensorData::F32(vec![1.0]));
+        assert!(run2("Add", 13, i8s.clone(), i8s.clone()).is_err(), "8-bit integers from 14");
+        assert!(run2("Add", 14, i8s.clone(), i8s.clone()).is_ok());
+        assert!(run2("Equal", 10, f32s1.clone(), f32s1.clone()).is_err(), "floats from 11");
+        assert!(run2("Equal", 11, f32s1.clone(), f32s1.clone()).is_ok());
+        assert!(run2("Greater", 8, i8s.clone(), i8s.clone()).is_err(), "integers from 9");
+        assert!(run2("Max", 11, i8s.clone(), i8s.clone()).is_err(), "integers from 12");
+        assert_eq!(run2("Max", 12, i8s.clone(), TensorData::I8(vec![-3])).unwrap(), TensorData::I8(vec![1]));
+        assert!(run2("Sum", 13, i8s.clone(), i8s.clone()).is_err(), "floats only");
+        let relu = |opset| run_op("Relu", opset, &Attributes::default(), &[Some(&typed(TensorData::I8(vec![-3, 4])))]);
+        assert!(relu(13).is_err(), "signed integers from 14");
+        assert_eq!(relu(14).unwrap()[0].data(), &TensorData::I8(vec![0, 4]));
+        let erf = |opset| run_op("Erf", opset, &Attributes::default(), &[Some(&typed(TensorData::U8(vec![0, 9])))]);
+        assert_eq!(erf(12).unwrap()[0].data(), &TensorData::U8(vec![0, 1]), "integers in opsets 9 to 12");
+        assert!(erf(13).is_err());
+        let neg = run_op("Neg", 13, &Attributes::default(), &[Some(&typed(TensorData::U8(vec![1])))]);
+        assert!(neg.is_err(), "no unsigned Neg");
+    }
+
+    #[test]
+    fn unary_math_and_variadics_of_f64_and_narrow_integers() {
+        let one = |op: &str, d: TensorData| run_op(op, 18, &Attributes::default(), &[Some(&typed(d))]).unwrap();
+        let x = TensorData::F64(vec![0.5, -2.0]);
+        assert_eq!(one("Exp", x.clone())[0].data(), &TensorData::F64(vec![0.5f64.exp(), (-2f64).exp()]));
+        assert_eq!(one("Round", TensorData::F64(vec![2.5, -0.5]))[0].data(), &TensorData::F64(vec![2.0, -0.0]));
+        assert_eq!(one("IsNaN", TensorData::F64(vec![f64::NAN, 1.0]))[0].data(), &TensorData::Bool(vec![1, 0]));
+        assert_eq!(one("Abs", TensorData::I16(vec![i16::MIN, -3]))[0].data(), &TensorData::I16(vec![i16::MIN, 3]));
+        assert_eq!(one("Sign", TensorData::U32(vec![0, 9]))[0].data(), &TensorData::U32(vec![0, 1]));
+        assert_eq!(one("BitwiseNot", TensorData::U8(vec![5]))[0].data(), &TensorData::U8(vec![250]));
+        let e = one("Elu", x.clone());
+        assert_eq!(e[0].data(), &TensorData::F64(vec![0.5, (-2f64).exp_m1()]), "computed in f64");
+        let (a, b) = (typed(TensorData::F64(vec![1.0, 4.0])), typed(TensorData::F64(vec![3.0, 3.0, 3.0])));
+        assert!(run_op("Mean", 13, &Attributes::default(), &[Some(&a), Some(&b)]).is_err(), "shapes 2 and 3");
+        let b = Tensor::new(vec![1], TensorData::F64(vec![2.0])).unwrap();
+        let m = run_op("Mean", 13, &Attributes::default(), &[Some(&a), Some(&b), Some(&b)]).unwrap();
+        assert_eq!(m[0].data(), &TensorData::F64(vec![5.0 / 3.0, 8.0 / 3.0]));
+        let (u, v) = (typed(TensorData::U8(vec![200, 3])), Tensor::new(vec![1], TensorData::U8(vec![100])).unwrap());
+        let m = run_op("Min", 13, &Attributes::default(), &[Some(&u), Some(&v)]).unwrap();
+        assert_eq!(m[0].data(), &TensorData::U8(vec![100, 3]));
+        assert!(run_op("Celu", 12, &Attributes::default(), &[Some(&typed(x))]).is_err(), "Celu: f32 only");
     }
 
     #[test]

@@ -3,12 +3,15 @@
 
 use saggar_shape::DType;
 
-use super::{NUMBERS, c_float, output_mismatch, require_dtype};
-use crate::ops::gpu::{GpuCtx, GpuNode, ctype};
+use super::element::{
+    FLOATS, FloatMath, INTS, Int, SIGNED, UNSIGNED, c_lit, c_negate, c_suffix, c_type, each_float, each_int,
+};
+use super::{map, output_mismatch, require_dtype};
+use crate::ops::gpu::{GpuCtx, GpuNode};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::tensor::{DataRef, NUMERIC_DTYPES, Number, TensorMut};
 
-/// A one-input op on f32 (and the signed integers where [`Unary::dtypes`] says).
+/// A one-input op on floats (and integers where [`Unary::dtypes`] says).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Unary {
     Sqrt,
@@ -36,7 +39,7 @@ pub(super) enum Unary {
     Atanh,
     Floor,
     Ceil,
-    /// To the nearest integer, halves to even (`rintf` in the default rounding mode).
+    /// To the nearest integer, halves to even (`rint` in the default rounding mode).
     Round,
     /// -1, 0 or 1; NaN stays NaN and a zero keeps its sign.
     Sign,
@@ -44,38 +47,43 @@ pub(super) enum Unary {
     BitwiseNot,
 }
 
+/// A one-input op with the element types its signature takes at the model's opset.
 #[derive(Debug)]
-struct UnaryOp(Unary);
+struct UnaryOp {
+    kind: Unary,
+    dtypes: Vec<DType>,
+}
 
-pub(super) fn unary(_: &mut NodeCtx<'_>, kind: Unary) -> Result<Box<dyn Op>, OpError> {
-    Ok(Box::new(UnaryOp(kind)))
+pub(super) fn unary(ctx: &mut NodeCtx<'_>, kind: Unary) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(UnaryOp { kind, dtypes: kind.dtypes(ctx.opset()) }))
 }
 
 pub(super) fn build_gelu(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     match ctx.string_or("approximate", "none")?.as_str() {
-        "none" => Ok(Box::new(UnaryOp(Unary::Gelu))),
-        "tanh" => Ok(Box::new(UnaryOp(Unary::GeluTanh))),
+        "none" => unary(ctx, Unary::Gelu),
+        "tanh" => unary(ctx, Unary::GeluTanh),
         other => Err(ctx.unsupported("approximate", other, "\"none\", \"tanh\"")),
     }
 }
 
 impl Unary {
-    fn f32(self, x: f32) -> f32 {
+    fn float<F: FloatMath>(self, x: F) -> F {
+        let half = F::of(0.5);
         match self {
             Unary::Sqrt => x.sqrt(),
-            Unary::Erf => libm::erff(x),
+            Unary::Erf => x.erf(),
             Unary::Tanh => x.tanh(),
-            Unary::Relu => x.max(0.0),
-            Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Unary::Relu => x.max(F::ZERO),
+            Unary::Sigmoid => F::ONE / (F::ONE + (-x).exp()),
             Unary::Neg => -x,
             Unary::Abs => x.abs(),
             Unary::Exp => x.exp(),
             Unary::Log => x.ln(),
-            Unary::Reciprocal => 1.0 / x,
-            Unary::Gelu => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+            Unary::Reciprocal => F::ONE / x,
+            Unary::Gelu => half * x * (F::ONE + (x * F::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erf()),
             Unary::GeluTanh => {
-                let c = (2.0f32 / std::f32::consts::PI).sqrt();
-                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+                let c = F::from_f64(std::f64::consts::FRAC_2_PI.sqrt());
+                half * x * (F::ONE + (c * (x + F::from_f64(0.044715) * x * x * x)).tanh())
             }
             Unary::Sin => x.sin(),
             Unary::Cos => x.cos(),
@@ -91,120 +99,129 @@ impl Unary {
             Unary::Floor => x.floor(),
             Unary::Ceil => x.ceil(),
             Unary::Round => x.round_ties_even(),
-            Unary::Sign => {
-                if x > 0.0 {
-                    1.0
-                } else if x < 0.0 {
-                    -1.0
-                } else {
-                    x
-                }
-            }
+            Unary::Sign => x.sign(),
             // Refused by `infer`; the identity keeps this total.
             Unary::BitwiseNot => x,
         }
     }
 
+    fn int<T: Int>(self, x: T) -> T {
+        match self {
+            Unary::Relu => {
+                if x > T::ZERO {
+                    x
+                } else {
+                    T::ZERO
+                }
+            }
+            Unary::Neg => x.neg(),
+            Unary::Abs => x.abs(),
+            Unary::Sign => x.sign(),
+            Unary::BitwiseNot => !x,
+            // Integers in Erf's opsets 9 to 12: through f64 (within [-1, 1], truncated).
+            Unary::Erf => T::from_f64(libm::erf(x.to_f64())),
+            // Refused by `infer`; the identity keeps this total.
+            _ => x,
+        }
+    }
+
     /// The C++ expression of `$0` of element type `dtype` (see [`crate::ops::gpu::GpuNode`]).
     fn c_expr(self, dtype: DType) -> Result<String, OpError> {
-        if dtype != DType::F32 {
-            let t = ctype(dtype).ok_or_else(|| OpError::eval(format!("{dtype} is not supported on GPU")))?;
+        if !FLOATS.contains(&dtype) {
+            let t = c_type(dtype)?;
+            let unsigned = UNSIGNED.contains(&dtype);
             return Ok(match self {
-                Unary::Relu => "($0 > 0 ? $0 : ($0 - $0))".into(),
-                Unary::Neg => "(-$0)".into(),
+                Unary::Relu => format!("($0 > 0 ? $0 : ({t})0)"),
+                Unary::Neg => c_negate(dtype)?,
+                Unary::Sign if unsigned => format!("({t})($0 > 0)"),
                 Unary::Sign => format!("(({t})($0 > 0) - ({t})($0 < 0))"),
                 Unary::BitwiseNot => "(~$0)".into(),
-                Unary::Abs => "($0 < 0 ? -$0 : $0)".into(),
-                _ => return Err(OpError::eval(format!("{self:?} takes f32 inputs, not {dtype}"))),
+                Unary::Abs if unsigned => "$0".into(),
+                Unary::Abs => format!("($0 < 0 ? {} : $0)", c_negate(dtype)?),
+                Unary::Erf => format!("({t})erf((double)$0)"),
+                _ => return Err(OpError::eval(format!("{self:?} takes float inputs, not {dtype}"))),
             });
         }
+        let s = c_suffix(dtype);
+        let function = match self {
+            Unary::Sqrt => "sqrt",
+            Unary::Erf => "erf",
+            Unary::Tanh => "tanh",
+            Unary::Abs => "fabs",
+            Unary::Exp => "exp",
+            Unary::Log => "log",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Tan => "tan",
+            Unary::Asin => "asin",
+            Unary::Acos => "acos",
+            Unary::Atan => "atan",
+            Unary::Sinh => "sinh",
+            Unary::Cosh => "cosh",
+            Unary::Asinh => "asinh",
+            Unary::Acosh => "acosh",
+            Unary::Atanh => "atanh",
+            Unary::Floor => "floor",
+            Unary::Ceil => "ceil",
+            Unary::Round => "rint",
+            _ => "",
+        };
+        if !function.is_empty() {
+            return Ok(format!("{function}{s}($0)"));
+        }
+        let (rsqrt2, c) = (std::f64::consts::FRAC_1_SQRT_2, std::f64::consts::FRAC_2_PI.sqrt());
         Ok(match self {
-            Unary::Sqrt => "sqrtf($0)",
-            Unary::Erf => "erff($0)",
-            Unary::Tanh => "tanhf($0)",
-            Unary::Relu => "fmaxf($0, 0.0f)",
-            Unary::Sigmoid => "(1.0f / (1.0f + expf(-$0)))",
-            Unary::Neg => "(-$0)",
-            Unary::Abs => "fabsf($0)",
-            Unary::Exp => "expf($0)",
-            Unary::Log => "logf($0)",
-            Unary::Reciprocal => "(1.0f / $0)",
-            Unary::Gelu => "(0.5f * $0 * (1.0f + erff($0 * 0.7071067811865476f)))",
-            Unary::GeluTanh => "(0.5f * $0 * (1.0f + tanhf(0.7978845608028654f * ($0 + 0.044715f * $0 * $0 * $0))))",
-            Unary::Sin => "sinf($0)",
-            Unary::Cos => "cosf($0)",
-            Unary::Tan => "tanf($0)",
-            Unary::Asin => "asinf($0)",
-            Unary::Acos => "acosf($0)",
-            Unary::Atan => "atanf($0)",
-            Unary::Sinh => "sinhf($0)",
-            Unary::Cosh => "coshf($0)",
-            Unary::Asinh => "asinhf($0)",
-            Unary::Acosh => "acoshf($0)",
-            Unary::Atanh => "atanhf($0)",
-            Unary::Floor => "floorf($0)",
-            Unary::Ceil => "ceilf($0)",
-            Unary::Round => "rintf($0)",
-            Unary::Sign => "($0 > 0.0f ? 1.0f : ($0 < 0.0f ? -1.0f : $0))",
-            Unary::BitwiseNot => return Err(OpError::eval("BitwiseNot takes integer inputs, not f32")),
-        }
-        .into())
+            Unary::Relu => format!("fmax{s}($0, 0.0{s})"),
+            Unary::Sigmoid => format!("(1.0{s} / (1.0{s} + exp{s}(-$0)))"),
+            Unary::Neg => "(-$0)".into(),
+            Unary::Reciprocal => format!("(1.0{s} / $0)"),
+            Unary::Gelu => format!("(0.5{s} * $0 * (1.0{s} + erf{s}($0 * {})))", c_lit(dtype, rsqrt2)),
+            Unary::GeluTanh => format!(
+                "(0.5{s} * $0 * (1.0{s} + tanh{s}({} * ($0 + {} * $0 * $0 * $0))))",
+                c_lit(dtype, c),
+                c_lit(dtype, 0.044715)
+            ),
+            Unary::Sign => format!("($0 > 0.0{s} ? 1.0{s} : ($0 < 0.0{s} ? -1.0{s} : $0))"),
+            _ => return Err(OpError::eval(format!("{self:?} takes integer inputs, not {dtype}"))),
+        })
     }
 
-    /// The element types the op takes (and gives).
-    fn dtypes(self) -> &'static [DType] {
+    /// The element types the op takes (and gives) at `opset`.
+    fn dtypes(self, opset: u32) -> Vec<DType> {
         match self {
-            Unary::Relu | Unary::Neg | Unary::Abs | Unary::Sign => NUMBERS,
-            Unary::BitwiseNot => &[DType::I64, DType::I32],
-            _ => &[DType::F32],
+            // Signed integers from opset 14.
+            Unary::Relu if opset >= 14 => [FLOATS, SIGNED].concat(),
+            Unary::Neg => [FLOATS, SIGNED].concat(),
+            Unary::Abs | Unary::Sign => NUMERIC_DTYPES.to_vec(),
+            Unary::BitwiseNot => INTS.to_vec(),
+            // Every numeric type in opsets 9 to 12.
+            Unary::Erf if opset < 13 => NUMERIC_DTYPES.to_vec(),
+            _ => FLOATS.to_vec(),
         }
     }
-}
-
-macro_rules! int_unary {
-    ($kind:expr, $x:expr) => {
-        match $kind {
-            Unary::Relu => $x.max(0),
-            Unary::Neg => $x.wrapping_neg(),
-            Unary::Sign => $x.signum(),
-            Unary::BitwiseNot => !$x,
-            _ => $x.wrapping_abs(),
-        }
-    };
 }
 
 impl Op for UnaryOp {
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
-        Some(ctx.input(0).and_then(|x| self.0.c_expr(x.dtype)).map(GpuNode::Elementwise))
+        Some(ctx.input(0).and_then(|x| self.kind.c_expr(x.dtype)).map(GpuNode::Elementwise))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
-        require_dtype(&format!("{:?}", self.0), x.ty.dtype, self.0.dtypes())?;
+        require_dtype(&format!("{:?}", self.kind), x.ty.dtype, &self.dtypes)?;
         Ok(vec![x.ty.clone()])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let x = inputs.req(0)?;
-        let kind = self.0;
-        let ints = kind.dtypes() != [DType::F32];
-        match (x.data, &mut outputs[0].data) {
-            (DataRef::F32(x), DataMut::F32(o)) if kind.dtypes().contains(&DType::F32) => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = kind.f32(x))
-            }
-            (DataRef::I64(x), DataMut::I64(o)) if ints => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = int_unary!(kind, x))
-            }
-            (DataRef::I32(x), DataMut::I32(o)) if ints => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = int_unary!(kind, x))
-            }
-            _ => return Err(output_mismatch()),
-        }
-        Ok(())
+        let (kind, out) = (self.kind, &mut outputs[0].data);
+        each_float!(x.data, |v| map(v, out, |x| kind.float(x)), ints => {
+            each_int!(ints, |v| map(v, out, |x| kind.int(x)), _ => Err(output_mismatch()))
+        })
     }
 }
 
-/// A predicate of each element: f32 (or bool, for `Not`) to bool.
+/// A predicate of each element: a float (or bool, for `Not`) to bool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Predicate {
     IsNan,
@@ -238,24 +255,24 @@ pub(super) fn build_is_inf(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError
 }
 
 impl Predicate {
-    fn f32(self, x: f32) -> bool {
+    fn test<T: Number>(self, x: T) -> bool {
         match self {
-            Predicate::IsNan => x.is_nan(),
-            Predicate::IsInf { negative, positive } => {
-                (negative && x == f32::NEG_INFINITY) || (positive && x == f32::INFINITY)
-            }
+            #[allow(clippy::eq_op)] // NaN is the one value unequal to itself
+            Predicate::IsNan => x != x,
+            Predicate::IsInf { negative, positive } => (negative && x == T::LOWEST) || (positive && x == T::HIGHEST),
             Predicate::Not => false,
         }
     }
 
-    fn c_expr(self) -> String {
+    /// The C++ expression for `$0` of float type `dtype`: the infinities are the values beyond the
+    /// type's largest finite one.
+    fn c_expr(self, dtype: DType) -> String {
+        let max = c_lit(dtype, if dtype == DType::F64 { f64::MAX } else { f64::from(f32::MAX) });
         let test = match self {
             Predicate::IsNan => "$0 != $0".into(),
-            Predicate::IsInf { negative: true, positive: true } => {
-                format!("$0 == {} || $0 == {}", c_float(f32::INFINITY), c_float(f32::NEG_INFINITY))
-            }
-            Predicate::IsInf { negative: false, positive: true } => format!("$0 == {}", c_float(f32::INFINITY)),
-            Predicate::IsInf { negative: true, positive: false } => format!("$0 == {}", c_float(f32::NEG_INFINITY)),
+            Predicate::IsInf { negative: true, positive: true } => format!("$0 > {max} || $0 < -{max}"),
+            Predicate::IsInf { negative: false, positive: true } => format!("$0 > {max}"),
+            Predicate::IsInf { negative: true, positive: false } => format!("$0 < -{max}"),
             Predicate::IsInf { negative: false, positive: false } => "0".into(),
             Predicate::Not => "$0 == 0".into(),
         };
@@ -264,29 +281,30 @@ impl Predicate {
 }
 
 impl Op for PredicateOp {
-    fn gpu(&self, _: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
-        Some(Ok(GpuNode::Elementwise(self.0.c_expr())))
+    fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
+        Some(ctx.input(0).map(|x| GpuNode::Elementwise(self.0.c_expr(x.dtype))))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?;
-        let (name, dtype) = match self.0 {
-            Predicate::IsNan => ("IsNaN", DType::F32),
-            Predicate::IsInf { .. } => ("IsInf", DType::F32),
-            Predicate::Not => ("Not", DType::Bool),
+        let (name, dtypes) = match self.0 {
+            Predicate::IsNan => ("IsNaN", FLOATS),
+            Predicate::IsInf { .. } => ("IsInf", FLOATS),
+            Predicate::Not => ("Not", &[DType::Bool][..]),
         };
-        require_dtype(name, x.ty.dtype, &[dtype])?;
+        require_dtype(name, x.ty.dtype, dtypes)?;
         Ok(vec![ValueType::new(DType::Bool, x.ty.dims.clone())])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let x = inputs.req(0)?;
         let o = outputs[0].bools()?;
-        match (self.0, x.data) {
-            (Predicate::Not, DataRef::Bool(x)) => o.iter_mut().zip(x).for_each(|(o, &x)| *o = u8::from(x == 0)),
-            (p, DataRef::F32(x)) if p != Predicate::Not => {
-                o.iter_mut().zip(x).for_each(|(o, &x)| *o = u8::from(p.f32(x)))
-            }
+        let p = self.0;
+        match x.data {
+            DataRef::Bool(x) if p == Predicate::Not => o.iter_mut().zip(x).for_each(|(o, &x)| *o = u8::from(x == 0)),
+            data if p != Predicate::Not => each_float!(data, |x| {
+                o.iter_mut().zip(x).for_each(|(o, &x)| *o = u8::from(p.test(x)))
+            }, _ => return Err(output_mismatch())),
             _ => return Err(output_mismatch()),
         }
         Ok(())
@@ -397,9 +415,18 @@ mod tests {
         assert_eq!(Unary::Round.c_expr(DType::F32).unwrap(), "rintf($0)");
         assert_eq!(Unary::Sign.c_expr(DType::I32).unwrap(), "((int)($0 > 0) - (int)($0 < 0))");
         assert_eq!(Unary::BitwiseNot.c_expr(DType::I64).unwrap(), "(~$0)");
+        assert_eq!(Unary::Round.c_expr(DType::F64).unwrap(), "rint($0)");
+        assert_eq!(Unary::Sign.c_expr(DType::U8).unwrap(), "(unsigned char)($0 > 0)");
+        assert_eq!(Unary::Abs.c_expr(DType::U32).unwrap(), "$0");
+        assert_eq!(Unary::Neg.c_expr(DType::I32).unwrap(), "(int)(0u - (unsigned)$0)");
+        assert!(Unary::Exp.c_expr(DType::I8).is_err());
         assert_eq!(
-            Predicate::IsInf { negative: false, positive: true }.c_expr(),
-            "(unsigned char)($0 == __int_as_float(2139095040))"
+            Predicate::IsInf { negative: false, positive: true }.c_expr(DType::F32),
+            "(unsigned char)($0 > 3.4028235e38f)"
+        );
+        assert_eq!(
+            Predicate::IsInf { negative: true, positive: false }.c_expr(DType::F64),
+            "(unsigned char)($0 < -1.7976931348623157e308)"
         );
     }
 }

@@ -1,12 +1,15 @@
-//! The variadic Sum, Mean, Max and Min over any number of broadcast inputs.
+//! The variadic Sum, Mean (floats), Max and Min (every numeric type from opset 12) over any number
+//! of broadcast inputs.
 
 use saggar_shape::DType;
 
-use super::{NUMBERS, check_broadcast, output_mismatch, require_dtype};
+use super::check_broadcast;
+use super::element::{FLOATS, c_suffix};
+use super::{output_mismatch, require_dtype};
 use crate::ops::gpu::{GpuCtx, GpuNode};
 use crate::ops::shape_util::{broadcast_all, broadcast_strides, for_each_broadcast};
-use crate::ops::{EvalInputs, InferInputs, Op, OpError, ValueType};
-use crate::tensor::{DataMut, DataRef, TensorMut};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
+use crate::tensor::{NUMERIC_DTYPES, Number, TensorMut, each_number, typed_like_mut};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum VariadicKind {
@@ -16,36 +19,29 @@ pub(super) enum VariadicKind {
     Min,
 }
 
-/// `Sum`, `Mean`, `Max`, `Min` over any number of broadcast inputs.
+/// `Sum`, `Mean`, `Max`, `Min` over any number of broadcast inputs, with the element types the
+/// signature takes at the model's opset.
 #[derive(Debug)]
-pub(super) struct Variadic(VariadicKind);
+pub(super) struct Variadic {
+    kind: VariadicKind,
+    dtypes: &'static [DType],
+}
 
 impl Variadic {
-    pub(super) fn boxed(kind: VariadicKind) -> Result<Box<dyn Op>, OpError> {
-        Ok(Box::new(Variadic(kind)))
+    pub(super) fn boxed(ctx: &mut NodeCtx<'_>, kind: VariadicKind) -> Result<Box<dyn Op>, OpError> {
+        // Max and Min take every numeric type from opset 12.
+        let numeric = matches!(kind, VariadicKind::Max | VariadicKind::Min) && ctx.opset() >= 12;
+        Ok(Box::new(Variadic { kind, dtypes: if numeric { &NUMERIC_DTYPES } else { FLOATS } }))
     }
 }
 
-macro_rules! fold_into {
-    ($kind:expr, $acc:expr, $x:expr) => {
-        match $kind {
-            VariadicKind::Sum | VariadicKind::Mean => $acc + $x,
-            VariadicKind::Max => {
-                if $x > $acc {
-                    $x
-                } else {
-                    $acc
-                }
-            }
-            VariadicKind::Min => {
-                if $x < $acc {
-                    $x
-                } else {
-                    $acc
-                }
-            }
-        }
-    };
+/// The fold of a kind on `T` (NaN does not win a comparison: `gpu_max`/`gpu_min` on GPU).
+fn fold<T: Number>(kind: VariadicKind) -> fn(T, T) -> T {
+    match kind {
+        VariadicKind::Sum | VariadicKind::Mean => Number::add,
+        VariadicKind::Max => |acc, x| if x > acc { x } else { acc },
+        VariadicKind::Min => |acc, x| if x < acc { x } else { acc },
+    }
 }
 
 impl Op for Variadic {
@@ -56,25 +52,22 @@ impl Op for Variadic {
         }
         let mut expr = "$0".to_string();
         for i in 1..n {
-            expr = match self.0 {
+            expr = match self.kind {
                 VariadicKind::Sum | VariadicKind::Mean => format!("({expr} + ${i})"),
                 VariadicKind::Max => format!("gpu_max({expr}, ${i})"),
                 VariadicKind::Min => format!("gpu_min({expr}, ${i})"),
             };
         }
-        if self.0 == VariadicKind::Mean {
-            expr = format!("({expr} / {n}.0f)");
+        if self.kind == VariadicKind::Mean {
+            let s = ctx.input(0).map_or("f", |x| c_suffix(x.dtype));
+            expr = format!("({expr} / {n}.0{s})");
         }
         Some(Ok(GpuNode::Elementwise(expr)))
     }
 
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let first = inputs.req(0)?;
-        let allowed: &[DType] = match self.0 {
-            VariadicKind::Max | VariadicKind::Min => NUMBERS,
-            _ => &[DType::F32],
-        };
-        require_dtype(&format!("{:?}", self.0), first.ty.dtype, allowed)?;
+        require_dtype(&format!("{:?}", self.kind), first.ty.dtype, self.dtypes)?;
         if inputs.present().any(|i| i.ty.dtype != first.ty.dtype) {
             return Err(OpError::infer("inputs differ in element type"));
         }
@@ -83,7 +76,7 @@ impl Op for Variadic {
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let kind = self.0;
+        let kind = self.kind;
         let out = &mut outputs[0];
         let od = out.dims;
         let count = inputs.len();
@@ -91,23 +84,13 @@ impl Op for Variadic {
             let x = inputs.req(i)?;
             // The first input is copied (broadcast) into the output; later ones fold into it. The
             // output has the broadcast shape, so it is its own first operand.
-            match (x.data, &mut out.data) {
-                (DataRef::F32(x_data), DataMut::F32(o)) => {
-                    fold_step(i, x_data, x.dims, o, od, |a, b| fold_into!(kind, a, b))?
+            each_number!(x.data, |v| {
+                let o = typed_like_mut(v, &mut out.data)?;
+                fold_step(i, v, x.dims, o, od, fold(kind))?;
+                if kind == VariadicKind::Mean && i + 1 == count {
+                    o.iter_mut().for_each(|v| *v = v.div_count(count));
                 }
-                (DataRef::I64(x_data), DataMut::I64(o)) => {
-                    fold_step(i, x_data, x.dims, o, od, |a, b| fold_into!(kind, a, b))?
-                }
-                (DataRef::I32(x_data), DataMut::I32(o)) => {
-                    fold_step(i, x_data, x.dims, o, od, |a, b| fold_into!(kind, a, b))?
-                }
-                _ => return Err(output_mismatch()),
-            }
-        }
-        if kind == VariadicKind::Mean {
-            let o = out.f32s()?;
-            let n = count as f32;
-            o.iter_mut().for_each(|v| *v /= n);
+            }, _ => return Err(output_mismatch()))
         }
         Ok(())
     }
