@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use saggar_device::BackendKind;
 use saggar_onnx::builder::ModelBuilder;
 use saggar_onnx::ops::Attribute;
-use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions};
+use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData};
 use saggar_shape::{DType, Dim};
 
 const MODELS: [&str; 4] = ["bert", "dlrm", "mlp", "cnn"];
@@ -139,47 +139,60 @@ fn kernel_counts_before_and_after_fusion_are_pinned_per_model() {
 
 #[test]
 fn an_op_the_gpu_does_not_lower_is_refused_naming_it() {
-    // ReduceMax of bool runs on the host; the GPU reduction kernels take f32 only.
-    let mut b = ModelBuilder::new(13);
-    b.input("x", DType::Bool, &[Dim::symbolic("n"), Dim::Fixed(4)]);
-    b.node("ReduceMax", &["x"], &["y"], &[("axes", Attribute::Ints(vec![1]))]);
-    b.output("y", DType::Bool, &[]);
-    let model = OnnxModel::from_bytes(&b.to_bytes(), "reduce_bool", &ImportLimits::default()).unwrap();
-    let c = OnnxCompiler::new(model, OnnxOptions::default());
-    c.plan_summary(&[vec![2, 4]], BackendKind::Host).expect("the host reduces bools");
+    // Det of matrices above 64x64 runs on the host; the GPU kernel keeps a matrix in shared memory.
+    let c = OnnxCompiler::new(big_dets(1), OnnxOptions::default());
+    c.plan_summary(&[vec![2, 65, 65]], BackendKind::Host).expect("the host takes any size");
     for backend in [BackendKind::Cuda, BackendKind::Hip] {
-        match c.plan_summary(&[vec![2, 4]], backend) {
+        match c.plan_summary(&[vec![2, 65, 65]], backend) {
             Err(OnnxError::UnsupportedOnBackend { op, backend: b, node, reason }) => {
-                assert_eq!((op.as_str(), b), ("ReduceMax", backend));
-                assert!(!node.is_empty() && reason.contains("bool"), "{node}: {reason}");
+                assert_eq!((op.as_str(), b), ("Det", backend));
+                assert!(!node.is_empty() && reason.contains("64x64"), "{node}: {reason}");
             }
             other => panic!("expected UnsupportedOnBackend, got {other:?}"),
         }
     }
 }
 
+/// A model of `count` Det nodes over its `[n, 65, 65]` input (each of a matrix scaled apart), summed.
+fn big_dets(count: usize) -> OnnxModel {
+    let mut b = ModelBuilder::new(13);
+    b.input("x", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(65), Dim::Fixed(65)]);
+    let mut last: Option<String> = None;
+    for k in 0..count {
+        let (scale, scaled, det) = (format!("k{k}"), format!("x{k}"), format!("d{k}"));
+        b.initializer(&scale, &Tensor::new(vec![], TensorData::F32(vec![k as f32 + 1.0])).unwrap());
+        b.node("Mul", &["x", scale.as_str()], &[scaled.as_str()], &[]);
+        b.node("Det", &[scaled.as_str()], &[det.as_str()], &[]);
+        last = Some(match last {
+            None => det,
+            Some(prev) => {
+                let sum = format!("s{k}");
+                b.node("Add", &[prev.as_str(), det.as_str()], &[sum.as_str()], &[]);
+                sum
+            }
+        });
+    }
+    b.node("Identity", &[last.unwrap_or_default().as_str()], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    OnnxModel::from_bytes(&b.to_bytes(), "big_dets", &ImportLimits::default()).unwrap()
+}
+
 /// A GPU refusal lists every node the lowering cannot run, not only the first.
 #[test]
 fn a_gpu_refusal_names_every_node_it_cannot_lower() {
-    let mut b = ModelBuilder::new(13);
-    b.input("x", DType::Bool, &[Dim::symbolic("n"), Dim::Fixed(4)]);
-    b.node("ReduceMax", &["x"], &["hi"], &[("axes", Attribute::Ints(vec![1]))]);
-    b.node("ReduceMin", &["x"], &["lo"], &[("axes", Attribute::Ints(vec![1]))]);
-    b.node("Or", &["hi", "lo"], &["y"], &[]);
-    b.output("y", DType::Bool, &[]);
-    let model = OnnxModel::from_bytes(&b.to_bytes(), "two_refusals", &ImportLimits::default()).unwrap();
-    let c = OnnxCompiler::new(model, OnnxOptions::default());
-    c.plan_summary(&[vec![2, 4]], BackendKind::Host).expect("the host runs both");
-    let err = c.plan_summary(&[vec![2, 4]], BackendKind::Cuda).unwrap_err();
-    let ops: Vec<&str> = err
+    let c = OnnxCompiler::new(big_dets(2), OnnxOptions::default());
+    c.plan_summary(&[vec![2, 65, 65]], BackendKind::Host).expect("the host runs both");
+    let err = c.plan_summary(&[vec![2, 65, 65]], BackendKind::Cuda).unwrap_err();
+    let nodes: Vec<(&str, &str)> = err
         .node_errors()
         .iter()
         .map(|e| match e {
-            OnnxError::UnsupportedOnBackend { op, .. } => op.as_str(),
+            OnnxError::UnsupportedOnBackend { op, node, .. } => (op.as_str(), node.as_str()),
             other => panic!("expected UnsupportedOnBackend, got {other:?}"),
         })
         .collect();
-    assert_eq!(ops, ["ReduceMax", "ReduceMin"], "{err}");
+    assert_eq!(nodes.len(), 2, "{err}");
+    assert!(nodes.iter().all(|(op, _)| *op == "Det") && nodes[0].1 != nodes[1].1, "{err}");
     assert!(err.to_string().starts_with("2 nodes are not supported\n  - "), "{err}");
 }
 
