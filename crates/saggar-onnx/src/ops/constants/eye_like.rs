@@ -32,6 +32,7 @@ pub(super) fn build_eye_like(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpErr
 pub(super) fn one_bits(dtype: DType) -> u64 {
     match dtype {
         DType::F32 => u64::from(1f32.to_bits()),
+        DType::F64 => 1f64.to_bits(),
         DType::F16 => u64::from(half::f16::ONE.to_bits()),
         DType::BF16 => u64::from(half::bf16::ONE.to_bits()),
         _ => 1,
