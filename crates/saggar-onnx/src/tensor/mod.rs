@@ -20,24 +20,6 @@ pub(crate) use number::{each_number, each_number_mut, same_number};
 
 use crate::error::OpError;
 
-/// The element types a tensor may have: every numeric type of ONNX but the 8-bit and sub-byte
-/// floats, and bool.
-pub const SUPPORTED_DTYPES: [DType; 13] = [
-    DType::F32,
-    DType::F64,
-    DType::I8,
-    DType::U8,
-    DType::I16,
-    DType::U16,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-    DType::Bool,
-    DType::F16,
-    DType::BF16,
-];
-
 /// The numeric element types ops compute with: floats and integers, not bool.
 pub const NUMERIC_DTYPES: [DType; 10] = [
     DType::F32,
@@ -52,20 +34,25 @@ pub const NUMERIC_DTYPES: [DType; 10] = [
     DType::U64,
 ];
 
-/// The element types ops compute with (half-precision values are widened to f32 at import).
-pub const COMPUTE_DTYPES: [DType; 11] = [
-    DType::F32,
-    DType::F64,
-    DType::I8,
-    DType::U8,
-    DType::I16,
-    DType::U16,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-    DType::Bool,
-];
+/// The element types ops compute with: the numeric ones and bool (half-precision values are widened
+/// to f32 at import).
+pub const COMPUTE_DTYPES: [DType; 11] = joined(NUMERIC_DTYPES, [DType::Bool]);
+
+/// The element types a tensor may have: every numeric type of ONNX but the 8-bit and sub-byte
+/// floats, bool, and f16 and bf16.
+pub const SUPPORTED_DTYPES: [DType; 13] = joined(COMPUTE_DTYPES, [DType::F16, DType::BF16]);
+
+/// `a` followed by `b` (`C` is their total length).
+const fn joined<const A: usize, const B: usize, const C: usize>(a: [DType; A], b: [DType; B]) -> [DType; C] {
+    assert!(A + B == C, "the joined list's length is the sum of the two");
+    let mut out = [DType::F32; C];
+    let mut i = 0;
+    while i < C {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
+}
 
 /// Whether `dtype` is one the declared op set computes with.
 pub fn is_supported_dtype(dtype: DType) -> bool {

@@ -58,6 +58,24 @@ pub trait Float: Number {
     fn sqrt(self) -> Self;
 }
 
+/// The `as` conversions every numeric type shares (inside an `impl Number`).
+macro_rules! conversions {
+    ($ty:ty) => {
+        fn narrow(v: Wide) -> Self {
+            match v {
+                Wide::Int(i) => i as $ty,
+                Wide::Float(f) => f as $ty,
+            }
+        }
+        fn to_f64(self) -> f64 {
+            self as f64
+        }
+        fn from_f64(v: f64) -> Self {
+            v as $ty
+        }
+    };
+}
+
 macro_rules! int_number {
     ($($ty:ty = $dtype:ident),*) => {$(
         impl Number for $ty {
@@ -68,18 +86,7 @@ macro_rules! int_number {
             fn widen(self) -> Wide {
                 Wide::Int(self as i128)
             }
-            fn narrow(v: Wide) -> Self {
-                match v {
-                    Wide::Int(i) => i as $ty,
-                    Wide::Float(f) => f as $ty,
-                }
-            }
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            fn from_f64(v: f64) -> Self {
-                v as $ty
-            }
+            conversions!($ty);
             const ZERO: Self = 0;
             const ONE: Self = 1;
             fn add(self, v: Self) -> Self {
@@ -109,18 +116,7 @@ macro_rules! float_number {
             fn widen(self) -> Wide {
                 Wide::Float(self as f64)
             }
-            fn narrow(v: Wide) -> Self {
-                match v {
-                    Wide::Int(i) => i as $ty,
-                    Wide::Float(f) => f as $ty,
-                }
-            }
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            fn from_f64(v: f64) -> Self {
-                v as $ty
-            }
+            conversions!($ty);
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             fn add(self, v: Self) -> Self {

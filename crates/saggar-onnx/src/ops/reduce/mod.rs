@@ -11,7 +11,9 @@ use saggar_shape::{DType, Dim};
 use self::gpu::ArgKernel;
 use crate::ops::shape_util::{for_each_broadcast, normalize_axes, normalize_axis, strides};
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, ValueType, unknown_dim};
-use crate::tensor::{DataMut, DataRef, Float, NUMERIC_DTYPES, Number, TensorMut, each_number, same_number};
+use crate::tensor::{
+    COMPUTE_DTYPES, DataMut, DataRef, Float, NUMERIC_DTYPES, Number, TensorMut, each_number, same_number,
+};
 
 /// The ops of this family. Axes moved from attribute to input at opset 13 for ReduceSum and at 18
 /// for the others.
@@ -60,27 +62,12 @@ impl ReduceOp {
     /// The element types the reduction takes (and gives).
     fn dtypes(self) -> &'static [DType] {
         match self {
-            ReduceOp::Max | ReduceOp::Min => &NUMBERS_AND_BOOL,
+            ReduceOp::Max | ReduceOp::Min => &COMPUTE_DTYPES,
             ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::L1 | ReduceOp::SumSquare => &NUMERIC_DTYPES,
             ReduceOp::L2 | ReduceOp::LogSum | ReduceOp::LogSumExp => &[DType::F32, DType::F64],
         }
     }
 }
-
-/// Max and Min reduce every numeric type and bool.
-const NUMBERS_AND_BOOL: [DType; 11] = [
-    DType::F32,
-    DType::F64,
-    DType::I8,
-    DType::U8,
-    DType::I16,
-    DType::U16,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-    DType::Bool,
-];
 
 /// One reduction node.
 #[derive(Debug)]
