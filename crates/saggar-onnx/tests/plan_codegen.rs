@@ -9,7 +9,6 @@ use std::process::{Command, Stdio};
 
 use saggar_device::BackendKind;
 use saggar_onnx::builder::ModelBuilder;
-use saggar_onnx::ops::Attribute;
 use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData};
 use saggar_shape::{DType, Dim};
 

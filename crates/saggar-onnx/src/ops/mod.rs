@@ -357,8 +357,8 @@ pub struct OpEntry {
     pub build: BuildFn,
 }
 
-/// The oldest default-domain opset imported (the forms of opsets 1 to 6 are translated by
-/// [`legacy`]).
+/// The oldest default-domain opset imported (the forms of opsets 1 to 6 are translated to today's
+/// by the `legacy` family).
 pub const MIN_OPSET: u32 = 1;
 /// The oldest opset whose forms have today's semantics (numpy broadcasting, no `broadcast` or
 /// `is_test` attributes): graph passes that add nodes build them at this opset or the model's,
