@@ -1,7 +1,9 @@
 //! `cargo xtask onnx-tests`: the ONNX project's own backend test suite, run through saggar-onnx.
 //!
 //! The suite ships inside the `onnx` wheel on PyPI (`onnx/backend/test/data/{node,pytorch-converted,
-//! pytorch-operator,simple}`: each test a `model.onnx` with `test_data_set_N/{input,output}_K.pb`). This
+//! pytorch-operator,simple}`: each test a `model.onnx` with `test_data_set_N/{input,output}_K.pb`; and
+//! `light/`: nine model-zoo networks whose weights are `ConstantOfShape` nodes, `light_X.onnx` beside
+//! `light_X_output_0.pb`, extracted as `light/test_light_X/{model.onnx,test_data_set_0/output_0.pb}`). This
 //! task downloads ONE pinned wheel with pip (from whatever package index pip is configured for), checks
 //! its SHA-256, extracts the data folders into a cache folder, and then runs saggar-onnx's `backend_suite`
 //! test binary over them with the chosen backend. Nothing is fetched at test time: the test binary only
@@ -19,7 +21,7 @@ const ONNX_VERSION: &str = "1.19.1";
 const WHEEL: &str = "onnx-1.19.1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl";
 const WHEEL_SHA256: &str = "1839af08ab4a909e4af936b8149c27f8c64b96138981024e251906e0539d8bf9";
 /// The folders of `onnx/backend/test/data/` the suite runs.
-const SUITES: &[&str] = &["node", "pytorch-converted", "pytorch-operator", "simple"];
+const SUITES: &[&str] = &["node", "pytorch-converted", "pytorch-operator", "simple", "light"];
 
 /// Options of `cargo xtask onnx-tests`.
 #[derive(Debug)]
@@ -60,7 +62,9 @@ impl OnnxTestOptions {
 pub fn fetch(cache: &Path) -> Result<PathBuf, String> {
     let data = cache.join(format!("onnx-{ONNX_VERSION}"));
     let marker = data.join(".complete");
-    if std::fs::read_to_string(&marker).is_ok_and(|d| d.trim() == WHEEL_SHA256) {
+    // The digest and the suites extracted: adding a suite extracts again.
+    let stamp = format!("{WHEEL_SHA256} {}", SUITES.join(","));
+    if std::fs::read_to_string(&marker).is_ok_and(|d| d.trim() == stamp) {
         eprintln!("xtask: ONNX backend tests of onnx {ONNX_VERSION} already in {}", data.display());
         return Ok(data);
     }
@@ -106,6 +110,15 @@ with zipfile.ZipFile(wheel) as z:
         rel = name[len(prefix):]
         if rel.split("/")[0] not in suites or ".." in rel.split("/"):
             continue
+        if rel.startswith("light/"):
+            # light/light_X.onnx and light/light_X_output_0.pb: one test folder per model.
+            base = rel[len("light/"):]
+            if base.endswith("_output_0.pb"):
+                rel = f"light/test_{base[:-len('_output_0.pb')]}/test_data_set_0/output_0.pb"
+            elif base.endswith(".onnx"):
+                rel = f"light/test_{base[:-len('.onnx')]}/model.onnx"
+            else:
+                continue
         dest = os.path.join(tmp, rel)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with z.open(info) as src, open(dest, "wb") as dst:
@@ -126,7 +139,7 @@ print(f"xtask: extracted {count} files of {','.join(suites)}")
     if !status.success() {
         return Err(format!("extracting the ONNX backend tests from {} failed", wheel.display()));
     }
-    std::fs::write(&marker, WHEEL_SHA256).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    std::fs::write(&marker, stamp).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
     Ok(data)
 }
 

@@ -1,7 +1,7 @@
 //! The ONNX project's backend test suite as saggar-onnx's conformance suite.
 //!
 //! `cargo xtask onnx-tests` extracts the pinned suite and runs this binary with
-//! `SAGGAR_ONNX_BACKEND_TESTS=<dir holding node/, pytorch-converted/, pytorch-operator/, simple/>`,
+//! `SAGGAR_ONNX_BACKEND_TESTS=<dir holding node/, pytorch-converted/, pytorch-operator/, simple/, light/>`,
 //! `SAGGAR_ONNX_BACKEND=host|cuda|hip`, optionally `SAGGAR_ONNX_TEST_FILTER=<substring of test names>`
 //! and `SAGGAR_ONNX_REPORT=<markdown file to write>`. Without `SAGGAR_ONNX_BACKEND_TESTS` it reports
 //! itself skipped and succeeds (a plain `cargo test` fetches nothing). `SAGGAR_ONNX_EXPECTATIONS=<file>`
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use report::{Outcome, Report, TestResult};
 
 /// The suites, in report order.
-const SUITES: &[&str] = &["node", "pytorch-converted", "pytorch-operator", "simple"];
+const SUITES: &[&str] = &["node", "pytorch-converted", "pytorch-operator", "simple", "light"];
 /// Longest one test may run before it counts as failed (a hang must not hang CI).
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -237,7 +237,9 @@ impl Report {
         let mut s = String::from("# ONNX backend test suite\n\n");
         let _ = writeln!(
             s,
-            "The ONNX project's backend tests (onnx 1.19.1: `node`, `pytorch-converted`, `pytorch-operator`, `simple`) \
+            "The ONNX project's backend tests (onnx 1.19.1: `node`, `pytorch-converted`, `pytorch-operator`, `simple`, and \
+             the nine `light` model-zoo networks, whose weights are constants: they ship an output but no input, \
+             and are fed zeros of their declared input shapes, on which their outputs do not depend) \
              run through saggar-onnx on the **{}** backend by `cargo xtask onnx-tests`. A test is applicable when every \
              node is in the declared op set at the model's opset (1 to 24) and every graph input, output and constant \
              has a declared element type (every numeric type but the 8-bit and sub-byte floats, and bool); each applicable test is imported and run through a \
