@@ -194,6 +194,15 @@ pub trait ProgramCompiler<B: Backend>: Send + Sync + 'static {
         CompilerCapabilities::default()
     }
 
+    /// The chain of segments this model runs as when some of its extents depend on values it
+    /// computes ([`crate::Segments`]); `None`, the default, for a model one program runs.
+    fn segments(&self) -> Option<crate::Segments<Self>>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// Compiles the model for `request` on `device`'s architecture, returning artifact bytes.
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError>;
 

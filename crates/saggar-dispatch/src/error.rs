@@ -168,6 +168,19 @@ pub enum DispatchError {
          (Session::request_shaped, at one of the axis's buckets)"
     )]
     RequestNeedsBuckets,
+    /// A call that needs output extents before running ([`crate::Session::output_dims`], device
+    /// tensors, requests written in place) on a segmented model ([`crate::Segments`]), whose output
+    /// extents depend on values it computes.
+    #[error(
+        "the output extents of `{model}` depend on values it computes (it runs as {segments} segments): \
+         use Session::run with host tensors, which returns outputs of the extents each request produces"
+    )]
+    ExtentsDependOnValues {
+        /// The model.
+        model: String,
+        /// Its segment count.
+        segments: usize,
+    },
     /// A [`crate::Request`]'s outputs were read before a run of it succeeded.
     #[error("the request has no outputs: its last run failed or it has not run yet; call Request::run first")]
     RequestNotRun,
@@ -289,7 +302,9 @@ impl DispatchError {
             | DispatchError::ProgramMismatch { .. }
             | DispatchError::ProgramOutputMismatch { .. } => FailureKind::Compile,
             DispatchError::AfterFailedRun { error, .. } => error.failure_kind(),
-            DispatchError::Config(_) | DispatchError::RequestNeedsBuckets => FailureKind::Other,
+            DispatchError::Config(_)
+            | DispatchError::RequestNeedsBuckets
+            | DispatchError::ExtentsDependOnValues { .. } => FailureKind::Other,
         }
     }
 }

@@ -44,6 +44,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         outputs: &[DeviceTensor<'_>],
         io: &mut DeviceIo,
     ) -> Result<(Checked<'r, 'r, DeviceTensor<'r>>, Option<DeviceRoute>)> {
+        self.refuse_chain()?;
         request::check_output_count(&self.signature, outputs.len())?;
         let request = request::check(&self.signature, &self.guard, inputs)?;
         if let Model::Bucketed(grid) = &self.model {

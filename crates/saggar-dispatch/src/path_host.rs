@@ -31,6 +31,15 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Runs one request from host memory and returns every output, sliced to the request's batch.
     /// The request's limits and input buffers are checked before its outputs are allocated.
     pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
+        if let Some(chain) = &self.inner.chain {
+            let inner = &*self.inner;
+            return inner.counted(|| {
+                let request = request::check(&inner.signature, &inner.guard, inputs)?;
+                request::check_host_inputs(&inner.signature, &request.ordered)?;
+                let names: Vec<&str> = inner.signature.outputs().iter().map(|o| o.name()).collect();
+                chain.run(&request.ordered, &names, &inner.stats.segment_reads)
+            });
+        }
         let (result, _lease) = self.inner.instrumented(|inner, ctx| {
             let request = request::check(&inner.signature, &inner.guard, inputs)?;
             request::check_host_inputs(&inner.signature, &request.ordered)?;
@@ -70,10 +79,42 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// Runs one request from host memory into the caller's output buffers (binding order, each sized
     /// for the request's real batch). Allocates nothing on the ultra-fast and fast paths.
     pub fn run_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
+        if self.inner.chain.is_some() {
+            return self.run_chain_into(inputs, outputs);
+        }
         let (result, _lease) = self.inner.instrumented(|inner, ctx| inner.run_host_into(ctx, inputs, outputs, None));
         let info = result?;
         self.inner.stats.record_path(info.path);
         Ok(info)
+    }
+}
+
+impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
+    /// [`Session::run_into`] of a segmented model: runs it, then copies each output into the
+    /// caller's buffer, which must hold its bytes (the extents are known only now).
+    fn run_chain_into<T: AsMut<[u8]>>(&self, inputs: &[HostTensor<'_>], outputs: &mut [T]) -> Result<RunInfo> {
+        request::check_output_count(&self.inner.signature, outputs.len())?;
+        let produced = self.run(inputs)?;
+        for (buffer, tensor) in outputs.iter_mut().zip(&produced) {
+            let buffer = buffer.as_mut();
+            if buffer.len() < tensor.data.len() {
+                return Err(crate::DispatchError::BufferTooSmall {
+                    role: "output",
+                    name: tensor.name.clone(),
+                    needed: tensor.data.len(),
+                    actual: buffer.len(),
+                });
+            }
+            buffer[..tensor.data.len()].copy_from_slice(&tensor.data);
+        }
+        Ok(RunInfo {
+            path: RunPath::Standard,
+            mode: BindingMode::PinnedCopy,
+            batch: None,
+            bucket: None,
+            chunks: 1,
+            replayed: false,
+        })
     }
 }
 

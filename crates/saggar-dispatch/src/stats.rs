@@ -48,6 +48,7 @@ pub(crate) struct Stats {
     pub(crate) shape_program_evictions: AtomicU64,
     pub(crate) shape_overflow_runs: AtomicU64,
     pub(crate) value_input_reads: AtomicU64,
+    pub(crate) segment_reads: AtomicU64,
     pub(crate) parallel_compiles: AtomicU64,
     latency_ns: [AtomicU64; LATENCY_BUCKETS],
     latency_max_ns: AtomicU64,
@@ -88,6 +89,7 @@ impl Default for Stats {
             shape_program_evictions: AtomicU64::new(0),
             shape_overflow_runs: AtomicU64::new(0),
             value_input_reads: AtomicU64::new(0),
+            segment_reads: AtomicU64::new(0),
             parallel_compiles: AtomicU64::new(0),
             latency_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_max_ns: AtomicU64::new(0),
@@ -178,6 +180,7 @@ impl Stats {
             shape_program_evictions: load(&self.shape_program_evictions),
             shape_overflow_runs: load(&self.shape_overflow_runs),
             value_input_reads: load(&self.value_input_reads),
+            segment_reads: load(&self.segment_reads),
             parallel_compiles: load(&self.parallel_compiles),
             latency: LatencyHistogram {
                 buckets: std::array::from_fn(|i| load(&self.latency_ns[i])),
@@ -195,6 +198,12 @@ pub struct LatencyHistogram {
     pub buckets: [u64; LATENCY_BUCKETS],
     /// The slowest run, in ns.
     pub max_ns: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram { buckets: [0; LATENCY_BUCKETS], max_ns: 0 }
+    }
 }
 
 impl LatencyHistogram {
@@ -295,6 +304,10 @@ pub struct StatsSnapshot {
     /// Device requests whose value inputs ([`crate::ModelSpec::value_inputs`]) were copied to the host
     /// to find their program: one synchronisation each.
     pub value_input_reads: u64,
+    /// Segment boundaries crossed by requests of a segmented model ([`crate::Segments`]): each reads
+    /// the earlier segments' outputs back, the values fixing the next segment's shapes among them
+    /// (one synchronisation each).
+    pub segment_reads: u64,
     /// Programs compiled on more than one thread at once (thread-safe compilers), at session creation
     /// or for the cells live re-bucketing adds.
     pub parallel_compiles: u64,
@@ -371,6 +384,7 @@ impl StatsSnapshot {
             shape_program_evictions,
             shape_overflow_runs,
             value_input_reads,
+            segment_reads,
             parallel_compiles,
             latency,
         } = other;
@@ -406,6 +420,7 @@ impl StatsSnapshot {
             (&mut self.shape_program_evictions, shape_program_evictions),
             (&mut self.shape_overflow_runs, shape_overflow_runs),
             (&mut self.value_input_reads, value_input_reads),
+            (&mut self.segment_reads, segment_reads),
             (&mut self.parallel_compiles, parallel_compiles),
         ] {
             *mine += theirs;

@@ -92,6 +92,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         outputs: &mut [T],
     ) -> Result<(RunInfo, StageTimes)> {
         let inner = &*self.inner;
+        inner.refuse_chain()?;
         let mut queue_wait = Duration::ZERO;
         let result = inner.counted(|| {
             let _pin = inner.device.pin()?;

@@ -240,7 +240,12 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let _pin = device.pin()?;
         let model_spec = compiler.model().clone();
         let signature = Signature::new(model_spec.inputs.clone(), model_spec.outputs.clone())?;
-        let kind = kind_of(&signature, &config, !model_spec.value_inputs.is_empty())?;
+        let segments = compiler.segments();
+        // A segmented model runs on its segments' sessions; it has no programs of its own.
+        let kind = match segments {
+            Some(_) => Kind::PerShape,
+            None => kind_of(&signature, &config, !model_spec.value_inputs.is_empty())?,
+        };
         let (cells, specs) = program_specs(&kind, &model_spec, &signature, &config);
         let stats = Arc::new(Stats::default());
         let (main, builtins) = precompile_all(&*compiler, &device, &config, &specs, &stats, progress)?;
@@ -265,6 +270,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let gather = arenas.clone();
         let graph_memory = Arc::new(GraphMemory::new(config.graphs.memory_budget_bytes, stats.clone()));
         let contexts = run_contexts(&device, arenas, &config, !main.is_empty(), max_scratch, &graph_memory, &stats)?;
+        let chain = segments
+            .map(|s| crate::segments::Chain::new(&device, s, signature.inputs().len(), &config, progress))
+            .transpose()?;
         let session = Session {
             inner: Arc::new(Inner {
                 guard: RequestGuard::new(&signature, config.request_limits),
@@ -284,6 +292,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
                 stats,
                 graph_memory,
                 builtins,
+                chain,
             }),
         };
         if session.inner.config.graphs.enabled && session.inner.config.graphs.capture == CaptureWhen::Eager {

@@ -53,6 +53,8 @@ pub(crate) struct Inner<B: Backend, C: ProgramCompiler<B>> {
     /// saggar-device's built-in kernels compiled for the device, for the arena pools of programs
     /// made later (per shape); `None` with kernel copies off.
     pub(crate) builtins: Option<saggar_device::CodeObject>,
+    /// A segmented model's sessions, one per segment (`segments.rs`); `None` for other models.
+    pub(crate) chain: Option<crate::segments::Chain<B, C>>,
 }
 
 /// One model on one device. Created with every bucket precompiled; serves `run` calls from any
@@ -110,7 +112,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
 
     /// The counters.
     pub fn stats(&self) -> StatsSnapshot {
-        self.inner.stats.snapshot()
+        let mut stats = self.inner.stats.snapshot();
+        if let Some(chain) = &self.inner.chain {
+            chain.add_stats(&mut stats);
+        }
+        stats
     }
 
     /// How the host side of this session's gathers ran ([`Session::run`], [`Session::run_into`]):
@@ -127,8 +133,15 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
     /// output buffers before allocating anything for a request it does not trust.
     pub fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
         let inner = &*self.inner;
+        inner.refuse_chain()?;
         let request = crate::request::check(&inner.signature, &inner.guard, inputs)?;
         (0..inner.signature.outputs().len()).map(|o| Ok(request.bindings.output_shape(o)?.to_vec())).collect()
+    }
+
+    /// Whether requests of this model run as a chain of segments ([`crate::Segments`]), whose
+    /// output extents are known only once they have run.
+    pub fn is_segmented(&self) -> bool {
+        self.inner.chain.is_some()
     }
 
     /// Runs `f` with a leased run context and returns the work it enqueued as [`Pending`].
@@ -164,6 +177,18 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         match result {
             Ok(r) => (Ok(r), lease),
             Err(e) => (Err(e), None),
+        }
+    }
+
+    /// [`DispatchError::ExtentsDependOnValues`] for a segmented model: for the calls that need output
+    /// extents before running.
+    pub(crate) fn refuse_chain(&self) -> Result<()> {
+        match &self.chain {
+            Some(chain) => Err(DispatchError::ExtentsDependOnValues {
+                model: self.compiler.model().name.clone(),
+                segments: chain.len(),
+            }),
+            None => Ok(()),
         }
     }
 

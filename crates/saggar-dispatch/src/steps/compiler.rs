@@ -34,6 +34,14 @@ pub trait StepCompiler: Send + Sync + 'static {
         request: &CompileRequest<'_>,
     ) -> Result<Vec<u8>, Self::Error>;
 
+    /// The chain of segments the model runs as ([`ProgramCompiler::segments`]); `None` by default.
+    fn segments(&self) -> Option<crate::Segments<Self>>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// Loads artifact bytes (untrusted: they come from the cache) into a program for `request` on
     /// `device` ([`ProgramCompiler::load`]).
     fn load_steps<B: Backend>(
@@ -57,6 +65,10 @@ impl<B: Backend, C: StepCompiler> ProgramCompiler<B> for C {
 
     fn capabilities(&self) -> CompilerCapabilities {
         CompilerCapabilities::default().with_thread_safe(true).with_one_artifact_per_model(B::KIND != BackendKind::Host)
+    }
+
+    fn segments(&self) -> Option<crate::Segments<Self>> {
+        StepCompiler::segments(self)
     }
 
     fn compile(&self, device: &B::Device, request: &CompileRequest<'_>) -> Result<Vec<u8>, CompilerError> {

@@ -40,7 +40,7 @@ use saggar_dispatch::steps::{
     LoadError, ProgramLoader, ProgramPlan, StepArtifact, StepCompiler, StepProgram, source_hash,
 };
 use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
-use saggar_dispatch::{CompileRequest, CompilerIdentity, ModelHash, ModelSpec};
+use saggar_dispatch::{CompileRequest, CompilerIdentity, ModelHash, ModelSpec, Segment, SegmentSource};
 
 pub use self::options::{DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions, Precision};
 use crate::error::OnnxError;
@@ -167,6 +167,17 @@ impl OnnxCompiler {
     /// `shape`, `axes` or `k` given as an input. Sessions key programs by their values too.
     pub fn value_inputs(&self) -> &[usize] {
         &self.spec.value_inputs
+    }
+
+    /// The model cut into segments, when some of its extents depend on values it computes
+    /// (`graph::passes::segments`).
+    pub(crate) fn split(&self) -> Result<Option<passes::segments::Split>, OnnxError> {
+        passes::segments::split(&self.graph)
+    }
+
+    /// The compiler of segment `k`'s `graph`, with these options.
+    pub(crate) fn segment_compiler(&self, k: usize, graph: Graph) -> OnnxCompiler {
+        OnnxCompiler::new(self.model.segment(k, graph), self.options.clone())
     }
 
     /// The constants uploaded once per device (after the residency marker).
@@ -360,6 +371,25 @@ impl OnnxCompiler {
 
 impl StepCompiler for OnnxCompiler {
     type Error = OnnxError;
+
+    fn segments(&self) -> Option<saggar_dispatch::Segments<Self>> {
+        // A model the pass cannot cut runs as one program, whose compile reports why.
+        let split = self.split().ok()??;
+        let source = |s: passes::segments::Source| match s {
+            passes::segments::Source::Input(i) => SegmentSource::Input(i),
+            passes::segments::Source::Output { segment, output } => SegmentSource::Output { segment, output },
+        };
+        let segments = split
+            .segments
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| Segment {
+                compiler: Arc::new(self.segment_compiler(k, s.graph)),
+                inputs: s.inputs.into_iter().map(source).collect(),
+            })
+            .collect();
+        Some(saggar_dispatch::Segments { segments, outputs: split.outputs.into_iter().map(source).collect() })
+    }
 
     fn spec(&self) -> &ModelSpec {
         &self.spec

@@ -13,8 +13,20 @@ use crate::tensor::Tensor;
 /// Compiles `compiler`'s model for the shapes of `inputs` (binding order) and the values of its
 /// value inputs ([`OnnxCompiler::value_inputs`]: a `shape`, `axes` or `k` given as an input), runs
 /// it once on a fresh host device and returns the outputs in binding order.
+///
+/// A model whose extents depend on values it computes runs segment by segment
+/// ([`saggar_dispatch::Segments`]), each compiled for the values the earlier ones computed.
 pub fn run_on_host(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
-    run_compiled(compiler, inputs)
+    match compiler.split()? {
+        None => run_compiled(compiler, inputs),
+        Some(split) => {
+            let mut k = 0;
+            crate::graph::passes::segments::run_split(split, inputs, |graph, ins| {
+                k += 1;
+                run_compiled(&compiler.segment_compiler(k - 1, graph), ins)
+            })
+        }
+    }
 }
 
 fn run_compiled(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {

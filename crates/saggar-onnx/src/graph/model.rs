@@ -159,6 +159,25 @@ impl OnnxModel {
                 hasher.update(&t.to_le_bytes());
             }
         }
+        OnnxModel::from_graph_hashed(name, graph, hasher.finalize().to_hex().to_string())
+    }
+
+    /// Segment `k` of this model (`graph`, cut by the segments pass): named after the model, its
+    /// hash the model's and `k`'s.
+    pub(crate) fn segment(&self, k: usize, graph: Graph) -> OnnxModel {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(self.model_hash.as_bytes());
+        hasher.update(format!("segment {k}").as_bytes());
+        let mut model = OnnxModel::from_graph_hashed(
+            &format!("{}.segment{k}", self.name),
+            graph,
+            hasher.finalize().to_hex().to_string(),
+        );
+        model.path = self.path.clone();
+        model
+    }
+
+    fn from_graph_hashed(name: &str, graph: Graph, model_hash: String) -> OnnxModel {
         let spec = |id: crate::graph::ir::ValueId, name: &str| {
             let ty = graph
                 .ty(id)
@@ -171,7 +190,7 @@ impl OnnxModel {
         OnnxModel {
             name: name.to_string(),
             path: None,
-            model_hash: hasher.finalize().to_hex().to_string(),
+            model_hash,
             graph,
             inputs,
             outputs,
@@ -269,6 +288,20 @@ impl OnnxModel {
     /// reference the compiled programs are checked against. A tensor of more than
     /// [`RUN_ONCE_MAX_ELEMENTS`] elements is refused before it is allocated.
     pub fn run_once(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
+        match passes::segments::split(&self.graph)? {
+            None => self.run_once_whole(inputs),
+            Some(split) => {
+                let mut k = 0;
+                passes::segments::run_split(split, inputs, |graph, ins| {
+                    k += 1;
+                    self.segment(k - 1, graph).run_once_whole(ins)
+                })
+            }
+        }
+    }
+
+    /// [`OnnxModel::run_once`] of a model one program runs (no segments).
+    fn run_once_whole(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
         let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
         let bound: Vec<(usize, Vec<u8>)> = passes::value_inputs::value_inputs(&self.graph)
             .into_iter()

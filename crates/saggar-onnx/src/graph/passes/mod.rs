@@ -11,6 +11,7 @@ pub(crate) mod conv_gemm;
 mod fuse;
 pub(crate) mod infer;
 pub(crate) mod precision;
+pub(crate) mod segments;
 mod simplify;
 pub(crate) mod value_inputs;
 

@@ -19,7 +19,7 @@ use crate::tensor::{Tensor, checked_numel};
 pub(crate) const MAX_VALUE_ELEMENTS: usize = 4096;
 
 /// Ops whose output values depend only on their input's shape: tracing stops there.
-const SHAPE_ONLY: [&str; 2] = ["Shape", "Size"];
+pub(crate) const SHAPE_ONLY: [&str; 2] = ["Shape", "Size"];
 
 /// Ops whose first input fixes their output's shape (elsewhere it is the data).
 const SHAPE_FIRST: [&str; 6] =
@@ -28,6 +28,17 @@ const SHAPE_FIRST: [&str; 6] =
 /// The binding indices of `graph`'s value inputs, ascending.
 pub(crate) fn value_inputs(graph: &Graph) -> Vec<usize> {
     let mut found = BTreeSet::new();
+    for id in shape_fixing_values(graph) {
+        trace(graph, id, &mut found);
+    }
+    found.into_iter().collect()
+}
+
+/// The small non-constant values that fix extents: each read at a slot past its node's data input
+/// (or at the first slot of [`SHAPE_FIRST`] ops) by a node whose output extents import could not
+/// know (an unnamed symbol none of its inputs has). Deduplicated, in node order.
+pub(crate) fn shape_fixing_values(graph: &Graph) -> Vec<ValueId> {
+    let mut values = Vec::new();
     for node in &graph.nodes {
         let input_dims: Vec<&Dim> =
             node.inputs.iter().flatten().filter_map(|&id| graph.ty(id)).flat_map(|t| t.dims.iter()).collect();
@@ -44,17 +55,17 @@ pub(crate) fn value_inputs(graph: &Graph) -> Vec<usize> {
         let first = SHAPE_FIRST.contains(&node.op_type.as_str());
         for (slot, id) in node.inputs.iter().enumerate() {
             let Some(id) = *id else { continue };
-            if (slot > 0 || first) && small(graph, id) && graph.value(id).constant.is_none() {
-                trace(graph, id, &mut found);
+            if (slot > 0 || first) && small(graph, id) && graph.value(id).constant.is_none() && !values.contains(&id) {
+                values.push(id);
             }
         }
     }
-    found.into_iter().collect()
+    values
 }
 
 /// Whether `id` is a short vector or a scalar (at most [`MAX_VALUE_ELEMENTS`] elements, rank at
 /// most 1 when its length is symbolic), of a numeric type.
-fn small(graph: &Graph, id: ValueId) -> bool {
+pub(crate) fn small(graph: &Graph, id: ValueId) -> bool {
     let Some(ty) = graph.ty(id) else { return false };
     let count = ty.fixed_dims().and_then(|d| checked_numel(&d));
     ty.dtype != DType::Bool && count.map_or(ty.rank() <= 1, |n| n <= MAX_VALUE_ELEMENTS)

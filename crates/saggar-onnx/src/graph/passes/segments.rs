@@ -1,0 +1,345 @@
+//! Segments: how a model some of whose extents depend on values it computes is cut into models a
+//! program each can run.
+//!
+//! 1. **Bounded forms.** Each node whose op has a bounded form ([`crate::ops::Op::bounded`]:
+//!    NonZero, Compress, Unique, NonMaxSuppression) becomes that form, which computes its outputs at
+//!    their worst-case extent plus the count, followed by a `Slice` of each output to the count along
+//!    its cut axis. The Slice outputs keep the original values, so the rest of the graph is unchanged.
+//! 2. **Boundary values.** A small value that fixes extents ([`value_inputs::shape_fixing_values`])
+//!    and is computed from tensor data (a count, a computed Reshape `shape`) is known only once the
+//!    program computing it has run: it is a boundary value. Values computed from small model inputs
+//!    alone stay value inputs of the model.
+//! 3. **Levels.** A node's level is the highest level of its inputs, plus one for an input that is a
+//!    boundary value; segment `k` holds the nodes of level `k`, in order. A segment's inputs are the
+//!    model inputs and earlier segments' values it reads; its outputs are the values later segments
+//!    read and the model outputs it computes. In a later segment, the boundary values it reads are
+//!    small inputs that fix extents: its value inputs, so it is compiled per value.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use saggar_shape::DType;
+
+use crate::error::OnnxError;
+use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
+use crate::graph::passes::value_inputs::{self, SHAPE_ONLY, small};
+use crate::ops::{self, Attributes, NodeCtx, ValueType};
+use crate::tensor::Tensor;
+
+/// Where a segment input or a model output comes from (see saggar-dispatch's `SegmentSource`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Model input `i` (binding order).
+    Input(usize),
+    /// Output `output` of segment `segment`.
+    Output { segment: usize, output: usize },
+}
+
+/// One segment's graph and where each of its inputs comes from.
+#[derive(Debug)]
+pub(crate) struct SegmentGraph {
+    pub(crate) graph: Graph,
+    pub(crate) inputs: Vec<Source>,
+}
+
+/// A model cut into segments.
+#[derive(Debug)]
+pub(crate) struct Split {
+    pub(crate) segments: Vec<SegmentGraph>,
+    /// One source per model output.
+    pub(crate) outputs: Vec<Source>,
+}
+
+/// The suffix of a bounded node's op type in plans and errors.
+const BOUNDED: &str = ".bounded";
+
+/// `graph` cut into segments, or `None` when one program runs it (no extent depends on a value it
+/// computes).
+pub(crate) fn split(graph: &Graph) -> Result<Option<Split>, OnnxError> {
+    let mut g = graph.clone();
+    bound_nodes(&mut g)?;
+    let boundary = boundary_values(&g);
+    if boundary.is_empty() {
+        return Ok(None);
+    }
+    let levels = node_levels(&g, &boundary);
+    let count = levels.iter().copied().max().map_or(1, |m| m + 1);
+    Ok(Some(cut(&g, &levels, count)))
+}
+
+/// Replaces every node with a bounded form by that form and a Slice per cut output.
+fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
+    let mut nodes = Vec::with_capacity(graph.nodes.len());
+    for node in std::mem::take(&mut graph.nodes) {
+        let Some(bounded) = node.op.bounded() else {
+            nodes.push(node);
+            continue;
+        };
+        let op_type = format!("{}{BOUNDED}", node.op_type);
+        // The bounded node's inputs are the node's, with its outputs' types from its own inference.
+        let input_types: Vec<Option<&ValueType>> = node.inputs.iter().map(|i| i.and_then(|id| graph.ty(id))).collect();
+        let types = infer_bounded(graph, &node, &*bounded.op, &input_types)?;
+        let mut padded = Vec::with_capacity(types.len());
+        for (k, ty) in types.into_iter().enumerate() {
+            let name = format!("{}:bounded:{k}", node.name);
+            padded.push(graph.add_value(Value { name, ty: Some(ty), constant: None, dims_value: None }));
+        }
+        let count = *padded.last().ok_or_else(|| graph_error(&node, "its bounded form has no outputs"))?;
+        nodes.push(Node {
+            name: format!("{}{BOUNDED}", node.name),
+            op_type,
+            attrs: node.attrs.clone(),
+            inputs: node.inputs.clone(),
+            outputs: padded.clone(),
+            op: bounded.op.clone(),
+        });
+        for (k, (&out, cut)) in node.outputs.iter().zip(&bounded.cuts).enumerate() {
+            let axis = match cut {
+                Some(axis) => *axis,
+                None => {
+                    // An extent no value fixes: the padded output is the output.
+                    nodes.push(slice_node(graph, &node, k, padded[k], out, None, count)?);
+                    continue;
+                }
+            };
+            nodes.push(slice_node(graph, &node, k, padded[k], out, Some(axis), count)?);
+        }
+    }
+    graph.nodes = nodes;
+    Ok(())
+}
+
+/// The bounded op's output types from its inputs' types and constants.
+fn infer_bounded(
+    graph: &Graph,
+    node: &Node,
+    op: &dyn ops::Op,
+    types: &[Option<&ValueType>],
+) -> Result<Vec<ValueType>, OnnxError> {
+    let inputs: Vec<Option<ops::InferInput<'_>>> = node
+        .inputs
+        .iter()
+        .zip(types)
+        .map(|(id, ty)| {
+            let (id, ty) = ((*id)?, (*ty)?);
+            let value = graph.value(id);
+            Some(ops::InferInput { ty, value: value.constant.as_deref(), dims_value: value.dims_value.as_deref() })
+        })
+        .collect();
+    op.infer(&ops::InferInputs::new(&inputs)).map_err(|e| OnnxError::Graph {
+        reason: format!("node `{}` ({}): its bounded form: {e}", node.name, node.op_type),
+    })
+}
+
+/// `out = Slice(padded, [0], count, [axis])`, or an Identity of `padded` for an output no value
+/// fixes (`axis` `None`).
+fn slice_node(
+    graph: &mut Graph,
+    node: &Node,
+    k: usize,
+    padded: ValueId,
+    out: ValueId,
+    axis: Option<usize>,
+    count: ValueId,
+) -> Result<Node, OnnxError> {
+    let opset = graph.opset.max(ops::MODERN_OPSET);
+    let (op_type, inputs) = match axis {
+        None => ("Identity", vec![Some(padded)]),
+        Some(axis) => {
+            let zero = constant_i64(graph, format!("{}:cut:{k}:start", node.name), 0);
+            let axes = constant_i64(graph, format!("{}:cut:{k}:axis", node.name), axis as i64);
+            ("Slice", vec![Some(padded), Some(zero), Some(count), Some(axes)])
+        }
+    };
+    let entry = ops::lookup(op_type, opset).ok_or_else(|| graph_error(node, "no Slice to cut it with"))?;
+    let attrs = Attributes::default();
+    let op = (entry.build)(&mut NodeCtx::new(&attrs, opset, inputs.len(), 1))
+        .map_err(|e| graph_error(node, &format!("cutting output {k}: {e}")))?;
+    Ok(Node {
+        name: format!("{}:cut:{k}", node.name),
+        op_type: op_type.into(),
+        attrs,
+        inputs,
+        outputs: vec![out],
+        op: Arc::from(op),
+    })
+}
+
+/// A new constant i64 vector `[v]`.
+fn constant_i64(graph: &mut Graph, name: String, v: i64) -> ValueId {
+    let tensor = Tensor::from_i64s(vec![v]);
+    let ty = Some(ValueType::fixed(DType::I64, &[1]));
+    graph.add_value(Value { name, ty, constant: Some(Arc::new(tensor)), dims_value: None })
+}
+
+fn graph_error(node: &Node, reason: &str) -> OnnxError {
+    OnnxError::Graph { reason: format!("node `{}` ({}): {reason}", node.name, node.op_type) }
+}
+
+/// The small values fixing extents that only a run can know: computed from a bounded node or
+/// from a model input too large to be a value input.
+fn boundary_values(graph: &Graph) -> BTreeSet<ValueId> {
+    value_inputs::shape_fixing_values(graph).into_iter().filter(|&v| computed_from_data(graph, v)).collect()
+}
+
+/// Whether `id` depends on a bounded node's outputs or on a model input that is not small, through
+/// every producer but the shape-only ops.
+fn computed_from_data(graph: &Graph, id: ValueId) -> bool {
+    let mut stack = vec![id];
+    let mut seen = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || graph.value(v).constant.is_some() {
+            continue;
+        }
+        if graph.inputs.contains(&v) {
+            if !small(graph, v) {
+                return true;
+            }
+            continue;
+        }
+        if let Some(n) = graph.producer(v) {
+            let node = &graph.nodes[n];
+            if node.op_type.ends_with(BOUNDED) {
+                return true;
+            }
+            if !SHAPE_ONLY.contains(&node.op_type.as_str()) {
+                stack.extend(node.inputs.iter().flatten());
+            }
+        }
+    }
+    false
+}
+
+/// Each node's level: the highest of its inputs', plus one for a boundary value.
+fn node_levels(graph: &Graph, boundary: &BTreeSet<ValueId>) -> Vec<usize> {
+    let mut value_level = vec![0usize; graph.values.len()];
+    let mut levels = Vec::with_capacity(graph.nodes.len());
+    for node in &graph.nodes {
+        let level = node
+            .inputs
+            .iter()
+            .flatten()
+            .map(|v| value_level[v.0] + usize::from(boundary.contains(v)))
+            .max()
+            .unwrap_or(0);
+        for out in &node.outputs {
+            value_level[out.0] = level;
+        }
+        levels.push(level);
+    }
+    levels
+}
+
+/// The segment graphs of `graph`'s nodes by `levels`.
+fn cut(graph: &Graph, levels: &[usize], count: usize) -> Split {
+    let mut made_in: Vec<Option<usize>> = vec![None; graph.values.len()];
+    for (node, &level) in graph.nodes.iter().zip(levels) {
+        for out in &node.outputs {
+            made_in[out.0] = Some(level);
+        }
+    }
+    // A model output reading a constant is the first segment's.
+    for o in &graph.outputs {
+        if graph.value(o.value).constant.is_some() {
+            made_in[o.value.0] = Some(0);
+        }
+    }
+    // Values each segment reads that another segment makes.
+    let mut read_later: Vec<BTreeSet<ValueId>> = vec![BTreeSet::new(); count];
+    for (node, &level) in graph.nodes.iter().zip(levels) {
+        for v in node.inputs.iter().flatten() {
+            if let Some(maker) = made_in[v.0].filter(|&m| m != level) {
+                read_later[maker].insert(*v);
+            }
+        }
+    }
+    let mut segments: Vec<SegmentGraph> = Vec::with_capacity(count);
+    // Per segment: its output values in order.
+    let mut outputs_of: Vec<Vec<ValueId>> = Vec::with_capacity(count);
+    for (k, later) in read_later.iter().enumerate() {
+        let nodes: Vec<Node> =
+            graph.nodes.iter().zip(levels).filter(|(_, l)| **l == k).map(|(n, _)| n.clone()).collect();
+        let mut inputs = Vec::new();
+        let mut sources = Vec::new();
+        let mut add_input = |v: ValueId, inputs: &mut Vec<ValueId>| {
+            if inputs.contains(&v) || graph.value(v).constant.is_some() || made_in[v.0] == Some(k) {
+                return;
+            }
+            let source = match made_in[v.0] {
+                Some(m) => Source::Output {
+                    segment: m,
+                    output: outputs_of[m].iter().position(|&o| o == v).expect("an earlier segment exports it"),
+                },
+                None => Source::Input(graph.inputs.iter().position(|&i| i == v).expect("a model input")),
+            };
+            inputs.push(v);
+            sources.push(source);
+        };
+        for node in &nodes {
+            for v in node.inputs.iter().flatten() {
+                add_input(*v, &mut inputs);
+            }
+        }
+        let mut outs: Vec<ValueId> = later.iter().copied().collect();
+        for o in &graph.outputs {
+            if made_in[o.value.0] == Some(k) && !outs.contains(&o.value) {
+                outs.push(o.value);
+            }
+        }
+        let graph_outputs =
+            outs.iter().map(|&v| GraphOutput { name: graph.value(v).name.clone(), value: v, declared: None }).collect();
+        let segment = Graph {
+            name: format!("{}:segment{k}", graph.name),
+            opset: graph.opset,
+            values: graph.values.clone(),
+            nodes,
+            inputs,
+            outputs: graph_outputs,
+        };
+        outputs_of.push(outs);
+        segments.push(SegmentGraph { graph: segment, inputs: sources });
+    }
+    let outputs = graph
+        .outputs
+        .iter()
+        .map(|o| match made_in[o.value.0] {
+            Some(m) => Source::Output {
+                segment: m,
+                output: outputs_of[m].iter().position(|&v| v == o.value).expect("its segment exports it"),
+            },
+            None => Source::Input(graph.inputs.iter().position(|&i| i == o.value).expect("a model input")),
+        })
+        .collect();
+    Split { segments, outputs }
+}
+
+/// Runs `split` on `inputs` (model binding order): `run` runs one segment's graph on its inputs and
+/// returns its outputs; each segment's inputs are gathered from the model's and earlier segments'.
+pub(crate) fn run_split(
+    split: Split,
+    inputs: &[Tensor],
+    mut run: impl FnMut(Graph, &[Tensor]) -> Result<Vec<Tensor>, OnnxError>,
+) -> Result<Vec<Tensor>, OnnxError> {
+    let mut produced: Vec<Vec<Tensor>> = Vec::with_capacity(split.segments.len());
+    let pick = |s: Source, produced: &[Vec<Tensor>]| match s {
+        Source::Input(i) => inputs.get(i).cloned(),
+        Source::Output { segment, output } => produced.get(segment).and_then(|o| o.get(output)).cloned(),
+    };
+    for segment in split.segments {
+        let ins = segment
+            .inputs
+            .iter()
+            .map(|&s| pick(s, &produced))
+            .collect::<Option<Vec<Tensor>>>()
+            .ok_or_else(|| OnnxError::Graph { reason: "a segment input names nothing computed".into() })?;
+        produced.push(run(segment.graph, &ins)?);
+    }
+    split
+        .outputs
+        .iter()
+        .map(|&s| {
+            pick(s, &produced)
+                .ok_or_else(|| OnnxError::Graph { reason: "a model output names nothing computed".into() })
+        })
+        .collect()
+}

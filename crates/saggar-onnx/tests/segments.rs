@@ -1,0 +1,106 @@
+//! Models whose extents depend on values they compute run as segments: a `Slice` whose end is the
+//! maximum of its data (computed, not a model input) runs as two sessions on the host backend, the
+//! second compiled per value of that end, with one read per request between them. Calls that must
+//! know output extents before running refuse such a model, saying what to do.
+
+use std::sync::Arc;
+
+use saggar_device::host::HostBackend;
+use saggar_device::{Backend, Device, DeviceBuffer, Stream};
+use saggar_dispatch::{DeviceTensor, DispatchError, HostTensor, Session, SessionConfig};
+use saggar_onnx::builder::ModelBuilder;
+use saggar_onnx::ops::Attribute;
+use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
+use saggar_shape::{DType, Dim};
+
+/// Columns of `x`: above the 4,096 elements a value input may have, so `end` is computed from data.
+const COLS: usize = 3000;
+
+/// `y = Slice(x, [0], [Cast(ReduceMax(x))], [1]) * 2` with `x` f32 [2, 3000].
+fn model() -> OnnxModel {
+    let mut b = ModelBuilder::new(18);
+    b.input("x", DType::F32, &[Dim::Fixed(2), Dim::Fixed(COLS as u64)]);
+    b.initializer("zero", &Tensor::from_i64s(vec![0]));
+    b.initializer("one", &Tensor::from_i64s(vec![1]));
+    b.initializer("two", &Tensor::new(vec![], TensorData::F32(vec![2.0])).unwrap());
+    b.node("ReduceMax", &["x"], &["m"], &[("keepdims", Attribute::Int(1))]);
+    b.node("Reshape", &["m", "one"], &["m1"], &[]);
+    b.node("Cast", &["m1"], &["end"], &[("to", Attribute::Int(7))]);
+    b.node("Slice", &["x", "zero", "end", "one"], &["s"], &[]);
+    b.node("Mul", &["s", "two"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    OnnxModel::from_bytes(&b.to_bytes(), "segments", &ImportLimits::default()).unwrap()
+}
+
+/// `x` whose largest element is `max` (every element an integer below it but one).
+fn x(max: usize) -> Tensor {
+    let data = (0..2 * COLS).map(|i| if i == COLS + 7 { max as f32 } else { (i % max) as f32 }).collect();
+    Tensor::new(vec![2, COLS], TensorData::F32(data)).unwrap()
+}
+
+fn session(model: &OnnxModel) -> Session<HostBackend, OnnxCompiler> {
+    let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default()));
+    assert!(compiler.value_inputs().is_empty(), "x is data, not a value input");
+    let config = SessionConfig::builder().build().unwrap();
+    Session::new(HostBackend::open(0).unwrap(), compiler, config, &|_| {}).unwrap()
+}
+
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn run(session: &Session<HostBackend, OnnxCompiler>, model: &OnnxModel, max: usize) {
+    let x = x(max);
+    let want = model.run_once(std::slice::from_ref(&x)).unwrap();
+    let dims = [2u64, COLS as u64];
+    let bytes = x.to_le_bytes();
+    let out = session.run(&[HostTensor { name: "x", dtype: DType::F32, dims: &dims, data: &bytes }]).unwrap();
+    assert_eq!(out[0].dims, [2, max as u64], "max {max}");
+    let TensorData::F32(w) = want[0].data() else { panic!("f32") };
+    assert_eq!(floats(&out[0].data), *w, "max {max}");
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    assert_eq!(run_on_host(&compiler, &[x]).unwrap(), want, "run_on_host runs the segments too");
+}
+
+#[test]
+fn a_computed_extent_runs_as_two_segments_compiled_per_value() {
+    let model = model();
+    let session = session(&model);
+    assert!(session.is_segmented());
+    for max in [5, 9, 5, 12] {
+        run(&session, &model, max);
+    }
+    let st = session.stats();
+    assert_eq!(st.requests, 4, "{st:?}");
+    assert_eq!(st.segment_reads, 4, "one read between the two segments per request: {st:?}");
+    assert_eq!(st.shape_programs, 3, "the second segment keeps a program per end (5, 9, 12): {st:?}");
+}
+
+#[test]
+fn calls_needing_extents_before_running_say_to_use_run() {
+    let model = model();
+    let session = session(&model);
+    let dims = [2u64, COLS as u64];
+    let bytes = x(4).to_le_bytes();
+    let host = [HostTensor { name: "x", dtype: DType::F32, dims: &dims, data: &bytes }];
+    let err = session.output_dims(&host).unwrap_err();
+    assert!(matches!(err, DispatchError::ExtentsDependOnValues { segments: 2, .. }), "{err}");
+    assert!(err.to_string().contains("Session::run"), "{err}");
+    let device = session.device().clone();
+    let stream = device.create_stream().unwrap();
+    let xb = device.alloc(bytes.len()).unwrap();
+    stream.upload(&bytes, xb.as_slice()).unwrap();
+    let yb = device.alloc(64).unwrap();
+    let yd = [2u64, 4];
+    let err = session
+        .run_device(
+            &[DeviceTensor { name: "x", dtype: DType::F32, dims: &dims, data: xb.as_slice() }],
+            &[DeviceTensor { name: "y", dtype: DType::F32, dims: &yd, data: yb.as_slice() }],
+        )
+        .unwrap_err();
+    assert!(matches!(err, DispatchError::ExtentsDependOnValues { .. }), "{err}");
+    // run_into takes buffers large enough for what the request produces.
+    let mut out = vec![vec![0u8; 2 * 4 * 4]];
+    session.run_into(&host, &mut out).unwrap();
+    assert_eq!(floats(&out[0])[..2], [0.0, 2.0]);
+}
