@@ -79,7 +79,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Pinned<'_, B, C> {
             .map(|(words, &n)| &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n])
             .collect();
         let inputs = &self.sets.inputs[ask.set];
-        let (info, stages) = if ask.stages {
+        // A segmented model's stages are its segments' runs: timed as a whole.
+        let (info, stages) = if ask.stages && !self.session.is_segmented() {
             let (info, stages) = self.session.run_into_timed(&worker.timer, inputs, &mut views)?;
             (info, Some(stages))
         } else {
