@@ -1,9 +1,26 @@
-//! The GPU kernels of the constants family: EyeLike (`eye_like.cu`) and OneHot (`one_hot.cu`), both
-//! writing elements as bits of their width.
+//! The GPU kernels of the constants family: ConstantOfShape (`fill.cu`), EyeLike (`eye_like.cu`)
+//! and OneHot (`one_hot.cu`), each writing elements as bits of their width.
 
 use saggar_shape::DType;
 
 use crate::ops::gpu::{GpuKernel, bits_type, index_type, render};
+
+/// A fill of `elem_bytes`-byte elements with the bits `bits` (ConstantOfShape).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FillKernel {
+    pub(crate) elem_bytes: u8,
+    pub(crate) bits: u64,
+}
+
+impl GpuKernel for FillKernel {
+    fn prefix(&self) -> &'static str {
+        "fill"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("fill.cu"), &[("T", bits_type(self.elem_bytes)), ("BITS", &format!("{}ull", self.bits))])
+    }
+}
 
 /// EyeLike of `elem_bytes`-byte elements, 1 being `one_bits`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

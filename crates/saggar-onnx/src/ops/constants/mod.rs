@@ -127,14 +127,22 @@ impl Op for ConstantOfShape {
     }
 
     fn eval(&self, _: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        match (self.value.data(), &mut outputs[0].data) {
-            (TensorData::F32(v), DataMut::F32(o)) => o.fill(v[0]),
-            (TensorData::I64(v), DataMut::I64(o)) => o.fill(v[0]),
-            (TensorData::I32(v), DataMut::I32(o)) => o.fill(v[0]),
-            (TensorData::Bool(v), DataMut::Bool(o)) => o.fill(v[0]),
-            _ => return Err(OpError::eval("output type differs from the value's")),
-        }
-        Ok(())
+        crate::tensor::same_type!(self.value.data().as_ref(), &mut outputs[0].data, |v, o| {
+            o.fill(v[0]);
+            Ok(())
+        })
+    }
+
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, numel};
+        Some(ctx.output(0).and_then(|y| {
+            let n = numel(&y.dims);
+            let mut bits = [0u8; 8];
+            let value = self.value.to_le_bytes();
+            bits[..value.len().min(8)].copy_from_slice(&value[..value.len().min(8)]);
+            let kind = gpu::FillKernel { elem_bytes: y.dtype.size_bytes() as u8, bits: u64::from_le_bytes(bits) };
+            Ok(GpuNode::Launches(vec![GpuLaunch::new(kind, vec![n as i64], Work::Elements(n), vec![Slot::Out(0)])]))
+        }))
     }
 }
 
