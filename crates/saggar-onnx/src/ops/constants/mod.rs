@@ -135,13 +135,13 @@ impl Op for ConstantOfShape {
 
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
         use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, numel};
-        Some(ctx.output(0).and_then(|y| {
+        Some(ctx.output(0).map(|y| {
             let n = numel(&y.dims);
             let mut bits = [0u8; 8];
             let value = self.value.to_le_bytes();
             bits[..value.len().min(8)].copy_from_slice(&value[..value.len().min(8)]);
             let kind = gpu::FillKernel { elem_bytes: y.dtype.size_bytes() as u8, bits: u64::from_le_bytes(bits) };
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(kind, vec![n as i64], Work::Elements(n), vec![Slot::Out(0)])]))
+            GpuNode::Launches(vec![GpuLaunch::new(kind, vec![n as i64], Work::Elements(n), vec![Slot::Out(0)])])
         }))
     }
 }
