@@ -454,7 +454,6 @@ pub enum GpuForm {
 const COMPILE_TIME: &[&str] = &[
     "BlackmanWindow",
     "Constant",
-    "Dropout",
     "HammingWindow",
     "HannWindow",
     "Identity",

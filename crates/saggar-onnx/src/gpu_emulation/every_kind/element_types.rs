@@ -98,6 +98,9 @@ fn model() -> OnnxModel {
         &[("value", crate::ops::Attribute::Tensor(value))],
         DType::F64,
     );
+    // An inference Dropout whose mask is read: a copy and a fill of true.
+    k.hidden("Dropout", &["x_flat"], &["dropped", "drop_mask"], &[]);
+    k.outputs.push(("drop_mask", DType::Bool));
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }
@@ -106,5 +109,5 @@ fn model() -> OnnxModel {
 
 #[test]
 fn every_element_type_matches_the_host_when_run_on_the_cpu() {
-    matches_the_host(model(), 7 * 16 + 3 + 3 + 2 + 1 + 1);
+    matches_the_host(model(), 7 * 16 + 3 + 3 + 2 + 1 + 1 + 1);
 }

@@ -252,6 +252,24 @@ impl Op for Dropout {
         }
         Ok(())
     }
+
+    /// The graph passes remove a Dropout whose mask nobody reads; one whose mask is read copies its
+    /// input and fills the mask with true.
+    fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
+        use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, numel};
+        let node = || {
+            let GpuNode::Launches(mut launches) = crate::ops::data_movement::gpu::contiguous_copy(ctx)? else {
+                return Err(OpError::eval("Dropout's copy is a launch"));
+            };
+            if ctx.outputs.len() > 1 {
+                let n = numel(&ctx.output(1)?.dims);
+                let fill = gpu::FillKernel { elem_bytes: 1, bits: 1 };
+                launches.push(GpuLaunch::new(fill, vec![n as i64], Work::Elements(n), vec![Slot::Out(1)]));
+            }
+            Ok(GpuNode::Launches(launches))
+        };
+        Some(node())
+    }
 }
 
 #[cfg(test)]
