@@ -71,10 +71,10 @@ fn extents(inputs: &InferInputs<'_>) -> Result<[Dim; 3], OpError> {
         (3, "iou_threshold", DType::F32),
         (4, "score_threshold", DType::F32),
     ] {
-        if let Some(t) = inputs.get(i).map(|v| v.ty) {
-            if t.dtype != dtype || t.dims.iter().any(|d| d.as_fixed().is_some_and(|d| d > 1)) {
-                return Err(OpError::infer(format!("NonMaxSuppression's {name} must be one {dtype}, found {t}")));
-            }
+        if let Some(t) = inputs.get(i).map(|v| v.ty)
+            && (t.dtype != dtype || t.dims.iter().any(|d| d.as_fixed().is_some_and(|d| d > 1)))
+        {
+            return Err(OpError::infer(format!("NonMaxSuppression's {name} must be one {dtype}, found {t}")));
         }
     }
     Ok([boxes.dims[0].clone(), scores.dims[1].clone(), boxes.dims[1].clone()])

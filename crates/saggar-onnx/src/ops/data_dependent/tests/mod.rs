@@ -194,7 +194,7 @@ fn compress_bounded_extents_and_cuts() {
     let bounded = op.bounded().unwrap();
     assert_eq!((bounded.cuts.clone(), bounded.cuts_from_end, bounded.cut_axis(0, 3)), (vec![Some(2)], true, Some(1)));
     let types = [fixed(DType::F32, &[2, 5, 3]), fixed(DType::Bool, &[7])];
-    assert_eq!(infer_types(&*bounded.op, &types).unwrap()[0].dims, [2, 5, 3].map(|d| Dim::Fixed(d)).to_vec());
+    assert_eq!(infer_types(&*bounded.op, &types).unwrap()[0].dims, [2, 5, 3].map(Dim::Fixed).to_vec());
     let types = [fixed(DType::F32, &[2, 5, 3]), fixed(DType::Bool, &[4])];
     assert_eq!(infer_types(&*bounded.op, &types).unwrap()[0], ValueType::fixed(DType::F32, &[2, 4, 3]));
     assert_eq!(infer_types(&*op, &types).unwrap()[0].dims[1], unknown_dim());
