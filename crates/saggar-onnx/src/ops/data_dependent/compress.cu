@@ -7,6 +7,7 @@
   __shared__ int scan[@BLOCK@];
   __shared__ onnx_i64 sel[@BLOCK@];
   __shared__ onnx_i64 base_s;
+  @BLOCK_SCAN@
   const onnx_i64 outer = meta[0], len = meta[1], inner = meta[2], m = meta[3], read = meta[4];
   const onnx_i64 slice = outer * inner;
   if (threadIdx.x == 0) base_s = 0;
@@ -14,15 +15,8 @@
   for (onnx_i64 start = 0; start < read; start += blockDim.x) {
     const onnx_i64 j = start + threadIdx.x;
     const int flag = j < read && cond[j] != 0;
-    scan[threadIdx.x] = flag;
-    __syncthreads();
-    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
-      const int add = threadIdx.x >= s ? scan[threadIdx.x - s] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += add;
-      __syncthreads();
-    }
-    if (flag) sel[scan[threadIdx.x] - 1] = j;
+    const int incl = block_scan(flag);
+    if (flag) sel[incl - 1] = j;
     __syncthreads();
     const onnx_i64 base = base_s, chunk = scan[blockDim.x - 1];
     for (onnx_i64 e = threadIdx.x; e < chunk * slice; e += blockDim.x) {

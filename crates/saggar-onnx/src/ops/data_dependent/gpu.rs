@@ -10,6 +10,21 @@ use saggar_shape::DType;
 use super::{float_exponent, nonzero_mask};
 use crate::ops::gpu::{BLOCK, GpuKernel, bits_type, render};
 
+/// A lambda `block_scan(v)` of the single-block kernels: the inclusive prefix sum of `v` over the
+/// block's threads in the shared `int scan[BLOCK]` (every thread calls it; `scan[blockDim.x - 1]` is
+/// then the total), by Hillis-Steele steps, so the numbering is deterministic.
+const BLOCK_SCAN: &str = "auto block_scan = [&](int v) -> int {
+    scan[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
+      const int a = threadIdx.x >= s ? scan[threadIdx.x - s] : 0;
+      __syncthreads();
+      scan[threadIdx.x] += a;
+      __syncthreads();
+    }
+    return scan[threadIdx.x];
+  };";
+
 /// The C++ statements returning the order key (`order_key` on the host) of `b`, the bits of an
 /// element of `dtype` widened to `unsigned long long`.
 fn key_code(dtype: DType) -> String {
@@ -49,7 +64,8 @@ impl GpuKernel for NonZeroKernel {
     fn source(&self) -> String {
         let mask = format!("{:#x}ull", nonzero_mask(self.dtype));
         let bits = bits_type(self.dtype.size_bytes() as u8);
-        render(include_str!("nonzero.cu"), &[("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string())])
+        let values = [("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)];
+        render(include_str!("nonzero.cu"), &values)
     }
 }
 
@@ -65,7 +81,8 @@ impl GpuKernel for CompressKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("compress.cu"), &[("T", bits_type(self.elem_bytes)), ("BLOCK", &BLOCK.to_string())])
+        let values = [("T", bits_type(self.elem_bytes)), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)];
+        render(include_str!("compress.cu"), &values)
     }
 }
 
@@ -85,7 +102,14 @@ impl GpuKernel for UniqueKernel {
         let bits = bits_type(self.dtype.size_bytes() as u8);
         let key = key_code(self.dtype);
         let sorted = if self.sorted { "1" } else { "0" };
-        let values = [("BITS", bits), ("KEY_BODY", key.as_str()), ("SORTED", sorted), ("BLOCK", &BLOCK.to_string())];
+        let block = BLOCK.to_string();
+        let values = [
+            ("BITS", bits),
+            ("KEY_BODY", key.as_str()),
+            ("SORTED", sorted),
+            ("BLOCK", &block),
+            ("BLOCK_SCAN", BLOCK_SCAN),
+        ];
         render(include_str!("unique.cu"), &values)
     }
 }
@@ -114,6 +138,6 @@ impl GpuKernel for NmsCompactKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("nms_compact.cu"), &[("BLOCK", &BLOCK.to_string())])
+        render(include_str!("nms_compact.cu"), &[("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)])
     }
 }

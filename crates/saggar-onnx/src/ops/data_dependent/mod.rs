@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use saggar_shape::{DType, Dim};
 
-use crate::ops::{Bounded, Op, OpEntry, OpError, ValueType};
+use crate::ops::{Bounded, NodeCtx, Op, OpEntry, OpError, ValueType};
 use crate::tensor::{DataMut, DataRef, TensorMut};
 
 /// The ops of this family.
@@ -89,6 +89,15 @@ fn write_count(out: &mut TensorMut<'_>, count: usize) -> Result<(), OpError> {
             Ok(())
         }
         other => Err(OpError::eval(format!("the count output holds {} elements, not 1", other.len()))),
+    }
+}
+
+/// An attribute that must be 0 or 1 (`default` when absent).
+fn flag(ctx: &NodeCtx<'_>, name: &str, default: bool) -> Result<bool, OpError> {
+    match ctx.int_or(name, i64::from(default))? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(OpError::attribute(name, format!("must be 0 or 1, found {other}"))),
     }
 }
 

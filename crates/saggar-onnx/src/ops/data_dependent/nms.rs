@@ -29,11 +29,7 @@ struct Nms {
 struct NmsBounded(Nms);
 
 pub(super) fn build(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    let center = match ctx.int_or("center_point_box", 0)? {
-        0 => false,
-        1 => true,
-        other => return Err(OpError::attribute("center_point_box", format!("must be 0 or 1, found {other}"))),
-    };
+    let center = super::flag(ctx, "center_point_box", false)?;
     Ok(Box::new(Nms { center }))
 }
 

@@ -6,6 +6,7 @@
 (const onnx_i64* meta, long long* __restrict__ sel, long long* __restrict__ count) {
   __shared__ int scan[@BLOCK@];
   __shared__ onnx_i64 base_s;
+  @BLOCK_SCAN@
   const onnx_i64 rows = meta[0];
   if (threadIdx.x == 0) base_s = 0;
   __syncthreads();
@@ -14,17 +15,10 @@
     const bool live = r < rows && sel[r * 3] >= 0;
     long long a = 0, b = 0, c = 0;
     if (live) { a = sel[r * 3]; b = sel[r * 3 + 1]; c = sel[r * 3 + 2]; }
-    scan[threadIdx.x] = live ? 1 : 0;
-    __syncthreads();
-    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
-      const int add = threadIdx.x >= s ? scan[threadIdx.x - s] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += add;
-      __syncthreads();
-    }
+    const int incl = block_scan(live ? 1 : 0);
     const onnx_i64 base = base_s;
     if (live) {
-      const onnx_i64 to = base + scan[threadIdx.x] - 1;
+      const onnx_i64 to = base + incl - 1;
       sel[to * 3] = a; sel[to * 3 + 1] = b; sel[to * 3 + 2] = c;
     }
     __syncthreads();

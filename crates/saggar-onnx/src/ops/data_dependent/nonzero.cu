@@ -6,6 +6,7 @@
 (const onnx_i64* meta, const @BITS@* __restrict__ x, long long* __restrict__ y, long long* __restrict__ count) {
   __shared__ int scan[@BLOCK@];
   __shared__ onnx_i64 base_s;
+  @BLOCK_SCAN@
   const onnx_i64 n = meta[0], cols = meta[1], rank = meta[2];
   const onnx_i64* dims = meta + 3;
   if (threadIdx.x == 0) base_s = 0;
@@ -13,16 +14,9 @@
   for (onnx_i64 start = 0; start < n; start += blockDim.x) {
     const onnx_i64 i = start + threadIdx.x;
     const int flag = i < n && (x[i] & @MASK@) != 0;
-    scan[threadIdx.x] = flag;
-    __syncthreads();
-    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
-      const int add = threadIdx.x >= s ? scan[threadIdx.x - s] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += add;
-      __syncthreads();
-    }
+    const int incl = block_scan(flag);
     const onnx_i64 base = base_s;
-    const onnx_i64 k = base + scan[threadIdx.x] - 1;
+    const onnx_i64 k = base + incl - 1;
     if (flag && k < cols) {
       onnx_i64 rem = i;
       for (onnx_i64 d = rank - 1; d >= 0; --d) { y[d * cols + k] = rem % dims[d]; rem /= dims[d]; }

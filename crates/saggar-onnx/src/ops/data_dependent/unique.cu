@@ -27,18 +27,7 @@
     }
     return 0;
   };
-  // Inclusive prefix sum of `v` over the block (every thread calls it); scan[blockDim.x - 1] is the total.
-  auto block_scan = [&](int v) -> int {
-    scan[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
-      const int a = threadIdx.x >= s ? scan[threadIdx.x - s] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += a;
-      __syncthreads();
-    }
-    return scan[threadIdx.x];
-  };
+  @BLOCK_SCAN@
   for (onnx_i64 k = threadIdx.x; k < d; k += blockDim.x) indices[k] = k;
   onnx_i64 n2 = 1;
   while (n2 < d) n2 <<= 1;

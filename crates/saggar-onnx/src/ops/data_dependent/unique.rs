@@ -34,11 +34,7 @@ struct Unique {
 struct UniqueBounded(Unique);
 
 pub(super) fn build(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
-    let sorted = match ctx.int_or("sorted", 1)? {
-        0 => false,
-        1 => true,
-        other => return Err(OpError::attribute("sorted", format!("must be 0 or 1, found {other}"))),
-    };
+    let sorted = super::flag(ctx, "sorted", true)?;
     Ok(Box::new(Unique { axis: ctx.int("axis")?, sorted, outputs: ctx.num_outputs().clamp(1, 4) }))
 }
 
