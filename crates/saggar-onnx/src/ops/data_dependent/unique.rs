@@ -98,7 +98,7 @@ impl Unique {
     fn types(&self, inputs: &InferInputs<'_>, u: Dim, bounded: bool) -> Result<Vec<ValueType>, OpError> {
         let x = inputs.req(0)?.ty;
         require_dtype("Unique", x.dtype, &SUPPORTED_DTYPES)?;
-        let (mut y, slices) = match self.axis {
+        let (y, slices) = match self.axis {
             None => (vec![u.clone()], fixed_numel(&x.dims).map_or_else(unknown_dim, fixed)),
             Some(a) => {
                 let axis = normalize_axis(a, x.rank())?;
@@ -107,13 +107,16 @@ impl Unique {
                 (dims, x.dims[axis].clone())
             }
         };
-        if bounded {
-            y = bounded_type("Unique", x.dtype, y)?.dims;
-        }
-        let i64s = |d: &Dim| ValueType::new(DType::I64, vec![d.clone()]);
-        let mut out = vec![ValueType::new(x.dtype, y), i64s(&u), i64s(&slices), i64s(&u)];
+        let mut out =
+            vec![(x.dtype, y), (DType::I64, vec![u.clone()]), (DType::I64, vec![slices]), (DType::I64, vec![u])];
         out.truncate(if bounded { 4 } else { self.outputs });
-        Ok(out)
+        out.into_iter()
+            .map(
+                |(dtype, dims)| {
+                    if bounded { bounded_type("Unique", dtype, dims) } else { Ok(ValueType::new(dtype, dims)) }
+                },
+            )
+            .collect()
     }
 
     /// Writes the groups of `x` into `outputs` (Y and as many of indices, inverse_indices and

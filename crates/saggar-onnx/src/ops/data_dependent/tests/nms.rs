@@ -108,6 +108,8 @@ fn nms_bounded_rows_follow_a_constant_limit_else_the_boxes() {
     assert_eq!((bounded.cuts.clone(), bounded.op_type), (vec![Some(0)], "NonMaxSuppression.bounded"));
     let out = infer_types(&*bounded.op, &types).unwrap();
     assert_eq!(out, vec![ValueType::fixed(DType::I64, &[36, 3]), ValueType::fixed(DType::I64, &[1])]);
+    let huge = [fixed(DType::F32, &[64, 100_000, 4]), fixed(DType::F32, &[64, 80, 100_000]), fixed(DType::I64, &[1])];
+    assert!(matches!(infer_types(&*bounded.op, &huge), Err(OpError::Infer(m)) if m.contains("limit")));
     // A constant limit of 2: 2 x 3 x 2 rows, all taken by boxes of no area (they suppress nothing).
     let max = Tensor::from_i64s(vec![2]);
     let big = [f32s(&[2, 6, 4], &[0.0; 48]), f32s(&[2, 3, 6], &[0.0; 36])];

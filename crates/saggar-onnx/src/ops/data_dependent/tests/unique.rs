@@ -97,6 +97,9 @@ fn unique_bounded_extents_and_cuts() {
     let types = infer_types(&*flat.op, &[fixed(DType::F32, &[2, 5])]).unwrap();
     assert_eq!(types, vec![ValueType::fixed(DType::F32, &[10]), i64s(1), i64s(10), i64s(10), i64s(10)]);
     assert_eq!((flat.cuts, flat.cuts_from_end), (vec![Some(0)], false));
+    // 3 x 2^26 f32 elements fit the limit; as many int64 indices do not.
+    let err = infer_types(&*flat.op, &[fixed(DType::F32, &[3 << 26])]).unwrap_err();
+    assert!(matches!(&err, OpError::Infer(m) if m.contains("int64[201326592]") || m.contains("limit")), "{err}");
 }
 
 #[test]
