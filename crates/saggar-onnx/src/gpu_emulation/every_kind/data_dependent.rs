@@ -158,6 +158,13 @@ fn nonzero_and_compress_cases() -> Vec<Case> {
         case("NonZero", 13, &[], vec![t(&[], TensorData::I64(vec![-3]))], 1),
         case("NonZero", 13, &[], vec![t(&[2, 2], TensorData::F16(vec![0x8000, 0x3c00, 0, 0x7e00]))], 1),
         case("NonZero", 13, &[], vec![t(&[10], TensorData::U8(vec![0; 10]))], 1),
+        case(
+            "NonZero",
+            13,
+            &[],
+            vec![t(&[2, 3, 7, 11], TensorData::F64((0..462).map(|i| f64::from(i % 5) - 2.0).collect()))],
+            1,
+        ),
     ];
     let cond = |n: usize, every: usize| t(&[n], TensorData::Bool((0..n).map(|i| u8::from(i % every == 0)).collect()));
     let x = || t(&[2, 600, 1], TensorData::F32(spread(1200, 50)));
@@ -211,7 +218,17 @@ fn nms_cases() -> Vec<Case> {
     let scores = || t(&[2, 3, 40], TensorData::F32(scores.clone()));
     let one = |v: f32| t(&[1], TensorData::F32(vec![v]));
     let max = |m: i64| t(&[1], TensorData::I64(vec![m]));
+    // More boxes than a block has threads, in a grid of overlapping squares.
+    let grid: Vec<f32> = (0..300)
+        .flat_map(|i| {
+            let (y, x) = ((i / 20) as f32 * 0.7, (i % 20) as f32 * 0.6);
+            [y, x, y + 1.0, x + 1.0]
+        })
+        .collect();
+    let many = t(&[1, 300, 4], TensorData::F32(grid));
+    let many_scores = t(&[1, 1, 300], TensorData::F32((0..300).map(|i| ((i * 89) % 97) as f32 / 97.0).collect()));
     vec![
+        case("NonMaxSuppression", 11, &[], vec![many, many_scores, max(60), one(0.1)], 1),
         case("NonMaxSuppression", 11, &[], vec![boxes(&corners), scores(), max(5), one(0.4), one(0.2)], 1),
         case(
             "NonMaxSuppression",
