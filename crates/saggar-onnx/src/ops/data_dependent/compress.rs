@@ -67,14 +67,7 @@ impl Compress {
 
     /// `(outer, len, inner)` of the input around the compressed axis.
     fn split(&self, x: &TensorView<'_>) -> Result<(usize, usize, usize), OpError> {
-        match self.axis {
-            None => Ok((1, x.len(), 1)),
-            Some(a) => {
-                let axis = normalize_axis(a, x.dims.len()).map_err(|e| OpError::eval(e.to_string()))?;
-                let p = |d: &[usize]| d.iter().product::<usize>();
-                Ok((p(&x.dims[..axis]), x.dims[axis], p(&x.dims[axis + 1..])))
-            }
-        }
+        super::around_axis(self.axis, x.dims).map_err(|e| OpError::eval(e.to_string()))
     }
 
     /// The selected slices of an input of `len` slices.
@@ -138,15 +131,9 @@ impl Compress {
     /// and the count into output 1 when `count`.
     fn launch(&self, ctx: &GpuCtx<'_>, count: bool) -> Result<GpuNode, OpError> {
         let (x, cond, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0)?);
-        let view = |dims: &[usize]| (dims.iter().product::<usize>(), dims.to_vec());
-        let (outer, len, inner, m) = match self.axis {
-            None => (1, view(&x.dims).0, 1, y.dims.first().copied().unwrap_or(0)),
-            Some(a) => {
-                let axis = normalize_axis(a, x.dims.len())?;
-                let p = |d: &[usize]| d.iter().product::<usize>();
-                (p(&x.dims[..axis]), x.dims[axis], p(&x.dims[axis + 1..]), y.dims[axis])
-            }
-        };
+        let (outer, len, inner) = super::around_axis(self.axis, &x.dims)?;
+        let at = self.axis.map_or(Ok(0), |a| normalize_axis(a, x.dims.len()))?;
+        let m = y.dims.get(at).copied().ok_or_else(|| OpError::eval("Compress's output has too few axes"))?;
         let read = cond.dims.first().copied().unwrap_or(0).min(len);
         let kernel = CompressKernel { elem_bytes: x.dtype.size_bytes() as u8 };
         let count_slot = if count { Slot::Out(1) } else { Slot::Out(0) };

@@ -101,6 +101,19 @@ fn flag(ctx: &NodeCtx<'_>, name: &str, default: bool) -> Result<bool, OpError> {
     }
 }
 
+/// `(outer, len, inner)` of `dims` around `axis` (without one, the flattened input:
+/// `(1, numel, 1)`).
+fn around_axis(axis: Option<i64>, dims: &[usize]) -> Result<(usize, usize, usize), OpError> {
+    let p = |d: &[usize]| d.iter().product::<usize>();
+    match axis {
+        None => Ok((1, p(dims), 1)),
+        Some(a) => {
+            let axis = crate::ops::shape_util::normalize_axis(a, dims.len())?;
+            Ok((p(&dims[..axis]), dims[axis], p(&dims[axis + 1..])))
+        }
+    }
+}
+
 /// A dimension from an extent.
 fn fixed(n: usize) -> Dim {
     Dim::Fixed(n as u64)

@@ -49,14 +49,7 @@ struct Groups {
 impl Unique {
     /// `(outer, slices, inner)` of `dims` around the axis (the flattened input: `(1, numel, 1)`).
     fn split(&self, dims: &[usize]) -> Result<(usize, usize, usize), OpError> {
-        let p = |d: &[usize]| d.iter().product::<usize>();
-        match self.axis {
-            None => Ok((1, p(dims), 1)),
-            Some(a) => {
-                let axis = normalize_axis(a, dims.len())?;
-                Ok((p(&dims[..axis]), dims[axis], p(&dims[axis + 1..])))
-            }
-        }
+        super::around_axis(self.axis, dims)
     }
 
     /// The groups of equal slices of `x`.
