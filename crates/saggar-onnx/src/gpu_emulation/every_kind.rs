@@ -1,6 +1,7 @@
 //! A model with a node of every GPU kernel kind (and the fused forms around them), run through the
 //! emulation against the host backend.
 
+mod data_dependent;
 mod element_types;
 mod elementwise_types;
 mod quantize;
@@ -595,6 +596,7 @@ fn every_kind_model() -> OnnxModel {
     recurrent_nodes(&mut k);
     sampling_signal_loss::sampling_signal_and_loss_nodes(&mut k);
     quantize::quantize_nodes(&mut k);
+    data_dependent::data_dependent_nodes(&mut k);
     for (name, dtype) in &k.outputs {
         k.b.output(name, *dtype, &[]);
     }

@@ -61,6 +61,7 @@ mod attr;
 pub(crate) mod constants;
 pub(crate) mod conv;
 pub(crate) mod convert;
+pub(crate) mod data_dependent;
 pub(crate) mod data_movement;
 pub(crate) mod elementwise;
 pub mod evaluate;
@@ -343,6 +344,40 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
     fn gpu(&self, ctx: &gpu::GpuCtx<'_>) -> Option<Result<gpu::GpuNode, OpError>> {
         self.is_view().then(|| data_movement::gpu::contiguous_copy(ctx))
     }
+
+    /// For an op whose output extents depend on input values: its bounded form. `None` for other ops.
+    fn bounded(&self) -> Option<Bounded> {
+        None
+    }
+}
+
+/// The bounded form of an op whose output extents depend on its input values (NonZero, Compress,
+/// Unique, NonMaxSuppression): what a compiled program runs in their place, since it cannot know
+/// those extents. Slicing each cut output along its axis to the count gives the op's output.
+#[derive(Clone, Debug)]
+pub struct Bounded {
+    /// The op computing every output at its worst-case extent, then one more output: the count,
+    /// an i64 tensor of shape [1]. Unique's bounded op also needs indices, inverse_indices and counts
+    /// as working memory on the GPU: where the node lacks some of them, they follow the count
+    /// (`cuts.len() + 1` onwards), to be given temporaries and otherwise ignored.
+    pub op: std::sync::Arc<dyn Op>,
+    /// Its op type as shown in plans and errors (e.g. "NonZero.bounded").
+    pub op_type: &'static str,
+    /// Per output of the standard op: the axis cut to the count (`Some(axis)`), or `None` when
+    /// the output's shape does not depend on values (Unique's inverse_indices).
+    pub cuts: Vec<Option<usize>>,
+    /// Whether the axes of `cuts` count from the end (output axis `rank - cut`): the node's `axis`
+    /// attribute is negative, and the op does not know the input's rank. [`Bounded::cut_axis`]
+    /// resolves either.
+    pub cuts_from_end: bool,
+}
+
+impl Bounded {
+    /// The axis of output `output` (of rank `rank`) cut to the count, if it is cut.
+    pub fn cut_axis(&self, output: usize, rank: usize) -> Option<usize> {
+        let cut = (*self.cuts.get(output)?)?;
+        if self.cuts_from_end { rank.checked_sub(cut) } else { Some(cut) }
+    }
 }
 
 /// The bounded form of an op whose output extents depend on input values ([`Op::bounded`]): a
@@ -393,6 +428,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     elementwise::OPS,
     convert::OPS,
     shapes::OPS,
+    data_dependent::OPS,
     constants::OPS,
     data_movement::OPS,
     gather::OPS,

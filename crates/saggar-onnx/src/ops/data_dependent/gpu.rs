@@ -1,0 +1,143 @@
+//! The GPU kernels of the bounded forms: NonZero (`nonzero.cu`) and Compress (`compress.cu`) in one
+//! block numbering the selected elements by chunked prefix sums, Unique (`unique.cu`) in one block
+//! sorting slice numbers by a bitonic network, NonMaxSuppression's selection a block per batch and
+//! class (`nms_select.cu`) then one block packing the rows (`nms_compact.cu`). Single-block kernels
+//! give the host's order exactly (no atomics); they suit the sizes these ops see in models (up to a
+//! few million elements), not bulk data.
+
+use saggar_shape::DType;
+
+use super::{float_exponent, nonzero_mask};
+use crate::ops::gpu::{BLOCK, GpuKernel, bits_type, render};
+
+/// A lambda `block_scan(v)` of the single-block kernels: the inclusive prefix sum of `v` over the
+/// block's threads in the shared `int scan[BLOCK]` (every thread calls it; `scan[blockDim.x - 1]` is
+/// then the total), by Hillis-Steele steps, so the numbering is deterministic.
+const BLOCK_SCAN: &str = "auto block_scan = [&](int v) -> int {
+    scan[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
+      const int a = threadIdx.x >= s ? scan[threadIdx.x - s] : 0;
+      __syncthreads();
+      scan[threadIdx.x] += a;
+      __syncthreads();
+    }
+    return scan[threadIdx.x];
+  };";
+
+/// The C++ statements returning the order key (`order_key` on the host) of `b`, the bits of an
+/// element of `dtype` widened to `unsigned long long`.
+fn key_code(dtype: DType) -> String {
+    let width = dtype.size_bytes() * 8;
+    let all = u64::MAX >> (64 - width);
+    let sign = 1u64 << (width - 1);
+    match (float_exponent(dtype), dtype) {
+        (Some(exponent), _) => format!(
+            "const unsigned long long a = b & {m:#x}ull; if (a > {exponent:#x}ull) return ~0ull; if (a == 0) return \
+             {sign:#x}ull; return (b & {sign:#x}ull) ? (~b & {all:#x}ull) : (b | {sign:#x}ull);",
+            m = all & !sign
+        ),
+        (None, DType::I8 | DType::I16 | DType::I32 | DType::I64) => {
+            let signed = match width {
+                8 => "signed char",
+                16 => "short",
+                32 => "int",
+                _ => "long long",
+            };
+            format!("return (unsigned long long)(long long)({signed})b ^ 0x8000000000000000ull;")
+        }
+        _ => "return b;".to_string(),
+    }
+}
+
+/// NonZero's bounded form over elements of `dtype`, read as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NonZeroKernel {
+    pub(crate) dtype: DType,
+}
+
+impl GpuKernel for NonZeroKernel {
+    fn prefix(&self) -> &'static str {
+        "nonzero"
+    }
+
+    fn source(&self) -> String {
+        let mask = format!("{:#x}ull", nonzero_mask(self.dtype));
+        let bits = bits_type(self.dtype.size_bytes() as u8);
+        let values = [("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)];
+        render(include_str!("nonzero.cu"), &values)
+    }
+}
+
+/// Compress of `elem_bytes`-byte elements (moved as bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CompressKernel {
+    pub(crate) elem_bytes: u8,
+}
+
+impl GpuKernel for CompressKernel {
+    fn prefix(&self) -> &'static str {
+        "compress"
+    }
+
+    fn source(&self) -> String {
+        let values = [("T", bits_type(self.elem_bytes)), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)];
+        render(include_str!("compress.cu"), &values)
+    }
+}
+
+/// Unique's bounded form over elements of `dtype`, sorted or in first-occurrence order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UniqueKernel {
+    pub(crate) dtype: DType,
+    pub(crate) sorted: bool,
+}
+
+impl GpuKernel for UniqueKernel {
+    fn prefix(&self) -> &'static str {
+        "unique"
+    }
+
+    fn source(&self) -> String {
+        let bits = bits_type(self.dtype.size_bytes() as u8);
+        let key = key_code(self.dtype);
+        let sorted = if self.sorted { "1" } else { "0" };
+        let block = BLOCK.to_string();
+        let values = [
+            ("BITS", bits),
+            ("KEY_BODY", key.as_str()),
+            ("SORTED", sorted),
+            ("BLOCK", &block),
+            ("BLOCK_SCAN", BLOCK_SCAN),
+        ];
+        render(include_str!("unique.cu"), &values)
+    }
+}
+
+/// NonMaxSuppression's selection, a block per batch and class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NmsSelectKernel;
+
+impl GpuKernel for NmsSelectKernel {
+    fn prefix(&self) -> &'static str {
+        "nms_select"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("nms_select.cu"), &[("BLOCK", &BLOCK.to_string())])
+    }
+}
+
+/// NonMaxSuppression's packing of the selected rows and their count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NmsCompactKernel;
+
+impl GpuKernel for NmsCompactKernel {
+    fn prefix(&self) -> &'static str {
+        "nms_compact"
+    }
+
+    fn source(&self) -> String {
+        render(include_str!("nms_compact.cu"), &[("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)])
+    }
+}
