@@ -324,11 +324,6 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
         true
     }
 
-    /// For an op whose output extents depend on input values: its bounded form. `None` for other ops.
-    fn bounded(&self) -> Option<Bounded> {
-        None
-    }
-
     /// A stable description of the op and its attributes, part of host kernel names and cache keys.
     /// The default, the `Debug` form, suits structs of plain attributes.
     fn key(&self) -> String {
@@ -378,21 +373,6 @@ impl Bounded {
         let cut = (*self.cuts.get(output)?)?;
         if self.cuts_from_end { rank.checked_sub(cut) } else { Some(cut) }
     }
-}
-
-/// The bounded form of an op whose output extents depend on input values ([`Op::bounded`]): a
-/// program can compute it, and a run cuts its outputs to the count it computes (see the segments
-/// pass, `graph::passes::segments`).
-#[derive(Debug)]
-pub struct Bounded {
-    /// The op computing every output at its worst-case extent, then one more output: the count,
-    /// an i64 tensor of shape [1].
-    pub op: std::sync::Arc<dyn Op>,
-    /// Its op type as shown in plans and errors (e.g. "NonZero.bounded").
-    pub op_type: &'static str,
-    /// Per output of the standard op: the axis cut to the count (`Some(axis)`), or `None` when
-    /// the output's shape does not depend on values (Unique's inverse_indices).
-    pub cuts: Vec<Option<usize>>,
 }
 
 /// Builds an [`Op`] from a node's attributes.

@@ -36,6 +36,8 @@ struct Counts {
     passed: usize,
     /// Of `passed`, those whose programs are keyed by input values ([`Mode::ValueInputs`]).
     keyed: usize,
+    /// Of `passed`, those run as a chain of segments ([`Mode::Segments`]).
+    segmented: usize,
     expected: usize,
     failed: usize,
     stale: usize,
@@ -98,6 +100,7 @@ impl Report {
                 (Outcome::Passed(mode), None) => {
                     counts.passed += 1;
                     counts.keyed += usize::from(*mode == Mode::ValueInputs);
+                    counts.segmented += usize::from(*mode == Mode::Segments);
                 }
                 (Outcome::Passed(_), Some(_)) => {
                     counts.stale += 1;
@@ -129,6 +132,7 @@ impl Report {
         for c in r.per_suite.values() {
             r.total.passed += c.passed;
             r.total.keyed += c.keyed;
+            r.total.segmented += c.segmented;
             r.total.expected += c.expected;
             r.total.failed += c.failed;
             r.total.stale += c.stale;
@@ -172,17 +176,18 @@ impl Report {
 
     fn counts_table(&self) -> String {
         let mut s = String::from(
-            "| suite | applicable | passed | of which keyed by input values | expected failures | failed | stale | not applicable |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| suite | applicable | passed | of which keyed by input values | of which run as segments | expected failures | failed | stale | not applicable |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let rows = self.per_suite.iter().map(|(k, v)| (*k, *v)).chain([("total", self.total)]);
         for (suite, c) in rows {
             let _ = writeln!(
                 s,
-                "| {suite} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {suite} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.applicable(),
                 c.passed,
                 c.keyed,
+                c.segmented,
                 c.expected,
                 c.failed,
                 c.stale,
@@ -196,11 +201,12 @@ impl Report {
     pub fn text(&self) -> String {
         let t = &self.total;
         let mut s = format!(
-            "ONNX backend tests on {}{}: {} passed ({} keyed by input values), {} expected failures, {} failed, {} stale, {} not applicable ({:.1} s)\n",
+            "ONNX backend tests on {}{}: {} passed ({} keyed by input values, {} run as segments), {} expected failures, {} failed, {} stale, {} not applicable ({:.1} s)\n",
             self.backend,
             self.filter.as_deref().map(|f| format!(" (filter `{f}`)")).unwrap_or_default(),
             t.passed,
             t.keyed,
+            t.segmented,
             t.expected,
             t.failed,
             t.stale,
@@ -247,7 +253,10 @@ impl Report {
              NaN, same shapes and element types). Every input is fed at run time: a test whose output shapes \
              depend on the values of some inputs (a `shape`, `starts`, `axes` or `k` fed as a graph input, where \
              exporters emit constants) gets a program per shape and values of those inputs (the session's value \
-             inputs, part of the program key); the table counts those separately. Expected failures are listed with their reasons in \
+             inputs, part of the program key); the table counts those separately. A test whose output extents depend \
+             on values the model computes (NonZero, Compress, Unique, NonMaxSuppression, a computed Slice end) runs as \
+             a chain of segments, each its own session, the computed counts read back between them and keying the \
+             next segment's programs; the table counts those too. Expected failures are listed with their reasons in \
              `crates/saggar-onnx/tests/backend_expectations.txt`.\n",
             self.backend
         );

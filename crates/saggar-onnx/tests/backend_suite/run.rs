@@ -39,6 +39,9 @@ pub enum Mode {
     /// reduction's `axes` fed as graph inputs): the session kept a program per shape and values
     /// (`ModelSpec::value_inputs`), every input still fed at run time.
     ValueInputs,
+    /// Some extents depend on values the model computes (a NonZero's count): the session ran it as a
+    /// chain of segments, the computed counts read back between them.
+    Segments,
 }
 
 /// Imports the test's model, opens a session on a device from `open` and runs every data set
@@ -47,8 +50,13 @@ pub fn run_test<B: Backend>(dir: &Path, open: &dyn Fn() -> Result<B::Device, Str
     let model = OnnxModel::load(dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
     let options = OnnxOptions::default().with_max_program_bytes(MAX_PROGRAM_BYTES);
     let compiler = Arc::new(OnnxCompiler::new(model.clone(), options));
-    let mode = if compiler.value_inputs().is_empty() { Mode::Direct } else { Mode::ValueInputs };
+    let keyed = !compiler.value_inputs().is_empty();
     let session = open_session::<B>(compiler, open()?)?;
+    let mode = match (session.is_segmented(), keyed) {
+        (true, _) => Mode::Segments,
+        (false, true) => Mode::ValueInputs,
+        (false, false) => Mode::Direct,
+    };
     for set in data_set_dirs(dir)? {
         let mut inputs = read_all(&set, "input")?;
         if inputs.is_empty() {

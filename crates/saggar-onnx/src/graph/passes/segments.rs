@@ -81,10 +81,17 @@ fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
         let types = infer_bounded(graph, &node, &*bounded.op, &input_types)?;
         let mut padded = Vec::with_capacity(types.len());
         for (k, ty) in types.into_iter().enumerate() {
+            // An output no value fixes (Unique's inverse_indices) is the bounded node's own.
+            if let (Some(None), Some(&out)) = (bounded.cuts.get(k), node.outputs.get(k)) {
+                graph.value_mut(out).ty = Some(ty);
+                padded.push(out);
+                continue;
+            }
             let name = format!("{}:bounded:{k}", node.name);
             padded.push(graph.add_value(Value { name, ty: Some(ty), constant: None, dims_value: None }));
         }
-        let count = *padded.last().ok_or_else(|| graph_error(&node, "its bounded form has no outputs"))?;
+        let count =
+            *padded.get(bounded.cuts.len()).ok_or_else(|| graph_error(&node, "its bounded form has no count"))?;
         nodes.push(Node {
             name: format!("{}{BOUNDED}", node.name),
             op_type,
@@ -93,16 +100,13 @@ fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
             outputs: padded.clone(),
             op: bounded.op.clone(),
         });
-        for (k, (&out, cut)) in node.outputs.iter().zip(&bounded.cuts).enumerate() {
-            let axis = match cut {
-                Some(axis) => *axis,
-                None => {
-                    // An extent no value fixes: the padded output is the output.
-                    nodes.push(slice_node(graph, &node, k, padded[k], out, None, count)?);
-                    continue;
-                }
-            };
-            nodes.push(slice_node(graph, &node, k, padded[k], out, Some(axis), count)?);
+        for (k, &out) in node.outputs.iter().enumerate() {
+            let rank = graph.ty(padded[k]).map_or(0, ValueType::rank);
+            match bounded.cut_axis(k, rank) {
+                Some(axis) => nodes.push(slice_node(graph, &node, k, padded[k], out, axis, count)?),
+                None if padded[k] == out => {}
+                None => return Err(graph_error(&node, &format!("output {k}'s cut axis is outside its rank {rank}"))),
+            }
         }
     }
     graph.nodes = nodes;
@@ -131,33 +135,27 @@ fn infer_bounded(
     })
 }
 
-/// `out = Slice(padded, [0], count, [axis])`, or an Identity of `padded` for an output no value
-/// fixes (`axis` `None`).
+/// `out = Slice(padded, [0], count, [axis])`.
 fn slice_node(
     graph: &mut Graph,
     node: &Node,
     k: usize,
     padded: ValueId,
     out: ValueId,
-    axis: Option<usize>,
+    axis: usize,
     count: ValueId,
 ) -> Result<Node, OnnxError> {
-    let opset = graph.opset.max(ops::MODERN_OPSET);
-    let (op_type, inputs) = match axis {
-        None => ("Identity", vec![Some(padded)]),
-        Some(axis) => {
-            let zero = constant_i64(graph, format!("{}:cut:{k}:start", node.name), 0);
-            let axes = constant_i64(graph, format!("{}:cut:{k}:axis", node.name), axis as i64);
-            ("Slice", vec![Some(padded), Some(zero), Some(count), Some(axes)])
-        }
-    };
-    let entry = ops::lookup(op_type, opset).ok_or_else(|| graph_error(node, "no Slice to cut it with"))?;
+    let opset = graph.opset.max(ops::MODERN_OPSET).max(10);
+    let zero = constant_i64(graph, format!("{}:cut:{k}:start", node.name), 0);
+    let axes = constant_i64(graph, format!("{}:cut:{k}:axis", node.name), axis as i64);
+    let inputs = vec![Some(padded), Some(zero), Some(count), Some(axes)];
+    let entry = ops::lookup("Slice", opset).ok_or_else(|| graph_error(node, "no Slice to cut it with"))?;
     let attrs = Attributes::default();
     let op = (entry.build)(&mut NodeCtx::new(&attrs, opset, inputs.len(), 1))
         .map_err(|e| graph_error(node, &format!("cutting output {k}: {e}")))?;
     Ok(Node {
         name: format!("{}:cut:{k}", node.name),
-        op_type: op_type.into(),
+        op_type: "Slice".into(),
         attrs,
         inputs,
         outputs: vec![out],
