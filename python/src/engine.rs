@@ -11,7 +11,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use saggar_device::{Backend, BackendKind, BackendVisitor, Device, DeviceBuffer, DevicePtr, DeviceSlice, Stream};
 use saggar_dispatch::{
-    DeviceBinding, DeviceTensor, DispatchError, HostTensor, Routing, RunInfo, Session, SessionGroup, StatsSnapshot,
+    DeviceBinding, DeviceTensor, DispatchError, HostTensor, OwnedTensor, Routing, RunInfo, Session, SessionGroup,
+    StatsSnapshot,
 };
 use saggar_onnx::{OnnxCompiler, OnnxModel};
 use saggar_shape::Signature;
@@ -38,6 +39,9 @@ pub(crate) trait Engine: Send + Sync {
     fn output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>>;
     /// Runs host tensors into host buffers (binding order).
     fn run_into(&self, inputs: &[HostTensor<'_>], outputs: &mut [&mut [u8]]) -> Result<RunInfo>;
+    /// Runs a host request into outputs the session allocates (a model whose output extents depend
+    /// on values it computes: see `Session::run`).
+    fn run_owned(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>>;
     /// Validates a device request once (see `Session::bind_device`).
     fn bind(&self, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<Box<dyn Bound>>;
     /// Device memory of `bytes` bytes on the session's device.
@@ -139,6 +143,10 @@ impl<B: Backend> Engine for Single<B> {
         self.session.run_into(inputs, outputs)
     }
 
+    fn run_owned(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
+        self.session.run(inputs)
+    }
+
     fn bind(&self, inputs: &[DeviceTensor<'_>], outputs: &[DeviceTensor<'_>]) -> Result<Box<dyn Bound>> {
         Ok(Box::new(self.session.bind_device(inputs, outputs)?))
     }
@@ -225,6 +233,10 @@ impl<B: Backend> Engine for Group<B> {
 
     fn run_into(&self, inputs: &[HostTensor<'_>], outputs: &mut [&mut [u8]]) -> Result<RunInfo> {
         Ok(self.group.run_into(inputs, outputs)?.1)
+    }
+
+    fn run_owned(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
+        Ok(self.group.run(inputs)?.1)
     }
 
     fn bind(&self, _: &[DeviceTensor<'_>], _: &[DeviceTensor<'_>]) -> Result<Box<dyn Bound>> {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyUserWarning;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
+use saggar_dispatch::DispatchError;
 use saggar_onnx::{ImportLimits, OnnxError, OnnxModel, Tensor};
 use saggar_shape::Signature;
 
@@ -248,7 +249,30 @@ impl InferenceSession {
         let signature = self.engine.signature();
         let wanted = wanted_outputs(signature, output_names)?;
         let mut feeds = feeds::collect(signature, input_feed)?;
-        let dims = self.engine.output_dims(&feeds::shapes(signature, &feeds)).map_err(dispatch)?;
+        let dims = match self.engine.output_dims(&feeds::shapes(signature, &feeds)) {
+            Ok(dims) => dims,
+            // Extents the model computes: the session allocates, and the outputs are copied out.
+            Err(DispatchError::ExtentsDependOnValues { .. }) => {
+                feeds::settle_all(&mut feeds)?;
+                let hosts = feeds::host_tensors(signature, &feeds);
+                let engine = &self.engine;
+                let outputs = py.detach(|| engine.run_owned(&hosts)).map_err(dispatch)?;
+                let arrays = signature
+                    .outputs()
+                    .iter()
+                    .zip(&outputs)
+                    .map(|(spec, out)| {
+                        let array = feeds::empty(py, spec, &out.dims)?;
+                        // SAFETY: the array was just made by `empty`, C-contiguous with the output's
+                        // element type and `out.dims` extents, and nothing else refers to it yet.
+                        unsafe { feeds::bytes_mut(&array, spec.dtype().size_bytes()) }.copy_from_slice(&out.data);
+                        Ok(array)
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                return PyList::new(py, wanted.iter().map(|&o| &arrays[o]));
+            }
+            Err(e) => return Err(dispatch(e)),
+        };
         feeds::settle_all(&mut feeds)?;
         let hosts = feeds::host_tensors(signature, &feeds);
         let arrays = signature
