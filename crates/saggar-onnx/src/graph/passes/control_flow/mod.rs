@@ -61,8 +61,13 @@ pub(crate) fn control_values(graph: &Graph) -> Vec<ValueId> {
         for (_, a) in &node.attrs.0 {
             let Attribute::Graph(g) = a else { continue };
             let Some(body) = g.body().as_any().downcast_ref::<SubgraphBody>() else { continue };
+            let mut inner = control_values(&body.graph);
+            // A Loop body's condition decides whether the next iteration runs.
+            if node.op_type == "Loop" {
+                inner.extend(body.graph.outputs.first().map(|o| o.value));
+            }
             let mut reached = BTreeSet::new();
-            for id in control_values(&body.graph) {
+            for id in inner {
                 value_inputs::trace(&body.graph, id, &mut reached, |_, _| true);
             }
             let captured = copy::captured(graph.opset, node, body).unwrap_or_default();
@@ -117,17 +122,17 @@ pub(crate) fn inline(graph: &mut Graph, fold_limit: usize, strict: bool) -> Resu
 
 /// The error of a control node left after inlining at a compile.
 fn needs_segment(graph: &Graph, node: &Node) -> OnnxError {
-    let named = |slot: usize| node.inputs.get(slot).copied().flatten().map(|id| graph.value(id).name.clone());
-    let what = match node.op_type.as_str() {
-        "If" => format!("its condition `{}`", named(0).unwrap_or_default()),
-        "Loop" => {
-            let m = named(0).filter(|_| graph.value(node.inputs[0].expect("named")).constant.is_none());
-            match m {
-                Some(m) => format!("its trip count `{m}`"),
-                None => format!("its condition `{}`", named(1).unwrap_or_default()),
-            }
+    // The first control input that is not a constant.
+    let open = control_inputs(node)
+        .iter()
+        .filter_map(|&slot| Some((slot, node.inputs.get(slot).copied().flatten()?)))
+        .find(|(_, id)| graph.value(*id).constant.is_none());
+    let what = match open {
+        Some((slot, id)) => {
+            let role = if node.op_type == "Loop" && slot == 0 { "trip count" } else { "condition" };
+            format!("its {role} `{}`", graph.value(id).name)
         }
-        _ => "its sequence extent".to_string(),
+        None => "its sequence extent".to_string(),
     };
     node_error(
         graph.opset,
