@@ -191,16 +191,19 @@ impl Inliner {
             let mut tail = rest.split_off(at);
             let node = tail.remove(0);
             done.append(&mut rest);
-            let spent = (self.unrolled, self.folded);
+            let spent = (self.unrolled, self.folded, graph.values.len());
             match self.expand(graph, &node) {
                 Ok(expanded) => {
                     rest = expanded;
                     rest.append(&mut tail);
                 }
                 // At import a node that does not unroll (a body condition computed from data,
-                // past the bound) is left to the compile.
+                // past the bound) is left to the compile, and what the attempt made is dropped.
                 Err(_) if !self.strict => {
-                    (self.unrolled, self.folded) = spent;
+                    (self.unrolled, self.folded) = (spent.0, spent.1);
+                    for v in graph.values.drain(spent.2..) {
+                        self.names.remove(&v.name);
+                    }
                     done.push(node);
                     rest = tail;
                 }
@@ -285,7 +288,7 @@ impl Inliner {
             out.extend(self.settle(graph, nodes)?);
             self.charge_folds(graph, node, values_before)?;
             let cond = constant(graph, Some(outs[0])).ok_or_else(|| {
-                let name = &graph.value(outs[0]).name;
+                let name = &body.graph.value(body.graph.outputs[0].value).name;
                 node_error(opset, node, format!(
                     "the body's condition `{name}` in iteration {i} is computed from tensor data at run time, so the Loop cannot be unrolled when the program is compiled; it needs a run-time segment"
                 ))
