@@ -162,11 +162,16 @@ fn if_branches_of_different_types_are_an_error_naming_the_node() {
 /// `Loop(M, cond, acc)`: the body adds the outer `x` to `acc`, its condition is `cond_of(b)`
 /// (which defines `cond_out` from `iter`, `cond_in`, `acc_in`), and it scans `acc_out`.
 fn loop_model(trip: Option<i64>, cond: Option<bool>, cond_of: impl FnOnce(&mut ModelBuilder)) -> ModelBuilder {
-    let body = graph("body", &[("iter", DType::I64), ("cond_in", DType::Bool), ("acc_in", DType::F32)], &["cond_out", "acc_out", "scan"], |b| {
-        b.node("Add", &["acc_in", "x"], &["acc_out"], &[]);
-        b.node("Identity", &["acc_out"], &["scan"], &[]);
-        cond_of(b);
-    });
+    let body = graph(
+        "body",
+        &[("iter", DType::I64), ("cond_in", DType::Bool), ("acc_in", DType::F32)],
+        &["cond_out", "acc_out", "scan"],
+        |b| {
+            b.node("Add", &["acc_in", "x"], &["acc_out"], &[]);
+            b.node("Identity", &["acc_out"], &["scan"], &[]);
+            cond_of(b);
+        },
+    );
     let mut b = ModelBuilder::new(17);
     b.input("x", DType::F32, &fixed(&[2]));
     b.initializer("acc0", &f32s(&[2], &[0.0, 100.0]));
@@ -239,11 +244,12 @@ fn a_loop_with_both_stops_at_whichever_comes_first() {
 
 #[test]
 fn a_loop_trip_count_from_a_model_input_is_a_value_input() {
-    let body = graph("body", &[("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32)], &["c_out", "acc_out"], |b| {
-        b.node("Cast", &["i"], &["fi"], &[("to", Attribute::Int(1))]);
-        b.node("Add", &["acc_in", "fi"], &["acc_out"], &[]);
-        b.node("Identity", &["c"], &["c_out"], &[]);
-    });
+    let body =
+        graph("body", &[("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32)], &["c_out", "acc_out"], |b| {
+            b.node("Cast", &["i"], &["fi"], &[("to", Attribute::Int(1))]);
+            b.node("Add", &["acc_in", "fi"], &["acc_out"], &[]);
+            b.node("Identity", &["c"], &["c_out"], &[]);
+        });
     let mut b = ModelBuilder::new(17);
     b.input("n", DType::I64, &[]).input("go", DType::Bool, &[]);
     b.initializer("acc0", &f32s(&[1], &[0.5]));
@@ -274,13 +280,14 @@ fn a_loop_that_never_stops_or_runs_absurdly_long_is_an_error_naming_the_value() 
 #[test]
 fn a_loop_condition_computed_from_large_data_needs_a_run_time_segment() {
     // cond_out = ReduceSum(big) > acc_in[0]: `big` is too large to key programs by.
-    let body = graph("body", &[("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32)], &["c_out", "acc_out"], |b| {
-        b.initializer("one", &f32s(&[1], &[1.0])).initializer("zero_i", &scalar_i64(0));
-        b.node("Add", &["acc_in", "one"], &["acc_out"], &[]);
-        b.node("ReduceSum", &["big"], &["total"], &[("keepdims", Attribute::Int(0))]);
-        b.node("Gather", &["acc_out", "zero_i"], &["first"], &[("axis", Attribute::Int(0))]);
-        b.node("Greater", &["total", "first"], &["c_out"], &[]);
-    });
+    let body =
+        graph("body", &[("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32)], &["c_out", "acc_out"], |b| {
+            b.initializer("one", &f32s(&[1], &[1.0])).initializer("zero_i", &scalar_i64(0));
+            b.node("Add", &["acc_in", "one"], &["acc_out"], &[]);
+            b.node("ReduceSum", &["big"], &["total"], &[("keepdims", Attribute::Int(0))]);
+            b.node("Gather", &["acc_out", "zero_i"], &["first"], &[("axis", Attribute::Int(0))]);
+            b.node("Greater", &["total", "first"], &["c_out"], &[]);
+        });
     let mut b = ModelBuilder::new(17);
     b.input("big", DType::F32, &fixed(&[5000]));
     b.initializer("acc0", &f32s(&[1], &[0.0]));
@@ -314,13 +321,20 @@ fn an_if_inside_a_loop_is_inlined_per_iteration() {
     let else_branch = graph("else", &[], &["e"], |b| {
         b.node("Add", &["acc_in", "ten"], &["e"], &[]);
     });
-    let body = graph("body", &[("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32)], &["c_out", "acc_out"], |b| {
-        b.initializer("two", &scalar_i64(2)).initializer("zero_i", &scalar_i64(0));
-        b.node("Mod", &["i", "two"], &["r"], &[]);
-        b.node("Equal", &["r", "zero_i"], &["even"], &[]);
-        b.control_node("If", &["even"], &["acc_out"], &[], &[("then_branch", &then_branch), ("else_branch", &else_branch)]);
-        b.node("Identity", &["c"], &["c_out"], &[]);
-    });
+    let body =
+        graph("body", &[("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32)], &["c_out", "acc_out"], |b| {
+            b.initializer("two", &scalar_i64(2)).initializer("zero_i", &scalar_i64(0));
+            b.node("Mod", &["i", "two"], &["r"], &[]);
+            b.node("Equal", &["r", "zero_i"], &["even"], &[]);
+            b.control_node(
+                "If",
+                &["even"],
+                &["acc_out"],
+                &[],
+                &[("then_branch", &then_branch), ("else_branch", &else_branch)],
+            );
+            b.node("Identity", &["c"], &["c_out"], &[]);
+        });
     let mut b = ModelBuilder::new(17);
     b.input("x", DType::F32, &fixed(&[1]));
     b.initializer("M", &scalar_i64(4)).initializer("one", &f32s(&[], &[1.0])).initializer("ten", &f32s(&[], &[10.0]));

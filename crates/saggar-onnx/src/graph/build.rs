@@ -229,7 +229,8 @@ impl Importer<'_> {
         let nodes = topological_order(nodes, table.values.len())?;
         let mut outputs = Vec::with_capacity(graph.output.len());
         for o in &graph.output {
-            let value = table.resolve(&o.name).ok_or_else(|| graph_err(format!("output `{}` is never defined", o.name)))?;
+            let value =
+                table.resolve(&o.name).ok_or_else(|| graph_err(format!("output `{}` is never defined", o.name)))?;
             let declared = match outer {
                 None => value_type(o, false).ok().filter(|t| t.rank() > 0),
                 Some(_) => subgraph_value_type(o)?,
@@ -306,7 +307,8 @@ impl Importer<'_> {
             let value = if a.r#type == attribute_type::GRAPH && a.ref_attr_name.is_empty() {
                 self.subgraph(a, scope)?
             } else {
-                convert_attribute(a, self.limits).map_err(|reason| node_err(ops::OpError::attribute(&a.name, reason)))?
+                convert_attribute(a, self.limits)
+                    .map_err(|reason| node_err(ops::OpError::attribute(&a.name, reason)))?
             };
             attrs.0.push((a.name.clone(), value));
         }

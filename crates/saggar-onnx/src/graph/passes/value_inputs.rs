@@ -94,7 +94,8 @@ pub(crate) fn trace(graph: &Graph, id: ValueId, found: &mut BTreeSet<usize>, acc
 fn control_flow_inputs(graph: &Graph, found: &mut BTreeSet<usize>) {
     let small_or_flag = |graph: &Graph, id: ValueId| {
         let flags = graph.ty(id).is_some_and(|t| {
-            t.dtype == DType::Bool && t.fixed_dims().and_then(|d| checked_numel(&d)).is_some_and(|n| n <= MAX_VALUE_ELEMENTS)
+            t.dtype == DType::Bool
+                && t.fixed_dims().and_then(|d| checked_numel(&d)).is_some_and(|n| n <= MAX_VALUE_ELEMENTS)
         });
         flags || small(graph, id)
     };

@@ -172,7 +172,10 @@ fn carried(initial: &ValueType, next: &ValueType, what: &str) -> Result<ValueTyp
 
 /// Dimensions equal in both kept, the others unknown.
 fn merge_dims(a: &[Dim], b: &[Dim]) -> Vec<Dim> {
-    a.iter().zip(b).map(|(x, y)| if x == y && x.symbol() != Some(UNKNOWN_DIM) { x.clone() } else { unknown_dim() }).collect()
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| if x == y && x.symbol() != Some(UNKNOWN_DIM) { x.clone() } else { unknown_dim() })
+        .collect()
 }
 
 /// The `eval` of the control ops: they never run as kernels.

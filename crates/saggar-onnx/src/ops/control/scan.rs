@@ -9,9 +9,7 @@ use saggar_shape::Dim;
 
 use super::{Body, Scope, carried, graph_attr, infer_body, refuse_eval};
 use crate::ops::shape_util::normalize_axis;
-use crate::ops::{
-    Attributes, EvalInputs, InferInput, InferInputs, NodeCtx, Op, OpError, ValueType, unknown_dim,
-};
+use crate::ops::{Attributes, EvalInputs, InferInput, InferInputs, NodeCtx, Op, OpError, ValueType, unknown_dim};
 use crate::tensor::TensorMut;
 
 /// What a Scan node's attributes say about its inputs and outputs.
@@ -91,7 +89,16 @@ fn read_spec(ctx: &NodeCtx<'_>) -> Result<ScanSpec, OpError> {
     if negative && ctx.opset() < 11 {
         return Err(OpError::attribute("scan_input_axes", "negative axes are allowed from opset 11"));
     }
-    Ok(ScanSpec { batched, states, scan_inputs: m, scan_outputs, input_axes, input_reverse, output_axes, output_reverse })
+    Ok(ScanSpec {
+        batched,
+        states,
+        scan_inputs: m,
+        scan_outputs,
+        input_axes,
+        input_reverse,
+        output_axes,
+        output_reverse,
+    })
 }
 
 /// `Scan`.
@@ -159,8 +166,9 @@ impl Op for Scan {
                 _ => Ok(without(ty, 0)),
             }
         };
-        let mut states: Vec<ValueType> =
-            (0..spec.states).map(|j| inputs.req(first - spec.states + j).map(|x| x.ty.clone())).collect::<Result<_, _>>()?;
+        let mut states: Vec<ValueType> = (0..spec.states)
+            .map(|j| inputs.req(first - spec.states + j).map(|x| x.ty.clone()))
+            .collect::<Result<_, _>>()?;
         let scans: Vec<&InferInput<'_>> =
             (0..spec.scan_inputs).map(|j| inputs.req(first + j)).collect::<Result<_, _>>()?;
         let batch = if spec.batched { scans.first().and_then(|x| x.ty.dims.first().cloned()) } else { None };

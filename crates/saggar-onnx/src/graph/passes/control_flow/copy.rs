@@ -30,7 +30,8 @@ pub(super) fn constant_i64(graph: &Graph, node: &Node, id: ValueId) -> Result<i6
 /// Whether the control node `node`'s controlling values are known: If's and Loop's constants, a
 /// Scan's sequence (and, at opset 8, batch) extents.
 pub(super) fn ready(graph: &Graph, node: &Node) -> bool {
-    let known = |slot: usize| node.inputs.get(slot).copied().flatten().is_none_or(|id| graph.value(id).constant.is_some());
+    let known =
+        |slot: usize| node.inputs.get(slot).copied().flatten().is_none_or(|id| graph.value(id).constant.is_some());
     match node.op_type.as_str() {
         "If" => node.inputs.first().copied().flatten().is_some() && known(0),
         "Loop" => known(0) && known(1),
@@ -48,7 +49,7 @@ pub(super) fn explicit_inputs(node: &Node) -> usize {
 pub(super) fn scan_extents(graph: &Graph, node: &Node) -> Option<(Option<usize>, usize, Vec<usize>)> {
     let spec = scan_spec(&node.attrs, graph.opset, explicit_inputs(node), node.outputs.len()).ok()?;
     let first = spec.first_scan_input();
-    if spec.batched && !node.inputs[0].is_none_or(|id| graph.value(id).constant.is_some()) {
+    if spec.batched && node.inputs[0].is_some_and(|id| graph.value(id).constant.is_none()) {
         return None;
     }
     let fixed = |ty: &ops::ValueType, axis: usize| ty.dims.get(axis)?.as_fixed().and_then(|v| usize::try_from(v).ok());
@@ -134,7 +135,8 @@ impl Inliner {
     ) -> Result<(Vec<Node>, Vec<ValueId>), OnnxError> {
         let bg = &body.graph;
         if formal.len() != body.formal || captured.len() != bg.inputs.len() - body.formal {
-            let reason = format!("the subgraph `{}` takes {} inputs, the node gives it {}", bg.name, body.formal, formal.len());
+            let reason =
+                format!("the subgraph `{}` takes {} inputs, the node gives it {}", bg.name, body.formal, formal.len());
             return Err(node_error(graph.opset, node, reason));
         }
         let prefix = format!("{}/{tag}", node.name);
@@ -173,8 +175,9 @@ impl Inliner {
         inputs: Vec<ValueId>,
         output: Option<ValueId>,
     ) -> Result<(Node, ValueId), OnnxError> {
-        let entry = ops::lookup(op_type, self.opset)
-            .ok_or_else(|| node_error(graph.opset, node, format!("{op_type} is not declared at opset {}", self.opset)))?;
+        let entry = ops::lookup(op_type, self.opset).ok_or_else(|| {
+            node_error(graph.opset, node, format!("{op_type} is not declared at opset {}", self.opset))
+        })?;
         let op = (entry.build)(&mut NodeCtx::new(&attrs, self.opset, inputs.len(), 1))
             .map_err(|e| node_error(graph.opset, node, format!("{op_type}: {e}")))?;
         let output = match output {
@@ -188,7 +191,13 @@ impl Inliner {
     }
 
     /// `Identity(from) -> to`.
-    pub(super) fn identity(&mut self, graph: &mut Graph, node: &Node, from: ValueId, to: ValueId) -> Result<Node, OnnxError> {
+    pub(super) fn identity(
+        &mut self,
+        graph: &mut Graph,
+        node: &Node,
+        from: ValueId,
+        to: ValueId,
+    ) -> Result<Node, OnnxError> {
         Ok(self.add_node(graph, node, "Identity", Attributes::default(), vec![from], Some(to))?.0)
     }
 
@@ -237,7 +246,14 @@ impl Inliner {
 
     /// Counts one more copy of a body of `nodes` nodes (iteration `i`) against
     /// [`MAX_UNROLLED_NODES`]; `bound` names what decides the iteration count.
-    pub(super) fn charge(&mut self, graph: &Graph, node: &Node, nodes: usize, i: i64, bound: &str) -> Result<(), OnnxError> {
+    pub(super) fn charge(
+        &mut self,
+        graph: &Graph,
+        node: &Node,
+        nodes: usize,
+        i: i64,
+        bound: &str,
+    ) -> Result<(), OnnxError> {
         self.unrolled += nodes.max(1);
         if self.unrolled > MAX_UNROLLED_NODES {
             let reason = format!(
@@ -253,9 +269,8 @@ impl Inliner {
     pub(super) fn charge_folds(&mut self, graph: &Graph, node: &Node, from: usize) -> Result<(), OnnxError> {
         self.folded += graph.values[from..].iter().filter_map(|v| v.constant.as_ref()).map(|t| t.len()).sum::<usize>();
         if self.folded > MAX_UNROLLED_FOLD_ELEMENTS {
-            let reason = format!(
-                "the constants folded while unrolling hold more than {MAX_UNROLLED_FOLD_ELEMENTS} elements"
-            );
+            let reason =
+                format!("the constants folded while unrolling hold more than {MAX_UNROLLED_FOLD_ELEMENTS} elements");
             return Err(node_error(graph.opset, node, reason));
         }
         Ok(())

@@ -23,16 +23,16 @@
 mod copy;
 mod scan;
 
-use std::collections::{BTreeSet, HashSet};
+use self::copy::{captured, constant, constant_i64, ready};
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, ValueId};
 use crate::graph::passes::infer::{Mode, infer_and_fold};
 use crate::graph::passes::{SPECIALISE_FOLD_LIMIT, simplify, value_inputs};
 use crate::graph::subgraph::SubgraphBody;
-use self::copy::{captured, constant, constant_i64, ready};
 use crate::ops::control::{Body, implicit_inputs, is_control as is_control_op, truth};
 use crate::ops::{Attribute, MODERN_OPSET, OpError};
 use crate::tensor::{Tensor, TensorData};
+use std::collections::{BTreeSet, HashSet};
 
 /// Most node copies unrolling makes in one graph (iterations × body nodes, nested loops
 /// multiplied): past it the Loop or Scan is refused rather than grown without end.
@@ -71,7 +71,9 @@ pub(crate) fn control_values(graph: &Graph) -> Vec<ValueId> {
                 value_inputs::trace(&body.graph, id, &mut reached, |_, _| true);
             }
             let captured = copy::captured(graph.opset, node, body).unwrap_or_default();
-            out.extend(reached.into_iter().filter_map(|i| i.checked_sub(body.formal)).filter_map(|k| captured.get(k).copied()));
+            out.extend(
+                reached.into_iter().filter_map(|i| i.checked_sub(body.formal)).filter_map(|k| captured.get(k).copied()),
+            );
         }
     }
     out
@@ -266,7 +268,8 @@ impl Inliner {
             .map(|id| id.ok_or_else(|| node_error(opset, node, "a carried value is absent".into())))
             .collect::<Result<_, _>>()?;
         if body.graph.outputs.len() != 1 + node.outputs.len() || node.outputs.len() < n {
-            let reason = format!("the body makes {} outputs, the node has {}", body.graph.outputs.len(), node.outputs.len());
+            let reason =
+                format!("the body makes {} outputs, the node has {}", body.graph.outputs.len(), node.outputs.len());
             return Err(node_error(opset, node, reason));
         }
         let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); node.outputs.len() - n];
@@ -275,12 +278,16 @@ impl Inliner {
         while going && trip.is_none_or(|m| i < m) {
             let bound = match (node.inputs[0], trip) {
                 (Some(id), Some(m)) => format!("trip count `{}` = {m}", graph.value(id).name),
-                _ => format!("condition `{}`, which never became false", body.graph.value(body.graph.outputs[0].value).name),
+                _ => format!(
+                    "condition `{}`, which never became false",
+                    body.graph.value(body.graph.outputs[0].value).name
+                ),
             };
             self.charge(graph, node, body.node_count(), i, &bound)?;
             let values_before = graph.values.len();
             let tag = format!("iter{i}");
-            let iter = self.constant(graph, node, &format!("{tag}/iteration"), Tensor::scalar(TensorData::I64(vec![i])));
+            let iter =
+                self.constant(graph, node, &format!("{tag}/iteration"), Tensor::scalar(TensorData::I64(vec![i])));
             let cond_in = self.constant(graph, node, &format!("{tag}/cond"), Tensor::scalar(TensorData::Bool(vec![1])));
             let mut formal = vec![iter?, cond_in?];
             formal.extend(&carried);
@@ -316,11 +323,16 @@ impl Inliner {
     /// A Loop scan output of no iteration: an empty tensor, when the per-iteration shape is known.
     fn empty_scan_output(&mut self, graph: &mut Graph, node: &Node, to: ValueId) -> Result<Node, OnnxError> {
         let ty = graph.ty(to).cloned();
-        let dims = ty.as_ref().and_then(|t| t.dims.get(1..).and_then(|d| {
-            d.iter().map(|x| x.as_fixed().and_then(|v| usize::try_from(v).ok())).collect::<Option<Vec<_>>>()
-        }));
+        let dims = ty.as_ref().and_then(|t| {
+            t.dims.get(1..).and_then(|d| {
+                d.iter().map(|x| x.as_fixed().and_then(|v| usize::try_from(v).ok())).collect::<Option<Vec<_>>>()
+            })
+        });
         let (Some(ty), Some(mut dims)) = (ty, dims) else {
-            let reason = format!("the Loop runs no iteration and the shape of scan output `{}` is not known", graph.value(to).name);
+            let reason = format!(
+                "the Loop runs no iteration and the shape of scan output `{}` is not known",
+                graph.value(to).name
+            );
             return Err(node_error(graph.opset, node, reason));
         };
         dims.insert(0, 0);

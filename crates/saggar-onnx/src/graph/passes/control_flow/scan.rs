@@ -29,9 +29,8 @@ impl Inliner {
         let (batch, extent, axes) = scan_extents(graph, node)
             .ok_or_else(|| node_error(opset, node, "the scan inputs' sequence extents are not known".into()))?;
         let first = spec.first_scan_input();
-        let present = |slot: usize| {
-            node.inputs[slot].ok_or_else(|| node_error(opset, node, format!("input {slot} is absent")))
-        };
+        let present =
+            |slot: usize| node.inputs[slot].ok_or_else(|| node_error(opset, node, format!("input {slot} is absent")));
         let states: Vec<ValueId> = (first - spec.states..first).map(present).collect::<Result<_, _>>()?;
         let scans: Vec<ValueId> = (first..first + spec.scan_inputs).map(present).collect::<Result<_, _>>()?;
         let run = Run { body, spec: &spec, captured: &captured, extent, axes: &axes };
@@ -104,7 +103,8 @@ impl Inliner {
                 out.push(n);
                 formal.push(picked);
             }
-            let (nodes, outs) = self.instantiate(graph, node, run.body, &formal, run.captured, &format!("{tag}step{t}"))?;
+            let (nodes, outs) =
+                self.instantiate(graph, node, run.body, &formal, run.captured, &format!("{tag}step{t}"))?;
             out.extend(nodes);
             states = outs[..spec.states].to_vec();
             for (stack, &v) in steps.iter_mut().zip(&outs[spec.states..]) {
@@ -134,7 +134,11 @@ impl Inliner {
         }
         for ((pieces, &axis), &to) in steps.iter().zip(&spec.output_axes).zip(&node.outputs[spec.states..]) {
             if pieces.is_empty() {
-                return Err(node_error(graph.opset, node, "a Scan over 0 steps has empty scan outputs, which are not supported".into()));
+                return Err(node_error(
+                    graph.opset,
+                    node,
+                    "a Scan over 0 steps has empty scan outputs, which are not supported".into(),
+                ));
             }
             out.extend(self.stack(graph, node, pieces, axis, Some(to))?.0);
         }
