@@ -425,3 +425,26 @@ fn scan_with_a_symbolic_sequence_unrolls_per_compile() {
     assert_eq!(floats(&out[0]), [10.0]);
     assert_eq!(floats(&out[1]), [1.0, 3.0, 6.0, 10.0]);
 }
+
+#[test]
+fn hostile_subgraphs_are_typed_errors() {
+    // Bytes that are not a GraphProto.
+    let mut b = if_model(None);
+    b.graph_mut().node[0].attribute[0].g = Some(vec![0xff; 9]);
+    let e = import(&b).unwrap_err();
+    assert!(matches!(e, OnnxError::Decode { message: "GraphProto", .. }), "{e}");
+    // Subgraph nodes count against the node limit.
+    let few = ImportLimits { max_nodes: 2, ..ImportLimits::default() };
+    let e = OnnxModel::from_bytes(&if_model(None).to_bytes(), "few", &few).unwrap_err();
+    assert!(matches!(e, OnnxError::TooLarge { field: "max_nodes", .. }), "{e}");
+    // A name no enclosing graph defines.
+    let lost = graph("then", &[], &["t"], |b| {
+        b.node("Neg", &["nowhere"], &["t"], &[]);
+    });
+    let mut b = ModelBuilder::new(17);
+    b.input("c", DType::Bool, &[]);
+    b.control_node("If", &["c"], &["y"], &[], &[("then_branch", &lost), ("else_branch", &lost)]);
+    b.output("y", DType::F32, &[]);
+    let e = import(&b).unwrap_err();
+    assert!(e.to_string().contains("`nowhere`"), "{e}");
+}
