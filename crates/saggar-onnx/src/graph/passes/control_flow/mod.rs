@@ -101,13 +101,13 @@ pub(crate) fn specialise(graph: &mut Graph) -> Result<(), OnnxError> {
 /// tensors of up to `fold_limit` elements on the way. With `strict`, a control node that cannot
 /// be inlined is an error; without, it stays. Returns whether anything was inlined.
 pub(crate) fn inline(graph: &mut Graph, fold_limit: usize, strict: bool) -> Result<bool, OnnxError> {
-    let before = graph.nodes.iter().filter(|n| is_control(n)).count();
-    if before == 0 {
+    if !graph.nodes.iter().any(is_control) {
         return Ok(false);
     }
     let mut cx = Inliner {
         fold_limit,
         strict,
+        inlined: false,
         unrolled: 0,
         folded: 0,
         names: graph.values.iter().map(|v| v.name.clone()).collect(),
@@ -115,11 +115,11 @@ pub(crate) fn inline(graph: &mut Graph, fold_limit: usize, strict: bool) -> Resu
     };
     let nodes = std::mem::take(&mut graph.nodes);
     graph.nodes = cx.settle(graph, nodes)?;
-    let left: Vec<&Node> = graph.nodes.iter().filter(|n| is_control(n)).collect();
-    if strict && let Some(e) = OnnxError::refused(left.iter().map(|n| needs_segment(graph, n)).collect()) {
+    let left = graph.nodes.iter().filter(|n| is_control(n)).map(|n| needs_segment(graph, n));
+    if strict && let Some(e) = OnnxError::refused(left.collect()) {
         return Err(e);
     }
-    Ok(left.len() < before)
+    Ok(cx.inlined)
 }
 
 /// The error of a control node left after inlining at a compile.
@@ -171,6 +171,8 @@ fn body_of<'n>(opset: u32, node: &'n Node, name: &str) -> Result<&'n SubgraphBod
 struct Inliner {
     fold_limit: usize,
     strict: bool,
+    /// Whether a node was inlined.
+    inlined: bool,
     unrolled: usize,
     folded: usize,
     names: HashSet<String>,
@@ -196,6 +198,7 @@ impl Inliner {
             let spent = (self.unrolled, self.folded, graph.values.len());
             match self.expand(graph, &node) {
                 Ok(expanded) => {
+                    self.inlined = true;
                     rest = expanded;
                     rest.append(&mut tail);
                 }
