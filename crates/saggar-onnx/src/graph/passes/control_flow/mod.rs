@@ -52,8 +52,8 @@ pub(crate) fn control_inputs(node: &Node) -> &'static [usize] {
 }
 
 /// The values of `graph` whose values decide which nodes run: its control nodes' control inputs
-/// ([`control_inputs`]), and the values their subgraphs capture that decide control flow inside
-/// them (recursively).
+/// ([`control_inputs`]), and the captured values that a Loop body's condition or a nested control
+/// node's control inputs are computed from (recursively).
 pub(crate) fn control_values(graph: &Graph) -> Vec<ValueId> {
     let mut out = Vec::new();
     for node in graph.nodes.iter().filter(|n| is_control(n)) {
