@@ -384,6 +384,9 @@ fn scan_honours_axes_and_directions() {
     assert_eq!(out[1].dims(), &[2, 3]);
     // Stacked on axis 1, last step first.
     assert_eq!(floats(&out[1]), [69.0, 54.0, 31.0, 162.0, 116.0, 62.0]);
+    // The steps (Gather, Add, Unsqueeze, Concat) lower on a GPU backend like any other nodes.
+    let compiler = OnnxCompiler::new(model, OnnxOptions::default());
+    compiler.plan_summary(&[vec![3, 2], vec![2, 3]], BackendKind::Cuda).unwrap();
 }
 
 #[test]
