@@ -106,7 +106,7 @@ fn an_if_on_a_model_input_makes_it_a_value_input() {
     let e = compiler.plan_summary(&[vec![2], vec![]], BackendKind::Host).unwrap_err();
     let (node, message) = node_error(&e);
     assert_eq!(node, "If:y");
-    assert!(message.contains("condition `c`") && message.contains("run-time segment"), "{message}");
+    assert!(message.contains("condition `c`") && message.contains("value inputs [\"c\"]"), "{message}");
 }
 
 #[test]

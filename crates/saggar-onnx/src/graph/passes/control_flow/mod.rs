@@ -129,20 +129,28 @@ fn needs_segment(graph: &Graph, node: &Node) -> OnnxError {
         .iter()
         .filter_map(|&slot| Some((slot, node.inputs.get(slot).copied().flatten()?)))
         .find(|(_, id)| graph.value(*id).constant.is_none());
-    let what = match open {
-        Some((slot, id)) => {
-            let role = if node.op_type == "Loop" && slot == 0 { "trip count" } else { "condition" };
-            format!("its {role} `{}`", graph.value(id).name)
-        }
-        None => "its sequence extent".to_string(),
+    let Some((slot, id)) = open else {
+        let reason = "its sequence extent is computed from tensor data at run time, so the Scan cannot be unrolled when the program is compiled; it needs a run-time segment";
+        return node_error(graph.opset, node, reason.into());
     };
-    node_error(
-        graph.opset,
-        node,
+    let role = if node.op_type == "Loop" && slot == 0 { "trip count" } else { "condition" };
+    let name = &graph.value(id).name;
+    // From value inputs whose values this compile was not given (a session binds them per request)?
+    let mut reached = BTreeSet::new();
+    value_inputs::trace(graph, id, &mut reached, |_, _| true);
+    let keyed = value_inputs::value_inputs(graph);
+    let unbound: Vec<&str> =
+        reached.iter().filter(|i| keyed.contains(i)).map(|&i| graph.value(graph.inputs[i]).name.as_str()).collect();
+    let reason = if unbound.is_empty() {
         format!(
-            "{what} is computed from tensor data at run time, so the control flow cannot be inlined when the program is compiled; it needs a run-time segment"
-        ),
-    )
+            "its {role} `{name}` is computed from tensor data at run time, so the control flow cannot be inlined when the program is compiled; it needs a run-time segment"
+        )
+    } else {
+        format!(
+            "its {role} `{name}` is computed from the values of the value inputs {unbound:?}, which this compile was not given (a session binds them per request); without them the control flow needs a run-time segment"
+        )
+    };
+    node_error(graph.opset, node, reason)
 }
 
 /// An error naming `node`.
