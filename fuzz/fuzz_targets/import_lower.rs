@@ -16,6 +16,7 @@ fn limits() -> ImportLimits {
         max_initializer_bytes: 1 << 20,
         max_external_bytes: 0,
         max_nodes: 256,
+        max_subgraph_depth: 4,
         max_fold_elements: 1 << 12,
     }
 }

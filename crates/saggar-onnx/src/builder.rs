@@ -52,8 +52,19 @@ pub fn attribute_proto(name: &str, value: &Attribute) -> AttributeProto {
         Attribute::Ints(v) => (a.r#type, a.ints) = (attribute_type::INTS, v.clone()),
         Attribute::Floats(v) => (a.r#type, a.floats) = (attribute_type::FLOATS, v.clone()),
         Attribute::Strings(v) => (a.r#type, a.strings) = (attribute_type::STRINGS, v.clone()),
+        Attribute::Graph(g) => (a.r#type, a.g) = (attribute_type::GRAPH, Some(g.proto().to_vec())),
     }
     a
+}
+
+/// A `GRAPH` attribute named `name` holding `graph` (an If branch, a Loop or Scan body).
+pub fn graph_attribute(name: &str, graph: &GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: name.to_string(),
+        r#type: attribute_type::GRAPH,
+        g: Some(graph.encode_to_vec()),
+        ..Default::default()
+    }
 }
 
 impl ModelBuilder {
@@ -107,6 +118,28 @@ impl ModelBuilder {
             ..Default::default()
         });
         self
+    }
+
+    /// Adds a node named after its first output with graph-valued attributes too (If branches, a
+    /// Loop or Scan body: another builder's [`ModelBuilder::graph`], whose nodes may read this
+    /// graph's values by name).
+    pub fn control_node(
+        &mut self,
+        op_type: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: &[(&str, Attribute)],
+        graphs: &[(&str, &GraphProto)],
+    ) -> &mut ModelBuilder {
+        self.node(op_type, inputs, outputs, attrs);
+        let node = self.graph.node.last_mut().expect("just added");
+        node.attribute.extend(graphs.iter().map(|(name, g)| graph_attribute(name, g)));
+        self
+    }
+
+    /// The graph built so far (as a subgraph of another builder's node).
+    pub fn graph(&self) -> &GraphProto {
+        &self.graph
     }
 
     /// Gives mutable access to the graph for edits the builder does not cover.

@@ -327,10 +327,19 @@ fn embedding_bag_as_loop() -> Vec<u8> {
 }
 
 #[test]
-fn an_embedding_bag_exported_as_a_loop_is_an_unsupported_op_error() {
-    let err = OnnxModel::from_bytes(&embedding_bag_as_loop(), "dlrm_loop", &ImportLimits::default()).unwrap_err();
-    let OnnxError::UnsupportedOp { node, op, opset, .. } = &err else { panic!("expected UnsupportedOp, got {err:?}") };
-    assert_eq!((node.as_str(), op.as_str(), *opset), ("embedding_bag_loop", "Loop", 18));
-    let message = err.to_string();
-    assert!(message.contains("Loop") && message.contains("declared op set"), "{message}");
+fn an_embedding_bag_exported_as_a_loop_is_unrolled_per_trip_count() {
+    let model = OnnxModel::from_bytes(&embedding_bag_as_loop(), "dlrm_loop", &ImportLimits::default()).unwrap();
+    // The trip count and condition decide the program: value inputs, the Loop unrolled per value.
+    let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default());
+    assert_eq!(compiler.value_inputs(), &[0, 1]);
+    let trips = Tensor::new(vec![], TensorData::I64(vec![3])).unwrap();
+    let go = Tensor::new(vec![], TensorData::Bool(vec![1])).unwrap();
+    let bag = model.run_once(&[trips, go]).unwrap();
+    // Rows 0, 1 and 2 of the 8x4 table holding 0..32.
+    assert_eq!(bag[0].data(), &TensorData::F32(vec![12.0, 15.0, 18.0, 21.0]));
+    // Without the values the compile names the node and the value it needs.
+    let err = compiler.plan_summary(&[vec![], vec![]], saggar_device::BackendKind::Host).unwrap_err();
+    let OnnxError::Node { node, op, .. } = &err else { panic!("expected a node error, got {err:?}") };
+    assert_eq!((node.as_str(), op.as_str()), ("embedding_bag_loop", "Loop"));
+    assert!(err.to_string().contains("trip count `trips`") && err.to_string().contains("run-time segment"), "{err}");
 }

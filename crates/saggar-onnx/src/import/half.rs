@@ -99,10 +99,12 @@ pub(crate) fn widen(model: &mut ModelProto) {
         .map(|i| i.name.clone())
         .collect();
     let mut front = Vec::new();
+    let mut renamed = Vec::new();
     for name in &half_inputs {
         let wide = fresh(name);
         rename_reads(graph, name, &wide);
         front.push(cast(name, &wide, data_type::FLOAT));
+        renamed.push((name.clone(), wide));
     }
     let mut back = Vec::new();
     let outputs: Vec<(String, i32)> = graph
@@ -119,7 +121,16 @@ pub(crate) fn widen(model: &mut ModelProto) {
         rename_definition(graph, &name, &wide);
         rename_reads(graph, &name, &wide);
         back.push(cast(&wide, &name, code));
+        renamed.push((name, wide));
     }
+    widen_inside(graph);
+    widen_subgraphs(graph, &renamed, 0);
+    let nodes = std::mem::take(&mut graph.node);
+    graph.node = front.into_iter().chain(nodes).chain(back).collect();
+}
+
+/// Makes the half-precision `Cast` targets, `dtype` attributes and value infos of `graph` f32.
+fn widen_inside(graph: &mut GraphProto) {
     for node in &mut graph.node {
         let halves: Vec<usize> =
             (0..node.attribute.len()).filter(|&k| targets_half(node, &node.attribute[k])).collect();
@@ -132,8 +143,45 @@ pub(crate) fn widen(model: &mut ModelProto) {
             set_elem_type(info, data_type::FLOAT);
         }
     }
-    let nodes = std::mem::take(&mut graph.node);
-    graph.node = front.into_iter().chain(nodes).chain(back).collect();
+}
+
+/// Deepest subgraph nesting widened (the importer refuses deeper ones by its own limit).
+const MAX_WIDEN_DEPTH: usize = 16;
+
+/// Widens the subgraphs (If branches, Loop and Scan bodies) of `graph`'s nodes like the graph, their
+/// reads of the enclosing graph's `renamed` values (from, to) following the renames. A subgraph
+/// that does not decode is left for the importer to refuse.
+fn widen_subgraphs(graph: &mut GraphProto, renamed: &[(String, String)], depth: usize) {
+    if depth >= MAX_WIDEN_DEPTH {
+        return;
+    }
+    for a in graph.node.iter_mut().flat_map(|n| n.attribute.iter_mut()) {
+        let Some(Ok(mut sub)) = a.g.as_deref().map(<GraphProto as prost::Message>::decode) else { continue };
+        // A name the subgraph defines itself shadows the enclosing one.
+        let own: HashSet<&str> = sub
+            .input
+            .iter()
+            .map(|i| i.name.as_str())
+            .chain(sub.initializer.iter().map(|t| t.name.as_str()))
+            .chain(sub.node.iter().flat_map(|n| n.output.iter().map(String::as_str)))
+            .collect();
+        let visible: Vec<(String, String)> =
+            renamed.iter().filter(|(from, _)| !own.contains(from.as_str())).cloned().collect();
+        for (from, to) in &visible {
+            rename_reads(&mut sub, from, to);
+            for out in sub.output.iter_mut().filter(|o| o.name == *from) {
+                out.name.clone_from(to);
+            }
+        }
+        widen_inside(&mut sub);
+        for info in sub.input.iter_mut().chain(&mut sub.output) {
+            if elem_type(info).is_some_and(|t| HALF.contains(&t)) {
+                set_elem_type(info, data_type::FLOAT);
+            }
+        }
+        widen_subgraphs(&mut sub, &visible, depth + 1);
+        a.g = Some(prost::Message::encode_to_vec(&sub));
+    }
 }
 
 /// Every node input named `from` reads `to` instead.
@@ -225,6 +273,40 @@ mod tests {
         assert_eq!((to(&g.node[5]), to(&g.node[6])), (data_type::FLOAT16, data_type::BFLOAT16));
         assert_eq!(elem_type(&g.value_info[0]), Some(data_type::FLOAT));
         assert_eq!(elem_type(&g.input[0]), Some(data_type::FLOAT16), "the caller still passes f16");
+    }
+
+    #[test]
+    fn subgraphs_read_the_widened_values_and_compute_in_f32() {
+        use prost::Message as _;
+        let then_branch = GraphProto {
+            output: vec![info("t", data_type::FLOAT16)],
+            node: vec![cast("x", "t", data_type::FLOAT16)],
+            ..GraphProto::default()
+        };
+        let else_branch = GraphProto { output: vec![info("x", data_type::FLOAT16)], ..GraphProto::default() };
+        let graph_attr = |name: &str, g: &GraphProto| AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::GRAPH,
+            g: Some(g.encode_to_vec()),
+            ..AttributeProto::default()
+        };
+        let mut if_node = node("If", &["c"], &["y"]);
+        if_node.attribute = vec![graph_attr("then_branch", &then_branch), graph_attr("else_branch", &else_branch)];
+        let graph = GraphProto {
+            input: vec![info("x", data_type::FLOAT16), info("c", data_type::BOOL)],
+            output: vec![info("y", data_type::FLOAT16)],
+            node: vec![if_node],
+            ..GraphProto::default()
+        };
+        let mut model = ModelProto { graph: Some(graph), ..ModelProto::default() };
+        widen(&mut model);
+        let g = model.graph.unwrap();
+        let branch = |k: usize| GraphProto::decode(g.node[1].attribute[k].g.as_deref().unwrap()).unwrap();
+        let then_branch = branch(0);
+        assert_eq!(then_branch.node[0].input, ["x.f32"]);
+        assert_eq!(then_branch.node[0].attribute[0].i, i64::from(data_type::FLOAT));
+        assert_eq!(elem_type(&then_branch.output[0]), Some(data_type::FLOAT));
+        assert_eq!(branch(1).output[0].name, "x.f32", "an outer value read as an output follows the rename");
     }
 
     #[test]

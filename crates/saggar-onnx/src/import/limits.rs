@@ -19,8 +19,11 @@ pub struct ImportLimits {
     pub max_initializer_bytes: u64,
     /// Most bytes of one tensor's external data.
     pub max_external_bytes: u64,
-    /// Most nodes in the graph.
+    /// Most nodes in the graph, the nodes of its subgraphs (If branches, Loop and Scan bodies)
+    /// included.
     pub max_nodes: usize,
+    /// Deepest nesting of subgraphs (a Loop in an If branch is at depth 2).
+    pub max_subgraph_depth: usize,
     /// Largest tensor constant folding makes at import (in elements); larger results stay nodes.
     pub max_fold_elements: usize,
 }
@@ -33,6 +36,7 @@ impl Default for ImportLimits {
             max_initializer_bytes: 16 << 30,
             max_external_bytes: 16 << 30,
             max_nodes: 1 << 20,
+            max_subgraph_depth: 16,
             max_fold_elements: 1 << 24,
         }
     }

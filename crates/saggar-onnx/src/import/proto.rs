@@ -1,9 +1,10 @@
 //! The ONNX protobuf messages saggar reads and writes, as hand-written `prost` messages.
 //!
 //! Field numbers and types are those of `onnx.proto3` (ONNX 1.17, IR version 10). Only the messages
-//! an inference graph needs are declared; fields saggar refuses (subgraphs, sparse tensors, non-tensor
-//! types) are kept as raw bytes, so their presence is detected without decoding them (and without
-//! recursion), and unknown fields are skipped by prost as protobuf requires. See the "ONNX parsing"
+//! an inference graph needs are declared; fields saggar refuses (sparse tensors, non-tensor types) are
+//! kept as raw bytes, so their presence is detected without decoding them, and so are subgraphs,
+//! which the importer decodes one nesting level at a time (no unbounded recursion in the decoder);
+//! unknown fields are skipped by prost as protobuf requires. See the "ONNX parsing"
 //! section of `docs/ARCHITECTURE.md` for why these are written by hand instead of generated.
 
 use saggar_shape::DType;
@@ -171,7 +172,7 @@ pub struct AttributeProto {
     /// TENSOR value.
     #[prost(message, optional, tag = "5")]
     pub t: Option<TensorProto>,
-    /// GRAPH value (refused; undecoded).
+    /// GRAPH value (an encoded `GraphProto`, decoded by the importer).
     #[prost(bytes = "vec", optional, tag = "6")]
     pub g: Option<Vec<u8>>,
     /// FLOATS value.

@@ -6,9 +6,11 @@ use std::fmt;
 
 use crate::error::OpError;
 use crate::ops::Op;
+use crate::ops::control::Subgraph;
 use crate::tensor::Tensor;
 
-/// One attribute value, as ONNX stores it (graph-valued attributes are refused at parse).
+/// One attribute value, as ONNX stores it (a `GRAPH` holds its imported subgraph; `GRAPHS` is
+/// refused at parse).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Attribute {
     /// `INT`.
@@ -25,6 +27,8 @@ pub enum Attribute {
     Floats(Vec<f32>),
     /// `STRINGS`.
     Strings(Vec<Vec<u8>>),
+    /// `GRAPH`: an If branch, a Loop or Scan body.
+    Graph(Subgraph),
 }
 
 impl Attribute {
@@ -38,6 +42,7 @@ impl Attribute {
             Attribute::Ints(_) => "INTS",
             Attribute::Floats(_) => "FLOATS",
             Attribute::Strings(_) => "STRINGS",
+            Attribute::Graph(_) => "GRAPH",
         }
     }
 }
@@ -55,6 +60,7 @@ impl fmt::Display for Attribute {
                 let s: Vec<_> = v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
                 write!(f, "{s:?}")
             }
+            Attribute::Graph(g) => write!(f, "{g:?}"),
         }
     }
 }
@@ -240,6 +246,15 @@ impl<'a> NodeCtx<'a> {
             None => Ok(None),
             Some(Attribute::Tensor(t)) => Ok(Some(t)),
             Some(other) => Err(Self::wrong_type(name, "TENSOR", other)),
+        }
+    }
+
+    /// A `GRAPH` attribute, if present.
+    pub fn graph(&self, name: &str) -> Result<Option<&'a Subgraph>, OpError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Attribute::Graph(g)) => Ok(Some(g)),
+            Some(other) => Err(Self::wrong_type(name, "GRAPH", other)),
         }
     }
 

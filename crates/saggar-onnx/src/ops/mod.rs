@@ -59,6 +59,7 @@
 pub(crate) mod attention;
 mod attr;
 pub(crate) mod constants;
+pub(crate) mod control;
 pub(crate) mod conv;
 pub(crate) mod convert;
 pub(crate) mod data_dependent;
@@ -427,6 +428,7 @@ static FAMILIES: &[&[OpEntry]] = &[
     loss::OPS,
     quantize::OPS,
     legacy::OPS,
+    control::OPS,
 ];
 
 /// The entry implementing `op_type` at `opset`, if the declared op set has one.
@@ -473,8 +475,11 @@ const COMPILE_TIME: &[&str] = &[
     "HammingWindow",
     "HannWindow",
     "Identity",
+    "If",
+    "Loop",
     "MelWeightMatrix",
     "Range",
+    "Scan",
     "Shape",
     "Size",
 ];

@@ -2,11 +2,14 @@
 //! to concrete input shapes.
 //!
 //! At import (`optimise`): infer symbolically and fold (initializer-only subgraphs included, up
-//! to [`crate::ImportLimits::max_fold_elements`] per tensor), remove Identity/Dropout, fold
+//! to [`crate::ImportLimits::max_fold_elements`] per tensor), inline the control flow whose
+//! controlling values are constants (`control_flow`), remove Identity/Dropout, fold
 //! BatchNormalization into Conv, normalise Gemm, remove dead nodes. Per compile (`specialise`):
-//! bind the request's input shapes, infer again with every extent known, fold what became constant
+//! bind the request's input shapes and value inputs, inline every If, Loop and Scan, infer again
+//! with every extent known, fold what became constant
 //! (the shape chains) and remove dead nodes again.
 
+pub(crate) mod control_flow;
 pub(crate) mod conv_gemm;
 mod fuse;
 pub(crate) mod infer;
@@ -25,6 +28,9 @@ pub(crate) const SPECIALISE_FOLD_LIMIT: usize = 1 << 16;
 /// The import-time pipeline.
 pub(crate) fn optimise(graph: &mut Graph, fold_limit: usize) -> Result<(), OnnxError> {
     infer::infer_and_fold(graph, infer::Mode::Symbolic, fold_limit)?;
+    if control_flow::inline(graph, fold_limit, false)? {
+        infer::infer_and_fold(graph, infer::Mode::Symbolic, fold_limit)?;
+    }
     simplify::remove_identities(graph);
     fuse::fold_batch_norm_into_conv(graph);
     fuse::normalise_gemm(graph);
@@ -43,6 +49,7 @@ pub(crate) fn specialise(
     let mut g = graph.clone();
     infer::bind_inputs(&mut g, input_dims, model)?;
     value_inputs::bind_values(&mut g, values, model)?;
+    control_flow::specialise(&mut g)?;
     infer::infer_and_fold(&mut g, infer::Mode::Concrete, SPECIALISE_FOLD_LIMIT)?;
     simplify::remove_dead_nodes(&mut g);
     Ok(g)

@@ -6,6 +6,7 @@
 //!    their worst-case extent plus the count, followed by a `Slice` of each output to the count along
 //!    its cut axis. The Slice outputs keep the original values, so the rest of the graph is unchanged.
 //! 2. **Boundary values.** A small value that fixes extents ([`value_inputs::shape_fixing_values`])
+//!    or decides which nodes run (an If condition, a Loop trip count: `control_flow::control_values`)
 //!    and is computed from tensor data (a count, a computed Reshape `shape`) is known only once the
 //!    program computing it has run: it is a boundary value. Values computed from small model inputs
 //!    alone stay value inputs of the model.
@@ -22,7 +23,8 @@ use saggar_shape::DType;
 
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
-use crate::graph::passes::value_inputs::{self, SHAPE_ONLY, small};
+use crate::graph::passes::control_flow;
+use crate::graph::passes::value_inputs::{self, SHAPE_ONLY, small_or_flag};
 use crate::ops::{self, Attributes, NodeCtx, ValueType};
 use crate::tensor::Tensor;
 
@@ -177,7 +179,12 @@ fn graph_error(node: &Node, reason: &str) -> OnnxError {
 /// The small values fixing extents that only a run can know: computed from a bounded node or
 /// from a model input too large to be a value input.
 fn boundary_values(graph: &Graph) -> BTreeSet<ValueId> {
-    value_inputs::shape_fixing_values(graph).into_iter().filter(|&v| computed_from_data(graph, v)).collect()
+    let control = control_flow::control_values(graph).into_iter().filter(|&v| small_or_flag(graph, v));
+    value_inputs::shape_fixing_values(graph)
+        .into_iter()
+        .chain(control)
+        .filter(|&v| graph.value(v).constant.is_none() && computed_from_data(graph, v))
+        .collect()
 }
 
 /// Whether `id` depends on a bounded node's outputs or on a model input that is not small, through
@@ -190,7 +197,7 @@ fn computed_from_data(graph: &Graph, id: ValueId) -> bool {
             continue;
         }
         if graph.inputs.contains(&v) {
-            if !small(graph, v) {
+            if !small_or_flag(graph, v) {
                 return true;
             }
             continue;

@@ -11,6 +11,7 @@ use saggar_shape::{DType, Dim};
 
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, ValueId};
+use crate::graph::passes::control_flow;
 use crate::ops::shape_util::is_unnamed;
 use crate::tensor::{Tensor, checked_numel};
 
@@ -29,8 +30,9 @@ const SHAPE_FIRST: [&str; 6] =
 pub(crate) fn value_inputs(graph: &Graph) -> Vec<usize> {
     let mut found = BTreeSet::new();
     for id in shape_fixing_values(graph) {
-        trace(graph, id, &mut found);
+        trace(graph, id, &mut found, small);
     }
+    control_flow_inputs(graph, &mut found);
     found.into_iter().collect()
 }
 
@@ -63,6 +65,15 @@ pub(crate) fn shape_fixing_values(graph: &Graph) -> Vec<ValueId> {
     values
 }
 
+/// Whether `id` is [`small`] or a short bool tensor (a condition).
+pub(crate) fn small_or_flag(graph: &Graph, id: ValueId) -> bool {
+    let flag = graph.ty(id).is_some_and(|t| {
+        t.dtype == DType::Bool
+            && t.fixed_dims().and_then(|d| checked_numel(&d)).is_some_and(|n| n <= MAX_VALUE_ELEMENTS)
+    });
+    flag || small(graph, id)
+}
+
 /// Whether `id` is a short vector or a scalar (at most [`MAX_VALUE_ELEMENTS`] elements, rank at
 /// most 1 when its length is symbolic), of a numeric type.
 pub(crate) fn small(graph: &Graph, id: ValueId) -> bool {
@@ -71,8 +82,9 @@ pub(crate) fn small(graph: &Graph, id: ValueId) -> bool {
     ty.dtype != DType::Bool && count.map_or(ty.rank() <= 1, |n| n <= MAX_VALUE_ELEMENTS)
 }
 
-/// Adds the model inputs `id` is computed from (through every producer but the shape-only ops).
-fn trace(graph: &Graph, id: ValueId, found: &mut BTreeSet<usize>) {
+/// Adds the inputs of `graph` that `id` is computed from (through every producer but the
+/// shape-only ops) and that `accept` takes.
+pub(crate) fn trace(graph: &Graph, id: ValueId, found: &mut BTreeSet<usize>, accept: fn(&Graph, ValueId) -> bool) {
     let mut stack = vec![id];
     let mut seen = BTreeSet::new();
     while let Some(v) = stack.pop() {
@@ -80,7 +92,7 @@ fn trace(graph: &Graph, id: ValueId, found: &mut BTreeSet<usize>) {
             continue;
         }
         if let Some(i) = graph.inputs.iter().position(|&input| input == v) {
-            if small(graph, v) {
+            if accept(graph, v) {
                 found.insert(i);
             }
             continue;
@@ -93,6 +105,19 @@ fn trace(graph: &Graph, id: ValueId, found: &mut BTreeSet<usize>) {
         }
     }
 }
+
+// ---- Control flow -------------------------------------------------------------------------------
+
+/// Adds the model inputs an If `cond` or a Loop `M` or `cond` is computed from, in the graph or
+/// inside its subgraphs ([`control_flow::control_values`]): their values decide which nodes run, and
+/// the compile inlines the control flow for them. Small ones only, bool conditions included.
+fn control_flow_inputs(graph: &Graph, found: &mut BTreeSet<usize>) {
+    for id in control_flow::control_values(graph) {
+        trace(graph, id, found, small_or_flag);
+    }
+}
+
+// -------------------------------------------------------------------------------------------------
 
 /// Makes the value inputs' `values` (binding index, little-endian bytes) constants of `graph`,
 /// which keeps them as inputs: a program made for these values reads nothing else from them. The

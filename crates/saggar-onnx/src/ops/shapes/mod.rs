@@ -286,8 +286,13 @@ impl AxesOp {
             let axes = match axes {
                 Some(a) => normalize_axes(&a, dims.len())?,
                 None => {
-                    if dims.iter().any(|d| d.as_fixed().is_none()) {
-                        return Err(OpError::infer("Squeeze without axes needs every extent known"));
+                    // An extent import could not know (an unnamed symbol: a value input's, which
+                    // every compile binds and infers again) is assumed not 1 until then; a named
+                    // symbol (a batch) may be 1 in any request, so it is refused.
+                    if dims.iter().any(|d| d.as_fixed().is_none() && !crate::ops::shape_util::is_unnamed(d)) {
+                        return Err(OpError::infer(
+                            "Squeeze without axes needs every extent known: give the axes, or fix the symbolic extents",
+                        ));
                     }
                     (0..dims.len()).filter(|&i| dims[i].as_fixed() == Some(1)).collect()
                 }
@@ -540,6 +545,16 @@ mod tests {
         assert_eq!(e[0].data(), &TensorData::F32(vec![0.0, 0.0, 0.0, 1.0, 1.0, 1.0]));
         let f = run_op("Flatten", 13, &Attributes::default(), &[Some(&iota(&[2, 3, 4]))]).unwrap();
         assert_eq!(f[0].dims(), &[2, 12]);
+    }
+
+    #[test]
+    fn squeeze_without_axes_keeps_extents_import_cannot_know_and_refuses_named_ones() {
+        let op = AxesOp { unsqueeze: false, axes: None };
+        let fresh = crate::ops::unknown_dim();
+        let dims = [fresh.clone(), Dim::Fixed(1), Dim::Fixed(3)];
+        assert_eq!(op.out_dims(&dims, None).unwrap(), vec![fresh, Dim::Fixed(3)]);
+        let named = [Dim::symbolic("batch"), Dim::Fixed(1)];
+        assert!(op.out_dims(&named, None).unwrap_err().to_string().contains("give the axes"));
     }
 
     #[test]
