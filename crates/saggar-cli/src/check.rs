@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use saggar_device::BackendKind;
+use saggar_dispatch::SegmentSource;
 use saggar_onnx::{OnnxCompiler, OnnxError, OnnxModel, OnnxOptions};
 use serde::Serialize;
 
@@ -53,6 +54,9 @@ pub struct CheckReport {
     /// The model inputs whose values fix shapes (a `shape` or `axes` given as an input): sessions
     /// compile a program per shape and values, so a backend's verdict is on the op set alone.
     pub value_inputs: Vec<String>,
+    /// The segments the model runs as (1 unless some extents depend on values it computes, such as
+    /// a NonZero's count: then the first is lowered here and the others' verdict is on the op set).
+    pub segments: usize,
     /// One verdict per backend asked about.
     pub backends: Vec<BackendCheck>,
 }
@@ -94,6 +98,7 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
                 nodes: None,
                 input_dims: Vec::new(),
                 value_inputs: Vec::new(),
+                segments: 1,
                 backends: kinds.iter().map(|k| verdict(*k, refused.clone())).collect(),
             });
         }
@@ -108,13 +113,33 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
     let compiler = OnnxCompiler::new(model, OnnxOptions::default());
     let inputs = compiler.onnx_model().inputs();
     let value_inputs: Vec<String> = compiler.value_inputs().iter().map(|&i| inputs[i].name().to_string()).collect();
+    // A segmented model: its first segment (model inputs only) is lowered; the later ones are
+    // compiled per computed value at run time, so their verdict is on the op set.
+    let segmented = saggar_dispatch::steps::StepCompiler::segments(&compiler);
+    let segments = segmented.as_ref().map_or(1, |s| s.segments.len());
+    let first = segmented.as_ref().and_then(|s| s.segments.first());
+    let (lowered, lowered_dims): (&OnnxCompiler, Vec<Vec<u64>>) = match first {
+        Some(first) => (
+            &first.compiler,
+            first
+                .inputs
+                .iter()
+                .map(|s| match s {
+                    SegmentSource::Input(i) => dims[*i].clone(),
+                    SegmentSource::Output { .. } => Vec::new(),
+                })
+                .collect(),
+        ),
+        None => (&compiler, dims.clone()),
+    };
+    let keyed = !lowered.value_inputs().is_empty();
     let backends = kinds
         .iter()
         .map(|&kind| {
-            let refused = match compiler.plan_summary(&dims, kind) {
+            let refused = match lowered.plan_summary(&lowered_dims, kind) {
                 Ok(_) => Vec::new(),
                 // Lowered per value at run time: every node imported, every op has its form.
-                Err(OnnxError::ShapeDependsOnData { .. }) if !value_inputs.is_empty() => Vec::new(),
+                Err(e) if keyed && needs_values(&e) => Vec::new(),
                 Err(e) => refusals(&e, Some(opset)),
             };
             verdict(kind, refused)
@@ -126,8 +151,19 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
         nodes: Some(nodes),
         input_dims: dims,
         value_inputs,
+        segments,
         backends,
     })
+}
+
+/// Whether a compile failed only for want of the values sessions bind per request: an extent they
+/// fix, or control flow they decide.
+fn needs_values(e: &OnnxError) -> bool {
+    match e {
+        OnnxError::ShapeDependsOnData { .. } => true,
+        OnnxError::Node { op, .. } => matches!(op.as_str(), "If" | "Loop" | "Scan"),
+        _ => false,
+    }
 }
 
 fn verdict(kind: BackendKind, refused: Vec<RefusedNode>) -> BackendCheck {
@@ -192,6 +228,13 @@ fn table(report: &CheckReport) -> String {
             "shapes depend on the values of inputs {}: sessions compile a program per shape and values, so the \
              verdicts are on the op set (a value no op accepts fails when it is sent)\n",
             report.value_inputs.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if report.segments > 1 {
+        out.push_str(&format!(
+            "extents depend on values the model computes: it runs as {} segments, each compiled per computed \
+             value; the first is lowered here, the others' verdicts are on the op set\n",
+            report.segments
         ));
     }
     let mut t = Table::with_header(&["BACKEND", "VERDICT"]);

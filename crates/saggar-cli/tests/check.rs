@@ -90,6 +90,26 @@ fn a_gpu_only_refusal_fails_the_gpu_backends_alone() {
     assert_success(&only_host);
 }
 
+/// A NonZero over data runs as two segments: supported everywhere, its first segment lowered, the
+/// count not traced back into the data as a value input.
+#[test]
+fn a_model_whose_extents_it_computes_is_checked_as_segments() {
+    let sandbox = Sandbox::new();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &[Dim::Fixed(2), Dim::Fixed(3)]);
+    b.node("NonZero", &["x"], &["i"], &[]);
+    b.node("Neg", &["i"], &["y"], &[]);
+    b.output("y", DType::I64, &[]);
+    let path = sandbox.path("nonzero.onnx");
+    std::fs::write(&path, b.to_bytes()).unwrap();
+    let out = sandbox.run(&["check", "--onnx", path.to_str().unwrap(), "--json", "-"]);
+    assert_success(&out);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON on stdout");
+    assert_eq!(report["segments"], 2, "{report:#}");
+    assert!(report["value_inputs"].as_array().unwrap().is_empty(), "{report:#}");
+    assert!(report["backends"].as_array().unwrap().iter().all(|b| b["supported"] == true), "{report:#}");
+}
+
 #[test]
 fn a_file_that_is_not_a_model_is_a_usage_error() {
     let sandbox = Sandbox::new();

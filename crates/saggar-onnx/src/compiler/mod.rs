@@ -118,7 +118,7 @@ impl OnnxCompiler {
             Err(e) => (model.graph().clone(), Some(e)),
         };
         let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec())
-            .with_value_inputs(passes::value_inputs::value_inputs(&graph));
+            .with_value_inputs(model_value_inputs(&graph));
         let weights = memory::weight_layout(&graph);
         let mut model_hash = [0u8; 32];
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
@@ -456,6 +456,28 @@ fn convert_precision(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<
     let mut graph = model.graph().clone();
     passes::precision::convert_products(&mut graph, half, keep).map_err(|e| e.to_string())?;
     Ok(Some(graph))
+}
+
+/// The model inputs whose values fix programs: `graph`'s value inputs, or for a segmented model the
+/// model inputs that are value inputs of some segment (a count a segment computes is not traced
+/// back into the data it counts).
+fn model_value_inputs(graph: &Graph) -> Vec<usize> {
+    let Ok(Some(split)) = passes::segments::split(graph) else {
+        return passes::value_inputs::value_inputs(graph);
+    };
+    let mut found: Vec<usize> = split
+        .segments
+        .iter()
+        .flat_map(|s| {
+            passes::value_inputs::value_inputs(&s.graph).into_iter().filter_map(|i| match s.inputs[i] {
+                passes::segments::Source::Input(m) => Some(m),
+                passes::segments::Source::Output { .. } => None,
+            })
+        })
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
 }
 
 fn same_node(a: &OnnxError, b: &OnnxError) -> bool {
