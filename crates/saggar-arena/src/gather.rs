@@ -870,17 +870,21 @@ mod tests {
         let gatherer = Gatherer::new(options(2)).unwrap();
         let inner_threads = Mutex::new(Vec::new());
         gatherer
-            .run_parts(3, &|_| {
+            .run_parts(3, &|outer| {
+                let starter = std::thread::current().id();
                 gatherer
-                    .run_parts(3, &|_| inner_threads.lock().push(std::thread::current().id()))
+                    .run_parts(3, &|_| inner_threads.lock().push((outer, starter, std::thread::current().id())))
                     .expect("the nested gather runs inline");
             })
             .unwrap();
         let inner = inner_threads.into_inner();
         assert_eq!(inner.len(), 9);
-        // Each nested gather ran its three parts on the thread that started it.
-        for chunk in inner.chunks(3) {
-            assert!(chunk.iter().all(|t| *t == chunk[0]));
+        // Each nested gather ran its three parts on the thread that started it (the outer parts run
+        // at once, so their records interleave).
+        for outer in 0..3 {
+            let parts: Vec<_> = inner.iter().filter(|r| r.0 == outer).collect();
+            assert_eq!(parts.len(), 3, "{inner:?}");
+            assert!(parts.iter().all(|r| r.2 == r.1), "{inner:?}");
         }
         let stats = gatherer.stats();
         assert_eq!((stats.split, stats.parts, stats.alone_busy), (1, 3, 3), "{stats:?}");
