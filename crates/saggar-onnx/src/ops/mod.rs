@@ -353,7 +353,7 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct Bounded {
     /// The op computing every output at its worst-case extent, then one more output: the count,
-    /// an i64 tensor of shape [1]. Unique's bounded op also needs indices, inverse_indices and counts
+    /// an i64 tensor of shape `[1]`. Unique's bounded op also needs indices, inverse_indices and counts
     /// as working memory on the GPU: where the node lacks some of them, they follow the count
     /// (`cuts.len() + 1` onwards), to be given temporaries and otherwise ignored.
     pub op: std::sync::Arc<dyn Op>,
