@@ -302,9 +302,9 @@ impl DispatchError {
             | DispatchError::ProgramMismatch { .. }
             | DispatchError::ProgramOutputMismatch { .. } => FailureKind::Compile,
             DispatchError::AfterFailedRun { error, .. } => error.failure_kind(),
-            DispatchError::Config(_)
-            | DispatchError::RequestNeedsBuckets
-            | DispatchError::ExtentsDependOnValues { .. } => FailureKind::Other,
+            // The request asked for a path this model cannot take (the message names the one it can).
+            DispatchError::ExtentsDependOnValues { .. } => FailureKind::Request,
+            DispatchError::Config(_) | DispatchError::RequestNeedsBuckets => FailureKind::Other,
         }
     }
 }
