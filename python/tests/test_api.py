@@ -176,3 +176,26 @@ def test_half_precisions_round_the_products_within_their_tolerance(precision, bo
     assert got.dtype == np.float32, "inputs and outputs stay f32"
     err = float(np.max(np.abs(got - want)))
     assert 0 < err < bound * max(1.0, float(np.max(np.abs(want)))), err
+
+
+def test_a_model_whose_output_extents_it_computes_runs_like_onnxruntime():
+    """NonZero's count is computed from the data: saggar runs the model as segments, and `run`
+    returns outputs of the extents each request produces, as ONNX Runtime does."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["i"]), helper.make_node("Neg", ["i"], ["y"])],
+        "nonzero",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = saggar.InferenceSession(model, providers=[PROVIDER])
+    ort = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for keep in (0.2, 0.7, 0.0):
+        x = np.where(rng.random((3, 4)) < keep, 1.5, 0.0).astype(np.float32)
+        (got,) = sess.run(None, {"x": x})
+        (want,) = ort.run(None, {"x": x})
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)
