@@ -30,6 +30,10 @@ pub struct Policy {
     pub max_queue_delay: Duration,
     /// Sizes at which a batch stops growing.
     pub preferred: Vec<u64>,
+    /// The sessions' batch buckets, ascending. Without preferred sizes, a batch that would spill a
+    /// few rows (at most an eighth) past a bucket leaves them at the head of the queue for the next
+    /// batch: they would pad the whole batch to the next bucket, a run up to twice as long.
+    pub buckets: Vec<u64>,
     /// Most requests waiting in the queue.
     pub max_queue: usize,
 }
@@ -281,11 +285,33 @@ fn next_batch(shared: &Shared, device: usize) -> Option<Vec<Job>> {
         }
         shared.ready.wait_until(&mut q, deadline);
     }
+    if policy.preferred.is_empty() {
+        trim_to_bucket(&mut batch, rows, &policy.buckets, &mut q.jobs);
+    }
     // Another thread may be waiting for what this one left in the queue.
     if !q.jobs.is_empty() {
         shared.ready.notify_one();
     }
     Some(batch)
+}
+
+/// Gives the last jobs of `batch` (of `rows` rows) back to the head of `queue` when they spill at
+/// most an eighth of the largest bucket at or below `rows` past it (see [`Policy::buckets`]).
+fn trim_to_bucket(batch: &mut Vec<Job>, mut rows: u64, buckets: &[u64], queue: &mut VecDeque<Job>) {
+    let Some(&bucket) = buckets.iter().rev().find(|&&b| b <= rows) else { return };
+    if rows == bucket || (rows - bucket) * 8 > bucket {
+        return;
+    }
+    let mut back = Vec::new();
+    while rows > bucket && batch.len() > 1 {
+        let job = batch.pop().expect("more than one");
+        rows -= job.rows;
+        back.push(job);
+    }
+    // `back` holds the spilled jobs last first: pushing each to the front restores their order.
+    for job in back {
+        queue.push_front(job);
+    }
 }
 
 #[cfg(test)]
@@ -298,7 +324,13 @@ mod tests {
     }
 
     fn policy(max_batch: u64, delay_ms: u64) -> Policy {
-        Policy { max_batch, max_queue_delay: Duration::from_millis(delay_ms), preferred: Vec::new(), max_queue: 100 }
+        Policy {
+            max_batch,
+            max_queue_delay: Duration::from_millis(delay_ms),
+            preferred: Vec::new(),
+            buckets: Vec::new(),
+            max_queue: 100,
+        }
     }
 
     /// The rows of each batch a runner ran.
@@ -380,6 +412,35 @@ mod tests {
         b.spawn("t", 1, 1, runner);
         b.close_and_join();
         assert_eq!(*seen.lock(), vec![vec![1, 1], vec![1, 1]]);
+    }
+
+    #[test]
+    fn a_batch_spilling_a_few_rows_past_a_bucket_leaves_them_for_the_next() {
+        let (runner, seen) = recorder();
+        let buckets = vec![1, 2, 4, 8, 16];
+        let b = Batcher::new(Policy { buckets: buckets.clone(), ..policy(16, 50) });
+        let mut rx = Vec::new();
+        // 9 rows: one past the 8 bucket (an eighth of it), so 8 run now and 1 next.
+        for _ in 0..9 {
+            let (j, r) = job(1, 0);
+            b.submit(j).unwrap();
+            rx.push(r);
+        }
+        b.spawn("t", 1, 1, runner);
+        b.close_and_join();
+        for r in rx {
+            assert!(r.blocking_recv().unwrap().is_ok());
+        }
+        assert_eq!(*seen.lock(), vec![vec![1; 8], vec![1]]);
+        // 11 rows spill three past 8, more than an eighth: one batch, padded to 16.
+        let (runner, seen) = recorder();
+        let b = Batcher::new(Policy { buckets, ..policy(16, 50) });
+        for _ in 0..11 {
+            b.submit(job(1, 0).0).unwrap();
+        }
+        b.spawn("t", 1, 1, runner);
+        b.close_and_join();
+        assert_eq!(*seen.lock(), vec![vec![1; 11]]);
     }
 
     /// A runner whose device `lost` fails every batch with a lost device; the others serve.

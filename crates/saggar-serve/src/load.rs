@@ -99,6 +99,7 @@ pub fn load(entry: &ModelEntry, settings: &LoadSettings) -> Result<LoadedModel, 
         max_batch: if config.batching.is_some() { max_batch } else { 0 },
         max_queue_delay: batching.max_queue_delay,
         preferred: batching.preferred,
+        buckets: executor.buckets(),
         max_queue: settings.max_queue,
     };
     let run = runner(entry.name.clone(), executor.clone(), layout.clone(), outputs.clone(), metrics.clone());
