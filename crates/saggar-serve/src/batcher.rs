@@ -399,48 +399,39 @@ mod tests {
         assert!(refused >= 2 && accepted >= 1, "{accepted} accepted, {refused} refused");
     }
 
-    #[test]
-    fn a_preferred_size_ends_a_batch() {
+    /// The rows of each batch one thread runs for `jobs` single-row requests queued before it
+    /// starts, under `policy`.
+    fn batches_of(policy: Policy, jobs: usize) -> Vec<Vec<u64>> {
         let (runner, seen) = recorder();
-        let b = Batcher::new(Policy { preferred: vec![2], ..policy(8, 50) });
-        let mut rx = Vec::new();
-        for _ in 0..4 {
-            let (j, r) = job(1, 0);
-            b.submit(j).unwrap();
-            rx.push(r);
-        }
-        b.spawn("t", 1, 1, runner);
-        b.close_and_join();
-        assert_eq!(*seen.lock(), vec![vec![1, 1], vec![1, 1]]);
-    }
-
-    #[test]
-    fn a_batch_spilling_a_few_rows_past_a_bucket_leaves_them_for_the_next() {
-        let (runner, seen) = recorder();
-        let buckets = vec![1, 2, 4, 8, 16];
-        let b = Batcher::new(Policy { buckets: buckets.clone(), ..policy(16, 50) });
-        let mut rx = Vec::new();
-        // 9 rows: one past the 8 bucket (an eighth of it), so 8 run now and 1 next.
-        for _ in 0..9 {
-            let (j, r) = job(1, 0);
-            b.submit(j).unwrap();
-            rx.push(r);
-        }
+        let b = Batcher::new(policy);
+        let rx: Vec<_> = (0..jobs)
+            .map(|_| {
+                let (j, r) = job(1, 0);
+                b.submit(j).unwrap();
+                r
+            })
+            .collect();
         b.spawn("t", 1, 1, runner);
         b.close_and_join();
         for r in rx {
             assert!(r.blocking_recv().unwrap().is_ok());
         }
-        assert_eq!(*seen.lock(), vec![vec![1; 8], vec![1]]);
+        seen.lock().clone()
+    }
+
+    #[test]
+    fn a_preferred_size_ends_a_batch() {
+        assert_eq!(batches_of(Policy { preferred: vec![2], ..policy(8, 50) }, 4), vec![vec![1, 1], vec![1, 1]]);
+    }
+
+    #[test]
+    fn a_batch_spilling_a_few_rows_past_a_bucket_leaves_them_for_the_next() {
+        let buckets = vec![1, 2, 4, 8, 16];
+        // 9 rows: one past the 8 bucket (an eighth of it), so 8 run now and 1 next.
+        let spilled = batches_of(Policy { buckets: buckets.clone(), ..policy(16, 50) }, 9);
+        assert_eq!(spilled, vec![vec![1; 8], vec![1]]);
         // 11 rows spill three past 8, more than an eighth: one batch, padded to 16.
-        let (runner, seen) = recorder();
-        let b = Batcher::new(Policy { buckets, ..policy(16, 50) });
-        for _ in 0..11 {
-            b.submit(job(1, 0).0).unwrap();
-        }
-        b.spawn("t", 1, 1, runner);
-        b.close_and_join();
-        assert_eq!(*seen.lock(), vec![vec![1; 11]]);
+        assert_eq!(batches_of(Policy { buckets, ..policy(16, 50) }, 11), vec![vec![1; 11]]);
     }
 
     /// A runner whose device `lost` fails every batch with a lost device; the others serve.
