@@ -259,25 +259,41 @@ pub fn typed_like_mut<'a, T: Storage>(
         .ok_or_else(|| crate::error::OpError::eval(format!("output element type {dtype} differs from the input's")))
 }
 
+/// A `match` on a `DataRef` or `DataMut` (`$enum`) with one arm per listed variant, each running
+/// `$body` with `$v` bound to that variant's slice, and the fallback arm if given: the dispatch
+/// macros are lists of variants over it.
+macro_rules! match_each {
+    ($enum:ident, $data:expr, [$($variant:ident),*], |$v:ident| $body:expr $(, $other:pat => $fallback:expr)?) => {
+        match $data {
+            $($crate::tensor::$enum::$variant($v) => $body,)*
+            $($other => $fallback,)?
+        }
+    };
+}
+pub(crate) use match_each;
+
+/// A `match` on a (`DataRef`, `DataMut`) pair with one arm per listed variant on both sides, each
+/// running `$body` with the two slices bound, and the fallback arm.
+macro_rules! match_pairs {
+    ($src:expr, $dst:expr, [$($variant:ident),*], |$s:ident, $d:ident| $body:expr, $other:pat => $fallback:expr) => {
+        match ($src, $dst) {
+            $(($crate::tensor::DataRef::$variant($s), $crate::tensor::DataMut::$variant($d)) => $body,)*
+            $other => $fallback,
+        }
+    };
+}
+pub(crate) use match_pairs;
+
 /// Runs `$body` with `$v` bound to the elements' slice, whatever their type (bool, f16 and bf16 as
 /// their `u8`/`u16` storage): for code generic over the element (copies, gathers, orderings of bits).
 macro_rules! each_ref {
     ($data:expr, |$v:ident| $body:expr) => {
-        match $data {
-            $crate::tensor::DataRef::F32($v) => $body,
-            $crate::tensor::DataRef::F64($v) => $body,
-            $crate::tensor::DataRef::I8($v) => $body,
-            $crate::tensor::DataRef::U8($v) => $body,
-            $crate::tensor::DataRef::I16($v) => $body,
-            $crate::tensor::DataRef::U16($v) => $body,
-            $crate::tensor::DataRef::I32($v) => $body,
-            $crate::tensor::DataRef::U32($v) => $body,
-            $crate::tensor::DataRef::I64($v) => $body,
-            $crate::tensor::DataRef::U64($v) => $body,
-            $crate::tensor::DataRef::Bool($v) => $body,
-            $crate::tensor::DataRef::F16($v) => $body,
-            $crate::tensor::DataRef::BF16($v) => $body,
-        }
+        $crate::tensor::match_each!(
+            DataRef,
+            $data,
+            [F32, F64, I8, U8, I16, U16, I32, U32, I64, U64, Bool, F16, BF16],
+            |$v| $body
+        )
     };
 }
 pub(crate) use each_ref;
@@ -286,22 +302,9 @@ pub(crate) use each_ref;
 /// have the same element type (any type); otherwise evaluates to an [`OpError::Eval`](crate::error::OpError).
 macro_rules! same_type {
     ($src:expr, $dst:expr, |$s:ident, $d:ident| $body:expr) => {
-        match ($src, $dst) {
-            ($crate::tensor::DataRef::F32($s), $crate::tensor::DataMut::F32($d)) => $body,
-            ($crate::tensor::DataRef::F64($s), $crate::tensor::DataMut::F64($d)) => $body,
-            ($crate::tensor::DataRef::I8($s), $crate::tensor::DataMut::I8($d)) => $body,
-            ($crate::tensor::DataRef::U8($s), $crate::tensor::DataMut::U8($d)) => $body,
-            ($crate::tensor::DataRef::I16($s), $crate::tensor::DataMut::I16($d)) => $body,
-            ($crate::tensor::DataRef::U16($s), $crate::tensor::DataMut::U16($d)) => $body,
-            ($crate::tensor::DataRef::I32($s), $crate::tensor::DataMut::I32($d)) => $body,
-            ($crate::tensor::DataRef::U32($s), $crate::tensor::DataMut::U32($d)) => $body,
-            ($crate::tensor::DataRef::I64($s), $crate::tensor::DataMut::I64($d)) => $body,
-            ($crate::tensor::DataRef::U64($s), $crate::tensor::DataMut::U64($d)) => $body,
-            ($crate::tensor::DataRef::Bool($s), $crate::tensor::DataMut::Bool($d)) => $body,
-            ($crate::tensor::DataRef::F16($s), $crate::tensor::DataMut::F16($d)) => $body,
-            ($crate::tensor::DataRef::BF16($s), $crate::tensor::DataMut::BF16($d)) => $body,
-            _ => Err($crate::error::OpError::eval("output element type differs from the input's")),
-        }
+        $crate::tensor::match_pairs!($src, $dst, [F32, F64, I8, U8, I16, U16, I32, U32, I64, U64, Bool, F16, BF16], |$s, $d| $body, _ => {
+            Err($crate::error::OpError::eval("output element type differs from the input's"))
+        })
     };
 }
 pub(crate) use same_type;

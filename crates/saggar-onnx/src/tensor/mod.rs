@@ -13,7 +13,7 @@ mod number;
 use saggar_shape::DType;
 
 pub use data::{DataMut, DataRef, Storage, TensorData, typed_like, typed_like_mut};
-pub(crate) use data::{each_ref, same_type};
+pub(crate) use data::{each_ref, match_each, match_pairs, same_type};
 pub use number::{Float, Number, Wide, cast_into, first_wide, for_each_wide};
 #[allow(unused_imports)]
 pub(crate) use number::{each_number, each_number_mut, same_number};

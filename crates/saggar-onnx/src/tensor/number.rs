@@ -156,19 +156,7 @@ float_number!(f32 = F32, f64 = F64);
 #[allow(unused_macros)] // for the op families as they take every numeric type
 macro_rules! each_number {
     ($data:expr, |$v:ident| $body:expr, $other:pat => $fallback:expr) => {
-        match $data {
-            $crate::tensor::DataRef::F32($v) => $body,
-            $crate::tensor::DataRef::F64($v) => $body,
-            $crate::tensor::DataRef::I8($v) => $body,
-            $crate::tensor::DataRef::U8($v) => $body,
-            $crate::tensor::DataRef::I16($v) => $body,
-            $crate::tensor::DataRef::U16($v) => $body,
-            $crate::tensor::DataRef::I32($v) => $body,
-            $crate::tensor::DataRef::U32($v) => $body,
-            $crate::tensor::DataRef::I64($v) => $body,
-            $crate::tensor::DataRef::U64($v) => $body,
-            $other => $fallback,
-        }
+        $crate::tensor::match_each!(DataRef, $data, [F32, F64, I8, U8, I16, U16, I32, U32, I64, U64], |$v| $body, $other => $fallback)
     };
 }
 pub(crate) use each_number;
@@ -177,19 +165,7 @@ pub(crate) use each_number;
 /// `$other` for bool, f16 and bf16.
 macro_rules! each_number_mut {
     ($data:expr, |$v:ident| $body:expr, $other:pat => $fallback:expr) => {
-        match $data {
-            $crate::tensor::DataMut::F32($v) => $body,
-            $crate::tensor::DataMut::F64($v) => $body,
-            $crate::tensor::DataMut::I8($v) => $body,
-            $crate::tensor::DataMut::U8($v) => $body,
-            $crate::tensor::DataMut::I16($v) => $body,
-            $crate::tensor::DataMut::U16($v) => $body,
-            $crate::tensor::DataMut::I32($v) => $body,
-            $crate::tensor::DataMut::U32($v) => $body,
-            $crate::tensor::DataMut::I64($v) => $body,
-            $crate::tensor::DataMut::U64($v) => $body,
-            $other => $fallback,
-        }
+        $crate::tensor::match_each!(DataMut, $data, [F32, F64, I8, U8, I16, U16, I32, U32, I64, U64], |$v| $body, $other => $fallback)
     };
 }
 pub(crate) use each_number_mut;
@@ -198,19 +174,7 @@ pub(crate) use each_number_mut;
 /// (the same type on both sides); evaluates `$other` otherwise.
 macro_rules! same_number {
     ($src:expr, $dst:expr, |$s:ident, $d:ident| $body:expr, $other:pat => $fallback:expr) => {
-        match ($src, $dst) {
-            ($crate::tensor::DataRef::F32($s), $crate::tensor::DataMut::F32($d)) => $body,
-            ($crate::tensor::DataRef::F64($s), $crate::tensor::DataMut::F64($d)) => $body,
-            ($crate::tensor::DataRef::I8($s), $crate::tensor::DataMut::I8($d)) => $body,
-            ($crate::tensor::DataRef::U8($s), $crate::tensor::DataMut::U8($d)) => $body,
-            ($crate::tensor::DataRef::I16($s), $crate::tensor::DataMut::I16($d)) => $body,
-            ($crate::tensor::DataRef::U16($s), $crate::tensor::DataMut::U16($d)) => $body,
-            ($crate::tensor::DataRef::I32($s), $crate::tensor::DataMut::I32($d)) => $body,
-            ($crate::tensor::DataRef::U32($s), $crate::tensor::DataMut::U32($d)) => $body,
-            ($crate::tensor::DataRef::I64($s), $crate::tensor::DataMut::I64($d)) => $body,
-            ($crate::tensor::DataRef::U64($s), $crate::tensor::DataMut::U64($d)) => $body,
-            $other => $fallback,
-        }
+        $crate::tensor::match_pairs!($src, $dst, [F32, F64, I8, U8, I16, U16, I32, U32, I64, U64], |$s, $d| $body, $other => $fallback)
     };
 }
 pub(crate) use same_number;

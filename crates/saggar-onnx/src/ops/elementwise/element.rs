@@ -202,17 +202,7 @@ float_math!(
 /// element implements [`Int`]); evaluates `$other` otherwise.
 macro_rules! each_int {
     ($data:expr, |$v:ident| $body:expr, $other:pat => $fallback:expr) => {
-        match $data {
-            $crate::tensor::DataRef::I8($v) => $body,
-            $crate::tensor::DataRef::U8($v) => $body,
-            $crate::tensor::DataRef::I16($v) => $body,
-            $crate::tensor::DataRef::U16($v) => $body,
-            $crate::tensor::DataRef::I32($v) => $body,
-            $crate::tensor::DataRef::U32($v) => $body,
-            $crate::tensor::DataRef::I64($v) => $body,
-            $crate::tensor::DataRef::U64($v) => $body,
-            $other => $fallback,
-        }
+        $crate::tensor::match_each!(DataRef, $data, [I8, U8, I16, U16, I32, U32, I64, U64], |$v| $body, $other => $fallback)
     };
 }
 pub(super) use each_int;
@@ -221,11 +211,7 @@ pub(super) use each_int;
 /// element implements [`FloatMath`]); evaluates `$other` otherwise.
 macro_rules! each_float {
     ($data:expr, |$v:ident| $body:expr, $other:pat => $fallback:expr) => {
-        match $data {
-            $crate::tensor::DataRef::F32($v) => $body,
-            $crate::tensor::DataRef::F64($v) => $body,
-            $other => $fallback,
-        }
+        $crate::tensor::match_each!(DataRef, $data, [F32, F64], |$v| $body, $other => $fallback)
     };
 }
 pub(super) use each_float;
