@@ -19,15 +19,8 @@
       const @T@* xp = x + (n * C + g * cg + c) * in_plane;
       const @T@* wp = w + (m * cg + c) * taps;
       for (onnx_i64 t = 0; t < taps; ++t) {
-        onnx_i64 tr = t, at = 0, stride = 1;
-        bool inside = true;
-        for (int d = s - 1; d >= 0; --d) {
-          const onnx_i64 k = tr % ker[d]; tr /= ker[d];
-          const onnx_i64 p = pos[d] * st[d] + k * dil[d] - pad[d];
-          inside = inside && p >= 0 && p < in[d];
-          at += p * stride; stride *= in[d];
-        }
-        if (inside) acc += @X@ * @W@;
+        const onnx_i64 at = onnx_conv_tap(t, pos, s, in, ker, st, pad, dil);
+        if (at >= 0) acc += @X@ * @W@;
       }
     }
     y[i] = acc;

@@ -15,6 +15,22 @@ template <typename T, typename F> __device__ inline T onnx_float_to_int(F v, F l
   if (v >= hi) return (T)(~0ULL >> (64 - 8 * sizeof(T) + (lo < 0 ? 1 : 0)));
   return (T)v;
 }
+// Convolution tap `t` (row-major over the `s` kernel axes `ker`) of the output position `pos`: the
+// offset of its input element in a plane of extents `in`, or -1 when the tap falls in the padding.
+// Direct and quantised convolutions share it.
+__device__ inline onnx_i64 onnx_conv_tap(onnx_i64 t, const onnx_i64* pos, int s, const onnx_i64* in,
+                                         const onnx_i64* ker, const onnx_i64* st, const onnx_i64* pad,
+                                         const onnx_i64* dil) {
+  onnx_i64 at = 0, stride = 1;
+  bool inside = true;
+  for (int d = s - 1; d >= 0; --d) {
+    const onnx_i64 k = t % ker[d]; t /= ker[d];
+    const onnx_i64 p = pos[d] * st[d] + k * dil[d] - pad[d];
+    inside = inside && p >= 0 && p < in[d];
+    at += p * stride; stride *= in[d];
+  }
+  return inside ? at : -1;
+}
 // Row groups: ONNX_ROW_LANES consecutive threads share one row and sum across it with xor
 // shuffles within the group (a width of 32 on HIP's 64-lane wavefronts too).
 #define ONNX_ROW_LANES 32
