@@ -85,6 +85,10 @@ pub struct OnnxCompiler {
     source_compiles: AtomicUsize,
     /// Why the precision setting does not fit the model, reported by every compile.
     precision_error: Option<String>,
+    /// The cut of a model whose extents depend on values it computes (`graph::passes::segments`),
+    /// made once; `None` for a model one program runs (or one the pass cannot cut: its compile
+    /// reports why).
+    split: Option<passes::segments::Split>,
 }
 
 /// The code objects (one per translation unit) compiled from a generated source on one device.
@@ -117,8 +121,9 @@ impl OnnxCompiler {
             Ok(None) => (model.graph().clone(), None),
             Err(e) => (model.graph().clone(), Some(e)),
         };
+        let split = passes::segments::split(&graph).ok().flatten();
         let spec = ModelSpec::new(model.name(), model.inputs().to_vec(), model.outputs().to_vec())
-            .with_value_inputs(model_value_inputs(&graph));
+            .with_value_inputs(model_value_inputs(&graph, split.as_ref()));
         let weights = memory::weight_layout(&graph);
         let mut model_hash = [0u8; 32];
         if let Ok(h) = blake3::Hash::from_hex(model.model_hash()) {
@@ -136,6 +141,7 @@ impl OnnxCompiler {
             compiled: Mutex::new(Vec::new()),
             source_compiles: AtomicUsize::new(0),
             precision_error,
+            split,
         }
     }
 
@@ -171,8 +177,8 @@ impl OnnxCompiler {
 
     /// The model cut into segments, when some of its extents depend on values it computes
     /// (`graph::passes::segments`).
-    pub(crate) fn split(&self) -> Result<Option<passes::segments::Split>, OnnxError> {
-        passes::segments::split(&self.graph)
+    pub(crate) fn split(&self) -> Option<&passes::segments::Split> {
+        self.split.as_ref()
     }
 
     /// The compiler of segment `k`'s `graph`, with these options.
@@ -373,8 +379,7 @@ impl StepCompiler for OnnxCompiler {
     type Error = OnnxError;
 
     fn segments(&self) -> Option<saggar_dispatch::Segments<Self>> {
-        // A model the pass cannot cut runs as one program, whose compile reports why.
-        let split = self.split().ok()??;
+        let split = self.split()?.clone();
         let source = |s: passes::segments::Source| match s {
             passes::segments::Source::Input(i) => SegmentSource::Input(i),
             passes::segments::Source::Output { segment, output } => SegmentSource::Output { segment, output },
@@ -461,8 +466,8 @@ fn convert_precision(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<
 /// The model inputs whose values fix programs: `graph`'s value inputs, or for a segmented model the
 /// model inputs that are value inputs of some segment (a count a segment computes is not traced
 /// back into the data it counts).
-fn model_value_inputs(graph: &Graph) -> Vec<usize> {
-    let Ok(Some(split)) = passes::segments::split(graph) else {
+fn model_value_inputs(graph: &Graph, split: Option<&passes::segments::Split>) -> Vec<usize> {
+    let Some(split) = split else {
         return passes::value_inputs::value_inputs(graph);
     };
     let mut found: Vec<usize> = split

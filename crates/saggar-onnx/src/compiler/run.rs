@@ -17,9 +17,10 @@ use crate::tensor::Tensor;
 /// A model whose extents depend on values it computes runs segment by segment
 /// ([`saggar_dispatch::Segments`]), each compiled for the values the earlier ones computed.
 pub fn run_on_host(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
-    match compiler.split()? {
+    match compiler.split() {
         None => run_compiled(compiler, inputs),
         Some(split) => {
+            let split = split.clone();
             let mut k = 0;
             crate::graph::passes::segments::run_split(split, inputs, |graph, ins| {
                 k += 1;

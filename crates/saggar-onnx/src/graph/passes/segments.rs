@@ -38,14 +38,14 @@ pub(crate) enum Source {
 }
 
 /// One segment's graph and where each of its inputs comes from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct SegmentGraph {
     pub(crate) graph: Graph,
     pub(crate) inputs: Vec<Source>,
 }
 
 /// A model cut into segments.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Split {
     pub(crate) segments: Vec<SegmentGraph>,
     /// One source per model output.
