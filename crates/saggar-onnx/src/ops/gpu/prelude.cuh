@@ -104,8 +104,13 @@ __device__ ONNX_FORCEINLINE void onnx_block_offsets4(onnx_i64 i, onnx_i64 inner,
 // threads of one `threadIdx.y` (a warp's lanes, or with `blockDim.y == 1` the whole block through
 // `sh`). Xor shuffles combine the lanes of each warp (offsets 16, 8, 4, 2, 1), then the warps'
 // results are combined in order from 0. Every thread of the block calls it together.
-template <bool MAX> __device__ inline float onnx_row_fold(float v, float* sh) {
+// The sum (or with MAX the largest) over a group of ONNX_ROW_LANES lanes, every lane getting it.
+template <bool MAX> __device__ ONNX_FORCEINLINE float onnx_lanes_fold(float v) {
   for (int o = ONNX_ROW_LANES / 2; o > 0; o >>= 1) { const float u = ONNX_SHFL_XOR(v, o); v = MAX ? gpu_max(v, u) : v + u; }
+  return v;
+}
+template <bool MAX> __device__ inline float onnx_row_fold(float v, float* sh) {
+  v = onnx_lanes_fold<MAX>(v);
   if (blockDim.x > ONNX_ROW_LANES) {
     __syncthreads();
     if (threadIdx.x % ONNX_ROW_LANES == 0) sh[threadIdx.x / ONNX_ROW_LANES] = v;

@@ -1,6 +1,6 @@
 //! The GPU kernel of the recurrent ops (`recurrent.cu` with the cell's step, `rnn_step.cu`,
 //! `gru_step.cu` or `lstm_step.cu`): a block per (direction, batch entry) looping over the time
-//! steps, the state in shared memory. Every extent travels in `meta`; the text depends only on the
+//! steps, the state in shared memory, a group of lanes per hidden unit summing its weight rows. Every extent travels in `meta`; the text depends only on the
 //! cell, its attributes and which optional inputs and outputs the node has.
 
 use super::activation::Act;
@@ -97,11 +97,13 @@ impl RecurrentKernel {
                     ("", "")
                 };
                 let (reset, hidden) = if linear_before_reset {
-                    let rec =
-                        "\n        float rec = 0.0f;\n        for (onnx_i64 k = 0; k < nh; ++k) rec += h[k] * rj[k];";
+                    let rec = "\n        float rec = 0.0f;\n        for (onnx_i64 k = lane; k < nh; k += ONNX_ROW_LANES) \
+                               rec += h[k] * rj[k];\n        ah = onnx_lanes_fold<false>(ah);\n        \
+                               rec = onnx_lanes_fold<false>(rec);";
                     ("rg".to_string(), format!("{rec}{rbh}\n        ah += s3[j] * rec;{wbh}"))
                 } else {
-                    let rec = "\n        for (onnx_i64 k = 0; k < nh; ++k) ah += s3[k] * rj[k];";
+                    let rec = "\n        for (onnx_i64 k = lane; k < nh; k += ONNX_ROW_LANES) ah += s3[k] * rj[k];\n        \
+                               ah = onnx_lanes_fold<false>(ah);";
                     ("rg * h[j]".to_string(), format!("{rec}{}", self.bias_adds(&[("ah", 2)])))
                 };
                 render(
