@@ -277,7 +277,8 @@ def hf(model_class, config_class, full, tiny_cfg, inputs="text", vocab_key="voca
         model = getattr(transformers, model_class)(config)
         if model_class == "WhisperModel":
             model = model.get_encoder()
-        seq = 16 if tiny else SEQ
+        # A text model's positions bound its sequence (CLIP's text tower has 77).
+        seq = 16 if tiny else min(SEQ, getattr(config, "max_position_embeddings", SEQ))
         if inputs == "text":
             names = ["input_ids", "attention_mask"]
             feeds = tokens(1, seq, getattr(config, vocab_key), seed + 1)
