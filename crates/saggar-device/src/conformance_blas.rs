@@ -311,17 +311,9 @@ pub fn blas_bad_requests_are_refused<B: Backend>(device: &B::Device) {
     eprintln!("PASS blas {} bad requests refused", B::KIND.name());
 }
 
-/// `len` values covering all of `i8` (-128 included) from an xorshift stream seeded by `seed`.
+/// `len` values covering all of `i8` (-128 and 127 included): [`values`] scaled to the range.
 fn i8_values(len: usize, seed: u32) -> Vec<i8> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 8) as u8 as i8
-        })
-        .collect()
+    values(len, seed).iter().map(|v| (v * 128.0).clamp(-128.0, 127.0) as i8).collect()
 }
 
 /// The `i8` reference: `desc` (`A` stored `[m, k]`, `B` stored `[n, k]`, `alpha` 1) on host vectors,
