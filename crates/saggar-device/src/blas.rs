@@ -17,6 +17,16 @@
 //! bias and epilogue are applied in `f32` before the result is rounded (to nearest even) to the output
 //! type. Strides count elements, whatever their size.
 //!
+//! `i8` inputs are the exception ([`MatmulType::I8`], on integer tensor cores): they accumulate in
+//! `i32` and write an `i32` output exactly, wrapping on overflow (ONNX `MatMulInteger`'s semantics;
+//! `k` below 133 000 never overflows). Both libraries run them only in the form their integer
+//! kernels take ([`crate::rules::check_matmul_desc`] refuses the others, and the caller falls back to
+//! its own kernel): `A` stored `[m, k]` and `B` stored `[n, k]` (`trans_b`, not `trans_a`: cuBLASLt's
+//! "TN" form of the column-major `C^T = B A^T`), `k` and `n` multiples of 4, every matrix 4-byte
+//! aligned (batch strides of `A` and `B` multiples of 4), `alpha` 1, `beta` 0 or 1, and no bias or
+//! epilogue (neither library fuses one into an `i32` output). Scales (a dequantised product's
+//! `scale_a * scale_b`) are applied to the `i32` result afterwards.
+//!
 //! # Capture
 //! A handle is created once per device, outside any capture, with its plan for each description made
 //! by [`Blas::prepare`]. The workspace the library may use is a [`DeviceSlice`] the caller passes with
@@ -88,33 +98,48 @@ pub enum MatmulType {
     F16,
     /// bfloat16: `f32`'s exponent range with a 7-bit mantissa.
     BF16,
+    /// Signed 8-bit integers: inputs only, with an [`MatmulType::I32`] output.
+    I8,
+    /// Signed 32-bit integers: the output of `i8` inputs.
+    I32,
 }
 
 impl MatmulType {
-    /// Bytes of one element (4, 2, 2).
+    /// Bytes of one element (4, 2, 2, 1, 4).
     pub const fn bytes(self) -> usize {
         match self {
-            MatmulType::F32 => 4,
+            MatmulType::F32 | MatmulType::I32 => 4,
             MatmulType::F16 | MatmulType::BF16 => 2,
+            MatmulType::I8 => 1,
         }
     }
 
-    /// The name used in messages and keys (`f32`, `f16`, `bf16`).
+    /// The name used in messages and keys (`f32`, `f16`, `bf16`, `i8`, `i32`).
     pub const fn name(self) -> &'static str {
         match self {
             MatmulType::F32 => "f32",
             MatmulType::F16 => "f16",
             MatmulType::BF16 => "bf16",
+            MatmulType::I8 => "i8",
+            MatmulType::I32 => "i32",
         }
     }
 
-    /// `x` rounded to this type (to nearest even) and widened back: the value a matrix of this type
-    /// holds for it.
+    /// Whether elements are integers (`i8`, `i32`).
+    pub const fn is_integer(self) -> bool {
+        matches!(self, MatmulType::I8 | MatmulType::I32)
+    }
+
+    /// `x` rounded to this type (floats to nearest even; integers to nearest, ties away from zero,
+    /// saturating) and widened back: the value a matrix of this type holds for it. An `i32` above
+    /// 2^24 in magnitude widens to the nearest `f32`.
     pub fn round(self, x: f32) -> f32 {
         match self {
             MatmulType::F32 => x,
             MatmulType::F16 => float16::f16_to_f32(float16::f32_to_f16(x)),
             MatmulType::BF16 => float16::bf16_to_f32(float16::f32_to_bf16(x)),
+            MatmulType::I8 => x.round().clamp(-128.0, 127.0),
+            MatmulType::I32 => x.round() as i32 as f32,
         }
     }
 
@@ -140,6 +165,8 @@ impl MatmulType {
             MatmulType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
             MatmulType::F16 => float16::f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])),
             MatmulType::BF16 => float16::bf16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])),
+            MatmulType::I8 => f32::from(bytes[0] as i8),
+            MatmulType::I32 => i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f32,
         }
     }
 
@@ -150,18 +177,23 @@ impl MatmulType {
             MatmulType::F32 => out.copy_from_slice(&value.to_le_bytes()),
             MatmulType::F16 => out.copy_from_slice(&float16::f32_to_f16(value).to_le_bytes()),
             MatmulType::BF16 => out.copy_from_slice(&float16::f32_to_bf16(value).to_le_bytes()),
+            MatmulType::I8 => out[0] = self.round(value) as i8 as u8,
+            MatmulType::I32 => out.copy_from_slice(&(value.round() as i32).to_le_bytes()),
         }
     }
 }
 
-/// The (inputs, output) type pairs a matmul may have: what cuBLASLt and hipBLASLt both run with `f32`
-/// accumulation. [`crate::rules::check_matmul_desc`] refuses the others.
-pub const MATMUL_TYPES: [(MatmulType, MatmulType); 5] = [
+/// The (inputs, output) type pairs a matmul may have: what cuBLASLt and hipBLASLt both run, with `f32`
+/// accumulation, and `i8` into `i32` with `i32` accumulation (`CUBLAS_COMPUTE_32I` with `i32` scales,
+/// the one integer combination both document with an exact output).
+/// [`crate::rules::check_matmul_desc`] refuses the others.
+pub const MATMUL_TYPES: [(MatmulType, MatmulType); 6] = [
     (MatmulType::F32, MatmulType::F32),
     (MatmulType::F16, MatmulType::F32),
     (MatmulType::F16, MatmulType::F16),
     (MatmulType::BF16, MatmulType::F32),
     (MatmulType::BF16, MatmulType::BF16),
+    (MatmulType::I8, MatmulType::I32),
 ];
 
 /// One (batched) GEMM, as the handle plans it. Two equal descriptions share one plan.
@@ -248,6 +280,16 @@ impl MatmulDesc {
         self.inputs = inputs;
         self.output = output;
         self
+    }
+
+    /// An `i8` product `C[m, n] (i32) = A[m, k] * B^T` with `B` stored `[n, k]`: the form the
+    /// integer kernels of both libraries take (see the module docs for the other constraints).
+    pub const fn gemm_i8(m: u64, n: u64, k: u64) -> MatmulDesc {
+        let mut desc = MatmulDesc::gemm(m, n, k);
+        desc.trans_b = true;
+        desc.inputs = MatmulType::I8;
+        desc.output = MatmulType::I32;
+        desc
     }
 }
 

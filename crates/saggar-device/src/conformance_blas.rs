@@ -133,6 +133,8 @@ fn tolerance(desc: &MatmulDesc, want: f32) -> f32 {
         MatmulType::F32 => 0.0,
         MatmulType::F16 => 1e-3,
         MatmulType::BF16 => 8e-3,
+        // Integer products are compared exactly by `blas_i8_matmul_is_exact`.
+        MatmulType::I8 | MatmulType::I32 => 0.0,
     };
     accumulation + rounding * want.abs()
 }
@@ -307,4 +309,116 @@ pub fn blas_bad_requests_are_refused<B: Backend>(device: &B::Device) {
     assert!(mixed.to_string().contains("f32 -> f32, f16 -> f32, f16 -> f16"), "names the pairs: {mixed}");
     stream.synchronize().expect("only the valid f16 matmul was enqueued, and it ran");
     eprintln!("PASS blas {} bad requests refused", B::KIND.name());
+}
+
+/// `len` values covering all of `i8` (-128 and 127 included): [`values`] scaled to the range.
+fn i8_values(len: usize, seed: u32) -> Vec<i8> {
+    values(len, seed).iter().map(|v| (v * 128.0).clamp(-128.0, 127.0) as i8).collect()
+}
+
+/// The `i8` reference: `desc` (`A` stored `[m, k]`, `B` stored `[n, k]`, `alpha` 1) on host vectors,
+/// accumulated in `i32` with wrapping arithmetic, adding `C` when `beta` is 1.
+pub fn reference_i8(desc: &MatmulDesc, a: &[i8], b: &[i8], c: &[i32]) -> Vec<i32> {
+    let (m, n, k) = (desc.m as usize, desc.n as usize, desc.k as usize);
+    let mut out = c.to_vec();
+    for batch in 0..desc.batch as usize {
+        let (a0, b0, c0) =
+            (batch * desc.stride_a as usize, batch * desc.stride_b as usize, batch * desc.stride_c as usize);
+        for i in 0..m {
+            for j in 0..n {
+                let dot = (0..k)
+                    .fold(0i32, |acc, p| acc.wrapping_add(i32::from(a[a0 + i * k + p]) * i32::from(b[b0 + j * k + p])));
+                let prior = if desc.beta() == 1.0 { c[c0 + i * n + j] } else { 0 };
+                out[c0 + i * n + j] = dot.wrapping_add(prior);
+            }
+        }
+    }
+    out
+}
+
+/// The `i8` cases every backend runs, each exact: plain, odd `m`, broadcast and strided batches,
+/// `beta` 1 accumulating into `C`, and one in the range whose candidates a GPU handle times.
+pub fn i8_cases() -> Vec<(&'static str, MatmulDesc)> {
+    let base = MatmulDesc::gemm_i8(33, 16, 64);
+    vec![
+        ("i8->i32 plain 33x16x64", base),
+        ("i8->i32 m 1", MatmulDesc::gemm_i8(1, 8, 12)),
+        ("i8->i32 batch 3, B broadcast", MatmulDesc { batch: 3, stride_b: 0, ..base }),
+        ("i8->i32 batch 4, strided C", MatmulDesc { batch: 4, stride_c: 8 * 12 + 5, ..MatmulDesc::gemm_i8(8, 12, 16) }),
+        ("i8->i32 beta 1", base.with_scales(1.0, 1.0)),
+        ("i8->i32 timed candidates 128x256x768", MatmulDesc::gemm_i8(128, 256, 768)),
+    ]
+}
+
+/// Every `i8` case is bit-exact against [`reference_i8`], eagerly (on a handle timing 8 candidates,
+/// prepared first) and replayed from a capture; the forms the integer kernels do not take are
+/// refused at `prepare` on every backend alike.
+pub fn blas_i8_matmul_is_exact<B: Backend>(device: &B::Device) {
+    let timed = BlasConfig { workspace_bytes: WORKSPACE, tune_candidates: 8, ..BlasConfig::from_env() };
+    let blas = match device.create_blas(&timed) {
+        Ok(blas) => blas,
+        Err(e @ Error::LibraryUnavailable { .. }) => return eprintln!("SKIPPED {}::blas_i8: {e}", B::KIND),
+        Err(e) => panic!("create_blas: {e}"),
+    };
+    let stream = device.create_stream().unwrap();
+    let workspace = device.alloc(WORKSPACE).unwrap();
+    for (seed, (case, desc)) in i8_cases().into_iter().enumerate() {
+        blas.prepare(&desc).expect(case);
+        let span = |stride: u64, elements: u64| ((desc.batch - 1) * stride + elements) as usize;
+        let a = i8_values(span(desc.stride_a, desc.m * desc.k), seed as u32 * 3 + 1);
+        let b = i8_values(span(desc.stride_b, desc.n * desc.k), seed as u32 * 3 + 2);
+        let c: Vec<i32> =
+            i8_values(span(desc.stride_c, desc.m * desc.n), 9).iter().map(|&v| i32::from(v) * 1000).collect();
+        let bytes = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<u8>>();
+        let c_bytes: Vec<u8> = c.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bufs = [bytes(&a), bytes(&b), c_bytes.clone()].map(|data| {
+            let buf = device.alloc(data.len()).expect("alloc");
+            stream.upload(&data, buf.as_slice()).expect("upload");
+            buf
+        });
+        let operands = MatmulOperands {
+            a: bufs[0].as_slice(),
+            b: bufs[1].as_slice(),
+            c: bufs[2].as_slice(),
+            bias: None,
+            workspace: workspace.as_slice(),
+        };
+        let want = reference_i8(&desc, &a, &b, &c);
+        let read = |how: &str| {
+            let mut out = vec![0u8; c_bytes.len()];
+            stream.download(bufs[2].as_slice(), &mut out).expect("download C");
+            let got: Vec<i32> = out.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            let verdict = if wrong == 0 { "PASS" } else { "FAIL" };
+            eprintln!("{verdict} blas {} {case}, {how}: {wrong} of {} elements differ", B::KIND.name(), want.len());
+            assert_eq!(wrong, 0, "{} {case}, {how}: not exact", B::KIND.name());
+        };
+        // SAFETY: every buffer lives until the stream is synchronised below.
+        unsafe { blas.matmul(&stream, &desc, &operands) }.expect(case);
+        stream.synchronize().unwrap();
+        read("eager");
+        stream.upload(&c_bytes, bufs[2].as_slice()).unwrap();
+        stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        // SAFETY: every buffer lives until after the replay is synchronised.
+        unsafe { blas.matmul(&stream, &desc, &operands) }.expect(case);
+        let exec = device.instantiate(&stream.end_capture().expect("a prepared i8 matmul captures")).unwrap();
+        // SAFETY: the captured buffers are live.
+        unsafe { stream.launch_graph(&exec) }.unwrap();
+        stream.synchronize().unwrap();
+        read("graph replay");
+    }
+    let base = MatmulDesc::gemm_i8(16, 16, 16);
+    let refused = [
+        MatmulDesc { trans_a: true, ..base },
+        MatmulDesc { trans_b: false, ..base },
+        MatmulDesc { k: 18, ..base },
+        MatmulDesc { bias: true, ..base },
+        base.with_scales(0.5, 0.0),
+        base.with_types(MatmulType::I8, MatmulType::F32),
+    ];
+    for desc in refused {
+        let err = blas.prepare(&desc).expect_err("the integer kernels do not take this form");
+        assert!(matches!(err, Error::InvalidMatmul { .. }), "{desc:?}: {err:?}");
+    }
+    eprintln!("PASS blas {} i8 refusals", B::KIND.name());
 }

@@ -200,6 +200,9 @@ pub fn check_matmul_desc(desc: &crate::blas::MatmulDesc) -> Result<()> {
             desc.output.name()
         )));
     }
+    if desc.inputs == crate::blas::MatmulType::I8 {
+        check_i8_matmul_desc(desc)?;
+    }
     let (input, output) = (desc.inputs.bytes() as u64, desc.output.bytes() as u64);
     for (name, value) in [("m", desc.m), ("n", desc.n), ("k", desc.k), ("batch", desc.batch)] {
         if value == 0 || value > MAX_MATMUL_DIM {
@@ -219,6 +222,29 @@ pub fn check_matmul_desc(desc: &crate::blas::MatmulDesc) -> Result<()> {
             desc.stride_c,
             desc.m * desc.n
         )));
+    }
+    Ok(())
+}
+
+/// The form an `i8` product must have (the module docs of [`crate::blas`]): what the integer kernels of
+/// cuBLASLt and hipBLASLt take, refused otherwise so the caller runs its own kernel instead.
+fn check_i8_matmul_desc(desc: &crate::blas::MatmulDesc) -> Result<()> {
+    let fail =
+        |reason: &str| matmul_error(desc, format!("an i8 product {reason}; run this product with another kernel"));
+    if desc.trans_a || !desc.trans_b {
+        return Err(fail("takes A stored [m, k] and B stored [n, k] only (trans_a off, trans_b on)"));
+    }
+    if !desc.k.is_multiple_of(4) || !desc.n.is_multiple_of(4) {
+        return Err(fail("needs k and n to be multiples of 4"));
+    }
+    if desc.batch > 1 && !(desc.stride_a.is_multiple_of(4) && desc.stride_b.is_multiple_of(4)) {
+        return Err(fail("needs batch strides of A and B that are multiples of 4 elements"));
+    }
+    if desc.bias || desc.epilogue != crate::blas::Epilogue::None {
+        return Err(fail("has no bias or epilogue (apply them to the i32 result)"));
+    }
+    if desc.alpha() != 1.0 || !(desc.beta() == 0.0 || desc.beta() == 1.0) {
+        return Err(fail("takes alpha 1 and beta 0 or 1 only (scale the i32 result afterwards)"));
     }
     Ok(())
 }
@@ -250,6 +276,13 @@ pub fn check_matmul(
                 return Err(fail(format!("{name} holds {len} bytes, {bytes} needed ({} elements)", ty.name())));
             }
             None => return Err(fail(format!("{name} would span more than 2^64 bytes"))),
+        }
+    }
+    if input == crate::blas::MatmulType::I8 {
+        for (name, slice) in [("A", operands.a), ("B", operands.b), ("C", operands.c)] {
+            if !slice.ptr().0.is_multiple_of(4) {
+                return Err(fail(format!("{name} is not 4-byte aligned, which an i8 product needs")));
+            }
         }
     }
     let bias_bytes = desc.n * output.bytes() as u64;
@@ -332,7 +365,7 @@ mod tests {
             assert!(matches!(err, Error::InvalidMatmul { .. }), "{err:?}");
             assert!(err.to_string().contains("f16 -> f16, bf16 -> f32"), "{err}");
         }
-        for (inputs, output) in crate::blas::MATMUL_TYPES {
+        for (inputs, output) in crate::blas::MATMUL_TYPES.into_iter().filter(|(i, _)| !i.is_integer()) {
             assert!(check_matmul_desc(&desc.with_types(inputs, output)).is_ok());
             let gelu = MatmulDesc { epilogue: crate::blas::Epilogue::GeluTanh, ..desc.with_types(inputs, output) };
             assert_eq!(check_matmul_desc(&gelu).is_ok(), output == F32, "GELU into {}", output.name());
@@ -341,6 +374,38 @@ mod tests {
         let strided = MatmulDesc { batch: 2, stride_a: i64::MAX as u64 / 3, ..half };
         assert!(check_matmul_desc(&strided).is_ok());
         assert!(check_matmul_desc(&strided.with_types(F32, F32)).is_err());
+    }
+
+    #[test]
+    fn i8_matmuls_take_the_integer_kernels_form_only() {
+        use crate::blas::{Epilogue, MatmulType::I8};
+        let desc = MatmulDesc::gemm_i8(3, 8, 12);
+        assert!(check_matmul_desc(&desc).is_ok());
+        assert!(check_matmul_desc(&desc.with_scales(1.0, 1.0)).is_ok(), "beta 1 accumulates into C");
+        let refused = [
+            ("takes A stored [m, k]", MatmulDesc { trans_a: true, ..desc }),
+            ("takes A stored [m, k]", MatmulDesc { trans_b: false, ..desc }),
+            ("multiples of 4", MatmulDesc { k: 10, ..desc }),
+            ("multiples of 4", MatmulDesc { n: 6, ..desc }),
+            ("batch strides", MatmulDesc { batch: 2, stride_a: 38, ..desc }),
+            ("no bias or epilogue", MatmulDesc { bias: true, ..desc }),
+            ("no bias or epilogue", MatmulDesc { epilogue: Epilogue::Relu, ..desc }),
+            ("alpha 1", desc.with_scales(0.5, 0.0)),
+            ("alpha 1", desc.with_scales(1.0, 2.0)),
+            ("inputs with f32 output are not supported", desc.with_types(I8, crate::blas::MatmulType::F32)),
+        ];
+        for (reason, bad) in refused {
+            let err = check_matmul_desc(&bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidMatmul { .. }) && err.to_string().contains(reason), "{reason}: {err}");
+        }
+        // A [3, 12] i8 = 36 bytes, B [8, 12] i8 = 96 bytes, C [3, 8] i32 = 96 bytes.
+        let ops = MatmulOperands { a: slice(36), b: slice(96), c: slice(96), bias: None, workspace: slice(0) };
+        assert!(check_matmul(&desc, &ops, 0).is_ok());
+        assert!(check_matmul(&desc, &MatmulOperands { a: slice(35), ..ops }, 0).is_err());
+        assert!(check_matmul(&desc, &MatmulOperands { c: slice(95), ..ops }, 0).is_err());
+        let odd = crate::types::DeviceSlice::from_raw(DevicePtr(0x1002), 96);
+        let err = check_matmul(&desc, &MatmulOperands { b: odd, ..ops }, 0).unwrap_err();
+        assert!(err.to_string().contains("B is not 4-byte aligned"), "{err}");
     }
 
     #[test]

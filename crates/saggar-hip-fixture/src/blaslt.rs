@@ -111,13 +111,15 @@ fn non_null<T>(p: *mut T) -> Result<*mut T, HipblasStatus> {
 }
 
 /// `hipDataType` → `cudaDataType_t` for the element types saggar's matmuls use: `HIP_R_32F` (0),
-/// `HIP_R_16F` (2) and `HIP_R_16BF` (14), the CUDA numbers.
+/// `HIP_R_16F` (2), `HIP_R_16BF` (14), `HIP_R_8I` (3) and `HIP_R_32I` (10), the CUDA numbers.
 fn data_type(t: c_int) -> Result<lt::cudaDataType_t, HipblasStatus> {
     use lt::cudaDataType_t::*;
     match t {
         0 => Ok(CUDA_R_32F),
         2 => Ok(CUDA_R_16F),
         14 => Ok(CUDA_R_16BF),
+        3 => Ok(CUDA_R_8I),
+        10 => Ok(CUDA_R_32I),
         other => Err(unsupported(format!("hipDataType {other}"))),
     }
 }
@@ -143,6 +145,7 @@ unsafe fn element_bytes(layout: *mut c_void) -> Result<u32, HipblasStatus> {
     })?;
     match ty {
         CUDA_R_16F | CUDA_R_16BF => Ok(2),
+        CUDA_R_8I => Ok(1),
         _ => Ok(4),
     }
 }
@@ -172,7 +175,7 @@ pub unsafe extern "C" fn hipblasLtDestroy(handle: *mut c_void) -> HipblasStatus 
 
 /// `hipblasLtMatmulDescCreate` → `cublasLtMatmulDescCreate`: `HIPBLAS_COMPUTE_32F` (2) and
 /// `HIPBLAS_COMPUTE_32F_FAST_TF32` (6) with `HIP_R_32F` scales (the compute type of `f32`, `f16` and
-/// `bf16` matrices alike).
+/// `bf16` matrices alike), and `HIPBLAS_COMPUTE_32I` (9) with `HIP_R_32I` scales (`i8` matrices).
 ///
 /// # Safety
 /// `desc` must be null or writable.
@@ -187,6 +190,7 @@ pub unsafe extern "C" fn hipblasLtMatmulDescCreate(
         let compute = match compute {
             2 => lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             6 => lt::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            9 => lt::cublasComputeType_t::CUBLAS_COMPUTE_32I,
             other => return Err(unsupported(format!("hipblasComputeType_t {other}"))),
         };
         let scale = data_type(scale)?;
@@ -220,8 +224,8 @@ unsafe fn read_i32(buf: *const c_void, size: usize) -> Result<i32, HipblasStatus
 }
 
 /// `hipblasLtMatmulDescSetAttribute` → `cublasLtMatmulDescSetAttribute`: TRANSA/TRANSB (operation
-/// numbers translated), EPILOGUE (same numbers), BIAS_POINTER, BIAS_DATA_TYPE (`HIP_R_32F`,
-/// `HIP_R_16F`, `HIP_R_16BF`).
+/// numbers translated), EPILOGUE (same numbers), BIAS_POINTER, BIAS_DATA_TYPE (the types of
+/// [`data_type`]).
 ///
 /// # Safety
 /// `desc` must be live; `buf` readable for `size` bytes.
@@ -263,8 +267,7 @@ pub unsafe extern "C" fn hipblasLtMatmulDescSetAttribute(
     })
 }
 
-/// `hipblasLtMatrixLayoutCreate` → `cublasLtMatrixLayoutCreate` (`HIP_R_32F`, `HIP_R_16F`,
-/// `HIP_R_16BF`).
+/// `hipblasLtMatrixLayoutCreate` → `cublasLtMatrixLayoutCreate` (the types of [`data_type`]).
 ///
 /// # Safety
 /// `layout` must be null or writable.
@@ -341,7 +344,7 @@ pub unsafe extern "C" fn hipblasLtMatmulPreferenceCreate(pref: *mut *mut c_void)
 }
 
 /// Sets `pref`'s minimum alignments of A, B, C and D to one element of each layout's type (4 bytes
-/// for `f32`, 2 for `f16` and `bf16`): hipBLASLt has no alignment preferences and takes any
+/// for `f32` and `i32`, 2 for `f16` and `bf16`, 1 for `i8`): hipBLASLt has no alignment preferences and takes any
 /// element-aligned pointer, while cuBLASLt would otherwise assume 256-byte aligned matrices.
 ///
 /// # Safety
@@ -473,7 +476,7 @@ pub unsafe extern "C" fn hipblasLtMatmulAlgoGetHeuristic(
 ///
 /// # Safety
 /// As `cublasLtMatmul`: every handle live, every pointer naming device memory of the sizes the layouts
-/// describe, `alpha` and `beta` readable host `f32`s, `stream` a live stream of the current context.
+/// describe, `alpha` and `beta` readable host values of the descriptor's scale type, `stream` a live stream of the current context.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn hipblasLtMatmul(

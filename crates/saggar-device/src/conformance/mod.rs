@@ -31,7 +31,8 @@ mod sequences;
 use crate::api::{Backend, Device, Stream};
 use crate::builtin;
 pub use crate::conformance_blas::{
-    blas_bad_requests_are_refused, blas_matmul_captures_and_replays, blas_matmul_matches_reference,
+    blas_bad_requests_are_refused, blas_i8_matmul_is_exact, blas_matmul_captures_and_replays,
+    blas_matmul_matches_reference,
 };
 use crate::types::{DevicePtr, DeviceSlice, KernelArg, LaunchConfig};
 pub use errors::{bad_device_index, bad_launches, bad_sizes_and_ranges, no_deferred_errors_after_clean_drop};
@@ -71,7 +72,8 @@ macro_rules! conformance_tests {
             no_deferred_errors_after_clean_drop,
             blas_matmul_matches_reference,
             blas_matmul_captures_and_replays,
-            blas_bad_requests_are_refused
+            blas_bad_requests_are_refused,
+            blas_i8_matmul_is_exact
         );
         $crate::conformance_tests!(@two $backend;
             wrong_device_pinned_is_an_error,

@@ -22,10 +22,10 @@ pub(crate) static CUBLASLT: LtSpec = LtSpec {
     prefix: "cublasLt",
     // CUBLAS_OP_N, CUBLAS_OP_T.
     op: [0, 1],
-    // CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32.
-    compute: [68, 77],
-    // CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF (library_types.h).
-    data_types: [0, 2, 14],
+    // CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32I.
+    compute: [68, 77, 72],
+    // CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF, CUDA_R_8I, CUDA_R_32I (library_types.h).
+    data_types: [0, 2, 14, 3, 10],
     // CUBLASLT_MATMUL_DESC_TRANSA, _TRANSB, _EPILOGUE, _BIAS_POINTER, _BIAS_DATA_TYPE.
     desc_attrs: [3, 4, 7, 8, 26],
     // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, _STRIDED_BATCH_OFFSET.

@@ -13,10 +13,10 @@ pub(crate) static HIPBLASLT: LtSpec = LtSpec {
     prefix: "hipblasLt",
     // HIPBLAS_OP_N, HIPBLAS_OP_T.
     op: [111, 112],
-    // HIPBLAS_COMPUTE_32F, HIPBLAS_COMPUTE_32F_FAST_TF32.
-    compute: [2, 6],
-    // HIP_R_32F, HIP_R_16F, HIP_R_16BF (hip/library_types.h: the CUDA numbers).
-    data_types: [0, 2, 14],
+    // HIPBLAS_COMPUTE_32F, HIPBLAS_COMPUTE_32F_FAST_TF32, HIPBLAS_COMPUTE_32I.
+    compute: [2, 6, 9],
+    // HIP_R_32F, HIP_R_16F, HIP_R_16BF, HIP_R_8I, HIP_R_32I (hip/library_types.h: the CUDA numbers).
+    data_types: [0, 2, 14, 3, 10],
     // HIPBLASLT_MATMUL_DESC_TRANSA, _TRANSB, _EPILOGUE, _BIAS_POINTER, _BIAS_DATA_TYPE.
     desc_attrs: [0, 1, 2, 3, 4],
     // HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT, _STRIDED_BATCH_OFFSET.

@@ -1,7 +1,9 @@
 //! The host backend's BLAS: the same matmuls as cuBLASLt and hipBLASLt (row-major, batched and
 //! strided, bias and epilogue fused, `f32`, `f16` or `bf16` matrices), computed in `f32` on the
 //! stream's worker: half elements are widened exactly, products accumulate in `f32`, and the result
-//! (bias and epilogue applied in `f32`) is rounded to nearest even into the output type. A matmul is enqueued
+//! (bias and epilogue applied in `f32`) is rounded to nearest even into the output type. `i8` products
+//! accumulate exactly in `i32`, wrapping as ONNX `MatMulInteger` does, so they are bit-exact
+//! references for the GPU libraries' integer kernels. A matmul is enqueued
 //! as a launch of one host kernel, so it runs asynchronously, is recorded by a capture and replays
 //! with the addresses it was captured with, as on a GPU.
 
@@ -16,7 +18,8 @@ use crate::host::{HostBackend, HostDevice, HostKernel, HostStream};
 use crate::rules;
 use crate::types::{DevicePtr, KernelArg, KernelSignature, LaunchConfig, ParamKind};
 
-/// The host kernel behind every host matmul (every element type; it accumulates in `f32`).
+/// The host kernel behind every host matmul (every element type; it accumulates in `f32`, or in `i32`
+/// for `i8` inputs).
 pub const MATMUL_KERNEL: &str = "saggar_host_blas_matmul_f32";
 
 /// The kernel's flags: the transposes, and 4-bit fields for the epilogue and the two element types.
@@ -28,7 +31,7 @@ const OUTPUT_SHIFT: u32 = 12;
 const FIELD: u32 = 0xf;
 
 const EPILOGUES: [Epilogue; 3] = [Epilogue::None, Epilogue::Relu, Epilogue::GeluTanh];
-const TYPES: [MatmulType; 3] = [MatmulType::F32, MatmulType::F16, MatmulType::BF16];
+const TYPES: [MatmulType; 5] = [MatmulType::F32, MatmulType::F16, MatmulType::BF16, MatmulType::I8, MatmulType::I32];
 
 /// The flags' code of `value`: its index in `codes`.
 fn code<T: PartialEq>(codes: &[T], value: T) -> u32 {
@@ -132,6 +135,10 @@ fn matmul_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelAr
     else {
         return Err(ctx.fault(format!("unknown flags {flags:#x}")));
     };
+    let dims = Dims { m, n, k, batch, stride_a, stride_b, stride_c };
+    if inputs == MatmulType::I8 {
+        return i8_matmul(ctx, [a, b, c], dims, flags, beta != 0.0);
+    }
     // Half inputs are widened once (exactly); C stays in its bytes, so elements between batches of a
     // strided C are written back as they were.
     let read = |ptr: DevicePtr, elements: usize, ty: MatmulType| -> Result<Vec<f32>> {
@@ -173,9 +180,60 @@ fn matmul_kernel(ctx: &mut KernelContext<'_>, _: &LaunchConfig, args: &[KernelAr
     Ok(())
 }
 
+/// A matmul's sizes and strides, in elements.
+#[derive(Clone, Copy)]
+struct Dims {
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+}
+
+/// The `i8` product into `i32` ([`rules::check_matmul_desc`] admitted it: `alpha` 1, `beta` 0 or 1,
+/// no bias or epilogue), exact: products and sums wrap in `i32`, and `accumulate` adds the existing
+/// `C` the same way.
+fn i8_matmul(
+    ctx: &mut KernelContext<'_>,
+    [a, b, c]: [DevicePtr; 3],
+    d: Dims,
+    flags: u32,
+    accumulate: bool,
+) -> Result<()> {
+    let Dims { m, n, k, batch, stride_a, stride_b, stride_c } = d;
+    let span = |stride: usize, elements: usize| (batch - 1) * stride + elements;
+    let widen = |bytes: &[u8]| bytes.iter().map(|&v| i32::from(v as i8)).collect::<Vec<i32>>();
+    let a_all = widen(ctx.bytes(a, span(stride_a, m * k))?);
+    let b_all = widen(ctx.bytes(b, span(stride_b, k * n))?);
+    let mut c_all = ctx.bytes(c, span(stride_c, m * n) * 4)?.to_vec();
+    let (mut a_rows, mut b_rows) = (vec![0i32; m * k], vec![0i32; k * n]);
+    let mut row = vec![0i32; n];
+    for batch_index in 0..batch {
+        transpose_into(&a_all[batch_index * stride_a..][..m * k], &mut a_rows, flags & TRANS_A != 0, k, m);
+        transpose_into(&b_all[batch_index * stride_b..][..k * n], &mut b_rows, flags & TRANS_B != 0, n, k);
+        let c_batch = &mut c_all[batch_index * stride_c * 4..][..m * n * 4];
+        for i in 0..m {
+            row.fill(0);
+            for (p, &a_ip) in a_rows[i * k..(i + 1) * k].iter().enumerate() {
+                for (acc, &b_pj) in row.iter_mut().zip(&b_rows[p * n..(p + 1) * n]) {
+                    *acc = acc.wrapping_add(a_ip.wrapping_mul(b_pj));
+                }
+            }
+            for (out, acc) in c_batch[i * n * 4..(i + 1) * n * 4].chunks_exact_mut(4).zip(&row) {
+                let prior = if accumulate { i32::from_le_bytes([out[0], out[1], out[2], out[3]]) } else { 0 };
+                out.copy_from_slice(&acc.wrapping_add(prior).to_le_bytes());
+            }
+        }
+    }
+    ctx.bytes_mut(c, c_all.len())?.copy_from_slice(&c_all);
+    Ok(())
+}
+
 /// Copies `src` into `dst` as a row-major `[rows_out, cols_out]` matrix: as it is, or transposed from
 /// a stored `[cols_out, rows_out]` (`rows_in` x `cols_in` = `cols_out` x `rows_out`).
-fn transpose_into(src: &[f32], dst: &mut [f32], transposed: bool, stored_rows: usize, stored_cols: usize) {
+fn transpose_into<T: Copy>(src: &[T], dst: &mut [T], transposed: bool, stored_rows: usize, stored_cols: usize) {
     if !transposed {
         dst.copy_from_slice(src);
         return;

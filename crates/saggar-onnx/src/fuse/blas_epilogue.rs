@@ -7,7 +7,9 @@
 //! transposed with its natural leading dimension, batches that are either one contiguous run of
 //! matrices or one matrix broadcast to all (stride 0), and Gemm's `C` only as a bias vector over the
 //! columns added with `beta` 1 (the BLAS bias epilogue). A batched A times one shared B (the
-//! transformer case) becomes one tall GEMM. Anything else keeps the generated GEMM kernel.
+//! transformer case) becomes one tall GEMM. An `i8` product ([`crate::graph::passes::qdq_products`])
+//! must have the form the libraries' integer kernels take ([`saggar_device::rules::check_matmul_desc`])
+//! and takes no epilogue. Anything else keeps the generated GEMM kernel.
 //!
 //! A GEMM whose only reader is an elementwise group of exactly `Add(gemm, bias)`, `Add` then `Relu`,
 //! or `Relu`, with `bias` a constant vector over the output's columns, takes that group into its
@@ -95,7 +97,8 @@ pub(crate) fn matmul_desc(launch: &GpuLaunch, precision: MatmulPrecision) -> Opt
             desc.stride_c = (m * n) as u64;
         }
     }
-    Some(desc)
+    // What no library takes (an i8 product in another form than its integer kernels') stays generated.
+    saggar_device::rules::check_matmul_desc(&desc).ok().map(|()| desc)
 }
 
 /// The BLAS element type of a GEMM operand of type `d` (`None`: the libraries do not take it).
@@ -104,6 +107,8 @@ fn matmul_type(d: DType) -> Option<MatmulType> {
         DType::F32 => Some(MatmulType::F32),
         DType::F16 => Some(MatmulType::F16),
         DType::BF16 => Some(MatmulType::BF16),
+        DType::I8 => Some(MatmulType::I8),
+        DType::I32 => Some(MatmulType::I32),
         _ => None,
     }
 }
@@ -146,7 +151,7 @@ pub(crate) fn epilogue_fusions(
     let mut fusions = HashMap::new();
     for (j, node) in graph.nodes.iter().enumerate() {
         let ([out], true) = (node.outputs.as_slice(), root[j] == j && members(j).len() == 1) else { continue };
-        let Some((_, desc)) = blas_gemm(&info[j], precision) else { continue };
+        let Some((_, desc)) = blas_gemm(&info[j], precision).filter(|(_, d)| !d.inputs.is_integer()) else { continue };
         if uses[out.0] != 1 || outputs.contains(out) {
             continue;
         }

@@ -96,10 +96,12 @@ static unsigned char* load(const char* path, size_t size) {
   if (path) { FILE* f = std::fopen(path, "rb"); if (!f || std::fread(p, 1, size, f) != size) std::abort(); std::fclose(f); }
   return p;
 }
-// Elements of a matmul operand of type `t` (0 f32, 1 f16, 2 bf16) as float, and back (nearest even),
-// through the generated source's own conversions (its prelude comes before this driver).
+// Elements of a matmul operand of type `t` (0 f32, 1 f16, 2 bf16, 3 i8, 4 i32) as float, and back
+// (nearest even), through the generated source's own conversions (its prelude comes before this driver).
 static float blas_get(const void* p, long i, int t) {
   if (t == 0) return ((const float*)p)[i];
+  if (t == 3) return (float)((const signed char*)p)[i];
+  if (t == 4) return (float)((const int*)p)[i];
   const unsigned short h = ((const unsigned short*)p)[i];
   return t == 2 ? onnx_bf16_to_f32(h) : onnx_f16_to_f32(h);
 }
@@ -108,13 +110,15 @@ static void blas_set(void* p, long i, int t, float v) {
   else ((unsigned short*)p)[i] = t == 2 ? onnx_f32_to_bf16(v) : onnx_f32_to_f16(v);
 }
 // A matmul step of the plan (beta is always 0 in a plan), as the BLAS-Lt libraries define it: A and B
-// of type `ti`, C and the bias of type `to`, f32 accumulation (here in double).
+// of type `ti`, C and the bias of type `to`, f32 accumulation (here in double; exact for i8 inputs,
+// whose i32 output wraps as the libraries' integer kernels do).
 static void blas(const void* a, const void* b, void* c, const void* bias, long m, long n, long k, long batch,
                  long sa, long sb, long sc, int ta, int tb, float alpha, int epi, int ti, int to) {
   for (long q = 0; q < batch; ++q) for (long i = 0; i < m; ++i) for (long j = 0; j < n; ++j) {
     double acc = 0;
     for (long p = 0; p < k; ++p)
       acc += (double)blas_get(a, q * sa + (ta ? p * m + i : i * k + p), ti) * blas_get(b, q * sb + (tb ? j * k + p : p * n + j), ti);
+    if (to == 4) { ((int*)c)[q * sc + i * n + j] = (int)(unsigned)(long long)acc; continue; }
     float v = alpha * (float)acc + (bias ? blas_get(bias, j, to) : 0.f);
     if (epi == 1) v = v > 0 ? v : 0;
     if (epi == 2) v = 0.5f * v * (1 + tanhf(0.7978846f * (v + 0.044715f * v * v * v)));
@@ -179,6 +183,8 @@ pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Pat
                     saggar_device::MatmulType::F32 => 0,
                     saggar_device::MatmulType::F16 => 1,
                     saggar_device::MatmulType::BF16 => 2,
+                    saggar_device::MatmulType::I8 => 3,
+                    saggar_device::MatmulType::I32 => 4,
                 };
                 let (ti, to) = (code(d.inputs), code(d.output));
                 let _ = writeln!(

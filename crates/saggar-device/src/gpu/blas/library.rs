@@ -24,11 +24,12 @@ pub struct LtSpec {
     pub prefix: &'static str,
     /// `CUBLAS_OP_N` / `HIPBLAS_OP_N` and the transposed operation.
     pub op: [c_int; 2],
-    /// Compute types: strict `f32`, `f32` with TF32 allowed.
-    pub compute: [c_int; 2],
-    /// The data types of [`MatmulType::F32`], [`MatmulType::F16`] and [`MatmulType::BF16`]
-    /// (`CUDA_R_32F`, `CUDA_R_16F`, `CUDA_R_16BF`; `HIP_R_*`).
-    pub data_types: [c_int; 3],
+    /// Compute types: strict `f32`, `f32` with TF32 allowed, `i32` (for `i8` inputs).
+    pub compute: [c_int; 3],
+    /// The data types of [`MatmulType::F32`], [`MatmulType::F16`], [`MatmulType::BF16`],
+    /// [`MatmulType::I8`] and [`MatmulType::I32`] (`CUDA_R_32F`, `CUDA_R_16F`, `CUDA_R_16BF`,
+    /// `CUDA_R_8I`, `CUDA_R_32I`; `HIP_R_*`).
+    pub data_types: [c_int; 5],
     /// Matmul-descriptor attributes: TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE.
     pub desc_attrs: [c_int; 5],
     /// Layout attributes: BATCH_COUNT, STRIDED_BATCH_OFFSET.
@@ -55,6 +56,8 @@ impl LtSpec {
             MatmulType::F32 => self.data_types[0],
             MatmulType::F16 => self.data_types[1],
             MatmulType::BF16 => self.data_types[2],
+            MatmulType::I8 => self.data_types[3],
+            MatmulType::I32 => self.data_types[4],
         }
     }
 }

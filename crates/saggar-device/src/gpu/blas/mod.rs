@@ -168,18 +168,18 @@ impl<D: Driver> Blas for GpuBlas<D> {
             let workspace = operands.workspace.ptr().0 as *mut c_void;
             // SAFETY: every handle is live; the operands were checked against the description and the
             // caller promised they stay live (this function's contract); alpha and beta are host values
-            // read during the call; the algorithm was chosen for this descriptor, these layouts and
-            // operands of this alignment.
+            // of the scale type read during the call; the algorithm was chosen for this descriptor,
+            // these layouts and operands of this alignment.
             check::<D>(op, unsafe {
                 (shared.api.matmul)(
                     shared.handle,
                     plan.desc,
-                    (&plan.alpha as *const f32).cast(),
+                    (&plan.alpha as *const u32).cast(),
                     operands.b.ptr().0 as *const c_void,
                     a,
                     operands.a.ptr().0 as *const c_void,
                     b,
-                    (&plan.beta as *const f32).cast(),
+                    (&plan.beta as *const u32).cast(),
                     operands.c.ptr().0 as *const c_void,
                     c,
                     operands.c.ptr().0 as *mut c_void,

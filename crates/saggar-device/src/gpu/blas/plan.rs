@@ -34,8 +34,9 @@ pub(super) struct Plan {
     pub(super) desc: Handle,
     pub(super) layouts: [Handle; 3],
     pub(super) algo: Box<HeuristicResult>,
-    pub(super) alpha: f32,
-    pub(super) beta: f32,
+    /// `alpha` and `beta` in the scale type ([`scalar`]), passed by address to every call.
+    pub(super) alpha: u32,
+    pub(super) beta: u32,
     /// Held while the descriptor's bias pointer is written and read by the call that follows, so two
     /// threads never race on it (plans without a bias are never written after planning).
     pub(super) bias: Mutex<()>,
@@ -46,6 +47,12 @@ pub(super) struct Plan {
 unsafe impl Send for Plan {}
 // SAFETY: as above.
 unsafe impl Sync for Plan {}
+
+/// The bits of a scale `value` in the scale type of `desc`: an `i32` for `i8` inputs (whose checked
+/// scales are 0 or 1), else an `f32`. Both are 4 bytes, so a plan passes either by the same address.
+fn scalar(desc: &MatmulDesc, value: f32) -> u32 {
+    if desc.inputs.is_integer() { value as i32 as u32 } else { value.to_bits() }
+}
 
 /// The largest operand alignment a plan asks for: what the fast kernels need.
 const MAX_ALIGNMENT: u32 = 16;
@@ -115,8 +122,8 @@ impl<D: Driver> Shared<D> {
             desc: std::ptr::null_mut(),
             layouts: [std::ptr::null_mut(); 3],
             algo: Box::new([0; 16]),
-            alpha: desc.alpha(),
-            beta: desc.beta(),
+            alpha: scalar(desc, desc.alpha()),
+            beta: scalar(desc, desc.beta()),
             bias: Mutex::new(()),
         };
         // Destroying a plan skips the objects not created yet.
@@ -128,14 +135,19 @@ impl<D: Driver> Shared<D> {
         Ok(guard.plan.take().expect("set above"))
     }
 
-    /// Creates `plan`'s matmul descriptor for `desc`: the compute type (`f32` accumulation; TF32 only
-    /// for `f32` inputs) with `f32` scales, the transposes (swapped: the vendor's A is our B, see the
-    /// module docs), the epilogue and the bias type (the output's).
+    /// Creates `plan`'s matmul descriptor for `desc`: the compute type (`f32` accumulation, TF32 only
+    /// for `f32` inputs, with `f32` scales; `i32` accumulation and scales for `i8` inputs), the
+    /// transposes (swapped: the vendor's A is our B, see the module docs; an `i8` product's `trans_b`
+    /// is the vendor's transposed A of the "TN" form its integer kernels take), the epilogue and the
+    /// bias type (the output's).
     fn describe(&self, plan: &mut Plan, desc: &MatmulDesc) -> Result<()> {
         let (spec, api) = (D::BLAS_LT, &self.api);
-        let tf32 = desc.inputs == MatmulType::F32 && desc.precision == MatmulPrecision::Tf32;
-        let compute = spec.compute[usize::from(tf32)];
-        let scale = spec.data_type(MatmulType::F32);
+        let (compute, scale) = if desc.inputs == MatmulType::I8 {
+            (spec.compute[2], spec.data_type(MatmulType::I32))
+        } else {
+            let tf32 = desc.inputs == MatmulType::F32 && desc.precision == MatmulPrecision::Tf32;
+            (spec.compute[usize::from(tf32)], spec.data_type(MatmulType::F32))
+        };
         let mut created = std::ptr::null_mut();
         // SAFETY: the out-pointer is writable; the plan's guard destroys what is created.
         check::<D>(OP, unsafe { (api.desc_create)(&mut created, compute, scale) })?;
@@ -302,6 +314,15 @@ mod tests {
         let keys: HashSet<PlanKey> =
             crate::blas::MATMUL_TYPES.iter().map(|&(i, o)| (desc.with_types(i, o), alignment(&desc, &[]))).collect();
         assert_eq!(keys.len(), crate::blas::MATMUL_TYPES.len());
+    }
+
+    #[test]
+    fn integer_scales_are_i32_bits() {
+        let desc = MatmulDesc::gemm_i8(4, 4, 4).with_scales(1.0, 1.0);
+        assert_eq!(scalar(&desc, desc.alpha()), 1);
+        assert_eq!(scalar(&desc, 0.0), 0);
+        let float = MatmulDesc::gemm(4, 4, 4);
+        assert_eq!(scalar(&float, 1.0), 1.0f32.to_bits());
     }
 
     #[test]

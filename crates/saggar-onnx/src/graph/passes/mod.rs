@@ -1,7 +1,8 @@
 //! Graph passes: inference with constant folding, clean-up, canonicalisation, and specialisation
 //! to concrete input shapes.
 //!
-//! At import (`optimise`): infer symbolically and fold (initializer-only subgraphs included, up
+//! At import (`optimise`): run the QDQ products of quantised models on `i8` ([`qdq_products`]),
+//! infer symbolically and fold (initializer-only subgraphs included, up
 //! to [`crate::ImportLimits::max_fold_elements`] per tensor), inline the control flow whose
 //! controlling values are constants (`control_flow`), remove Identity/Dropout, fold
 //! BatchNormalization into Conv, normalise Gemm, remove dead nodes. Per compile (`specialise`):
@@ -14,6 +15,7 @@ pub(crate) mod conv_gemm;
 mod fuse;
 pub(crate) mod infer;
 pub(crate) mod precision;
+pub(crate) mod qdq_products;
 pub(crate) mod segments;
 mod simplify;
 pub(crate) mod value_inputs;
@@ -27,6 +29,14 @@ pub(crate) const SPECIALISE_FOLD_LIMIT: usize = 1 << 16;
 
 /// The import-time pipeline.
 pub(crate) fn optimise(graph: &mut Graph, fold_limit: usize) -> Result<(), OnnxError> {
+    if graph.nodes.iter().any(|n| matches!(n.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")) {
+        // Types without folding, so the QDQ products are found before their weights' dequantisation
+        // folds into f32 weights (and bad scales are refused).
+        infer::infer_and_fold(graph, infer::Mode::Symbolic, 0)?;
+        if qdq_products::int8_products(graph)? > 0 {
+            simplify::remove_dead_nodes(graph);
+        }
+    }
     infer::infer_and_fold(graph, infer::Mode::Symbolic, fold_limit)?;
     if control_flow::inline(graph, fold_limit, false)? {
         infer::infer_and_fold(graph, infer::Mode::Symbolic, fold_limit)?;
