@@ -490,3 +490,28 @@ fn an_if_on_a_condition_computed_from_data_runs_as_segments() {
     let st = session.stats();
     assert_eq!((st.segment_reads, st.shape_programs), (3, 2), "a program per branch taken: {st:?}");
 }
+
+/// A branch that computes with captured data makes it no value input, even where the If's output
+/// extent is fresh (the branches disagree): only the condition and values that fix extents inside
+/// a branch key the program. A detector's `If(boxes.numel() == 0)` around its NMS captures the
+/// scores, which keyed every program by them.
+#[test]
+fn an_if_keys_its_program_by_its_condition_not_by_the_data_its_branches_read() {
+    let then_branch = graph("then", &[], &["t"], |b| {
+        b.node("Slice", &["x", "zero", "one_i"], &["t"], &[]);
+    });
+    let else_branch = graph("else", &[], &["e"], |b| {
+        b.node("Relu", &["x"], &["e"], &[]);
+    });
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &[Dim::symbolic("n")]);
+    b.input("c", DType::Bool, &[]);
+    b.initializer("zero", &Tensor::from_i64s(vec![0])).initializer("one_i", &Tensor::from_i64s(vec![1]));
+    b.control_node("If", &["c"], &["y"], &[], &[("then_branch", &then_branch), ("else_branch", &else_branch)]);
+    b.output("y", DType::F32, &[]);
+    let model = import(&b).unwrap();
+    assert_eq!(OnnxCompiler::new(model.clone(), OnnxOptions::default()).value_inputs(), &[1], "c alone");
+    let x = f32s(&[3], &[-1.0, 2.0, -3.0]);
+    assert_eq!(floats(&model.run_once(&[x.clone(), flag(false)]).unwrap()[0]), [0.0, 2.0, 0.0]);
+    assert_eq!(floats(&model.run_once(&[x, flag(true)]).unwrap()[0]), [-1.0]);
+}

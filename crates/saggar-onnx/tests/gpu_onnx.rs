@@ -88,3 +88,11 @@ fn reduced_precisions_match_the_host_on_cuda() {
     };
     gpu_common::precision::check_precisions::<CudaBackend>(device);
 }
+
+#[test]
+fn qdq_int8_products_match_the_host_on_cuda() {
+    let Some(device) = gpu_common::open_or_skip::<CudaBackend>("qdq_int8_products_match_the_host_on_cuda") else {
+        return;
+    };
+    gpu_common::qdq::check_qdq_products::<CudaBackend>(device);
+}

@@ -88,3 +88,11 @@ fn reduced_precisions_match_the_host_on_hip() {
     };
     gpu_common::precision::check_precisions::<HipBackend>(device);
 }
+
+#[test]
+fn qdq_int8_products_match_the_host_on_hip() {
+    let Some(device) = gpu_common::open_or_skip::<HipBackend>("qdq_int8_products_match_the_host_on_hip") else {
+        return;
+    };
+    gpu_common::qdq::check_qdq_products::<HipBackend>(device);
+}

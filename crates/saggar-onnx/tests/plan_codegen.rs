@@ -213,10 +213,7 @@ fn every_precision_has_one_gpu_source_for_all_batches() {
     for precision in saggar_onnx::Precision::ALL {
         for name in MODELS {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name).join("model.onnx");
-            let c = OnnxCompiler::new(
-                OnnxModel::load(path).unwrap(),
-                OnnxOptions::default().with_precision(precision),
-            );
+            let c = OnnxCompiler::new(OnnxModel::load(path).unwrap(), OnnxOptions::default().with_precision(precision));
             let source = c.gpu_source(&dims(&c, 1)).unwrap_or_else(|e| panic!("{name} at {precision}: {e}"));
             for batch in [2, 17, 64] {
                 assert!(

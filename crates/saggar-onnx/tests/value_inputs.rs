@@ -120,3 +120,17 @@ fn a_value_input_above_the_limit_is_refused_before_anything_compiles() {
     assert!(matches!(err, DispatchError::LimitExceeded { .. }), "{err}");
     assert_eq!(session.stats().compiles, 0);
 }
+
+/// A concatenation's output extent is the sum of its inputs' whatever their values: vectors of
+/// unnamed lengths concatenated are data, not values that key the program.
+#[test]
+fn concatenated_vectors_of_unknown_length_are_data() {
+    let mut b = ModelBuilder::new(17);
+    b.input("a", DType::F32, &[Dim::symbolic("n")]);
+    b.input("b", DType::I64, &[Dim::symbolic("m")]);
+    b.node("Cast", &["b"], &["bf"], &[("to", saggar_onnx::ops::Attribute::Int(1))]);
+    b.node("Concat", &["a", "bf"], &["y"], &[("axis", saggar_onnx::ops::Attribute::Int(0))]);
+    b.output("y", DType::F32, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "concat", &ImportLimits::default()).unwrap();
+    assert!(OnnxCompiler::new(model, OnnxOptions::default()).value_inputs().is_empty());
+}

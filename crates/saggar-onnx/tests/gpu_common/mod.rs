@@ -19,6 +19,7 @@ use support::{MODELS, Request, assert_close, data_sets, model_dir, owned_to_tens
 pub mod sequence;
 
 pub mod precision;
+pub mod qdq;
 
 /// Opens device 0 of `B`, or prints why the test is skipped.
 pub fn open_or_skip<B: Backend>(test: &str) -> Option<B::Device> {

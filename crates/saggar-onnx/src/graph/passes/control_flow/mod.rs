@@ -79,6 +79,26 @@ pub(crate) fn control_values(graph: &Graph) -> Vec<ValueId> {
     out
 }
 
+/// The values control node `node` of `graph` captures that fix extents inside its subgraphs: the
+/// captured values that a body's own shape-fixing values ([`value_inputs::shape_fixing_values`],
+/// recursively) are computed from. A captured value the bodies only compute with is data.
+pub(crate) fn captured_shape_values(graph: &Graph, node: &Node) -> Vec<ValueId> {
+    let mut out = Vec::new();
+    for (_, a) in &node.attrs.0 {
+        let Attribute::Graph(g) = a else { continue };
+        let Some(body) = g.body().as_any().downcast_ref::<SubgraphBody>() else { continue };
+        let mut reached = BTreeSet::new();
+        for id in value_inputs::shape_fixing_values(&body.graph) {
+            value_inputs::trace(&body.graph, id, &mut reached, |_, _| true);
+        }
+        let captured = captured(graph.opset, node, body).unwrap_or_default();
+        out.extend(
+            reached.into_iter().filter_map(|i| i.checked_sub(body.formal)).filter_map(|k| captured.get(k).copied()),
+        );
+    }
+    out
+}
+
 /// Whether `node` is an If, a Loop or a Scan.
 pub(crate) fn is_control(node: &Node) -> bool {
     is_control_op(&node.op_type)
