@@ -4,6 +4,7 @@
 //! to f32 as the reference evaluator computes it. Zero and NaN scales are refused naming the node.
 
 use saggar_device::BackendKind;
+use saggar_device::conformance_blas::values;
 use saggar_onnx::builder::ModelBuilder;
 use saggar_onnx::ops::Attribute;
 use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Tensor, TensorData, run_on_host};
@@ -35,19 +36,6 @@ fn base(what: &'static str) -> Case {
         bias: false,
         x_scale: 0.02,
     }
-}
-
-/// `len` xorshift values in [-1, 1].
-fn values(len: usize, seed: u32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
 }
 
 fn tensor(dims: &[usize], data: TensorData) -> Tensor {

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use saggar_device::conformance_blas::values;
 use saggar_device::{Backend, BackendKind};
 use saggar_onnx::builder::ModelBuilder;
 use saggar_onnx::ops::Attribute;
@@ -16,18 +17,6 @@ use super::support::{Request, owned_to_tensor};
 
 const K: usize = 64;
 const N: usize = 48;
-
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
 
 fn model() -> OnnxModel {
     let t = |dims: &[usize], data| Tensor::new(dims.to_vec(), data).unwrap();
@@ -60,7 +49,7 @@ pub fn check_qdq_products<B: Backend>(device: B::Device) {
     assert_eq!(compiler.plan_summary(&dims, kind).unwrap().matmuls, 1, "FAIL qdq: the i8 product is a BLAS step");
     let s = super::session::<B>(&device, compiler.clone(), "qdq");
     for rows in [1usize, 5, 33] {
-        let x = Tensor::new(vec![rows, K], TensorData::F32(values(rows * K, rows as u64 + 11))).unwrap();
+        let x = Tensor::new(vec![rows, K], TensorData::F32(values(rows * K, rows as u32 + 11))).unwrap();
         let want = run_on_host(&compiler, std::slice::from_ref(&x)).unwrap();
         let request = Request::new(&["x"], std::slice::from_ref(&x));
         for run in 0..2 {
