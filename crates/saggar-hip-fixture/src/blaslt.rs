@@ -124,7 +124,10 @@ fn data_type(t: c_int) -> Result<lt::cudaDataType_t, HipblasStatus> {
     }
 }
 
-/// Bytes of one element of `layout` (its `CUBLASLT_MATRIX_LAYOUT_TYPE`, one [`data_type`] made).
+/// The alignment in bytes saggar guarantees for `layout`'s pointers (by its
+/// `CUBLASLT_MATRIX_LAYOUT_TYPE`, one [`data_type`] made): one element, except `i8` matrices, which
+/// saggar's matmul checks refuse unless 4-byte aligned (cuBLASLt's integer kernels need that much and
+/// offer no algorithm for 1-byte alignment).
 ///
 /// # Safety
 /// `layout` must be a live layout.
@@ -145,7 +148,7 @@ unsafe fn element_bytes(layout: *mut c_void) -> Result<u32, HipblasStatus> {
     })?;
     match ty {
         CUDA_R_16F | CUDA_R_16BF => Ok(2),
-        CUDA_R_8I => Ok(1),
+        CUDA_R_8I => Ok(4),
         _ => Ok(4),
     }
 }
@@ -343,9 +346,9 @@ pub unsafe extern "C" fn hipblasLtMatmulPreferenceCreate(pref: *mut *mut c_void)
     })
 }
 
-/// Sets `pref`'s minimum alignments of A, B, C and D to one element of each layout's type (4 bytes
-/// for `f32` and `i32`, 2 for `f16` and `bf16`, 1 for `i8`): hipBLASLt has no alignment preferences and takes any
-/// element-aligned pointer, while cuBLASLt would otherwise assume 256-byte aligned matrices.
+/// Sets `pref`'s minimum alignments of A, B, C and D to what saggar guarantees for each layout's type
+/// ([`element_bytes`]: 4 bytes for `f32`, `i32` and `i8`, 2 for `f16` and `bf16`): hipBLASLt has no
+/// alignment preferences, while cuBLASLt would otherwise assume 256-byte aligned matrices.
 ///
 /// # Safety
 /// `pref` and every layout must be live.
