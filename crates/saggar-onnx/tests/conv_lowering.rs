@@ -124,3 +124,67 @@ fn the_cnn_model_through_im2col_matches_the_direct_kernel_and_its_reference() {
         assert!(a.matmuls > b.matmuls, "the convs became matmul steps: {} vs {}", a.matmuls, b.matmuls);
     }
 }
+
+/// `Relu(ConvTranspose(x, w[, b]))` for input `[n, c, h, w]` and weights `[c, m, k0, k1]`.
+fn conv_transpose_model(c: usize, m: usize, kernel: [usize; 2], bias: bool, attrs: &[(&str, Attribute)]) -> OnnxModel {
+    let mut b = ModelBuilder::new(17);
+    let sym = |s: &str| Dim::symbolic(s);
+    b.input("x", DType::F32, &[sym("n"), Dim::Fixed(c as u64), sym("h"), sym("w")]);
+    b.initializer("w", &f32s(&[c, m, kernel[0], kernel[1]], 7));
+    let mut inputs = vec!["x", "w"];
+    if bias {
+        b.initializer("b", &f32s(&[m], 11));
+        inputs.push("b");
+    }
+    b.node("ConvTranspose", &inputs, &["y"], attrs);
+    b.node("Relu", &["y"], &["r"], &[]);
+    b.output("r", DType::F32, &[sym("n"), Dim::Fixed(m as u64), sym("oh"), sym("ow")]);
+    OnnxModel::from_bytes(&b.to_bytes(), "conv_transpose", &ImportLimits::default()).unwrap()
+}
+
+/// A transposed convolution whose stride is its square kernel (a UNet's upsampling) runs as one
+/// product and a pixel shuffle, equal to the direct kernel; other geometries keep the direct kernel.
+#[test]
+fn transposed_convolutions_with_stride_equal_to_the_kernel_run_as_a_product_and_a_shuffle() {
+    use Attribute::Ints;
+    // (what, c, m, kernel, bias, attributes, matmul steps)
+    type Transposed = (&'static str, usize, usize, [usize; 2], bool, Vec<(&'static str, Attribute)>, usize);
+    let cases: Vec<Transposed> = vec![
+        ("2x2 stride 2, bias", 6, 4, [2, 2], true, vec![("strides", Ints(vec![2, 2]))], 1),
+        (
+            "3x3 stride 3",
+            3,
+            5,
+            [3, 3],
+            false,
+            vec![("strides", Ints(vec![3, 3])), ("kernel_shape", Ints(vec![3, 3]))],
+            1,
+        ),
+        ("2x2 stride 1", 3, 4, [2, 2], true, vec![], 0),
+        (
+            "2x2 stride 2 padded",
+            3,
+            4,
+            [2, 2],
+            true,
+            vec![("strides", Ints(vec![2, 2])), ("pads", Ints(vec![1, 1, 1, 1]))],
+            0,
+        ),
+        ("2x3 stride 2x3", 3, 4, [2, 3], true, vec![("strides", Ints(vec![2, 3]))], 0),
+    ];
+    for (what, c, m, kernel, bias, attrs, matmuls) in cases {
+        let model = conv_transpose_model(c, m, kernel, bias, &attrs);
+        let (gemm, direct) = compilers(&model);
+        for (n, h, w) in [(1, 5, 4), (3, 7, 6)] {
+            let x = f32s(&[n, c, h, w], 3);
+            let got = run_on_host(&gemm, std::slice::from_ref(&x)).unwrap();
+            let want = run_on_host(&direct, std::slice::from_ref(&x)).unwrap();
+            assert_close(&got[0], &want[0], &format!("{what} batch {n}"));
+            assert_close(&got[0], &model.run_once(std::slice::from_ref(&x)).unwrap()[0], &format!("{what} reference"));
+            let dims = [vec![n as u64, c as u64, h as u64, w as u64]];
+            for backend in [BackendKind::Host, BackendKind::Cuda] {
+                assert_eq!(gemm.plan_summary(&dims, backend).unwrap().matmuls, matmuls, "{what} on {backend:?}");
+            }
+        }
+    }
+}

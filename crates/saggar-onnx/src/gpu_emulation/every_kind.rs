@@ -369,7 +369,8 @@ fn resize_nodes(k: &mut Kinds) {
     k.node("Resize", &["x", "", "", "rs_down"], &["rz_cx"], &[mode("cubic"), ("antialias", Int(1))], f);
 }
 
-/// Transposed convolutions, Lp and indexed pooling, unpooling, the group and axes normalisations.
+/// Transposed convolutions (one of stride equal to its kernel), Lp and indexed pooling, unpooling,
+/// the group and axes normalisations.
 fn transpose_unpool_and_axes_nodes(k: &mut Kinds) {
     let f = DType::F32;
     k.node(
@@ -384,6 +385,7 @@ fn transpose_unpool_and_axes_nodes(k: &mut Kinds) {
         ],
         f,
     );
+    k.node("ConvTranspose", &["x", "ctw", "ctb"], &["ctk"], &[("strides", Ints(vec![3, 3]))], f);
     k.node(
         "ConvTranspose",
         &["x", "ctgw"],

@@ -8,6 +8,13 @@
 //!
 //! Views (Reshape) launch nothing, so a biased Conv costs at most an im2col kernel, one matmul and
 //! its share of one fused elementwise kernel, and the patch matrix is scratch of the memory plan.
+//!
+//! A 2-D ConvTranspose whose stride equals its square kernel `k` (no padding, dilation or output
+//! padding, one group: a UNet's upsampling) writes each input pixel's `k x k` output block from that
+//! pixel alone, so it is one product and a pixel shuffle: the weights `[C, M, k, k]` viewed as
+//! `[C, M k k]` and transposed (a small copy of the weights per run), times the image viewed as
+//! `[N, C, H W]`, gives `[N, M k k, H, W]`, which `DepthToSpace` in CRD order lays out as
+//! `[N, M, H k, W k]`; the bias is the same `Add` as a Conv's.
 
 use std::sync::Arc;
 
@@ -40,12 +47,14 @@ impl ConvEngine {
     }
 }
 
-/// Rewrites every one-group Conv of `graph` (f32, or half input and weights writing f32) (all extents known) as im2col and a GEMM. See the
-/// module docs. A Conv whose geometry does not resolve is left to the direct kernel.
+/// Rewrites every one-group Conv of `graph` (f32, or half input and weights writing f32) (all extents
+/// known) as im2col and a GEMM, and every f32 ConvTranspose whose stride is its square kernel as a
+/// GEMM and a pixel shuffle. See the module docs. A node whose geometry does not resolve is left to
+/// the direct kernel.
 pub(crate) fn convs_as_gemms(graph: &mut Graph) {
     let mut index = 0;
     while index < graph.nodes.len() {
-        match rewrite(graph, index) {
+        match rewrite(graph, index).or_else(|| rewrite_transposed(graph, index)) {
             Some(nodes) => {
                 let count = nodes.len();
                 graph.nodes.splice(index..=index, nodes);
@@ -122,6 +131,73 @@ fn rewrite(graph: &mut Graph, index: usize) -> Option<Vec<Node>> {
     Some(b.nodes)
 }
 
+/// The nodes replacing ConvTranspose node `index` when its stride is its square kernel, or `None`.
+fn rewrite_transposed(graph: &mut Graph, index: usize) -> Option<Vec<Node>> {
+    let node = &graph.nodes[index];
+    if node.op_type != "ConvTranspose" || node.outputs.len() != 1 {
+        return None;
+    }
+    let (x, w) = (node.inputs.first().copied().flatten()?, node.inputs.get(1).copied().flatten()?);
+    let bias = node.inputs.get(2).copied().flatten();
+    let out = node.outputs[0];
+    let typed = |id: ValueId| graph.ty(id).filter(|t| t.dtype == DType::F32).and_then(ValueType::fixed_dims);
+    let (xd, wd, yd) = (typed(x)?, typed(w)?, typed(out)?);
+    let k = *wd.get(2)?;
+    if xd.len() != 4 || wd.len() != 4 || wd[3] != k || wd[0] != xd[1] || k < 2 {
+        return None;
+    }
+    let ints = |name: &str| match node.attrs.get(name) {
+        None => Some(None),
+        Some(Attribute::Ints(v)) => Some(Some(v.clone())),
+        Some(_) => None,
+    };
+    let k64 = k as i64;
+    let all = |name: &str, want: i64| ints(name).is_some_and(|v| v.is_none_or(|v| v.iter().all(|&e| e == want)));
+    let no_auto_pad = match node.attrs.get("auto_pad") {
+        None => true,
+        Some(Attribute::String(p)) => p.as_slice() == b"NOTSET",
+        Some(_) => false,
+    };
+    let one_group = !matches!(node.attrs.get("group"), Some(Attribute::Int(g)) if *g != 1);
+    if !(one_group && no_auto_pad && all("pads", 0) && all("dilations", 1) && all("output_padding", 0))
+        || ints("strides")?.as_deref() != Some(&[k64, k64][..])
+        || ints("kernel_shape")?.is_some_and(|v| v != [k64, k64])
+    {
+        return None;
+    }
+    let (n, c, h, wide, m) = (xd[0], xd[1], xd[2], xd[3], wd[1]);
+    if yd != [n, m, h * k, wide * k] {
+        return None;
+    }
+    let rows = m.checked_mul(k * k)?;
+    let (name, opset) = (node.name.clone(), graph.opset);
+    let mut b = Builder { graph, name, opset, nodes: Vec::new() };
+    let weights = b.reshape(w, DType::F32, &[c, rows], None)?;
+    let transposed = b.value("weights_t", DType::F32, &[rows, c]);
+    let transpose = b.op("Transpose", 1)?;
+    b.push("Transpose", transpose, vec![Some(weights)], transposed);
+    let image = b.reshape(x, DType::F32, &[n, c, h * wide], None)?;
+    let product = b.value("product", DType::F32, &[n, rows, h * wide]);
+    let matmul = b.op("MatMul", 2)?;
+    b.push("MatMul", matmul, vec![Some(transposed), Some(image)], product);
+    let blocks = b.reshape(product, DType::F32, &[n, rows, h, wide], None)?;
+    let shuffle_attrs = Attributes(vec![
+        ("blocksize".into(), Attribute::Int(k64)),
+        ("mode".into(), Attribute::String(b"CRD".to_vec())),
+    ]);
+    let shuffle = b.op_with("DepthToSpace", 1, &shuffle_attrs)?;
+    let Some(bias) = bias else {
+        b.push_with("DepthToSpace", shuffle, shuffle_attrs, vec![Some(blocks)], out);
+        return Some(b.nodes);
+    };
+    let y = b.value("shuffled", DType::F32, &yd);
+    b.push_with("DepthToSpace", shuffle, shuffle_attrs, vec![Some(blocks)], y);
+    let bias = b.reshape(bias, DType::F32, &[m, 1, 1], None)?;
+    let add = b.op("Add", 2)?;
+    b.push("Add", add, vec![Some(y), Some(bias)], out);
+    Some(b.nodes)
+}
+
 /// The nodes replacing one Conv, with the values they define.
 struct Builder<'g> {
     graph: &'g mut Graph,
@@ -137,16 +213,31 @@ impl Builder<'_> {
     }
 
     fn op(&self, op_type: &str, inputs: usize) -> Option<Arc<dyn Op>> {
-        // Today's forms (numpy broadcasting) even in a model of opset 6 or older.
-        let opset = self.opset.max(ops::MODERN_OPSET);
+        self.op_with(op_type, inputs, &Attributes::default())
+    }
+
+    fn op_with(&self, op_type: &str, inputs: usize, attrs: &Attributes) -> Option<Arc<dyn Op>> {
+        // Today's forms (numpy broadcasting, DepthToSpace's modes) even in a model of opset 6 or older.
+        let opset = self.opset.max(ops::MODERN_OPSET).max(11);
         let entry = ops::lookup(op_type, opset)?;
-        (entry.build)(&mut NodeCtx::new(&Attributes::default(), opset, inputs, 1)).ok().map(Arc::from)
+        (entry.build)(&mut NodeCtx::new(attrs, opset, inputs, 1)).ok().map(Arc::from)
     }
 
     fn push(&mut self, op_type: &str, op: Arc<dyn Op>, inputs: Vec<Option<ValueId>>, out: ValueId) {
+        self.push_with(op_type, op, Attributes::default(), inputs, out);
+    }
+
+    fn push_with(
+        &mut self,
+        op_type: &str,
+        op: Arc<dyn Op>,
+        attrs: Attributes,
+        inputs: Vec<Option<ValueId>>,
+        out: ValueId,
+    ) {
         // Unique per part (a Conv becomes several Reshapes), named after the Conv it came from.
         let name = format!("{}:{}{}", self.name, op_type.to_lowercase(), self.nodes.len());
-        let (op_type, attrs) = (op_type.to_string(), Attributes::default());
+        let op_type = op_type.to_string();
         self.nodes.push(Node { name, op_type, attrs, inputs, outputs: vec![out], op });
     }
 
