@@ -61,7 +61,9 @@ class SessionOptions:
       back. Without it, a model with such an axis compiles once per distinct shape.
     - ``precision``: ``"fp32"`` (default, strict; ``"f32"`` also), ``"tf32"`` (tensor cores round
       GEMM inputs), ``"fp16"`` or ``"bf16"`` (weight products on half tensor cores, f32
-      accumulation, every other op in f32).
+      accumulation, every other op in f32), ``"int8"`` (a QDQ model's weight products on int8
+      tensor cores; they are int8 at every setting, so this only refuses an f32 model, which needs
+      calibration: ``saggar perf --calibration-inputs``).
     - ``graphs``: capture and replay device graphs (default ``True``).
     - ``capture``: ``"lazy"`` (default: on a bucket's first request) or ``"eager"`` (at creation).
     - ``cache_dir``: a compile cache directory shared by processes and sessions (default: none).

@@ -144,7 +144,8 @@ pub(crate) fn read(options: Option<&Bound<'_, PyAny>>) -> PyResult<Settings> {
         }
     }
     if let Some(v) = attr(o, "precision")? {
-        let name = extract::<String>(&v, "precision", "\"fp32\", \"tf32\", \"fp16\" or \"bf16\"")?;
+        let name =
+            extract::<String>(&v, "precision", "\"fp32\", \"tf32\", \"fp16\", \"bf16\" or \"int8\" (QDQ models)")?;
         s.precision = match name.as_str() {
             "strict" => Precision::Fp32,
             other => other.parse().map_err(|e: String| invalid(format!("SessionOptions.precision: {e}")))?,

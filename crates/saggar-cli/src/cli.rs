@@ -255,13 +255,19 @@ pub struct ModelArgs {
     pub blas_workspace: u64,
     /// With --onnx: the precision products compute in: fp32 (strict, TF32 off), tf32 (BLAS-Lt
     /// products on TF32 tensor cores), fp16 or bf16 (weight products on f16/bf16 tensor cores, f32
-    /// accumulation, everything else f32). Part of the cache key.
+    /// accumulation, everything else f32), int8 (weight products on int8 tensor cores: a QDQ model's
+    /// as written, an f32 model's calibrated from --calibration-inputs). Part of the cache key.
     #[arg(long, value_name = "P", default_value = "fp32")]
     pub precision: Precision,
     /// With --fp16/--bf16 precisions: products kept in strict f32, by op type (Gemm) or node name,
     /// comma-separated. Part of the cache key.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub keep_fp32: Vec<String>,
+    /// With --precision int8 on an f32 model: the data its activation scales are calibrated from, a
+    /// folder of input_N.pb files or of data-set folders (test_data_set_0, ...; at most 64). Part of
+    /// the cache key (by digest).
+    #[arg(long, value_name = "DIR")]
+    pub calibration_inputs: Option<PathBuf>,
 }
 
 /// `--blas-workspace`'s default: saggar-onnx's.

@@ -19,12 +19,12 @@ use crate::output::{Table, emit};
 use crate::progress::{Bar, ProgressMode};
 use crate::source::ModelSource;
 use crate::source::builtin::Builtin;
-use crate::source::onnx::{self, Onnx};
+use crate::source::onnx::Onnx;
 
 /// Runs `saggar warmup`.
 pub fn run(args: &WarmupArgs, env: &Environment) -> Result<()> {
     match &args.model.onnx {
-        Some(path) => warm(&Onnx::load(path, onnx::options(&args.model))?, args, env),
+        Some(path) => warm(&Onnx::load(path, &args.model)?, args, env),
         None => warm(&Builtin::load(&args.model)?, args, env),
     }
 }

@@ -108,3 +108,22 @@ fn bad_precision_settings_are_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("use fp32"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `--precision int8` on the f32 MLP: refused without calibration data (exit 2, naming the flag);
+/// with `--calibration-inputs` (the model folder's three data sets) it verifies within int8's
+/// tolerance, not exactly.
+#[test]
+fn int8_needs_calibration_data_and_then_runs_within_its_tolerance() {
+    let sandbox = Sandbox::new();
+    let mlp = model("mlp");
+    let out =
+        sandbox.run(&["warmup", "--backend", "host", "--onnx", arg(&mlp), "--max-batch", "2", "--precision", "int8"]);
+    let err = assert_error(&out, 2);
+    assert!(err.contains("--calibration-inputs"), "{err}");
+    let data = mlp.parent().unwrap().to_path_buf();
+    let json = perf(&sandbox, &["--precision", "int8", "--calibration-inputs", arg(&data)]);
+    assert_eq!(json["precision"], "int8");
+    assert_eq!(u64_at(&json, "/verify/mismatches"), 0, "{json:#}");
+    let rel = json["verify"]["accuracy"][0]["max_rel_error"].as_f64().unwrap();
+    assert!(rel > 1e-5 && rel < 5e-2, "int8 rounds, within its tolerance: {json:#}");
+}

@@ -50,7 +50,8 @@ pub use import::{proto, tensor_pb};
 pub use compiler::profile::{MAX_PROFILE_ITERATIONS, OpsTotal, ProgramProfile, StepProfile};
 pub use compiler::run::run_on_host;
 pub use compiler::{
-    ARTIFACT_VERSION, COMPILER_NAME, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions, OnnxProgram, Precision,
+    ARTIFACT_VERSION, COMPILER_NAME, Calibration, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxCompiler, OnnxOptions, OnnxProgram,
+    Precision,
 };
 pub use error::OnnxError;
 pub use fuse::attention::AttentionKernel;

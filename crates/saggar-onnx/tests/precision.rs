@@ -252,3 +252,27 @@ fn a_reshaped_activation_is_cast_before_its_view() {
         assert!(worst(&[got], &[want]) < 1e-5, "{precision}");
     }
 }
+
+/// `int8` on an f32 model: without calibration data it is refused saying what to pass; with it,
+/// the three weight products run as `i8` products (per-tensor activation, per-channel weight scales)
+/// within int8's rounding of strict f32, and the calibration data is part of the compiler identity.
+#[test]
+fn int8_calibrates_an_f32_model_and_refuses_one_without_data() {
+    let refused = OnnxCompiler::try_new(model(), OnnxOptions::default().with_precision(Precision::Int8)).unwrap_err();
+    assert!(
+        matches!(&refused, OnnxError::Precision { reason, .. } if reason.contains("--calibration-inputs")),
+        "{refused}"
+    );
+    let sets: Vec<Vec<Tensor>> = (0..3).map(|s| vec![tensor(&[ROWS, 16], values(ROWS * 16, 20 + s))]).collect();
+    let int8 = OnnxOptions::default().with_precision(Precision::Int8);
+    let calibrated = int8.clone().with_calibration(saggar_onnx::Calibration::new(sets.clone()));
+    let exact = run(OnnxOptions::default());
+    let got = run(calibrated.clone());
+    let largest = exact.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    let err = worst(&got, &exact);
+    assert!(err > 0.0, "the products ran in int8, not f32");
+    assert!(err <= 3e-2 * largest, "int8 error {err} against {largest}");
+    let id = |o: OnnxOptions| format!("{:?}", ProgramCompiler::<HostBackend>::identity(&OnnxCompiler::new(model(), o)));
+    let other = int8.with_calibration(saggar_onnx::Calibration::new(sets[..1].to_vec()));
+    assert_ne!(id(calibrated), id(other), "the calibration data keys the programs");
+}

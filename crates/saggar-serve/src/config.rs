@@ -4,8 +4,8 @@
 //! Honoured: `max_batch_size`; `dynamic_batching { max_queue_delay_microseconds,
 //! preferred_batch_size }`; `instance_group { count, gpus }`; `input`/`output` `{ name, data_type,
 //! dims }`; and `parameters` for saggar's settings: `buckets` (`pow2`, `stepped`, `list:1,2,4,...`),
-//! `pad_axis` (`SYMBOL:16,32,64`), `pad_value`, `precision` (`fp32`, `tf32`, `fp16`, `bf16`), `graphs` (`on`,
-//! `off`) and `capture` (`lazy`, `eager`). `name`, `platform`, `backend` and `version_policy` are
+//! `pad_axis` (`SYMBOL:16,32,64`), `pad_value`, `precision` (`fp32`, `tf32`, `fp16`, `bf16`, `int8`
+//! for QDQ models), `graphs` (`on`, `off`) and `capture` (`lazy`, `eager`). `name`, `platform`, `backend` and `version_policy` are
 //! accepted; any other field is named in a warning and ignored, and an unknown `parameters` key is
 //! an error, so a typo cannot silently change nothing.
 
@@ -278,7 +278,7 @@ fn parameter(value: &Value, config: &mut ModelConfig) -> Result<(), String> {
             }
         }
         "precision" => {
-            config.precision = text.parse().map_err(|_| bad("fp32, tf32, fp16 or bf16"))?;
+            config.precision = text.parse().map_err(|_| bad("fp32, tf32, fp16, bf16 or int8 (QDQ models)"))?;
         }
         "graphs" | "capture" => {
             let on = match (key.as_str(), text.as_str()) {

@@ -89,6 +89,8 @@ fn reject_onnx_options(args: &ModelArgs) -> Result<()> {
         "--blas-tune"
     } else if args.blas_workspace != DEFAULT_BLAS_WORKSPACE_MIB {
         "--blas-workspace"
+    } else if args.calibration_inputs.is_some() {
+        "--calibration-inputs"
     } else {
         return Ok(());
     };

@@ -42,7 +42,7 @@ use saggar_dispatch::steps::{
 use saggar_dispatch::{BucketSpec, PadValue, PaddedAxis};
 use saggar_dispatch::{CompileRequest, CompilerIdentity, ModelHash, ModelSpec, Segment, SegmentSource};
 
-pub use self::options::{DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions, Precision};
+pub use self::options::{Calibration, DEFAULT_BLAS_WORKSPACE_BYTES, OnnxOptions, Precision};
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
 use crate::graph::ir::Graph;
@@ -412,6 +412,10 @@ impl StepCompiler for OnnxCompiler {
             true => identity,
             false => identity.with_option("keep_fp32", self.options.keep_fp32.join(",")),
         };
+        let identity = match (&self.options.calibration, self.options.precision) {
+            (Some(c), Precision::Int8) => identity.with_option("calibration", c.digest().to_string()),
+            _ => identity,
+        };
         // Unfused plans, and plans with one attention kernel forced, have other kernels: their
         // artifacts are keyed apart.
         match (self.options.fusion, self.options.attention) {
@@ -457,10 +461,39 @@ fn convert_precision(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<
         OnnxError::Precision { reason, .. } => reason,
         other => other.to_string(),
     })?;
+    if options.precision == Precision::Int8 {
+        return calibrate_products(model, options);
+    }
     let Some(half) = options.precision.half() else { return Ok(None) };
     let mut graph = model.graph().clone();
     passes::precision::convert_products(&mut graph, half, keep).map_err(|e| e.to_string())?;
     Ok(Some(graph))
+}
+
+/// At `int8`: a QDQ model as it is (its products are `i8` already), an f32 model quantised from the
+/// calibration data; an f32 model without it cannot be.
+fn calibrate_products(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<Graph>, String> {
+    let quantised = model.graph().nodes.iter().any(|n| n.op_type == "Int8Product");
+    match &options.calibration {
+        None if quantised => Ok(None),
+        None => Err("--precision int8 needs a QDQ-quantised model (onnxruntime.quantization.quantize_static) or \
+                     calibration data: pass --calibration-inputs DIR (data sets of input_N.pb files, as \
+                     --load-inputs reads), or in Rust OnnxOptions::with_calibration"
+            .into()),
+        Some(calibration) => {
+            let (graph, count) = passes::calibrate::quantize_products(model, calibration.sets())
+                .map_err(|e| format!("calibration: {e}"))?;
+            if count == 0 && !quantised {
+                return Err(
+                    "--precision int8: the model has no weight product int8 can run (a MatMul or Gemm of an f32 \
+                            activation and constant 2-D f32 weights with both extents multiples of 4, whose activation \
+                            is not 0 on every calibration set)"
+                        .into(),
+                );
+            }
+            Ok(Some(graph))
+        }
+    }
 }
 
 /// The model inputs whose values fix programs: `graph`'s value inputs, or for a segmented model the

@@ -49,7 +49,60 @@ pub struct OnnxOptions {
     /// Which kernel a fused attention pattern runs on CUDA and HIP. Part of the compiler identity
     /// unless [`AttentionKernel::Auto`].
     pub attention: AttentionKernel,
+    /// Data sets the `int8` precision calibrates an f32 model's activation scales from
+    /// ([`Calibration`]). Part of the compiler identity (by digest).
+    pub calibration: Option<Calibration>,
 }
+
+/// Calibration data of [`Precision::Int8`]: data sets of the model's inputs (binding order), which
+/// the host runs the f32 model on to find each weight product's activation range.
+#[derive(Clone)]
+pub struct Calibration {
+    sets: std::sync::Arc<Vec<Vec<crate::tensor::Tensor>>>,
+    digest: String,
+}
+
+impl Calibration {
+    /// Calibration from `sets`, each a data set of the model's inputs in binding order.
+    pub fn new(sets: Vec<Vec<crate::tensor::Tensor>>) -> Calibration {
+        let mut hasher = blake3::Hasher::new();
+        for set in &sets {
+            hasher.update(b"set");
+            for t in set {
+                hasher.update(t.dtype().name().as_bytes());
+                for d in t.dims() {
+                    hasher.update(&(*d as u64).to_le_bytes());
+                }
+                hasher.update(&t.to_le_bytes());
+            }
+        }
+        Calibration { sets: std::sync::Arc::new(sets), digest: hasher.finalize().to_hex()[..16].to_string() }
+    }
+
+    /// The data sets.
+    pub fn sets(&self) -> &[Vec<crate::tensor::Tensor>] {
+        &self.sets
+    }
+
+    /// A digest of the data (the compiler identity's `calibration` option).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+}
+
+impl fmt::Debug for Calibration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Calibration({} data sets, {})", self.sets.len(), self.digest)
+    }
+}
+
+impl PartialEq for Calibration {
+    fn eq(&self, other: &Calibration) -> bool {
+        self.digest == other.digest
+    }
+}
+
+impl Eq for Calibration {}
 
 /// Default BLAS-Lt workspace per run context: [`saggar_device::blas::DEFAULT_WORKSPACE_BYTES`]
 /// (32 MiB). The libraries choose split-K kernels only when the workspace holds their partial sums:
@@ -70,6 +123,7 @@ impl Default for OnnxOptions {
             blas_tune_candidates: saggar_device::DEFAULT_TUNE_CANDIDATES,
             fusion: true,
             attention: AttentionKernel::Auto,
+            calibration: None,
         }
     }
 }
@@ -129,6 +183,12 @@ impl OnnxOptions {
         self
     }
 
+    /// The same options with calibration data for [`Precision::Int8`] ([`OnnxOptions::calibration`]).
+    pub fn with_calibration(mut self, calibration: Calibration) -> OnnxOptions {
+        self.calibration = Some(calibration);
+        self
+    }
+
     /// The same options with another [`OnnxOptions::blas_library`].
     pub fn with_blas_library(mut self, path: impl Into<std::path::PathBuf>) -> OnnxOptions {
         self.blas_library = Some(path.into());
@@ -161,19 +221,26 @@ pub enum Precision {
     Fp16,
     /// As [`Precision::Fp16`] in bfloat16 (f32's range, 8 mantissa bits).
     Bf16,
+    /// Weight products on int8 tensor cores (int32 accumulation): a QDQ-quantised model's as
+    /// written (they are `i8` at every setting), an f32 model's after calibration from
+    /// [`OnnxOptions::calibration`] (per-tensor activation scales, per-channel weight scales); every
+    /// other op in f32. An f32 model without calibration data is an [`crate::OnnxError::Precision`].
+    Int8,
 }
 
 impl Precision {
     /// Every setting, in the order the CLI lists them.
-    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16];
+    pub const ALL: [Precision; 5] =
+        [Precision::Fp32, Precision::Tf32, Precision::Fp16, Precision::Bf16, Precision::Int8];
 
-    /// The name used in options, flags and cache keys (`fp32`, `tf32`, `fp16`, `bf16`).
+    /// The name used in options, flags and cache keys (`fp32`, `tf32`, `fp16`, `bf16`, `int8`).
     pub const fn name(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Tf32 => "tf32",
             Precision::Fp16 => "fp16",
             Precision::Bf16 => "bf16",
+            Precision::Int8 => "int8",
         }
     }
 
@@ -208,10 +275,9 @@ impl FromStr for Precision {
     fn from_str(s: &str) -> Result<Precision, String> {
         match s {
             "f32" => Ok(Precision::Fp32),
-            _ => Precision::ALL
-                .into_iter()
-                .find(|p| p.name() == s)
-                .ok_or_else(|| format!("unknown precision `{s}`: use fp32 (strict, the default), tf32, fp16 or bf16")),
+            _ => Precision::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+                format!("unknown precision `{s}`: use fp32 (strict, the default), tf32, fp16, bf16 or int8")
+            }),
         }
     }
 }

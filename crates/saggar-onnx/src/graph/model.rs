@@ -162,6 +162,14 @@ impl OnnxModel {
         OnnxModel::from_graph_hashed(name, graph, hasher.finalize().to_hex().to_string())
     }
 
+    /// This model with another graph (the same inputs; outputs as `graph` has them), for the
+    /// calibration pass's probes: named and hashed as this model.
+    pub(crate) fn with_graph(&self, graph: Graph) -> OnnxModel {
+        let mut model = OnnxModel::from_graph_hashed(&self.name, graph, self.model_hash.clone());
+        model.path = self.path.clone();
+        model
+    }
+
     /// Segment `k` of this model (`graph`, cut by the segments pass): named after the model, its
     /// hash the model's and `k`'s.
     pub(crate) fn segment(&self, k: usize, graph: Graph) -> OnnxModel {

@@ -16,10 +16,10 @@ use std::time::Instant;
 use saggar_device::Backend;
 use saggar_device::host::HostBackend;
 use saggar_dispatch::{BucketSpec, PaddedAxis, ProgramCompiler};
-use saggar_onnx::{AttentionKernel, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Precision, Tensor};
+use saggar_onnx::{AttentionKernel, Calibration, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Precision, Tensor};
 use saggar_shape::TensorSpec;
 
-use self::tensors::{batch_of, declared_output_dims, generate, read_tensors};
+use self::tensors::{batch_of, declared_output_dims, generate, read_data_sets, read_tensors};
 use super::check::{Check, compare, compare_with};
 use super::inputs::{self, InputSets};
 use super::profile::{self, ProfileReport};
@@ -73,7 +73,7 @@ struct ProfileFlags {
 impl Onnx {
     /// Imports `path` for a compiler with `options`. A missing file, one that is not an ONNX model,
     /// or a model outside the declared op set is a usage error (exit 2) naming the file.
-    pub fn load(path: &Path, options: OnnxOptions) -> Result<Onnx> {
+    pub fn load(path: &Path, args: &ModelArgs) -> Result<Onnx> {
         let imported = Instant::now();
         if !path.is_file() {
             return Err(CliError::usage(
@@ -82,10 +82,15 @@ impl Onnx {
             ));
         }
         let model = OnnxModel::load(path).map_err(|e| import_error(path, &e))?;
+        let mut options = options(args);
+        if let Some(dir) = &args.calibration_inputs {
+            let sets = read_data_sets(dir, model.inputs(), "--calibration-inputs")?;
+            options = options.with_calibration(Calibration::new(sets));
+        }
         let compiler = Arc::new(OnnxCompiler::try_new(model, options).map_err(|e| {
             CliError::usage(
                 format!("--onnx {}: {e}", path.display()),
-                "fix --precision/--keep-fp32: list op types or node names of the model",
+                "fix --precision/--keep-fp32/--calibration-inputs: keep lists name op types or nodes of the model; int8 on an f32 model needs calibration data",
             )
         })?);
         let model = compiler.onnx_model();
@@ -102,7 +107,7 @@ impl Onnx {
 
     /// The model `path` of `saggar perf`, with the files its flags name read.
     pub fn for_perf(args: &PerfArgs, path: &Path) -> Result<Onnx> {
-        let mut onnx = Onnx::load(path, options(&args.model))?;
+        let mut onnx = Onnx::load(path, &args.model)?;
         let model = onnx.model();
         let given = match &args.load_inputs {
             Some(dir) => Some((dir.clone(), read_tensors(dir, model.inputs(), "input", "--load-inputs")?)),
@@ -263,7 +268,7 @@ pub fn verify_tolerance(precision: Precision) -> f64 {
     match precision {
         Precision::Fp32 => VERIFY_TOLERANCE,
         Precision::Tf32 | Precision::Fp16 => 3e-2,
-        Precision::Bf16 => 1.5e-1,
+        Precision::Bf16 | Precision::Int8 => 1.5e-1,
     }
 }
 
@@ -303,7 +308,7 @@ pub type KeyParts = (String, saggar_dispatch::CompilerIdentity, Vec<TensorSpec>,
 /// (the same for every backend), the input specs and the input dimensions of bucket `B`, with every
 /// other symbolic dimension taken from the inputs in `load_inputs`.
 pub fn key_parts(args: &ModelArgs, path: &Path, bucket: u64, load_inputs: Option<&Path>) -> Result<KeyParts> {
-    let loaded = Onnx::load(path, options(args))?;
+    let loaded = Onnx::load(path, args)?;
     let model = loaded.model();
     let identity = ProgramCompiler::<HostBackend>::identity(&*loaded.compiler);
     let inputs = match load_inputs {

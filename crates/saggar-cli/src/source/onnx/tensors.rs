@@ -185,3 +185,30 @@ pub fn declared_output_dims(model: &OnnxModel, inputs: &[Tensor]) -> Option<Vec<
         .map(|spec| spec.dims().iter().map(|d| d.as_fixed().or_else(|| symbols.get(d.symbol()?).copied())).collect())
         .collect()
 }
+
+/// Most data sets `--calibration-inputs` reads.
+pub const MAX_DATA_SETS: usize = 64;
+
+/// The data sets under `dir`: its own `input_N.pb` (or `NAME.pb`) files as one set, or each of its
+/// folders (sorted by name, at most [`MAX_DATA_SETS`]) as one.
+pub fn read_data_sets(dir: &Path, specs: &[TensorSpec], flag: &str) -> Result<Vec<Vec<Tensor>>> {
+    let direct = dir.join("input_0.pb").is_file()
+        || specs.first().is_some_and(|s| dir.join(format!("{}.pb", s.name())).is_file());
+    if direct || !dir.is_dir() {
+        return Ok(vec![read_tensors(dir, specs, "input", flag)?]);
+    }
+    let listing = std::fs::read_dir(dir)
+        .map_err(|e| CliError::usage(format!("{flag} {}: {e}", dir.display()), "give a readable folder"))?;
+    let mut sets: Vec<std::path::PathBuf> =
+        listing.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect();
+    sets.sort();
+    if sets.is_empty() || sets.len() > MAX_DATA_SETS {
+        return Err(CliError::usage(
+            format!("{flag} {}: {} data-set folders and no input_0.pb", dir.display(), sets.len()),
+            format!(
+                "give a folder of input_N.pb files, or of 1 to {MAX_DATA_SETS} data-set folders (test_data_set_0, ...)"
+            ),
+        ));
+    }
+    sets.iter().map(|d| read_tensors(d, specs, "input", flag)).collect()
+}

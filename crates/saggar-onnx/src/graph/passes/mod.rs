@@ -10,6 +10,7 @@
 //! with every extent known, fold what became constant
 //! (the shape chains) and remove dead nodes again.
 
+pub(crate) mod calibrate;
 pub(crate) mod control_flow;
 pub(crate) mod conv_gemm;
 mod fuse;
