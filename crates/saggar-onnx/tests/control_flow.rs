@@ -515,3 +515,49 @@ fn an_if_keys_its_program_by_its_condition_not_by_the_data_its_branches_read() {
     assert_eq!(floats(&model.run_once(&[x.clone(), flag(false)]).unwrap()[0]), [0.0, 2.0, 0.0]);
     assert_eq!(floats(&model.run_once(&[x, flag(true)]).unwrap()[0]), [-1.0]);
 }
+
+/// A detector's pattern: `If(c)` over data, whose then-branch runs NonZero (an extent its data
+/// decides) and whose else-branch makes an empty result. Both branches are copied into the graph and
+/// an `If.select` keeps the taken one's output, so the NonZero inside is cut into segments like one
+/// outside; the session, `run_on_host` and the reference evaluator agree on both sides.
+#[test]
+fn a_bounded_op_inside_an_if_branch_runs_as_segments() {
+    use saggar_device::Backend as _;
+    let then_branch = graph("then", &[], &["t"], |b| {
+        b.node("NonZero", &["x"], &["t"], &[]);
+    });
+    let else_branch = graph("else", &[], &["e"], |b| {
+        b.node("Identity", &["empty"], &["e"], &[]);
+    });
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DType::F32, &fixed(&[6]));
+    b.initializer("zero", &f32s(&[], &[0.0]));
+    b.initializer("empty", &Tensor::new(vec![1, 0], TensorData::I64(vec![])).unwrap());
+    b.node("ReduceSum", &["x"], &["total"], &[("keepdims", Attribute::Int(0))]);
+    b.node("Greater", &["total", "zero"], &["c"], &[]);
+    b.control_node("If", &["c"], &["y"], &[], &[("then_branch", &then_branch), ("else_branch", &else_branch)]);
+    b.output("y", DType::I64, &[]);
+    let model = import(&b).unwrap();
+    let compiler = std::sync::Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default()));
+    let config = saggar_dispatch::SessionConfig::builder().build().unwrap();
+    let device = saggar_device::host::HostBackend::open(0).unwrap();
+    let session: saggar_dispatch::Session<saggar_device::host::HostBackend, _> =
+        saggar_dispatch::Session::new(device, compiler.clone(), config, &|_| {}).unwrap();
+    assert!(session.is_segmented());
+    for (values, want) in [(vec![0.0, 2.0, 0.0, 3.0, 0.0, 1.0], vec![1i64, 3, 5]), (vec![-1.0; 6], vec![])] {
+        let x = f32s(&[6], &values);
+        for (what, got) in [
+            ("run_once", model.run_once(std::slice::from_ref(&x)).unwrap()),
+            ("run_on_host", saggar_onnx::run_on_host(&compiler, std::slice::from_ref(&x)).unwrap()),
+        ] {
+            assert_eq!(got[0].dims(), &[1, want.len()], "{what}");
+            assert_eq!(got[0].data(), &TensorData::I64(want.clone()), "{what}");
+        }
+        let (dims, bytes) = ([6u64], x.to_le_bytes());
+        let host = [saggar_dispatch::HostTensor { name: "x", dtype: DType::F32, dims: &dims, data: &bytes }];
+        let out = session.run(&host).unwrap();
+        assert_eq!(out[0].dims, [1, want.len() as u64]);
+        let got: Vec<i64> = out[0].data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, want);
+    }
+}

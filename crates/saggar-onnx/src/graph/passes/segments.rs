@@ -59,6 +59,7 @@ const BOUNDED: &str = ".bounded";
 /// computes).
 pub(crate) fn split(graph: &Graph) -> Result<Option<Split>, OnnxError> {
     let mut g = graph.clone();
+    control_flow::hoist_bounded_branches(&mut g)?;
     bound_nodes(&mut g)?;
     let boundary = boundary_values(&g);
     if boundary.is_empty() {

@@ -16,6 +16,7 @@ pub(crate) mod body;
 mod if_op;
 mod loop_op;
 mod scan;
+pub(crate) mod select;
 #[cfg(test)]
 mod tests;
 
@@ -59,7 +60,7 @@ pub(crate) static OPS: &[OpEntry] = &[
 
 /// Whether `op_type` is a control-flow op of this family.
 pub(crate) fn is_control(op_type: &str) -> bool {
-    matches!(op_type, "If" | "Loop" | "Scan")
+    matches!(op_type, "If" | "Loop" | "Scan" | select::IF_SELECT)
 }
 
 /// The outer-scope names the subgraphs of a node with `attrs` read, sorted and without repeats:

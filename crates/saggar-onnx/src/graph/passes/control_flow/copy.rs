@@ -8,6 +8,7 @@ use super::{Inliner, MAX_UNROLLED_FOLD_ELEMENTS, MAX_UNROLLED_NODES, node_error}
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
 use crate::graph::subgraph::SubgraphBody;
+use crate::ops::control::select::IF_SELECT;
 use crate::ops::control::{implicit_inputs, scan_spec};
 use crate::ops::shape_util::normalize_axis;
 use crate::ops::{self, Attribute, Attributes, NodeCtx};
@@ -33,7 +34,7 @@ pub(super) fn ready(graph: &Graph, node: &Node) -> bool {
     let known =
         |slot: usize| node.inputs.get(slot).copied().flatten().is_none_or(|id| graph.value(id).constant.is_some());
     match node.op_type.as_str() {
-        "If" => node.inputs.first().copied().flatten().is_some() && known(0),
+        "If" | IF_SELECT => node.inputs.first().copied().flatten().is_some() && known(0),
         "Loop" => known(0) && known(1),
         _ => scan_extents(graph, node).is_some(),
     }

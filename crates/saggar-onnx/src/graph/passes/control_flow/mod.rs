@@ -29,6 +29,7 @@ use crate::graph::ir::{Graph, Node, ValueId};
 use crate::graph::passes::infer::{Mode, infer_and_fold};
 use crate::graph::passes::{SPECIALISE_FOLD_LIMIT, simplify, value_inputs};
 use crate::graph::subgraph::SubgraphBody;
+use crate::ops::control::select::{IF_SELECT, IfSelect};
 use crate::ops::control::{Body, implicit_inputs, is_control as is_control_op, truth};
 use crate::ops::{Attribute, MODERN_OPSET, OpError};
 use crate::tensor::{Tensor, TensorData};
@@ -45,7 +46,7 @@ pub(crate) const MAX_UNROLLED_FOLD_ELEMENTS: usize = 1 << 24;
 /// `cond` (0 and 1); none for Scan (its sequence extent is a shape) or any other op.
 pub(crate) fn control_inputs(node: &Node) -> &'static [usize] {
     match node.op_type.as_str() {
-        "If" => &[0],
+        "If" | IF_SELECT => &[0],
         "Loop" => &[0, 1],
         _ => &[],
     }
@@ -97,6 +98,50 @@ pub(crate) fn captured_shape_values(graph: &Graph, node: &Node) -> Vec<ValueId> 
         );
     }
     out
+}
+
+/// Replaces each If of `graph` whose condition is not a constant and one of whose branches holds
+/// (at any depth) an op with a bounded form by both branches copied into the graph and an
+/// `If.select` of their outputs (`ops::control::select`), so the segments pass cuts that op like any
+/// other; both branches then run, the compile that knows the condition keeping one's outputs.
+/// Whether any was.
+pub(crate) fn hoist_bounded_branches(graph: &mut Graph) -> Result<bool, OnnxError> {
+    let hoisted: Vec<usize> = (0..graph.nodes.len())
+        .filter(|&i| {
+            let n = &graph.nodes[i];
+            n.op_type == "If" && constant(graph, n.inputs.first().copied().flatten()).is_none() && holds_bounded(n)
+        })
+        .collect();
+    if hoisted.is_empty() {
+        return Ok(false);
+    }
+    let mut cx = Inliner {
+        fold_limit: 0,
+        strict: false,
+        inlined: false,
+        unrolled: 0,
+        folded: 0,
+        names: graph.values.iter().map(|v| v.name.clone()).collect(),
+        opset: graph.opset.max(MODERN_OPSET),
+    };
+    for &i in hoisted.iter().rev() {
+        let node = graph.nodes[i].clone();
+        let nodes = cx.hoist_if(graph, &node)?;
+        graph.nodes.splice(i..=i, nodes);
+    }
+    infer_and_fold(graph, Mode::Symbolic, SPECIALISE_FOLD_LIMIT)?;
+    Ok(true)
+}
+
+/// Whether a subgraph of `node` holds, at any depth, a node whose op has a bounded form.
+fn holds_bounded(node: &Node) -> bool {
+    node.attrs.0.iter().any(|(_, a)| {
+        let Attribute::Graph(g) = a else { return false };
+        g.body()
+            .as_any()
+            .downcast_ref::<SubgraphBody>()
+            .is_some_and(|b| b.graph.nodes.iter().any(|n| n.op.bounded().is_some() || holds_bounded(n)))
+    })
 }
 
 /// Whether `node` is an If, a Loop or a Scan.
@@ -257,6 +302,7 @@ impl Inliner {
     fn expand(&mut self, graph: &mut Graph, node: &Node) -> Result<Vec<Node>, OnnxError> {
         match node.op_type.as_str() {
             "If" => self.expand_if(graph, node),
+            IF_SELECT => self.expand_select(graph, node),
             "Loop" => self.unroll_loop(graph, node),
             _ => self.unroll_scan(graph, node),
         }
@@ -276,6 +322,42 @@ impl Inliner {
         for (&from, &to) in outs.iter().zip(&node.outputs) {
             nodes.push(self.identity(graph, node, from, to)?);
         }
+        Ok(nodes)
+    }
+
+    /// An `If.select` on a known condition: its chosen branch's outputs, as Identity nodes.
+    fn expand_select(&mut self, graph: &mut Graph, node: &Node) -> Result<Vec<Node>, OnnxError> {
+        let cond = constant(graph, node.inputs[0]).ok_or_else(|| needs_segment(graph, node))?;
+        let taken = truth(&cond).map_err(|e| node_error(graph.opset, node, e.to_string()))?;
+        let select = IfSelect { outputs: node.outputs.len() };
+        let chosen: Vec<ValueId> = node.inputs[select.chosen(taken)].iter().flatten().copied().collect();
+        chosen.into_iter().zip(node.outputs.clone()).map(|(from, to)| self.identity(graph, node, from, to)).collect()
+    }
+
+    /// `node`, an If whose branches hold an op with a bounded form, as both branches copied into
+    /// the graph and an `If.select` of their outputs (see [`hoist_bounded_branches`]).
+    fn hoist_if(&mut self, graph: &mut Graph, node: &Node) -> Result<Vec<Node>, OnnxError> {
+        let mut nodes = Vec::new();
+        let mut inputs = vec![node.inputs[0]];
+        for (attr, tag) in [("then_branch", "then"), ("else_branch", "else")] {
+            let branch = body_of(graph.opset, node, attr)?;
+            let captured = captured(graph.opset, node, branch)?;
+            let (copied, outs) = self.instantiate(graph, node, branch, &[], &captured, tag)?;
+            if outs.len() != node.outputs.len() {
+                let reason = format!("{attr} makes {} outputs, the node has {}", outs.len(), node.outputs.len());
+                return Err(node_error(graph.opset, node, reason));
+            }
+            nodes.extend(copied);
+            inputs.extend(outs.into_iter().map(Some));
+        }
+        nodes.push(Node {
+            name: format!("{}/select", node.name),
+            op_type: IF_SELECT.to_string(),
+            attrs: crate::ops::Attributes::default(),
+            inputs,
+            outputs: node.outputs.clone(),
+            op: std::sync::Arc::new(IfSelect { outputs: node.outputs.len() }),
+        });
         Ok(nodes)
     }
 
