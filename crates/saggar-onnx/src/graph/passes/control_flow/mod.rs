@@ -100,7 +100,7 @@ pub(crate) fn captured_shape_values(graph: &Graph, node: &Node) -> Vec<ValueId> 
     out
 }
 
-/// Replaces each If of `graph` whose condition is not a constant and one of whose branches holds
+/// Replaces each If of `graph` whose condition a node computes and one of whose branches holds
 /// (at any depth) an op with a bounded form by both branches copied into the graph and an
 /// `If.select` of their outputs (`ops::control::select`), so the segments pass cuts that op like any
 /// other; both branches then run, the compile that knows the condition keeping one's outputs.
@@ -109,7 +109,11 @@ pub(crate) fn hoist_bounded_branches(graph: &mut Graph) -> Result<bool, OnnxErro
     let hoisted: Vec<usize> = (0..graph.nodes.len())
         .filter(|&i| {
             let n = &graph.nodes[i];
-            n.op_type == "If" && constant(graph, n.inputs.first().copied().flatten()).is_none() && holds_bounded(n)
+            let cond = n.inputs.first().copied().flatten();
+            // A condition the model computes; one that is a model input is a value input, and a
+            // compile inlines its If per value as before.
+            let computed = cond.is_some_and(|c| graph.producer(c).is_some());
+            n.op_type == "If" && computed && constant(graph, cond).is_none() && holds_bounded(n)
         })
         .collect();
     if hoisted.is_empty() {
