@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use saggar_shape::DType;
 
-use super::{Body, Scope, graph_attr, infer_body, merge_dims, refuse_eval, scalar_input, truth};
-use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType, unknown_dim};
+use super::{Body, Scope, branch_types, graph_attr, infer_body, refuse_eval, scalar_input, truth};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
 use crate::tensor::TensorMut;
 
 /// `If`.
@@ -64,24 +64,7 @@ impl Op for If {
             (Err(_), Ok(e)) => return Ok(e),
             (Err(e), Err(_)) => return Err(e),
         };
-        then_types
-            .iter()
-            .zip(&else_types)
-            .enumerate()
-            .map(|(k, (t, e))| {
-                if t.dtype != e.dtype {
-                    return Err(OpError::infer(format!(
-                        "output {k}: then_branch makes {t} and else_branch makes {e}; the branches must make one element type"
-                    )));
-                }
-                // Ranks may differ (If-11 on): the larger is assumed until the compile knows the branch.
-                Ok(if t.rank() == e.rank() {
-                    ValueType::new(t.dtype, merge_dims(&t.dims, &e.dims))
-                } else {
-                    ValueType::new(t.dtype, vec![unknown_dim(); t.rank().max(e.rank())])
-                })
-            })
-            .collect()
+        branch_types(&then_types, &else_types)
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {

@@ -171,6 +171,29 @@ fn carried(initial: &ValueType, next: &ValueType, what: &str) -> Result<ValueTyp
     Ok(ValueType::new(initial.dtype, merge_dims(&initial.dims, &next.dims)))
 }
 
+/// The output types of an If whose condition is unknown, from its two branches' (`If` and
+/// `If.select`): one element type per output, extents where the branches agree, and where their
+/// ranks differ (If-11 on) the larger rank of unknown extents until a compile knows the branch.
+fn branch_types(then_types: &[ValueType], else_types: &[ValueType]) -> Result<Vec<ValueType>, OpError> {
+    then_types
+        .iter()
+        .zip(else_types)
+        .enumerate()
+        .map(|(k, (t, e))| {
+            if t.dtype != e.dtype {
+                return Err(OpError::infer(format!(
+                    "output {k}: then_branch makes {t} and else_branch makes {e}; the branches must make one element type"
+                )));
+            }
+            Ok(if t.rank() == e.rank() {
+                ValueType::new(t.dtype, merge_dims(&t.dims, &e.dims))
+            } else {
+                ValueType::new(t.dtype, vec![unknown_dim(); t.rank().max(e.rank())])
+            })
+        })
+        .collect()
+}
+
 /// Dimensions equal in both kept, the others unknown.
 fn merge_dims(a: &[Dim], b: &[Dim]) -> Vec<Dim> {
     a.iter()

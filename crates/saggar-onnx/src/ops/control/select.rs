@@ -7,8 +7,8 @@
 
 use saggar_shape::DType;
 
-use super::{merge_dims, refuse_eval, scalar_input, truth};
-use crate::ops::{EvalInputs, InferInputs, Op, OpError, ValueType, unknown_dim};
+use super::{branch_types, refuse_eval, scalar_input, truth};
+use crate::ops::{EvalInputs, InferInputs, Op, OpError, ValueType};
 use crate::tensor::TensorMut;
 
 /// The op type of [`IfSelect`] nodes.
@@ -39,21 +39,10 @@ impl Op for IfSelect {
         if let Some(value) = cond.value {
             return self.chosen(truth(value)?).map(|i| inputs.req(i).map(|t| t.ty.clone())).collect();
         }
-        (0..self.outputs)
-            .map(|k| {
-                let (t, e) = (inputs.req(1 + k)?.ty, inputs.req(1 + self.outputs + k)?.ty);
-                if t.dtype != e.dtype {
-                    return Err(OpError::infer(format!(
-                        "output {k}: then_branch makes {t} and else_branch makes {e}; the branches must make one element type"
-                    )));
-                }
-                Ok(if t.rank() == e.rank() {
-                    ValueType::new(t.dtype, merge_dims(&t.dims, &e.dims))
-                } else {
-                    ValueType::new(t.dtype, vec![unknown_dim(); t.rank().max(e.rank())])
-                })
-            })
-            .collect()
+        let types = |first: usize| -> Result<Vec<ValueType>, OpError> {
+            (first..first + self.outputs).map(|i| inputs.req(i).map(|t| t.ty.clone())).collect()
+        };
+        branch_types(&types(1)?, &types(1 + self.outputs)?)
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
