@@ -352,9 +352,29 @@ pub(crate) fn get_or_compile<B: Backend, C: ProgramCompiler<B>>(
         None => None,
     };
     let artifact = fetch(compiler, cache, key.as_ref(), stats, || compile_bytes(compiler, device, spec))?;
-    match (cache, &key) {
-        (Some(cache), Some(key)) => load_cached(compiler, device, cache, key, spec, artifact.as_bytes(), stats),
-        _ => load_entry(compiler, device, spec, artifact.as_bytes(), stats),
+    let (Some(cache), Some(key)) = (cache, &key) else {
+        return load_entry(compiler, device, spec, artifact.as_bytes(), stats);
+    };
+    let loaded = load_cached(compiler, device, cache, key, spec, artifact.as_bytes(), stats);
+    // Compiled again once; a fresh artifact that does not load fails the same way and is reported.
+    if !evicted_unloadable(cache, key, &loaded) {
+        return loaded;
+    }
+    let artifact = fetch(compiler, Some(cache), Some(key), stats, || compile_bytes(compiler, device, spec))?;
+    load_cached(compiler, device, cache, key, spec, artifact.as_bytes(), stats)
+}
+
+/// Whether `loaded` is an artifact the compiler refused to load ([`DispatchError::Load`]: made by
+/// another build of it behind the same key, or damaged), now evicted so it is compiled again.
+fn evicted_unloadable<P>(cache: &CompileCache, key: &CacheKey, loaded: &Result<P>) -> bool {
+    let Err(DispatchError::Load { source, .. }) = loaded else { return false };
+    tracing::warn!(key = %key.id(), error = %source, "a cached artifact does not load; evicting it to compile it again");
+    match cache.evict(key) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, key = %key.id(), "could not evict a cached artifact that does not load");
+            false
+        }
     }
 }
 
@@ -455,6 +475,9 @@ pub(crate) fn precompile<B: Backend, C: ProgramCompiler<B>>(
             let fetched = cache.lookup(&key).ok().flatten()?;
             count_origin(stats, fetched.origin);
             let entry = load_cached(compiler, device, cache, &key, spec, fetched.artifact.as_bytes(), stats);
+            if evicted_unloadable(cache, &key, &entry) {
+                return None; // a miss: compiled below
+            }
             report(spec, ProgramSource::Loaded);
             Some(entry)
         });

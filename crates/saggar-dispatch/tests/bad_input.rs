@@ -214,6 +214,28 @@ fn a_cached_program_whose_outputs_do_not_match_the_model_is_refused_and_evicted(
     all_paths_still_work(&s, &m);
 }
 
+/// A cached artifact the compiler refuses to load (another build of it behind the same key) does not
+/// fail the session: it is evicted and the bucket compiled again.
+#[test]
+fn a_cached_artifact_that_does_not_load_is_evicted_and_compiled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(CompileCache::open(CacheConfig::builder(dir.path()).build()).unwrap());
+    let m = Arc::new(SumModel::new(2, 4, false));
+    let config =
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 1 }).cache(cache.clone()).build().unwrap();
+    let device = host_device();
+    drop(Session::new(device.clone(), m.clone(), config.clone(), &no_progress).unwrap());
+    let compiles = m.compiles.load(std::sync::atomic::Ordering::SeqCst);
+    m.refuse_next_load.store(true, std::sync::atomic::Ordering::SeqCst);
+    let s = Session::new(device, m.clone(), config, &no_progress).unwrap();
+    assert_eq!(
+        m.compiles.load(std::sync::atomic::Ordering::SeqCst),
+        compiles + 1,
+        "the refused bucket was compiled again"
+    );
+    all_paths_still_work(&s, &m);
+}
+
 #[test]
 fn a_program_reporting_a_wrong_output_dtype_is_refused_at_load() {
     let m = Arc::new(SumModel::new(2, 4, false));

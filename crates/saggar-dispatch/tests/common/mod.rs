@@ -31,6 +31,8 @@ pub struct SumModel {
     pub sabotage_launch: Arc<std::sync::atomic::AtomicBool>,
     /// While set, loaded programs report their second output as i32.
     pub wrong_output_dtype: Arc<std::sync::atomic::AtomicBool>,
+    /// When set, the next load refuses its artifact (as one of another build), then clears.
+    pub refuse_next_load: Arc<std::sync::atomic::AtomicBool>,
 }
 
 const FAIL_KERNEL: &str = "saggar_test_fail";
@@ -103,6 +105,7 @@ impl SumModel {
             fail_next_compile: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             sabotage_launch: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             wrong_output_dtype: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            refuse_next_load: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -229,6 +232,9 @@ impl ProgramCompiler<HostBackend> for SumModel {
         request: &CompileRequest<'_>,
         artifact: &[u8],
     ) -> Result<SumProgram, CompilerError> {
+        if self.refuse_next_load.swap(false, Ordering::SeqCst) {
+            return Err("injected load refusal: an artifact of another build".into());
+        }
         // The request says which shape the artifact was compiled for: no framing of its own.
         let rows = request.input_dims[0][0];
         let code = CodeObject::from_bytes(artifact)?;
