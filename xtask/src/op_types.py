@@ -1,10 +1,10 @@
 """Writes saggar-onnx's table of element types per declared op (`crates/saggar-onnx/src/ops/types.tsv`)
-from the operator schemas of the installed onnx package: `cargo xtask op-types [--python PATH]` runs it.
+from the operator schemas of the installed onnx package; `cargo xtask op-types [--python PATH]` runs it.
 
 For each op type declared in `crates/saggar-onnx/src/ops` (its `OpEntry` tables), the schema read is
 the newest non-deprecated one at or below the newest opset saggar declares for the op; each type
 constraint's allowed types are intersected with the element types saggar's tensors hold. What saggar
-refuses of these is listed, with reasons, in `ops/types.rs`, and its test probes every claim.
+refuses of these is listed, with reasons, in `ops/types/mod.rs`, and its tests probe every claim.
 """
 
 import re
