@@ -1,4 +1,4 @@
-"""Writes saggar-onnx's table of element types per declared op (`crates/saggar-onnx/src/ops/types.tsv`)
+"""Writes saggar-onnx's table of element types per declared op (`crates/saggar-onnx/src/ops/types/types.tsv`)
 from the operator schemas of the installed onnx package; `cargo xtask op-types [--python PATH]` runs it.
 
 For each op type declared in `crates/saggar-onnx/src/ops` (its `OpEntry` tables), the schema read is
