@@ -5,8 +5,14 @@ For each op type declared in `crates/saggar-onnx/src/ops` (its `OpEntry` tables)
 the newest non-deprecated one at or below the newest opset saggar declares for the op; each type
 constraint's allowed types are intersected with the element types saggar's tensors hold. What saggar
 refuses of these is listed, with reasons, in `ops/types/mod.rs`, and its tests probe every claim.
+
+`python3 op_types.py --check-suite NODE_DIR OPS_JSON` cross-checks the claims (`saggar ops --json
+OPS_JSON`) with the backend suite's single-node tests (NODE_DIR: `onnx-<version>/node` in the cache of
+`cargo xtask onnx-tests`): every type such a test binds to a constraint, in a test that applies and
+is not listed in `backend_expectations.txt` (so the suite runner holds it to passing), must be claimed.
 """
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -69,4 +75,41 @@ def main():
     sys.stdout.write("\n".join(out) + "\n")
 
 
+def check_suite(node_dir, ops_json):
+    """Prints the (op, constraint, type) the suite's passing single-node tests bind that are not claimed."""
+    ops = {o["op"]: o for o in json.load(open(ops_json))["ops"]}
+    expectations = Path(__file__).parents[2] / "crates/saggar-onnx/tests/backend_expectations.txt"
+    expected = {l.split()[0] for l in expectations.read_text().splitlines() if l.strip() and not l.startswith("#")}
+    codes = {getattr(onnx.TensorProto, n.upper()): n for n in NATIVE}
+    seen, conflicts = set(), []
+    for test in sorted(Path(node_dir).glob("test_*")):
+        model = onnx.load(str(test / "model.onnx"), load_external_data=False)
+        g, opset = model.graph, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        if len(g.node) != 1 or g.node[0].op_type not in ops or test.name in expected:
+            continue
+        node, op = g.node[0], ops[g.node[0].op_type]
+        if not any(a <= opset <= b for a, b in op["opsets"]):
+            continue
+        types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.output)}
+        types.update({i.name: i.data_type for i in g.initializer})
+        if any(t not in codes for t in types.values()):
+            continue  # not applicable: a type saggar does not hold
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
+        for formals, names in ((schema.inputs, node.input), (schema.outputs, node.output)):
+            for i, name in enumerate(names):
+                c = formals[min(i, len(formals) - 1)].type_str if formals else None
+                if name in types and c in op["types"]:
+                    t = codes[types[name]]
+                    seen.add((node.op_type, c, t))
+                    if t not in op["types"][c]:
+                        conflicts.append(f"{test.name}: {node.op_type} {c}={t} is not claimed")
+    claimed = sum(len(v) for o in ops.values() for v in o["types"].values())
+    print(f"{len(seen)} (op, constraint, type) bound by applicable single-node tests, of {claimed} claimed; "
+          f"{len(conflicts)} not claimed")
+    print("\n".join(conflicts))
+    return 1 if conflicts else 0
+
+
+if len(sys.argv) == 4 and sys.argv[1] == "--check-suite":
+    sys.exit(check_suite(sys.argv[2], sys.argv[3]))
 main()

@@ -3,6 +3,7 @@
 //! Python package, by running `op_types.py` beside this file with PATH (default `python3`), which
 //! must import onnx (the pinned version: the one the backend suite uses). Then run
 //! `cargo test -p saggar-onnx --lib ops::types`: it probes every type the new table claims.
+//! `op_types.py --check-suite` cross-checks the claims with the backend suite's tests (its docs say how).
 
 use std::path::Path;
 use std::process::Command;
