@@ -15,6 +15,8 @@
 //!   the bundle, `SAGGAR_ZOO=1 bash run.sh REPORT`).
 //! - `cargo xtask fuzz [--seconds N]`: runs the cargo-fuzz target over import, checking and lowering,
 //!   seeded with the backend suite's models (see `fuzz.rs`).
+//! - `cargo xtask op-types [--python PATH]`: regenerates saggar-onnx's table of element types per
+//!   declared op from the onnx package's operator schemas (see `op_types.rs`).
 //! - `cargo xtask tidy`: prints every violation of the source-tree rules that `cargo test --workspace`
 //!   also checks (file and function length, module docs, saggar-onnx's layers; see `tidy.rs`).
 //!
@@ -55,6 +57,7 @@
 mod fuzz;
 mod onnx_bundle;
 mod onnx_tests;
+mod op_types;
 mod publish;
 mod tidy;
 
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         }
         (Some("publish-check"), _) => publish::publish_check(&workspace_root()),
         (Some("tidy"), _) => tidy::run(&workspace_root()),
+        (Some("op-types"), _) => op_types::run(&workspace_root(), flag(&args, "--python")),
         (Some("fuzz"), _) => fuzz::run(&workspace_root(), flag(&args, "--seconds"), flag(&args, "--jobs")),
         (Some("gpu"), Ok(machine)) => {
             let bundle = PathBuf::from("target/gpu-bundle");
@@ -99,7 +103,8 @@ fn usage() -> String {
     "usage: cargo xtask gpu-bundle --out DIR [--for nvidia|amd] | cargo xtask gpu [--report DIR] [--for nvidia|amd]\n       \
      cargo xtask onnx-tests [--backend host|cuda|hip] [--cache DIR] [--filter TEXT] [--report FILE] [--fetch-only]\n       \
      cargo xtask zoo [zoo.py flags: --only A,B --exporters torchscript,dynamo --tiny --export-only ...]\n       \
-     cargo xtask publish-check | cargo xtask tidy | cargo xtask fuzz [--seconds N] [--jobs J]"
+     cargo xtask publish-check | cargo xtask tidy | cargo xtask fuzz [--seconds N] [--jobs J]\n       \
+     cargo xtask op-types [--python PATH]"
         .into()
 }
 

@@ -120,9 +120,9 @@ fn a_file_that_is_not_a_model_is_a_usage_error() {
     assert!(assert_error(&out, 2).contains("no input `nope`"));
 }
 
-/// `saggar ops --json`: every declared op with its opset ranges and each backend's form.
+/// `saggar ops --json`: every declared op with its opset ranges, element types and each backend's form.
 #[test]
-fn ops_lists_the_declared_op_set_with_each_backend() {
+fn ops_lists_the_declared_op_set_with_types_and_each_backend() {
     let sandbox = Sandbox::new();
     let out = sandbox.run(&["ops", "--json", "-"]);
     assert_success(&out);
@@ -141,5 +141,17 @@ fn ops_lists_the_declared_op_set_with_each_backend() {
     }
     assert_eq!(find("Shape")["backends"]["cuda"], "compile-time");
     assert!(report["out_of_scope"].as_array().is_some_and(|o| o.len() >= 4));
-    assert!(sandbox.run(&["ops"]).status.success());
+    // Types per type constraint of the schema at the newest opset, ONNX's names; refusals with reasons.
+    let cast = find("Cast");
+    assert_eq!(cast["types_opset"], 24);
+    assert_eq!(cast["types"]["T2"].as_array().map(Vec::len), Some(13), "{cast}");
+    assert!(cast["types"]["T1"].as_array().is_some_and(|t| t.contains(&"bfloat16".into())), "{cast}");
+    let matmul = find("MatMul");
+    assert!(matmul["types"]["T"].as_array().is_some_and(|t| t.contains(&"float".into())), "{matmul}");
+    assert!(matmul["refused"]["T"]["double"].as_str().is_some_and(|why| !why.is_empty()), "{matmul}");
+    assert_eq!(find("Where")["types"]["B"], serde_json::json!(["bool"]));
+    let table = stdout(&sandbox.run(&["ops"]));
+    let cast_row = table.lines().find(|l| l.starts_with("Cast ")).expect("a Cast row");
+    assert!(table.lines().next().is_some_and(|h| h.ends_with("TYPES")), "{table}");
+    assert!(cast_row.ends_with("T1: all; T2: all"), "{cast_row}");
 }

@@ -86,6 +86,7 @@ pub mod shape_util;
 pub(crate) mod shapes;
 pub(crate) mod signal;
 pub mod testing;
+pub mod types;
 
 use std::fmt;
 
@@ -511,6 +512,13 @@ pub fn declared() -> Vec<DeclaredOp> {
             DeclaredOp { op_type, opsets, gpu }
         })
         .collect()
+}
+
+impl DeclaredOp {
+    /// The element types the op takes per type constraint, at its newest opset ([`types`]).
+    pub fn types(&self) -> Option<&'static types::OpTypes> {
+        types::element_types(self.op_type)
+    }
 }
 
 #[cfg(test)]
