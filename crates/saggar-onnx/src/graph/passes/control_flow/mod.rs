@@ -119,15 +119,7 @@ pub(crate) fn hoist_bounded_branches(graph: &mut Graph) -> Result<bool, OnnxErro
     if hoisted.is_empty() {
         return Ok(false);
     }
-    let mut cx = Inliner {
-        fold_limit: 0,
-        strict: false,
-        inlined: false,
-        unrolled: 0,
-        folded: 0,
-        names: graph.values.iter().map(|v| v.name.clone()).collect(),
-        opset: graph.opset.max(MODERN_OPSET),
-    };
+    let mut cx = Inliner::new(graph, 0, false);
     for &i in hoisted.iter().rev() {
         let node = graph.nodes[i].clone();
         let nodes = cx.hoist_if(graph, &node)?;
@@ -173,15 +165,7 @@ pub(crate) fn inline(graph: &mut Graph, fold_limit: usize, strict: bool) -> Resu
     if !graph.nodes.iter().any(is_control) {
         return Ok(false);
     }
-    let mut cx = Inliner {
-        fold_limit,
-        strict,
-        inlined: false,
-        unrolled: 0,
-        folded: 0,
-        names: graph.values.iter().map(|v| v.name.clone()).collect(),
-        opset: graph.opset.max(MODERN_OPSET),
-    };
+    let mut cx = Inliner::new(graph, fold_limit, strict);
     let nodes = std::mem::take(&mut graph.nodes);
     graph.nodes = cx.settle(graph, nodes)?;
     let left = graph.nodes.iter().filter(|n| is_control(n)).map(|n| needs_segment(graph, n));
@@ -258,6 +242,19 @@ struct Inliner {
 }
 
 impl Inliner {
+    /// An inliner of `graph`'s control nodes, its value names taken.
+    fn new(graph: &Graph, fold_limit: usize, strict: bool) -> Inliner {
+        Inliner {
+            fold_limit,
+            strict,
+            inlined: false,
+            unrolled: 0,
+            folded: 0,
+            names: graph.values.iter().map(|v| v.name.clone()).collect(),
+            opset: graph.opset.max(MODERN_OPSET),
+        }
+    }
+
     /// Infers and folds `nodes` (their inputs are defined in `graph`) and inlines each control
     /// node among them whose controlling values are constant, then folds what follows it again.
     fn settle(&mut self, graph: &mut Graph, nodes: Vec<Node>) -> Result<Vec<Node>, OnnxError> {
