@@ -4,7 +4,7 @@
 //! the operator schemas of the pinned onnx package: for each declared op, the schema in force at the
 //! newest opset saggar declares for it, its signature, and each type constraint's allowed types
 //! intersected with the element types saggar's tensors hold (f32, f16, bf16, f64, the signed and
-//! unsigned integers of 8 to 64 bits, bool). [`REFUSED`] lists, with the reason, what of those
+//! unsigned integers of 8 to 64 bits, bool). `REFUSED` lists, with the reason, what of those
 //! saggar does not run; every other type is a claim, and the test in `probe.rs` builds a node for
 //! every (op, constraint, type) claimed and runs its inference, host evaluation and GPU lowering
 //! (and checks that each refused type is indeed refused).
