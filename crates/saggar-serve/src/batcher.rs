@@ -450,13 +450,34 @@ mod tests {
 
     #[test]
     fn a_lost_device_fails_one_batch_and_the_other_devices_serve_the_rest() {
-        let (runner, ran) = losing(1);
+        let (losing, ran) = losing(1);
+        // Device 0 finishes a batch only once device 1 has failed one, so however the threads are
+        // scheduled, device 1's threads take a batch while device 0's two hold theirs.
+        let failed = Arc::new((Mutex::new(false), Condvar::new()));
+        let seen = failed.clone();
+        let runner: Arc<Runner> = Arc::new(move |device, jobs: &[Job]| {
+            let result = losing(device, jobs);
+            let (flag, changed) = &*seen;
+            let mut failed = flag.lock();
+            if device == 1 {
+                *failed = true;
+                changed.notify_all();
+            } else if !*failed {
+                changed.wait_for(&mut failed, Duration::from_secs(10));
+            }
+            result
+        });
         // Two devices, two threads each: each of device 1's threads fails at most the batch it held.
         let b = Batcher::start("t", policy(0, 0), 2, 2, runner);
+        let replies: Vec<_> = (0..40)
+            .map(|_| {
+                let (j, r) = job(1, 0);
+                b.submit(j).unwrap();
+                r
+            })
+            .collect();
         let (mut ok, mut lost) = (0, 0);
-        for _ in 0..40 {
-            let (j, r) = job(1, 0);
-            b.submit(j).unwrap();
+        for r in replies {
             match r.blocking_recv().unwrap() {
                 Ok(_) => ok += 1,
                 Err(ServeError::DeviceLost(_)) => lost += 1,
