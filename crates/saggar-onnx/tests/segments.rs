@@ -104,3 +104,83 @@ fn calls_needing_extents_before_running_say_to_use_run() {
     session.run_into(&host, &mut out).unwrap();
     assert_eq!(floats(&out[0])[..2], [0.0, 2.0]);
 }
+
+/// Elements of the detector-like models below: above the value-input limit, so counts are data.
+const N: usize = 6000;
+
+/// `x` f32 [N] cycling through -0.5, 0.5, 1.5, 2.5: a quarter of it above each of 0, 1 and 2 more.
+fn quarters() -> Tensor {
+    Tensor::new(vec![N], TensorData::F32((0..N).map(|i| (i % 4) as f32 - 0.5).collect())).unwrap()
+}
+
+/// Adds `kept = Gather(data, Reshape(NonZero(Greater(data, above)), [-1]))` to `b`.
+fn keep_above(b: &mut ModelBuilder, data: &str, above: &str, kept: &str) {
+    let (mask, idx, flat) = (format!("{kept}_mask"), format!("{kept}_idx"), format!("{kept}_flat"));
+    b.node("Greater", &[data, above], &[&mask], &[]);
+    b.node("NonZero", &[&mask], &[&idx], &[]);
+    b.node("Reshape", &[&idx, "minus_one"], &[&flat], &[]);
+    b.node("Gather", &[data, &flat], &[kept], &[]);
+}
+
+fn detector_like(build: impl FnOnce(&mut ModelBuilder)) -> OnnxModel {
+    let mut b = ModelBuilder::new(18);
+    b.input("x", DType::F32, &[Dim::Fixed(N as u64)]);
+    b.initializer("minus_one", &Tensor::from_i64s(vec![-1]));
+    for (name, v) in [("t0", 0.0f32), ("t1", 1.0), ("t2", 2.0)] {
+        b.initializer(name, &Tensor::new(vec![], TensorData::F32(vec![v])).unwrap());
+    }
+    build(&mut b);
+    OnnxModel::from_bytes(&b.to_bytes(), "detector_like", &ImportLimits::default()).unwrap()
+}
+
+/// Runs `model` on [`quarters`] through a host session and checks it against the model's own
+/// evaluation; returns the outputs' extents.
+fn run_quarters(model: &OnnxModel) -> Vec<Vec<u64>> {
+    let x = quarters();
+    let want = model.run_once(std::slice::from_ref(&x)).unwrap();
+    let session = session(model);
+    let (dims, bytes) = ([N as u64], x.to_le_bytes());
+    let out = session.run(&[HostTensor { name: "x", dtype: DType::F32, dims: &dims, data: &bytes }]).unwrap();
+    for (got, want) in out.iter().zip(&want) {
+        assert_eq!(got.dims, want.dims().iter().map(|&d| d as u64).collect::<Vec<_>>());
+        assert_eq!(got.data, want.to_le_bytes());
+    }
+    out.into_iter().map(|o| o.dims).collect()
+}
+
+/// Three NonZeros in a chain, each over what the one before kept (as a detector filters boxes by
+/// score, then by size, then by class): each bounded form's worst case has a name of its own. Two
+/// unnamed extents in one segment's declared types once shared a name, so the dispatcher bound the
+/// third filter's output to the first one's extent and refused the program.
+#[test]
+fn chained_filters_each_keep_their_own_extent() {
+    let model = detector_like(|b| {
+        keep_above(b, "x", "t0", "a");
+        keep_above(b, "a", "t1", "ab");
+        keep_above(b, "ab", "t2", "abc");
+        b.output("abc", DType::F32, &[]);
+    });
+    assert_eq!(run_quarters(&model), [vec![N as u64 / 4]]);
+}
+
+/// A shape vector one segment computes from the extent of what a filter kept (`Concat(Shape(a)[0],
+/// [1])`, as Faster R-CNN's box head writes its Reshapes) and a later segment reads: the later
+/// segment is compiled per value of that vector, which fixes its Reshape's extents.
+#[test]
+fn a_shape_vector_from_an_earlier_segment_fixes_extents_in_a_later_one() {
+    let model = detector_like(|b| {
+        keep_above(b, "x", "t0", "a");
+        b.initializer("zero", &Tensor::from_i64s(vec![0]));
+        b.initializer("one", &Tensor::from_i64s(vec![1]));
+        b.node("Shape", &["a"], &["a_shape"], &[]);
+        b.node("Gather", &["a_shape", "zero"], &["a_len"], &[]);
+        b.node("Concat", &["a_len", "one"], &["column"], &[("axis", Attribute::Int(0))]);
+        // A value of a later segment with a's extent: a plus the sum of what the second filter kept.
+        keep_above(b, "a", "t1", "ab");
+        b.node("ReduceSum", &["ab"], &["ab_sum"], &[("keepdims", Attribute::Int(0))]);
+        b.node("Add", &["a", "ab_sum"], &["shifted"], &[]);
+        b.node("Reshape", &["shifted", "column"], &["y"], &[]);
+        b.output("y", DType::F32, &[]);
+    });
+    assert_eq!(run_quarters(&model), [vec![3 * N as u64 / 4, 1]]);
+}

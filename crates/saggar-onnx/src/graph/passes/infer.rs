@@ -29,10 +29,40 @@ pub(crate) enum Mode {
     Concrete,
 }
 
+/// Names for extents inference cannot know (`unk__N`), past every such name the graph already holds:
+/// a segment's inputs carry symbols of the whole model's inference, which a count restarting at 1
+/// would give to other extents, and the dispatcher would then bind the two together.
+pub(crate) struct FreshSymbols(usize);
+
+impl FreshSymbols {
+    /// Symbols past those of `graph`'s values.
+    pub(crate) fn past(graph: &Graph) -> FreshSymbols {
+        let names = graph.values.iter().filter_map(|v| v.ty.as_ref()).flat_map(|t| &t.dims);
+        let taken = names.filter_map(|d| d.symbol()?.strip_prefix(UNNAMED_PREFIX)?.parse::<usize>().ok()).max();
+        FreshSymbols(taken.unwrap_or(0))
+    }
+
+    /// A symbol not used before.
+    pub(crate) fn next(&mut self) -> Dim {
+        self.0 += 1;
+        Dim::symbolic(format!("{UNNAMED_PREFIX}{}", self.0))
+    }
+
+    /// `ty` with each unknown extent ([`UNKNOWN_DIM`]) given its own symbol.
+    pub(crate) fn name(&mut self, mut ty: ValueType) -> ValueType {
+        for d in &mut ty.dims {
+            if d.symbol() == Some(UNKNOWN_DIM) {
+                *d = self.next();
+            }
+        }
+        ty
+    }
+}
+
 /// Infers every node's outputs and folds constants whose outputs have at most `fold_limit`
 /// elements. Folded nodes are removed.
 pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -> Result<(), OnnxError> {
-    let mut fresh = 0usize;
+    let mut fresh = FreshSymbols::past(graph);
     let mut folded = Vec::with_capacity(graph.nodes.len());
     for index in 0..graph.nodes.len() {
         let node = &graph.nodes[index];
@@ -73,10 +103,7 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
             for (axis, d) in ty.dims.iter_mut().enumerate() {
                 if d.symbol() == Some(UNKNOWN_DIM) {
                     match mode {
-                        Mode::Symbolic => {
-                            fresh += 1;
-                            *d = Dim::symbolic(format!("{UNNAMED_PREFIX}{fresh}"));
-                        }
+                        Mode::Symbolic => *d = fresh.next(),
                         Mode::Concrete => {
                             return Err(OnnxError::ShapeDependsOnData {
                                 node: node.name.clone(),

@@ -24,6 +24,7 @@ use saggar_shape::DType;
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
 use crate::graph::passes::control_flow;
+use crate::graph::passes::infer::FreshSymbols;
 use crate::graph::passes::value_inputs::{self, SHAPE_ONLY, small_or_flag};
 use crate::ops::{self, Attributes, NodeCtx, ValueType};
 use crate::tensor::Tensor;
@@ -73,6 +74,9 @@ pub(crate) fn split(graph: &Graph) -> Result<Option<Split>, OnnxError> {
 /// Replaces every node with a bounded form by that form and a Slice per cut output.
 fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
     let mut nodes = Vec::with_capacity(graph.nodes.len());
+    // Worst-case extents the bounded forms cannot name get symbols of their own: an unnamed one in a
+    // segment's declared outputs would be bound to whichever input extent shares the name.
+    let mut fresh = FreshSymbols::past(graph);
     for node in std::mem::take(&mut graph.nodes) {
         let Some(bounded) = node.op.bounded() else {
             nodes.push(node);
@@ -83,7 +87,7 @@ fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
         let input_types: Vec<Option<&ValueType>> = node.inputs.iter().map(|i| i.and_then(|id| graph.ty(id))).collect();
         let types = infer_bounded(graph, &node, &*bounded.op, &input_types)?;
         let mut padded = Vec::with_capacity(types.len());
-        for (k, ty) in types.into_iter().enumerate() {
+        for (k, ty) in types.into_iter().map(|ty| fresh.name(ty)).enumerate() {
             // An output no value fixes (Unique's inverse_indices) is the bounded node's own.
             if let (Some(None), Some(&out)) = (bounded.cuts.get(k), node.outputs.get(k)) {
                 graph.value_mut(out).ty = Some(ty);

@@ -2,8 +2,11 @@
 //! whose output extents import could not know (an unnamed symbol none of its inputs has) reads a
 //! small non-constant tensor at a slot past its data input (a Reshape `shape`, Slice `starts`, a
 //! reduction's `axes`, TopK's `k`, Resize's `scales`): the model inputs that tensor is computed
-//! from are value inputs. Sessions key programs by their values as well as the shapes; per
-//! compile, [`bind_values`] makes them constants, so the shape chains fold as for initializers.
+//! from are value inputs. So are, in a segment of a model cut by `segments.rs`, the integer vectors
+//! an earlier segment computed that its nodes read there: the segment inherits the whole model's
+//! types, which named those extents from the vector's symbolic elements. Sessions key programs by
+//! their values as well as the shapes; per compile, [`bind_values`] makes them constants, so the
+//! shape chains fold as for initializers.
 
 use std::collections::BTreeSet;
 
@@ -81,7 +84,22 @@ pub(crate) fn shape_fixing_values(graph: &Graph) -> Vec<ValueId> {
             .filter_map(|&id| graph.ty(id))
             .flat_map(|t| t.dims.iter())
             .any(|d| is_unnamed(d) && !input_dims.contains(&d));
-        if !fresh || EXTENTS_FROM_SHAPES.contains(&node.op_type.as_str()) {
+        if EXTENTS_FROM_SHAPES.contains(&node.op_type.as_str()) {
+            continue;
+        }
+        if !fresh {
+            // A segment inherits its types from the whole model's inference, where a shape vector
+            // computed from other extents (`Concat(Shape(x)[0], 364)`) named its Reshape's output.
+            // Read from an earlier segment, that vector is an integer input of this graph, which
+            // nothing here names any more: its values fix the extents.
+            let inherited = |id: ValueId| {
+                graph.inputs.contains(&id) && graph.ty(id).is_some_and(|t| matches!(t.dtype, DType::I64 | DType::I32))
+            };
+            for &id in node.inputs.iter().skip(1).flatten() {
+                if inherited(id) && small(graph, id) && !values.contains(&id) {
+                    values.push(id);
+                }
+            }
             continue;
         }
         // A control node's inputs past its control inputs are the values its bodies capture: those
