@@ -125,12 +125,25 @@ fn the_cnn_model_through_im2col_matches_the_direct_kernel_and_its_reference() {
     }
 }
 
-/// `Relu(ConvTranspose(x, w[, b]))` for input `[n, c, h, w]` and weights `[c, m, k0, k1]`.
-fn conv_transpose_model(c: usize, m: usize, kernel: [usize; 2], bias: bool, attrs: &[(&str, Attribute)]) -> OnnxModel {
+/// `Relu(ConvTranspose(x, w[, b]))` for input `[n, c, h, w]` and weights `[c, m, k0, k1]`: an
+/// initializer, or with `weights_input` the model's second input.
+fn conv_transpose_model(
+    c: usize,
+    m: usize,
+    kernel: [usize; 2],
+    bias: bool,
+    attrs: &[(&str, Attribute)],
+    weights_input: bool,
+) -> OnnxModel {
     let mut b = ModelBuilder::new(17);
     let sym = |s: &str| Dim::symbolic(s);
     b.input("x", DType::F32, &[sym("n"), Dim::Fixed(c as u64), sym("h"), sym("w")]);
-    b.initializer("w", &f32s(&[c, m, kernel[0], kernel[1]], 7));
+    let weight_dims = [c, m, kernel[0], kernel[1]];
+    if weights_input {
+        b.input("w", DType::F32, &weight_dims.map(|d| Dim::Fixed(d as u64)));
+    } else {
+        b.initializer("w", &f32s(&weight_dims, 7));
+    }
     let mut inputs = vec!["x", "w"];
     if bias {
         b.initializer("b", &f32s(&[m], 11));
@@ -144,6 +157,7 @@ fn conv_transpose_model(c: usize, m: usize, kernel: [usize; 2], bias: bool, attr
 
 /// A transposed convolution whose stride is its square kernel (a UNet's upsampling) runs as one
 /// product and a pixel shuffle, equal to the direct kernel; other geometries keep the direct kernel.
+/// Constant weights are transposed once at compile; weights the caller binds, by a kernel each run.
 #[test]
 fn transposed_convolutions_with_stride_equal_to_the_kernel_run_as_a_product_and_a_shuffle() {
     use Attribute::Ints;
@@ -173,17 +187,31 @@ fn transposed_convolutions_with_stride_equal_to_the_kernel_run_as_a_product_and_
         ("2x3 stride 2x3", 3, 4, [2, 3], true, vec![("strides", Ints(vec![2, 3]))], 0),
     ];
     for (what, c, m, kernel, bias, attrs, matmuls) in cases {
-        let model = conv_transpose_model(c, m, kernel, bias, &attrs);
+        let model = conv_transpose_model(c, m, kernel, bias, &attrs, false);
+        let bound = conv_transpose_model(c, m, kernel, bias, &attrs, true);
         let (gemm, direct) = compilers(&model);
+        let (bound_gemm, _) = compilers(&bound);
+        let weights = f32s(&[c, m, kernel[0], kernel[1]], 7);
         for (n, h, w) in [(1, 5, 4), (3, 7, 6)] {
             let x = f32s(&[n, c, h, w], 3);
             let got = run_on_host(&gemm, std::slice::from_ref(&x)).unwrap();
             let want = run_on_host(&direct, std::slice::from_ref(&x)).unwrap();
             assert_close(&got[0], &want[0], &format!("{what} batch {n}"));
             assert_close(&got[0], &model.run_once(std::slice::from_ref(&x)).unwrap()[0], &format!("{what} reference"));
+            let with_weights = [x.clone(), weights.clone()];
+            assert_close(
+                &run_on_host(&bound_gemm, &with_weights).unwrap()[0],
+                &want[0],
+                &format!("{what} bound weights"),
+            );
             let dims = [vec![n as u64, c as u64, h as u64, w as u64]];
+            let bound_dims = [dims[0].clone(), [c, m, kernel[0], kernel[1]].map(|d| d as u64).to_vec()];
             for backend in [BackendKind::Host, BackendKind::Cuda] {
-                assert_eq!(gemm.plan_summary(&dims, backend).unwrap().matmuls, matmuls, "{what} on {backend:?}");
+                let plan = gemm.plan_summary(&dims, backend).unwrap();
+                assert_eq!(plan.matmuls, matmuls, "{what} on {backend:?}");
+                let bound_plan = bound_gemm.plan_summary(&bound_dims, backend).unwrap();
+                // The bound weights' per-run transpose is the one launch the constant form saves.
+                assert_eq!(bound_plan.launches, plan.launches + matmuls, "{what} on {backend:?}");
             }
         }
     }

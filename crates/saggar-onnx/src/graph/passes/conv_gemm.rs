@@ -12,7 +12,7 @@
 //! A 2-D ConvTranspose whose stride equals its square kernel `k` (no padding, dilation or output
 //! padding, one group: a UNet's upsampling) writes each input pixel's `k x k` output block from that
 //! pixel alone, so it is one product and a pixel shuffle: the weights `[C, M, k, k]` viewed as
-//! `[C, M k k]` and transposed (a small copy of the weights per run), times the image viewed as
+//! `[C, M k k]` and transposed (once at compile when they are constant, else per run), times the image viewed as
 //! `[N, C, H W]`, gives `[N, M k k, H, W]`, which `DepthToSpace` in CRD order lays out as
 //! `[N, M, H k, W k]`; the bias is the same `Add` as a Conv's.
 
@@ -23,6 +23,7 @@ use saggar_shape::DType;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
 use crate::ops::conv::im2col::Im2col;
 use crate::ops::conv::{Axis, Window};
+use crate::ops::evaluate::evaluate;
 use crate::ops::{self, Attribute, Attributes, NodeCtx, Op, ValueType};
 use crate::tensor::{Tensor, TensorData};
 
@@ -172,10 +173,7 @@ fn rewrite_transposed(graph: &mut Graph, index: usize) -> Option<Vec<Node>> {
     let rows = m.checked_mul(k * k)?;
     let (name, opset) = (node.name.clone(), graph.opset);
     let mut b = Builder { graph, name, opset, nodes: Vec::new() };
-    let weights = b.reshape(w, DType::F32, &[c, rows], None)?;
-    let transposed = b.value("weights_t", DType::F32, &[rows, c]);
-    let transpose = b.op("Transpose", 1)?;
-    b.push("Transpose", transpose, vec![Some(weights)], transposed);
+    let transposed = b.transposed_weights(w, c, rows)?;
     let image = b.reshape(x, DType::F32, &[n, c, h * wide], None)?;
     let product = b.value("product", DType::F32, &[n, rows, h * wide]);
     let matmul = b.op("MatMul", 2)?;
@@ -239,6 +237,23 @@ impl Builder<'_> {
         let name = format!("{}:{}{}", self.name, op_type.to_lowercase(), self.nodes.len());
         let op_type = op_type.to_string();
         self.nodes.push(Node { name, op_type, attrs, inputs, outputs: vec![out], op });
+    }
+
+    /// The f32 weights `w` (`[C, M, k, k]`) as `[M k k, C]`: transposed here once when they are
+    /// constant, else by a Transpose node each run.
+    fn transposed_weights(&mut self, w: ValueId, c: usize, rows: usize) -> Option<ValueId> {
+        let transpose = self.op("Transpose", 1)?;
+        if let Some(constant) = self.graph.value(w).constant.clone() {
+            let matrix = Tensor::clone(&constant).reshaped(vec![c, rows]).ok()?;
+            let packed = evaluate(transpose.as_ref(), &[Some(&matrix)], matrix.len()).ok()?.pop()?;
+            let name = format!("{}:weights_t", self.name);
+            let ty = Some(ValueType::fixed(DType::F32, &[rows, c]));
+            return Some(self.graph.add_value(Value { name, ty, constant: Some(Arc::new(packed)), dims_value: None }));
+        }
+        let weights = self.reshape(w, DType::F32, &[c, rows], None)?;
+        let transposed = self.value("weights_t", DType::F32, &[rows, c]);
+        self.push("Transpose", transpose, vec![Some(weights)], transposed);
+        Some(transposed)
     }
 
     /// `input` (of type `dtype`) viewed as `dims`, into `out` or a new value.
