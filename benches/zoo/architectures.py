@@ -243,7 +243,7 @@ def tiny_detector(name):
 
     anchors = AnchorGenerator(((16, 32),), ((0.5, 1.0, 2.0),))
     if name.startswith("fasterrcnn"):
-        return FasterRCNN(TinyBackbone(), num_classes=4, min_size=96, max_size=96, rpn_anchor_generator=anchors,
+        return FasterRCNN(TinyBackbone(), min_size=96, max_size=96, rpn_anchor_generator=anchors,
                           box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2), box_head=TwoMLPHead(16 * 49, 32),
                           box_predictor=FastRCNNPredictor(32, 4))
     if name.startswith("retinanet"):

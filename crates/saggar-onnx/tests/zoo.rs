@@ -1,7 +1,8 @@
 //! The tiny zoo (`tests/zoo/<architecture>/<exporter>/`): each architecture of `benches/zoo` in a
 //! configuration of at most 1 MB, exported by PyTorch with its inputs and PyTorch's fp32 outputs
 //! (`zoo.py --tiny --export-only`), run on the host backend and compared within rtol 1e-3 and
-//! atol 2e-4 x max|output| (the zoo's rule).
+//! atol 2e-4 x max|output| (the zoo's rule). A model cut into segments (the detectors) runs
+//! through a host `Session`, the others through `run_on_host`.
 //!
 //! A model saggar does not run yet is listed in `tests/zoo/expectations.txt` with the reason
 //! (`architecture/exporter  # reason`); the test fails on a listed model that now passes (so the list
@@ -10,8 +11,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use saggar_device::BackendKind;
-use saggar_onnx::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
+use std::sync::Arc;
+
+use saggar_device::host::HostBackend;
+use saggar_device::{Backend, BackendKind};
+use saggar_dispatch::steps::StepCompiler;
+use saggar_dispatch::{HostTensor, Session, SessionConfig};
+use saggar_onnx::{NamedTensor, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host};
 
 const RTOL: f64 = 1e-3;
 const ATOL_SHARE: f64 = 2e-4;
@@ -50,12 +56,16 @@ fn expectations() -> BTreeMap<String, String> {
         .collect()
 }
 
-fn read_set(dir: &Path, prefix: &str) -> Vec<Tensor> {
+fn read_named(dir: &Path, prefix: &str) -> Vec<NamedTensor> {
     (0..)
         .map(|k| dir.join(format!("{prefix}_{k}.pb")))
         .take_while(|p| p.exists())
-        .map(|p| read_tensor_pb(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).tensor)
+        .map(|p| read_tensor_pb(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .collect()
+}
+
+fn read_set(dir: &Path, prefix: &str) -> Vec<Tensor> {
+    read_named(dir, prefix).into_iter().map(|t| t.tensor).collect()
 }
 
 /// The largest excess over the tolerance (<= 0 when within it), or why the outputs cannot be compared.
@@ -83,18 +93,47 @@ fn excess(got: &Tensor, want: &Tensor) -> Result<f64, String> {
     }
 }
 
+/// A model cut into segments (a detector's NonZero and NonMaxSuppression) run through a host
+/// session, whose dispatcher checks each segment's outputs against the types it declares.
+fn run_segmented(compiler: OnnxCompiler, inputs: &[NamedTensor]) -> Result<Vec<Tensor>, String> {
+    let config = SessionConfig::builder().build().map_err(|e| e.to_string())?;
+    let device = HostBackend::open(0).map_err(|e| e.to_string())?;
+    let session: Session<HostBackend, OnnxCompiler> =
+        Session::new(device, Arc::new(compiler), config, &|_| {}).map_err(|e| format!("session: {e}"))?;
+    let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.tensor.dims().iter().map(|&d| d as u64).collect()).collect();
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.tensor.to_le_bytes()).collect();
+    let host: Vec<HostTensor<'_>> = inputs
+        .iter()
+        .zip(dims.iter().zip(&bytes))
+        .map(|(t, (dims, data))| HostTensor { name: &t.name, dtype: t.tensor.dtype(), dims, data })
+        .collect();
+    let outputs = session.run(&host).map_err(|e| format!("run: {e}"))?;
+    outputs
+        .into_iter()
+        .map(|o| {
+            let dims = o.dims.iter().map(|&d| d as usize).collect();
+            Tensor::from_le_bytes(o.dtype, dims, &o.data).map_err(|e| format!("output `{}`: {e}", o.name))
+        })
+        .collect()
+}
+
 /// `Ok(())` when the model runs on the host backend and matches PyTorch, else why not.
 fn check(name: &str) -> Result<(), String> {
     let dir = zoo_dir().join(name);
     let model = OnnxModel::load(dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
     let set = dir.join("test_data_set_0");
-    let (inputs, expected) = (read_set(&set, "input"), read_set(&set, "output"));
+    let (inputs, expected) = (read_named(&set, "input"), read_set(&set, "output"));
     let compiler = OnnxCompiler::new(model, OnnxOptions::default());
-    let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-    // Lowered for these shapes first: a model whose shapes hang on input values must not pass by
-    // having its inputs bound as constants.
-    compiler.plan_summary(&dims, BackendKind::Host).map_err(|e| format!("lowering: {e}"))?;
-    let got = run_on_host(&compiler, &inputs).map_err(|e| format!("run: {e}"))?;
+    let got = if compiler.segments().is_some() {
+        run_segmented(compiler, &inputs)?
+    } else {
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.tensor.dims().iter().map(|&d| d as u64).collect()).collect();
+        // Lowered for these shapes first: a model whose shapes hang on input values must not pass
+        // by having its inputs bound as constants.
+        compiler.plan_summary(&dims, BackendKind::Host).map_err(|e| format!("lowering: {e}"))?;
+        run_on_host(&compiler, &inputs.iter().map(|t| t.tensor.clone()).collect::<Vec<_>>())
+            .map_err(|e| format!("run: {e}"))?
+    };
     if got.len() < expected.len() {
         return Err(format!("{} outputs, PyTorch gave {}", got.len(), expected.len()));
     }

@@ -78,7 +78,10 @@ impl<S: ModelSource> BackendVisitor for Pipeline<'_, S> {
 struct Batches {
     distinct: Vec<u64>,
     set_of: Vec<usize>,
+    /// Requests whose outputs are kept: those checked and those exported.
     keep: Vec<bool>,
+    /// The `--verify` requests among them.
+    check: Vec<bool>,
 }
 
 impl Batches {
@@ -90,14 +93,15 @@ impl Batches {
         distinct.dedup();
         let set_of: Vec<usize> =
             trace.iter().map(|b| distinct.binary_search(b).expect("every batch is in the distinct list")).collect();
-        let mut keep = verify_mask(trace.len(), args.verify);
+        let check = verify_mask(trace.len(), args.verify);
+        let mut keep = check.clone();
         if args.export_outputs.is_some() {
             let mut seen = vec![false; distinct.len()];
             for (i, &set) in set_of.iter().enumerate() {
                 keep[i] |= !std::mem::replace(&mut seen[set], true);
             }
         }
-        Batches { distinct, set_of, keep }
+        Batches { distinct, set_of, keep, check }
     }
 
     /// The positions of the kept requests that are the first of their batch.
@@ -142,9 +146,11 @@ fn execute<B: Backend, S: ModelSource>(pipeline: Pipeline<'_, S>) -> Result<(Per
         .collect();
     let copies = session::bucket_copies(session, &measured)?;
 
+    // Only the `--verify` requests are checked: an exported one is kept for its outputs alone.
     let kept: Vec<KeptRun<'_>> = measured
         .kept
         .iter()
+        .filter(|(i, _)| batches.check[*i])
         .map(|(i, outputs)| {
             let set = batches.set_of[*i];
             KeptRun { set, outputs, dims: &output_dims[set] }

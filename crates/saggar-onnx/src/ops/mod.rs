@@ -437,6 +437,21 @@ pub fn lookup(op_type: &str, opset: u32) -> Option<&'static OpEntry> {
     FAMILIES.iter().flat_map(|f| f.iter()).find(|e| e.op_type == op_type && (e.since..=e.until).contains(&opset))
 }
 
+/// Op `op_type` of the declared op set at `opset`, built from `attrs` for a node of `inputs` inputs
+/// and `outputs` outputs: how the graph passes that add or rewrite nodes make their ops. The error
+/// names the op and says why.
+pub(crate) fn build_op(
+    op_type: &str,
+    opset: u32,
+    attrs: &Attributes,
+    inputs: usize,
+    outputs: usize,
+) -> Result<std::sync::Arc<dyn Op>, String> {
+    let entry = lookup(op_type, opset).ok_or_else(|| format!("{op_type} is not declared at opset {opset}"))?;
+    let op = (entry.build)(&mut NodeCtx::new(attrs, opset, inputs, outputs)).map_err(|e| format!("{op_type}: {e}"))?;
+    Ok(std::sync::Arc::from(op))
+}
+
 /// The opset ranges the declared op set implements for `op_type`, for error messages
 /// (`"13-21"`, or `"none"`).
 pub fn supported_opsets(op_type: &str) -> String {

@@ -23,7 +23,7 @@ use crate::error::OnnxError;
 use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
 use crate::graph::model::OnnxModel;
 use crate::graph::passes::{qdq_products, simplify};
-use crate::ops::{self, Attribute, Attributes, NodeCtx, ValueType};
+use crate::ops::{self, Attribute, Attributes, ValueType};
 use crate::tensor::{Tensor, TensorData};
 
 /// The largest magnitude of a symmetric `i8`.
@@ -180,20 +180,11 @@ impl Builder<'_> {
     }
 
     fn push(&mut self, op_type: &str, inputs: &[ValueId], out: ValueId, attrs: Attributes) -> Result<(), OnnxError> {
-        let entry = ops::lookup(op_type, self.opset)
-            .ok_or_else(|| OnnxError::Graph { reason: format!("calibration: no {op_type} at opset {}", self.opset) })?;
-        let op = (entry.build)(&mut NodeCtx::new(&attrs, self.opset, inputs.len(), 1))
-            .map_err(|e| OnnxError::Graph { reason: format!("calibration: {op_type}: {e}") })?;
+        let op = ops::build_op(op_type, self.opset, &attrs, inputs.len(), 1)
+            .map_err(|e| OnnxError::Graph { reason: format!("calibration: {e}") })?;
         let name = format!("{}:int8:{}{}", self.prefix, op_type, self.nodes.len());
         let inputs = inputs.iter().map(|&i| Some(i)).collect();
-        self.nodes.push(Node {
-            name,
-            op_type: op_type.to_string(),
-            attrs,
-            inputs,
-            outputs: vec![out],
-            op: Arc::from(op),
-        });
+        self.nodes.push(Node { name, op_type: op_type.to_string(), attrs, inputs, outputs: vec![out], op });
         Ok(())
     }
 }

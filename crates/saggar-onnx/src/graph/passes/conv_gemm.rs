@@ -217,8 +217,7 @@ impl Builder<'_> {
     fn op_with(&self, op_type: &str, inputs: usize, attrs: &Attributes) -> Option<Arc<dyn Op>> {
         // Today's forms (numpy broadcasting, DepthToSpace's modes) even in a model of opset 6 or older.
         let opset = self.opset.max(ops::MODERN_OPSET).max(11);
-        let entry = ops::lookup(op_type, opset)?;
-        (entry.build)(&mut NodeCtx::new(attrs, opset, inputs, 1)).ok().map(Arc::from)
+        ops::build_op(op_type, opset, attrs, inputs, 1).ok()
     }
 
     fn push(&mut self, op_type: &str, op: Arc<dyn Op>, inputs: Vec<Option<ValueId>>, out: ValueId) {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::graph::ir::{Graph, Value, ValueId};
-use crate::ops::{self, Attribute, NodeCtx, ValueType};
+use crate::ops::{self, Attribute, ValueType};
 use crate::tensor::{Tensor, TensorData};
 
 fn constant_f32(graph: &Graph, id: Option<ValueId>) -> Option<(Vec<usize>, Vec<f32>)> {
@@ -151,8 +151,7 @@ pub(crate) fn normalise_gemm(graph: &mut Graph) {
         let opset = graph.opset;
         let n_inputs = node.inputs.len();
         let n_outputs = node.outputs.len();
-        let Some(entry) = ops::lookup("Gemm", opset) else { continue };
-        let Ok(op) = (entry.build)(&mut NodeCtx::new(&attrs, opset, n_inputs, n_outputs)) else { continue };
+        let Ok(op) = ops::build_op("Gemm", opset, &attrs, n_inputs, n_outputs) else { continue };
         let Ok(b_tensor) = Tensor::new(new_dims, TensorData::F32(new_b)) else { continue };
         let b_id = add_constant(graph, format!("{name}:normalised_b"), b_tensor);
         let c_id = match (c_const, beta != 1.0) {
@@ -168,6 +167,6 @@ pub(crate) fn normalise_gemm(graph: &mut Graph) {
             node.inputs[2] = c_id;
         }
         node.attrs = attrs;
-        node.op = Arc::from(op);
+        node.op = op;
     }
 }

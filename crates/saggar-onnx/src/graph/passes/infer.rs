@@ -31,28 +31,28 @@ pub(crate) enum Mode {
 
 /// Names for extents inference cannot know (`unk__N`), past every such name the graph already holds:
 /// a segment's inputs carry symbols of the whole model's inference, which a count restarting at 1
-/// would give to other extents, and the dispatcher would then bind the two together.
-pub(crate) struct FreshSymbols(usize);
+/// would give to other extents, and the dispatcher would then bind the two together. The graph is
+/// read for the names it holds at the first new name only: a Loop unrolled iteration by iteration
+/// infers each iteration's nodes on their own, and most name nothing.
+#[derive(Default)]
+pub(crate) struct FreshSymbols(Option<usize>);
 
 impl FreshSymbols {
-    /// Symbols past those of `graph`'s values.
-    pub(crate) fn past(graph: &Graph) -> FreshSymbols {
-        let names = graph.values.iter().filter_map(|v| v.ty.as_ref()).flat_map(|t| &t.dims);
-        let taken = names.filter_map(|d| d.symbol()?.strip_prefix(UNNAMED_PREFIX)?.parse::<usize>().ok()).max();
-        FreshSymbols(taken.unwrap_or(0))
-    }
-
-    /// A symbol not used before.
-    pub(crate) fn next(&mut self) -> Dim {
-        self.0 += 1;
-        Dim::symbolic(format!("{UNNAMED_PREFIX}{}", self.0))
+    /// A symbol none of `graph`'s values, nor an earlier call, uses.
+    pub(crate) fn next(&mut self, graph: &Graph) -> Dim {
+        let last = self.0.get_or_insert_with(|| {
+            let names = graph.values.iter().filter_map(|v| v.ty.as_ref()).flat_map(|t| &t.dims);
+            names.filter_map(|d| d.symbol()?.strip_prefix(UNNAMED_PREFIX)?.parse::<usize>().ok()).max().unwrap_or(0)
+        });
+        *last += 1;
+        Dim::symbolic(format!("{UNNAMED_PREFIX}{last}"))
     }
 
     /// `ty` with each unknown extent ([`UNKNOWN_DIM`]) given its own symbol.
-    pub(crate) fn name(&mut self, mut ty: ValueType) -> ValueType {
+    pub(crate) fn name(&mut self, graph: &Graph, mut ty: ValueType) -> ValueType {
         for d in &mut ty.dims {
             if d.symbol() == Some(UNKNOWN_DIM) {
-                *d = self.next();
+                *d = self.next(graph);
             }
         }
         ty
@@ -62,7 +62,7 @@ impl FreshSymbols {
 /// Infers every node's outputs and folds constants whose outputs have at most `fold_limit`
 /// elements. Folded nodes are removed.
 pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -> Result<(), OnnxError> {
-    let mut fresh = FreshSymbols::past(graph);
+    let mut fresh = FreshSymbols::default();
     let mut folded = Vec::with_capacity(graph.nodes.len());
     for index in 0..graph.nodes.len() {
         let node = &graph.nodes[index];
@@ -103,7 +103,7 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
             for (axis, d) in ty.dims.iter_mut().enumerate() {
                 if d.symbol() == Some(UNKNOWN_DIM) {
                     match mode {
-                        Mode::Symbolic => *d = fresh.next(),
+                        Mode::Symbolic => *d = fresh.next(graph),
                         Mode::Concrete => {
                             return Err(OnnxError::ShapeDependsOnData {
                                 node: node.name.clone(),

@@ -26,7 +26,7 @@ use saggar_shape::DType;
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
 use crate::import::proto::data_type;
-use crate::ops::{self, Attribute, Attributes, NodeCtx, ValueType};
+use crate::ops::{self, Attribute, Attributes, ValueType};
 
 /// The op types the pass converts.
 const PRODUCTS: [&str; 3] = ["MatMul", "Gemm", "Conv"];
@@ -202,11 +202,9 @@ fn cast_node(graph: &mut Graph, a: ValueId, half: DType) -> Result<(Node, ValueI
     let mut attrs = Attributes::default();
     attrs.set("to", Attribute::Int(i64::from(onnx_code(half))));
     let opset = graph.opset.max(ops::MODERN_OPSET);
-    let entry = ops::lookup("Cast", opset).ok_or_else(|| graph_error("Cast", &name))?;
-    let op = (entry.build)(&mut NodeCtx::new(&attrs, opset, 1, 1))
+    let op = ops::build_op("Cast", opset, &attrs, 1, 1)
         .map_err(|e| OnnxError::Graph { reason: format!("the precision pass's Cast of `{name}`: {e}") })?;
-    let node =
-        Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(a)], outputs: vec![out], op: Arc::from(op) };
+    let node = Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(a)], outputs: vec![out], op };
     Ok((node, out))
 }
 

@@ -34,7 +34,7 @@ use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, contiguous, ext, numel};
 use crate::ops::linalg::gpu::GemmKernel;
-use crate::ops::{self, Attribute, Attributes, EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType};
+use crate::ops::{self, Attribute, Attributes, EvalInputs, InferInputs, Op, OpError, ValueType};
 use crate::tensor::{DataMut, DataRef, Tensor, TensorData, TensorMut};
 
 /// The `i8` product `Y[.., m, n] (i32) = sum_k A[.., m, k] B[n, k]` of an activation `A` and
@@ -257,10 +257,7 @@ fn replacement(graph: &mut Graph, m: &Matched) -> Option<Vec<Node>> {
         let inputs = inputs.into_iter().map(Some).collect();
         nodes.push(Node { name: node_name, op_type: op_type.into(), attrs, inputs, outputs: vec![out], op });
     };
-    let build = |op_type: &str, attrs: &Attributes| -> Option<Arc<dyn Op>> {
-        let entry = ops::lookup(op_type, opset)?;
-        (entry.build)(&mut NodeCtx::new(attrs, opset, 2, 1)).ok().map(Arc::from)
-    };
+    let build = |op_type: &str, attrs: &Attributes| ops::build_op(op_type, opset, attrs, 2, 1).ok();
     let none = Attributes::default();
     let mut sum = value(graph, "i32", ValueType::new(DType::I32, dims.clone()), None);
     push("Int8Product", Arc::new(Int8Product), vec![m.x_q, w_t], sum, none.clone());

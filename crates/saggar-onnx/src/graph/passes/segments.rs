@@ -26,7 +26,7 @@ use crate::graph::ir::{Graph, GraphOutput, Node, Value, ValueId};
 use crate::graph::passes::control_flow;
 use crate::graph::passes::infer::FreshSymbols;
 use crate::graph::passes::value_inputs::{self, SHAPE_ONLY, small_or_flag};
-use crate::ops::{self, Attributes, NodeCtx, ValueType};
+use crate::ops::{self, Attributes, ValueType};
 use crate::tensor::Tensor;
 
 /// Where a segment input or a model output comes from (see saggar-dispatch's `SegmentSource`).
@@ -76,7 +76,7 @@ fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
     let mut nodes = Vec::with_capacity(graph.nodes.len());
     // Worst-case extents the bounded forms cannot name get symbols of their own: an unnamed one in a
     // segment's declared outputs would be bound to whichever input extent shares the name.
-    let mut fresh = FreshSymbols::past(graph);
+    let mut fresh = FreshSymbols::default();
     for node in std::mem::take(&mut graph.nodes) {
         let Some(bounded) = node.op.bounded() else {
             nodes.push(node);
@@ -86,8 +86,9 @@ fn bound_nodes(graph: &mut Graph) -> Result<(), OnnxError> {
         // The bounded node's inputs are the node's, with its outputs' types from its own inference.
         let input_types: Vec<Option<&ValueType>> = node.inputs.iter().map(|i| i.and_then(|id| graph.ty(id))).collect();
         let types = infer_bounded(graph, &node, &*bounded.op, &input_types)?;
+        let types: Vec<ValueType> = types.into_iter().map(|ty| fresh.name(graph, ty)).collect();
         let mut padded = Vec::with_capacity(types.len());
-        for (k, ty) in types.into_iter().map(|ty| fresh.name(ty)).enumerate() {
+        for (k, ty) in types.into_iter().enumerate() {
             // An output no value fixes (Unique's inverse_indices) is the bounded node's own.
             if let (Some(None), Some(&out)) = (bounded.cuts.get(k), node.outputs.get(k)) {
                 graph.value_mut(out).ty = Some(ty);
@@ -156,18 +157,10 @@ fn slice_node(
     let zero = constant_i64(graph, format!("{}:cut:{k}:start", node.name), 0);
     let axes = constant_i64(graph, format!("{}:cut:{k}:axis", node.name), axis as i64);
     let inputs = vec![Some(padded), Some(zero), Some(count), Some(axes)];
-    let entry = ops::lookup("Slice", opset).ok_or_else(|| graph_error(node, "no Slice to cut it with"))?;
     let attrs = Attributes::default();
-    let op = (entry.build)(&mut NodeCtx::new(&attrs, opset, inputs.len(), 1))
+    let op = ops::build_op("Slice", opset, &attrs, inputs.len(), 1)
         .map_err(|e| graph_error(node, &format!("cutting output {k}: {e}")))?;
-    Ok(Node {
-        name: format!("{}:cut:{k}", node.name),
-        op_type: "Slice".into(),
-        attrs,
-        inputs,
-        outputs: vec![out],
-        op: Arc::from(op),
-    })
+    Ok(Node { name: format!("{}:cut:{k}", node.name), op_type: "Slice".into(), attrs, inputs, outputs: vec![out], op })
 }
 
 /// A new constant i64 vector `[v]`.

@@ -11,7 +11,7 @@ use crate::graph::subgraph::SubgraphBody;
 use crate::ops::control::select::IF_SELECT;
 use crate::ops::control::{implicit_inputs, scan_spec};
 use crate::ops::shape_util::normalize_axis;
-use crate::ops::{self, Attribute, Attributes, NodeCtx};
+use crate::ops::{self, Attribute, Attributes};
 use crate::tensor::{Tensor, TensorData};
 
 /// The constant value of `id`, if it has one.
@@ -176,18 +176,15 @@ impl Inliner {
         inputs: Vec<ValueId>,
         output: Option<ValueId>,
     ) -> Result<(Node, ValueId), OnnxError> {
-        let entry = ops::lookup(op_type, self.opset).ok_or_else(|| {
-            node_error(graph.opset, node, format!("{op_type} is not declared at opset {}", self.opset))
-        })?;
-        let op = (entry.build)(&mut NodeCtx::new(&attrs, self.opset, inputs.len(), 1))
-            .map_err(|e| node_error(graph.opset, node, format!("{op_type}: {e}")))?;
+        let op = ops::build_op(op_type, self.opset, &attrs, inputs.len(), 1)
+            .map_err(|e| node_error(graph.opset, node, e))?;
         let output = match output {
             Some(o) => o,
             None => self.add_value(graph, format!("{}/{}", node.name, op_type.to_lowercase()), None),
         };
         let name = format!("{}/{op_type}", node.name);
         let inputs = inputs.into_iter().map(Some).collect();
-        let added = Node { name, op_type: op_type.into(), attrs, inputs, outputs: vec![output], op: Arc::from(op) };
+        let added = Node { name, op_type: op_type.into(), attrs, inputs, outputs: vec![output], op };
         Ok((added, output))
     }
 
