@@ -19,6 +19,7 @@ mod embedding_bag;
 mod every_kind;
 mod half_norm;
 mod pool;
+mod segments;
 mod single;
 
 const SHIM: &str = r#"
@@ -132,8 +133,22 @@ static void store(const char* path, const unsigned char* p, size_t size) {
 
 /// Runs `compiler` on `inputs` through its CUDA plan compiled for the CPU in `dir`; `None` without g++.
 pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Vec<u8>>> {
+    emulate(compiler, inputs, &[], dir).map(|(outputs, _)| outputs)
+}
+
+/// An emulated run's outputs (bytes) and their extents.
+pub(crate) type Emulated = (Vec<Vec<u8>>, Vec<Vec<u64>>);
+
+/// [`run_emulated`] with the value inputs' `values` (binding index, bytes) bound as a session binds
+/// them; also returns the outputs' extents.
+pub(crate) fn emulate(
+    compiler: &OnnxCompiler,
+    inputs: &[Tensor],
+    values: &[(usize, Vec<u8>)],
+    dir: &Path,
+) -> Option<Emulated> {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
-    let lowered = compiler.lower(&dims, &[], BackendKind::Cuda).unwrap();
+    let lowered = compiler.lower(&dims, values, BackendKind::Cuda).unwrap();
     let source = compiler.source(&lowered).code;
     let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
     std::fs::write(file("weights.bin"), &compiler.weight_layout().bytes).unwrap();
@@ -235,7 +250,8 @@ pub(crate) fn run_emulated(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Pat
     }
     main.push_str("  return 0;\n}\n");
     build_and_run(dir, &source, &main)?;
-    Some((0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap()).collect())
+    let outputs = (0..lowered.output_bytes.len()).map(|i| std::fs::read(file(&format!("out{i}.bin"))).unwrap());
+    Some((outputs.collect(), lowered.output_dims))
 }
 
 /// Compiles `source` (a generated source: prelude and kernels) with the shim, the driver and `main`
