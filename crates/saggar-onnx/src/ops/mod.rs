@@ -346,6 +346,15 @@ pub trait Op: fmt::Debug + Send + Sync + 'static {
     fn bounded(&self) -> Option<Bounded> {
         None
     }
+
+    /// Whether the output extents follow from the inputs' extents alone, whatever their values
+    /// (broadcasting elementwise ops, Concat, MatMul, Gather): a fresh symbol in the output (a
+    /// concatenation's sum, a broadcast of two unnamed extents) is then no reason to read any input
+    /// as a shape, and the value-input analysis does not. Without it, each score vector a detector
+    /// concatenates would be taken for a shape and key the program.
+    fn extents_from_shapes(&self) -> bool {
+        false
+    }
 }
 
 /// The bounded form of an op whose output extents depend on its input values (NonZero, Compress,

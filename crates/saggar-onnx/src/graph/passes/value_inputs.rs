@@ -29,37 +29,6 @@ pub(crate) const SHAPE_ONLY: [&str; 2] = ["Shape", "Size"];
 const SHAPE_FIRST: [&str; 6] =
     ["Range", "ConstantOfShape", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix"];
 
-/// Ops whose output extents follow from their inputs' extents alone, whatever the values: a fresh
-/// symbol in their output (a concatenation's sum, a broadcast of two unnamed extents) is no reason to
-/// read any input's values. Without this, each score vector a detector concatenates would be taken for
-/// a shape and key the program.
-const EXTENTS_FROM_SHAPES: [&str; 24] = [
-    "Concat",
-    "Where",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Mod",
-    "Max",
-    "Min",
-    "Sum",
-    "Mean",
-    "And",
-    "Or",
-    "Xor",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "PRelu",
-    "MatMul",
-    "Gather",
-    "GatherElements",
-];
-
 /// The binding indices of `graph`'s value inputs, ascending.
 pub(crate) fn value_inputs(graph: &Graph) -> Vec<usize> {
     let mut found = BTreeSet::new();
@@ -84,7 +53,7 @@ pub(crate) fn shape_fixing_values(graph: &Graph) -> Vec<ValueId> {
             .filter_map(|&id| graph.ty(id))
             .flat_map(|t| t.dims.iter())
             .any(|d| is_unnamed(d) && !input_dims.contains(&d));
-        if EXTENTS_FROM_SHAPES.contains(&node.op_type.as_str()) {
+        if node.op.extents_from_shapes() {
             continue;
         }
         if !fresh {

@@ -45,6 +45,10 @@ fn where_typed<T: Copy>(
 }
 
 impl Op for Where {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, _: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
         Some(Ok(crate::ops::gpu::GpuNode::Elementwise("($0 ? $1 : $2)".into())))
     }

@@ -304,6 +304,10 @@ fn check_unidirectional(x: &[Dim], slope: &[Dim]) -> Result<(), OpError> {
 }
 
 impl Op for PRelu {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         let expr = |d: DType| Ok(format!("($0 > 0 ? $0 : {})", c_wrapping(d, "*")?));
         Some(ctx.input(0).and_then(|x| expr(x.dtype)).map(GpuNode::Elementwise))

@@ -116,6 +116,10 @@ fn to_bools<T: Storage>(
 }
 
 impl Op for Binary {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some((|| Ok(GpuNode::Elementwise(self.kind.c_expr(ctx.input(0)?.dtype, ctx.input(1)?.dtype)?)))())
     }

@@ -122,6 +122,10 @@ impl IntegerKind {
 }
 
 impl Op for IntegerOp {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         Some(ctx.input(0).and_then(|a| self.0.c_expr(a.dtype)).map(GpuNode::Elementwise))
     }

@@ -45,6 +45,10 @@ fn fold<T: Number>(kind: VariadicKind) -> fn(T, T) -> T {
 }
 
 impl Op for Variadic {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &GpuCtx<'_>) -> Option<Result<GpuNode, OpError>> {
         let n = ctx.inputs.iter().flatten().count();
         if n == 0 || ctx.inputs.iter().any(Option::is_none) {

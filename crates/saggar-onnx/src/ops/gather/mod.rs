@@ -39,6 +39,10 @@ fn require_indices(dtype: DType) -> Result<(), OpError> {
 }
 
 impl Op for Gather {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
         use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
@@ -114,6 +118,10 @@ fn build_gather_elements(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> 
 }
 
 impl Op for GatherElements {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
         use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, contiguous, ext, numel};
         Some((|| {

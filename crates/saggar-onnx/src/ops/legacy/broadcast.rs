@@ -124,6 +124,10 @@ impl Op for Checked {
         self.inner.foldable()
     }
 
+    fn extents_from_shapes(&self) -> bool {
+        self.inner.extents_from_shapes()
+    }
+
     fn key(&self) -> String {
         format!("{:?}:{}", self.check, self.inner.key())
     }

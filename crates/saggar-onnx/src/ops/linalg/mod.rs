@@ -183,6 +183,10 @@ struct MatMul {
 }
 
 impl Op for MatMul {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
         use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, broadcast, ext, numel};
         Some((|| {

@@ -398,6 +398,10 @@ fn build_concat(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 impl Op for Concat {
+    fn extents_from_shapes(&self) -> bool {
+        true
+    }
+
     fn gpu(&self, ctx: &crate::ops::gpu::GpuCtx<'_>) -> Option<Result<crate::ops::gpu::GpuNode, OpError>> {
         use crate::ops::gpu::{GpuLaunch, GpuNode, Slot, Work, ext, numel};
         Some((|| {
