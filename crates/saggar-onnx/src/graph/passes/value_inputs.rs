@@ -58,12 +58,11 @@ pub(crate) fn shape_fixing_values(graph: &Graph) -> Vec<ValueId> {
         }
         if !fresh {
             // A segment inherits its types from the whole model's inference, where a shape vector
-            // computed from other extents (`Concat(Shape(x)[0], 364)`) named its Reshape's output.
-            // Read from an earlier segment, that vector is an integer input of this graph, which
-            // nothing here names any more: its values fix the extents.
-            let inherited = |id: ValueId| {
-                graph.inputs.contains(&id) && graph.ty(id).is_some_and(|t| matches!(t.dtype, DType::I64 | DType::I32))
-            };
+            // computed from other extents (`Concat(Shape(x)[0], 364)`, whose elements that inference
+            // knew: `dims_value`) named its Reshape's output. Read from an earlier segment, that
+            // vector is an input of this graph, which nothing here computes any more: its values fix
+            // the extents. A model's own inputs carry no `dims_value`, so this holds for segments only.
+            let inherited = |id: ValueId| graph.inputs.contains(&id) && graph.value(id).dims_value.is_some();
             for &id in node.inputs.iter().skip(1).flatten() {
                 if inherited(id) && small(graph, id) && !values.contains(&id) {
                     values.push(id);
