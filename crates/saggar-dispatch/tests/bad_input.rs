@@ -187,13 +187,19 @@ fn invalid_configurations_are_typed_errors() {
     ));
 }
 
-#[test]
-fn a_cached_program_whose_outputs_do_not_match_the_model_is_refused_and_evicted() {
+/// A cache in a temporary folder (kept alive by the returned guard), a model, and a configuration of
+/// buckets up to `max` that uses the cache.
+fn cached(max: u64) -> (tempfile::TempDir, Arc<CompileCache>, Arc<SumModel>, SessionConfig) {
     let dir = tempfile::tempdir().unwrap();
     let cache = Arc::new(CompileCache::open(CacheConfig::builder(dir.path()).build()).unwrap());
-    let m = Arc::new(SumModel::new(2, 4, false));
     let config =
-        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 2 }).cache(cache.clone()).build().unwrap();
+        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max }).cache(cache.clone()).build().unwrap();
+    (dir, cache, Arc::new(SumModel::new(2, 4, false)), config)
+}
+
+#[test]
+fn a_cached_program_whose_outputs_do_not_match_the_model_is_refused_and_evicted() {
+    let (_dir, cache, m, config) = cached(2);
     let device = host_device();
     let key = cache_key(&m.identity(), &m.spec.inputs, &m.dims(1), BackendKind::Host, &device.info().arch).unwrap();
     drop(Session::new(device.clone(), m.clone(), config.clone(), &no_progress).unwrap());
@@ -218,11 +224,7 @@ fn a_cached_program_whose_outputs_do_not_match_the_model_is_refused_and_evicted(
 /// fail the session: it is evicted and the bucket compiled again.
 #[test]
 fn a_cached_artifact_that_does_not_load_is_evicted_and_compiled_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let cache = Arc::new(CompileCache::open(CacheConfig::builder(dir.path()).build()).unwrap());
-    let m = Arc::new(SumModel::new(2, 4, false));
-    let config =
-        SessionConfig::builder().buckets(BucketSpec::PowersOfTwo { max: 1 }).cache(cache.clone()).build().unwrap();
+    let (_dir, _cache, m, config) = cached(1);
     let device = host_device();
     drop(Session::new(device.clone(), m.clone(), config.clone(), &no_progress).unwrap());
     let compiles = m.compiles.load(std::sync::atomic::Ordering::SeqCst);

@@ -19,15 +19,23 @@ use crate::tensor::Tensor;
 pub fn run_on_host(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
     match compiler.split() {
         None => run_compiled(compiler, inputs),
-        Some(split) => {
-            let split = split.clone();
-            let mut k = 0;
-            crate::graph::passes::segments::run_split(split, inputs, |graph, ins| {
-                k += 1;
-                run_compiled(&compiler.segment_compiler(k - 1, graph), ins)
-            })
-        }
+        Some(_) => run_segments(compiler, inputs, run_compiled),
     }
+}
+
+/// Runs the segmented `compiler` on `inputs`: `run` runs each segment's compiler on its inputs, in
+/// order, the earlier segments' outputs among them; an error for a model that is not segmented.
+pub(crate) fn run_segments(
+    compiler: &OnnxCompiler,
+    inputs: &[Tensor],
+    mut run: impl FnMut(&OnnxCompiler, &[Tensor]) -> Result<Vec<Tensor>, OnnxError>,
+) -> Result<Vec<Tensor>, OnnxError> {
+    let split = compiler.split().ok_or_else(|| OnnxError::Graph { reason: "the model is not segmented".into() })?;
+    let mut k = 0;
+    crate::graph::passes::segments::run_split(split.clone(), inputs, |graph, ins| {
+        k += 1;
+        run(&compiler.segment_compiler(k - 1, graph), ins)
+    })
 }
 
 fn run_compiled(compiler: &OnnxCompiler, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {

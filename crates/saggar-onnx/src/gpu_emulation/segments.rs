@@ -6,22 +6,20 @@
 use std::path::Path;
 
 use super::{assert_close, emulate};
+use crate::compiler::run::run_segments;
 use crate::error::OnnxError;
-use crate::graph::passes::segments::run_split;
 use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Tensor, read_tensor_pb, run_on_host};
 
 /// Runs the segmented `compiler` on `inputs`, every segment through its emulated CUDA plan; `None`
 /// without g++.
 fn run_emulated_segments(compiler: &OnnxCompiler, inputs: &[Tensor], dir: &Path) -> Option<Vec<Tensor>> {
-    let split = compiler.split().expect("a segmented model").clone();
     let (mut k, mut skipped) = (0, false);
-    let outputs = run_split(split, inputs, |graph, ins| {
-        let segment = compiler.segment_compiler(k, graph);
+    let outputs = run_segments(compiler, inputs, |segment, ins| {
         let sub = dir.join(format!("segment{k}"));
         k += 1;
         std::fs::create_dir_all(&sub).unwrap();
         let values: Vec<(usize, Vec<u8>)> = segment.value_inputs().iter().map(|&i| (i, ins[i].to_le_bytes())).collect();
-        let Some((bytes, dims)) = emulate(&segment, ins, &values, &sub) else {
+        let Some((bytes, dims)) = emulate(segment, ins, &values, &sub) else {
             skipped = true;
             return Err(OnnxError::Graph { reason: "no g++".into() });
         };

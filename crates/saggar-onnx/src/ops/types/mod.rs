@@ -41,11 +41,20 @@ const ONNX_NAMES: [(&str, DType); 13] = [
     ("bool", DType::Bool),
 ];
 
-/// Types the schema allows that saggar does not run: `(op, constraint, types, why)`, the types as
-/// ONNX names separated by spaces.
 /// The reason of the ops whose kernels compute in f32 alone.
 const F32_ONLY: &str = "computes in f32 only (half precision is widened to it)";
+/// The reason of the products (MatMul, Gemm).
+const F32_PRODUCTS: &str = "multiplies f32 only (half precision is widened to it)";
+/// The reason of the window and mel-matrix generators' `output_datatype`.
+const WINDOW_OUTPUT: &str = "output_datatype is float, float16, bfloat16, int32 or int64 only";
+/// The reason of the scatters.
+const SCATTER_WRITES: &str = "the host kernel writes f32, i32, i64 and bool only";
+/// The types the generators, scatters and OneHot do not take: f64 and the 8- and 16-bit and unsigned
+/// integers.
+const NARROW_AND_DOUBLE: &str = "double int8 int16 uint8 uint16 uint32 uint64";
 
+/// Types the schema allows that saggar does not run: `(op, constraint, types, why)`, the types as
+/// ONNX names separated by spaces.
 pub(crate) const REFUSED: &[(&str, &str, &str, &str)] = &[
     ("AffineGrid", "T1", "double", F32_ONLY),
     ("Attention", "T1", "double", F32_ONLY),
@@ -55,12 +64,7 @@ pub(crate) const REFUSED: &[(&str, &str, &str, &str)] = &[
     ("BatchNormalization", "T", "double", F32_ONLY),
     ("BatchNormalization", "T1", "double", F32_ONLY),
     ("BatchNormalization", "T2", "double", F32_ONLY),
-    (
-        "BlackmanWindow",
-        "T2",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "output_datatype is float, float16, bfloat16, int32 or int64 only",
-    ),
+    ("BlackmanWindow", "T2", NARROW_AND_DOUBLE, WINDOW_OUTPUT),
     ("Col2Im", "T", "double int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool", F32_ONLY),
     ("Conv", "T", "double", F32_ONLY),
     ("ConvTranspose", "T", "double", F32_ONLY),
@@ -69,25 +73,15 @@ pub(crate) const REFUSED: &[(&str, &str, &str, &str)] = &[
     ("Det", "T", "double", F32_ONLY),
     ("Erf", "T", "int8 int16 int32 int64 uint8 uint16 uint32 uint64", "computes in f32 and f64 only"),
     ("GRU", "T", "double", F32_ONLY),
-    ("Gemm", "T", "double int32 int64 uint32 uint64", "multiplies f32 only (half precision is widened to it)"),
+    ("Gemm", "T", "double int32 int64 uint32 uint64", F32_PRODUCTS),
     ("GlobalAveragePool", "T", "double", F32_ONLY),
     ("GlobalLpPool", "T", "double", F32_ONLY),
     ("GlobalMaxPool", "T", "double", F32_ONLY),
     ("GridSample", "T1", "double int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool", F32_ONLY),
     ("GridSample", "T2", "double", F32_ONLY),
     ("GroupNormalization", "T", "double", F32_ONLY),
-    (
-        "HammingWindow",
-        "T2",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "output_datatype is float, float16, bfloat16, int32 or int64 only",
-    ),
-    (
-        "HannWindow",
-        "T2",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "output_datatype is float, float16, bfloat16, int32 or int64 only",
-    ),
+    ("HammingWindow", "T2", NARROW_AND_DOUBLE, WINDOW_OUTPUT),
+    ("HannWindow", "T2", NARROW_AND_DOUBLE, WINDOW_OUTPUT),
     ("Hardmax", "T", "double", F32_ONLY),
     ("InstanceNormalization", "T", "double", F32_ONLY),
     ("LRN", "T", "double", F32_ONLY),
@@ -96,21 +90,16 @@ pub(crate) const REFUSED: &[(&str, &str, &str, &str)] = &[
     ("LogSoftmax", "T", "double", F32_ONLY),
     ("LpNormalization", "T", "double", F32_ONLY),
     ("LpPool", "T", "double", F32_ONLY),
-    ("MatMul", "T", "double int32 int64 uint32 uint64", "multiplies f32 only (half precision is widened to it)"),
+    ("MatMul", "T", "double int32 int64 uint32 uint64", F32_PRODUCTS),
     ("MaxPool", "T", "double", "computes in f32 (half precision is widened to it) and 8-bit integers only"),
     ("MaxRoiPool", "T", "double", F32_ONLY),
     ("MaxUnpool", "T1", "double", F32_ONLY),
     ("MeanVarianceNormalization", "T", "double", F32_ONLY),
     ("MelWeightMatrix", "T2", "double", F32_ONLY),
-    (
-        "MelWeightMatrix",
-        "T3",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "output_datatype is float, float16, bfloat16, int32 or int64 only",
-    ),
+    ("MelWeightMatrix", "T3", NARROW_AND_DOUBLE, WINDOW_OUTPUT),
     ("NegativeLogLikelihoodLoss", "T", "double", F32_ONLY),
-    ("OneHot", "T1", "double int8 int16 uint8 uint16 uint32 uint64", "indices are f32, i32 or i64 only"),
-    ("OneHot", "T2", "double int8 int16 uint8 uint16 uint32 uint64", "depth is f32, i32 or i64 only"),
+    ("OneHot", "T1", NARROW_AND_DOUBLE, "indices are f32, i32 or i64 only"),
+    ("OneHot", "T2", NARROW_AND_DOUBLE, "depth is f32, i32 or i64 only"),
     ("RMSNormalization", "T", "double", F32_ONLY),
     ("RMSNormalization", "V", "double", F32_ONLY),
     ("RNN", "T", "double", F32_ONLY),
@@ -120,32 +109,12 @@ pub(crate) const REFUSED: &[(&str, &str, &str, &str)] = &[
     ("ReduceLogSumExp", "T", "int32 int64 uint32 uint64", "floats only"),
     ("RoiAlign", "T1", "double", F32_ONLY),
     ("STFT", "T1", "double", F32_ONLY),
-    (
-        "Scatter",
-        "T",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "the host kernel writes f32, i32, i64 and bool only",
-    ),
-    (
-        "ScatterElements",
-        "T",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "the host kernel writes f32, i32, i64 and bool only",
-    ),
-    (
-        "ScatterND",
-        "T",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "the host kernel writes f32, i32, i64 and bool only",
-    ),
+    ("Scatter", "T", NARROW_AND_DOUBLE, SCATTER_WRITES),
+    ("ScatterElements", "T", NARROW_AND_DOUBLE, SCATTER_WRITES),
+    ("ScatterND", "T", NARROW_AND_DOUBLE, SCATTER_WRITES),
     ("Softmax", "T", "double", F32_ONLY),
     ("SoftmaxCrossEntropyLoss", "T", "double", F32_ONLY),
-    (
-        "TensorScatter",
-        "T",
-        "double int8 int16 uint8 uint16 uint32 uint64",
-        "the host kernel writes f32, i32, i64 and bool only",
-    ),
+    ("TensorScatter", "T", NARROW_AND_DOUBLE, SCATTER_WRITES),
 ];
 
 /// ONNX's name of an element type (`"float"`, `"bfloat16"`, `"uint8"`), `None` for a type saggar's
