@@ -13,8 +13,9 @@
 //!
 //! Flags: `--json PATH`, `--seconds S` per phase (default 15), `--clients N` (64), `--delay-us D`
 //! (max_queue_delay_microseconds, 100), `--instances N` (instance_group count, 2), `--precision
-//! fp32|tf32|fp16|bf16` (fp32), `--backend auto|host|cuda`, `--devices N` (the model's sessions on
-//! devices 0..N, 1).
+//! fp32|tf32|fp16|bf16` (fp32), `--buckets pow2|stepped|list:1,2,...` (the config's `buckets`
+//! parameter, pow2), `--preferred N` (`preferred_batch_size: [N]`, none), `--backend auto|host|cuda`,
+//! `--devices N` (the model's sessions on devices 0..N, 1).
 
 #[path = "../tests/common/grpc.rs"]
 mod grpc_client;
@@ -35,6 +36,8 @@ struct Flags {
     delay_us: u64,
     instances: usize,
     precision: String,
+    buckets: String,
+    preferred: Option<u64>,
     backend: BackendChoice,
     devices: usize,
 }
@@ -51,6 +54,8 @@ fn flags() -> Flags {
         delay_us: number("--delay-us", 100.0) as u64,
         instances: number("--instances", 2.0) as usize,
         precision: value("--precision").unwrap_or_else(|| "f32".into()),
+        buckets: value("--buckets").unwrap_or_else(|| "pow2".into()),
+        preferred: value("--preferred").map(|v| v.parse().unwrap_or_else(|_| panic!("--preferred {v}"))),
         devices: number("--devices", 1.0).max(1.0) as usize,
         backend: match value("--backend").as_deref() {
             Some("host") => BackendChoice::Exactly(BackendKind::Host),
@@ -198,10 +203,12 @@ fn main() {
     std::fs::create_dir_all(&model_dir).expect("mkdir");
     let built = Instant::now();
     std::fs::write(model_dir.join("model.onnx"), bert_like_encoder(cfg).to_bytes()).expect("write model");
+    let preferred = f.preferred.map_or_else(String::new, |n| format!(" preferred_batch_size: [ {n} ]"));
     let config = format!(
-        "max_batch_size: 64\ndynamic_batching {{ max_queue_delay_microseconds: {} }}\ninstance_group [ {{ count: {} }} ]\n\
-         parameters {{ key: \"precision\" value: {{ string_value: \"{}\" }} }}\n",
-        f.delay_us, f.instances, f.precision
+        "max_batch_size: 64\ndynamic_batching {{ max_queue_delay_microseconds: {}{preferred} }}\ninstance_group [ {{ count: {} }} ]\n\
+         parameters {{ key: \"precision\" value: {{ string_value: \"{}\" }} }}\n\
+         parameters {{ key: \"buckets\" value: {{ string_value: \"{}\" }} }}\n",
+        f.delay_us, f.instances, f.precision, f.buckets
     );
     std::fs::write(dir.path().join("repo/bert/config.pbtxt"), &config).expect("write config");
     let mut options = ServeOptions::new(dir.path().join("repo"), dir.path().join("cache"));
@@ -235,11 +242,13 @@ fn report(f: &Flags, gpu: bool, device: &str, model: &str, phases: &[Phase], loa
     let speedup = many.throughput_rps / one.throughput_rps.max(1e-9);
     let p99_bound = f.delay_us as f64 / 1e3 + 2.0 * many.batch_latency_ms;
     println!(
-        "gpu_serve_load on {device} ({}): {model} ({}), gRPC, batch-1 closed-loop clients, max_queue_delay {} us, {} instance(s); model ready in {load_s:.1} s",
+        "gpu_serve_load on {device} ({}): {model} ({}), gRPC, batch-1 closed-loop clients, max_queue_delay {} us, {} instance(s), buckets {}, preferred batch {:?}; model ready in {load_s:.1} s",
         if gpu { "GPU" } else { "host backend, tiny encoder: not GPU figures" },
         f.precision,
         f.delay_us,
-        f.instances
+        f.instances,
+        f.buckets,
+        f.preferred
     );
     println!("| clients | requests | req/s | p50 ms | p90 ms | p99 ms | max ms | mean batch | batch latency ms |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -267,7 +276,7 @@ fn report(f: &Flags, gpu: bool, device: &str, model: &str, phases: &[Phase], loa
     );
     let json = serde_json::json!({
         "bench": "gpu_serve_load", "device": device, "gpu": gpu, "model": model,
-        "precision": f.precision, "max_queue_delay_us": f.delay_us, "instances": f.instances, "devices": f.devices, "load_s": load_s,
+        "precision": f.precision, "max_queue_delay_us": f.delay_us, "instances": f.instances, "buckets": f.buckets, "preferred_batch_size": f.preferred, "devices": f.devices, "load_s": load_s,
         "phases": phases, "speedup": speedup, "p99_bound_ms": p99_bound,
         "throughput_target_met": throughput_ok, "p99_target_met": p99_ok, "clean_shutdown": clean,
     });

@@ -32,7 +32,9 @@ pub struct Policy {
     pub preferred: Vec<u64>,
     /// The sessions' batch buckets, ascending. Without preferred sizes, a batch that would spill a
     /// few rows (at most an eighth) past a bucket leaves them at the head of the queue for the next
-    /// batch: they would pad the whole batch to the next bucket, a run up to twice as long.
+    /// batch when padding to the next bucket would waste more than a quarter of the batch (with
+    /// powers of two, a run up to twice as long). Close buckets (`stepped`) pad instead: a row left
+    /// behind waits a whole batch more, which is what a latency tail is made of.
     pub buckets: Vec<u64>,
     /// Most requests waiting in the queue.
     pub max_queue: usize,
@@ -296,10 +298,16 @@ fn next_batch(shared: &Shared, device: usize) -> Option<Vec<Job>> {
 }
 
 /// Gives the last jobs of `batch` (of `rows` rows) back to the head of `queue` when they spill at
-/// most an eighth of the largest bucket at or below `rows` past it (see [`Policy::buckets`]).
+/// most an eighth of the largest bucket at or below `rows` past it and the next bucket would pad
+/// the batch by more than a quarter of its rows (see [`Policy::buckets`]).
 fn trim_to_bucket(batch: &mut Vec<Job>, mut rows: u64, buckets: &[u64], queue: &mut VecDeque<Job>) {
     let Some(&bucket) = buckets.iter().rev().find(|&&b| b <= rows) else { return };
     if rows == bucket || (rows - bucket) * 8 > bucket {
+        return;
+    }
+    // Past the largest bucket a batch runs unpadded (or is split by the session): nothing to save.
+    let Some(&next) = buckets.iter().find(|&&b| b >= rows) else { return };
+    if (next - rows) * 4 <= rows {
         return;
     }
     let mut back = Vec::new();
@@ -432,6 +440,18 @@ mod tests {
         assert_eq!(spilled, vec![vec![1; 8], vec![1]]);
         // 11 rows spill three past 8, more than an eighth: one batch, padded to 16.
         assert_eq!(batches_of(Policy { buckets, ..policy(16, 50) }, 11), vec![vec![1; 11]]);
+    }
+
+    #[test]
+    fn close_buckets_pad_a_few_spilled_rows_rather_than_leave_them_behind() {
+        let stepped = vec![1, 2, 4, 8, 16, 24, 32, 40];
+        // 36 rows, four past 32: padding to 40 wastes 4 rows (under a quarter), so one batch.
+        assert_eq!(batches_of(Policy { buckets: stepped.clone(), ..policy(40, 50) }, 36), vec![vec![1; 36]]);
+        // 17 rows, one past 16: padding to 24 would waste 7 rows, more than a quarter of 17.
+        assert_eq!(batches_of(Policy { buckets: stepped, ..policy(40, 50) }, 17), vec![vec![1; 16], vec![1]]);
+        // With powers of two, 36 rows would pad to 64: four are left for the next batch.
+        let pow2 = vec![1, 2, 4, 8, 16, 32, 64];
+        assert_eq!(batches_of(Policy { buckets: pow2, ..policy(64, 50) }, 36), vec![vec![1; 32], vec![1; 4]]);
     }
 
     /// A runner whose device `lost` fails every batch with a lost device; the others serve.
