@@ -14,7 +14,7 @@ decoder models off) at --batch rows (default 32):
   reference PyTorch f32 with TF32 off (matmul and cuDNN convolutions), eager, on those inputs: the truth
             every system's outputs are measured against
   saggar    `saggar perf --onnx MODEL --backend cuda --load-inputs DIR --buckets list:B --graphs on
-            --binding pinned --precision P` for P in fp32, tf32, fp16, bf16, in a subprocess bounded by
+            --binding request --precision P` for P in fp32, tf32, fp16, bf16, in a subprocess bounded by
             --saggar-timeout: p50 from its JSON, its outputs from --export-outputs (compared with the
             reference below), and with --saggar-verify N its own check of N requests (JSON
             verify.accuracy, against its strict-f32 host evaluation, seconds each at batch 32; 0 by
@@ -195,7 +195,7 @@ class PackedGraph:
     def __init__(self, module, inputs, dtype):
         import torch
 
-        self.torch, self.inputs, self.traced = torch, inputs, False
+        self.torch, self.inputs = torch, inputs
         sizes = [x.numel() * x.element_size() for x in inputs]
         offsets, total = self.layout(sizes)
         self.host = torch.empty(total, dtype=torch.uint8).pin_memory()
@@ -233,35 +233,35 @@ class PackedGraph:
                         for off, n, (d, s) in zip(out_offsets, out_sizes, kinds)]
 
     def capture(self, forward, layout):
-        """A CUDA graph of `forward` packing its outputs, or (None, why not). transformers' modules test
-        their masks on the host (`torch.all(mask == 1)`), a device-to-host copy no capture allows; when
-        the plain capture fails, it is tried again with `torch.compiler.is_compiling` answering True, which
-        sends them down the paths they take under tracing (no host tests; the same math)."""
+        """A CUDA graph of `forward` packing its outputs, or (None, why not).
+
+        transformers' mask code makes scalar constants with `torch.tensor(0.0, device=mask.device)`: a copy
+        from unpinned host memory, which no capture allows. While capturing, `torch.tensor` of a Python
+        scalar is made by a fill kernel instead (`torch.full`, the same value and type). The masks' host
+        tests (`padding_mask.all()`) are skipped by transformers itself while a stream captures."""
         torch = self.torch
-        first = None
-        for traced in (False, True):
-            graph = torch.cuda.CUDAGraph()
-            original = torch.compiler.is_compiling
-            try:
-                if traced:
-                    torch.compiler.is_compiling = lambda: True
-                    for _ in range(2):
-                        forward()
-                    self.stream.synchronize()
-                with torch.cuda.graph(graph, stream=self.stream):
-                    self.pack(forward(), *layout)
-                self.traced = traced
-                return graph, None
-            except RuntimeError as e:
-                # Where in the module it failed: the innermost frame outside torch itself.
-                frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename]
-                at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}" if frames else ""
-                why = str(e).splitlines()[0][:120] + at
-                first = f"{first}; on the tracing paths: {why}" if first else why
-                torch.cuda.synchronize()
-            finally:
-                torch.compiler.is_compiling = original
-        return None, first
+        graph = torch.cuda.CUDAGraph()
+        original = torch.tensor
+
+        def scalar_by_fill(data, *args, dtype=None, device=None, **kwargs):
+            if not args and not kwargs and isinstance(data, (bool, int, float)):
+                kind = torch.bool if isinstance(data, bool) else torch.int64 if isinstance(data, int) else None
+                return torch.full((), data, dtype=dtype or kind, device=device)
+            return original(data, *args, dtype=dtype, device=device, **kwargs)
+
+        try:
+            torch.tensor = scalar_by_fill
+            with torch.cuda.graph(graph, stream=self.stream):
+                self.pack(forward(), *layout)
+            return graph, None
+        except RuntimeError as e:
+            # Where in the module it failed: the innermost frame outside torch itself.
+            frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename]
+            at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}" if frames else ""
+            torch.cuda.synchronize()
+            return None, str(e).splitlines()[0][:120] + at
+        finally:
+            torch.tensor = original
 
     @staticmethod
     def layout(sizes):
@@ -307,8 +307,6 @@ def torch_system(module, inputs, dtype, device, args):
         packed = PackedGraph(module, inputs, dtype)
         run = packed.run
         variant = "CUDA graph, one packed pinned copy in and one out"
-        if packed.traced:
-            variant += " (captured on the module's tracing paths)"
         if packed.captured is not None:
             variant = f"eager, one packed pinned copy in and one out (the capture failed: {packed.captured})"
     outs = [o.float().numpy().copy() for o in run()]
@@ -379,7 +377,7 @@ def saggar_system(args, has_flag, precision, model, inputs_dir, work, name):
     cmd = [args.saggar, "perf", "--onnx", model, "--backend", "host" if args.device == "cpu" else "cuda",
            "--load-inputs", inputs_dir, "--buckets", f"list:{args.batch}", "--max-batch", str(args.batch),
            "--requests", str(args.requests), "--warmup-runs", str(args.warmup), "--graphs", "on",
-           "--binding", "pinned", "--verify", str(args.saggar_verify),
+           "--binding", "request", "--verify", str(args.saggar_verify),
            "--cache-dir", os.path.join(work, "saggar-cache"),
            "--export-outputs", exported, "--quiet", "--json", report]
     if has_flag:
@@ -572,7 +570,7 @@ def markdown(entries, targets, meta, args):
     lines = ["# Mixed precision: saggar against PyTorch and ONNX Runtime", "",
              f"{meta['card']}, {meta['date']}. Batch {args.batch}, p50 of {args.requests} requests (after "
              f"{args.warmup} untimed), host in, host out, every system in one process on one device, on the same "
-             f"ONNX file and inputs. saggar: `saggar perf --precision P`, graphs on, pinned binding. PyTorch: "
+             f"ONNX file and inputs. saggar: `saggar perf --precision P`, graphs on, `--binding request` (inputs written into pinned staging, outputs read where the copy back left them, as PyTorch's packed buffers). PyTorch: "
              f"{meta['torch_variant']}. ONNX Runtime: {meta['ort_variant']}. Errors: max |out - ref| and that "
              f"over max |ref| (worst output) against PyTorch f32 with TF32 off. torch {meta['torch']}, onnxruntime "
              f"{meta['onnxruntime']}, saggar `{meta['saggar'] or 'not given'}` (--precision: "
