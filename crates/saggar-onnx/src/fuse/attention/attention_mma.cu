@@ -1,25 +1,60 @@
 // The tensor-core attention kernel: a block of @WARPS@ warps per (batch position, tile of 16 query
 // rows a warp). Q, K and V are read in f32 and rounded to @HALF@ (pairs of halves a 32-bit
-// word) into shared memory: Q rows and K rows (the reduction axis D contiguous) and V transposed
-// (keys contiguous), each padded to a multiple of 16 with zeros. Per tile of @BK@ keys a warp forms
-// its 16 x BK scores with m16n8k16 products accumulating f32, scales them and adds the mask in f32,
-// runs the online softmax in f32 (each row's maximum across the four lanes holding it), rounds the
-// probabilities to @HALF@ in registers (the scores' accumulator layout is the next product's
-// operand layout) and accumulates P·V in f32. Each lane sums its part of a row's probabilities
-// (before rounding); the four meet at the end. Heads up to 128 (DP, DVP: D and DV rounded up to 16).
+// word) into shared memory, each row-major along the head (eight bytes a store), padded to a
+// multiple of 16 with zeros; rows are 16 bytes longer than the head so that the eight rows an
+// 8x8 fragment load reads fall in different banks. Per tile of @BK@ keys a warp forms its 16 x BK
+// scores with m16n8k16 products accumulating f32 (Q and K fragments by `ldmatrix` on CUDA), scales
+// them and adds the mask in f32, runs the online softmax in f32 (each row's maximum across the
+// four lanes holding it), rounds the probabilities to @HALF@ in registers (the scores' accumulator
+// layout is the next product's operand layout) and accumulates P·V in f32, its V fragments loaded
+// transposed (`ldmatrix.trans` on CUDA). Each lane sums its part of a row's probabilities (before
+// rounding); the four meet at the end. Two adjacent output columns are stored together where the
+// output rows are contiguous. Heads up to 128 (DP, DVP: D and DV rounded up to 16).
 // meta: as the row kernel's (attention.cu)
 (const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int D = @D@, DV = @DV@, DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BK = @BK@;
-  constexpr int QW = (DP + 8) / 2, VW = (BK + 8) / 2, THREADS = 32 * @WARPS@, BQ = 16 * @WARPS@;
-  __shared__ unsigned qs[BQ][QW];
-  __shared__ unsigned ks[BK][QW];
-  __shared__ unsigned vt[DVP][VW];
+  constexpr int QW = (DP + 8) / 2, VW = (DVP + 8) / 2, THREADS = 32 * @WARPS@, BQ = 16 * @WARPS@;
+  alignas(16) __shared__ unsigned qs[BQ][QW];
+  alignas(16) __shared__ unsigned ks[BK][QW];
+  alignas(16) __shared__ unsigned vs[BK][VW];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
 @META_TILES@
   // Element `d` of row `r` of an operand (zero outside `rows` x `cols`).
   auto at = [](const float* p, int off, bool inside) { return inside ? p[off] : 0.0f; };
   auto row4 = [](const float* p, int off, bool inside) {
     return inside ? *(const float4*)&p[off] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  };
+  // Four floats as four halves: two words, one eight-byte store.
+  auto put4 = [](unsigned* to, float4 x) { *(uint2*)to = make_uint2(@PACK@(x.x, x.y), @PACK@(x.z, x.w)); };
+  // A row-major operand of shared words read as `mma` fragments: rows `r`..`r` + 15 (A) or keys
+  // `r`..`r` + 15 of two column tiles (B, as two pairs of registers), from word column `c`.
+  auto frag_a = [&](unsigned* f, const unsigned (*s)[QW], int r, int c) {
+#if defined(ONNX_MMA_PTX)
+    onnx_ldsm_x4(f, &s[r + (lane & 7) + (lane & 8)][c + (lane >> 4) * 4]);
+#else
+    f[0] = s[r + g][c + t]; f[1] = s[r + g + 8][c + t]; f[2] = s[r + g][c + 4 + t]; f[3] = s[r + g + 8][c + 4 + t];
+#endif
+  };
+  // Keys `n`..`n` + 15 (two tiles of 8) along head columns c..c + 15 (words c / 2): b[0], b[1] for
+  // the first tile, b[2], b[3] for the second.
+  auto frag_k = [&](unsigned* b, int n, int c) {
+#if defined(ONNX_MMA_PTX)
+    onnx_ldsm_x4(b, &ks[n + (lane & 7) + (lane >> 4) * 8][c + (lane & 8) / 2]);
+#else
+    b[0] = ks[n + g][c + t]; b[1] = ks[n + g][c + 4 + t]; b[2] = ks[n + 8 + g][c + t]; b[3] = ks[n + 8 + g][c + 4 + t];
+#endif
+  };
+  // Values of keys `j`..`j` + 15 at output columns `n`..`n` + 15 (two tiles of 8), transposed.
+  auto frag_v = [&](unsigned* b, int j, int n) {
+#if defined(ONNX_MMA_PTX)
+    onnx_ldsm_x4_trans(b, &vs[j + (lane & 7) + (lane & 8)][n / 2 + (lane >> 4) * 4]);
+#else
+    auto half = [&](int row, int col) { return (vs[row][col / 2] >> (16 * (col & 1))) & 0xffffu; };
+    for (int p = 0; p < 4; ++p) {
+      const int row = j + 2 * t + (p & 1) * 8, col = n + (p >> 1) * 8 + g;
+      b[p] = half(row, col) | (half(row + 1, col) << 16);
+    }
+#endif
   };
   ONNX_ROWS(unit, positions * tiles) {
     const int i0 = (int)(unit % tiles) * BQ;
@@ -33,8 +68,7 @@
 #pragma unroll
       for (int e = tid; e < BQ * (DP / 4); e += THREADS) {
         const int r = e / (DP / 4), d = e % (DP / 4) * 4;
-        const float4 x = row4(q, qo + (i0 + r) * q_rs + d, i0 + r < Sq && d < D);
-        qs[r][d / 2] = @PACK@(x.x, x.y); qs[r][d / 2 + 1] = @PACK@(x.z, x.w);
+        put4(&qs[r][d / 2], row4(q, qo + (i0 + r) * q_rs + d, i0 + r < Sq && d < D));
       }
     } else {
 #pragma unroll
@@ -44,56 +78,53 @@
         qs[r][d / 2] = @PACK@(at(q, off, i0 + r < Sq && d < D), at(q, off + q_cs, i0 + r < Sq && d + 1 < D));
       }
     }
-    __syncthreads();
-    unsigned qf[DP / 16][4];
     const int r0 = warp * 16;
-#pragma unroll
-    for (int kk = 0; kk < DP / 16; ++kk) {
-      qf[kk][0] = qs[r0 + g][kk * 8 + t]; qf[kk][1] = qs[r0 + g + 8][kk * 8 + t];
-      qf[kk][2] = qs[r0 + g][kk * 8 + 4 + t]; qf[kk][3] = qs[r0 + g + 8][kk * 8 + 4 + t];
-    }
     float o[DVP / 8][4], row_m[2] = {ONNX_NEG_INF, ONNX_NEG_INF}, row_l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < DVP / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int j0 = 0; j0 < Sk; j0 += BK) {
       __syncthreads();
-      // Keys as rows along the head; values transposed, pairs of keys a word.
+      // Keys and values as rows along the head.
       if (vec4) {
 #pragma unroll
-      for (int e = tid; e < BK * (DP / 4); e += THREADS) {
+        for (int e = tid; e < BK * (DP / 4); e += THREADS) {
           const int j = e / (DP / 4), d = e % (DP / 4) * 4;
-          const float4 x = row4(k, ko + (j0 + j) * k_cs + d, j0 + j < Sk && d < D);
-          ks[j][d / 2] = @PACK@(x.x, x.y); ks[j][d / 2 + 1] = @PACK@(x.z, x.w);
+          put4(&ks[j][d / 2], row4(k, ko + (j0 + j) * k_cs + d, j0 + j < Sk && d < D));
         }
 #pragma unroll
-      for (int e = tid; e < (BK / 2) * (DVP / 4); e += THREADS) {
-          const int j = e / (DVP / 4) * 2, d = e % (DVP / 4) * 4;
-          const float4 x = row4(v, vo + (j0 + j) * v_rs + d, j0 + j < Sk && d < DV);
-          const float4 y = row4(v, vo + (j0 + j + 1) * v_rs + d, j0 + j + 1 < Sk && d < DV);
-          vt[d][j / 2] = @PACK@(x.x, y.x); vt[d + 1][j / 2] = @PACK@(x.y, y.y);
-          vt[d + 2][j / 2] = @PACK@(x.z, y.z); vt[d + 3][j / 2] = @PACK@(x.w, y.w);
+        for (int e = tid; e < BK * (DVP / 4); e += THREADS) {
+          const int j = e / (DVP / 4), d = e % (DVP / 4) * 4;
+          put4(&vs[j][d / 2], row4(v, vo + (j0 + j) * v_rs + d, j0 + j < Sk && d < DV));
         }
       } else {
 #pragma unroll
-      for (int e = tid; e < BK * (DP / 2); e += THREADS) {
+        for (int e = tid; e < BK * (DP / 2); e += THREADS) {
           const int j = k_rs == 1 ? e / (DP / 2) : e % BK, d = (k_rs == 1 ? e % (DP / 2) : e / BK) * 2;
           const int off = ko + d * k_rs + (j0 + j) * k_cs;
           ks[j][d / 2] = @PACK@(at(k, off, j0 + j < Sk && d < D), at(k, off + k_rs, j0 + j < Sk && d + 1 < D));
         }
 #pragma unroll
-      for (int e = tid; e < (BK / 2) * DVP; e += THREADS) {
-          const int j = (v_cs == 1 ? e / DVP : e % (BK / 2)) * 2, d = v_cs == 1 ? e % DVP : e / (BK / 2);
+        for (int e = tid; e < BK * (DVP / 2); e += THREADS) {
+          const int j = v_cs == 1 ? e / (DVP / 2) : e % BK, d = (v_cs == 1 ? e % (DVP / 2) : e / BK) * 2;
           const int off = vo + (j0 + j) * v_rs + d * v_cs;
-          vt[d][j / 2] = @PACK@(at(v, off, j0 + j < Sk && d < DV), at(v, off + v_rs, j0 + j + 1 < Sk && d < DV));
+          vs[j][d / 2] = @PACK@(at(v, off, j0 + j < Sk && d < DV), at(v, off + v_cs, j0 + j < Sk && d + 1 < DV));
         }
       }
       __syncthreads();
       float s[BK / 8][4];
 #pragma unroll
-      for (int n = 0; n < BK / 8; ++n) {
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int n = 0; n < BK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < DP / 16; ++kk) @MMA@(s[n], qf[kk], ks[n * 8 + g][kk * 8 + t], ks[n * 8 + g][kk * 8 + 4 + t]);
+      for (int kk = 0; kk < DP / 16; ++kk) {
+        unsigned qf[4];
+        frag_a(qf, qs, r0, kk * 8);
+#pragma unroll
+        for (int n = 0; n < BK / 8; n += 2) {
+          unsigned b[4];
+          frag_k(b, n * 8, kk * 8);
+          @MMA@(s[n], qf, b[0], b[1]);
+          @MMA@(s[n + 1], qf, b[2], b[3]);
+        }
       }
       // Scale, mask and the online softmax of rows g (h = 0) and g + 8 (h = 1).
 #pragma unroll
@@ -135,7 +166,12 @@
         const unsigned pf[4] = {@PACK@(s[2 * kk][0], s[2 * kk][1]), @PACK@(s[2 * kk][2], s[2 * kk][3]),
                                 @PACK@(s[2 * kk + 1][0], s[2 * kk + 1][1]), @PACK@(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-        for (int n = 0; n < DVP / 8; ++n) @MMA@(o[n], pf, vt[n * 8 + g][kk * 8 + t], vt[n * 8 + g][kk * 8 + 4 + t]);
+        for (int n = 0; n < DVP / 8; n += 2) {
+          unsigned b[4];
+          frag_v(b, kk * 16, n * 8);
+          @MMA@(o[n], pf, b[0], b[1]);
+          @MMA@(o[n + 1], pf, b[2], b[3]);
+        }
       }
     }
 #pragma unroll
@@ -145,13 +181,16 @@
       l += ONNX_SHFL_XOR_W(l, 2, 4);
       const int i = i0 + r0 + g + 8 * h;
       if (i >= Sq) continue;
+      auto result = [&](float a) { return @RESULT@; };
 #pragma unroll
       for (int n = 0; n < DVP / 8; ++n) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int col = n * 8 + 2 * t + c;
-          const float a = o[n][2 * h + c];
-          if (col < DV) out[oo + i * o_rs + col * o_cs] = @RESULT@;
+        const int col = n * 8 + 2 * t, to = oo + i * o_rs + col * o_cs;
+        const @OUT_T@ x = result(o[n][2 * h]), y = result(o[n][2 * h + 1]);
+        if (o_cs == 1 && col + 1 < DV && to % 2 == 0) {
+          *(@OUT_PAIR@*)&out[to] = @MAKE_PAIR@(x, y);
+        } else {
+          if (col < DV) out[to] = x;
+          if (col + 1 < DV) out[to + o_cs] = y;
         }
       }
     }

@@ -133,12 +133,15 @@ pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, w
         if half == DType::BF16 { ("onnx_pack_bf16", "onnx_mma_bf16") } else { ("onnx_pack_f16", "onnx_mma_f16") };
     let mask_add = if form.mask { " + mask[mo + i * m_rs + j * m_cs]" } else { "" };
     let [mask_param, out_t, result] = form.placeholders("a");
+    let (pair, make_pair) = if form.store.is_some() { ("ushort2", "make_ushort2") } else { ("float2", "make_float2") };
     let text = render_owned(
         include_str!("attention_mma.cu"),
         &[
             mask_param,
             out_t,
             result,
+            ("OUT_PAIR", pair.to_string()),
+            ("MAKE_PAIR", make_pair.to_string()),
             ("MASK_ADD", mask_add.to_string()),
             ("HALF", half.name().to_string()),
             ("PACK", pack.to_string()),

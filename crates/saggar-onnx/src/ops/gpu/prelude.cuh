@@ -180,6 +180,17 @@ __device__ ONNX_FORCEINLINE void onnx_mma_bf16(float* c, const unsigned* a, unsi
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// Four 8x8 tiles of halves from shared memory in `mma` fragment order: lane l gives the address of
+// row l % 8 of tile l / 8 (16-byte aligned); lane 4g + t receives row g, halves 2t and 2t + 1 of
+// each tile (`_trans`: column g, rows 2t and 2t + 1).
+__device__ ONNX_FORCEINLINE void onnx_ldsm_x4(unsigned* r, const unsigned* row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ ONNX_FORCEINLINE void onnx_ldsm_x4_trans(unsigned* r, const unsigned* row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
 #else
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define ONNX_SHFL_IDX(v, src) __shfl((v), (src), 32)
