@@ -195,6 +195,25 @@ fn a_gpu_refusal_names_every_node_it_cannot_lower() {
     assert!(err.to_string().starts_with("2 nodes are not supported\n  - "), "{err}");
 }
 
+/// `Pow` by a constant 2 or 3 (GELU's tanh form cubes its input) is computed as products on the
+/// GPU; other exponents keep `powf`.
+#[test]
+fn a_small_constant_power_is_a_product_on_the_gpu() {
+    let source = |exponent: f32| {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DType::F32, &[Dim::symbolic("n")]);
+        b.initializer("e", &Tensor::new(vec![], TensorData::F32(vec![exponent])).unwrap());
+        b.node("Pow", &["x", "e"], &["y"], &[]);
+        b.output("y", DType::F32, &[Dim::symbolic("n")]);
+        let model = OnnxModel::from_bytes(&b.to_bytes(), "pow", &ImportLimits::default()).unwrap();
+        OnnxCompiler::new(model, OnnxOptions::default()).gpu_source(&[vec![8]]).unwrap()
+    };
+    let cube = source(3.0);
+    assert!(cube.contains("(a0 * a0 * a0)") && !cube.contains("powf("), "{cube}");
+    assert!(source(2.0).contains("(a0 * a0)"));
+    assert!(source(2.5).contains("powf("));
+}
+
 #[test]
 #[ignore = "writes the generated source of every model to target/onnx-gpu-sources for inspection"]
 fn dump_sources() {

@@ -84,6 +84,9 @@ fn pow_and_f64_nodes(k: &mut Kinds) {
     k.node("Pow", &[xi, "e_f64"], &["pow_i32_f64"], &[], DType::I32);
     k.node("Pow", &[xf, e_u8], &["pow_f64_u8"], &[], f);
     k.node("Pow", &["x", "e_f64"], &["pow_f32_f64"], &[], DType::F32);
+    // A constant cube: products on the GPU, `powf` on the host.
+    k.init("e_three", Tensor::new(vec![], TensorData::F32(vec![3.0])).unwrap());
+    k.node("Pow", &["x", "e_three"], &["pow_f32_cube"], &[], DType::F32);
     let xs = "x_scaled_f64";
     k.hidden("Cast", &["x"], &[xs], &[("to", Int(11))]);
     for op in [
