@@ -141,7 +141,8 @@ fn the_half_cast_of_the_result_is_stored_by_the_attention_kernel() {
         let (summary, source) = plan(OnnxOptions::default().with_precision(precision));
         assert_eq!(summary.attention_groups, f32_plan.attention_groups, "{precision}");
         assert!(
-            source.contains(&format!("= {store}(l > 0.0f ? a / l")) || source.contains(&format!("= {store}(a / l)")),
+            source.contains(&format!("return {store}(l > 0.0f ? a / l"))
+                || source.contains(&format!("return {store}(a / l)")),
             "{precision}: the attention kernel stores half"
         );
     }
