@@ -50,7 +50,8 @@ pub(crate) fn emit_group(
         emit.steps.push(PlanStep::Matmul(step));
         return Ok(());
     }
-    // Group inputs in order of first read; each member input is an external input or a member's value.
+    // Group inputs in order of first read, each once however many members of a fused group read
+    // it; each member input is an external input or a member's value.
     let mut externals: Vec<ValueId> = Vec::new();
     let mut wiring = Vec::with_capacity(members.len());
     for &j in members {
@@ -59,10 +60,11 @@ pub(crate) fn emit_group(
             operands.push(input.map(
                 |id| match members.iter().position(|&m| graph.nodes[m].outputs.first() == Some(&id)) {
                     Some(k) if members.len() > 1 => Err(k),
-                    _ => {
+                    // A single node keeps its own operands (its op's kernel takes each).
+                    _ => Ok(externals.iter().position(|&e| e == id && members.len() > 1).unwrap_or_else(|| {
                         externals.push(id);
-                        Ok(externals.len() - 1)
-                    }
+                        externals.len() - 1
+                    })),
                 },
             ));
         }

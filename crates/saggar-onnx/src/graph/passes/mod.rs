@@ -14,7 +14,6 @@ pub(crate) mod calibrate;
 pub(crate) mod control_flow;
 pub(crate) mod conv_gemm;
 mod fuse;
-pub(crate) mod half_outputs;
 pub(crate) mod infer;
 pub(crate) mod precision;
 pub(crate) mod qdq_products;

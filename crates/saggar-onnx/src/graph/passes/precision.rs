@@ -32,7 +32,7 @@ use crate::ops::{self, Attribute, Attributes, ValueType};
 const PRODUCTS: [&str; 3] = ["MatMul", "Gemm", "Conv"];
 
 /// The views a product's activation is cast ahead of.
-pub(super) const VIEWS: [&str; 4] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze"];
+const VIEWS: [&str; 4] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze"];
 
 /// Checks that every entry of `keep` names a node of `graph` or an op type saggar declares, so a
 /// typo is an error rather than a setting that silently does nothing.
@@ -178,7 +178,7 @@ fn weight_product(graph: &Graph, node: &Node) -> Option<(ValueId, ValueId)> {
 }
 
 /// A new constant value holding constant `b` rounded to `half`.
-pub(super) fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, OnnxError> {
+fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, OnnxError> {
     let value = graph.value(b);
     let name = format!("{}:{}", value.name, half);
     let tensor = value.constant.as_ref().map(|t| (**t).clone()).ok_or_else(|| graph_error("weights", &value.name))?;
@@ -188,7 +188,7 @@ pub(super) fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Resul
 }
 
 /// A new activation `<name of a>:<half>` of `a`'s dims in `half`: its name and id.
-pub(super) fn half_twin(graph: &mut Graph, a: ValueId, half: DType) -> Result<(String, ValueId), OnnxError> {
+fn half_twin(graph: &mut Graph, a: ValueId, half: DType) -> Result<(String, ValueId), OnnxError> {
     let value = graph.value(a);
     let name = format!("{}:{}", value.name, half);
     let dims = value.ty.as_ref().map(|t| t.dims.clone()).ok_or_else(|| graph_error("activation", &value.name))?;
