@@ -16,16 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let precision: Precision = value("--precision").unwrap_or_else(|| "fp32".into()).parse()?;
     let model = match args.first().map(String::as_str) {
         Some("--bert-base") | None => {
-            let cfg = EncoderConfig {
-                layers: 12,
-                hidden: 768,
-                heads: 12,
-                intermediate: 3072,
-                vocab: 30522,
-                max_positions: 512,
-                seq: Some(seq as usize),
-            };
-            OnnxModel::from_bytes(&bert_like_encoder(cfg).to_bytes(), "bert-base", &ImportLimits::default())?
+            let bytes = bert_like_encoder(EncoderConfig::bert_base(seq as usize)).to_bytes();
+            OnnxModel::from_bytes(&bytes, "bert-base", &ImportLimits::default())?
         }
         Some(path) => OnnxModel::load(path)?,
     };

@@ -27,6 +27,22 @@ pub struct EncoderConfig {
     pub seq: Option<usize>,
 }
 
+impl EncoderConfig {
+    /// BERT-base's shape: 12 layers, hidden 768, 12 heads, FFN 3072, vocabulary 30522, 512
+    /// positions, at a fixed sequence length `seq`.
+    pub fn bert_base(seq: usize) -> EncoderConfig {
+        EncoderConfig {
+            layers: 12,
+            hidden: 768,
+            heads: 12,
+            intermediate: 3072,
+            vocab: 30522,
+            max_positions: 512,
+            seq: Some(seq),
+        }
+    }
+}
+
 impl Default for EncoderConfig {
     fn default() -> EncoderConfig {
         EncoderConfig { layers: 2, hidden: 64, heads: 4, intermediate: 128, vocab: 100, max_positions: 64, seq: None }

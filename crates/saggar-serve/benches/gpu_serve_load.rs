@@ -183,16 +183,7 @@ fn main() {
     let backend = saggar_device::resolve(f.backend).expect("a backend");
     let gpu = backend != BackendKind::Host;
     let (cfg, seconds, warmup) = if gpu {
-        let cfg = EncoderConfig {
-            layers: 12,
-            hidden: 768,
-            heads: 12,
-            intermediate: 3072,
-            vocab: 30522,
-            max_positions: 512,
-            seq: Some(128),
-        };
-        (cfg, f.seconds, 3.0)
+        (EncoderConfig::bert_base(128), f.seconds, 3.0)
     } else {
         eprintln!("gpu_serve_load: no GPU backend; a tiny encoder on the host backend, figures only (not GPU figures)");
         (EncoderConfig { seq: Some(16), ..EncoderConfig::default() }, f.seconds.min(3.0), 1.0)
