@@ -52,6 +52,7 @@ pub(crate) fn emit_group(
     }
     // Group inputs in order of first read, each once however many members of a fused group read
     // it; each member input is an external input or a member's value.
+    let fused = members.len() > 1;
     let mut externals: Vec<ValueId> = Vec::new();
     let mut wiring = Vec::with_capacity(members.len());
     for &j in members {
@@ -59,9 +60,9 @@ pub(crate) fn emit_group(
         for input in &graph.nodes[j].inputs {
             operands.push(input.map(
                 |id| match members.iter().position(|&m| graph.nodes[m].outputs.first() == Some(&id)) {
-                    Some(k) if members.len() > 1 => Err(k),
+                    Some(k) if fused => Err(k),
                     // A single node keeps its own operands (its op's kernel takes each).
-                    _ => Ok(externals.iter().position(|&e| e == id && members.len() > 1).unwrap_or_else(|| {
+                    _ => Ok(externals.iter().position(|&e| fused && e == id).unwrap_or_else(|| {
                         externals.push(id);
                         externals.len() - 1
                     })),

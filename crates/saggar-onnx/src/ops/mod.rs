@@ -223,6 +223,16 @@ impl InferInput<'_> {
     pub fn as_dims(&self) -> Option<Vec<Dim>> {
         self.sym_ints()?.iter().map(SymInt::to_dim).collect()
     }
+
+    /// The one element of a constant number input (not bool), as f64.
+    pub fn scalar_f64(&self) -> Option<f64> {
+        let t = self.value?;
+        let data = t.view().data;
+        if t.len() != 1 || data.dtype() == saggar_shape::DType::Bool {
+            return None;
+        }
+        crate::tensor::first_wide(data).map(crate::tensor::Wide::to_f64)
+    }
 }
 
 /// The inputs of one node for inference; absent optional inputs are `None`.

@@ -8,7 +8,7 @@ mod one_hot;
 use saggar_shape::{DType, Dim};
 
 use crate::ops::shapes::{MAX_RANK, copy_through};
-use crate::ops::{EvalInputs, InferInput, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType, unknown_dim};
+use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, OpEntry, OpError, SymInt, ValueType, unknown_dim};
 use crate::tensor::{DataMut, DataRef, Tensor, TensorData, TensorMut};
 
 /// The ops of this family.
@@ -40,15 +40,6 @@ fn range_len(start: f64, limit: f64, delta: f64) -> Result<usize, OpError> {
     Ok(n as usize)
 }
 
-/// The one element of a constant number input, as f64.
-fn scalar_f64(input: &InferInput<'_>) -> Option<f64> {
-    let t = input.value?;
-    if t.len() != 1 {
-        return None;
-    }
-    first_number(t.view().data)
-}
-
 /// The first element of numeric elements, as f64.
 fn first_number(data: DataRef<'_>) -> Option<f64> {
     if data.dtype() == DType::Bool {
@@ -64,7 +55,7 @@ impl Op for Range {
         if ![DType::F32, DType::I64, DType::I32].contains(&dtype) || l.ty.dtype != dtype || d.ty.dtype != dtype {
             return Err(OpError::infer("Range inputs must be scalars of one type: f32, i64 or i32"));
         }
-        let len = match (scalar_f64(s), scalar_f64(l), scalar_f64(d)) {
+        let len = match (s.scalar_f64(), l.scalar_f64(), d.scalar_f64()) {
             (Some(s), Some(l), Some(d)) => Dim::Fixed(range_len(s, l, d)? as u64),
             _ => match (s.sym_ints(), l.sym_ints(), d.const_i64s()) {
                 // `Range(0, seq, 1)` over a symbolic extent is that extent long.

@@ -6,8 +6,8 @@
 
 use saggar_shape::{DType, Dim};
 
+use super::first_number;
 use super::gpu::OneHotKernel;
-use super::{first_number, scalar_f64};
 use crate::error::OpError;
 use crate::ops::shape_util::normalize_axis;
 use crate::ops::{EvalInputs, InferInputs, NodeCtx, Op, ValueType, unknown_dim};
@@ -87,7 +87,7 @@ impl Op for OneHot {
             )));
         }
         let axis = normalize_axis(self.axis, idx.ty.rank() + 1)?;
-        let extent = match scalar_f64(depth) {
+        let extent = match depth.scalar_f64() {
             Some(v) => Dim::Fixed(depth_count(v)?),
             None => unknown_dim(),
         };

@@ -100,9 +100,7 @@ impl Binary {
     pub(super) fn boxed(ctx: &mut NodeCtx<'_>, kind: BinaryKind) -> Result<Box<dyn Op>, OpError> {
         Ok(Box::new(Binary { kind, dtypes: kind.dtypes(ctx.opset()) }))
     }
-}
 
-impl Binary {
     /// A floating-point `Pow` by a constant exponent of 2 or 3 (GELU's tanh form cubes its input) as
     /// products: `powf` costs dozens of instructions an element, enough to make a memory-bound
     /// chain compute-bound. The same value to within a unit of the last place (infinities, NaN and
@@ -111,13 +109,7 @@ impl Binary {
         if self.kind != BinaryKind::Pow || !FLOATS.contains(&base) {
             return None;
         }
-        let exponent = ctx.infer.get(1)?.value?;
-        if exponent.len() != 1 {
-            return None;
-        }
-        let mut e = None;
-        for_each_wide(exponent.view().data, |_, w| e = Some(w.to_f64()));
-        match e? {
+        match ctx.infer.get(1)?.scalar_f64()? {
             2.0 => Some("($0 * $0)".into()),
             3.0 => Some("($0 * $0 * $0)".into()),
             _ => None,
