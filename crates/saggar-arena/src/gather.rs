@@ -709,8 +709,61 @@ impl std::fmt::Debug for Gatherer {
 /// when `dst` reaches to its end (its bytes past `src.len()` are zeroed), so a small input leaves no
 /// dirty line behind either; callers hand in as `dst` the room up to the next slot. Streaming stores
 /// must be fenced ([`store_fence`]) before anything signals that the bytes are there.
+///
+/// A copy of [`PARALLEL_COPY_BYTES`] or more (a batch of images) is split into line-aligned chunks
+/// of at least [`PARALLEL_CHUNK_BYTES`], copied at once on scoped threads (each fencing its own
+/// streaming stores before it ends), the calling thread taking the first: one core's memcpy
+/// bandwidth (ResNet-50's 19 MB batch of 32 took 1.4 ms into pinned staging on an H200 host) is a
+/// fraction of what the memory delivers, and a thread costs tens of microseconds to start.
 pub(crate) fn copy_bytes(src: &[u8], dst: &mut [u8], streaming: bool) {
     assert!(src.len() <= dst.len(), "copy_bytes needs room for the source");
+    let threads = (src.len() / PARALLEL_CHUNK_BYTES).min(copy_threads());
+    if src.len() >= PARALLEL_COPY_BYTES && threads > 1 {
+        copy_split(src, dst, streaming, threads);
+        return;
+    }
+    copy_serial(src, dst, streaming);
+}
+
+/// [`copy_bytes`] in `threads` line-aligned chunks at once, the calling thread taking the first.
+fn copy_split(src: &[u8], dst: &mut [u8], streaming: bool, threads: usize) {
+    let chunk = src.len().div_ceil(threads.max(1)).next_multiple_of(64);
+    if chunk >= src.len() {
+        copy_serial(src, dst, streaming);
+        return;
+    }
+    let (first_src, rest_src) = src.split_at(chunk);
+    let (first_dst, mut rest_dst) = dst.split_at_mut(chunk);
+    std::thread::scope(|scope| {
+        let mut pieces = rest_src.chunks(chunk).peekable();
+        while let Some(piece) = pieces.next() {
+            // The last piece takes the rest of `dst` (its room past the source).
+            let take = if pieces.peek().is_some() { piece.len() } else { rest_dst.len() };
+            let (d, rest) = std::mem::take(&mut rest_dst).split_at_mut(take);
+            rest_dst = rest;
+            scope.spawn(move || {
+                copy_serial(piece, d, streaming);
+                store_fence();
+            });
+        }
+        copy_serial(first_src, first_dst, streaming);
+    });
+}
+
+/// A copy at least this large is split across threads ([`copy_bytes`]).
+pub(crate) const PARALLEL_COPY_BYTES: usize = 8 << 20;
+
+/// The least a thread of a split copy copies.
+const PARALLEL_CHUNK_BYTES: usize = 2 << 20;
+
+/// Threads a split copy uses at most: half the machine's, at most 8.
+fn copy_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| (std::thread::available_parallelism().map_or(1, |n| n.get()) / 2).clamp(1, 8))
+}
+
+/// [`copy_bytes`] on the calling thread.
+fn copy_serial(src: &[u8], dst: &mut [u8], streaming: bool) {
     #[cfg(target_arch = "x86_64")]
     if streaming {
         copy_streaming(src, dst);
@@ -1055,6 +1108,26 @@ mod tests {
                 assert!(dst[..offset + 3].iter().all(|b| *b == 0));
                 assert!(dst[offset + 3 + len..].iter().all(|b| *b == 0));
             }
+        }
+    }
+
+    #[test]
+    fn split_copies_match_the_source_and_leave_the_room_as_one_copy_does() {
+        let src: Vec<u8> = (0..100_003u32).map(|i| (i * 13 % 251) as u8).collect();
+        for (threads, streaming) in [(2, true), (3, false), (7, true), (64, false)] {
+            let mut buffer = vec![0xAAu8; 100_200];
+            let at = buffer.as_ptr().align_offset(64) + 5;
+            let end = buffer.len();
+            copy_split(&src, &mut buffer[at..end], streaming, threads);
+            store_fence();
+            assert_eq!(&buffer[at..at + src.len()], &src[..], "{threads} threads");
+            // Streamed: the last partial line whole (zeros past the source); plain: nothing more.
+            let r = buffer.as_ptr() as usize % 64;
+            let line_end = (at + src.len() + r).next_multiple_of(64) - r;
+            let tail = &buffer[at + src.len()..];
+            let zeros = if streaming { line_end.saturating_sub(at + src.len()).min(tail.len()) } else { 0 };
+            assert!(tail[..zeros].iter().all(|b| *b == 0) && tail[zeros..].iter().all(|b| *b == 0xAA));
+            assert!(buffer[..at].iter().all(|b| *b == 0xAA));
         }
     }
 

@@ -243,6 +243,11 @@ pub struct ModelArgs {
     /// block per query row) or tiled (a block per tile of query rows).
     #[arg(long, value_enum, default_value_t = AttentionArg::Auto)]
     pub attention: AttentionArg,
+    /// With --onnx: how one-group convolutions run: auto (channels-last GEMMs where the transposes
+    /// between convolutions cancel, else nchw), nhwc, nchw (im2col and a GEMM per image) or direct
+    /// (the generated kernel). Part of the cache key.
+    #[arg(long, value_enum, default_value_t = ConvArg::Auto)]
+    pub conv: ConvArg,
     /// With --onnx: BLAS-Lt candidates timed per matmul shape when a bucket loads, the fastest kept
     /// (1: the library's first choice, untimed).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -285,6 +290,19 @@ pub enum AttentionArg {
     Rows,
     /// A block per tile of query rows sharing key and value tiles.
     Tiled,
+}
+
+/// `--conv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConvArg {
+    /// Channels-last where the layout pass cancels most transposes, else nchw.
+    Auto,
+    /// Channels-last: one tall GEMM over the batch, the bias in its epilogue.
+    Nhwc,
+    /// Channels-first: im2col and a GEMM per image.
+    Nchw,
+    /// The generated direct-convolution kernel.
+    Direct,
 }
 
 /// The bucket flags.

@@ -212,8 +212,9 @@ fn half_convolutions_agree_across_engines_and_round() {
     let exact = run(OnnxOptions::default());
     for precision in [Precision::Fp16, Precision::Bf16] {
         let half = |conv| run(OnnxOptions::default().with_precision(precision).with_conv(conv));
-        let (im2col, direct) = (half(ConvEngine::Im2col), half(ConvEngine::Direct));
+        let (im2col, direct, nhwc) = (half(ConvEngine::Im2col), half(ConvEngine::Direct), half(ConvEngine::Nhwc));
         assert!(worst(&im2col, &direct) <= 2e-5, "{precision}: engines differ by {}", worst(&im2col, &direct));
+        assert!(worst(&nhwc, &direct) <= 2e-5, "{precision}: nhwc differs by {}", worst(&nhwc, &direct));
         let err = worst(&im2col, &exact);
         let bound = if precision == Precision::Fp16 { 2e-2 } else { 1.5e-1 };
         assert!(err > 1e-4 && err < bound, "{precision}: {err} from f32");

@@ -13,7 +13,7 @@ use saggar_models::{ModelConfig, ReferenceCompiler, compare_outputs, generate_in
 
 use super::inputs::{InputSets, InputView};
 use super::{KeptRun, ModelInfo, ModelSource, VERIFY_TOLERANCE, Verify};
-use crate::cli::{AttentionArg, DEFAULT_BLAS_WORKSPACE_MIB, ModelArg, ModelArgs, PerfArgs};
+use crate::cli::{AttentionArg, ConvArg, DEFAULT_BLAS_WORKSPACE_MIB, ModelArg, ModelArgs, PerfArgs};
 use crate::error::{CliError, Result};
 
 /// A model config with its compiler.
@@ -80,11 +80,13 @@ impl Builtin {
     }
 }
 
-/// Refuses `--attention`, `--blas-tune` and `--blas-workspace` (they set the ONNX compiler's
+/// Refuses `--attention`, `--conv`, `--blas-tune` and `--blas-workspace` (they set the ONNX compiler's
 /// options).
 fn reject_onnx_options(args: &ModelArgs) -> Result<()> {
     let flag = if args.attention != AttentionArg::Auto {
         "--attention"
+    } else if args.conv != ConvArg::Auto {
+        "--conv"
     } else if args.blas_tune != 1 {
         "--blas-tune"
     } else if args.blas_workspace != DEFAULT_BLAS_WORKSPACE_MIB {

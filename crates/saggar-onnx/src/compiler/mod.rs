@@ -48,7 +48,6 @@ use crate::fuse::attention::AttentionKernel;
 use crate::graph::ir::Graph;
 use crate::graph::model::OnnxModel;
 use crate::graph::passes;
-use crate::graph::passes::conv_gemm::ConvEngine;
 use crate::lower::Fusion;
 use crate::lower::blas::{BlasLowering, GemmEngine};
 use crate::plan::memory::{self, WeightLayout};
@@ -220,8 +219,9 @@ impl OnnxCompiler {
     ) -> Result<Lowered, OnnxError> {
         self.check_precision()?;
         let mut graph = passes::specialise(&self.graph, input_dims, values, self.model.name())?;
-        if self.options.conv == ConvEngine::Im2col {
-            passes::conv_gemm::convs_as_gemms(&mut graph);
+        passes::conv_gemm::convs_as_gemms(&mut graph, self.options.conv);
+        if self.options.precision.half().is_some() {
+            passes::half_storage::half_only_activations(&mut graph);
         }
         let target = if backend == BackendKind::Host { Target::Host } else { Target::Gpu(backend) };
         let blas = (self.options.gemm == GemmEngine::BlasLt).then_some(BlasLowering {

@@ -18,7 +18,7 @@ use crate::ops::conv::{AutoPad, Window, im2col};
 use crate::ops::gpu::{GpuCtx, GpuNode, Operand, kernel_definition};
 use crate::ops::{InferInputs, Op};
 use crate::plan::{ArgSource, Lowered, PlanStep};
-use crate::{OnnxCompiler, OnnxModel, OnnxOptions, Precision, Tensor, TensorData, run_on_host};
+use crate::{ConvEngine, OnnxCompiler, OnnxModel, OnnxOptions, Precision, Tensor, TensorData, run_on_host};
 
 /// `(x dims, kernel, strides, dilations, pads)` of the im2col cases: a 7x7 plane padded by one, a
 /// padded (unevenly), strided and dilated plane, taps wholly in the padding, one axis, three axes.
@@ -129,10 +129,15 @@ pub(super) fn matches_the_host_at_every_precision(
     inputs: &[Tensor],
     check: impl Fn(Precision, &Lowered),
 ) {
+    matches_the_host_with(bytes, inputs, ConvEngine::default(), check);
+}
+
+/// [`matches_the_host_at_every_precision`] with the convolutions lowered by `conv`.
+fn matches_the_host_with(bytes: &[u8], inputs: &[Tensor], conv: ConvEngine, check: impl Fn(Precision, &Lowered)) {
     let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
     for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
         let model = OnnxModel::from_bytes(bytes, "conv_blocks", &crate::ImportLimits::default()).unwrap();
-        let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision));
+        let compiler = OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision).with_conv(conv));
         check(precision, &compiler.lower(&dims, &[], BackendKind::Cuda).unwrap());
         let want = run_on_host(&compiler, inputs).unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -212,6 +217,64 @@ fn conv_blocks_with_bias_relu_and_residual_match_the_host_when_run_on_the_cpu() 
             let Some((n, forms)) = group else { panic!("{precision}: no per-channel group over {inner}: {fused:?}") };
             assert!(n % 4 == 0 && forms.iter().all(|f| f[0] != 0), "{precision}: {forms:?}");
         }
+    });
+}
+
+/// A channels-last network on the CPU at f32, fp16 and bf16: a three-channel stem (its channels
+/// padded to four), a max pool and an average pool that take the channels-last form, a padded and
+/// a strided convolution, a residual add, and a one-axis convolution; the same results as the
+/// host, through the channels-last im2col (16-byte units, 8-byte ones for the padded half stem)
+/// and the channels-last pooling.
+#[test]
+fn channels_last_convolutions_and_pools_match_the_host_when_run_on_the_cpu() {
+    use crate::ops::conv::im2col_nhwc::Im2colNhwcKernel;
+    let mut b = ModelBuilder::new(17);
+    let inputs = [values(&[2, 3, 9, 9], 1), values(&[2, 6, 10], 2)];
+    b.input("x", DType::F32, &[Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(9), Dim::Fixed(9)]);
+    b.input("x1", DType::F32, &[Dim::Fixed(2), Dim::Fixed(6), Dim::Fixed(10)]);
+    let weights: [(&str, &[usize]); 10] = [
+        ("w0", &[8, 3, 3, 3]),
+        ("b0", &[8]),
+        ("w1", &[8, 8, 3, 3]),
+        ("b1", &[8]),
+        ("w2", &[8, 8, 1, 1]),
+        ("b2", &[8]),
+        ("w3", &[6, 8, 3, 3]),
+        ("b3", &[6]),
+        ("wl", &[4, 6, 3]),
+        ("bl", &[4]),
+    ];
+    for (seed, (name, dims)) in weights.iter().enumerate() {
+        let scaled = values(dims, seed + 10).to_f32s().unwrap().iter().map(|v| v * 0.25).collect();
+        b.initializer(name, &Tensor::new(dims.to_vec(), TensorData::F32(scaled)).unwrap());
+    }
+    let same = [("pads", Ints(vec![1, 1, 1, 1]))];
+    b.node("Conv", &["x", "w0", "b0"], &["c0"], &same);
+    b.node("Relu", &["c0"], &["r0"], &[]);
+    let pool = [("kernel_shape", Ints(vec![3, 3])), ("strides", Ints(vec![2, 2])), ("pads", Ints(vec![1, 1, 1, 1]))];
+    b.node("MaxPool", &["r0"], &["p0"], &pool);
+    b.node("Conv", &["p0", "w1", "b1"], &["c1"], &same);
+    b.node("Relu", &["c1"], &["r1"], &[]);
+    b.node("Conv", &["r1", "w2", "b2"], &["c2"], &[]);
+    b.node("Add", &["c2", "p0"], &["s2"], &[]);
+    b.node("Relu", &["s2"], &["r2"], &[]);
+    let average = [("kernel_shape", Ints(vec![2, 2])), ("count_include_pad", Int(1)), ("pads", Ints(vec![0, 0, 1, 1]))];
+    b.node("AveragePool", &["r2"], &["a2"], &average);
+    b.node("Conv", &["a2", "w3", "b3"], &["y"], &[("strides", Ints(vec![2, 1]))]);
+    b.node("Conv", &["x1", "wl", "bl"], &["line"], &[("pads", Ints(vec![1, 1]))]);
+    b.output("y", DType::F32, &[]);
+    b.output("line", DType::F32, &[]);
+    matches_the_host_with(&b.to_bytes(), &inputs, ConvEngine::Nhwc, |precision, lowered| {
+        let kernels = launched(lowered);
+        let units: &[u8] = if precision == Precision::Fp32 { &[16] } else { &[16, 8] };
+        for &unit in units {
+            let (name, _) = kernel_definition(&Im2colNhwcKernel { unit });
+            assert!(kernels.contains(&name), "{precision}: the channels-last im2col of {unit}-byte units runs");
+        }
+        let pools: Vec<Vec<i64>> =
+            launches(lowered, "onnx_pool_").map(|(_, meta)| (0..19).map(meta).collect()).collect();
+        assert_eq!(pools.len(), 2, "{precision}: both pools run");
+        assert!(pools.iter().all(|m| m[18] == 8), "{precision}: channels-last pools over 8 channels: {pools:?}");
     });
 }
 

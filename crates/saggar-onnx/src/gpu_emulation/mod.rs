@@ -369,7 +369,7 @@ fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the
     let x = read_tensor_pb(&root.join("test_data_set_0").join("input_0.pb")).unwrap().tensor;
     let direct = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(ConvEngine::Direct));
     let want = run_on_host(&direct, std::slice::from_ref(&x)).unwrap();
-    for engine in [ConvEngine::Im2col, ConvEngine::Direct] {
+    for engine in ConvEngine::ALL {
         let compiler = OnnxCompiler::new(model.clone(), OnnxOptions::default().with_conv(engine));
         let dir = tempfile::tempdir().unwrap();
         let Some(got) = run_emulated(&compiler, std::slice::from_ref(&x), dir.path()) else { return };

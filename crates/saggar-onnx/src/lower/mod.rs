@@ -400,7 +400,7 @@ mod tests {
             let weights = weight_layout(model.graph());
             let mut graph = passes::specialise(model.graph(), &inputs, &[], name).unwrap();
             // The nodes lowering sees: each Conv rewritten into im2col, matmul and bias steps.
-            passes::conv_gemm::convs_as_gemms(&mut graph);
+            passes::conv_gemm::convs_as_gemms(&mut graph, crate::ConvEngine::Auto);
             let mut want: Vec<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
             want.sort_unstable();
             for fusion in [true, false] {

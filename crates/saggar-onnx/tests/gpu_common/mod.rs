@@ -283,7 +283,7 @@ pub fn check_conv_engines<B: Backend>(device: B::Device) {
         let names: Vec<&str> = model.inputs().iter().map(|s| s.name()).collect();
         let request = Request::new(&names, inputs);
         let host = run_on_host(&OnnxCompiler::new(model.clone(), direct.clone()), inputs).unwrap();
-        for engine in [ConvEngine::Im2col, ConvEngine::Direct] {
+        for engine in ConvEngine::ALL {
             let s = blas_session::<B>(&device, &model, OnnxOptions::default().with_conv(engine))
                 .unwrap_or_else(|e| panic!("FAIL cnn conv={} on {:?}: session: {e}", engine.name(), B::KIND));
             let mut worst = 0f32;

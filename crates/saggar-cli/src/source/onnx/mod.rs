@@ -16,7 +16,9 @@ use std::time::Instant;
 use saggar_device::Backend;
 use saggar_device::host::HostBackend;
 use saggar_dispatch::{BucketSpec, PaddedAxis, ProgramCompiler};
-use saggar_onnx::{AttentionKernel, Calibration, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Precision, Tensor};
+use saggar_onnx::{
+    AttentionKernel, Calibration, ConvEngine, OnnxCompiler, OnnxError, OnnxModel, OnnxOptions, Precision, Tensor,
+};
 use saggar_shape::TensorSpec;
 
 use self::tensors::{batch_of, declared_output_dims, generate, read_data_sets, read_tensors};
@@ -24,7 +26,7 @@ use super::check::{Check, compare, compare_with};
 use super::inputs::{self, InputSets};
 use super::profile::{self, ProfileReport};
 use super::{KeptRun, ModelInfo, ModelSource, Trace, VERIFY_TOLERANCE, Verify};
-use crate::cli::{AttentionArg, ModelArgs, PadAxisArg, PerfArgs, ShapeArg, TraceArgs};
+use crate::cli::{AttentionArg, ConvArg, ModelArgs, PadAxisArg, PerfArgs, ShapeArg, TraceArgs};
 use crate::error::{CliError, Result};
 use crate::trace::DEFAULT_REQUESTS;
 
@@ -272,7 +274,7 @@ pub fn verify_tolerance(precision: Precision) -> f64 {
     }
 }
 
-/// The compiler options the model flags ask for (`--attention`, `--blas-tune`, `--blas-workspace`,
+/// The compiler options the model flags ask for (`--attention`, `--conv`, `--blas-tune`, `--blas-workspace`,
 /// `--precision`, `--keep-fp32`).
 pub fn options(args: &ModelArgs) -> OnnxOptions {
     let attention = match args.attention {
@@ -280,8 +282,15 @@ pub fn options(args: &ModelArgs) -> OnnxOptions {
         AttentionArg::Rows => AttentionKernel::Rows,
         AttentionArg::Tiled => AttentionKernel::Tiled,
     };
+    let conv = match args.conv {
+        ConvArg::Auto => ConvEngine::Auto,
+        ConvArg::Nhwc => ConvEngine::Nhwc,
+        ConvArg::Nchw => ConvEngine::Im2col,
+        ConvArg::Direct => ConvEngine::Direct,
+    };
     OnnxOptions::default()
         .with_attention(attention)
+        .with_conv(conv)
         .with_blas_tuning(args.blas_tune as usize)
         .with_blas_workspace((args.blas_workspace << 20) as usize)
         .with_precision(args.precision)

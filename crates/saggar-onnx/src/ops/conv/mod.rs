@@ -6,6 +6,7 @@ mod col2im;
 mod deform;
 pub(crate) mod gpu;
 pub(crate) mod im2col;
+pub(crate) mod im2col_nhwc;
 mod transpose;
 
 use std::cell::RefCell;

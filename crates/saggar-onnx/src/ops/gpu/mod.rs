@@ -335,11 +335,17 @@ mod tests {
         }
         kinds.push(Box::new(LrnKernel { scale_bits: 1, beta_bits: 2, bias_bits: 3 }));
         for mode in [PoolMode::Max, PoolMode::MaxWithIndices, PoolMode::Average, PoolMode::Lp] {
-            kinds.push(Box::new(PoolKernel { mode, dtype: DType::F32 }));
+            kinds.push(Box::new(PoolKernel { mode, dtype: DType::F32, channels_last: false }));
             if matches!(mode, PoolMode::Max | PoolMode::MaxWithIndices) {
-                kinds.push(Box::new(PoolKernel { mode, dtype: DType::U8 }));
-                kinds.push(Box::new(PoolKernel { mode, dtype: DType::I8 }));
+                kinds.push(Box::new(PoolKernel { mode, dtype: DType::U8, channels_last: false }));
+                kinds.push(Box::new(PoolKernel { mode, dtype: DType::I8, channels_last: false }));
             }
+            if matches!(mode, PoolMode::Max | PoolMode::Average) {
+                kinds.push(Box::new(PoolKernel { mode, dtype: DType::F32, channels_last: true }));
+            }
+        }
+        for unit in [1, 2, 4, 8, 16] {
+            kinds.push(Box::new(crate::ops::conv::im2col_nhwc::Im2colNhwcKernel { unit }));
         }
         for mode in [GlobalMode::Average, GlobalMode::Max, GlobalMode::Lp] {
             kinds.push(Box::new(GlobalPoolKernel { mode }));

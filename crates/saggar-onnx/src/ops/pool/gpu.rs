@@ -30,6 +30,8 @@ pub(crate) struct PoolKernel {
     pub(crate) mode: PoolMode,
     /// The element type: f32, or i8 and u8 for max pooling (compared as their exact f32 values).
     pub(crate) dtype: DType,
+    /// A channels-last input `[N, spatial..., C]` (two spatial axes, C last in `meta`).
+    pub(crate) channels_last: bool,
 }
 
 /// The column-major position of row-major plane offset `best` (storage_order 1).
@@ -76,7 +78,8 @@ impl GpuKernel for PoolKernel {
                 [("I", i), ("T", t), ("INIT", init), ("TAKE", take), ("STORE", &store), ("MAX_SPATIAL", &spatial)];
             render(template, &values)
         };
-        let (planar, rank) = (include_str!("pool_planar.cuh"), include_str!("pool_rank.cuh"));
+        let planar = if self.channels_last { include_str!("pool_nhwc.cuh") } else { include_str!("pool_planar.cuh") };
+        let rank = include_str!("pool_rank.cuh");
         let t = ctype(self.dtype).unwrap_or("float");
         render(
             include_str!("pool.cu"),
@@ -94,13 +97,15 @@ impl GpuKernel for PoolKernel {
 
 /// The launch of [`PoolKernel`] over `axes` (one axis runs as two, the first of extent 1) for the
 /// `planes` (image, channel) planes of input 0 into output 0 (and the Indices into output 1 with
-/// [`PoolMode::MaxWithIndices`]); `param` as `pool.cu` says.
+/// [`PoolMode::MaxWithIndices`]); `param` as `pool.cu` says. With `channels`, the input is
+/// channels-last with that many channels (and `planes` is still images times channels).
 pub(crate) fn pool_launch(
     axes: &[Axis],
     planes: usize,
     mode: PoolMode,
     param: i64,
     dtype: DType,
+    channels: Option<usize>,
 ) -> Result<GpuNode, OpError> {
     if axes.len() > MAX_SPATIAL {
         return Err(OpError::eval(format!("pooling takes at most {MAX_SPATIAL} spatial axes on GPU")));
@@ -120,13 +125,19 @@ pub(crate) fn pool_launch(
         meta.extend(axes.iter().map(|a| ext(field(a))));
     }
     meta.push(i64::from(fits_i32(&axes, Some(planes as u64), false)));
+    meta.extend(channels.map(ext));
     let mut slots = vec![Slot::In(0), Slot::Out(0)];
     if mode == PoolMode::MaxWithIndices {
         slots.push(Slot::Out(1));
     }
     let outputs: u64 = axes.iter().map(|a| a.output as u64).product();
     let work = Work::Elements(outputs.saturating_mul(planes as u64));
-    Ok(GpuNode::Launches(vec![GpuLaunch::new(PoolKernel { mode, dtype }, meta, work, slots)]))
+    Ok(GpuNode::Launches(vec![GpuLaunch::new(
+        PoolKernel { mode, dtype, channels_last: channels.is_some() },
+        meta,
+        work,
+        slots,
+    )]))
 }
 
 /// What [`GlobalPoolKernel`] computes over each plane.
@@ -240,7 +251,7 @@ mod tests {
 
     /// The kernel, meta table and work of the pooling launch over `axes` and `planes` planes.
     fn launch(axes: &[Axis], planes: usize, mode: PoolMode) -> (PoolKernel, Vec<i64>, Work) {
-        let GpuNode::Launches(launches) = pool_launch(axes, planes, mode, 1, DType::F32).unwrap() else {
+        let GpuNode::Launches(launches) = pool_launch(axes, planes, mode, 1, DType::F32, None).unwrap() else {
             panic!("launches")
         };
         let l = &launches[0];
@@ -252,7 +263,7 @@ mod tests {
         // ResNet's stem MaxPool: [32, 64, 112, 112] to [32, 64, 56, 56].
         let stem = [axis(112, 3, 2, 1), axis(112, 3, 2, 1)];
         let (kernel, meta, work) = launch(&stem, 32 * 64, PoolMode::Max);
-        assert_eq!(kernel, PoolKernel { mode: PoolMode::Max, dtype: DType::F32 });
+        assert_eq!(kernel, PoolKernel { mode: PoolMode::Max, dtype: DType::F32, channels_last: false });
         assert_eq!(
             meta,
             [2, 2048, 1, 112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1],

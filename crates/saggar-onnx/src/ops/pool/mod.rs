@@ -2,8 +2,11 @@
 //! GlobalAveragePool, GlobalMaxPool, GlobalLpPool, MaxUnpool (`unpool.rs`) and LRN (local response
 //! normalization across channels).
 
+mod channels_last;
 pub(crate) mod gpu;
 mod unpool;
+
+pub(crate) use channels_last::channels_last_pool;
 
 use saggar_shape::{DType, Dim};
 
@@ -56,7 +59,20 @@ fn parse_window(ctx: &NodeCtx<'_>, with_ceil_mode: bool) -> Result<Window, OpErr
     Ok(window)
 }
 
+/// MaxPool's (`max`) or AveragePool's op.
+fn build_pool(ctx: &mut NodeCtx<'_>, max: bool) -> Result<Pool, OpError> {
+    if max { max_pool(ctx) } else { average_pool(ctx) }
+}
+
 fn build_max_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(max_pool(ctx)?))
+}
+
+fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(average_pool(ctx)?))
+}
+
+fn max_pool(ctx: &mut NodeCtx<'_>) -> Result<Pool, OpError> {
     let window = parse_window(ctx, true)?;
     let indices = ctx.num_outputs() > 1;
     let column_major = match ctx.int_or("storage_order", 0)? {
@@ -64,17 +80,17 @@ fn build_max_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
         1 => true,
         other => return Err(ctx.unsupported("storage_order", other, "0 (row-major), 1 (column-major)")),
     };
-    Ok(Box::new(Pool { window, reduce: Reduce::Max { indices }, column_major }))
+    Ok(Pool { window, reduce: Reduce::Max { indices }, column_major })
 }
 
-fn build_average_pool(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
+fn average_pool(ctx: &mut NodeCtx<'_>) -> Result<Pool, OpError> {
     let window = parse_window(ctx, true)?;
     let count_pad = match ctx.int_or("count_include_pad", 0)? {
         0 => false,
         1 => true,
         other => return Err(OpError::attribute("count_include_pad", format!("must be 0 or 1, found {other}"))),
     };
-    Ok(Box::new(Pool { window, reduce: Reduce::Average { count_pad }, column_major: false }))
+    Ok(Pool { window, reduce: Reduce::Average { count_pad }, column_major: false })
 }
 
 /// The `p` attribute of LpPool and GlobalLpPool (default 2).
@@ -127,7 +143,7 @@ impl Op for Pool {
                 Reduce::Average { count_pad } => (PoolMode::Average, i64::from(count_pad)),
                 Reduce::Lp { p } => (PoolMode::Lp, i64::from(p)),
             };
-            pool_launch(&axes, x.dims[0] * x.dims[1], mode, param, x.dtype)
+            pool_launch(&axes, x.dims[0] * x.dims[1], mode, param, x.dtype, None)
         })())
     }
 

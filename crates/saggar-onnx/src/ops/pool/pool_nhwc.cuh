@@ -1,0 +1,31 @@
+// The body of the pooling kernel (`pool.cu`) over two spatial axes of a channels-last input
+// `[N, H, W, C]` (C is the meta table's last entry), in indices of type @I@: one thread per output
+// element, consecutive threads on consecutive channels of one position, so every tap's loads are
+// consecutive too; the taps are visited as the planar body visits them.
+    const @I@ NC = (@I@)meta[1], H = (@I@)meta[3], W = (@I@)meta[4], OH = (@I@)meta[5], OW = (@I@)meta[6];
+    const @I@ KH = (@I@)meta[7], KW = (@I@)meta[8], SY = (@I@)meta[9], SX = (@I@)meta[10];
+    const @I@ PY = (@I@)meta[11], PX = (@I@)meta[12], EY = H + (@I@)meta[13], EX = W + (@I@)meta[14];
+    const @I@ DY = (@I@)meta[15], DX = (@I@)meta[16], C = (@I@)meta[18];
+    const @I@ out_plane = OH * OW, in_plane = H * W;
+    ONNX_LOOP(q, (onnx_i64)NC * out_plane) {
+      const @I@ i = (@I@)q, pc = i / C, c = i - pc * C, img = pc / out_plane, p = pc - img * out_plane;
+      const @I@ oy = p / OW, ox = p - oy * OW, nc = img * C + c;
+      const @I@ y0 = oy * SY - PY, x0 = ox * SX - PX;
+      const @T@* xp = x + img * in_plane * C + c;
+      float acc = @INIT@;
+      @I@ inside = 0, padded = 0, best = 0;
+      for (@I@ ky = 0; ky < KH; ++ky) {
+        const @I@ iy = y0 + ky * DY;
+        if (iy >= EY) break;
+        const bool row = iy >= 0 && iy < H;
+        const @I@ line = row ? iy * W : 0;
+        for (@I@ kx = 0; kx < KW; ++kx) {
+          const @I@ ix = x0 + kx * DX;
+          if (ix >= EX) break;
+          if (row && ix >= 0 && ix < W) { const @I@ at = line + ix; const float v = (float)xp[at * C]; @TAKE@ ++inside; }
+          else ++padded;
+        }
+      }
+      (void)padded; (void)best; (void)nc;
+      @STORE@
+    }
