@@ -316,39 +316,44 @@ impl OnnxModel {
             .filter_map(|i| inputs.get(i).map(|t| (i, t.to_le_bytes())))
             .collect();
         let graph = passes::specialise(&self.graph, &dims, &bound, &self.name)?;
-        let mut values: Vec<Option<std::sync::Arc<Tensor>>> = graph.values.iter().map(|v| v.constant.clone()).collect();
-        for (&id, t) in graph.inputs.iter().zip(inputs) {
-            let want = graph.ty(id).map(|ty| ty.dtype);
-            if want != Some(t.dtype()) {
-                return Err(OnnxError::Request {
-                    model: self.name.clone(),
-                    reason: format!("input `{}` is {}, the model takes {want:?}", graph.value(id).name, t.dtype()),
-                });
-            }
-            values[id.0] = Some(std::sync::Arc::new(t.clone()));
-        }
-        for node in &graph.nodes {
-            let args: Vec<Option<&Tensor>> =
-                node.inputs.iter().map(|i| i.and_then(|i| values[i.0].as_deref())).collect();
-            let outs = evaluate(node.op.as_ref(), &args, RUN_ONCE_MAX_ELEMENTS).map_err(|source| OnnxError::Node {
-                node: node.name.clone(),
-                op: node.op_type.clone(),
-                opset: graph.opset,
-                source: Box::new(source),
-            })?;
-            for (id, t) in node.outputs.iter().zip(outs) {
-                values[id.0] = Some(std::sync::Arc::new(t));
-            }
-        }
-        graph
-            .outputs
-            .iter()
-            .map(|o| {
-                values[o.value.0]
-                    .as_deref()
-                    .cloned()
-                    .ok_or_else(|| OnnxError::Graph { reason: format!("output `{}` was not computed", o.name) })
-            })
-            .collect()
+        evaluate_graph(&graph, inputs, &self.name)
     }
+}
+
+/// Evaluates a specialised `graph` of model `model` node by node on `inputs` with the reference
+/// kernels: [`OnnxModel::run_once`]'s evaluator, and the graph passes' tests'.
+pub(crate) fn evaluate_graph(graph: &Graph, inputs: &[Tensor], model: &str) -> Result<Vec<Tensor>, OnnxError> {
+    let mut values: Vec<Option<std::sync::Arc<Tensor>>> = graph.values.iter().map(|v| v.constant.clone()).collect();
+    for (&id, t) in graph.inputs.iter().zip(inputs) {
+        let want = graph.ty(id).map(|ty| ty.dtype);
+        if want != Some(t.dtype()) {
+            return Err(OnnxError::Request {
+                model: model.to_string(),
+                reason: format!("input `{}` is {}, the model takes {want:?}", graph.value(id).name, t.dtype()),
+            });
+        }
+        values[id.0] = Some(std::sync::Arc::new(t.clone()));
+    }
+    for node in &graph.nodes {
+        let args: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| values[i.0].as_deref())).collect();
+        let outs = evaluate(node.op.as_ref(), &args, RUN_ONCE_MAX_ELEMENTS).map_err(|source| OnnxError::Node {
+            node: node.name.clone(),
+            op: node.op_type.clone(),
+            opset: graph.opset,
+            source: Box::new(source),
+        })?;
+        for (id, t) in node.outputs.iter().zip(outs) {
+            values[id.0] = Some(std::sync::Arc::new(t));
+        }
+    }
+    graph
+        .outputs
+        .iter()
+        .map(|o| {
+            values[o.value.0]
+                .as_deref()
+                .cloned()
+                .ok_or_else(|| OnnxError::Graph { reason: format!("output `{}` was not computed", o.name) })
+        })
+        .collect()
 }

@@ -42,8 +42,8 @@ use crate::tensor::{Tensor, TensorData};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ConvEngine {
     /// One-group convolutions as GEMMs: channels-last ([`ConvEngine::Nhwc`]) when the layout pass
-    /// ([`super::layout`]) then cancels most of the transposes that form needs, else
-    /// channels-first ([`ConvEngine::Im2col`]).
+    /// then cancels most of the transposes that form needs (those left move at most a quarter of
+    /// the convolutions' outputs), else channels-first ([`ConvEngine::Im2col`]).
     #[default]
     Auto,
     /// One-group convolutions over one or two spatial axes in channels-last form: the input
