@@ -9,6 +9,7 @@ use common::{Sandbox, assert_error, assert_success, f64_at, read_json, stderr, u
 const MLP_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/mlp/model.onnx");
 const BERT_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/bert/model.onnx");
 const BERT_SET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/bert/test_data_set_0");
+const CNN_ONNX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../saggar-onnx/models/cnn/model.onnx");
 
 fn json(sandbox: &Sandbox, args: &[&str]) -> (serde_json::Value, String) {
     let out = sandbox.path("out.json");
@@ -334,6 +335,7 @@ fn bad_flag_values_exit_2_with_one_line() {
     assert!(assert_error(&output, 2).contains("--pad-axis needs --onnx"));
     for (flag, value) in [
         ("--attention", "fast"),
+        ("--conv", "winograd"),
         ("--blas-tune", "0"),
         ("--blas-tune", "17"),
         ("--blas-tune", "x"),
@@ -344,15 +346,17 @@ fn bad_flag_values_exit_2_with_one_line() {
         let error = assert_error(&output, 2);
         assert!(error.contains(value) || error.contains(flag), "{flag} {value}: {error}");
     }
-    for (flag, value) in [("--attention", "tiled"), ("--blas-tune", "4"), ("--blas-workspace", "4")] {
+    for (flag, value) in [("--attention", "tiled"), ("--conv", "nhwc"), ("--blas-tune", "4"), ("--blas-workspace", "4")]
+    {
         let output = sandbox.run(&["perf", "--backend", "host", "--model-config", &config, flag, value]);
         assert!(assert_error(&output, 2).contains("--onnx"), "{flag} without --onnx");
     }
 }
 
-/// `--attention`, `--blas-tune` and `--blas-workspace` reach the ONNX compiler: a forced attention
-/// kernel and another workspace change the cache key (the code, the scratch it plans), and the runs
-/// still verify; the BLAS candidate count does not.
+/// `--attention`, `--conv`, `--blas-tune` and `--blas-workspace` reach the ONNX compiler: a forced
+/// attention kernel, another conv engine and another workspace change the cache key (the code, the
+/// scratch it plans), and the runs still verify (the CNN under every conv engine); the BLAS
+/// candidate count does not.
 #[test]
 fn onnx_attention_and_blas_tune_flags_run_and_key_the_cache_as_they_should() {
     let sandbox = Sandbox::new();
@@ -369,6 +373,13 @@ fn onnx_attention_and_blas_tune_flags_run_and_key_the_cache_as_they_should() {
     assert_eq!(auto, key(&["--blas-tune", "8"]), "timing BLAS candidates picks kernels, not artifacts");
     assert_eq!(auto, key(&["--blas-workspace", "32"]), "32 MiB is the default");
     assert_ne!(auto, key(&["--blas-workspace", "4"]), "another workspace is another plan");
+    assert_ne!(auto, key(&["--conv", "nchw"]), "another conv engine is another artifact");
+    for conv in ["auto", "nhwc", "nchw", "direct"] {
+        let json = sandbox.path("conv.json");
+        let args = ["perf", "--backend", "host", "--onnx", CNN_ONNX, "--requests", "4", "--quiet", "--conv", conv];
+        assert_success(&sandbox.run(&[&args[..], &["--json", json.to_str().unwrap()]].concat()));
+        assert_eq!(read_json(&json)["verify"]["mismatches"], 0, "--conv {conv}");
+    }
     for extra in [["--attention", "rows"], ["--attention", "tiled"], ["--blas-tune", "8"], ["--blas-workspace", "0"]] {
         let json = sandbox.path("flags.json");
         let mut args = vec!["perf", "--backend", "host", "--onnx", MLP_ONNX, "--requests", "4", "--quiet"];
