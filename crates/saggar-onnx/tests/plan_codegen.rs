@@ -107,9 +107,11 @@ fn every_model_has_one_gpu_source_for_all_batches_that_compiles_and_fusion_cuts_
 }
 
 /// `(model, GPU steps unfused, GPU steps fused, attention groups)` at batch 3 (BERT at seq 16); a
-/// step is a kernel launch or a BLAS-Lt matmul (with its fused bias/ReLU epilogue).
+/// step is a kernel launch or a BLAS-Lt matmul (with its fused bias/ReLU epilogue). The CNN runs
+/// channels-last: its input's transpose and channel padding and its output's transpose are three
+/// steps more than channels-first, which the bias adds taken into BLAS epilogues make up fused.
 const PINNED_LAUNCHES: [(&str, usize, usize, usize); 4] =
-    [("bert", 79, 28, 2), ("dlrm", 61, 32, 0), ("mlp", 10, 5, 0), ("cnn", 28, 20, 0)];
+    [("bert", 79, 28, 2), ("dlrm", 61, 32, 0), ("mlp", 10, 5, 0), ("cnn", 31, 20, 0)];
 
 #[test]
 fn kernel_counts_before_and_after_fusion_are_pinned_per_model() {

@@ -31,15 +31,13 @@ pub struct Ask {
 
 /// What one request did.
 #[derive(Debug)]
-pub struct Ran<K> {
+pub struct Ran {
     /// The run path, when the session said.
     pub path: Option<RunPath>,
     /// The bucket that served it, when the session said.
     pub bucket: Option<u64>,
     /// Its stages, when timed.
     pub stages: Option<StageTimes>,
-    /// Its outputs, when kept.
-    pub kept: Option<K>,
 }
 
 /// Runs one kind of request; shared by the loop's threads, each with its own worker state.
@@ -53,7 +51,11 @@ pub trait Runner: Sync {
     /// A thread's state, made before the clock starts.
     fn worker(&self) -> Result<Self::Worker<'_>>;
     /// Runs one request; only this call is timed.
-    fn run<'w>(&'w self, worker: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran<Self::Kept>>;
+    fn run<'w>(&'w self, worker: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran>;
+    /// The outputs of the request [`Runner::run`] just ran for `ask` (one with `ask.keep`), copied
+    /// out after the clock stopped: copying BERT's or a segmentation model's outputs (tens of MB)
+    /// is no part of serving the request.
+    fn keep<'w>(&'w self, worker: &mut Self::Worker<'w>, ask: Ask) -> Result<Self::Kept>;
 }
 
 /// How the loop runs.
@@ -259,8 +261,9 @@ pub fn run<R: Runner>(runner: &R, plan: &LoopPlan<'_>, warm: impl FnOnce()) -> R
                 bucket: ran.bucket,
                 stages: ran.stages.as_ref().map(StageRecord::from),
             });
-            if let Some(k) = ran.kept {
-                kept.push((i, k));
+            if ask.keep {
+                let outputs = runner.keep(&mut worker, ask);
+                kept.push((i, outputs.map_err(|e| fail(&phase, e, "request", i, plan.distinct.get(set)))?));
             }
             if phase.bar.is_visible() {
                 phase.bar.inc(1);
@@ -328,4 +331,54 @@ pub fn export_times(path: &Path, records: &[Record]) -> Result<()> {
         writeln!(out, "{line}").map_err(io)?;
     }
     out.flush().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Requests that take no time and outputs that take 30 ms to copy out.
+    struct SlowToKeep;
+
+    impl Runner for SlowToKeep {
+        type Worker<'w> = ();
+        type Kept = usize;
+
+        fn worker(&self) -> Result<()> {
+            Ok(())
+        }
+
+        fn run<'w>(&'w self, _: &mut (), _: Ask) -> Result<Ran> {
+            Ok(Ran { path: None, bucket: None, stages: None })
+        }
+
+        fn keep<'w>(&'w self, _: &mut (), ask: Ask) -> Result<usize> {
+            std::thread::sleep(Duration::from_millis(30));
+            Ok(ask.set)
+        }
+    }
+
+    /// Copying a kept request's outputs out (for `--verify` and `--export-outputs`) happens after
+    /// its clock stopped: with every request kept, no latency holds the 30 ms copies.
+    #[test]
+    fn kept_outputs_are_copied_out_after_the_request_is_timed() {
+        let keep = [true; 4];
+        let plan = LoopPlan {
+            set_of: &[0, 1, 0, 1],
+            distinct: &[1, 2],
+            keep: &keep,
+            warmup_runs: 0,
+            warmup_time: Duration::ZERO,
+            iterations: 4,
+            duration: None,
+            concurrency: 1,
+            stage_every: 0,
+            progress: ProgressMode::Quiet,
+        };
+        let measured = run(&SlowToKeep, &plan, || {}).unwrap();
+        assert_eq!(measured.kept, [(0, 0), (1, 1), (2, 0), (3, 1)]);
+        assert_eq!(measured.records.len(), 4);
+        let slowest = measured.records.iter().map(|r| r.latency_us).fold(0.0, f64::max);
+        assert!(slowest < 20_000.0, "a latency held the copy: {slowest} us");
+    }
 }

@@ -70,7 +70,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Pinned<'_, B, C> {
         Ok(PinnedWorker { outputs, timer: self.session.stage_timer()? })
     }
 
-    fn run(&self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Ran<Kept>> {
+    fn run(&self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Ran> {
         let bytes = &self.sets.output_bytes[ask.set];
         let mut views: Vec<&mut [u8]> = worker
             .outputs
@@ -86,9 +86,17 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Pinned<'_, B, C> {
         } else {
             (self.session.run_into(inputs, &mut views)?, None)
         };
-        let kept = ask.keep.then(|| views.iter().map(|v| v.to_vec()).collect());
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages, kept })
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages })
     }
+
+    fn keep(&self, worker: &mut PinnedWorker<B>, ask: Ask) -> Result<Kept> {
+        Ok(kept_views(&worker.outputs, &self.sets.output_bytes[ask.set]))
+    }
+}
+
+/// The first `bytes[o]` bytes of each output buffer `o`, copied.
+fn kept_views(outputs: &[Vec<u64>], bytes: &[usize]) -> Kept {
+    outputs.iter().zip(bytes).map(|(words, &n)| bytemuck::cast_slice::<u64, u8>(words)[..n].to_vec()).collect()
 }
 
 /// Host tensors through pinned staging on a session group: `SessionGroup::run_into` on the least
@@ -111,7 +119,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Grouped<'_, B, C> {
         Ok((0..self.sets.outputs()).map(|o| vec![0u64; self.sets.largest(o).div_ceil(8)]).collect())
     }
 
-    fn run(&self, outputs: &mut Vec<Vec<u64>>, ask: Ask) -> Result<Ran<Kept>> {
+    fn run(&self, outputs: &mut Vec<Vec<u64>>, ask: Ask) -> Result<Ran> {
         let bytes = &self.sets.output_bytes[ask.set];
         let mut views: Vec<&mut [u8]> = outputs
             .iter_mut()
@@ -119,8 +127,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Grouped<'_, B, C> {
             .map(|(words, &n)| &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n])
             .collect();
         let (_, info) = self.group.run_into(&self.sets.inputs[ask.set], &mut views)?;
-        let kept = ask.keep.then(|| views.iter().map(|v| v.to_vec()).collect());
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None })
+    }
+
+    fn keep(&self, outputs: &mut Vec<Vec<u64>>, ask: Ask) -> Result<Kept> {
+        Ok(kept_views(outputs, &self.sets.output_bytes[ask.set]))
     }
 }
 
@@ -146,7 +157,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Staged<'_, B, C> {
         Ok(None)
     }
 
-    fn run<'w>(&'w self, current: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran<Kept>> {
+    fn run<'w>(&'w self, current: &mut Self::Worker<'w>, ask: Ask) -> Result<Ran> {
         if current.as_ref().is_none_or(|(set, _)| *set != ask.set) {
             *current = None;
             let dims: Vec<&[u64]> = self.sets.inputs[ask.set].iter().map(|t| t.dims).collect();
@@ -158,16 +169,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Runner for Staged<'_, B, C> {
             request.write_input_bytes(index, tensor.data)?;
         }
         let info = request.run()?;
-        let kept = if ask.keep {
-            Some(
-                (0..self.sets.outputs())
-                    .map(|o| request.output_bytes(o).map(<[u8]>::to_vec))
-                    .collect::<saggar_dispatch::Result<Vec<_>>>()?,
-            )
-        } else {
-            None
-        };
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None })
+    }
+
+    fn keep<'w>(&'w self, current: &mut Self::Worker<'w>, _ask: Ask) -> Result<Kept> {
+        let Some((_, request)) = current.as_ref() else { unreachable!("kept after a run") };
+        Ok((0..self.sets.outputs())
+            .map(|o| request.output_bytes(o).map(<[u8]>::to_vec))
+            .collect::<saggar_dispatch::Result<Vec<_>>>()?)
     }
 }
 
@@ -260,20 +269,19 @@ impl<'a, B: Backend, C: ProgramCompiler<B>> Runner for Direct<'a, B, C> {
         Ok(DirectWorker { stream, buffers, outputs })
     }
 
-    fn run(&self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Ran<Kept>> {
+    fn run(&self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Ran> {
         let info = self.session.run_device(&self.device_inputs[ask.set], &worker.outputs[ask.set])?;
-        let kept = if ask.keep {
-            let mut kept = Vec::with_capacity(worker.buffers[ask.set].len());
-            for buffer in &worker.buffers[ask.set] {
-                let mut bytes = vec![0u8; buffer.len()];
-                worker.stream.download(buffer.as_slice(), &mut bytes)?;
-                kept.push(bytes);
-            }
-            Some(kept)
-        } else {
-            None
-        };
-        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None, kept })
+        Ok(Ran { path: Some(info.path), bucket: info.bucket, stages: None })
+    }
+
+    fn keep(&self, worker: &mut DirectWorker<'a, B>, ask: Ask) -> Result<Kept> {
+        let mut kept = Vec::with_capacity(worker.buffers[ask.set].len());
+        for buffer in &worker.buffers[ask.set] {
+            let mut bytes = vec![0u8; buffer.len()];
+            worker.stream.download(buffer.as_slice(), &mut bytes)?;
+            kept.push(bytes);
+        }
+        Ok(kept)
     }
 }
 
