@@ -348,11 +348,11 @@ mod tests {
             Ok(())
         }
 
-        fn run<'w>(&'w self, _: &mut (), _: Ask) -> Result<Ran> {
+        fn run(&self, _: &mut (), _: Ask) -> Result<Ran> {
             Ok(Ran { path: None, bucket: None, stages: None })
         }
 
-        fn keep<'w>(&'w self, _: &mut (), ask: Ask) -> Result<usize> {
+        fn keep(&self, _: &mut (), ask: Ask) -> Result<usize> {
             std::thread::sleep(Duration::from_millis(30));
             Ok(ask.set)
         }
