@@ -34,6 +34,7 @@ use crate::graph::ir::{Graph, Node, Value, ValueId};
 use crate::ops::conv::im2col::Im2col;
 use crate::ops::conv::im2col_nhwc::Im2colNhwc;
 use crate::ops::conv::{Axis, Window};
+use crate::ops::data_movement::{permute, to_channels_first, to_channels_last, transpose_by};
 use crate::ops::evaluate::evaluate;
 use crate::ops::{self, Attribute, Attributes, NodeCtx, Op, ValueType};
 use crate::tensor::{Tensor, TensorData};
@@ -267,15 +268,10 @@ impl ConvGeometry {
     /// The channels-last nodes (see [`ConvEngine::Nhwc`]).
     fn channels_last(self, graph: &mut Graph) -> Option<Vec<Node>> {
         let (rank, element, m) = (self.xd.len(), self.element, self.wd[0]);
-        let mut to_last: Vec<usize> = vec![0];
-        to_last.extend(2..rank);
-        to_last.push(1);
-        let mut to_first = vec![0, rank - 1];
-        to_first.extend(1..rank - 1);
-        let permuted = |d: &[usize], perm: &[usize]| perm.iter().map(|&p| d[p]).collect::<Vec<_>>();
+        let (to_last, to_first) = (to_channels_last(rank), to_channels_first(rank));
         let opset = graph.opset;
         let mut b = Builder { graph, name: self.name.clone(), opset, nodes: Vec::new() };
-        let mut x_dims = permuted(&self.xd, &to_last);
+        let mut x_dims = permute(&self.xd, &to_last);
         let mut x_last = b.transpose(self.x, element, &x_dims, &to_last, None)?;
         let (mut w, mut wd) = (self.w, self.wd.clone());
         // A patch matrix of few channels (an image's three colours) has its channels padded with
@@ -303,7 +299,7 @@ impl ConvGeometry {
         weight_perm.extend([1, 0]);
         let rows = wd[1..].iter().product();
         let weights = b.transposed_constant(w, element, &wd, &weight_perm, &[rows, m])?;
-        let mut y_last = permuted(&self.yd, &to_last);
+        let mut y_last = permute(&self.yd, &to_last);
         let product = b.value("product", DType::F32, &y_last);
         let matmul = self.product_op(&b)?;
         b.push("MatMul", matmul, vec![Some(col), Some(weights)], product);
@@ -316,7 +312,7 @@ impl ConvGeometry {
                 biased
             }
         };
-        y_last = permuted(&y_last, &to_first);
+        y_last = permute(&y_last, &to_first);
         b.transpose(y_last_id, DType::F32, &y_last, &to_first, Some(self.out))?;
         Some(b.nodes)
     }
@@ -363,7 +359,7 @@ fn rewrite_transposed(graph: &mut Graph, index: usize) -> Option<Vec<Node>> {
     let rows = m.checked_mul(k * k)?;
     let (name, opset) = (node.name.clone(), graph.opset);
     let mut b = Builder { graph, name, opset, nodes: Vec::new() };
-    let transposed = b.transposed_weights(w, c, rows)?;
+    let transposed = b.transposed_constant(w, DType::F32, &[c, rows], &[1, 0], &[rows, c])?;
     let image = b.reshape(x, DType::F32, &[n, c, h * wide], None)?;
     let product = b.value("product", DType::F32, &[n, rows, h * wide]);
     let matmul = b.op("MatMul", 2)?;
@@ -428,23 +424,6 @@ impl Builder<'_> {
         self.nodes.push(Node { name, op_type, attrs, inputs, outputs: vec![out], op });
     }
 
-    /// The f32 weights `w` (`[C, M, k, k]`) as `[M k k, C]`: transposed here once when they are
-    /// constant, else by a Transpose node each run.
-    fn transposed_weights(&mut self, w: ValueId, c: usize, rows: usize) -> Option<ValueId> {
-        let transpose = self.op("Transpose", 1)?;
-        if let Some(constant) = self.graph.value(w).constant.clone() {
-            let matrix = Tensor::clone(&constant).reshaped(vec![c, rows]).ok()?;
-            let packed = evaluate(transpose.as_ref(), &[Some(&matrix)], matrix.len()).ok()?.pop()?;
-            let name = format!("{}:weights_t", self.name);
-            let ty = Some(ValueType::fixed(DType::F32, &[rows, c]));
-            return Some(self.graph.add_value(Value { name, ty, constant: Some(Arc::new(packed)), dims_value: None }));
-        }
-        let weights = self.reshape(w, DType::F32, &[c, rows], None)?;
-        let transposed = self.value("weights_t", DType::F32, &[rows, c]);
-        self.push("Transpose", transpose, vec![Some(weights)], transposed);
-        Some(transposed)
-    }
-
     /// `input` (of type `dtype`) transposed by `perm` to `dims`, into `out` or a new value.
     fn transpose(
         &mut self,
@@ -454,15 +433,14 @@ impl Builder<'_> {
         perm: &[usize],
         out: Option<ValueId>,
     ) -> Option<ValueId> {
-        let attrs = Attributes(vec![("perm".into(), Attribute::Ints(perm.iter().map(|&p| p as i64).collect()))]);
-        let op = self.op_with("Transpose", 1, &attrs)?;
+        let (op, attrs) = transpose_by(perm);
         let out = out.unwrap_or_else(|| self.value("transposed", dtype, dims));
         self.push_with("Transpose", op, attrs, vec![Some(input)], out);
         Some(out)
     }
 
-    /// `w` (of type `dtype` and extents `dims`) transposed by `perm` and viewed as `view`: transposed
-    /// here once when it is constant, else by a Transpose node each run.
+    /// The weights `w` (of type `dtype`) viewed as `dims`, transposed by `perm` and viewed as
+    /// `view`: transposed here once when they are constant, else by a Transpose node each run.
     fn transposed_constant(
         &mut self,
         w: ValueId,
@@ -471,17 +449,18 @@ impl Builder<'_> {
         perm: &[usize],
         view: &[usize],
     ) -> Option<ValueId> {
-        let permuted: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
         if let Some(constant) = self.graph.value(w).constant.clone() {
-            let attrs = Attributes(vec![("perm".into(), Attribute::Ints(perm.iter().map(|&p| p as i64).collect()))]);
-            let transpose = self.op_with("Transpose", 1, &attrs)?;
-            let packed = evaluate(transpose.as_ref(), &[Some(&constant)], constant.len()).ok()?.pop()?;
+            let matrix = Tensor::clone(&constant).reshaped(dims.to_vec()).ok()?;
+            let (transpose, _) = transpose_by(perm);
+            let packed = evaluate(transpose.as_ref(), &[Some(&matrix)], matrix.len()).ok()?.pop()?;
             let packed = packed.reshaped(view.to_vec()).ok()?;
             let name = format!("{}:weights_t", self.name);
             let ty = Some(ValueType::fixed(dtype, view));
             return Some(self.graph.add_value(Value { name, ty, constant: Some(Arc::new(packed)), dims_value: None }));
         }
-        let transposed = self.transpose(w, dtype, &permuted, perm, None)?;
+        let permuted = permute(dims, perm);
+        let viewed = self.reshape(w, dtype, dims, None)?;
+        let transposed = self.transpose(viewed, dtype, &permuted, perm, None)?;
         self.reshape(transposed, dtype, view, None)
     }
 

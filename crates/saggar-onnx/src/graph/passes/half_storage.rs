@@ -8,7 +8,7 @@
 //! models do; the arithmetic stays f32 in registers.
 
 use crate::graph::ir::{Graph, Node, Value, ValueId};
-use crate::ops::{self, Attribute, Attributes, ValueType};
+use crate::ops::ValueType;
 use saggar_shape::DType;
 
 /// Rewrites the f32 readers of every such activation (see the module docs) to read its half copy
@@ -18,18 +18,10 @@ pub(crate) fn half_only_activations(graph: &mut Graph) -> usize {
     let mut index = 0;
     while index < graph.nodes.len() {
         if let Some((f32_value, half_value)) = candidate(graph, index) {
-            let cast = widen(graph, half_value, f32_value);
-            let widened = cast.outputs[0];
-            for (k, node) in graph.nodes.iter_mut().enumerate() {
-                if k == index {
-                    continue;
-                }
-                for input in node.inputs.iter_mut().flatten() {
-                    if *input == f32_value {
-                        *input = widened;
-                    }
-                }
-            }
+            let Some(cast) = widen(graph, half_value, f32_value) else { break };
+            // Every reader but the rounding Cast itself (the value is no graph output).
+            graph.replace_uses(f32_value, cast.outputs[0]);
+            graph.nodes[index].inputs[0] = Some(f32_value);
             graph.nodes.insert(index + 1, cast);
             changed += 1;
         }
@@ -49,25 +41,21 @@ fn candidate(graph: &Graph, index: usize) -> Option<(ValueId, ValueId)> {
     if !f32_activation || !super::layout::elementwise(&producer.op_type) || graph.outputs.iter().any(|o| o.value == v) {
         return None;
     }
-    let mut others = graph.nodes.iter().enumerate().filter(|(k, n)| *k != index && n.inputs.contains(&Some(v)));
-    let mut any = false;
-    for (_, reader) in &mut others {
-        if !super::layout::elementwise(&reader.op_type) {
-            return None;
-        }
-        any = true;
-    }
-    any.then_some((v, h))
+    let others: Vec<&Node> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(k, n)| *k != index && n.inputs.contains(&Some(v)))
+        .map(|(_, n)| n)
+        .collect();
+    (!others.is_empty() && others.iter().all(|n| super::layout::elementwise(&n.op_type))).then_some((v, h))
 }
 
 /// A Cast of `half_value` back to f32, defining a new value named after `like`.
-fn widen(graph: &mut Graph, half_value: ValueId, like: ValueId) -> Node {
+fn widen(graph: &mut Graph, half_value: ValueId, like: ValueId) -> Option<Node> {
     let value = graph.value(like);
     let name = format!("{}:widened", value.name);
     let ty = value.ty.as_ref().map(|t| ValueType::new(DType::F32, t.dims.clone()));
     let out = graph.add_value(Value { name: name.clone(), ty, constant: None, dims_value: None });
-    let mut attrs = Attributes::default();
-    attrs.set("to", Attribute::Int(i64::from(crate::import::proto::data_type::FLOAT)));
-    let op = ops::build_op("Cast", graph.opset.max(ops::MODERN_OPSET), &attrs, 1, 1).expect("a Cast to f32 builds");
-    Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(half_value)], outputs: vec![out], op }
+    super::precision::cast(graph, name, half_value, out).ok()
 }

@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::graph::ir::{Graph, Node, Value, ValueId};
+use crate::ops::data_movement::{permute, to_channels_first, to_channels_last, transpose_by};
 use crate::ops::evaluate::evaluate;
-use crate::ops::{self, Attribute, Attributes, ValueType};
+use crate::ops::{self, Attribute, ValueType};
 
 /// Elementwise ops of one data input (the others, if any, single values such as Clip's bounds).
 const UNARY: &[&str] = &[
@@ -131,13 +132,6 @@ fn transposed(graph: &Graph, id: ValueId) -> Option<(ValueId, Vec<usize>)> {
     Some((node.inputs.first().copied().flatten()?, perm(graph, node)?))
 }
 
-/// A Transpose op and its attributes for `perm`.
-fn transpose_op(graph: &Graph, perm: &[usize]) -> Option<(Arc<dyn ops::Op>, Attributes)> {
-    let attrs = Attributes(vec![("perm".into(), Attribute::Ints(perm.iter().map(|&p| p as i64).collect()))]);
-    let op = ops::build_op("Transpose", graph.opset.max(ops::MODERN_OPSET), &attrs, 1, 1).ok()?;
-    Some((op, attrs))
-}
-
 /// Composes Transpose node `index` with a Transpose producing its input; returns whether it did.
 fn compose(graph: &mut Graph, index: usize) -> bool {
     let node = &graph.nodes[index];
@@ -150,13 +144,13 @@ fn compose(graph: &mut Graph, index: usize) -> bool {
     let Some((source, inner)) = transposed(graph, input) else { return false };
     let out = node.outputs[0];
     // out[i] = input[outer[i]] = source[inner[outer[i]]].
-    let combined: Vec<usize> = outer.iter().map(|&o| inner[o]).collect();
+    let combined = permute(&inner, &outer);
     if combined.iter().enumerate().all(|(i, &p)| i == p) {
         graph.replace_uses(out, source);
         graph.nodes.remove(index);
         return true;
     }
-    let Some((op, attrs)) = transpose_op(graph, &combined) else { return false };
+    let (op, attrs) = transpose_by(&combined);
     let node = &mut graph.nodes[index];
     node.inputs = vec![Some(source)];
     node.op = op;
@@ -171,9 +165,7 @@ fn sink_pool(graph: &mut Graph, index: usize) -> bool {
     let node = &graph.nodes[index];
     let Some(input) = node.inputs.first().copied().flatten() else { return false };
     let Some((source, p)) = transposed(graph, input) else { return false };
-    let rank = p.len();
-    let to_first: Vec<usize> = [0, rank.saturating_sub(1)].into_iter().chain(1..rank.saturating_sub(1)).collect();
-    if rank < 3 || p != to_first || node.inputs.len() != 1 {
+    if p.len() < 3 || p != to_channels_first(p.len()) || node.inputs.len() != 1 {
         return false;
     }
     let Some(op) = ops::pool::channels_last_pool(&node.op_type, &node.attrs, graph.opset, node.outputs.len()) else {
@@ -182,13 +174,11 @@ fn sink_pool(graph: &mut Graph, index: usize) -> bool {
     let out = node.outputs[0];
     let Some(out_ty) = graph.ty(out).cloned() else { return false };
     let Some(dims) = out_ty.fixed_dims() else { return false };
-    let mut last = dims.clone();
-    let channels = last.remove(1);
-    last.push(channels);
+    let last = permute(&dims, &to_channels_last(dims.len()));
     let name = format!("{}:channels_last", graph.value(out).name);
     let ty = Some(ValueType::fixed(out_ty.dtype, &last));
     let inner = graph.add_value(Value { name, ty, constant: None, dims_value: None });
-    let Some((transpose, attrs)) = transpose_op(graph, &p) else { return false };
+    let (transpose, attrs) = transpose_by(&p);
     let node = &mut graph.nodes[index];
     node.inputs[0] = Some(source);
     node.outputs = vec![inner];
@@ -248,11 +238,11 @@ fn sink(graph: &mut Graph, index: usize) -> bool {
             None => return false,
         }
     }
-    let source_dims: Vec<usize> = inverse.iter().map(|&i| out_dims[i]).collect();
+    let source_dims = permute(&out_dims, &inverse);
     let name = format!("{}:unpermuted", graph.value(out).name);
     let ty = Some(ValueType::fixed(out_ty.dtype, &source_dims));
     let inner = graph.add_value(Value { name, ty, constant: None, dims_value: None });
-    let Some((op, attrs)) = transpose_op(graph, &p) else { return false };
+    let (op, attrs) = transpose_by(&p);
     let node = &mut graph.nodes[index];
     for (input, operand) in node.inputs.iter_mut().zip(&operands) {
         match operand {
@@ -292,9 +282,9 @@ fn operand(
     let mut padded = vec![1; p.len() - dims.len()];
     padded.extend(&dims);
     let tensor = crate::tensor::Tensor::clone(&constant).reshaped(padded.clone()).ok()?;
-    let (op, _) = transpose_op(graph, inverse)?;
+    let (op, _) = transpose_by(inverse);
     let permuted = evaluate(op.as_ref(), &[Some(&tensor)], tensor.len()).ok()?.pop()?;
-    let permuted_dims: Vec<usize> = inverse.iter().map(|&i| padded[i]).collect();
+    let permuted_dims = permute(&padded, inverse);
     let name = format!("{}:permuted", graph.value(id).name);
     let ty = Some(ValueType::fixed(dtype, &permuted_dims));
     Some(Operand::Constant(graph.add_value(Value { name, ty, constant: Some(Arc::new(permuted)), dims_value: None })))

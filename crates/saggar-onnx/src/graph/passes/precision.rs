@@ -25,7 +25,7 @@ use saggar_shape::DType;
 
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
-use crate::import::proto::data_type;
+use crate::import::proto::dtype_to_onnx;
 use crate::ops::{self, Attribute, Attributes, ValueType};
 
 /// The op types the pass converts.
@@ -199,18 +199,18 @@ fn half_twin(graph: &mut Graph, a: ValueId, half: DType) -> Result<(String, Valu
 /// A `Cast` of activation `a` to `half`, and the value it defines.
 fn cast_node(graph: &mut Graph, a: ValueId, half: DType) -> Result<(Node, ValueId), OnnxError> {
     let (name, out) = half_twin(graph, a, half)?;
+    Ok((cast(graph, name, a, out)?, out))
+}
+
+/// A `Cast` node `name` of `input` into `out`, to `out`'s element type.
+pub(crate) fn cast(graph: &Graph, name: String, input: ValueId, out: ValueId) -> Result<Node, OnnxError> {
+    let to = graph.ty(out).map(|t| t.dtype).ok_or_else(|| graph_error("activation", &graph.value(out).name))?;
     let mut attrs = Attributes::default();
-    attrs.set("to", Attribute::Int(i64::from(onnx_code(half))));
+    attrs.set("to", Attribute::Int(i64::from(dtype_to_onnx(to))));
     let opset = graph.opset.max(ops::MODERN_OPSET);
     let op = ops::build_op("Cast", opset, &attrs, 1, 1)
         .map_err(|e| OnnxError::Graph { reason: format!("the precision pass's Cast of `{name}`: {e}") })?;
-    let node = Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(a)], outputs: vec![out], op };
-    Ok((node, out))
-}
-
-/// The ONNX `TensorProto` element type code of a half precision.
-fn onnx_code(half: DType) -> i32 {
-    if half == DType::BF16 { data_type::BFLOAT16 } else { data_type::FLOAT16 }
+    Ok(Node { name, op_type: "Cast".into(), attrs, inputs: vec![Some(input)], outputs: vec![out], op })
 }
 
 fn graph_error(what: &str, name: &str) -> OnnxError {

@@ -98,8 +98,7 @@ impl Op for Im2col {
                 return Err(OpError::eval(format!("Im2col takes at most {MAX_SPATIAL} spatial axes on GPU")));
             }
             // One axis runs as two, the first of extent 1.
-            let unit = Axis { input: 1, kernel: 1, stride: 1, dilation: 1, pad_begin: 0, pad_end: 0, output: 1 };
-            let axes = if self.axes.len() == 1 { vec![unit, self.axes[0]] } else { self.axes.clone() };
+            let axes = Axis::at_least_two(&self.axes);
             let mut meta = vec![ext(axes.len()), ext(x[0]), ext(x[1])];
             meta.extend(axes_meta(&axes));
             meta.push(i64::from(self.narrow_indices(x[0], x[1])));

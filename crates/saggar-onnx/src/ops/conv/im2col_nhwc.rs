@@ -43,11 +43,10 @@ impl Im2colNhwc {
 
     /// The axes as two (one axis comes after a unit axis of extent 1).
     fn planar(&self) -> [Axis; 2] {
-        let unit = Axis { input: 1, kernel: 1, stride: 1, dilation: 1, pad_begin: 0, pad_end: 0, output: 1 };
         match self.axes.as_slice() {
-            [a] => [unit, *a],
+            [a] => [Axis::UNIT, *a],
             [a, b] => [*a, *b],
-            _ => [unit, unit],
+            _ => [Axis::UNIT, Axis::UNIT],
         }
     }
 

@@ -83,6 +83,15 @@ pub(crate) struct Axis {
 }
 
 impl Axis {
+    /// An axis of extent 1 and a one-tap kernel: what leads a one-axis window run as two.
+    pub(crate) const UNIT: Axis =
+        Axis { input: 1, kernel: 1, stride: 1, dilation: 1, pad_begin: 0, pad_end: 0, output: 1 };
+
+    /// `axes` as the GPU kernels take them: one axis as two, the first [`Axis::UNIT`].
+    pub(crate) fn at_least_two(axes: &[Axis]) -> Vec<Axis> {
+        if axes.len() == 1 { vec![Axis::UNIT, axes[0]] } else { axes.to_vec() }
+    }
+
     /// The input coordinate of output position `o` and kernel tap `k` (negative or past the end in
     /// the padding).
     pub fn coord(&self, o: usize, k: usize) -> isize {

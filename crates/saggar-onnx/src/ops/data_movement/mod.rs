@@ -380,6 +380,29 @@ struct Transpose {
     perm: Option<Vec<i64>>,
 }
 
+/// A Transpose by `perm` and the node attributes that say so, for the passes that insert one.
+pub(crate) fn transpose_by(perm: &[usize]) -> (std::sync::Arc<dyn Op>, crate::ops::Attributes) {
+    let ints: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
+    let attrs = crate::ops::Attributes(vec![("perm".into(), crate::ops::Attribute::Ints(ints.clone()))]);
+    (std::sync::Arc::new(Transpose { perm: Some(ints) }), attrs)
+}
+
+/// `items` permuted as Transpose permutes extents: item `i` of the result is `items[perm[i]]`.
+pub(crate) fn permute<T: Clone>(items: &[T], perm: &[usize]) -> Vec<T> {
+    perm.iter().map(|&p| items[p].clone()).collect()
+}
+
+/// The permutation from channels-first `[N, C, spatial...]` to channels-last `[N, spatial..., C]`
+/// of rank `rank` (at least 2).
+pub(crate) fn to_channels_last(rank: usize) -> Vec<usize> {
+    [0].into_iter().chain(2..rank).chain([1]).collect()
+}
+
+/// The permutation from channels-last back to channels-first, of rank `rank` (at least 2).
+pub(crate) fn to_channels_first(rank: usize) -> Vec<usize> {
+    [0, rank - 1].into_iter().chain(1..rank - 1).collect()
+}
+
 fn build_transpose(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(Transpose { perm: ctx.ints("perm")? }))
 }

@@ -7,13 +7,12 @@
 
 use std::sync::Arc;
 
-use saggar_shape::Dim;
-
 use super::gpu::{PoolMode, pool_launch};
 use super::{Pool, Reduce};
+use crate::ops::data_movement::{permute, to_channels_first, to_channels_last, transpose_by};
 use crate::ops::evaluate::evaluate;
 use crate::ops::gpu::{GpuCtx, GpuNode};
-use crate::ops::{self, Attribute, Attributes, EvalInputs, InferInput, InferInputs, NodeCtx, Op, OpError, ValueType};
+use crate::ops::{Attributes, EvalInputs, InferInput, InferInputs, NodeCtx, Op, OpError, ValueType};
 use crate::tensor::{TensorMut, cast_into};
 
 /// A pool of the model's window over a channels-last input (see the module docs).
@@ -34,48 +33,23 @@ pub(crate) fn channels_last_pool(op_type: &str, attrs: &Attributes, opset: u32, 
     (1..=2).contains(&pool.window.kernel.len()).then(|| Arc::new(ChannelsLastPool { pool }) as Arc<dyn Op>)
 }
 
-/// `dims` with the last axis moved to position 1 (channels-last to channels-first), or back.
-fn moved<T: Clone>(dims: &[T], to_first: bool) -> Vec<T> {
-    let mut d = dims.to_vec();
-    if d.len() >= 3 {
-        if to_first {
-            let c = d.pop().expect("rank 3 or more");
-            d.insert(1, c);
-        } else {
-            let c = d.remove(1);
-            d.push(c);
-        }
-    }
-    d
-}
-
-/// A Transpose between the layouts of rank `rank`.
-fn transpose(rank: usize, to_first: bool) -> Result<Arc<dyn Op>, OpError> {
-    let perm: Vec<i64> = if to_first {
-        [0, rank as i64 - 1].into_iter().chain(1..rank as i64 - 1).collect()
-    } else {
-        [0].into_iter().chain(2..rank as i64).chain([1]).collect()
-    };
-    let attrs = Attributes(vec![("perm".into(), Attribute::Ints(perm))]);
-    ops::build_op("Transpose", ops::MODERN_OPSET, &attrs, 1, 1).map_err(OpError::eval)
-}
-
 impl Op for ChannelsLastPool {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let ty = inputs.req(0)?.ty;
-        let first = ValueType::new(ty.dtype, moved::<Dim>(&ty.dims, true));
+        let first = ValueType::new(ty.dtype, permute(&ty.dims, &to_channels_first(ty.rank())));
         let input = [Some(InferInput { ty: &first, value: None, dims_value: None })];
         let out = self.pool.infer(&InferInputs::new(&input))?;
-        Ok(out.into_iter().map(|t| ValueType::new(t.dtype, moved(&t.dims, false))).collect())
+        Ok(out.into_iter().map(|t| ValueType::new(t.dtype, permute(&t.dims, &to_channels_last(t.rank())))).collect())
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let x = inputs.req(0)?.to_tensor();
         let limit = x.len();
         let rank = x.dims().len();
-        let first = evaluate(transpose(rank, true)?.as_ref(), &[Some(&x)], limit)?.remove(0);
+        let first = evaluate(transpose_by(&to_channels_first(rank)).0.as_ref(), &[Some(&x)], limit)?.remove(0);
         let pooled = evaluate(&self.pool, &[Some(&first)], limit)?.remove(0);
-        let last = evaluate(transpose(rank, false)?.as_ref(), &[Some(&pooled)], pooled.len())?.remove(0);
+        let to_last = transpose_by(&to_channels_last(rank)).0;
+        let last = evaluate(to_last.as_ref(), &[Some(&pooled)], pooled.len())?.remove(0);
         let out = outputs.first_mut().ok_or_else(|| OpError::eval("pooling needs an output"))?;
         if out.dims != last.dims() {
             return Err(OpError::eval(format!("pooling: output {:?}, expected {:?}", out.dims, last.dims())));

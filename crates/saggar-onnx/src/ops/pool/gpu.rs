@@ -74,8 +74,16 @@ impl GpuKernel for PoolKernel {
         // Max pooling stores the greatest element as it is (an exact f32 for i8 and u8).
         let store = store.replace("y[i] = acc;", &format!("y[i] = ({t})acc;"));
         let body = |template: &str, i: &str| {
-            let values =
-                [("I", i), ("T", t), ("INIT", init), ("TAKE", take), ("STORE", &store), ("MAX_SPATIAL", &spatial)];
+            let window = render(include_str!("pool_window.cuh"), &[("I", i)]);
+            let values = [
+                ("I", i),
+                ("T", t),
+                ("INIT", init),
+                ("TAKE", take),
+                ("STORE", &store),
+                ("MAX_SPATIAL", &spatial),
+                ("WINDOW", &window),
+            ];
             render(template, &values)
         };
         let planar = if self.channels_last { include_str!("pool_nhwc.cuh") } else { include_str!("pool_planar.cuh") };
@@ -110,8 +118,7 @@ pub(crate) fn pool_launch(
     if axes.len() > MAX_SPATIAL {
         return Err(OpError::eval(format!("pooling takes at most {MAX_SPATIAL} spatial axes on GPU")));
     }
-    let unit = Axis { input: 1, kernel: 1, stride: 1, dilation: 1, pad_begin: 0, pad_end: 0, output: 1 };
-    let axes = if axes.len() == 1 { vec![unit, axes[0]] } else { axes.to_vec() };
+    let axes = Axis::at_least_two(axes);
     let mut meta = vec![ext(axes.len()), ext(planes), param];
     for field in [
         (|a: &Axis| a.input) as fn(&Axis) -> usize,

@@ -1,7 +1,6 @@
 // The body of the pooling kernel (`pool.cu`) over two spatial axes, in indices of type @I@: the
-// window's first row and column in registers and its taps stepped row by row, so a tap costs a
-// multiply-add, the bounds tests and a load (taps only increase along an axis, so the first past
-// the padding ends the row, or the window).
+// window's first row and column in registers and its taps stepped row by row (`pool_window.cuh`),
+// so a tap costs a multiply-add, the bounds tests and a load.
     const @I@ NC = (@I@)meta[1], H = (@I@)meta[3], W = (@I@)meta[4], OH = (@I@)meta[5], OW = (@I@)meta[6];
     const @I@ KH = (@I@)meta[7], KW = (@I@)meta[8], SY = (@I@)meta[9], SX = (@I@)meta[10];
     const @I@ PY = (@I@)meta[11], PX = (@I@)meta[12], EY = H + (@I@)meta[13], EX = W + (@I@)meta[14];
@@ -13,18 +12,7 @@
       const @T@* xp = x + nc * in_plane;
       float acc = @INIT@;
       @I@ inside = 0, padded = 0, best = 0;
-      for (@I@ ky = 0; ky < KH; ++ky) {
-        const @I@ iy = y0 + ky * DY;
-        if (iy >= EY) break;
-        const bool row = iy >= 0 && iy < H;
-        const @I@ line = row ? iy * W : 0;
-        for (@I@ kx = 0; kx < KW; ++kx) {
-          const @I@ ix = x0 + kx * DX;
-          if (ix >= EX) break;
-          if (row && ix >= 0 && ix < W) { const @I@ at = line + ix; const float v = (float)xp[at]; @TAKE@ ++inside; }
-          else ++padded;
-        }
-      }
-      (void)padded; (void)best;
+      auto visit = [&](@I@ at) { const float v = (float)xp[at]; @TAKE@ };
+@WINDOW@      (void)padded; (void)best;
       @STORE@
     }
