@@ -1,22 +1,20 @@
 //! `cargo xtask publish-check`: what `cargo publish` would check, for every published crate, without
 //! publishing anything.
 //!
-//! 1. `cargo package --workspace` packages every crate and verifies each package by building it
-//!    from the packaged files alone. The saggar crates depend on each other and none is on crates.io
-//!    yet; cargo (1.90 and later) verifies a package against the packages of its unpublished
-//!    workspace siblings through a temporary local registry (`target/publish-check/package/tmp-registry`), so this
-//!    is the build a user of the published crates gets, not a build from the workspace's paths.
-//! 2. Every package ships its README and both license files (`cargo package --list`).
-//! 3. No README of a package links to a relative path (such a link works in the repository and
+//! 1. Every package ships its README and both license files (`cargo package --list`).
+//! 2. No README of a package links to a relative path (such a link works in the repository and
 //!    breaks on crates.io and docs.rs, where only the package is).
+//! 3. `cargo package --workspace --no-verify` packages every crate; then every package is built from
+//!    its packaged files alone, as `cargo publish`'s verification does. The saggar crates depend on
+//!    each other and none is on crates.io yet, so the packages are extracted side by side into one
+//!    verification workspace (`target/publish-check/verify`) whose `[patch.crates-io]` points each
+//!    saggar dependency at its sibling's package: the build a user of the published crates gets, not a
+//!    build from the repository's paths. Each package is built on its own (`cargo build -p`, its own
+//!    feature resolution, with the repository's `Cargo.lock`), all of them in one target folder, so
+//!    a dependency with the same features is compiled once rather than once per package (`cargo
+//!    package`'s own verification rebuilt every dependency for each of the ten packages).
 //!
-//! A package's version does not change between runs, and cargo treats a registry package of a
-//! given version as immutable twice over: it extracts the temporary registry's packages under
-//! `$CARGO_HOME/registry/src/-<hash>/` (the hash depends on the registry's path only) and skips the
-//! extraction when a folder of that name and version exists, and it reuses a registry package's
-//! build output without looking at its sources. A machine that ran this check before from the
-//! same checkout would verify against the previous run's siblings. So the check removes those
-//! extractions and verifies in its own target folder (`target/publish-check`), emptied first and removed afterwards.
+//! The folder is emptied first and removed afterwards.
 
 use std::path::Path;
 use std::process::Command;
@@ -85,97 +83,119 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
     if !problems.is_empty() {
         return Err(format!("publish check failed:\n  {}", problems.join("\n  ")));
     }
-    forget_stale_extractions(&cargo_home())?;
     let target = root.join("target").join("publish-check");
     if target.exists() {
         std::fs::remove_dir_all(&target).map_err(|e| format!("cannot empty {}: {e}", target.display()))?;
     }
+    let result = package_and_verify(root, &target);
+    let _ = std::fs::remove_dir_all(&target);
+    result?;
+    eprintln!("xtask: publish check passed for {}", PUBLISHED.join(", "));
+    Ok(())
+}
+
+/// Runs cargo with `args` in `dir`; only the compilation matters: no debug info, no incremental state.
+fn cargo_in(dir: &Path, args: &[&str]) -> Result<(), String> {
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let status = Command::new(crate::env_cargo())
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .env("CARGO_INCREMENTAL", "0")
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("cargo {} failed", args.join(" "))) }
+}
+
+/// Packages every published crate into `target/package`, extracts the packages into one verification
+/// workspace and builds each package there.
+fn package_and_verify(root: &Path, target: &Path) -> Result<(), String> {
     let target_arg = target.to_string_lossy().into_owned();
-    let mut args = vec!["package", "--workspace", "--allow-dirty", "--target-dir", &target_arg];
+    let mut args = vec!["package", "--workspace", "--no-verify", "--allow-dirty", "--target-dir", &target_arg];
     // `publish = false` members: a test fixture, this tool, and the Python package's crate (shipped as
     // a wheel by maturin, never as a crate).
     for member in ["saggar-hip-fixture", "saggar-python", "xtask"] {
         args.extend(["--exclude", member]);
     }
-    eprintln!("xtask: cargo {}", args.join(" "));
-    // The verification only needs the crates to compile: no debug info, no incremental state, and the
-    // folder removed afterwards, so the check adds no lasting weight to the disk.
-    let status = Command::new(crate::env_cargo())
-        .args(&args)
-        .env("CARGO_PROFILE_DEV_DEBUG", "0")
-        .env("CARGO_INCREMENTAL", "0")
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    let _ = std::fs::remove_dir_all(&target);
-    if !status.success() {
-        return Err(format!("cargo {} failed", args.join(" ")));
+    cargo_in(root, &args)?;
+    let verify = target.join("verify");
+    std::fs::create_dir_all(&verify).map_err(|e| format!("cannot create {}: {e}", verify.display()))?;
+    let version = package_version(root)?;
+    let mut members = Vec::new();
+    for package in PUBLISHED {
+        let name = format!("{package}-{version}");
+        let archive = target.join("package").join(format!("{name}.crate"));
+        let status = Command::new("tar")
+            .arg("-xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&verify)
+            .status()
+            .map_err(|e| format!("cannot run tar: {e}"))?;
+        if !status.success() {
+            return Err(format!("cannot extract {}", archive.display()));
+        }
+        members.push((*package, name));
     }
-    eprintln!("xtask: publish check passed for {}", PUBLISHED.join(", "));
+    let manifest = verification_manifest(&members);
+    std::fs::write(verify.join("Cargo.toml"), manifest).map_err(|e| format!("cannot write the manifest: {e}"))?;
+    std::fs::copy(root.join("Cargo.lock"), verify.join("Cargo.lock"))
+        .map_err(|e| format!("cannot copy Cargo.lock: {e}"))?;
+    for package in PUBLISHED {
+        cargo_in(&verify, &["build", "-p", package])?;
+    }
     Ok(())
 }
 
-/// Cargo's home folder: `$CARGO_HOME`, else `~/.cargo`.
-fn cargo_home() -> std::path::PathBuf {
-    match std::env::var_os("CARGO_HOME") {
-        Some(home) => home.into(),
-        None => Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
-    }
+/// The workspace's version (every published crate has it: `version.workspace = true`).
+fn package_version(root: &Path) -> Result<String, String> {
+    let manifest =
+        std::fs::read_to_string(root.join("Cargo.toml")).map_err(|e| format!("cannot read Cargo.toml: {e}"))?;
+    manifest
+        .lines()
+        .skip_while(|line| line.trim() != "[workspace.package]")
+        .skip(1)
+        .take_while(|line| !line.trim_start().starts_with('['))
+        .find_map(|line| {
+            line.trim().strip_prefix("version")?.trim().strip_prefix('=')?.trim().strip_prefix('"')?.strip_suffix('"')
+        })
+        .map(str::to_string)
+        .ok_or_else(|| "Cargo.toml has no [workspace.package] version".to_string())
 }
 
-/// Removes earlier extractions of the published packages from cargo's local-registry source
-/// folders (`registry/src/-<hash>/<package>-<version>`), so that `cargo package` extracts the
-/// packages it has just made. Folders of named registries (crates.io's `index.crates.io-<hash>`)
-/// are left alone.
-fn forget_stale_extractions(cargo_home: &Path) -> Result<(), String> {
-    let Ok(registries) = std::fs::read_dir(cargo_home.join("registry").join("src")) else {
-        return Ok(());
-    };
-    for registry in registries.flatten() {
-        if !registry.file_name().to_string_lossy().starts_with('-') {
-            continue;
-        }
-        let Ok(extracted) = std::fs::read_dir(registry.path()) else { continue };
-        for entry in extracted.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let ours = PUBLISHED.iter().any(|package| {
-                name.strip_prefix(package)
-                    .and_then(|rest| rest.strip_prefix('-'))
-                    .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
-            });
-            if ours {
-                std::fs::remove_dir_all(entry.path())
-                    .map_err(|e| format!("cannot remove the stale extraction {}: {e}", entry.path().display()))?;
-            }
-        }
+/// The verification workspace's manifest: every extracted package a member, and every saggar
+/// dependency patched to its sibling's package.
+fn verification_manifest(members: &[(&str, String)]) -> String {
+    let list: Vec<String> = members.iter().map(|(_, dir)| format!("\"{dir}\"")).collect();
+    let mut manifest = format!("[workspace]\nresolver = \"3\"\nmembers = [{}]\n\n[patch.crates-io]\n", list.join(", "));
+    for (package, dir) in members {
+        manifest.push_str(&format!("{package} = {{ path = \"{dir}\" }}\n"));
     }
-    Ok(())
+    manifest
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{forget_stale_extractions, relative_links};
+    use super::{package_version, relative_links, verification_manifest};
 
     #[test]
-    fn stale_extractions_of_local_registries_are_removed_and_nothing_else() {
-        let home = std::env::temp_dir().join(format!("saggar-xtask-cargo-home-{}", std::process::id()));
-        let src = home.join("registry").join("src");
-        let keep = [
-            src.join("index.crates.io-1949cf8c6b5b557f").join("saggar-arena-0.1.0"),
-            src.join("-22c3805da5a543b4").join("serde-1.0.0"),
-            src.join("-22c3805da5a543b4").join("saggar-arena-extra-0.1.0"),
-        ];
-        let gone = [src.join("-22c3805da5a543b4").join("saggar-arena-0.1.0"), src.join("-3c95").join("saggar-0.2.0")];
-        for dir in keep.iter().chain(&gone) {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        forget_stale_extractions(&home).unwrap();
-        for dir in &keep {
-            assert!(dir.exists(), "{} was removed", dir.display());
-        }
-        for dir in &gone {
-            assert!(!dir.exists(), "{} was kept", dir.display());
-        }
-        std::fs::remove_dir_all(&home).unwrap();
+    fn the_verification_workspace_patches_every_sibling_to_its_package() {
+        let members = [("saggar-shape", "saggar-shape-0.1.0".to_string()), ("saggar", "saggar-0.1.0".to_string())];
+        assert_eq!(
+            verification_manifest(&members),
+            "[workspace]\nresolver = \"3\"\nmembers = [\"saggar-shape-0.1.0\", \"saggar-0.1.0\"]\n\n\
+             [patch.crates-io]\nsaggar-shape = { path = \"saggar-shape-0.1.0\" }\nsaggar = { path = \"saggar-0.1.0\" }\n"
+        );
+    }
+
+    #[test]
+    fn the_version_is_the_workspace_packages() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let version = package_version(root).unwrap();
+        assert!(
+            version.split('.').count() == 3 && version.split('.').all(|part| part.parse::<u32>().is_ok()),
+            "{version}"
+        );
     }
 
     #[test]
