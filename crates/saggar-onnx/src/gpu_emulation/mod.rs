@@ -23,6 +23,7 @@ mod segments;
 mod single;
 
 const SHIM: &str = r#"
+#include <atomic>
 #include <barrier>
 #include <math.h>
 #include <cstdio>
@@ -56,6 +57,7 @@ inline unsigned __shfl_sync(unsigned, unsigned v, int src, int) {
   const unsigned r = saggar_lanes_u32[(t & ~31u) + (unsigned)src]; __syncthreads();
   return r;
 }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 // Dynamic shared memory: one block's worth at the largest size a plan asks for, shared by the
 // block's threads like a `__shared__` static.
 alignas(16) static float saggar_dynamic_shared[49152 / 4];

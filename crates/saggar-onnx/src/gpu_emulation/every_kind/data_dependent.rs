@@ -3,7 +3,7 @@
 //! Unique and NonMaxSuppression, which no imported model lowers yet (segmented runs do): their
 //! launches, with every input taken as a run-time value, run on the CPU and compared bit for bit
 //! with the host evaluation, the outputs filled with a pattern beforehand (the kernels must write
-//! every element).
+//! every element). TopK over long rows runs the same way (its `k` a constant).
 
 use std::fmt::Write as _;
 
@@ -26,26 +26,43 @@ pub(super) fn data_dependent_nodes(k: &mut Kinds) {
     k.node("Compress", &["x", "cmp_flat"], &["cmp_all"], &[], DType::F32);
 }
 
-/// One bounded op on its inputs.
+/// One bounded op (or a plain one) on its inputs; the inputs in `known` are constants when it is
+/// lowered, the others run-time values.
 struct Case {
     what: String,
     op: std::sync::Arc<dyn Op>,
     inputs: Vec<Option<Tensor>>,
+    known: Vec<usize>,
 }
 
 fn case(op_type: &str, opset: u32, attrs: &[(&str, i64)], inputs: Vec<Option<Tensor>>, outputs: usize) -> Case {
     let a = Attributes(attrs.iter().map(|(k, v)| (k.to_string(), Attribute::Int(*v))).collect());
     let op = (lookup(op_type, opset).unwrap().build)(&mut NodeCtx::new(&a, opset, inputs.len(), outputs)).unwrap();
     let bounded = op.bounded().unwrap();
-    Case { what: format!("{} {attrs:?}", bounded.op_type), op: bounded.op, inputs }
+    Case { what: format!("{} {attrs:?}", bounded.op_type), op: bounded.op, inputs, known: Vec::new() }
+}
+
+/// A plain op (one without a bounded form) on its inputs, those in `known` constants.
+fn plain_case(op_type: &str, opset: u32, attrs: &[(&str, i64)], inputs: Vec<Option<Tensor>>, known: &[usize]) -> Case {
+    let a = Attributes(attrs.iter().map(|(k, v)| (k.to_string(), Attribute::Int(*v))).collect());
+    let op = (lookup(op_type, opset).unwrap().build)(&mut NodeCtx::new(&a, opset, inputs.len(), 2)).unwrap();
+    let dims: Vec<Vec<usize>> = inputs.iter().flatten().map(|t| t.dims().to_vec()).collect();
+    Case { what: format!("{op_type} {attrs:?} on {dims:?}"), op: op.into(), inputs, known: known.to_vec() }
 }
 
 /// The host's outputs of `c` and its launches, every input a run-time value.
 fn host_and_launches(c: &Case) -> (Vec<Tensor>, GpuNode) {
     let types: Vec<Option<ValueType>> =
         c.inputs.iter().map(|t| t.as_ref().map(|t| ValueType::fixed(t.dtype(), t.dims()))).collect();
-    let infer: Vec<Option<InferInput<'_>>> =
-        types.iter().map(|t| t.as_ref().map(|ty| InferInput { ty, value: None, dims_value: None })).collect();
+    let infer: Vec<Option<InferInput<'_>>> = types
+        .iter()
+        .zip(&c.inputs)
+        .enumerate()
+        .map(|(i, (t, v))| {
+            let value = if c.known.contains(&i) { v.as_ref() } else { None };
+            t.as_ref().map(|ty| InferInput { ty, value, dims_value: None })
+        })
+        .collect();
     let infer = InferInputs::new(&infer);
     let out_types = c.op.infer(&infer).unwrap();
     let mut outputs: Vec<Tensor> =
@@ -154,6 +171,15 @@ fn spread(n: usize, modulo: usize) -> Vec<f32> {
 fn nonzero_and_compress_cases() -> Vec<Case> {
     let mut cases = vec![
         case("NonZero", 13, &[], vec![t(&[3, 5, 7], TensorData::F32(spread(105, 9)))], 1),
+        // Several rounds of a block's runs.
+        case("NonZero", 13, &[], vec![t(&[5, 1001], TensorData::F32(spread(5005, 9)))], 1),
+        case(
+            "NonZero",
+            13,
+            &[],
+            vec![t(&[9000], TensorData::U8((0..9000).map(|i| u8::from(i % 11 < 4)).collect()))],
+            1,
+        ),
         case("NonZero", 13, &[], vec![t(&[300], TensorData::Bool((0..300).map(|i| u8::from(i % 7 < 3)).collect()))], 1),
         case("NonZero", 13, &[], vec![t(&[], TensorData::I64(vec![-3]))], 1),
         case("NonZero", 13, &[], vec![t(&[2, 2], TensorData::F16(vec![0x8000, 0x3c00, 0, 0x7e00]))], 1),
@@ -227,8 +253,40 @@ fn nms_cases() -> Vec<Case> {
         .collect();
     let many = t(&[1, 300, 4], TensorData::F32(grid));
     let many_scores = t(&[1, 1, 300], TensorData::F32((0..300).map(|i| ((i * 89) % 97) as f32 / 97.0).collect()));
+    // 700 unit squares on a lattice of pitch 0.8 (neighbours' IoU 0.11), scores with ties.
+    let lattice: Vec<f32> = (0..700)
+        .flat_map(|i| {
+            let (x, y) = ((i % 30) as f32 * 0.8, (i / 30) as f32 * 0.8);
+            [y, x, y + 1.0, x + 1.0]
+        })
+        .collect();
+    let lattice = t(&[1, 700, 4], TensorData::F32(lattice));
+    let lattice_scores = t(&[1, 1, 700], TensorData::F32((0..700).map(|i| ((i * 53) % 101) as f32 / 101.0).collect()));
+    // 350 apart pairs of overlapping squares (IoU 0.11), every pair's first box scored above every
+    // second box: each second box is suppressed by its partner alone, kept hundreds of ranks before.
+    let pairs: Vec<f32> = (0..700)
+        .flat_map(|i| {
+            let p = i / 2;
+            let (x, y) = ((p % 20) as f32 * 3.0 + (i % 2) as f32 * 0.8, (p / 20) as f32 * 3.0);
+            [y, x, y + 1.0, x + 1.0]
+        })
+        .collect();
+    let pairs = t(&[1, 700, 4], TensorData::F32(pairs));
+    let pair_scores = t(
+        &[1, 1, 700],
+        TensorData::F32((0..700).map(|i| if i % 2 == 0 { 0.9 } else { 0.4 } - i as f32 * 1e-4).collect()),
+    );
     vec![
         case("NonMaxSuppression", 11, &[], vec![many, many_scores, max(60), one(0.1)], 1),
+        // Hundreds kept: several tiles, and the kept boxes staged in several chunks.
+        case("NonMaxSuppression", 11, &[], vec![lattice.clone(), lattice_scores.clone(), max(10_000), one(0.5)], 1),
+        case("NonMaxSuppression", 11, &[], vec![lattice, lattice_scores, max(400), one(0.1), one(0.2)], 1),
+        case("NonMaxSuppression", 11, &[], vec![pairs, pair_scores, max(10_000), one(0.1)], 1),
+        // A constant cap below the box count: the rows have no room for the keys, found round by round.
+        Case {
+            known: vec![2],
+            ..case("NonMaxSuppression", 11, &[], vec![boxes(&corners), scores(), max(5), one(0.4)], 1)
+        },
         case("NonMaxSuppression", 11, &[], vec![boxes(&corners), scores(), max(5), one(0.4), one(0.2)], 1),
         case(
             "NonMaxSuppression",
@@ -255,10 +313,40 @@ fn nms_cases() -> Vec<Case> {
     ]
 }
 
+/// TopK over rows longer than a shared-memory sort: `k` up to 8 (rounds), `k` within the shared
+/// sort and above it (the radix select, the taken sorted in shared memory or in the outputs), of
+/// f32 with ties, both zeros and NaN, of i64 and i32 with negatives, both directions, along a middle
+/// axis too.
+fn long_top_k_cases() -> Vec<Case> {
+    let k = |v: i64| Some(Tensor::from_i64s(vec![v]));
+    let floats = |dims: &[usize], modulo: usize| t(dims, TensorData::F32(spread(dims.iter().product(), modulo)));
+    let ints = |dims: &[usize]| {
+        let n: usize = dims.iter().product();
+        t(dims, TensorData::I64((0..n).map(|i| ((i * 7919) % 613) as i64 - 300).collect()))
+    };
+    let int32 = |dims: &[usize]| {
+        let n: usize = dims.iter().product();
+        t(dims, TensorData::I32((0..n).map(|i| ((i * 104_729) % 100_003) as i32 - 50_000).collect()))
+    };
+    let top = |attrs: &[(&str, i64)], x: Option<Tensor>, kv: i64| plain_case("TopK", 11, attrs, vec![x, k(kv)], &[1]);
+    vec![
+        top(&[], floats(&[2, 3000], 50), 300),
+        top(&[("largest", 0)], floats(&[1, 3000], 9), 300),
+        top(&[], floats(&[1, 2600], 400), 2500),
+        top(&[("largest", 0)], floats(&[1, 3001], 1000), 2100),
+        top(&[], floats(&[1, 3000], 700), 6),
+        top(&[("axis", 1)], floats(&[2, 2500, 3], 300), 40),
+        top(&[], ints(&[1, 2200]), 100),
+        top(&[("largest", 0)], ints(&[1, 4100]), 2049),
+        top(&[], int32(&[1, 5000]), 1000),
+    ]
+}
+
 #[test]
 fn the_bounded_forms_match_the_host_bit_for_bit_when_run_on_the_cpu() {
     let mut cases = nonzero_and_compress_cases();
     cases.extend(unique_cases());
     cases.extend(nms_cases());
+    cases.extend(long_top_k_cases());
     check(&cases);
 }

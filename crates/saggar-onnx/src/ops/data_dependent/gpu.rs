@@ -1,7 +1,8 @@
-//! The GPU kernels of the bounded forms: NonZero (`nonzero.cu`) and Compress (`compress.cu`) in one
-//! block numbering the selected elements by chunked prefix sums, Unique (`unique.cu`) in one block
+//! The GPU kernels of the bounded forms: NonZero (`nonzero.cu`, a run of 16 elements a thread) and
+//! Compress (`compress.cu`) in one block numbering the selected elements by chunked prefix sums, Unique (`unique.cu`) in one block
 //! sorting slice numbers by a bitonic network, NonMaxSuppression's selection a block per batch and
-//! class (`nms_select.cu`) then one block packing the rows (`nms_compact.cu`). Single-block kernels
+//! class (`nms_select.cu`: candidates sorted by their keys and taken a tile at a time where the class's
+//! rows have room for the keys, else found round by round) then one block packing the rows (`nms_compact.cu`). Single-block kernels
 //! give the host's order exactly (no atomics); they suit the sizes these ops see in models (up to a
 //! few million elements), not bulk data.
 
@@ -13,7 +14,7 @@ use crate::ops::gpu::{BLOCK, GpuKernel, bits_type, render};
 /// A lambda `block_scan(v)` of the single-block kernels: the inclusive prefix sum of `v` over the
 /// block's threads in the shared `int scan[BLOCK]` (every thread calls it; `scan[blockDim.x - 1]` is
 /// then the total), by Hillis-Steele steps, so the numbering is deterministic.
-const BLOCK_SCAN: &str = "auto block_scan = [&](int v) -> int {
+pub(crate) const BLOCK_SCAN: &str = "auto block_scan = [&](int v) -> int {
     scan[threadIdx.x] = v;
     __syncthreads();
     for (unsigned s = 1; s < blockDim.x; s <<= 1) {
@@ -27,7 +28,7 @@ const BLOCK_SCAN: &str = "auto block_scan = [&](int v) -> int {
 
 /// The C++ statements returning the order key (`order_key` on the host) of `b`, the bits of an
 /// element of `dtype` widened to `unsigned long long`.
-fn key_code(dtype: DType) -> String {
+pub(crate) fn key_code(dtype: DType) -> String {
     let width = dtype.size_bytes() * 8;
     let all = u64::MAX >> (64 - width);
     let sign = 1u64 << (width - 1);
@@ -64,7 +65,8 @@ impl GpuKernel for NonZeroKernel {
     fn source(&self) -> String {
         let mask = format!("{:#x}ull", nonzero_mask(self.dtype));
         let bits = bits_type(self.dtype.size_bytes() as u8);
-        let values = [("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)];
+        let values =
+            [("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN), ("RUN", "16")];
         render(include_str!("nonzero.cu"), &values)
     }
 }
@@ -124,7 +126,7 @@ impl GpuKernel for NmsSelectKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("nms_select.cu"), &[("BLOCK", &BLOCK.to_string())])
+        render(include_str!("nms_select.cu"), &[("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)])
     }
 }
 

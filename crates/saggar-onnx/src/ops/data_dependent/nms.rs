@@ -215,6 +215,11 @@ impl Nms {
         if boxes.dims != [batches, n, 4] {
             return Err(OpError::eval(format!("boxes {:?} do not match scores {:?}", boxes.dims, scores.dims)));
         }
+        if n > i32::MAX as usize {
+            return Err(OpError::eval(format!(
+                "NonMaxSuppression over {n} boxes: the GPU kernel takes up to 2^31 - 1"
+            )));
+        }
         let rows = out.dims[0];
         let k = rows.checked_div(batches * classes).unwrap_or(0);
         // A scalar input is read on the device where the node has it (not empty); else its default.

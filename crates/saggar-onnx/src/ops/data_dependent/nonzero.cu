@@ -1,6 +1,7 @@
-// NonZero's bounded form in one block: the elements in chunks of the block's threads, each chunk's
-// nonzero ones (`(x & @MASK@) != 0`: floats at either sign of zero are zero) numbered by a prefix
-// sum in shared memory, so the columns follow the elements' row-major order; the columns past the
+// NonZero's bounded form in one block: each round a thread counts the nonzero elements of its own
+// run of @RUN@ consecutive ones (`(x & @MASK@) != 0`: floats at either sign of zero are zero), a
+// prefix sum over the block's threads in shared memory numbers the runs, and each thread writes its
+// elements' coordinates, so the columns follow the elements' row-major order; the columns past the
 // count are zeros. A scalar is given as one dimension of 1.
 // meta: n (elements), cols (the output's columns), rank, dims[rank]
 (const onnx_i64* meta, const @BITS@* __restrict__ x, long long* __restrict__ y, long long* __restrict__ count) {
@@ -11,15 +12,19 @@
   const onnx_i64* dims = meta + 3;
   if (threadIdx.x == 0) base_s = 0;
   __syncthreads();
-  for (onnx_i64 start = 0; start < n; start += blockDim.x) {
-    const onnx_i64 i = start + threadIdx.x;
-    const int flag = i < n && (x[i] & @MASK@) != 0;
-    const int incl = block_scan(flag);
+  for (onnx_i64 start = 0; start < n; start += (onnx_i64)blockDim.x * @RUN@) {
+    const onnx_i64 first = start + (onnx_i64)threadIdx.x * @RUN@;
+    int c = 0;
+    for (int e = 0; e < @RUN@; ++e) c += first + e < n && (x[first + e] & @MASK@) != 0;
+    const int incl = block_scan(c);
     const onnx_i64 base = base_s;
-    const onnx_i64 k = base + incl - 1;
-    if (flag && k < cols) {
+    onnx_i64 k = base + incl - c;
+    for (int e = 0; e < @RUN@ && k < cols; ++e) {
+      const onnx_i64 i = first + e;
+      if (i >= n || (x[i] & @MASK@) == 0) continue;
       onnx_i64 rem = i;
       for (onnx_i64 d = rank - 1; d >= 0; --d) { y[d * cols + k] = rem % dims[d]; rem /= dims[d]; }
+      ++k;
     }
     __syncthreads();
     if (threadIdx.x == 0) base_s = base + scan[blockDim.x - 1];

@@ -1,14 +1,27 @@
 // TopK along the middle axis of `[outer, len, inner]`, one block per row, in the order `before`
-// defines (better value first, a NaN the largest, the lower index first among equals). A row of at
-// most @SORT@ elements with `k` above 8 is sorted whole in shared memory (a bitonic sort, padded
-// to a power of two with entries of index -1 that sort last); otherwise `k` rounds each search the
-// row for the first element after the one the previous round took (any `k <= len`).
+// defines (better value first, a NaN the largest, the lower index first among equals). Three ways,
+// by the row's length and `k`:
+// - a row of at most @SORT@ elements with `k` above 8 is sorted whole in shared memory (a bitonic
+//   sort, padded to a power of two with entries of index -1 that sort last);
+// - `k` up to 8: `k` rounds each search the row for the first element after the one the previous
+//   round took;
+// - otherwise a radix select: from the top, @KEY_BITS@ / 8 passes of a 256-bin histogram of the
+//   elements' order keys (`key`: larger is better, both zeros one key, every NaN one key) find the
+//   key of the `k`-th element; one pass takes every element above it and, in index order, the first
+//   of those equal to it, numbered by chunked prefix sums; then the `k` taken are sorted, in shared
+//   memory when `k` is at most @SORT@, else in place in the outputs (a bitonic network whose first
+//   step of each merge compares mirrored pairs, so any `k` works without padding).
 // meta: outer, len, inner, k
 (const onnx_i64* meta, const @T@* __restrict__ x, @T@* __restrict__ values, long long* __restrict__ indices) {
   __shared__ @T@ sv[@BLOCK@];
   __shared__ onnx_i64 si[@BLOCK@];
   __shared__ @T@ sort_v[@SORT@];
   __shared__ int sort_i[@SORT@];
+  __shared__ unsigned int hist[256];
+  __shared__ unsigned long long pick_key;
+  __shared__ onnx_i64 pick_need, taken_above, taken_equal;
+  __shared__ int scan[@BLOCK@];
+  @BLOCK_SCAN@
   const onnx_i64 len = meta[1], inner = meta[2], k = meta[3];
   auto before = [](@T@ a, onnx_i64 ia, @T@ b, onnx_i64 ib) {
     const bool an = a != a, bn = b != b;
@@ -19,6 +32,23 @@
   };
   // `before` over the padded sort, where index -1 comes last.
   auto first = [&](@T@ a, int ia, @T@ b, int ib) { return ib < 0 ? ia >= 0 : (ia >= 0 && before(a, ia, b, ib)); };
+  auto ascending = [](unsigned long long b) -> unsigned long long { @KEY_BODY@ };
+  const @BITS@* bits = (const @BITS@*)x;
+  // Bitonic sort of sort_v/sort_i[0, n), n a power of two.
+  auto sort_shared = [&](int n) {
+    for (int size = 2; size <= n; size <<= 1) {
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+          const int p = j ^ stride;
+          if (p <= j) continue;
+          const bool up = (j & size) == 0;
+          const bool swap = up ? first(sort_v[p], sort_i[p], sort_v[j], sort_i[j]) : first(sort_v[j], sort_i[j], sort_v[p], sort_i[p]);
+          if (swap) { const @T@ v = sort_v[j]; sort_v[j] = sort_v[p]; sort_v[p] = v; const int i = sort_i[j]; sort_i[j] = sort_i[p]; sort_i[p] = i; }
+        }
+        __syncthreads();
+      }
+    }
+  };
   ONNX_ROWS(row, meta[0] * inner) {
     const onnx_i64 base = (row / inner) * len * inner + row % inner;
     const onnx_i64 out = (row / inner) * k * inner + row % inner;
@@ -27,20 +57,99 @@
       while (n < len) n <<= 1;
       for (int j = threadIdx.x; j < n; j += blockDim.x) { sort_i[j] = j < len ? j : -1; sort_v[j] = j < len ? x[base + j * inner] : (@T@)0; }
       __syncthreads();
-      for (int size = 2; size <= n; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-          for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            const int p = j ^ stride;
-            if (p <= j) continue;
-            const bool up = (j & size) == 0;
-            const bool swap = up ? first(sort_v[p], sort_i[p], sort_v[j], sort_i[j]) : first(sort_v[j], sort_i[j], sort_v[p], sort_i[p]);
-            if (swap) { const @T@ v = sort_v[j]; sort_v[j] = sort_v[p]; sort_v[p] = v; const int i = sort_i[j]; sort_i[j] = sort_i[p]; sort_i[p] = i; }
+      sort_shared(n);
+      for (onnx_i64 t = threadIdx.x; t < k; t += blockDim.x) { values[out + t * inner] = sort_v[t]; indices[out + t * inner] = sort_i[t]; }
+      __syncthreads();
+      continue;
+    }
+    if (k > 8) {
+      auto key = [&](onnx_i64 j) -> unsigned long long {
+        const unsigned long long a = ascending((unsigned long long)bits[base + j * inner]);
+        return (@LARGEST@ ? a : ~a) & @KEY_MASK@;
+      };
+      unsigned long long prefix = 0, mask = 0;
+      onnx_i64 need = k;
+      for (int shift = @KEY_BITS@ - 8; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+        __syncthreads();
+        // A thread's run of one digit is counted once: the leading digits of a row are often alike.
+        unsigned int run_digit = 256, run = 0;
+        for (onnx_i64 j = threadIdx.x; j < len; j += blockDim.x) {
+          const unsigned long long kk = key(j);
+          if ((kk & mask) != prefix) continue;
+          const unsigned int d = (unsigned int)(kk >> shift) & 255u;
+          if (d != run_digit) {
+            if (run) atomicAdd(&hist[run_digit], run);
+            run_digit = d;
+            run = 0;
+          }
+          ++run;
+        }
+        if (run) atomicAdd(&hist[run_digit], run);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          onnx_i64 above = 0;
+          int d = 255;
+          for (; d > 0 && above + (onnx_i64)hist[d] < need; --d) above += hist[d];
+          pick_key = prefix | ((unsigned long long)d << shift);
+          pick_need = need - above;
+        }
+        __syncthreads();
+        prefix = pick_key;
+        need = pick_need;
+        mask |= 255ull << shift;
+      }
+      // prefix is the k-th key; take the k - need keys above it and the first `need` equal to it.
+      if (threadIdx.x == 0) { taken_above = 0; taken_equal = 0; }
+      __syncthreads();
+      const bool shared_sort = k <= @SORT@;
+      for (onnx_i64 start = 0; start < len; start += blockDim.x) {
+        const onnx_i64 j = start + threadIdx.x;
+        const unsigned long long kk = j < len ? key(j) : 0;
+        const int above = j < len && kk > prefix, equal = j < len && kk == prefix;
+        const int incl = block_scan(above | (equal << 16));
+        const onnx_i64 a0 = taken_above, e0 = taken_equal;
+        onnx_i64 slot = -1;
+        if (above) slot = a0 + (incl & 0xffff) - 1;
+        if (equal && e0 + (incl >> 16) - 1 < need) slot = (k - need) + e0 + (incl >> 16) - 1;
+        if (slot >= 0) {
+          if (shared_sort) { sort_v[slot] = x[base + j * inner]; sort_i[slot] = (int)j; }
+          else { values[out + slot * inner] = x[base + j * inner]; indices[out + slot * inner] = j; }
+        }
+        __syncthreads();
+        if (threadIdx.x == blockDim.x - 1) { taken_above = a0 + (incl & 0xffff); taken_equal = e0 + (incl >> 16); }
+        __syncthreads();
+      }
+      if (shared_sort) {
+        int n = 1;
+        while (n < k) n <<= 1;
+        for (int j = (int)k + threadIdx.x; j < n; j += blockDim.x) { sort_i[j] = -1; sort_v[j] = (@T@)0; }
+        __syncthreads();
+        sort_shared(n);
+        for (onnx_i64 t = threadIdx.x; t < k; t += blockDim.x) { values[out + t * inner] = sort_v[t]; indices[out + t * inner] = sort_i[t]; }
+        __syncthreads();
+        continue;
+      }
+      auto order = [&](onnx_i64 a, onnx_i64 b) {
+        const onnx_i64 pa = out + a * inner, pb = out + b * inner;
+        if (before(values[pb], indices[pb], values[pa], indices[pa])) {
+          const @T@ v = values[pa]; values[pa] = values[pb]; values[pb] = v;
+          const long long i = indices[pa]; indices[pa] = indices[pb]; indices[pb] = i;
+        }
+      };
+      for (onnx_i64 size = 2; size < 2 * k; size <<= 1) {
+        for (onnx_i64 j = threadIdx.x; j < k; j += blockDim.x) {
+          const onnx_i64 p = (j | (size - 1)) - (j & (size - 1));
+          if ((j & (size >> 1)) == 0 && p < k) order(j, p);
+        }
+        __syncthreads();
+        for (onnx_i64 stride = size >> 2; stride > 0; stride >>= 1) {
+          for (onnx_i64 j = threadIdx.x; j < k; j += blockDim.x) {
+            if ((j & stride) == 0 && (j | stride) < k) order(j, j | stride);
           }
           __syncthreads();
         }
       }
-      for (onnx_i64 t = threadIdx.x; t < k; t += blockDim.x) { values[out + t * inner] = sort_v[t]; indices[out + t * inner] = sort_i[t]; }
-      __syncthreads();
       continue;
     }
     @T@ last_v = (@T@)0;
