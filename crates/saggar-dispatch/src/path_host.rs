@@ -27,7 +27,29 @@ pub(crate) enum HostBuffers {
     Unchecked,
 }
 
+impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
+    /// The output shapes of a checked request: from the signature, else (extents that input values
+    /// fix) from the request's program.
+    pub(crate) fn output_dims(&self, request: &Checked<'_, '_, HostTensor<'_>>) -> Result<Vec<Vec<u64>>> {
+        match (0..self.signature.outputs().len())
+            .map(|o| request.bindings.output_shape(o).map(|d| d.to_vec()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+        {
+            Ok(dims) => Ok(dims),
+            Err(e) => Ok(self.value_output_dims(&request.bindings, &request.ordered)?.ok_or(e)?),
+        }
+    }
+}
+
 impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
+    /// The output shapes of a request whose value inputs ([`crate::ModelSpec::value_inputs`]) carry
+    /// their bytes; the other inputs' data is not read. A segment chain sizes the device buffers of
+    /// a segment's outputs with it.
+    pub(crate) fn request_output_dims(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<Vec<u64>>> {
+        let request = request::check(&self.inner.signature, &self.inner.guard, inputs)?;
+        self.inner.output_dims(&request)
+    }
+
     /// Runs one request from host memory and returns every output, sliced to the request's batch.
     /// The request's limits and input buffers are checked before its outputs are allocated.
     pub fn run(&self, inputs: &[HostTensor<'_>]) -> Result<Vec<OwnedTensor>> {
@@ -43,14 +65,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         let (result, _lease) = self.inner.instrumented(|inner, ctx| {
             let request = request::check(&inner.signature, &inner.guard, inputs)?;
             request::check_host_inputs(&inner.signature, &request.ordered)?;
-            let dims = match (0..inner.signature.outputs().len())
-                .map(|o| request.bindings.output_shape(o).map(|d| d.to_vec()))
-                .collect::<std::result::Result<Vec<_>, _>>()
-            {
-                Ok(dims) => dims,
-                // Extents that input values fix: the request's program knows them.
-                Err(e) => inner.value_output_dims(&request.bindings, &request.ordered)?.ok_or(e)?,
-            };
+            let dims = inner.output_dims(&request)?;
             let specs = inner.signature.outputs();
             let mut buffers: Vec<AlignedBuffer> = specs
                 .iter()

@@ -5,15 +5,19 @@
 //! A segment's inputs are model inputs or outputs of earlier segments. The computed values that fix a
 //! later segment's extents are among them and are that segment's value inputs
 //! ([`crate::ModelSpec::value_inputs`]), so it gets one program per shape and values, from its
-//! bounded table. A request runs the segments in order on host tensors: each segment's outputs are
-//! read back before the next starts (one synchronisation per boundary, counted in
-//! [`crate::StatsSnapshot::segment_reads`]), and the next segment takes them as inputs. Calls that
-//! must know output extents before running (device tensors, [`crate::Session::output_dims`],
-//! requests written in place) answer [`DispatchError::ExtentsDependOnValues`].
+//! bounded table. A request runs the segments in order on the device: the model inputs are uploaded
+//! once, each segment runs on device buffers ([`Session::run_device`]) and its outputs stay there for
+//! the segments that read them; only the small outputs a later segment takes as value inputs are
+//! read back (one synchronisation per boundary, counted in [`crate::StatsSnapshot::segment_reads`]),
+//! and the model outputs at the end. The device buffers of a request are a workspace the chain
+//! keeps, one per concurrent request, each buffer grown to the largest request seen. Calls that must
+//! know output extents before running (device tensors, [`crate::Session::output_dims`], requests
+//! written in place) answer [`DispatchError::ExtentsDependOnValues`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use saggar_device::Backend;
+use saggar_device::{Backend, Device as _, DeviceBuffer as _, DeviceSlice, Stream as _};
+use saggar_shape::DType;
 
 use crate::compiler::ProgramCompiler;
 use crate::config::SessionConfig;
@@ -21,7 +25,7 @@ use crate::error::{DispatchError, Result};
 use crate::programs::Progress;
 use crate::session::Session;
 use crate::stats::StatsSnapshot;
-use crate::tensors::{HostTensor, OwnedTensor};
+use crate::tensors::{DeviceTensor, HostTensor, OwnedTensor};
 
 /// Where a segment's input, or a model output, comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,9 +71,55 @@ impl<C> std::fmt::Debug for Segments<C> {
 
 /// A segmented model's sessions, one per segment, on one device.
 pub(crate) struct Chain<B: Backend, C: ProgramCompiler<B>> {
+    device: B::Device,
     sessions: Vec<Session<B, C>>,
     inputs: Vec<Vec<SegmentSource>>,
     outputs: Vec<SegmentSource>,
+    /// Per segment, whether each output is a value input of a later segment (read back).
+    read_back: Vec<Vec<bool>>,
+    /// The first workspace slot of each segment's outputs (slots `0..model inputs` hold the inputs).
+    slot_base: Vec<usize>,
+    /// Idle workspaces, one taken per request.
+    workspaces: Mutex<Vec<Workspace<B>>>,
+}
+
+/// One request's device memory: a stream for its copies and a buffer per slot (model input or
+/// segment output), kept between requests and grown when a request needs more.
+struct Workspace<B: Backend> {
+    stream: B::Stream,
+    buffers: Vec<Option<B::DeviceBuffer>>,
+}
+
+impl<B: Backend> Workspace<B> {
+    /// Slot `slot`'s first `bytes` bytes (a buffer of at least one byte).
+    fn slice(&mut self, device: &B::Device, slot: usize, bytes: usize) -> Result<DeviceSlice> {
+        let buffer = &mut self.buffers[slot];
+        if buffer.as_ref().is_none_or(|b| b.len() < bytes.max(1)) {
+            *buffer = None;
+            *buffer = Some(device.alloc(bytes.max(1))?);
+        }
+        match buffer {
+            Some(b) => Ok(b.slice(0, bytes)?),
+            None => unreachable!("allocated above"),
+        }
+    }
+
+    /// The first `bytes` bytes of slot `slot`, allocated by an earlier [`Workspace::slice`].
+    fn filled(&self, slot: usize, bytes: usize) -> Result<DeviceSlice> {
+        match &self.buffers[slot] {
+            Some(b) => Ok(b.slice(0, bytes)?),
+            None => Err(DispatchError::Config(format!("segment workspace slot {slot} was never written"))),
+        }
+    }
+}
+
+/// What a request knows of a value produced so far: its type, extents and, for a value read back,
+/// its bytes.
+struct Produced {
+    dtype: DType,
+    dims: Vec<u64>,
+    bytes: usize,
+    host: Option<Vec<u8>>,
 }
 
 impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
@@ -102,7 +152,35 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         for source in &segments.outputs {
             check_source(*source, sessions.len(), model_inputs, &sessions)?;
         }
-        Ok(Chain { sessions, inputs, outputs: segments.outputs })
+        let mut read_back: Vec<Vec<bool>> =
+            sessions.iter().map(|s| vec![false; s.signature().outputs().len()]).collect();
+        for (session, sources) in sessions.iter().zip(&inputs) {
+            for &v in &session.inner.compiler.model().value_inputs {
+                if let Some(SegmentSource::Output { segment, output }) = sources.get(v) {
+                    read_back[*segment][*output] = true;
+                }
+            }
+        }
+        let mut slot_base = Vec::with_capacity(sessions.len());
+        let mut slots = model_inputs;
+        for session in &sessions {
+            slot_base.push(slots);
+            slots += session.signature().outputs().len();
+        }
+        Ok(Chain {
+            device: device.clone(),
+            sessions,
+            inputs,
+            outputs: segments.outputs,
+            read_back,
+            slot_base,
+            workspaces: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The workspace slots a request uses: model inputs, then every segment's outputs.
+    fn slot_count(&self, model_inputs: usize) -> usize {
+        model_inputs + self.sessions.iter().map(|s| s.signature().outputs().len()).sum::<usize>()
     }
 
     /// The segment count.
@@ -118,37 +196,127 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         names: &[&str],
         reads: &std::sync::atomic::AtomicU64,
     ) -> Result<Vec<OwnedTensor>> {
-        let mut produced: Vec<Vec<Aligned>> = Vec::with_capacity(self.sessions.len());
+        let idle = self.workspaces.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        let mut ws = match idle {
+            Some(ws) => ws,
+            None => Workspace {
+                stream: self.device.create_stream()?,
+                buffers: (0..self.slot_count(ordered.len())).map(|_| None).collect(),
+            },
+        };
+        let outputs = self.run_in(&mut ws, ordered, names, reads)?;
+        // A workspace whose request failed is dropped: its stream may hold the failure.
+        self.workspaces.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(ws);
+        Ok(outputs)
+    }
+
+    fn run_in(
+        &self,
+        ws: &mut Workspace<B>,
+        ordered: &[HostTensor<'_>],
+        names: &[&str],
+        reads: &std::sync::atomic::AtomicU64,
+    ) -> Result<Vec<OwnedTensor>> {
+        let used = |i: usize| self.inputs.iter().flatten().any(|s| *s == SegmentSource::Input(i));
+        for (i, t) in ordered.iter().enumerate().filter(|(i, _)| used(*i)) {
+            let slice = ws.slice(&self.device, i, t.data.len())?;
+            if !t.data.is_empty() {
+                ws.stream.upload(t.data, slice)?;
+            }
+        }
+        let mut produced: Vec<Vec<Produced>> = Vec::with_capacity(self.sessions.len());
         for (k, session) in self.sessions.iter().enumerate() {
             if k > 0 {
                 crate::stats::Stats::bump(reads);
             }
             let specs = session.signature().inputs();
-            let tensors: Vec<HostTensor<'_>> = self.inputs[k]
+            // The request as the segment sees it, on the host: extents, and the bytes of the values
+            // read back (its value inputs); the output extents follow from it.
+            let view: Vec<HostTensor<'_>> = self.inputs[k]
                 .iter()
                 .zip(specs)
                 .map(|(source, spec)| match *source {
                     SegmentSource::Input(i) => HostTensor { name: spec.name(), ..ordered[i] },
-                    SegmentSource::Output { segment, output } => produced[segment][output].view(spec.name()),
+                    SegmentSource::Output { segment, output } => {
+                        let p = &produced[segment][output];
+                        HostTensor {
+                            name: spec.name(),
+                            dtype: p.dtype,
+                            dims: &p.dims,
+                            data: p.host.as_deref().unwrap_or(&[]),
+                        }
+                    }
                 })
                 .collect();
-            let outputs = session.run(&tensors)?;
-            produced.push(outputs.into_iter().map(Aligned::from).collect());
+            let out_dims = session.request_output_dims(&view)?;
+            let out_specs = session.signature().outputs();
+            let mut out_bytes = Vec::with_capacity(out_specs.len());
+            for (o, (spec, dims)) in out_specs.iter().zip(&out_dims).enumerate() {
+                let bytes = crate::request::request_bytes(spec, dims)?;
+                ws.slice(&self.device, self.slot_base[k] + o, bytes)?;
+                out_bytes.push(bytes);
+            }
+            let device_inputs = self.inputs[k]
+                .iter()
+                .zip(&view)
+                .map(|(source, t)| {
+                    let (slot, bytes) = match *source {
+                        SegmentSource::Input(i) => (i, t.data.len()),
+                        SegmentSource::Output { segment, output } => {
+                            (self.slot_base[segment] + output, produced[segment][output].bytes)
+                        }
+                    };
+                    Ok(DeviceTensor { name: t.name, dtype: t.dtype, dims: t.dims, data: ws.filled(slot, bytes)? })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let device_outputs = out_specs
+                .iter()
+                .zip(&out_dims)
+                .enumerate()
+                .map(|(o, (spec, dims))| {
+                    let data = ws.filled(self.slot_base[k] + o, out_bytes[o])?;
+                    Ok(DeviceTensor { name: spec.name(), dtype: spec.dtype(), dims, data })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            session.run_device(&device_inputs, &device_outputs)?;
+            let mut outs = Vec::with_capacity(out_specs.len());
+            for (o, (spec, dims)) in out_specs.iter().zip(out_dims).enumerate() {
+                let host = if self.read_back[k][o] {
+                    let mut bytes = vec![0u8; out_bytes[o]];
+                    ws.stream.download(ws.filled(self.slot_base[k] + o, out_bytes[o])?, &mut bytes)?;
+                    Some(bytes)
+                } else {
+                    None
+                };
+                outs.push(Produced { dtype: spec.dtype(), dims, bytes: out_bytes[o], host });
+            }
+            produced.push(outs);
         }
-        Ok(self
-            .outputs
+        self.outputs
             .iter()
             .zip(names)
             .map(|(source, name)| match *source {
-                SegmentSource::Input(i) => OwnedTensor {
+                SegmentSource::Input(i) => Ok(OwnedTensor {
                     name: name.to_string(),
                     dtype: ordered[i].dtype,
                     dims: ordered[i].dims.to_vec(),
                     data: ordered[i].data.to_vec(),
-                },
-                SegmentSource::Output { segment, output } => produced[segment][output].owned(name),
+                }),
+                SegmentSource::Output { segment, output } => {
+                    let p = &produced[segment][output];
+                    let data = match &p.host {
+                        Some(bytes) => bytes.clone(),
+                        None => {
+                            let mut bytes = vec![0u8; p.bytes];
+                            let slice = ws.filled(self.slot_base[segment] + output, p.bytes)?;
+                            ws.stream.download(slice, &mut bytes)?;
+                            bytes
+                        }
+                    };
+                    Ok(OwnedTensor { name: name.to_string(), dtype: p.dtype, dims: p.dims.clone(), data })
+                }
             })
-            .collect())
+            .collect()
     }
 
     /// Adds the segments' counters to the model session's `total`, requests, failures and latencies
@@ -183,41 +351,5 @@ fn check_source<B: Backend, C: ProgramCompiler<B>>(
         Err(DispatchError::Config(format!(
             "segment wiring names {source:?}, which does not exist before segment {before}"
         )))
-    }
-}
-
-/// A segment's output in 8-byte-aligned memory, so the next segment can take it as an input of any
-/// element type.
-struct Aligned {
-    tensor: OwnedTensor,
-    words: Vec<u64>,
-}
-
-impl From<OwnedTensor> for Aligned {
-    fn from(mut tensor: OwnedTensor) -> Aligned {
-        let mut words = vec![0u64; tensor.data.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..tensor.data.len()].copy_from_slice(&tensor.data);
-        tensor.data = Vec::new();
-        Aligned { tensor, words }
-    }
-}
-
-impl Aligned {
-    fn bytes(&self) -> &[u8] {
-        let len = self.tensor.dims.iter().product::<u64>() as usize * self.tensor.dtype.size_bytes();
-        &bytemuck::cast_slice::<u64, u8>(&self.words)[..len]
-    }
-
-    fn view<'a>(&'a self, name: &'a str) -> HostTensor<'a> {
-        HostTensor { name, dtype: self.tensor.dtype, dims: &self.tensor.dims, data: self.bytes() }
-    }
-
-    fn owned(&self, name: &str) -> OwnedTensor {
-        OwnedTensor {
-            name: name.to_string(),
-            dtype: self.tensor.dtype,
-            dims: self.tensor.dims.clone(),
-            data: self.bytes().to_vec(),
-        }
     }
 }
