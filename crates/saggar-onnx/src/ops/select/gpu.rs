@@ -36,6 +36,8 @@ impl GpuKernel for TopKKernel {
                 ("BLOCK", &BLOCK.to_string()),
                 ("BLOCK_SCAN", BLOCK_SCAN),
                 ("SORT", "2048"),
+                ("COPIES", "16"),
+                ("RUN", "16"),
             ],
         )
     }

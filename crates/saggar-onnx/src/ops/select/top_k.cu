@@ -8,7 +8,7 @@
 // - otherwise a radix select: from the top, @KEY_BITS@ / 8 passes of a 256-bin histogram of the
 //   elements' order keys (`key`: larger is better, both zeros one key, every NaN one key) find the
 //   key of the `k`-th element; one pass takes every element above it and, in index order, the first
-//   of those equal to it, numbered by chunked prefix sums; then the `k` taken are sorted, in shared
+//   of those equal to it, each thread a run of consecutive elements numbered by a prefix sum; then the `k` taken are sorted, in shared
 //   memory when `k` is at most @SORT@, else in place in the outputs (a bitonic network whose first
 //   step of each merge compares mirrored pairs, so any `k` works without padding).
 // meta: outer, len, inner, k
@@ -17,7 +17,10 @@
   __shared__ onnx_i64 si[@BLOCK@];
   __shared__ @T@ sort_v[@SORT@];
   __shared__ int sort_i[@SORT@];
-  __shared__ unsigned int hist[256];
+  // @COPIES@ copies of the histogram, a thread counting into copy `threadIdx.x % @COPIES@`, each 257
+  // words apart so that one digit's counters fall in different banks: the leading digits of a row
+  // are often one or two, and one shared counter would serialise the block on it.
+  __shared__ unsigned int hist[@COPIES@ * 257];
   __shared__ unsigned long long pick_key;
   __shared__ onnx_i64 pick_need, taken_above, taken_equal;
   __shared__ int scan[@BLOCK@];
@@ -70,22 +73,19 @@
       unsigned long long prefix = 0, mask = 0;
       onnx_i64 need = k;
       for (int shift = @KEY_BITS@ - 8; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+        for (int d = threadIdx.x; d < @COPIES@ * 257; d += blockDim.x) hist[d] = 0;
         __syncthreads();
-        // A thread's run of one digit is counted once: the leading digits of a row are often alike.
-        unsigned int run_digit = 256, run = 0;
+        unsigned int* mine = hist + (threadIdx.x % @COPIES@) * 257;
         for (onnx_i64 j = threadIdx.x; j < len; j += blockDim.x) {
           const unsigned long long kk = key(j);
-          if ((kk & mask) != prefix) continue;
-          const unsigned int d = (unsigned int)(kk >> shift) & 255u;
-          if (d != run_digit) {
-            if (run) atomicAdd(&hist[run_digit], run);
-            run_digit = d;
-            run = 0;
-          }
-          ++run;
+          if ((kk & mask) == prefix) atomicAdd(&mine[(unsigned int)(kk >> shift) & 255u], 1u);
         }
-        if (run) atomicAdd(&hist[run_digit], run);
+        __syncthreads();
+        for (int d = threadIdx.x; d < 256; d += blockDim.x) {
+          unsigned int total = 0;
+          for (int c = 0; c < @COPIES@; ++c) total += hist[c * 257 + d];
+          hist[d] = total;
+        }
         __syncthreads();
         if (threadIdx.x == 0) {
           onnx_i64 above = 0;
@@ -103,18 +103,28 @@
       if (threadIdx.x == 0) { taken_above = 0; taken_equal = 0; }
       __syncthreads();
       const bool shared_sort = k <= @SORT@;
-      for (onnx_i64 start = 0; start < len; start += blockDim.x) {
-        const onnx_i64 j = start + threadIdx.x;
-        const unsigned long long kk = j < len ? key(j) : 0;
-        const int above = j < len && kk > prefix, equal = j < len && kk == prefix;
+      // Each thread takes a run of @RUN@ consecutive elements, so the runs keep the index order.
+      for (onnx_i64 start = 0; start < len; start += (onnx_i64)blockDim.x * @RUN@) {
+        const onnx_i64 first_j = start + (onnx_i64)threadIdx.x * @RUN@;
+        int above = 0, equal = 0;
+        for (int e = 0; e < @RUN@ && first_j + e < len; ++e) {
+          const unsigned long long kk = key(first_j + e);
+          above += kk > prefix;
+          equal += kk == prefix;
+        }
         const int incl = block_scan(above | (equal << 16));
         const onnx_i64 a0 = taken_above, e0 = taken_equal;
-        onnx_i64 slot = -1;
-        if (above) slot = a0 + (incl & 0xffff) - 1;
-        if (equal && e0 + (incl >> 16) - 1 < need) slot = (k - need) + e0 + (incl >> 16) - 1;
-        if (slot >= 0) {
-          if (shared_sort) { sort_v[slot] = x[base + j * inner]; sort_i[slot] = (int)j; }
-          else { values[out + slot * inner] = x[base + j * inner]; indices[out + slot * inner] = j; }
+        onnx_i64 a = a0 + (incl & 0xffff) - above, q = e0 + (incl >> 16) - equal;
+        for (int e = 0; e < @RUN@ && first_j + e < len && (above > 0 || equal > 0); ++e) {
+          const onnx_i64 j = first_j + e;
+          const unsigned long long kk = key(j);
+          onnx_i64 slot = -1;
+          if (kk > prefix) slot = a++;
+          else if (kk == prefix && q++ < need) slot = (k - need) + q - 1;
+          if (slot >= 0) {
+            if (shared_sort) { sort_v[slot] = x[base + j * inner]; sort_i[slot] = (int)j; }
+            else { values[out + slot * inner] = x[base + j * inner]; indices[out + slot * inner] = j; }
+          }
         }
         __syncthreads();
         if (threadIdx.x == blockDim.x - 1) { taken_above = a0 + (incl & 0xffff); taken_equal = e0 + (incl >> 16); }
