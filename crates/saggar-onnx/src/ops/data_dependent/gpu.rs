@@ -1,5 +1,7 @@
-//! The GPU kernels of the bounded forms: NonZero (`nonzero.cu`, a run of 16 elements a thread) and
-//! Compress (`compress.cu`) in one block numbering the selected elements by chunked prefix sums, Unique (`unique.cu`) in one block
+//! The GPU kernels of the bounded forms: NonZero (`nonzero.cu`, a run of 16 elements a thread, in one
+//! block; above one chunk, `nonzero_chunks.cu`: counts per chunk, their prefix sums, then the writes,
+//! over the whole GPU) and Compress (`compress.cu`) in one block numbering the selected elements by
+//! chunked prefix sums, Unique (`unique.cu`) in one block
 //! sorting slice numbers by a bitonic network, NonMaxSuppression's selection a block per batch and
 //! class (`nms_select.cu`: candidates sorted by their keys and taken a tile at a time where the class's
 //! rows have room for the keys, else found round by round) then one block packing the rows (`nms_compact.cu`). Single-block kernels
@@ -68,6 +70,44 @@ impl GpuKernel for NonZeroKernel {
         let values =
             [("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN), ("RUN", "16")];
         render(include_str!("nonzero.cu"), &values)
+    }
+}
+
+/// Elements a thread of NonZero's kernels takes in a row.
+const NONZERO_RUN: usize = 16;
+
+/// Elements a chunk of NonZero's chunked kernels covers (a block's threads, a run each); above it,
+/// the bounded form runs as chunks over the whole GPU.
+pub(crate) const NONZERO_CHUNK: usize = BLOCK as usize * NONZERO_RUN;
+
+/// One phase (0 count, 1 prefix sums, 2 write) of NonZero's bounded form in chunks, over elements of
+/// `dtype` read as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NonZeroChunksKernel {
+    pub(crate) dtype: DType,
+    pub(crate) phase: u8,
+}
+
+impl GpuKernel for NonZeroChunksKernel {
+    fn prefix(&self) -> &'static str {
+        "nonzero_chunks"
+    }
+
+    fn source(&self) -> String {
+        let mask = format!("{:#x}ull", nonzero_mask(self.dtype));
+        let bits = bits_type(self.dtype.size_bytes() as u8);
+        let (block, run, chunk, phase) =
+            (BLOCK.to_string(), NONZERO_RUN.to_string(), NONZERO_CHUNK.to_string(), self.phase.to_string());
+        let values = [
+            ("BITS", bits),
+            ("MASK", &mask),
+            ("BLOCK", &block),
+            ("BLOCK_SCAN", BLOCK_SCAN),
+            ("RUN", &run),
+            ("CHUNK", &chunk),
+            ("PHASE", &phase),
+        ];
+        render(include_str!("nonzero_chunks.cu"), &values)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use saggar_shape::DType;
 
-use super::gpu::NonZeroKernel;
+use super::gpu::{NONZERO_CHUNK, NonZeroChunksKernel, NonZeroKernel};
 use super::{bounded, bounded_type, count_type, fixed, fixed_numel, for_each_bits, gpu_of_standard, nonzero_mask};
 use crate::ops::elementwise::require_dtype;
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext};
@@ -16,7 +16,7 @@ use crate::tensor::{SUPPORTED_DTYPES, TensorMut, TensorView};
 struct NonZero;
 
 /// `NonZero.bounded`: indices `[rank, numel]` (the nonzero elements' first, zeros after), then
-/// the count.
+/// the count, then working memory for the GPU (a count per chunk of elements, and their total).
 #[derive(Debug)]
 struct NonZeroBounded;
 
@@ -111,13 +111,23 @@ impl Op for NonZero {
 impl Op for NonZeroBounded {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let (x, rank) = input_rank(inputs)?;
-        let cols = fixed_numel(&x.dims).map_or_else(unknown_dim, fixed);
-        Ok(vec![bounded_type("NonZero", DType::I64, vec![fixed(rank), cols])?, count_type()])
+        let numel = fixed_numel(&x.dims);
+        let cols = numel.map_or_else(unknown_dim, fixed);
+        // Working memory of the GPU's chunked kernels: a count per chunk, then the total.
+        let partials = numel.map_or_else(unknown_dim, |n| fixed(n.max(1).div_ceil(NONZERO_CHUNK) + 1));
+        Ok(vec![
+            bounded_type("NonZero", DType::I64, vec![fixed(rank), cols])?,
+            count_type(),
+            ValueType::new(DType::I64, vec![partials]),
+        ])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
         let x = inputs.req(0)?;
-        let [y, count] = outputs else { return Err(OpError::eval("NonZero.bounded has two outputs")) };
+        // The third output is the GPU's working memory, unread.
+        let ([y, count] | [y, count, _]) = outputs else {
+            return Err(OpError::eval("NonZero.bounded has two outputs and working memory"));
+        };
         let n = nonzero_into(x, y.i64s()?, x.len())?;
         super::write_count(count, n)
     }
@@ -129,13 +139,22 @@ impl Op for NonZeroBounded {
             let n: usize = dims.iter().product();
             let mut meta = vec![ext(n), ext(n), ext(dims.len())];
             meta.extend(dims.iter().map(|&d| ext(d)));
-            let kernel = NonZeroKernel { dtype: x.dtype };
-            Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                kernel,
-                meta,
-                Work::Rows(1),
-                vec![Slot::In(0), Slot::Out(0), Slot::Out(1)],
-            )]))
+            if n <= NONZERO_CHUNK {
+                let kernel = NonZeroKernel { dtype: x.dtype };
+                let slots = vec![Slot::In(0), Slot::Out(0), Slot::Out(1)];
+                return Ok(GpuNode::Launches(vec![GpuLaunch::new(kernel, meta, Work::Rows(1), slots)]));
+            }
+            let chunks = n.div_ceil(NONZERO_CHUNK);
+            meta.insert(3, ext(chunks));
+            let slots = vec![Slot::In(0), Slot::Out(0), Slot::Out(1), Slot::Out(2)];
+            let phase = |phase: u8, work| {
+                GpuLaunch::new(NonZeroChunksKernel { dtype: x.dtype, phase }, meta.clone(), work, slots.clone())
+            };
+            Ok(GpuNode::Launches(vec![
+                phase(0, Work::Rows(chunks as u64)),
+                phase(1, Work::Rows(1)),
+                phase(2, Work::Rows(chunks as u64)),
+            ]))
         })())
     }
 }

@@ -147,7 +147,11 @@ fn nonzero_extents_are_unknown_unless_constant_and_a_huge_worst_case_is_refused(
     assert_eq!(out[0].dims, vec![Dim::Fixed(2), Dim::Fixed(0)]);
     let bounded = op.bounded().unwrap();
     let out = infer_types(&*bounded.op, &[fixed(DType::Bool, &[3, 4])]).unwrap();
-    assert_eq!(out, vec![ValueType::fixed(DType::I64, &[2, 12]), ValueType::fixed(DType::I64, &[1])]);
+    // Then the GPU's working memory: a count per chunk of 4,096 elements, and the total.
+    let working = ValueType::fixed(DType::I64, &[2]);
+    assert_eq!(out, vec![ValueType::fixed(DType::I64, &[2, 12]), ValueType::fixed(DType::I64, &[1]), working]);
+    let out = infer_types(&*bounded.op, &[fixed(DType::Bool, &[3, 4096])]).unwrap();
+    assert_eq!(out[2], ValueType::fixed(DType::I64, &[4]));
     // 2 x 2^28 indices of 8 bytes: 4 GiB, refused without allocating anything.
     let err = infer_types(&*bounded.op, &[fixed(DType::Bool, &[1 << 14, 1 << 14])]).unwrap_err();
     assert!(matches!(&err, OpError::Infer(m) if m.contains("4294967296 bytes") && m.contains("limit")), "{err}");
