@@ -225,98 +225,124 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             }
         }
         let mut produced: Vec<Vec<Produced>> = Vec::with_capacity(self.sessions.len());
-        for (k, session) in self.sessions.iter().enumerate() {
+        for k in 0..self.sessions.len() {
             if k > 0 {
                 crate::stats::Stats::bump(reads);
             }
-            let specs = session.signature().inputs();
-            // The request as the segment sees it, on the host: extents, and the bytes of the values
-            // read back (its value inputs); the output extents follow from it.
-            let view: Vec<HostTensor<'_>> = self.inputs[k]
-                .iter()
-                .zip(specs)
-                .map(|(source, spec)| match *source {
-                    SegmentSource::Input(i) => HostTensor { name: spec.name(), ..ordered[i] },
-                    SegmentSource::Output { segment, output } => {
-                        let p = &produced[segment][output];
-                        HostTensor {
-                            name: spec.name(),
-                            dtype: p.dtype,
-                            dims: &p.dims,
-                            data: p.host.as_deref().unwrap_or(&[]),
-                        }
-                    }
-                })
-                .collect();
-            let out_dims = session.request_output_dims(&view)?;
-            let out_specs = session.signature().outputs();
-            let mut out_bytes = Vec::with_capacity(out_specs.len());
-            for (o, (spec, dims)) in out_specs.iter().zip(&out_dims).enumerate() {
-                let bytes = crate::request::request_bytes(spec, dims)?;
-                ws.slice(&self.device, self.slot_base[k] + o, bytes)?;
-                out_bytes.push(bytes);
-            }
-            let device_inputs = self.inputs[k]
-                .iter()
-                .zip(&view)
-                .map(|(source, t)| {
-                    let (slot, bytes) = match *source {
-                        SegmentSource::Input(i) => (i, t.data.len()),
-                        SegmentSource::Output { segment, output } => {
-                            (self.slot_base[segment] + output, produced[segment][output].bytes)
-                        }
-                    };
-                    Ok(DeviceTensor { name: t.name, dtype: t.dtype, dims: t.dims, data: ws.filled(slot, bytes)? })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let device_outputs = out_specs
-                .iter()
-                .zip(&out_dims)
-                .enumerate()
-                .map(|(o, (spec, dims))| {
-                    let data = ws.filled(self.slot_base[k] + o, out_bytes[o])?;
-                    Ok(DeviceTensor { name: spec.name(), dtype: spec.dtype(), dims, data })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            session.run_device(&device_inputs, &device_outputs)?;
-            let mut outs = Vec::with_capacity(out_specs.len());
-            for (o, (spec, dims)) in out_specs.iter().zip(out_dims).enumerate() {
-                let host = if self.read_back[k][o] {
-                    let mut bytes = vec![0u8; out_bytes[o]];
-                    ws.stream.download(ws.filled(self.slot_base[k] + o, out_bytes[o])?, &mut bytes)?;
-                    Some(bytes)
-                } else {
-                    None
-                };
-                outs.push(Produced { dtype: spec.dtype(), dims, bytes: out_bytes[o], host });
-            }
+            let outs = self.run_segment(k, ws, ordered, &produced)?;
             produced.push(outs);
         }
         self.outputs
             .iter()
             .zip(names)
-            .map(|(source, name)| match *source {
-                SegmentSource::Input(i) => Ok(OwnedTensor {
-                    name: name.to_string(),
-                    dtype: ordered[i].dtype,
-                    dims: ordered[i].dims.to_vec(),
-                    data: ordered[i].data.to_vec(),
-                }),
+            .map(|(source, name)| self.model_output(ws, ordered, &produced, *source, name))
+            .collect()
+    }
+
+    /// Runs segment `k` on the workspace: sizes its outputs from its inputs' extents and the values
+    /// read back so far, runs it on device buffers, and reads back the outputs later segments are
+    /// keyed by.
+    fn run_segment(
+        &self,
+        k: usize,
+        ws: &mut Workspace<B>,
+        ordered: &[HostTensor<'_>],
+        produced: &[Vec<Produced>],
+    ) -> Result<Vec<Produced>> {
+        let session = &self.sessions[k];
+        // The request as the segment sees it, on the host: extents, and the bytes of the values read
+        // back (its value inputs); the output extents follow from it.
+        let view: Vec<HostTensor<'_>> = self.inputs[k]
+            .iter()
+            .zip(session.signature().inputs())
+            .map(|(source, spec)| match *source {
+                SegmentSource::Input(i) => HostTensor { name: spec.name(), ..ordered[i] },
                 SegmentSource::Output { segment, output } => {
                     let p = &produced[segment][output];
-                    let data = match &p.host {
-                        Some(bytes) => bytes.clone(),
-                        None => {
-                            let mut bytes = vec![0u8; p.bytes];
-                            let slice = ws.filled(self.slot_base[segment] + output, p.bytes)?;
-                            ws.stream.download(slice, &mut bytes)?;
-                            bytes
-                        }
-                    };
-                    Ok(OwnedTensor { name: name.to_string(), dtype: p.dtype, dims: p.dims.clone(), data })
+                    HostTensor {
+                        name: spec.name(),
+                        dtype: p.dtype,
+                        dims: &p.dims,
+                        data: p.host.as_deref().unwrap_or(&[]),
+                    }
                 }
             })
-            .collect()
+            .collect();
+        let out_dims = session.request_output_dims(&view)?;
+        let out_specs = session.signature().outputs();
+        let mut out_bytes = Vec::with_capacity(out_specs.len());
+        for (o, (spec, dims)) in out_specs.iter().zip(&out_dims).enumerate() {
+            let bytes = crate::request::request_bytes(spec, dims)?;
+            ws.slice(&self.device, self.slot_base[k] + o, bytes)?;
+            out_bytes.push(bytes);
+        }
+        let device_inputs = self.inputs[k]
+            .iter()
+            .zip(&view)
+            .map(|(source, t)| {
+                let (slot, bytes) = match *source {
+                    SegmentSource::Input(i) => (i, t.data.len()),
+                    SegmentSource::Output { segment, output } => {
+                        (self.slot_base[segment] + output, produced[segment][output].bytes)
+                    }
+                };
+                Ok(DeviceTensor { name: t.name, dtype: t.dtype, dims: t.dims, data: ws.filled(slot, bytes)? })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let device_outputs = out_specs
+            .iter()
+            .zip(&out_dims)
+            .enumerate()
+            .map(|(o, (spec, dims))| {
+                let data = ws.filled(self.slot_base[k] + o, out_bytes[o])?;
+                Ok(DeviceTensor { name: spec.name(), dtype: spec.dtype(), dims, data })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        session.run_device(&device_inputs, &device_outputs)?;
+        let mut outs = Vec::with_capacity(out_specs.len());
+        for (o, (spec, dims)) in out_specs.iter().zip(out_dims).enumerate() {
+            let host = if self.read_back[k][o] {
+                let mut bytes = vec![0u8; out_bytes[o]];
+                ws.stream.download(ws.filled(self.slot_base[k] + o, out_bytes[o])?, &mut bytes)?;
+                Some(bytes)
+            } else {
+                None
+            };
+            outs.push(Produced { dtype: spec.dtype(), dims, bytes: out_bytes[o], host });
+        }
+        Ok(outs)
+    }
+
+    /// Model output `name` from its source: a model input's bytes, or a segment's output (its bytes
+    /// read back, or downloaded now).
+    fn model_output(
+        &self,
+        ws: &Workspace<B>,
+        ordered: &[HostTensor<'_>],
+        produced: &[Vec<Produced>],
+        source: SegmentSource,
+        name: &str,
+    ) -> Result<OwnedTensor> {
+        match source {
+            SegmentSource::Input(i) => Ok(OwnedTensor {
+                name: name.to_string(),
+                dtype: ordered[i].dtype,
+                dims: ordered[i].dims.to_vec(),
+                data: ordered[i].data.to_vec(),
+            }),
+            SegmentSource::Output { segment, output } => {
+                let p = &produced[segment][output];
+                let data = match &p.host {
+                    Some(bytes) => bytes.clone(),
+                    None => {
+                        let mut bytes = vec![0u8; p.bytes];
+                        ws.stream.download(ws.filled(self.slot_base[segment] + output, p.bytes)?, &mut bytes)?;
+                        bytes
+                    }
+                };
+                Ok(OwnedTensor { name: name.to_string(), dtype: p.dtype, dims: p.dims.clone(), data })
+            }
+        }
     }
 
     /// Adds the segments' counters to the model session's `total`, requests, failures and latencies

@@ -1,7 +1,8 @@
 //! Models whose extents depend on values they compute run as segments: a `Slice` whose end is the
 //! maximum of its data (computed, not a model input) runs as two sessions on the host backend, the
-//! second compiled per value of that end, with one read per request between them. Calls that must
-//! know output extents before running refuse such a model, saying what to do.
+//! second compiled per value of that end, with one read per request between them; requests in flight
+//! together run side by side. Calls that must know output extents before running refuse such a model,
+//! saying what to do.
 
 use std::sync::Arc;
 
@@ -74,6 +75,26 @@ fn a_computed_extent_runs_as_two_segments_compiled_per_value() {
     assert_eq!(st.requests, 4, "{st:?}");
     assert_eq!(st.segment_reads, 4, "one read between the two segments per request: {st:?}");
     assert_eq!(st.shape_programs, 3, "the second segment keeps a program per end (5, 9, 12): {st:?}");
+}
+
+#[test]
+fn concurrent_requests_each_get_their_own_extents_and_buffers() {
+    // Requests in flight together take a workspace each; the buffers a small request leaves grow for
+    // a larger one; every answer matches the model's own evaluation.
+    let model = model();
+    let session = session(&model);
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (session, model) = (&session, &model);
+            scope.spawn(move || {
+                for r in 0..6 {
+                    run(session, model, 3 + (t * 5 + r * 3) % 17);
+                }
+            });
+        }
+    });
+    let st = session.stats();
+    assert_eq!((st.requests, st.failed, st.segment_reads), (24, 0, 24), "{st:?}");
 }
 
 #[test]
