@@ -45,7 +45,8 @@ fn note_current<D: Driver>(current: D::Current) {
 }
 
 /// Forgets `current` if this thread's cache names it, so the next use sets it again (a context about
-/// to be released).
+/// to be released: CUDA's primary contexts).
+#[cfg(feature = "cuda")]
 pub(crate) fn forget_current<D: Driver>(current: D::Current) {
     let _ = D::current_cache().try_with(|c| {
         if c.get() == current {
@@ -72,7 +73,8 @@ fn with_current<D: Driver, R>(op: &'static str, current: D::Current, f: impl FnO
     restored.map(|()| value)
 }
 
-/// Records an error that no device can hold any more.
+/// Records an error that no device can hold any more (a failed release of CUDA's primary context).
+#[cfg(feature = "cuda")]
 pub(crate) fn orphan<D: Driver>(error: Error) {
     D::globals().orphaned.lock().push(error);
 }

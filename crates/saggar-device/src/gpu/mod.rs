@@ -55,8 +55,7 @@ pub use module::{Kernel, Module};
 pub use stream::{Stream, StreamShared};
 
 #[cfg(feature = "cuda")]
-pub(crate) use device::forget_current;
-pub(crate) use device::orphan;
+pub(crate) use device::{forget_current, orphan};
 #[cfg(all(test, feature = "hip"))]
 pub(crate) use device::{map_fault, unsafe_calls_forbidden};
 
