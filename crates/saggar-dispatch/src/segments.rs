@@ -79,6 +79,10 @@ pub(crate) struct Chain<B: Backend, C: ProgramCompiler<B>> {
     read_back: Vec<Vec<bool>>,
     /// The first workspace slot of each segment's outputs (slots `0..model inputs` hold the inputs).
     slot_base: Vec<usize>,
+    /// Workspace slots in all: model inputs, then every segment's outputs.
+    slots: usize,
+    /// The model inputs some segment reads (uploaded once per request).
+    uploads: Vec<usize>,
     /// Idle workspaces, one taken per request.
     workspaces: Mutex<Vec<Workspace<B>>>,
 }
@@ -167,6 +171,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             slot_base.push(slots);
             slots += session.signature().outputs().len();
         }
+        let uploads =
+            (0..model_inputs).filter(|&i| inputs.iter().flatten().any(|s| *s == SegmentSource::Input(i))).collect();
         Ok(Chain {
             device: device.clone(),
             sessions,
@@ -174,13 +180,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             outputs: segments.outputs,
             read_back,
             slot_base,
+            slots,
+            uploads,
             workspaces: Mutex::new(Vec::new()),
         })
-    }
-
-    /// The workspace slots a request uses: model inputs, then every segment's outputs.
-    fn slot_count(&self, model_inputs: usize) -> usize {
-        model_inputs + self.sessions.iter().map(|s| s.signature().outputs().len()).sum::<usize>()
     }
 
     /// The segment count.
@@ -199,10 +202,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         let idle = self.workspaces.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
         let mut ws = match idle {
             Some(ws) => ws,
-            None => Workspace {
-                stream: self.device.create_stream()?,
-                buffers: (0..self.slot_count(ordered.len())).map(|_| None).collect(),
-            },
+            None => {
+                Workspace { stream: self.device.create_stream()?, buffers: (0..self.slots).map(|_| None).collect() }
+            }
         };
         let outputs = self.run_in(&mut ws, ordered, names, reads)?;
         // A workspace whose request failed is dropped: its stream may hold the failure.
@@ -217,8 +219,8 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         names: &[&str],
         reads: &std::sync::atomic::AtomicU64,
     ) -> Result<Vec<OwnedTensor>> {
-        let used = |i: usize| self.inputs.iter().flatten().any(|s| *s == SegmentSource::Input(i));
-        for (i, t) in ordered.iter().enumerate().filter(|(i, _)| used(*i)) {
+        for &i in &self.uploads {
+            let t = &ordered[i];
             let slice = ws.slice(&self.device, i, t.data.len())?;
             if !t.data.is_empty() {
                 ws.stream.upload(t.data, slice)?;

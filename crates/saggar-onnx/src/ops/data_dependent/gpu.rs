@@ -65,11 +65,7 @@ impl GpuKernel for NonZeroKernel {
     }
 
     fn source(&self) -> String {
-        let mask = format!("{:#x}ull", nonzero_mask(self.dtype));
-        let bits = bits_type(self.dtype.size_bytes() as u8);
-        let values =
-            [("BITS", bits), ("MASK", &mask), ("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN), ("RUN", "16")];
-        render(include_str!("nonzero.cu"), &values)
+        render_nonzero(include_str!("nonzero.cu"), self.dtype, &[])
     }
 }
 
@@ -94,21 +90,42 @@ impl GpuKernel for NonZeroChunksKernel {
     }
 
     fn source(&self) -> String {
-        let mask = format!("{:#x}ull", nonzero_mask(self.dtype));
-        let bits = bits_type(self.dtype.size_bytes() as u8);
-        let (block, run, chunk, phase) =
-            (BLOCK.to_string(), NONZERO_RUN.to_string(), NONZERO_CHUNK.to_string(), self.phase.to_string());
-        let values = [
-            ("BITS", bits),
-            ("MASK", &mask),
-            ("BLOCK", &block),
-            ("BLOCK_SCAN", BLOCK_SCAN),
-            ("RUN", &run),
-            ("CHUNK", &chunk),
-            ("PHASE", &phase),
-        ];
-        render(include_str!("nonzero_chunks.cu"), &values)
+        let (chunk, phase) = (NONZERO_CHUNK.to_string(), self.phase.to_string());
+        render_nonzero(include_str!("nonzero_chunks.cu"), self.dtype, &[("CHUNK", &chunk), ("PHASE", &phase)])
     }
+}
+
+/// A NonZero kernel's text over elements of `dtype`: the values every NonZero kernel takes, the
+/// lambdas `count_run(first)` (the nonzero elements among `x[first, first + RUN)`) and
+/// `write_run(first, k)` (their coordinates into columns `k`, `k + 1`, ... below `cols`), and `extra`.
+fn render_nonzero(template: &str, dtype: DType, extra: &[(&str, &str)]) -> String {
+    let mask = format!("{:#x}ull", nonzero_mask(dtype));
+    let run_code = format!(
+        "auto nonzero_at = [&](onnx_i64 i) {{ return i < n && (x[i] & {mask}) != 0; }};
+  auto count_run = [&](onnx_i64 first) {{
+    int c = 0;
+    for (int e = 0; e < {NONZERO_RUN}; ++e) c += nonzero_at(first + e);
+    return c;
+  }};
+  auto write_run = [&](onnx_i64 first, onnx_i64 k) {{
+    for (int e = 0; e < {NONZERO_RUN} && k < cols; ++e) {{
+      if (!nonzero_at(first + e)) continue;
+      onnx_i64 rem = first + e;
+      for (onnx_i64 d = rank - 1; d >= 0; --d) {{ y[d * cols + k] = rem % dims[d]; rem /= dims[d]; }}
+      ++k;
+    }}
+  }};"
+    );
+    let (block, run) = (BLOCK.to_string(), NONZERO_RUN.to_string());
+    let mut values = vec![
+        ("BITS", bits_type(dtype.size_bytes() as u8)),
+        ("BLOCK", block.as_str()),
+        ("BLOCK_SCAN", BLOCK_SCAN),
+        ("RUN", run.as_str()),
+        ("RUN_CODE", run_code.as_str()),
+    ];
+    values.extend_from_slice(extra);
+    render(template, &values)
 }
 
 /// Compress of `elem_bytes`-byte elements (moved as bits).

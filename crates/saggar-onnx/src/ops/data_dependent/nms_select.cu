@@ -8,8 +8,8 @@
 // threshold 0, no score threshold. Two ways:
 // - `k` equal to the box count (no constant cap below it, as exporters write): the candidates'
 //   64-bit keys (the score's order key above the complement of the index) are packed by chunked
-//   prefix sums into the last third of the class's rows, sorted there (a bitonic network whose first
-//   step of each merge compares mirrored pairs), and taken a tile of @BLOCK@ at a time: each
+//   prefix sums into the last third of the class's rows, sorted there (`onnx_block_sort`), and
+//   taken a tile of @BLOCK@ at a time: each
 //   candidate is checked against the boxes kept so far (their corners staged in shared memory) and
 //   against the tile's earlier candidates (a bit mask), then one thread walks the tile in order. A
 //   kept row never overwrites a key not yet read: rows end at 3 x (candidates read), keys start at
@@ -100,20 +100,9 @@
         __syncthreads();
       }
       const onnx_i64 m = shared_count;
-      for (onnx_i64 size = 2; size < 2 * m; size <<= 1) {
-        for (onnx_i64 j = threadIdx.x; j < m; j += blockDim.x) {
-          const onnx_i64 p = (j | (size - 1)) - (j & (size - 1));
-          if ((j & (size >> 1)) == 0 && p < m && keys[p] > keys[j]) { const unsigned long long t = keys[j]; keys[j] = keys[p]; keys[p] = t; }
-        }
-        __syncthreads();
-        for (onnx_i64 stride = size >> 2; stride > 0; stride >>= 1) {
-          for (onnx_i64 j = threadIdx.x; j < m; j += blockDim.x) {
-            const onnx_i64 p = j | stride;
-            if ((j & stride) == 0 && p < m && keys[p] > keys[j]) { const unsigned long long t = keys[j]; keys[j] = keys[p]; keys[p] = t; }
-          }
-          __syncthreads();
-        }
-      }
+      onnx_block_sort(m, [&](onnx_i64 a, onnx_i64 b) {
+        if (keys[b] > keys[a]) { const unsigned long long t = keys[a]; keys[a] = keys[b]; keys[b] = t; }
+      });
       for (onnx_i64 tile = 0; tile < m && taken < cap; tile += blockDim.x) {
         const int t = threadIdx.x;
         const bool valid = tile + t < m;

@@ -1,5 +1,5 @@
 // NonZero's bounded form in one block: each round a thread counts the nonzero elements of its own
-// run of @RUN@ consecutive ones (`(x & @MASK@) != 0`: floats at either sign of zero are zero), a
+// run of @RUN@ consecutive ones (`nonzero_at`: floats at either sign of zero are zero), a
 // prefix sum over the block's threads in shared memory numbers the runs, and each thread writes its
 // elements' coordinates, so the columns follow the elements' row-major order; the columns past the
 // count are zeros. A scalar is given as one dimension of 1.
@@ -10,22 +10,15 @@
   @BLOCK_SCAN@
   const onnx_i64 n = meta[0], cols = meta[1], rank = meta[2];
   const onnx_i64* dims = meta + 3;
+  @RUN_CODE@
   if (threadIdx.x == 0) base_s = 0;
   __syncthreads();
   for (onnx_i64 start = 0; start < n; start += (onnx_i64)blockDim.x * @RUN@) {
     const onnx_i64 first = start + (onnx_i64)threadIdx.x * @RUN@;
-    int c = 0;
-    for (int e = 0; e < @RUN@; ++e) c += first + e < n && (x[first + e] & @MASK@) != 0;
+    const int c = count_run(first);
     const int incl = block_scan(c);
     const onnx_i64 base = base_s;
-    onnx_i64 k = base + incl - c;
-    for (int e = 0; e < @RUN@ && k < cols; ++e) {
-      const onnx_i64 i = first + e;
-      if (i >= n || (x[i] & @MASK@) == 0) continue;
-      onnx_i64 rem = i;
-      for (onnx_i64 d = rank - 1; d >= 0; --d) { y[d * cols + k] = rem % dims[d]; rem /= dims[d]; }
-      ++k;
-    }
+    write_run(first, base + incl - c);
     __syncthreads();
     if (threadIdx.x == 0) base_s = base + scan[blockDim.x - 1];
     __syncthreads();

@@ -1,6 +1,6 @@
 // NonZero's bounded form over many elements, in chunks of @CHUNK@ (a block's threads, a run of @RUN@
 // consecutive elements each), as three launches over the same `partials` (`chunks + 1` int64s of
-// working memory): phase 0, a block per chunk counts its nonzero elements (`(x & @MASK@) != 0`) into
+// working memory): phase 0, a block per chunk counts its nonzero elements (`nonzero_at`) into
 // `partials[chunk]`; phase 1, one block turns the counts into exclusive prefix sums, the total in
 // `partials[chunks]` and the count (at most `cols`) in `count`; phase 2, a block per chunk numbers its
 // elements from its prefix by a prefix sum over its threads and writes their coordinates, so the
@@ -13,6 +13,7 @@
   @BLOCK_SCAN@
   const onnx_i64 n = meta[0], cols = meta[1], rank = meta[2], chunks = meta[3];
   const onnx_i64* dims = meta + 4;
+  @RUN_CODE@
   if (@PHASE@ == 1) {
     if (threadIdx.x == 0) base_s = 0;
     __syncthreads();
@@ -31,20 +32,12 @@
   }
   ONNX_ROWS(b, chunks) {
     const onnx_i64 first = b * @CHUNK@ + (onnx_i64)threadIdx.x * @RUN@;
-    int c = 0;
-    for (int e = 0; e < @RUN@; ++e) c += first + e < n && (x[first + e] & @MASK@) != 0;
+    const int c = count_run(first);
     const int incl = block_scan(c);
     if (@PHASE@ == 0) {
       if (threadIdx.x == blockDim.x - 1) partials[b] = incl;
     } else {
-      onnx_i64 k = partials[b] + incl - c;
-      for (int e = 0; e < @RUN@ && k < cols; ++e) {
-        const onnx_i64 i = first + e;
-        if (i >= n || (x[i] & @MASK@) == 0) continue;
-        onnx_i64 rem = i;
-        for (onnx_i64 d = rank - 1; d >= 0; --d) { y[d * cols + k] = rem % dims[d]; rem /= dims[d]; }
-        ++k;
-      }
+      write_run(first, partials[b] + incl - c);
     }
     __syncthreads();
   }

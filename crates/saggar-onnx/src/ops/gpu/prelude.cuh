@@ -227,3 +227,21 @@ __device__ inline onnx_i64 red_offset(onnx_i64 j, int nr, const onnx_i64* rd, co
   for (int d = nr - 1; d >= 0; --d) { off += (j % rd[d]) * rs[d]; j /= rd[d]; }
   return off;
 }
+// Sorts positions [0, n) with a block's threads (every thread calls it): a bitonic network whose
+// first step of each merge compares mirrored pairs, so any `n` works without padding. `order(a, b)`,
+// for positions a < b, swaps the two when they are out of order.
+template <typename Order> __device__ inline void onnx_block_sort(onnx_i64 n, Order order) {
+  for (onnx_i64 size = 2; size < 2 * n; size <<= 1) {
+    for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
+      const onnx_i64 p = (j | (size - 1)) - (j & (size - 1));
+      if ((j & (size >> 1)) == 0 && p < n) order(j, p);
+    }
+    __syncthreads();
+    for (onnx_i64 stride = size >> 2; stride > 0; stride >>= 1) {
+      for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
+        if ((j & stride) == 0 && (j | stride) < n) order(j, j | stride);
+      }
+      __syncthreads();
+    }
+  }
+}

@@ -1,16 +1,15 @@
 // TopK along the middle axis of `[outer, len, inner]`, one block per row, in the order `before`
 // defines (better value first, a NaN the largest, the lower index first among equals). Three ways,
 // by the row's length and `k`:
-// - a row of at most @SORT@ elements with `k` above 8 is sorted whole in shared memory (a bitonic
-//   sort, padded to a power of two with entries of index -1 that sort last);
+// - a row of at most @SORT@ elements with `k` above 8 is sorted whole in shared memory;
 // - `k` up to 8: `k` rounds each search the row for the first element after the one the previous
 //   round took;
 // - otherwise a radix select: from the top, @KEY_BITS@ / 8 passes of a 256-bin histogram of the
 //   elements' order keys (`key`: larger is better, both zeros one key, every NaN one key) find the
 //   key of the `k`-th element; one pass takes every element above it and, in index order, the first
 //   of those equal to it, each thread a run of consecutive elements numbered by a prefix sum; then the `k` taken are sorted, in shared
-//   memory when `k` is at most @SORT@, else in place in the outputs (a bitonic network whose first
-//   step of each merge compares mirrored pairs, so any `k` works without padding).
+//   memory when `k` is at most @SORT@, else in place in the outputs.
+// Sorts are the prelude's `onnx_block_sort`.
 // meta: outer, len, inner, k
 (const onnx_i64* meta, const @T@* __restrict__ x, @T@* __restrict__ values, long long* __restrict__ indices) {
   __shared__ @T@ sv[@BLOCK@];
@@ -33,34 +32,24 @@
     if (bn) return !@NAN_FIRST@;
     return a @CMP@ b || (a == b && ia < ib);
   };
-  // `before` over the padded sort, where index -1 comes last.
-  auto first = [&](@T@ a, int ia, @T@ b, int ib) { return ib < 0 ? ia >= 0 : (ia >= 0 && before(a, ia, b, ib)); };
   auto ascending = [](unsigned long long b) -> unsigned long long { @KEY_BODY@ };
   const @BITS@* bits = (const @BITS@*)x;
-  // Bitonic sort of sort_v/sort_i[0, n), n a power of two.
-  auto sort_shared = [&](int n) {
-    for (int size = 2; size <= n; size <<= 1) {
-      for (int stride = size >> 1; stride > 0; stride >>= 1) {
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-          const int p = j ^ stride;
-          if (p <= j) continue;
-          const bool up = (j & size) == 0;
-          const bool swap = up ? first(sort_v[p], sort_i[p], sort_v[j], sort_i[j]) : first(sort_v[j], sort_i[j], sort_v[p], sort_i[p]);
-          if (swap) { const @T@ v = sort_v[j]; sort_v[j] = sort_v[p]; sort_v[p] = v; const int i = sort_i[j]; sort_i[j] = sort_i[p]; sort_i[p] = i; }
-        }
-        __syncthreads();
+  // Sorts sort_v/sort_i[0, n).
+  auto sort_shared = [&](onnx_i64 n) {
+    onnx_block_sort(n, [&](onnx_i64 a, onnx_i64 b) {
+      if (before(sort_v[b], sort_i[b], sort_v[a], sort_i[a])) {
+        const @T@ v = sort_v[a]; sort_v[a] = sort_v[b]; sort_v[b] = v;
+        const int i = sort_i[a]; sort_i[a] = sort_i[b]; sort_i[b] = i;
       }
-    }
+    });
   };
   ONNX_ROWS(row, meta[0] * inner) {
     const onnx_i64 base = (row / inner) * len * inner + row % inner;
     const onnx_i64 out = (row / inner) * k * inner + row % inner;
     if (len <= @SORT@ && k > 8) {
-      int n = 1;
-      while (n < len) n <<= 1;
-      for (int j = threadIdx.x; j < n; j += blockDim.x) { sort_i[j] = j < len ? j : -1; sort_v[j] = j < len ? x[base + j * inner] : (@T@)0; }
+      for (int j = threadIdx.x; j < len; j += blockDim.x) { sort_i[j] = j; sort_v[j] = x[base + j * inner]; }
       __syncthreads();
-      sort_shared(n);
+      sort_shared(len);
       for (onnx_i64 t = threadIdx.x; t < k; t += blockDim.x) { values[out + t * inner] = sort_v[t]; indices[out + t * inner] = sort_i[t]; }
       __syncthreads();
       continue;
@@ -131,35 +120,19 @@
         __syncthreads();
       }
       if (shared_sort) {
-        int n = 1;
-        while (n < k) n <<= 1;
-        for (int j = (int)k + threadIdx.x; j < n; j += blockDim.x) { sort_i[j] = -1; sort_v[j] = (@T@)0; }
         __syncthreads();
-        sort_shared(n);
+        sort_shared(k);
         for (onnx_i64 t = threadIdx.x; t < k; t += blockDim.x) { values[out + t * inner] = sort_v[t]; indices[out + t * inner] = sort_i[t]; }
         __syncthreads();
         continue;
       }
-      auto order = [&](onnx_i64 a, onnx_i64 b) {
+      onnx_block_sort(k, [&](onnx_i64 a, onnx_i64 b) {
         const onnx_i64 pa = out + a * inner, pb = out + b * inner;
         if (before(values[pb], indices[pb], values[pa], indices[pa])) {
           const @T@ v = values[pa]; values[pa] = values[pb]; values[pb] = v;
           const long long i = indices[pa]; indices[pa] = indices[pb]; indices[pb] = i;
         }
-      };
-      for (onnx_i64 size = 2; size < 2 * k; size <<= 1) {
-        for (onnx_i64 j = threadIdx.x; j < k; j += blockDim.x) {
-          const onnx_i64 p = (j | (size - 1)) - (j & (size - 1));
-          if ((j & (size >> 1)) == 0 && p < k) order(j, p);
-        }
-        __syncthreads();
-        for (onnx_i64 stride = size >> 2; stride > 0; stride >>= 1) {
-          for (onnx_i64 j = threadIdx.x; j < k; j += blockDim.x) {
-            if ((j & stride) == 0 && (j | stride) < k) order(j, j | stride);
-          }
-          __syncthreads();
-        }
-      }
+      });
       continue;
     }
     @T@ last_v = (@T@)0;
