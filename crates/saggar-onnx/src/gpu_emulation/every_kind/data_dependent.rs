@@ -280,12 +280,39 @@ fn nms_cases() -> Vec<Case> {
         &[1, 1, 700],
         TensorData::F32((0..700).map(|i| if i % 2 == 0 { 0.9 } else { 0.4 } - i as f32 * 1e-4).collect()),
     );
+    // 9000 boxes scored with ties: a sort over four chunks of the staged sort and merges two of them
+    // long, then two batches of 3000 boxes with a score threshold.
+    let lattice_of = |n: usize, shift: f32| -> Vec<f32> {
+        (0..n)
+            .flat_map(|i| {
+                let (x, y) = ((i % 71) as f32 * 0.5, (i / 71 % 70) as f32 * 0.5 + (i / 3000) as f32 * shift);
+                [y, x, y + 1.0, x + 1.0]
+            })
+            .collect()
+    };
+    let tied = |n: usize| TensorData::F32((0..n).map(|i| ((i * 37) % 1009) as f32).collect());
+    let (wide, wide_scores) = (t(&[1, 9000, 4], TensorData::F32(lattice_of(9000, 0.0))), t(&[1, 1, 9000], tied(9000)));
+    let (two, two_scores) = (t(&[2, 3000, 4], TensorData::F32(lattice_of(6000, 0.25))), t(&[2, 1, 3000], tied(6000)));
+    // The same without the IoU bit matrix: the sorted candidates taken a tile at a time.
+    let tiled = |c: Case| Case { op: crate::ops::data_dependent::bounded_without_matrix(), ..c };
     vec![
-        case("NonMaxSuppression", 11, &[], vec![many, many_scores, max(60), one(0.1)], 1),
-        // Hundreds kept: several tiles, and the kept boxes staged in several chunks.
+        case("NonMaxSuppression", 11, &[], vec![many.clone(), many_scores.clone(), max(60), one(0.1)], 1),
+        tiled(case("NonMaxSuppression", 11, &[], vec![many, many_scores, max(60), one(0.1)], 1)),
+        // Hundreds kept: many words of the matrix; without it, several tiles, and the kept boxes
+        // staged in several chunks.
         case("NonMaxSuppression", 11, &[], vec![lattice.clone(), lattice_scores.clone(), max(10_000), one(0.5)], 1),
+        tiled(case(
+            "NonMaxSuppression",
+            11,
+            &[],
+            vec![lattice.clone(), lattice_scores.clone(), max(10_000), one(0.5)],
+            1,
+        )),
         case("NonMaxSuppression", 11, &[], vec![lattice, lattice_scores, max(400), one(0.1), one(0.2)], 1),
-        case("NonMaxSuppression", 11, &[], vec![pairs, pair_scores, max(10_000), one(0.1)], 1),
+        case("NonMaxSuppression", 11, &[], vec![pairs.clone(), pair_scores.clone(), max(10_000), one(0.1)], 1),
+        tiled(case("NonMaxSuppression", 11, &[], vec![pairs, pair_scores, max(10_000), one(0.1)], 1)),
+        case("NonMaxSuppression", 11, &[], vec![wide, wide_scores, max(10_000), one(0.3)], 1),
+        case("NonMaxSuppression", 11, &[], vec![two, two_scores, max(1000), one(0.3), one(200.0)], 1),
         // A constant cap below the box count: the rows have no room for the keys, found round by round.
         Case {
             known: vec![2],

@@ -2,9 +2,11 @@
 //! block; above one chunk, `nonzero_chunks.cu`: counts per chunk, their prefix sums, then the writes,
 //! over the whole GPU) and Compress (`compress.cu`) in one block numbering the selected elements by
 //! chunked prefix sums, Unique (`unique.cu`) in one block
-//! sorting slice numbers by a bitonic network, NonMaxSuppression's selection a block per batch and
-//! class (`nms_select.cu`: candidates sorted by their keys and taken a tile at a time where the class's
-//! rows have room for the keys, else found round by round) then one block packing the rows (`nms_compact.cu`). Single-block kernels
+//! sorting slice numbers by a bitonic network, NonMaxSuppression's selection (`nms_mask.cu`: the
+//! candidates sorted, an IoU bit matrix over the whole GPU, then a walk a block per batch and class;
+//! where the matrix does not fit, `nms_select.cu`: a block per batch and class taking the sorted
+//! candidates a tile at a time, or, under a constant cap, round by round) then one block packing the
+//! rows (`nms_compact.cu`). Single-block kernels
 //! give the host's order exactly (no atomics); they suit the sizes these ops see in models (up to a
 //! few million elements), not bulk data.
 
@@ -173,7 +175,20 @@ impl GpuKernel for UniqueKernel {
     }
 }
 
-/// NonMaxSuppression's selection, a block per batch and class.
+/// Keys a block of NonMaxSuppression's kernels sorts in shared memory at a time (16 KiB).
+const NMS_STAGE: usize = 2048;
+
+/// The most words of 64 candidates NonMaxSuppression's IoU bit matrix takes (its suppressed set
+/// lives in shared memory: 8 KiB).
+pub(crate) const NMS_MASK_WORDS: usize = 1024;
+
+/// `nms_common.cu` rendered: what both ways of selecting paste into their kernels.
+fn nms_common() -> String {
+    let (block, stage) = (BLOCK.to_string(), NMS_STAGE.to_string());
+    render(include_str!("nms_common.cu"), &[("BLOCK", &block), ("BLOCK_SCAN", BLOCK_SCAN), ("STAGE", &stage)])
+}
+
+/// NonMaxSuppression's selection a block per batch and class, where the IoU bit matrix does not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NmsSelectKernel;
 
@@ -183,7 +198,25 @@ impl GpuKernel for NmsSelectKernel {
     }
 
     fn source(&self) -> String {
-        render(include_str!("nms_select.cu"), &[("BLOCK", &BLOCK.to_string()), ("BLOCK_SCAN", BLOCK_SCAN)])
+        render(include_str!("nms_select.cu"), &[("BLOCK", &BLOCK.to_string()), ("NMS_COMMON", &nms_common())])
+    }
+}
+
+/// One phase (0 sorted keys, 1 the IoU bit matrix, 2 the walk) of NonMaxSuppression's selection
+/// through the matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NmsMaskKernel {
+    pub(crate) phase: u8,
+}
+
+impl GpuKernel for NmsMaskKernel {
+    fn prefix(&self) -> &'static str {
+        "nms_mask"
+    }
+
+    fn source(&self) -> String {
+        let (phase, words) = (self.phase.to_string(), NMS_MASK_WORDS.to_string());
+        render(include_str!("nms_mask.cu"), &[("NMS_COMMON", &nms_common()), ("PHASE", &phase), ("MAX_WORDS", &words)])
     }
 }
 

@@ -22,6 +22,9 @@ mod nms;
 mod nonzero;
 mod unique;
 
+#[cfg(test)]
+pub(crate) use nms::bounded_without_matrix;
+
 use std::sync::Arc;
 
 use saggar_shape::{DType, Dim};

@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 
 use saggar_shape::{DType, Dim};
 
-use super::gpu::{NmsCompactKernel, NmsSelectKernel};
+use super::gpu::{NMS_MASK_WORDS, NmsCompactKernel, NmsMaskKernel, NmsSelectKernel};
 use super::{bounded, bounded_type, count_type, fixed, gpu_of_standard, write_count};
 use crate::ops::gpu::{GpuCtx, GpuLaunch, GpuNode, Slot, Work, ext};
 use crate::ops::{Bounded, EvalInputs, InferInputs, NodeCtx, Op, OpError, ValueType, unknown_dim};
@@ -20,17 +20,45 @@ use crate::tensor::{TensorMut, TensorView};
 #[derive(Debug, Clone)]
 struct Nms {
     center: bool,
+    /// The most bytes the GPU's IoU bit matrix may take ([`NMS_MASK_BYTES`]).
+    mask_limit: u64,
 }
 
 /// `NonMaxSuppression.bounded`: `[batches * classes * k, 3]` rows, `k` the constant
 /// max_output_boxes_per_class when it is one (at most the boxes), else the boxes; the selected
-/// rows first, zeros after; then the count.
+/// rows first, zeros after; then the count; then the GPU's working memory ([`mask_work`]).
 #[derive(Debug)]
 struct NmsBounded(Nms);
 
+/// The most bytes of working memory the GPU's selection through an IoU bit matrix may take (every
+/// batch and class's sorted keys and matrix); above it, the selection runs without the matrix.
+const NMS_MASK_BYTES: u64 = 1 << 28;
+
 pub(super) fn build(ctx: &mut NodeCtx<'_>) -> Result<Box<dyn Op>, OpError> {
     let center = super::flag(ctx, "center_point_box", false)?;
-    Ok(Box::new(Nms { center }))
+    Ok(Box::new(Nms { center, mask_limit: NMS_MASK_BYTES }))
+}
+
+/// NonMaxSuppression's bounded form whose GPU kernels never take the IoU bit matrix: the tests' way
+/// to the selection without it, on sizes an emulation can run.
+#[cfg(test)]
+pub(crate) fn bounded_without_matrix() -> std::sync::Arc<dyn Op> {
+    std::sync::Arc::new(NmsBounded(Nms { center: false, mask_limit: 0 }))
+}
+
+/// The GPU's selection through the IoU bit matrix for `pairs` batches x classes of `n` boxes and
+/// `k` rows each, where it applies (`k` equal to `n`, no constant cap below the boxes, at most
+/// [`NMS_MASK_WORDS`] words of 64 candidates, within `limit` bytes): the words, and the working
+/// memory in int64s (a count per pair, then `n` keys per pair, then per pair the matrix's words from
+/// the diagonal on, `64 (1 + 2 + ... + words)`).
+fn mask_work(pairs: u64, n: u64, k: u64, limit: u64) -> Option<(u64, u64)> {
+    let words = n.div_ceil(64);
+    if k != n || n == 0 || words > NMS_MASK_WORDS as u64 {
+        return None;
+    }
+    let matrix = 64 * words * (words + 1) / 2;
+    let elems = pairs.checked_mul(1 + n + matrix)?;
+    (elems.checked_mul(8)? <= limit).then_some((words, elems))
 }
 
 /// The scalar inputs: boxes kept per class, IoU threshold, score threshold.
@@ -225,7 +253,7 @@ impl Nms {
         // A scalar input is read on the device where the node has it (not empty); else its default.
         let present = |i: usize| ctx.inputs.get(i).and_then(Option::as_ref).is_some_and(|o| o.bytes() != Some(0));
         let slot = |i: usize| if present(i) { Slot::In(i) } else { Slot::In(0) };
-        let meta = vec![
+        let mut meta = vec![
             ext(batches),
             ext(classes),
             ext(n),
@@ -235,15 +263,34 @@ impl Nms {
             i64::from(present(3)),
             i64::from(present(4)),
         ];
-        let select = GpuLaunch::new(
-            NmsSelectKernel,
-            meta,
-            Work::Rows((batches * classes) as u64),
-            vec![Slot::In(0), Slot::In(1), slot(2), slot(3), slot(4), Slot::Out(0)],
-        );
+        let mut slots = vec![Slot::In(0), Slot::In(1), slot(2), slot(3), slot(4), Slot::Out(0)];
+        let pairs = (batches * classes) as u64;
+        let mut launches = match mask_work(pairs, n as u64, k as u64, self.mask_limit) {
+            Some((words, elems)) => {
+                let work = ctx.output(2)?;
+                if work.dims.iter().product::<usize>() as u64 != elems {
+                    return Err(OpError::eval(format!(
+                        "NonMaxSuppression.bounded's working memory {:?} is not the {elems} int64s its matrix takes",
+                        work.dims
+                    )));
+                }
+                meta.push(words as i64);
+                slots.push(Slot::Out(2));
+                let groups = words.div_ceil(4);
+                let phase =
+                    |phase: u8, work| GpuLaunch::new(NmsMaskKernel { phase }, meta.clone(), work, slots.clone());
+                vec![
+                    phase(0, Work::Rows(pairs)),
+                    phase(1, Work::Rows(pairs * words * groups)),
+                    phase(2, Work::Rows(pairs)),
+                ]
+            }
+            None => vec![GpuLaunch::new(NmsSelectKernel, meta, Work::Rows(pairs), slots)],
+        };
         let compact =
             GpuLaunch::new(NmsCompactKernel, vec![ext(rows)], Work::Rows(1), vec![Slot::Out(0), Slot::Out(1)]);
-        Ok(GpuNode::Launches(vec![select, compact]))
+        launches.push(compact);
+        Ok(GpuNode::Launches(launches))
     }
 }
 
@@ -292,21 +339,30 @@ impl Op for Nms {
 impl Op for NmsBounded {
     fn infer(&self, inputs: &InferInputs<'_>) -> Result<Vec<ValueType>, OpError> {
         let [b, c, n] = extents(inputs)?;
-        let rows = match (b.as_fixed(), c.as_fixed(), n.as_fixed()) {
+        let (rows, work) = match (b.as_fixed(), c.as_fixed(), n.as_fixed()) {
             (Some(b), Some(c), Some(n)) => {
                 let k = const_max_out(inputs).map_or(n, |m| n.min(m as u64));
                 let rows = b.checked_mul(c).and_then(|bc| bc.checked_mul(k));
-                Dim::Fixed(rows.ok_or_else(|| {
+                let rows = rows.ok_or_else(|| {
                     OpError::infer(format!("NonMaxSuppression.bounded's rows {b} x {c} x {k} overflow"))
-                })?)
+                })?;
+                let work = mask_work(b.saturating_mul(c), n, k, self.0.mask_limit).map_or(1, |(_, elems)| elems);
+                (Dim::Fixed(rows), Dim::Fixed(work))
             }
-            _ => unknown_dim(),
+            _ => (unknown_dim(), unknown_dim()),
         };
-        Ok(vec![bounded_type("NonMaxSuppression", DType::I64, vec![rows, fixed(3)])?, count_type()])
+        Ok(vec![
+            bounded_type("NonMaxSuppression", DType::I64, vec![rows, fixed(3)])?,
+            count_type(),
+            ValueType::new(DType::I64, vec![work]),
+        ])
     }
 
     fn eval(&self, inputs: &EvalInputs<'_>, outputs: &mut [TensorMut<'_>]) -> Result<(), OpError> {
-        let [y, count] = outputs else { return Err(OpError::eval("NonMaxSuppression.bounded has two outputs")) };
+        // The third output is the GPU's working memory, unread.
+        let ([y, count] | [y, count, _]) = outputs else {
+            return Err(OpError::eval("NonMaxSuppression.bounded has two outputs and working memory"));
+        };
         let scores = inputs.req(1)?;
         let per_class = scores.dims.first().zip(scores.dims.get(1)).map_or(0, |(b, c)| b * c);
         let cap = y.dims.first().map_or(0, |&rows| rows.checked_div(per_class).unwrap_or(0));

@@ -227,21 +227,67 @@ __device__ inline onnx_i64 red_offset(onnx_i64 j, int nr, const onnx_i64* rd, co
   for (int d = nr - 1; d >= 0; --d) { off += (j % rd[d]) * rs[d]; j /= rd[d]; }
   return off;
 }
-// Sorts positions [0, n) with a block's threads (every thread calls it): a bitonic network whose
-// first step of each merge compares mirrored pairs, so any `n` works without padding. `order(a, b)`,
-// for positions a < b, swaps the two when they are out of order.
+// The passes of a bitonic network over positions [0, n) whose first step of each merge compares
+// mirrored pairs, so any `n` works without padding: `order(a, b)`, for positions a < b, swaps the
+// two when they are out of order. The mirrored step of merge `size`, then one of stride `stride`;
+// each ends with a barrier.
+template <typename Order> __device__ inline void onnx_sort_mirror(onnx_i64 n, onnx_i64 size, Order order) {
+  for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
+    const onnx_i64 p = (j | (size - 1)) - (j & (size - 1));
+    if ((j & (size >> 1)) == 0 && p < n) order(j, p);
+  }
+  __syncthreads();
+}
+template <typename Order> __device__ inline void onnx_sort_stride(onnx_i64 n, onnx_i64 stride, Order order) {
+  for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
+    if ((j & stride) == 0 && (j | stride) < n) order(j, j | stride);
+  }
+  __syncthreads();
+}
+// Sorts positions [0, n) with a block's threads (every thread calls it) by that network.
 template <typename Order> __device__ inline void onnx_block_sort(onnx_i64 n, Order order) {
   for (onnx_i64 size = 2; size < 2 * n; size <<= 1) {
-    for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
-      const onnx_i64 p = (j | (size - 1)) - (j & (size - 1));
-      if ((j & (size >> 1)) == 0 && p < n) order(j, p);
-    }
-    __syncthreads();
-    for (onnx_i64 stride = size >> 2; stride > 0; stride >>= 1) {
-      for (onnx_i64 j = threadIdx.x; j < n; j += blockDim.x) {
-        if ((j & stride) == 0 && (j | stride) < n) order(j, j | stride);
+    onnx_sort_mirror(n, size, order);
+    for (onnx_i64 stride = size >> 2; stride > 0; stride >>= 1) onnx_sort_stride(n, stride, order);
+  }
+}
+// The same network over the values `v[0, n)`, every pass of a stride below `chunk` (a power of two)
+// run in shared memory: the values are staged a chunk at a time in `stage` (`chunk` of them) for the
+// merges up to `chunk` and, in each longer merge, for its strides below `chunk`; only the longer
+// strides pass through `v`. `swapped(a, b)`, for the values at positions a < b, says whether they are
+// out of order.
+template <typename T, typename Swapped>
+__device__ inline void onnx_block_sort_staged(T* v, onnx_i64 n, T* stage, onnx_i64 chunk, Swapped swapped) {
+  auto order_in = [&](T* a) {
+    return [=](onnx_i64 x, onnx_i64 y) {
+      if (swapped(a[x], a[y])) { const T t = a[x]; a[x] = a[y]; a[y] = t; }
+    };
+  };
+  // Merges `first` to `last` or, without `mirror`, only the strides below `chunk` of merge `first`,
+  // a chunk at a time. A chunk starts at a multiple of `chunk`, so partners closer than that are in
+  // the same chunk, at the same offsets.
+  auto in_chunks = [&](onnx_i64 first, onnx_i64 last, bool mirror) {
+    for (onnx_i64 c0 = 0; c0 < n; c0 += chunk) {
+      const onnx_i64 len = n - c0 < chunk ? n - c0 : chunk;
+      for (onnx_i64 j = threadIdx.x; j < len; j += blockDim.x) stage[j] = v[c0 + j];
+      __syncthreads();
+      for (onnx_i64 size = first; size <= last; size <<= 1) {
+        if (mirror) onnx_sort_mirror(len, size, order_in(stage));
+        for (onnx_i64 stride = mirror ? size >> 2 : chunk >> 1; stride > 0; stride >>= 1) {
+          onnx_sort_stride(len, stride, order_in(stage));
+        }
       }
+      for (onnx_i64 j = threadIdx.x; j < len; j += blockDim.x) v[c0 + j] = stage[j];
       __syncthreads();
     }
+  };
+  if (n < 2) return;
+  onnx_i64 last = 2;
+  while (last < n) last <<= 1;
+  in_chunks(2, last < chunk ? last : chunk, true);
+  for (onnx_i64 size = 2 * chunk; size <= last; size <<= 1) {
+    onnx_sort_mirror(n, size, order_in(v));
+    for (onnx_i64 stride = size >> 2; stride >= chunk; stride >>= 1) onnx_sort_stride(n, stride, order_in(v));
+    in_chunks(size, size, false);
   }
 }
