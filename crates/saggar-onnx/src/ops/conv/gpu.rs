@@ -1,4 +1,5 @@
-//! The GPU kernels of the convolution family: the direct convolution (`conv.cu`), the im2col patch
+//! The GPU kernels of the convolution family: the direct convolution (`conv.cu`; over two spatial
+//! axes in 32-bit indices, `conv2d.cu`), the im2col patch
 //! matrix of the conv-to-GEMM rewrite (`im2col.cu` and its bodies), the direct transposed
 //! convolution (`conv_transpose.cu`) and inference BatchNormalization (`batch_norm.cu`).
 
@@ -68,10 +69,22 @@ pub(crate) fn conv_launch<K: GpuKernel>(
 
 /// Direct convolution, one thread per output element, with a bias input when `bias`: input and
 /// weights of type `inputs` (f32, or a half precision read as f32), accumulated and written in f32.
+/// With `plane`, two spatial axes in 32-bit indices (`conv2d.cu`; see [`plane_fits`]), else any
+/// number in 64-bit ones (`conv.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConvKernel {
     pub(crate) bias: bool,
     pub(crate) inputs: DType,
+    pub(crate) plane: bool,
+}
+
+/// Whether a convolution of `[n, c, m, group]` over `axes` may take the 2-D kernel: two spatial axes
+/// whose every index (of the input, the output and the weights) fits 32 bits.
+pub(crate) fn plane_fits([n, c, m, group]: [usize; 4], axes: &[Axis]) -> bool {
+    let planes = (n as u64).checked_mul(c.max(m) as u64);
+    let taps = axes.iter().try_fold(1u64, |t, a| t.checked_mul(a.kernel as u64));
+    let weights = taps.and_then(|t| t.checked_mul(m as u64)?.checked_mul((c / group.max(1)) as u64));
+    axes.len() == 2 && fits_i32(axes, planes, false) && weights.is_some_and(|w| w <= i32::MAX as u64)
 }
 
 impl GpuKernel for ConvKernel {
@@ -81,8 +94,9 @@ impl GpuKernel for ConvKernel {
 
     fn source(&self) -> String {
         let (bias_param, init) = if self.bias { (", const float* __restrict__ bias", "bias[m]") } else { ("", "0.0f") };
+        let template = if self.plane { include_str!("conv2d.cu") } else { include_str!("conv.cu") };
         render(
-            include_str!("conv.cu"),
+            template,
             &[
                 ("T", ctype(self.inputs).unwrap_or("float")),
                 ("X", &load_f32(self.inputs, "xp[at]")),

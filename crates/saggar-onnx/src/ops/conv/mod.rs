@@ -348,7 +348,8 @@ impl Op for Conv {
             }
             let axes = self.window.resolve(&xd[2..], &wd[2..])?;
             let inputs = self.half.unwrap_or(DType::F32);
-            gpu::conv_launch(ctx, |bias| ConvKernel { bias, inputs }, [n, c, m, g], &axes)
+            let plane = gpu::plane_fits([n, c, m, g], &axes);
+            gpu::conv_launch(ctx, |bias| ConvKernel { bias, inputs, plane }, [n, c, m, g], &axes)
         })())
     }
 

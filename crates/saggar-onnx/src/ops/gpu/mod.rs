@@ -311,8 +311,10 @@ mod tests {
             }
         }
         for bias in [false, true] {
-            kinds.push(Box::new(ConvKernel { bias, inputs: DType::F32 }));
-            kinds.push(Box::new(ConvKernel { bias, inputs: DType::F16 }));
+            for plane in [false, true] {
+                kinds.push(Box::new(ConvKernel { bias, inputs: DType::F32, plane }));
+                kinds.push(Box::new(ConvKernel { bias, inputs: DType::F16, plane }));
+            }
             kinds.push(Box::new(ConvTransposeKernel { bias }));
             kinds.push(Box::new(GemmKernel::f32(2, 3, bias)));
             kinds.push(Box::new(GemmKernel::f32(2, 3, bias).with_types(DType::F16, DType::F32)));
