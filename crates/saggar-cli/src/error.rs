@@ -22,6 +22,7 @@ use std::path::Path;
 use saggar_cache::CacheError;
 use saggar_dispatch::DispatchError;
 use saggar_models::ModelError;
+use saggar_onnx::OnnxError;
 
 /// Exit code for success.
 pub const EXIT_OK: u8 = 0;
@@ -134,6 +135,8 @@ pub fn describe(error: &(dyn StdError + 'static)) -> String {
 
 const HINT_DEVICES: &str =
     "run `saggar devices` to see the backends and devices of this machine, or pass --backend host";
+const HINT_REFUSED_NODE: &str = "the model holds a node saggar does not run here: `saggar check --onnx FILE` lists every \
+                                 one and why; serve the model on a backend that runs it, or re-export it without it";
 const HINT_BUG: &str = "this looks like a bug in saggar; please report it with the command line that triggered it";
 const HINT_CACHE_DIR: &str =
     "pass --cache-dir DIR with a local directory you own (the default is $XDG_CACHE_HOME/saggar or ~/.cache/saggar)";
@@ -216,10 +219,23 @@ impl From<CacheError> for CliError {
     }
 }
 
-/// A compile failure: classified by the compiler's own error where it is one of saggar-models'.
+/// A compile failure: classified by the compiler's own error where it is one of saggar-models' or
+/// a node of an ONNX model that saggar does not run (the model's, not a bug).
 fn compile_error(message: String, source: &(dyn StdError + Send + Sync + 'static)) -> CliError {
-    match source.downcast_ref::<ModelError>() {
-        Some(ModelError::Device(device)) => CliError::from(device.clone()).with_message(message),
+    if let Some(ModelError::Device(device)) = source.downcast_ref::<ModelError>() {
+        return CliError::from(device.clone()).with_message(message);
+    }
+    let refused_node = |e: &OnnxError| {
+        matches!(
+            e,
+            OnnxError::UnsupportedOp { .. }
+                | OnnxError::Node { .. }
+                | OnnxError::UnsupportedOnBackend { .. }
+                | OnnxError::ShapeDependsOnData { .. }
+        )
+    };
+    match source.downcast_ref::<OnnxError>() {
+        Some(onnx) if onnx.node_errors().iter().all(refused_node) => CliError::failure(message, HINT_REFUSED_NODE),
         _ => CliError::failure(message, HINT_BUG),
     }
 }
@@ -282,6 +298,27 @@ mod tests {
         assert_eq!(CliError::from(bad_json).exit_code(), EXIT_USAGE);
         let not_dir = CacheError::NotADirectory { path: "/etc/hostname".into() };
         assert_eq!(CliError::from(not_dir).exit_code(), EXIT_FAILURE);
+    }
+
+    #[test]
+    fn a_compile_failure_on_a_refused_node_points_at_saggar_check_and_a_malformed_graph_at_a_bug() {
+        let compile = |source: OnnxError| DispatchError::Compile {
+            model: "while".into(),
+            shapes: "[[4]]".into(),
+            source: Box::new(source),
+        };
+        let node = OnnxError::UnsupportedOp {
+            node: "Loop_0".into(),
+            op: "Loop".into(),
+            domain: String::new(),
+            opset: 17,
+            supported: "opsets 1 to 24".into(),
+        };
+        let e = CliError::from(compile(node));
+        assert!(e.hint().contains("saggar check --onnx"), "{}", e.hint());
+        assert!(e.message().contains("Loop_0"), "{}", e.message());
+        let graph = OnnxError::Graph { reason: "a cycle".into() };
+        assert_eq!(CliError::from(compile(graph)).hint(), HINT_BUG);
     }
 
     #[test]
