@@ -17,7 +17,7 @@
 //! The folder is emptied first and removed afterwards.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The packages that are published (every other workspace member has `publish = false`).
 const PUBLISHED: &[&str] = &[
@@ -36,10 +36,21 @@ const PUBLISHED: &[&str] = &[
 /// Files every package must ship.
 const REQUIRED_FILES: &[&str] = &["README.md", "LICENSE-MIT", "LICENSE-APACHE", "Cargo.toml"];
 
-/// Runs cargo and returns its standard output.
-fn cargo_output(args: &[&str]) -> Result<String, String> {
+/// Runs cargo with `args` in `dir`, returning its standard output when `capture` (else its output
+/// goes to the terminal as it comes). Builds skip debug info and incremental state: only whether the
+/// packages compile matters.
+fn cargo(dir: &Path, args: &[&str], capture: bool) -> Result<String, String> {
     eprintln!("xtask: cargo {}", args.join(" "));
-    let output = Command::new(crate::env_cargo()).args(args).output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    let pipe = || if capture { Stdio::piped() } else { Stdio::inherit() };
+    let output = Command::new(crate::env_cargo())
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .env("CARGO_INCREMENTAL", "0")
+        .stdout(pipe())
+        .stderr(pipe())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !output.status.success() {
         return Err(format!("cargo {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&output.stderr)));
     }
@@ -67,7 +78,7 @@ fn relative_links(markdown: &str) -> Vec<String> {
 pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
     let mut problems = Vec::new();
     for package in PUBLISHED {
-        let files = cargo_output(&["package", "--list", "--allow-dirty", "-p", package])?;
+        let files = cargo(root, &["package", "--list", "--allow-dirty", "-p", package], true)?;
         for required in REQUIRED_FILES {
             if !files.lines().any(|f| f == *required) {
                 problems.push(format!("{package}: the package lacks {required}"));
@@ -94,19 +105,6 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs cargo with `args` in `dir`; only the compilation matters: no debug info, no incremental state.
-fn cargo_in(dir: &Path, args: &[&str]) -> Result<(), String> {
-    eprintln!("xtask: cargo {}", args.join(" "));
-    let status = Command::new(crate::env_cargo())
-        .args(args)
-        .current_dir(dir)
-        .env("CARGO_PROFILE_DEV_DEBUG", "0")
-        .env("CARGO_INCREMENTAL", "0")
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("cargo {} failed", args.join(" "))) }
-}
-
 /// Packages every published crate into `target/package`, extracts the packages into one verification
 /// workspace and builds each package there.
 fn package_and_verify(root: &Path, target: &Path) -> Result<(), String> {
@@ -117,7 +115,7 @@ fn package_and_verify(root: &Path, target: &Path) -> Result<(), String> {
     for member in ["saggar-hip-fixture", "saggar-python", "xtask"] {
         args.extend(["--exclude", member]);
     }
-    cargo_in(root, &args)?;
+    cargo(root, &args, false)?;
     let verify = target.join("verify");
     std::fs::create_dir_all(&verify).map_err(|e| format!("cannot create {}: {e}", verify.display()))?;
     let version = package_version(root)?;
@@ -142,7 +140,7 @@ fn package_and_verify(root: &Path, target: &Path) -> Result<(), String> {
     std::fs::copy(root.join("Cargo.lock"), verify.join("Cargo.lock"))
         .map_err(|e| format!("cannot copy Cargo.lock: {e}"))?;
     for package in PUBLISHED {
-        cargo_in(&verify, &["build", "-p", package])?;
+        cargo(&verify, &["build", "-p", package], false)?;
     }
     Ok(())
 }
