@@ -107,11 +107,18 @@ fn nms_bounded_rows_follow_a_constant_limit_else_the_boxes() {
     let bounded = op.bounded().unwrap();
     assert_eq!((bounded.cuts.clone(), bounded.op_type), (vec![Some(0)], "NonMaxSuppression.bounded"));
     let out = infer_types(&*bounded.op, &types).unwrap();
-    assert_eq!(out, vec![ValueType::fixed(DType::I64, &[36, 3]), ValueType::fixed(DType::I64, &[1])]);
+    // The GPU's working memory: 6 batches x classes, each a count, 6 keys and one word of 64 rows.
+    let work = ValueType::fixed(DType::I64, &[6 * (1 + 6 + 64)]);
+    assert_eq!(out, vec![ValueType::fixed(DType::I64, &[36, 3]), ValueType::fixed(DType::I64, &[1]), work]);
+    // Under a constant cap below the boxes there is no matrix: one element stands in.
+    let max = Tensor::from_i64s(vec![2]);
+    let input = |i: usize, value| types[i].as_ref().map(|ty| crate::ops::InferInput { ty, value, dims_value: None });
+    let inputs = [input(0, None), input(1, None), input(2, Some(&max))];
+    let out = bounded.op.infer(&crate::ops::InferInputs::new(&inputs)).unwrap();
+    assert_eq!(out[2], ValueType::fixed(DType::I64, &[1]));
     let huge = [fixed(DType::F32, &[64, 100_000, 4]), fixed(DType::F32, &[64, 80, 100_000]), fixed(DType::I64, &[1])];
     assert!(matches!(infer_types(&*bounded.op, &huge), Err(OpError::Infer(m)) if m.contains("limit")));
     // A constant limit of 2: 2 x 3 x 2 rows, all taken by boxes of no area (they suppress nothing).
-    let max = Tensor::from_i64s(vec![2]);
     let big = [f32s(&[2, 6, 4], &[0.0; 48]), f32s(&[2, 3, 6], &[0.0; 36])];
     let got = crate::ops::evaluate::evaluate(&*bounded.op, &[Some(&big[0]), Some(&big[1]), Some(&max)], 1 << 20);
     let got = got.unwrap();
