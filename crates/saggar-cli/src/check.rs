@@ -89,7 +89,7 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
     let kinds = backends(args.backend);
     let model = match OnnxModel::load(path) {
         Ok(model) => model,
-        Err(e) if is_refusal(&e) => {
+        Err(e) if e.refuses_nodes() => {
             // Nothing runs anywhere: every backend refuses the same nodes.
             let refused = refusals(&e, None);
             return Ok(CheckReport {
@@ -168,11 +168,6 @@ fn needs_values(e: &OnnxError) -> bool {
 
 fn verdict(kind: BackendKind, refused: Vec<RefusedNode>) -> BackendCheck {
     BackendCheck { backend: kind.name().to_string(), supported: refused.is_empty(), refused }
-}
-
-/// Whether an import error is about the model's nodes (reported per node) rather than the file.
-fn is_refusal(e: &OnnxError) -> bool {
-    e.node_errors().iter().all(|e| matches!(e, OnnxError::UnsupportedOp { .. } | OnnxError::Node { .. }))
 }
 
 fn refusals(e: &OnnxError, model_opset: Option<u32>) -> Vec<RefusedNode> {

@@ -225,17 +225,10 @@ fn compile_error(message: String, source: &(dyn StdError + Send + Sync + 'static
     if let Some(ModelError::Device(device)) = source.downcast_ref::<ModelError>() {
         return CliError::from(device.clone()).with_message(message);
     }
-    let refused_node = |e: &OnnxError| {
-        matches!(
-            e,
-            OnnxError::UnsupportedOp { .. }
-                | OnnxError::Node { .. }
-                | OnnxError::UnsupportedOnBackend { .. }
-                | OnnxError::ShapeDependsOnData { .. }
-        )
-    };
     match source.downcast_ref::<OnnxError>() {
-        Some(onnx) if onnx.node_errors().iter().all(refused_node) => CliError::failure(message, HINT_REFUSED_NODE),
+        Some(onnx) if onnx.refuses_nodes() || matches!(onnx, OnnxError::ShapeDependsOnData { .. }) => {
+            CliError::failure(message, HINT_REFUSED_NODE)
+        }
         _ => CliError::failure(message, HINT_BUG),
     }
 }

@@ -282,13 +282,16 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             .iter()
             .zip(&view)
             .map(|(source, t)| {
-                let (slot, bytes) = match *source {
-                    SegmentSource::Input(i) => (i, t.data.len()),
-                    SegmentSource::Output { segment, output } => {
-                        (self.slot_base[segment] + output, produced[segment][output].bytes)
-                    }
+                let bytes = match *source {
+                    SegmentSource::Input(_) => t.data.len(),
+                    SegmentSource::Output { segment, output } => produced[segment][output].bytes,
                 };
-                Ok(DeviceTensor { name: t.name, dtype: t.dtype, dims: t.dims, data: ws.filled(slot, bytes)? })
+                Ok(DeviceTensor {
+                    name: t.name,
+                    dtype: t.dtype,
+                    dims: t.dims,
+                    data: ws.filled(self.slot(*source), bytes)?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let device_outputs = out_specs
@@ -315,6 +318,14 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         Ok(outs)
     }
 
+    /// The workspace slot holding `source`'s bytes.
+    fn slot(&self, source: SegmentSource) -> usize {
+        match source {
+            SegmentSource::Input(i) => i,
+            SegmentSource::Output { segment, output } => self.slot_base[segment] + output,
+        }
+    }
+
     /// Model output `name` from its source: a model input's bytes, or a segment's output (its bytes
     /// read back, or downloaded now).
     fn model_output(
@@ -338,7 +349,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
                     Some(bytes) => bytes.clone(),
                     None => {
                         let mut bytes = vec![0u8; p.bytes];
-                        ws.stream.download(ws.filled(self.slot_base[segment] + output, p.bytes)?, &mut bytes)?;
+                        ws.stream.download(ws.filled(self.slot(source), p.bytes)?, &mut bytes)?;
                         bytes
                     }
                 };

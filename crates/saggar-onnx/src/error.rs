@@ -195,6 +195,18 @@ impl OnnxError {
         }
     }
 
+    /// Whether this error is about the model's nodes, each refused for what it is (an op outside
+    /// the declared set, an op rejecting its attributes or inputs, an op without a lowering on the
+    /// backend), rather than about the file, the request or saggar itself.
+    pub fn refuses_nodes(&self) -> bool {
+        self.node_errors().iter().all(|e| {
+            matches!(
+                e,
+                OnnxError::UnsupportedOp { .. } | OnnxError::Node { .. } | OnnxError::UnsupportedOnBackend { .. }
+            )
+        })
+    }
+
     /// The per-node errors this error stands for: the list of [`OnnxError::Nodes`], else itself.
     pub fn node_errors(&self) -> &[OnnxError] {
         match self {
