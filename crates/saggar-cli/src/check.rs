@@ -121,13 +121,12 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
     let (lowered, lowered_dims): (&OnnxCompiler, Vec<Vec<u64>>) = match first {
         Some(first) => (
             &first.compiler,
-            first
-                .inputs
-                .iter()
-                .map(|s| match s {
+            // A loop body's first two inputs are its iteration number and condition, scalars.
+            (first.repeat.iter().flat_map(|_| [Vec::new(), Vec::new()]))
+                .chain(first.inputs.iter().map(|s| match s {
                     SegmentSource::Input(i) => dims[*i].clone(),
                     SegmentSource::Output { .. } => Vec::new(),
-                })
+                }))
                 .collect(),
         ),
         None => (&compiler, dims.clone()),

@@ -32,12 +32,22 @@ pub struct ModelSpec {
     /// from host memory (device requests: one copy to the host, counted), and hands them to
     /// [`ProgramCompiler::compile`] and [`ProgramCompiler::load`] in [`CompileRequest::input_values`].
     pub value_inputs: Vec<usize>,
+    /// Served a program per shape, never from buckets, whatever its leading axes look like (a
+    /// loop body's carried values have leading axes that are no batch: padding them would change
+    /// the loop's results).
+    pub per_shape: bool,
 }
 
 impl ModelSpec {
     /// A model named `name` with `inputs` and `outputs` in binding order.
     pub fn new(name: impl Into<String>, inputs: Vec<TensorSpec>, outputs: Vec<TensorSpec>) -> ModelSpec {
-        ModelSpec { name: name.into(), inputs, outputs, value_inputs: Vec::new() }
+        ModelSpec { name: name.into(), inputs, outputs, value_inputs: Vec::new(), per_shape: false }
+    }
+
+    /// The model served a program per shape or not ([`ModelSpec::per_shape`]).
+    pub fn with_per_shape(mut self, per_shape: bool) -> ModelSpec {
+        self.per_shape = per_shape;
+        self
     }
 
     /// The model with `inputs` (binding indices) as [`ModelSpec::value_inputs`].

@@ -229,6 +229,19 @@ pub enum DispatchError {
         /// The configured limit.
         limit: u64,
     },
+    /// A loop run at run time ([`crate::Repeat`]) reached its iteration limit with its condition still
+    /// true: a `Loop` with no trip count whose condition never turns false, or a trip count beyond the
+    /// limit.
+    #[error(
+        "the loop `{node}` ran {limit} iterations without its condition turning false (the limit for a loop \
+         run at run time): check the inputs that decide its condition, or give the Loop a trip count"
+    )]
+    LoopIterations {
+        /// The loop node's name.
+        node: String,
+        /// The iteration limit.
+        limit: u64,
+    },
     /// Every device of a [`crate::SessionGroup`] was lost (see [`DispatchError::is_device_lost`]).
     #[error(
         "all {devices} devices of the session group are lost: restart the process, leaving out the devices that \
@@ -281,7 +294,7 @@ impl DispatchError {
             | DispatchError::ElementType { .. }
             | DispatchError::RequestBatch { .. }
             | DispatchError::RequestNotRun => FailureKind::Request,
-            DispatchError::LimitExceeded { .. } => FailureKind::Limit,
+            DispatchError::LimitExceeded { .. } | DispatchError::LoopIterations { .. } => FailureKind::Limit,
             DispatchError::PaddedAxisAboveLargest { .. } | DispatchError::PaddedAxisNeedsHostTensors { .. } => {
                 FailureKind::Request
             }

@@ -99,7 +99,7 @@ pub use programs::{ProgramSource, Progress, SAGGAR_FORMAT_VERSION, cache_key, mo
 pub use request::RequestLimits;
 pub use saggar_arena::{DEFAULT_KERNEL_COPIES_UP_TO, GatherOptions, GatherStats};
 pub use saggar_cache::ModelHash;
-pub use segments::{Segment, SegmentSource, Segments};
+pub use segments::{Repeat, Segment, SegmentSource, Segments};
 pub use session::{Pending, Session};
 pub use staged::{Request, TensorRef};
 pub use stats::{FailureCounts, LatencyHistogram, StatsSnapshot};

@@ -36,7 +36,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
             .collect::<std::result::Result<Vec<_>, _>>()
         {
             Ok(dims) => Ok(dims),
-            Err(e) => Ok(self.value_output_dims(&request.bindings, &request.ordered)?.ok_or(e)?),
+            Err(e) => Ok(self.program_output_dims(&request.bindings, &request.ordered)?.ok_or(e)?),
         }
     }
 }

@@ -227,14 +227,16 @@ impl<B: Backend, C: ProgramCompiler<B>> Inner<B, C> {
         self.shape_programs.get_or_make(key, tick, &self.stats, || self.make_shape_program(dims, values))
     }
 
-    /// The output shapes of a host request of a model with value inputs, from its program (made now
-    /// if it is new, and kept for the run); `None` for other models.
-    pub(crate) fn value_output_dims(
+    /// The output shapes of a host request whose input extents do not fix them (a model with value
+    /// inputs, or an extent computed inside the model, such as a loop body's growing carried
+    /// value), from its program (made now if it is new, and kept for the run); `None` for a model
+    /// served from buckets, whose outputs its batch fixes.
+    pub(crate) fn program_output_dims(
         &self,
         bindings: &saggar_shape::Bindings<'_>,
         ordered: &[HostTensor<'_>],
     ) -> Result<Option<Vec<Vec<u64>>>> {
-        if self.compiler.model().value_inputs.is_empty() {
+        if matches!(self.model, crate::plan::Model::Bucketed(_)) {
             return Ok(None);
         }
         let sp = self.shape_program(bindings.stable_key(), ordered, self.host_values(ordered)?)?;

@@ -58,6 +58,7 @@ pub use fuse::attention::AttentionKernel;
 pub use graph::build::{MAX_IR_VERSION, MIN_IR_VERSION};
 pub use graph::model::{ModelMetadata, OnnxModel, RUN_ONCE_MAX_ELEMENTS};
 pub use graph::passes::conv_gemm::ConvEngine;
+pub use graph::passes::segments::DEFAULT_MAX_LOOP_ITERATIONS;
 pub use import::limits::ImportLimits;
 pub use lower::blas::GemmEngine;
 pub use plan::PlanSummary;

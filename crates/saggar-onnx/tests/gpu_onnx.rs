@@ -96,3 +96,14 @@ fn qdq_int8_products_match_the_host_on_cuda() {
     };
     gpu_common::qdq::check_qdq_products::<CudaBackend>(device);
 }
+
+#[test]
+fn a_while_loop_over_data_runs_its_body_per_iteration_on_cuda() {
+    let Some(device) =
+        gpu_common::open_or_skip::<CudaBackend>("a_while_loop_over_data_runs_its_body_per_iteration_on_cuda")
+    else {
+        return;
+    };
+    gpu_common::while_loop::runs_on::<CudaBackend>(device.clone());
+    gpu_common::while_loop::halve_runs_on::<CudaBackend>(device);
+}

@@ -48,10 +48,10 @@ enum Kind {
 /// How a session serves a model of `signature`: from a grid of buckets when the batch is its only
 /// dynamic dimension (or the other is the declared padded axis), one program when it has none, a
 /// program per shape otherwise.
-fn kind_of(signature: &Signature, config: &SessionConfig, value_inputs: bool) -> Result<Kind> {
+fn kind_of(signature: &Signature, config: &SessionConfig, per_shape: bool) -> Result<Kind> {
     let layout = signature.batch_layout();
-    if value_inputs {
-        // Programs depend on input values: one per shape and values.
+    if per_shape {
+        // Programs depend on input values (one per shape and values), or the model asks for it.
         return Ok(Kind::PerShape);
     }
     if signature.is_static() {
@@ -244,7 +244,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Session<B, C> {
         // A segmented model runs on its segments' sessions; it has no programs of its own.
         let kind = match segments {
             Some(_) => Kind::PerShape,
-            None => kind_of(&signature, &config, !model_spec.value_inputs.is_empty())?,
+            None => kind_of(&signature, &config, !model_spec.value_inputs.is_empty() || model_spec.per_shape)?,
         };
         let (cells, specs) = program_specs(&kind, &model_spec, &signature, &config);
         let stats = Arc::new(Stats::default());

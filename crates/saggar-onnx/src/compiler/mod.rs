@@ -180,9 +180,11 @@ impl OnnxCompiler {
         self.split.as_ref()
     }
 
-    /// The compiler of segment `k`'s `graph`, with these options.
-    pub(crate) fn segment_compiler(&self, k: usize, graph: Graph) -> OnnxCompiler {
-        OnnxCompiler::new(self.model.segment(k, graph), self.options.clone())
+    /// The compiler of segment `k`, `graph`, with these options; a loop body (`per_shape`) is served a program per shape.
+    pub(crate) fn segment_compiler(&self, k: usize, graph: Graph, per_shape: bool) -> OnnxCompiler {
+        let mut c = OnnxCompiler::new(self.model.segment(k, graph), self.options.clone());
+        c.spec = c.spec.with_per_shape(per_shape);
+        c
     }
 
     /// The constants uploaded once per device (after the residency marker).
@@ -389,8 +391,15 @@ impl StepCompiler for OnnxCompiler {
             .into_iter()
             .enumerate()
             .map(|(k, s)| Segment {
-                compiler: Arc::new(self.segment_compiler(k, s.graph)),
+                compiler: Arc::new(self.segment_compiler(k, s.graph, s.repeat.is_some())),
                 inputs: s.inputs.into_iter().map(source).collect(),
+                repeat: s.repeat.map(|r| saggar_dispatch::Repeat {
+                    name: r.name,
+                    trip_count: r.trip_count.map(source),
+                    cond: r.cond.map(source),
+                    carried: r.carried,
+                    max_iterations: self.options.max_loop_iterations,
+                }),
             })
             .collect();
         Some(saggar_dispatch::Segments { segments, outputs: split.outputs.into_iter().map(source).collect() })
@@ -507,8 +516,11 @@ fn model_value_inputs(graph: &Graph, split: Option<&passes::segments::Split>) ->
         .segments
         .iter()
         .flat_map(|s| {
-            passes::value_inputs::value_inputs(&s.graph).into_iter().filter_map(|i| match s.inputs[i] {
-                passes::segments::Source::Input(m) => Some(m),
+            // A loop body's first two inputs, the iteration number and the condition, are its loop's.
+            let own = if s.repeat.is_some() { 2 } else { 0 };
+            let keyed = passes::value_inputs::value_inputs(&s.graph).into_iter();
+            keyed.filter_map(move |i| match s.inputs.get(i.checked_sub(own)?)? {
+                passes::segments::Source::Input(m) => Some(*m),
                 passes::segments::Source::Output { .. } => None,
             })
         })

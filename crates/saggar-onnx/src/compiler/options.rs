@@ -52,6 +52,11 @@ pub struct OnnxOptions {
     /// Data sets the `int8` precision calibrates an f32 model's activation scales from
     /// ([`Calibration`]). Part of the compiler identity (by digest).
     pub calibration: Option<Calibration>,
+    /// Most iterations a `Loop` run at run time (its condition computed from the values it carries)
+    /// may take in one request; past it the request fails with
+    /// [`saggar_dispatch::DispatchError::LoopIterations`] rather than hang. Not part of the compiler
+    /// identity: it limits runs, not programs.
+    pub max_loop_iterations: u64,
 }
 
 /// Calibration data of [`Precision::Int8`]: data sets of the model's inputs (binding order), which
@@ -124,6 +129,7 @@ impl Default for OnnxOptions {
             fusion: true,
             attention: AttentionKernel::Auto,
             calibration: None,
+            max_loop_iterations: crate::graph::passes::segments::DEFAULT_MAX_LOOP_ITERATIONS,
         }
     }
 }
@@ -132,6 +138,12 @@ impl OnnxOptions {
     /// The same options with another [`OnnxOptions::max_program_bytes`].
     pub fn with_max_program_bytes(mut self, bytes: u64) -> OnnxOptions {
         self.max_program_bytes = bytes;
+        self
+    }
+
+    /// The same options with another [`OnnxOptions::max_loop_iterations`].
+    pub fn with_max_loop_iterations(mut self, iterations: u64) -> OnnxOptions {
+        self.max_loop_iterations = iterations;
         self
     }
 

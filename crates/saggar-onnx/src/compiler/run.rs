@@ -31,10 +31,9 @@ pub(crate) fn run_segments(
     mut run: impl FnMut(&OnnxCompiler, &[Tensor]) -> Result<Vec<Tensor>, OnnxError>,
 ) -> Result<Vec<Tensor>, OnnxError> {
     let split = compiler.split().ok_or_else(|| OnnxError::Graph { reason: "the model is not segmented".into() })?;
-    let mut k = 0;
-    crate::graph::passes::segments::run_split(split.clone(), inputs, |graph, ins| {
-        k += 1;
-        run(&compiler.segment_compiler(k - 1, graph), ins)
+    let max_iterations = compiler.options().max_loop_iterations;
+    crate::graph::passes::segments::run_split(split.clone(), inputs, max_iterations, |k, segment, ins| {
+        run(&compiler.segment_compiler(k, segment.graph.clone(), segment.repeat.is_some()), ins)
     })
 }
 

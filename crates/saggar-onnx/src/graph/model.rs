@@ -298,13 +298,12 @@ impl OnnxModel {
     pub fn run_once(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, OnnxError> {
         match passes::segments::split(&self.graph)? {
             None => self.run_once_whole(inputs),
-            Some(split) => {
-                let mut k = 0;
-                passes::segments::run_split(split, inputs, |graph, ins| {
-                    k += 1;
-                    self.segment(k - 1, graph).run_once_whole(ins)
-                })
-            }
+            Some(split) => passes::segments::run_split(
+                split,
+                inputs,
+                passes::segments::DEFAULT_MAX_LOOP_ITERATIONS,
+                |k, segment, ins| self.segment(k, segment.graph.clone()).run_once_whole(ins),
+            ),
         }
     }
 

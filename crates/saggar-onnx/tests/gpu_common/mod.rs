@@ -21,6 +21,9 @@ pub mod sequence;
 pub mod precision;
 pub mod qdq;
 
+#[path = "../while_common/mod.rs"]
+pub mod while_loop;
+
 /// Opens device 0 of `B`, or prints why the test is skipped.
 pub fn open_or_skip<B: Backend>(test: &str) -> Option<B::Device> {
     match B::enumerate().and_then(|_| B::open(0)) {

@@ -56,8 +56,15 @@ pub(crate) fn control_inputs(node: &Node) -> &'static [usize] {
 /// ([`control_inputs`]), and the captured values that a Loop body's condition or a nested control
 /// node's control inputs are computed from (recursively).
 pub(crate) fn control_values(graph: &Graph) -> Vec<ValueId> {
+    control_values_except(graph, &BTreeSet::new())
+}
+
+/// [`control_values`] of every control node but the nodes `skip` lists (Loops run at run time,
+/// whose conditions the run reads itself).
+pub(crate) fn control_values_except(graph: &Graph, skip: &BTreeSet<usize>) -> Vec<ValueId> {
     let mut out = Vec::new();
-    for node in graph.nodes.iter().filter(|n| is_control(n)) {
+    let nodes = graph.nodes.iter().enumerate().filter(|(n, node)| is_control(node) && !skip.contains(n));
+    for (_, node) in nodes {
         out.extend(control_inputs(node).iter().filter_map(|&slot| node.inputs.get(slot).copied().flatten()));
         for (_, a) in &node.attrs.0 {
             let Attribute::Graph(g) = a else { continue };
@@ -78,6 +85,22 @@ pub(crate) fn control_values(graph: &Graph) -> Vec<ValueId> {
         }
     }
     out
+}
+
+/// A Loop node's body and the values of `graph` its captures read (in the body's input order, after
+/// its formal inputs); `None` for any other node or a body that is not an imported subgraph.
+pub(crate) fn loop_body<'g>(
+    graph: &Graph,
+    node: &'g Node,
+) -> Option<Result<(&'g SubgraphBody, Vec<ValueId>), OnnxError>> {
+    if node.op_type != "Loop" {
+        return None;
+    }
+    let body = node.attrs.0.iter().find_map(|(name, a)| match a {
+        Attribute::Graph(g) if name == "body" => g.body().as_any().downcast_ref::<SubgraphBody>(),
+        _ => None,
+    })?;
+    Some(captured(graph.opset, node, body).map(|c| (body, c)))
 }
 
 /// The values control node `node` of `graph` captures that fix extents inside its subgraphs: the

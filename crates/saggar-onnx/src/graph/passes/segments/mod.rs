@@ -15,6 +15,12 @@
 //!    model inputs and earlier segments' values it reads; its outputs are the values later segments
 //!    read and the model outputs it computes. In a later segment, the boundary values it reads are
 //!    small inputs that fix extents: its value inputs, so it is compiled per value.
+//! 4. **Loops run at run time** (`repeat.rs`). A Loop whose condition is computed from the values it
+//!    carries is a segment of its own, whose model is its body, run once per iteration. It comes
+//!    after the other nodes of its level; a node reading its outputs is a level later. The constants
+//!    it reads (a trip count, an initial value) are outputs of the first segment.
+
+mod repeat;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -29,6 +35,9 @@ use crate::graph::passes::value_inputs::{self, SHAPE_ONLY, small_or_flag};
 use crate::ops::{self, Attributes, ValueType};
 use crate::tensor::Tensor;
 
+pub use self::repeat::DEFAULT_MAX_LOOP_ITERATIONS;
+pub(crate) use self::repeat::Repeat;
+
 /// Where a segment input or a model output comes from (see saggar-dispatch's `SegmentSource`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
@@ -38,11 +47,14 @@ pub(crate) enum Source {
     Output { segment: usize, output: usize },
 }
 
-/// One segment's graph and where each of its inputs comes from.
+/// One segment's graph and where each of its inputs comes from (for a loop segment, each input
+/// after the iteration number and the condition).
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentGraph {
     pub(crate) graph: Graph,
     pub(crate) inputs: Vec<Source>,
+    /// `Some` for a loop segment: `graph` is the body, run once per iteration.
+    pub(crate) repeat: Option<Repeat>,
 }
 
 /// A model cut into segments.
@@ -62,13 +74,13 @@ pub(crate) fn split(graph: &Graph) -> Result<Option<Split>, OnnxError> {
     let mut g = graph.clone();
     control_flow::hoist_bounded_branches(&mut g)?;
     bound_nodes(&mut g)?;
-    let boundary = boundary_values(&g);
-    if boundary.is_empty() {
+    let loops = repeat::runtime_loops(&g)?;
+    let boundary = boundary_values(&g, &loops);
+    if boundary.is_empty() && loops.is_empty() {
         return Ok(None);
     }
-    let levels = node_levels(&g, &boundary);
-    let count = levels.iter().copied().max().map_or(1, |m| m + 1);
-    Ok(Some(cut(&g, &levels, count)))
+    let levels = node_levels(&g, &boundary, &loops);
+    Ok(Some(cut(&g, &levels, &loops)?))
 }
 
 /// Replaces every node with a bounded form by that form and a Slice per cut output.
@@ -175,9 +187,10 @@ fn graph_error(node: &Node, reason: &str) -> OnnxError {
 }
 
 /// The small values fixing extents that only a run can know: computed from a bounded node or
-/// from a model input too large to be a value input.
-fn boundary_values(graph: &Graph) -> BTreeSet<ValueId> {
-    let control = control_flow::control_values(graph).into_iter().filter(|&v| small_or_flag(graph, v));
+/// from a model input too large to be a value input. The Loops run at run time (`loops`) read their
+/// own controls.
+fn boundary_values(graph: &Graph, loops: &BTreeSet<usize>) -> BTreeSet<ValueId> {
+    let control = control_flow::control_values_except(graph, loops).into_iter().filter(|&v| small_or_flag(graph, v));
     value_inputs::shape_fixing_values(graph)
         .into_iter()
         .chain(control)
@@ -213,129 +226,194 @@ fn computed_from_data(graph: &Graph, id: ValueId) -> bool {
     false
 }
 
-/// Each node's level: the highest of its inputs', plus one for a boundary value.
-fn node_levels(graph: &Graph, boundary: &BTreeSet<ValueId>) -> Vec<usize> {
+/// Each node's level: the highest of its inputs', plus one for a boundary value or an output of a
+/// Loop run at run time (`loops`).
+fn node_levels(graph: &Graph, boundary: &BTreeSet<ValueId>, loops: &BTreeSet<usize>) -> Vec<usize> {
     let mut value_level = vec![0usize; graph.values.len()];
+    let mut after_loop = vec![false; graph.values.len()];
     let mut levels = Vec::with_capacity(graph.nodes.len());
-    for node in &graph.nodes {
+    for (n, node) in graph.nodes.iter().enumerate() {
         let level = node
             .inputs
             .iter()
             .flatten()
-            .map(|v| value_level[v.0] + usize::from(boundary.contains(v)))
+            .map(|v| value_level[v.0] + usize::from(boundary.contains(v) || after_loop[v.0]))
             .max()
             .unwrap_or(0);
         for out in &node.outputs {
             value_level[out.0] = level;
+            after_loop[out.0] = loops.contains(&n);
         }
         levels.push(level);
     }
     levels
 }
 
-/// The segment graphs of `graph`'s nodes by `levels`.
-fn cut(graph: &Graph, levels: &[usize], count: usize) -> Split {
+/// What a segment holds: the nodes of a level other than its run-time Loops, or one such Loop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Level(usize),
+    Loop(usize),
+}
+
+/// The segments of `graph` in run order: per level, its other nodes, then each of its run-time
+/// Loops. A level's other nodes are left out when there are none, except level 0's when the
+/// constants the Loops read must come from somewhere.
+fn parts(graph: &Graph, levels: &[usize], loops: &BTreeSet<usize>) -> Vec<Part> {
+    let count = levels.iter().copied().max().map_or(1, |m| m + 1);
+    let loop_reads = loops.iter().flat_map(|&n| graph.nodes[n].inputs.iter().flatten().copied());
+    let constants = loop_reads.chain(graph.outputs.iter().map(|o| o.value)).any(|v| graph.value(v).constant.is_some());
+    let mut parts = Vec::new();
+    for level in 0..count {
+        let plain = (0..graph.nodes.len()).any(|n| levels[n] == level && !loops.contains(&n));
+        if plain || (level == 0 && (constants || loops.is_empty())) {
+            parts.push(Part::Level(level));
+        }
+        parts.extend(loops.iter().filter(|&&n| levels[n] == level).map(|&n| Part::Loop(n)));
+    }
+    parts
+}
+
+/// The segment graphs of `graph`'s nodes by `levels`, the run-time Loops (`loops`) each in its own.
+fn cut(graph: &Graph, levels: &[usize], loops: &BTreeSet<usize>) -> Result<Split, OnnxError> {
+    let parts = parts(graph, levels, loops);
+    let segment_of = |n: usize| {
+        let part = if loops.contains(&n) { Part::Loop(n) } else { Part::Level(levels[n]) };
+        parts.iter().position(|p| *p == part).expect("every node has a part")
+    };
     let mut made_in: Vec<Option<usize>> = vec![None; graph.values.len()];
-    for (node, &level) in graph.nodes.iter().zip(levels) {
+    for (n, node) in graph.nodes.iter().enumerate() {
         for out in &node.outputs {
-            made_in[out.0] = Some(level);
+            made_in[out.0] = Some(segment_of(n));
         }
     }
-    // A model output reading a constant is the first segment's.
-    for o in &graph.outputs {
-        if graph.value(o.value).constant.is_some() {
-            made_in[o.value.0] = Some(0);
+    // A model output or a Loop input reading a constant is the first segment's.
+    let loop_reads = loops.iter().flat_map(|&n| graph.nodes[n].inputs.iter().flatten().copied());
+    for v in graph.outputs.iter().map(|o| o.value).chain(loop_reads) {
+        if graph.value(v).constant.is_some() {
+            made_in[v.0] = Some(0);
         }
     }
     // Values each segment reads that another segment makes.
-    let mut read_later: Vec<BTreeSet<ValueId>> = vec![BTreeSet::new(); count];
-    for (node, &level) in graph.nodes.iter().zip(levels) {
+    let mut read_later: Vec<BTreeSet<ValueId>> = vec![BTreeSet::new(); parts.len()];
+    for (n, node) in graph.nodes.iter().enumerate() {
         for v in node.inputs.iter().flatten() {
-            if let Some(maker) = made_in[v.0].filter(|&m| m != level) {
+            if let Some(maker) = made_in[v.0].filter(|&m| m != segment_of(n)) {
                 read_later[maker].insert(*v);
             }
         }
     }
-    let mut segments: Vec<SegmentGraph> = Vec::with_capacity(count);
+    let mut segments: Vec<SegmentGraph> = Vec::with_capacity(parts.len());
     // Per segment: its output values in order.
-    let mut outputs_of: Vec<Vec<ValueId>> = Vec::with_capacity(count);
-    for (k, later) in read_later.iter().enumerate() {
-        let nodes: Vec<Node> =
-            graph.nodes.iter().zip(levels).filter(|(_, l)| **l == k).map(|(n, _)| n.clone()).collect();
-        let mut inputs = Vec::new();
-        let mut sources = Vec::new();
-        let mut add_input = |v: ValueId, inputs: &mut Vec<ValueId>| {
-            if inputs.contains(&v) || graph.value(v).constant.is_some() || made_in[v.0] == Some(k) {
-                return;
+    let mut outputs_of: Vec<Vec<ValueId>> = Vec::with_capacity(parts.len());
+    for (k, part) in parts.iter().enumerate() {
+        let source = |v: ValueId, outputs_of: &[Vec<ValueId>]| source_of(graph, &made_in, outputs_of, v);
+        match *part {
+            Part::Level(level) => {
+                let (segment, outs) =
+                    level_segment(graph, levels, loops, level, k, &made_in, &read_later[k], |v| source(v, &outputs_of));
+                segments.push(segment);
+                outputs_of.push(outs);
             }
-            let source = match made_in[v.0] {
-                Some(m) => Source::Output {
-                    segment: m,
-                    output: outputs_of[m].iter().position(|&o| o == v).expect("an earlier segment exports it"),
-                },
-                None => Source::Input(graph.inputs.iter().position(|&i| i == v).expect("a model input")),
-            };
-            inputs.push(v);
-            sources.push(source);
-        };
-        for node in &nodes {
-            for v in node.inputs.iter().flatten() {
-                add_input(*v, &mut inputs);
+            Part::Loop(n) => {
+                let node = &graph.nodes[n];
+                let (body, reads, carried) = repeat::body_model(graph, node)?;
+                let control = |slot: usize| node.inputs.get(slot).copied().flatten().map(|v| source(v, &outputs_of));
+                let repeat = Repeat { name: node.name.clone(), trip_count: control(0), cond: control(1), carried };
+                let inputs = reads.iter().map(|&v| source(v, &outputs_of)).collect();
+                segments.push(SegmentGraph { graph: body, inputs, repeat: Some(repeat) });
+                outputs_of.push(node.outputs.clone());
             }
         }
-        let mut outs: Vec<ValueId> = later.iter().copied().collect();
-        for o in &graph.outputs {
-            if made_in[o.value.0] == Some(k) && !outs.contains(&o.value) {
-                outs.push(o.value);
-            }
-        }
-        let graph_outputs =
-            outs.iter().map(|&v| GraphOutput { name: graph.value(v).name.clone(), value: v, declared: None }).collect();
-        let segment = Graph {
-            name: format!("{}:segment{k}", graph.name),
-            opset: graph.opset,
-            values: graph.values.clone(),
-            nodes,
-            inputs,
-            outputs: graph_outputs,
-        };
-        outputs_of.push(outs);
-        segments.push(SegmentGraph { graph: segment, inputs: sources });
     }
-    let outputs = graph
-        .outputs
-        .iter()
-        .map(|o| match made_in[o.value.0] {
-            Some(m) => Source::Output {
-                segment: m,
-                output: outputs_of[m].iter().position(|&v| v == o.value).expect("its segment exports it"),
-            },
-            None => Source::Input(graph.inputs.iter().position(|&i| i == o.value).expect("a model input")),
-        })
-        .collect();
-    Split { segments, outputs }
+    let outputs = graph.outputs.iter().map(|o| source_of(graph, &made_in, &outputs_of, o.value)).collect();
+    Ok(Split { segments, outputs })
 }
 
-/// Runs `split` on `inputs` (model binding order): `run` runs one segment's graph on its inputs and
-/// returns its outputs; each segment's inputs are gathered from the model's and earlier segments'.
+/// Where value `v` comes from, by the segment that makes it (`made_in`) and their outputs.
+fn source_of(graph: &Graph, made_in: &[Option<usize>], outputs_of: &[Vec<ValueId>], v: ValueId) -> Source {
+    match made_in[v.0] {
+        Some(m) => Source::Output {
+            segment: m,
+            output: outputs_of[m].iter().position(|&o| o == v).expect("its segment exports it"),
+        },
+        None => Source::Input(graph.inputs.iter().position(|&i| i == v).expect("a model input")),
+    }
+}
+
+/// Segment `k`, the nodes of `level` but the run-time Loops: its graph, inputs and outputs (the
+/// values `later` segments read, then the model outputs it computes).
+#[allow(clippy::too_many_arguments)]
+fn level_segment(
+    graph: &Graph,
+    levels: &[usize],
+    loops: &BTreeSet<usize>,
+    level: usize,
+    k: usize,
+    made_in: &[Option<usize>],
+    later: &BTreeSet<ValueId>,
+    source: impl Fn(ValueId) -> Source,
+) -> (SegmentGraph, Vec<ValueId>) {
+    let nodes: Vec<Node> = (graph.nodes.iter().enumerate())
+        .filter(|(n, _)| levels[*n] == level && !loops.contains(n))
+        .map(|(_, node)| node.clone())
+        .collect();
+    let mut inputs = Vec::new();
+    let mut sources = Vec::new();
+    for v in nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        if inputs.contains(v) || graph.value(*v).constant.is_some() || made_in[v.0] == Some(k) {
+            continue;
+        }
+        inputs.push(*v);
+        sources.push(source(*v));
+    }
+    let mut outs: Vec<ValueId> = later.iter().copied().collect();
+    for o in &graph.outputs {
+        if made_in[o.value.0] == Some(k) && !outs.contains(&o.value) {
+            outs.push(o.value);
+        }
+    }
+    let graph_outputs =
+        outs.iter().map(|&v| GraphOutput { name: graph.value(v).name.clone(), value: v, declared: None }).collect();
+    let segment = Graph {
+        name: format!("{}:segment{k}", graph.name),
+        opset: graph.opset,
+        values: graph.values.clone(),
+        nodes,
+        inputs,
+        outputs: graph_outputs,
+    };
+    (SegmentGraph { graph: segment, inputs: sources, repeat: None }, outs)
+}
+
+/// Runs `split` on `inputs` (model binding order): `run` runs segment `k`'s graph on its inputs and
+/// returns its outputs (a loop segment's body once per iteration, at most `max_iterations`); each
+/// segment's inputs are gathered from the model's and earlier segments'.
 pub(crate) fn run_split(
     split: Split,
     inputs: &[Tensor],
-    mut run: impl FnMut(Graph, &[Tensor]) -> Result<Vec<Tensor>, OnnxError>,
+    max_iterations: u64,
+    mut run: impl FnMut(usize, &SegmentGraph, &[Tensor]) -> Result<Vec<Tensor>, OnnxError>,
 ) -> Result<Vec<Tensor>, OnnxError> {
     let mut produced: Vec<Vec<Tensor>> = Vec::with_capacity(split.segments.len());
     let pick = |s: Source, produced: &[Vec<Tensor>]| match s {
         Source::Input(i) => inputs.get(i).cloned(),
         Source::Output { segment, output } => produced.get(segment).and_then(|o| o.get(output)).cloned(),
     };
-    for segment in split.segments {
-        let ins = segment
-            .inputs
-            .iter()
-            .map(|&s| pick(s, &produced))
-            .collect::<Option<Vec<Tensor>>>()
-            .ok_or_else(|| OnnxError::Graph { reason: "a segment input names nothing computed".into() })?;
-        produced.push(run(segment.graph, &ins)?);
+    let missing = || OnnxError::Graph { reason: "a segment input names nothing computed".into() };
+    for (k, segment) in split.segments.iter().enumerate() {
+        let ins =
+            segment.inputs.iter().map(|&s| pick(s, &produced)).collect::<Option<Vec<Tensor>>>().ok_or_else(missing)?;
+        let outs = match &segment.repeat {
+            None => run(k, segment, &ins)?,
+            Some(r) => {
+                let control = |s: Option<Source>| s.map(|s| pick(s, &produced).ok_or_else(missing)).transpose();
+                let (m, cond) = (control(r.trip_count)?, control(r.cond)?);
+                let mut body = |ins: &[Tensor]| run(k, segment, ins);
+                repeat::run_loop(r, &segment.graph, (m.as_ref(), cond.as_ref()), &ins, max_iterations, &mut body)?
+            }
+        };
+        produced.push(outs);
     }
     split
         .outputs

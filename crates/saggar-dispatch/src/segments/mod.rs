@@ -13,6 +13,11 @@
 //! keeps, one per concurrent request, each buffer grown to the largest request seen. Calls that must
 //! know output extents before running (device tensors, [`crate::Session::output_dims`], requests
 //! written in place) answer [`DispatchError::ExtentsDependOnValues`].
+//!
+//! A segment may be a loop body run once per iteration ([`Repeat`], `repeat.rs`): a `Loop` whose
+//! condition is computed from the values it carries.
+
+mod repeat;
 
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +31,8 @@ use crate::programs::Progress;
 use crate::session::Session;
 use crate::stats::StatsSnapshot;
 use crate::tensors::{DeviceTensor, HostTensor, OwnedTensor};
+
+pub use self::repeat::Repeat;
 
 /// Where a segment's input, or a model output, comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +52,12 @@ pub enum SegmentSource {
 pub struct Segment<C> {
     /// The segment's model.
     pub compiler: Arc<C>,
-    /// One source per input of the segment's model.
+    /// One source per input of the segment's model; for a loop body ([`Segment::repeat`]), per input
+    /// after the iteration number and the condition.
     pub inputs: Vec<SegmentSource>,
+    /// `Some` for a loop body run once per iteration: its outputs, as later segments see them, are
+    /// the carried values' last values, then the scan outputs stacked over the iterations.
+    pub repeat: Option<Repeat>,
 }
 
 /// The chain a segmented model runs as ([`ProgramCompiler::segments`]).
@@ -59,7 +70,7 @@ pub struct Segments<C> {
 
 impl<C> std::fmt::Debug for Segment<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Segment").field("inputs", &self.inputs).finish_non_exhaustive()
+        f.debug_struct("Segment").field("inputs", &self.inputs).field("repeat", &self.repeat).finish_non_exhaustive()
     }
 }
 
@@ -74,12 +85,17 @@ pub(crate) struct Chain<B: Backend, C: ProgramCompiler<B>> {
     device: B::Device,
     sessions: Vec<Session<B, C>>,
     inputs: Vec<Vec<SegmentSource>>,
+    /// Per segment, how its loop body repeats (`None` for a segment run once).
+    repeats: Vec<Option<Repeat>>,
     outputs: Vec<SegmentSource>,
     /// Per segment, whether each output is a value input of a later segment (read back).
     read_back: Vec<Vec<bool>>,
     /// The first workspace slot of each segment's outputs (slots `0..model inputs` hold the inputs).
     slot_base: Vec<usize>,
-    /// Workspace slots in all: model inputs, then every segment's outputs.
+    /// The first of each loop body's scratch slots ([`Repeat`]'s iteration state), after every
+    /// segment's outputs.
+    scratch_base: Vec<usize>,
+    /// Workspace slots in all: model inputs, every segment's outputs, then the loops' scratch.
     slots: usize,
     /// The model inputs some segment reads (uploaded once per request).
     uploads: Vec<usize>,
@@ -138,38 +154,62 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
     ) -> Result<Self> {
         let mut sessions: Vec<Session<B, C>> = Vec::with_capacity(segments.segments.len());
         let mut inputs = Vec::with_capacity(segments.segments.len());
+        let mut repeats = Vec::with_capacity(segments.segments.len());
         for (k, segment) in segments.segments.into_iter().enumerate() {
             let spec = segment.compiler.model();
-            if spec.inputs.len() != segment.inputs.len() {
+            // A loop body's first two inputs, the iteration number and the condition, come from the
+            // loop itself.
+            let own = if segment.repeat.is_some() { 2 } else { 0 };
+            if spec.inputs.len() != segment.inputs.len() + own {
                 return Err(DispatchError::Config(format!(
                     "segment {k} of the model takes {} inputs, its wiring names {}",
                     spec.inputs.len(),
-                    segment.inputs.len()
+                    segment.inputs.len() + own
                 )));
             }
+            if let Some(r) = &segment.repeat {
+                r.check(k, spec, segment.inputs.len())?;
+                for source in r.trip_count.iter().chain(&r.cond) {
+                    check_source(*source, k, model_inputs, &sessions, &repeats)?;
+                }
+            }
             for source in &segment.inputs {
-                check_source(*source, k, model_inputs, &sessions)?;
+                check_source(*source, k, model_inputs, &sessions, &repeats)?;
             }
             sessions.push(Session::new(device.clone(), segment.compiler, config.clone(), progress)?);
             inputs.push(segment.inputs);
+            repeats.push(segment.repeat);
         }
         for source in &segments.outputs {
-            check_source(*source, sessions.len(), model_inputs, &sessions)?;
+            check_source(*source, sessions.len(), model_inputs, &sessions, &repeats)?;
         }
         let mut read_back: Vec<Vec<bool>> =
-            sessions.iter().map(|s| vec![false; s.signature().outputs().len()]).collect();
-        for (session, sources) in sessions.iter().zip(&inputs) {
+            sessions.iter().zip(&repeats).map(|(s, r)| vec![false; visible_outputs(s, r.as_ref())]).collect();
+        let mut mark = |source: Option<&SegmentSource>| {
+            if let Some(SegmentSource::Output { segment, output }) = source {
+                read_back[*segment][*output] = true;
+            }
+        };
+        for ((session, sources), r) in sessions.iter().zip(&inputs).zip(&repeats) {
+            let own = if r.is_some() { 2 } else { 0 };
             for &v in &session.inner.compiler.model().value_inputs {
-                if let Some(SegmentSource::Output { segment, output }) = sources.get(v) {
-                    read_back[*segment][*output] = true;
-                }
+                mark(v.checked_sub(own).and_then(|v| sources.get(v)));
+            }
+            if let Some(r) = r {
+                mark(r.trip_count.as_ref());
+                mark(r.cond.as_ref());
             }
         }
         let mut slot_base = Vec::with_capacity(sessions.len());
         let mut slots = model_inputs;
-        for session in &sessions {
+        for (session, r) in sessions.iter().zip(&repeats) {
             slot_base.push(slots);
-            slots += session.signature().outputs().len();
+            slots += visible_outputs(session, r.as_ref());
+        }
+        let mut scratch_base = Vec::with_capacity(sessions.len());
+        for r in &repeats {
+            scratch_base.push(slots);
+            slots += r.as_ref().map_or(0, Repeat::scratch_slots);
         }
         let uploads =
             (0..model_inputs).filter(|&i| inputs.iter().flatten().any(|s| *s == SegmentSource::Input(i))).collect();
@@ -177,9 +217,11 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             device: device.clone(),
             sessions,
             inputs,
+            repeats,
             outputs: segments.outputs,
             read_back,
             slot_base,
+            scratch_base,
             slots,
             uploads,
             workspaces: Mutex::new(Vec::new()),
@@ -231,7 +273,10 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             if k > 0 {
                 crate::stats::Stats::bump(reads);
             }
-            let outs = self.run_segment(k, ws, ordered, &produced)?;
+            let outs = match &self.repeats[k] {
+                Some(r) => self.run_repeat(k, r, ws, ordered, &produced, reads)?,
+                None => self.run_segment(k, ws, ordered, &produced)?,
+            };
             produced.push(outs);
         }
         self.outputs
@@ -372,16 +417,22 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
     }
 }
 
+/// The outputs later segments see of `session`: a loop body's, less its condition.
+fn visible_outputs<B: Backend, C: ProgramCompiler<B>>(session: &Session<B, C>, repeat: Option<&Repeat>) -> usize {
+    session.signature().outputs().len() - usize::from(repeat.is_some())
+}
+
 fn check_source<B: Backend, C: ProgramCompiler<B>>(
     source: SegmentSource,
     before: usize,
     model_inputs: usize,
     sessions: &[Session<B, C>],
+    repeats: &[Option<Repeat>],
 ) -> Result<()> {
     let ok = match source {
         SegmentSource::Input(i) => i < model_inputs,
         SegmentSource::Output { segment, output } => {
-            segment < before && output < sessions[segment].signature().outputs().len()
+            segment < before && output < visible_outputs(&sessions[segment], repeats[segment].as_ref())
         }
     };
     if ok {
