@@ -4,14 +4,16 @@
 //! 1. Every package ships its README and both license files (`cargo package --list`).
 //! 2. No README of a package links to a relative path (such a link works in the repository and
 //!    breaks on crates.io and docs.rs, where only the package is).
-//! 3. `cargo package --workspace --no-verify` packages every crate; then every package is built from
-//!    its packaged files alone, as `cargo publish`'s verification does. The saggar crates depend on
+//! 3. `cargo package --workspace --no-verify` packages every crate; then every package is compiled
+//!    from its packaged files alone, as `cargo publish`'s verification does (type-checked with
+//!    `cargo check`: a file left out of a package, a path or feature that only the repository has,
+//!    fails there; codegen and linking are the workspace's own builds' business). The saggar crates depend on
 //!    each other and none is on crates.io yet, so the packages are extracted side by side into one
 //!    verification workspace (`target/publish-check/verify`) whose `[patch.crates-io]` points each
 //!    saggar dependency at its sibling's package: the build a user of the published crates gets, not a
-//!    build from the repository's paths. Each package is built on its own (`cargo build -p`, its own
-//!    feature resolution, with the repository's `Cargo.lock`), all of them in one target folder, so
-//!    a dependency with the same features is compiled once rather than once per package (`cargo
+//!    build from the repository's paths. Each package is checked on its own (`cargo check -p`, its
+//!    own feature resolution, with the repository's `Cargo.lock`), all of them in one target folder,
+//!    so a dependency with the same features is compiled once rather than once per package (`cargo
 //!    package`'s own verification rebuilt every dependency for each of the ten packages).
 //!
 //! The folder is emptied first and removed afterwards.
@@ -106,7 +108,7 @@ pub(crate) fn publish_check(root: &Path) -> Result<(), String> {
 }
 
 /// Packages every published crate into `target/package`, extracts the packages into one verification
-/// workspace and builds each package there.
+/// workspace and checks each package there.
 fn package_and_verify(root: &Path, target: &Path) -> Result<(), String> {
     let target_arg = target.to_string_lossy().into_owned();
     let mut args = vec!["package", "--workspace", "--no-verify", "--allow-dirty", "--target-dir", &target_arg];
@@ -140,7 +142,7 @@ fn package_and_verify(root: &Path, target: &Path) -> Result<(), String> {
     std::fs::copy(root.join("Cargo.lock"), verify.join("Cargo.lock"))
         .map_err(|e| format!("cannot copy Cargo.lock: {e}"))?;
     for package in PUBLISHED {
-        cargo(&verify, &["build", "-p", package], false)?;
+        cargo(&verify, &["check", "-p", package], false)?;
     }
     Ok(())
 }

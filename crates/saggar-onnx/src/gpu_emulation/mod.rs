@@ -1,6 +1,7 @@
 //! Tests that run the CUDA/HIP plan of the checked-in models on the CPU: the generated source is
-//! compiled by g++ with a shim (a block's threads are OS threads meeting at a barrier for
-//! `__syncthreads`; they run the blocks one after another, so `__shared__` statics are per block), driven by
+//! compiled by g++ with a shim (a block's threads are fibers of one OS thread, each
+//! running until it reaches `__syncthreads` or its end before the next runs, so a barrier is a round
+//! of them; the blocks run one after another, so `__shared__` statics are per block), driven by
 //! a generated `main` that makes every launch of the plan with its launch shape, `meta` tables and
 //! memory plan; the outputs must match the host backend's. Skipped with a message when g++ is absent.
 
@@ -24,12 +25,13 @@ mod single;
 
 const SHIM: &str = r#"
 #include <atomic>
-#include <barrier>
+#include <functional>
 #include <math.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <setjmp.h>
+#include <ucontext.h>
 #include <utility>
 #include <vector>
 #define __global__
@@ -37,10 +39,17 @@ const SHIM: &str = r#"
 #define __shared__ static
 #define __restrict__ __restrict
 struct saggar_dim3 { unsigned x, y, z; };
-static thread_local saggar_dim3 blockIdx, threadIdx;
-static saggar_dim3 blockDim, gridDim;
-static std::barrier<>* saggar_bar;
-inline void __syncthreads() { saggar_bar->arrive_and_wait(); }
+static saggar_dim3 blockIdx, threadIdx, blockDim, gridDim;
+// The block's threads as fibers: started with `makecontext`, switched with `_setjmp`/`_longjmp`
+// (which save no signal mask: `swapcontext` makes a system call per switch). The scheduler's
+// context, each thread's, and the one running.
+struct saggar_context { jmp_buf at; };
+static jmp_buf saggar_scheduler;
+static std::vector<saggar_context> saggar_threads;
+static unsigned saggar_running;
+inline void __syncthreads() {
+  if (!_setjmp(saggar_threads[saggar_running].at)) _longjmp(saggar_scheduler, 1);
+}
 // A shuffle among the block's threads through memory: every thread of the block calls it together
 // (the kernels that shuffle keep their loops uniform across the block), so two barriers fence it.
 static float saggar_lanes[1024];
@@ -82,21 +91,50 @@ inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 const DRIVER: &str = r#"
 template <typename... P, size_t... I>
 static void saggar_call(void (*f)(P...), void** a, std::index_sequence<I...>) { f((P)a[I]...); }
+static std::function<void()> saggar_kernel;
+static std::vector<char> saggar_finished;
+// A thread's first run; it never returns (its context has no successor): it jumps back finished.
+static void saggar_thread_main() {
+  saggar_kernel();
+  saggar_finished[saggar_running] = 1;
+  _longjmp(saggar_scheduler, 1);
+}
+// Each block's threads run as fibers, in rounds: each runs until its next `__syncthreads` (or its
+// end), then the next; a round over all of them is one barrier. Stacks are kept for later launches.
 template <typename... P>
 static void launch(void (*f)(P...), unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, std::vector<void*> a) {
+  static std::vector<char*> stacks;
+  const size_t stack = 256 << 10;
+  const unsigned n = bx * by;
   gridDim = {gx, gy, gz}; blockDim = {bx, by, 1};
-  std::barrier<> bar(bx * by); saggar_bar = &bar;
-  std::vector<std::thread> ts;
-  for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx)
-    ts.emplace_back([&, tx, ty] {
-      threadIdx = {tx, ty, 0};
-      for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
-        blockIdx = {x, y, z};
-        saggar_call(f, a.data(), std::index_sequence_for<P...>{});
-        bar.arrive_and_wait();  // the block is done before the next one reuses __shared__
+  while (stacks.size() < n) stacks.push_back((char*)std::malloc(stack));
+  saggar_threads.resize(n);
+  saggar_kernel = [&] { saggar_call(f, a.data(), std::index_sequence_for<P...>{}); };
+  std::vector<char> started(n);
+  ucontext_t start, from;
+  for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
+    blockIdx = {x, y, z};
+    saggar_finished.assign(n, 0);
+    started.assign(n, 0);
+    for (unsigned left = n; left > 0;) {
+      for (unsigned t = 0; t < n; ++t) {
+        if (saggar_finished[t]) continue;
+        saggar_running = t;
+        threadIdx = {t % bx, t / bx, 0};
+        if (!_setjmp(saggar_scheduler)) {
+          if (started[t]) _longjmp(saggar_threads[t].at, 1);
+          started[t] = 1;
+          getcontext(&start);
+          start.uc_stack.ss_sp = stacks[t];
+          start.uc_stack.ss_size = stack;
+          start.uc_link = nullptr;
+          makecontext(&start, saggar_thread_main, 0);
+          swapcontext(&from, &start);
+        }
+        left -= saggar_finished[t];
       }
-    });
-  for (auto& t : ts) t.join();
+    }
+  }
 }
 static unsigned char* load(const char* path, size_t size) {
   unsigned char* p = (unsigned char*)std::aligned_alloc(64, (size + 64) / 64 * 64);
@@ -261,14 +299,55 @@ pub(crate) fn emulate(
     Some((outputs.collect(), lowered.output_dims))
 }
 
+/// The flags every emulated plan, and the precompiled shim and preludes, are compiled with.
+const FLAGS: [&str; 5] = ["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-pthread", "-w"];
+
+/// The shim and the preludes every generated source starts with, as a header precompiled once per
+/// machine and compiler (`saggar-emulation-<digest>/pre.h` in the temporary folder; g++ takes
+/// `pre.h.gch` beside it, or parses `pre.h` where it cannot): most of a small plan's compile time
+/// was spent on them. `None` where g++ is absent or fails.
+fn precompiled_head() -> Option<&'static Path> {
+    static HEAD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    HEAD.get_or_init(|| {
+        let head = format!("{SHIM}\n{}{}", saggar_device::builtin::PRELUDE, crate::ops::gpu::PRELUDE);
+        let version = Command::new("g++").arg("--version").output().ok()?.stdout;
+        let digest = blake3::hash(format!("{head}{FLAGS:?}{}", String::from_utf8_lossy(&version)).as_bytes());
+        let dir = std::env::temp_dir().join(format!("saggar-emulation-{}", &digest.to_hex()[..16]));
+        if !dir.join("pre.h.gch").exists() {
+            // Built aside and renamed into place: test processes may race to build it.
+            let aside = tempfile::Builder::new().prefix("saggar-emulation-").tempdir().ok()?;
+            std::fs::write(aside.path().join("pre.h"), &head).ok()?;
+            let built = Command::new("g++")
+                .args(FLAGS)
+                .args(["-x", "c++-header", "-o"])
+                .arg(aside.path().join("pre.h.gch"))
+                .arg(aside.path().join("pre.h"))
+                .output()
+                .ok()?;
+            if !built.status.success() {
+                return None;
+            }
+            let _ = std::fs::rename(aside.keep(), &dir);
+        }
+        dir.join("pre.h.gch").exists().then(|| dir.join("pre.h"))
+    })
+    .as_deref()
+}
+
 /// Compiles `source` (a generated source: prelude and kernels) with the shim, the driver and `main`
 /// in `dir`, and runs it; `None` without g++.
 pub(crate) fn build_and_run(dir: &Path, source: &str, main: &str) -> Option<()> {
     let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    std::fs::write(file("plan.cpp"), format!("{SHIM}\n{source}\n{DRIVER}\n{main}")).unwrap();
-    let built = Command::new("g++")
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o", &file("plan"), &file("plan.cpp")])
-        .output();
+    let preludes = [saggar_device::builtin::PRELUDE, crate::ops::gpu::PRELUDE].concat();
+    let code = match (source.find(&preludes), precompiled_head()) {
+        (Some(at), Some(head)) => {
+            let rest = format!("{}{}", &source[..at], &source[at + preludes.len()..]);
+            format!("#include \"{}\"\n{rest}\n{DRIVER}\n{main}", head.display())
+        }
+        _ => format!("{SHIM}\n{source}\n{DRIVER}\n{main}"),
+    };
+    std::fs::write(file("plan.cpp"), code).unwrap();
+    let built = Command::new("g++").args(FLAGS).args(["-o", &file("plan"), &file("plan.cpp")]).output();
     let Ok(built) = built else {
         println!("g++ not found: the CPU run of the GPU plan is skipped");
         return None;
