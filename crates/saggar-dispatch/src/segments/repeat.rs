@@ -7,8 +7,8 @@
 //! values' next values, then the scan outputs of the iteration. Carried values live in two buffers
 //! per value that trade places each iteration (the last values always end in the segment's output
 //! slots); each scan output is written in place at its row of one stacked buffer, grown by doubling.
-//! Every iteration is a request of the body's session: a program per shape, graphs where the body's
-//! shapes repeat.
+//! Every iteration is a device request of the body's session, served a program per shape
+//! ([`crate::ModelSpec::per_shape`]) on its standard path, eagerly (counted in `eager_runs`).
 
 use saggar_device::{Backend, Device as _, DeviceBuffer as _, DeviceSlice, Stream as _};
 use saggar_shape::DType;
