@@ -20,7 +20,13 @@ use while_common::{BIG, CASES, big, check, f32s, scalar_i64, session, session_ru
 fn a_loop_whose_condition_is_computed_from_data_runs_its_body_once_per_iteration() {
     let model = while_model();
     let compiler = Arc::new(OnnxCompiler::new(model.clone(), OnnxOptions::default()));
-    assert!(compiler.segments().is_some(), "a loop segment");
+    let segments = compiler.segments().expect("segments");
+    let body = segments.segments.iter().find(|s| s.repeat.is_some()).expect("a loop segment");
+    // The iteration number, the condition, `acc` and `grow`, then `big`; the captured constant `step`
+    // is the body's own.
+    let names: Vec<&str> = body.compiler.onnx_model().inputs().iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["i", "c", "acc_in", "grow_in", "big"]);
+    assert_eq!(body.inputs.len(), 3, "{:?}", body.inputs);
     assert_eq!(compiler.value_inputs(), &[] as &[usize], "neither big nor the trip count keys the model's programs");
     for (total, m) in CASES {
         let inputs = [big(total), scalar_i64(m)];

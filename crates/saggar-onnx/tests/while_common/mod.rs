@@ -32,16 +32,16 @@ pub fn floats(t: &Tensor) -> Vec<f32> {
     }
 }
 
-/// The while loop's body: `acc_out = acc_in + 1`, `grow_out = Concat(grow_in, [i])` (a carried value
+/// The while loop's body: `acc_out = acc_in + step` (`step` the outer graph's constant 1, captured), `grow_out = Concat(grow_in, [i])` (a carried value
 /// one longer each iteration), scan `2 * acc_out`, and `c_out = ReduceSum(big) > acc_out[0]`.
 pub fn body() -> GraphProto {
     let mut b = ModelBuilder::new(17);
     for (n, t) in [("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32), ("grow_in", DType::F32)] {
         b.input(n, t, &[]);
     }
-    b.initializer("one", &f32s(&[1], &[1.0])).initializer("two", &f32s(&[1], &[2.0]));
+    b.initializer("two", &f32s(&[1], &[2.0]));
     b.initializer("zero_i", &scalar_i64(0)).initializer("shape1", &Tensor::from_i64s(vec![1]));
-    b.node("Add", &["acc_in", "one"], &["acc_out"], &[]);
+    b.node("Add", &["acc_in", "step"], &["acc_out"], &[]);
     b.node("Cast", &["i"], &["fi"], &[("to", Attribute::Int(1))]);
     b.node("Reshape", &["fi", "shape1"], &["fi1"], &[]);
     b.node("Concat", &["grow_in", "fi1"], &["grow_out"], &[("axis", Attribute::Int(0))]);
@@ -64,7 +64,7 @@ pub fn while_model() -> OnnxModel {
     let mut b = ModelBuilder::new(17);
     b.input("big", DType::F32, &[Dim::Fixed(BIG as u64)]).input("M", DType::I64, &[]);
     b.initializer("acc0", &f32s(&[1], &[0.0])).initializer("grow0", &f32s(&[1], &[-1.0]));
-    b.initializer("ten", &f32s(&[1], &[10.0]));
+    b.initializer("ten", &f32s(&[1], &[10.0])).initializer("step", &f32s(&[1], &[1.0]));
     b.control_node("Loop", &["M", "", "acc0", "grow0"], &["acc", "grow", "scans"], &[], &[("body", &body())]);
     b.node("Add", &["acc", "ten"], &["after"], &[]);
     b.output("acc", DType::F32, &[]).output("grow", DType::F32, &[]).output("scans", DType::F32, &[]);

@@ -261,7 +261,7 @@ enum Part {
 /// constants the Loops read must come from somewhere.
 fn parts(graph: &Graph, levels: &[usize], loops: &BTreeSet<usize>) -> Vec<Part> {
     let count = levels.iter().copied().max().map_or(1, |m| m + 1);
-    let loop_reads = loops.iter().flat_map(|&n| graph.nodes[n].inputs.iter().flatten().copied());
+    let loop_reads = loops.iter().flat_map(|&n| repeat::segment_reads(graph, &graph.nodes[n]));
     let constants = loop_reads.chain(graph.outputs.iter().map(|o| o.value)).any(|v| graph.value(v).constant.is_some());
     let mut parts = Vec::new();
     for level in 0..count {
@@ -288,7 +288,7 @@ fn cut(graph: &Graph, levels: &[usize], loops: &BTreeSet<usize>) -> Result<Split
         }
     }
     // A model output or a Loop input reading a constant is the first segment's.
-    let loop_reads = loops.iter().flat_map(|&n| graph.nodes[n].inputs.iter().flatten().copied());
+    let loop_reads = loops.iter().flat_map(|&n| repeat::segment_reads(graph, &graph.nodes[n]));
     for v in graph.outputs.iter().map(|o| o.value).chain(loop_reads) {
         if graph.value(v).constant.is_some() {
             made_in[v.0] = Some(0);

@@ -104,9 +104,18 @@ fn counts_values(graph: &Graph, id: ValueId) -> bool {
     false
 }
 
+/// The values of `graph` the run-time Loop `node`'s segment reads: its trip count and first
+/// condition where given, its carried values' initial values, and the values its body captures but
+/// constants (which the body's model holds as its own).
+pub(crate) fn segment_reads(graph: &Graph, node: &Node) -> Vec<ValueId> {
+    let Some(Ok((body, captured))) = control_flow::loop_body(graph, node) else { return Vec::new() };
+    let explicit = node.inputs.iter().take(body.formal).flatten().copied();
+    explicit.chain(captured.into_iter().filter(|&c| graph.value(c).constant.is_none())).collect()
+}
+
 /// The model of the run-time Loop `node`'s body, the values of `graph` its inputs after the
-/// condition read (the carried values' initial values, then the captured values), and how many
-/// values it carries.
+/// condition read (the carried values' initial values, then the captured values but constants,
+/// which the model holds), and how many values it carries.
 pub(crate) fn body_model(graph: &Graph, node: &Node) -> Result<(Graph, Vec<ValueId>, usize), OnnxError> {
     let Some(body) = control_flow::loop_body(graph, node) else {
         return Err(graph_error(node, "only a Loop runs as a loop segment"));
@@ -118,7 +127,7 @@ pub(crate) fn body_model(graph: &Graph, node: &Node) -> Result<(Graph, Vec<Value
         let initial = node.inputs.get(2 + j).copied().flatten();
         reads.push(initial.ok_or_else(|| graph_error(node, &format!("carried value {j} has no initial value")))?);
     }
-    reads.extend(&captured);
+    reads.extend(captured.iter().filter(|&&c| graph.value(c).constant.is_none()));
     let mut types = vec![ValueType::new(DType::I64, Vec::new()), ValueType::new(DType::Bool, Vec::new())];
     for (j, &initial) in reads[..carried].iter().enumerate() {
         // The carried value's type over every iteration: the Loop's output's, merged by inference.
@@ -136,6 +145,20 @@ pub(crate) fn body_model(graph: &Graph, node: &Node) -> Result<(Graph, Vec<Value
         let v = g.value_mut(id);
         (v.ty, v.constant, v.dims_value) = (Some(ty), None, None);
     }
+    // A captured constant (a weight) is the body's own constant, not an input each request copies.
+    let formal = body.formal;
+    for (c, &value) in captured.iter().enumerate() {
+        if let Some(t) = &graph.value(value).constant {
+            g.value_mut(body.graph.inputs[formal + c]).constant = Some(t.clone());
+        }
+    }
+    let constant: Vec<bool> = captured.iter().map(|&c| graph.value(c).constant.is_some()).collect();
+    let mut k = 0;
+    g.inputs.retain(|_| {
+        k += 1;
+        k <= formal || !constant[k - 1 - formal]
+    });
+
     infer_and_fold(&mut g, Mode::Symbolic, SPECIALISE_FOLD_LIMIT)?;
     if g.nodes.iter().any(|n| n.op.bounded().is_some() || n.op_type.ends_with(BOUNDED)) || has_runtime_loop(&g)? {
         return Err(graph_error(
