@@ -58,6 +58,24 @@ fn a_while_loop_that_never_stops_is_a_typed_error_at_its_iteration_limit() {
 }
 
 #[test]
+fn scan_outputs_whose_extents_change_between_iterations_are_a_typed_error_naming_the_loop() {
+    let compiler = Arc::new(OnnxCompiler::new(while_common::while_model_scanning(true), OnnxOptions::default()));
+    let inputs = [big(3.5), scalar_i64(100)];
+    match saggar_onnx::run_on_host(&compiler, &inputs).unwrap_err() {
+        OnnxError::Request { reason, .. } => {
+            assert!(reason.contains("Loop") && reason.contains("scan output 0"), "{reason}")
+        }
+        other => panic!("expected a request error, got {other}"),
+    }
+    let session = session::<HostBackend>(HostBackend::open(0).unwrap(), compiler);
+    let message = session_run(&session, &inputs).unwrap_err().to_string();
+    assert!(message.contains("Loop") && message.contains("scan output 0"), "{message}");
+    // One iteration stacks one row: no mismatch.
+    let out = session_run(&session, &[big(0.5), scalar_i64(100)]).unwrap();
+    assert_eq!(out[2].dims(), [1, 2]);
+}
+
+#[test]
 fn a_while_loop_whose_body_computes_extents_from_data_is_refused_naming_the_node() {
     // The body keeps the elements of `big` above the carried value: NonZero in a loop run at run time.
     let mut bb = ModelBuilder::new(17);

@@ -32,9 +32,11 @@ pub fn floats(t: &Tensor) -> Vec<f32> {
     }
 }
 
-/// The while loop's body: `acc_out = acc_in + step` (`step` the outer graph's constant 1, captured), `grow_out = Concat(grow_in, [i])` (a carried value
-/// one longer each iteration), scan `2 * acc_out`, and `c_out = ReduceSum(big) > acc_out[0]`.
-pub fn body() -> GraphProto {
+/// The while loop's body: `acc_out = acc_in + step` (`step` the outer graph's constant 1,
+/// captured), `grow_out = Concat(grow_in, [i])` (a carried value one longer each iteration), the scan
+/// output `2 * acc_out` (or, `scan_grow`, `grow_out`, whose extent changes every iteration), and
+/// `c_out = ReduceSum(big) > acc_out[0]`.
+pub fn body(scan_grow: bool) -> GraphProto {
     let mut b = ModelBuilder::new(17);
     for (n, t) in [("i", DType::I64), ("c", DType::Bool), ("acc_in", DType::F32), ("grow_in", DType::F32)] {
         b.input(n, t, &[]);
@@ -45,7 +47,11 @@ pub fn body() -> GraphProto {
     b.node("Cast", &["i"], &["fi"], &[("to", Attribute::Int(1))]);
     b.node("Reshape", &["fi", "shape1"], &["fi1"], &[]);
     b.node("Concat", &["grow_in", "fi1"], &["grow_out"], &[("axis", Attribute::Int(0))]);
-    b.node("Mul", &["acc_out", "two"], &["scan"], &[]);
+    if scan_grow {
+        b.node("Identity", &["grow_out"], &["scan"], &[]);
+    } else {
+        b.node("Mul", &["acc_out", "two"], &["scan"], &[]);
+    }
     b.node("ReduceSum", &["big"], &["total"], &[("keepdims", Attribute::Int(0))]);
     b.node("Gather", &["acc_out", "zero_i"], &["first"], &[("axis", Attribute::Int(0))]);
     b.node("Greater", &["total", "first"], &["c_out"], &[]);
@@ -61,11 +67,16 @@ pub fn body() -> GraphProto {
 /// count a model input; outputs the final `acc` and `grow` and the stacked scan, then `acc + 10`
 /// computed after the loop.
 pub fn while_model() -> OnnxModel {
+    while_model_scanning(false)
+}
+
+/// [`while_model`] with [`body`]'s `scan_grow`.
+pub fn while_model_scanning(scan_grow: bool) -> OnnxModel {
     let mut b = ModelBuilder::new(17);
     b.input("big", DType::F32, &[Dim::Fixed(BIG as u64)]).input("M", DType::I64, &[]);
     b.initializer("acc0", &f32s(&[1], &[0.0])).initializer("grow0", &f32s(&[1], &[-1.0]));
     b.initializer("ten", &f32s(&[1], &[10.0])).initializer("step", &f32s(&[1], &[1.0]));
-    b.control_node("Loop", &["M", "", "acc0", "grow0"], &["acc", "grow", "scans"], &[], &[("body", &body())]);
+    b.control_node("Loop", &["M", "", "acc0", "grow0"], &["acc", "grow", "scans"], &[], &[("body", &body(scan_grow))]);
     b.node("Add", &["acc", "ten"], &["after"], &[]);
     b.output("acc", DType::F32, &[]).output("grow", DType::F32, &[]).output("scans", DType::F32, &[]);
     b.output("after", DType::F32, &[]);
