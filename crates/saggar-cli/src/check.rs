@@ -121,8 +121,8 @@ pub fn check(args: &CheckArgs) -> Result<CheckReport> {
     let (lowered, lowered_dims): (&OnnxCompiler, Vec<Vec<u64>>) = match first {
         Some(first) => (
             &first.compiler,
-            // A loop body's first two inputs are its iteration number and condition, scalars.
-            (first.repeat.iter().flat_map(|_| [Vec::new(), Vec::new()]))
+            // A loop body's own inputs (its iteration number and condition) are scalars.
+            std::iter::repeat_n(Vec::new(), saggar_dispatch::Repeat::own_inputs(first.repeat.as_ref()))
                 .chain(first.inputs.iter().map(|s| match s {
                     SegmentSource::Input(i) => dims[*i].clone(),
                     SegmentSource::Output { .. } => Vec::new(),

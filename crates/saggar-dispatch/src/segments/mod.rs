@@ -131,6 +131,13 @@ impl<B: Backend> Workspace<B> {
             None => Err(DispatchError::Config(format!("segment workspace slot {slot} was never written"))),
         }
     }
+
+    /// The first `bytes` bytes of slot `slot`, read back to the host (one synchronisation).
+    fn read(&self, slot: usize, bytes: usize) -> Result<Vec<u8>> {
+        let mut host = vec![0u8; bytes];
+        self.stream.download(self.filled(slot, bytes)?, &mut host)?;
+        Ok(host)
+    }
 }
 
 /// What a request knows of a value produced so far: its type, extents and, for a value read back,
@@ -157,9 +164,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         let mut repeats = Vec::with_capacity(segments.segments.len());
         for (k, segment) in segments.segments.into_iter().enumerate() {
             let spec = segment.compiler.model();
-            // A loop body's first two inputs, the iteration number and the condition, come from the
-            // loop itself.
-            let own = if segment.repeat.is_some() { 2 } else { 0 };
+            let own = Repeat::own_inputs(segment.repeat.as_ref());
             if spec.inputs.len() != segment.inputs.len() + own {
                 return Err(DispatchError::Config(format!(
                     "segment {k} of the model takes {} inputs, its wiring names {}",
@@ -191,7 +196,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             }
         };
         for ((session, sources), r) in sessions.iter().zip(&inputs).zip(&repeats) {
-            let own = if r.is_some() { 2 } else { 0 };
+            let own = Repeat::own_inputs(r.as_ref());
             for &v in &session.inner.compiler.model().value_inputs {
                 mark(v.checked_sub(own).and_then(|v| sources.get(v)));
             }
@@ -349,18 +354,22 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             })
             .collect::<Result<Vec<_>>>()?;
         session.run_device(&device_inputs, &device_outputs)?;
-        let mut outs = Vec::with_capacity(out_specs.len());
-        for (o, (spec, dims)) in out_specs.iter().zip(out_dims).enumerate() {
-            let host = if self.read_back[k][o] {
-                let mut bytes = vec![0u8; out_bytes[o]];
-                ws.stream.download(ws.filled(self.slot_base[k] + o, out_bytes[o])?, &mut bytes)?;
-                Some(bytes)
-            } else {
-                None
-            };
-            outs.push(Produced { dtype: spec.dtype(), dims, bytes: out_bytes[o], host });
-        }
-        Ok(outs)
+        let outs = out_specs.iter().zip(out_dims).enumerate();
+        outs.map(|(o, (spec, dims))| self.produced(k, o, ws, spec.dtype(), dims, out_bytes[o])).collect()
+    }
+
+    /// Output `o` of segment `k`, in its workspace slot: read back when a later segment is keyed by it.
+    fn produced(
+        &self,
+        k: usize,
+        o: usize,
+        ws: &Workspace<B>,
+        dtype: DType,
+        dims: Vec<u64>,
+        bytes: usize,
+    ) -> Result<Produced> {
+        let host = if self.read_back[k][o] { Some(ws.read(self.slot_base[k] + o, bytes)?) } else { None };
+        Ok(Produced { dtype, dims, bytes, host })
     }
 
     /// The workspace slot holding `source`'s bytes.
@@ -392,11 +401,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
                 let p = &produced[segment][output];
                 let data = match &p.host {
                     Some(bytes) => bytes.clone(),
-                    None => {
-                        let mut bytes = vec![0u8; p.bytes];
-                        ws.stream.download(ws.filled(self.slot(source), p.bytes)?, &mut bytes)?;
-                        bytes
-                    }
+                    None => ws.read(self.slot(source), p.bytes)?,
                 };
                 Ok(OwnedTensor { name: name.to_string(), dtype: p.dtype, dims: p.dims.clone(), data })
             }

@@ -53,6 +53,15 @@ struct Held {
 type Row = Option<(Vec<u64>, usize)>;
 
 impl Repeat {
+    /// The body's inputs the loop supplies itself, before those its wiring names: the iteration
+    /// number and the condition.
+    pub const OWN_INPUTS: usize = 2;
+
+    /// [`Repeat::OWN_INPUTS`] of a segment's `repeat` (none for a segment run once).
+    pub fn own_inputs(repeat: Option<&Repeat>) -> usize {
+        if repeat.is_some() { Repeat::OWN_INPUTS } else { 0 }
+    }
+
     /// Scratch slots a request of this loop uses: the iteration number and condition in, the
     /// condition out, and a second buffer per carried value.
     pub(crate) fn scratch_slots(&self) -> usize {
@@ -304,8 +313,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         }
         session.run_device(&inputs, &outputs)?;
         drop((inputs, outputs));
-        let mut cond = vec![0u8; cond_bytes];
-        ws.stream.download(ws.filled(cond_slot, cond_bytes)?, &mut cond)?;
+        let cond = ws.read(cond_slot, cond_bytes)?;
         let value_inputs = &session.inner.compiler.model().value_inputs;
         let mut next = Vec::with_capacity(n);
         for j in 0..n {
@@ -314,13 +322,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             }
             let slot = self.slot_base[k] + j;
             // A carried value the body is keyed by is read back for the next iteration's request.
-            let host = if value_inputs.contains(&(2 + j)) {
-                let mut h = vec![0u8; bytes[j]];
-                ws.stream.download(ws.filled(slot, bytes[j])?, &mut h)?;
-                Some(h)
-            } else {
-                None
-            };
+            let host = if value_inputs.contains(&(2 + j)) { Some(ws.read(slot, bytes[j])?) } else { None };
             let dims = out_dims[1 + j].clone();
             next.push(Held { dtype: specs[1 + j].dtype(), dims, bytes: bytes[j], slot, host });
         }
@@ -364,8 +366,7 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
         }
         let mut outs = Vec::with_capacity(specs.len() - 1);
         for (j, h) in carried.into_iter().enumerate() {
-            let slot = self.slot_base[k] + j;
-            outs.push(self.produced(k, j, ws, slot, h.dtype, h.dims, h.bytes)?);
+            outs.push(self.produced(k, j, ws, h.dtype, h.dims, h.bytes)?);
         }
         for (s, (row, row_bytes)) in rows.into_iter().enumerate() {
             let mut dims = vec![iterations];
@@ -373,31 +374,9 @@ impl<B: Backend, C: ProgramCompiler<B>> Chain<B, C> {
             let bytes =
                 usize::try_from(iterations).ok().and_then(|i| i.checked_mul(row_bytes)).ok_or_else(too_large)?;
             let o = n + s;
-            outs.push(self.produced(k, o, ws, self.slot_base[k] + o, specs[1 + o].dtype(), dims, bytes)?);
+            outs.push(self.produced(k, o, ws, specs[1 + o].dtype(), dims, bytes)?);
         }
         Ok(outs)
-    }
-
-    /// Output `o` of segment `k`, in `slot`: read back when a later segment is keyed by it.
-    #[allow(clippy::too_many_arguments)]
-    fn produced(
-        &self,
-        k: usize,
-        o: usize,
-        ws: &Workspace<B>,
-        slot: usize,
-        dtype: DType,
-        dims: Vec<u64>,
-        bytes: usize,
-    ) -> Result<Produced> {
-        let host = if self.read_back[k][o] {
-            let mut h = vec![0u8; bytes];
-            ws.stream.download(ws.filled(slot, bytes)?, &mut h)?;
-            Some(h)
-        } else {
-            None
-        };
-        Ok(Produced { dtype, dims, bytes, host })
     }
 }
 

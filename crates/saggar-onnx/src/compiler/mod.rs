@@ -516,8 +516,7 @@ fn model_value_inputs(graph: &Graph, split: Option<&passes::segments::Split>) ->
         .segments
         .iter()
         .flat_map(|s| {
-            // A loop body's first two inputs, the iteration number and the condition, are its loop's.
-            let own = if s.repeat.is_some() { 2 } else { 0 };
+            let own = if s.repeat.is_some() { saggar_dispatch::Repeat::OWN_INPUTS } else { 0 };
             let keyed = passes::value_inputs::value_inputs(&s.graph).into_iter();
             keyed.filter_map(move |i| match s.inputs.get(i.checked_sub(own)?)? {
                 passes::segments::Source::Input(m) => Some(*m),

@@ -300,7 +300,7 @@ pub(crate) fn emulate(
 }
 
 /// The flags every emulated plan, and the precompiled shim and preludes, are compiled with.
-const FLAGS: [&str; 5] = ["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-pthread", "-w"];
+const FLAGS: [&str; 4] = ["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-w"];
 
 /// The shim and the preludes every generated source starts with, as a header precompiled once per
 /// machine and compiler (`saggar-emulation-<digest>/pre.h` in the temporary folder; g++ takes

@@ -201,26 +201,28 @@ fn boundary_values(graph: &Graph, loops: &BTreeSet<usize>) -> BTreeSet<ValueId> 
 /// Whether `id` depends on a bounded node's outputs or on a model input that is not small, through
 /// every producer but the shape-only ops.
 fn computed_from_data(graph: &Graph, id: ValueId) -> bool {
+    reaches(graph, id, false, |v, producer| match producer {
+        Some(node) => node.op_type.ends_with(BOUNDED),
+        None => graph.inputs.contains(&v) && !small_or_flag(graph, v),
+    })
+}
+
+/// Whether a value `id` is computed from, itself included, is one `hit` takes (given its producer,
+/// if any). The walk goes through every producer's inputs, past the shape-only ops only when
+/// `through_shapes`, and stops at constants.
+fn reaches(graph: &Graph, id: ValueId, through_shapes: bool, hit: impl Fn(ValueId, Option<&Node>) -> bool) -> bool {
     let mut stack = vec![id];
     let mut seen = BTreeSet::new();
     while let Some(v) = stack.pop() {
         if !seen.insert(v) || graph.value(v).constant.is_some() {
             continue;
         }
-        if graph.inputs.contains(&v) {
-            if !small_or_flag(graph, v) {
-                return true;
-            }
-            continue;
+        let producer = graph.producer(v).map(|n| &graph.nodes[n]);
+        if hit(v, producer) {
+            return true;
         }
-        if let Some(n) = graph.producer(v) {
-            let node = &graph.nodes[n];
-            if node.op_type.ends_with(BOUNDED) {
-                return true;
-            }
-            if !SHAPE_ONLY.contains(&node.op_type.as_str()) {
-                stack.extend(node.inputs.iter().flatten());
-            }
+        if let Some(node) = producer.filter(|n| through_shapes || !SHAPE_ONLY.contains(&n.op_type.as_str())) {
+            stack.extend(node.inputs.iter().flatten());
         }
     }
     false

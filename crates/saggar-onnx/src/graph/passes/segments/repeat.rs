@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use saggar_shape::DType;
 
-use super::{BOUNDED, Source, computed_from_data, graph_error};
+use super::{BOUNDED, Source, computed_from_data, graph_error, reaches};
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, ValueId};
 use crate::graph::passes::SPECIALISE_FOLD_LIMIT;
@@ -87,21 +87,7 @@ pub(crate) fn runtime_loops(graph: &Graph) -> Result<BTreeSet<usize>, OnnxError>
 /// Whether `id` is computed from the outputs of an op whose extents depend on values (NonZero,
 /// Unique...), through every producer, shape-only ops included: such a body condition is data.
 fn counts_values(graph: &Graph, id: ValueId) -> bool {
-    let mut stack = vec![id];
-    let mut seen = BTreeSet::new();
-    while let Some(v) = stack.pop() {
-        if !seen.insert(v) || graph.value(v).constant.is_some() {
-            continue;
-        }
-        if let Some(n) = graph.producer(v) {
-            let node = &graph.nodes[n];
-            if node.op.bounded().is_some() {
-                return true;
-            }
-            stack.extend(node.inputs.iter().flatten());
-        }
-    }
-    false
+    reaches(graph, id, true, |_, producer| producer.is_some_and(|node| node.op.bounded().is_some()))
 }
 
 /// The values of `graph` the run-time Loop `node`'s segment reads: its trip count and first
