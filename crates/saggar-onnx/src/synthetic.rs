@@ -210,6 +210,22 @@ pub struct AttentionConfig {
     pub nan_guard: bool,
     /// The scores are a second graph output too (so they cannot be fused away).
     pub scores_output: bool,
+    /// How Q, K and V are projected.
+    pub projections: Projections,
+}
+
+/// How an [`attention_block`] projects Q, K and V from its input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Projections {
+    /// Three MatMuls, as BERT's exports have them.
+    #[default]
+    Separate,
+    /// One MatMul to `[batch, seq, 3 * heads * head_dim]` split in three along its last axis, as
+    /// GPT-2's exports have it.
+    Split,
+    /// One MatMul viewed as `[batch, seq, 3, heads * head_dim]`, transposed to put the 3 first and
+    /// gathered at 0, 1 and 2, as torchvision's `nn.MultiheadAttention` exports it.
+    Stacked,
 }
 
 /// One multi-head self-attention block, opset 17: input `x` f32 `[batch, seq, heads * head_dim]`
@@ -231,9 +247,8 @@ pub fn attention_block(cfg: AttentionConfig) -> ModelBuilder {
     b.initializer("zero", &scalar_f32(0.0));
     b.initializer("sqrt_d", &scalar_f32((hd as f32).sqrt()));
     b.initializer("quarter", &scalar_f32((hd as f32).powf(-0.25)));
+    project(&mut b, &mut seed, cfg.projections, h);
     for (name, perm) in [("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])] {
-        b.initializer(&format!("w{name}"), &weights(&mut seed, &[h, h], 0.5));
-        b.node("MatMul", &["x", &format!("w{name}")], &[&format!("{name}_p")], &[]);
         b.node("Reshape", &[&format!("{name}_p"), "split"], &[&format!("{name}_4")], &[]);
         b.node(
             "Transpose",
@@ -270,6 +285,37 @@ pub fn attention_block(cfg: AttentionConfig) -> ModelBuilder {
         b.output("scores", DType::F32, &[]);
     }
     b
+}
+
+/// The projections `q_p`, `k_p` and `v_p` (`[batch, seq, h]`) of `x` for [`attention_block`].
+fn project(b: &mut ModelBuilder, seed: &mut u64, projections: Projections, h: usize) {
+    let names = ["q_p", "k_p", "v_p"];
+    match projections {
+        Projections::Separate => {
+            for (name, out) in ["wq", "wk", "wv"].into_iter().zip(names) {
+                b.initializer(name, &weights(seed, &[h, h], 0.5));
+                b.node("MatMul", &["x", name], &[out], &[]);
+            }
+        }
+        Projections::Split => {
+            b.initializer("wqkv", &weights(seed, &[h, 3 * h], 0.5));
+            b.initializer("thirds", &ints(&[h as i64; 3]));
+            b.node("MatMul", &["x", "wqkv"], &["qkv"], &[]);
+            b.node("Split", &["qkv", "thirds"], &names, &[("axis", Attribute::Int(2))]);
+        }
+        Projections::Stacked => {
+            b.initializer("wqkv", &weights(seed, &[h, 3 * h], 0.5));
+            b.initializer("stack", &ints(&[0, 0, 3, h as i64]));
+            b.node("MatMul", &["x", "wqkv"], &["qkv"], &[]);
+            b.node("Reshape", &["qkv", "stack"], &["qkv_4"], &[]);
+            b.node("Transpose", &["qkv_4"], &["qkv_t"], &[("perm", Attribute::Ints(vec![2, 0, 1, 3]))]);
+            for (k, out) in names.into_iter().enumerate() {
+                let index = format!("index{k}");
+                b.initializer(&index, &Tensor::new(vec![], TensorData::I64(vec![k as i64])).expect("a scalar"));
+                b.node("Gather", &["qkv_t", &index], &[out], &[("axis", Attribute::Int(0))]);
+            }
+        }
+    }
 }
 
 /// The f32 ONNX model `bytes` as a half-precision export writes it (`model.half()` in PyTorch):

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use saggar_device::BackendKind;
-use saggar_onnx::synthetic::{AttentionConfig, EncoderConfig, attention_block, bert_like_encoder};
+use saggar_onnx::synthetic::{AttentionConfig, EncoderConfig, Projections, attention_block, bert_like_encoder};
 use saggar_onnx::{
     ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host,
 };
@@ -54,8 +54,15 @@ fn mask(batch: usize, seq: usize, all_masked: bool) -> Tensor {
 
 #[test]
 fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
-    let base =
-        AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    let base = AttentionConfig {
+        heads: 2,
+        head_dim: 8,
+        div_scale: false,
+        mask: true,
+        nan_guard: true,
+        scores_output: false,
+        projections: Projections::Separate,
+    };
     let cases = [
         (base, 3, 10, true),
         (AttentionConfig { div_scale: true, ..base }, 2, 7, false),
@@ -93,10 +100,50 @@ fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
     }
 }
 
+/// Q, K and V split off one projection, as GPT-2 (a Split) and torchvision's ViT (a transposed
+/// stack gathered at 0, 1 and 2) export them: the kernel reads each part of the projection in place,
+/// at its offset, so the Split, the Gathers and the Transpose launch nothing; the outputs match the
+/// unfused plan's.
+#[test]
+fn packed_projections_are_read_in_place_at_their_offsets() {
+    let base = AttentionConfig {
+        heads: 2,
+        head_dim: 8,
+        div_scale: true,
+        mask: true,
+        nan_guard: false,
+        scores_output: false,
+        projections: Projections::Split,
+    };
+    for cfg in [base, AttentionConfig { projections: Projections::Stacked, div_scale: false, ..base }] {
+        let (batch, seq) = (3, 9);
+        let what = format!("{:?}", cfg.projections);
+        let model =
+            OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
+        let (fused, unfused) = compilers(&model);
+        let inputs = vec![f32s(&[batch, seq, 16], 4), mask(batch, seq, false)];
+        let dims: Vec<Vec<u64>> = inputs.iter().map(|t| t.dims().iter().map(|&d| d as u64).collect()).collect();
+        for backend in [BackendKind::Host, BackendKind::Cuda] {
+            let f = fused.plan_summary(&dims, backend).unwrap();
+            assert_eq!(f.attention_groups, 1, "{what} on {backend:?}");
+            // The projection and the attention kernel: nothing copies Q, K or V out.
+            assert_eq!(f.launches, 2, "{what} on {backend:?}");
+        }
+        assert_close(&run_on_host(&fused, &inputs).unwrap(), &run_on_host(&unfused, &inputs).unwrap(), &what);
+    }
+}
+
 #[test]
 fn scores_read_outside_the_pattern_are_not_fused() {
-    let cfg =
-        AttentionConfig { heads: 2, head_dim: 4, div_scale: true, mask: true, nan_guard: false, scores_output: true };
+    let cfg = AttentionConfig {
+        heads: 2,
+        head_dim: 4,
+        div_scale: true,
+        mask: true,
+        nan_guard: false,
+        scores_output: true,
+        projections: Projections::Separate,
+    };
     let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
     let (fused, unfused) = compilers(&model);
     let inputs = vec![f32s(&[2, 5, 8], 1), mask(2, 5, false)];

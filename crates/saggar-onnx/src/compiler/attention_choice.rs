@@ -5,15 +5,22 @@ use saggar_device::BackendKind;
 
 use crate::fuse::attention::kernel::{Form, TILED_THREADS};
 use crate::plan::PlanStep;
-use crate::synthetic::{AttentionConfig, attention_block};
+use crate::synthetic::{AttentionConfig, Projections, attention_block};
 use crate::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions};
 
 /// The synthetic block's attention: masked, unguarded, f32 out.
 const FORM: Form = Form { mask: true, nan_to_zero: false, store: None };
 
 fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
-    let cfg =
-        AttentionConfig { heads: 4, head_dim: 64, div_scale: true, mask: true, nan_guard: false, scores_output: false };
+    let cfg = AttentionConfig {
+        heads: 4,
+        head_dim: 64,
+        div_scale: true,
+        mask: true,
+        nan_guard: false,
+        scores_output: false,
+        projections: Projections::Separate,
+    };
     let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
     OnnxCompiler::new(model, OnnxOptions::default().with_attention(kernel))
 }
@@ -99,20 +106,21 @@ fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_
 #[test]
 fn half_precisions_run_the_tensor_core_kernel_unless_the_keep_list_names_the_pattern() {
     use crate::Precision;
-    use crate::fuse::attention::kernel::gpu_mma_kernel;
+    use crate::fuse::attention::kernel::{MmaBlock, gpu_mma_kernel};
     use saggar_shape::DType;
     let half = |precision: Precision, keep: &[&str]| {
         let model = compiler(AttentionKernel::Auto).onnx_model().clone();
         OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision).with_keep_fp32(keep.iter().copied()))
     };
     let fp16 = half(Precision::Fp16, &[]);
-    let mma16 = |warps| gpu_mma_kernel(FORM, (64, 64), DType::F16, warps).0;
-    // Four heads: batch 1 has 8 tiles of 16 rows (one warp), batch 64 has 256 tiles of 64 (four).
-    assert_eq!(attention_launch(&fp16, 1), (mma16(1), 32));
-    assert_eq!(attention_launch(&fp16, 16), (mma16(2), 64), "256 tiles of 32 rows");
-    assert_eq!(attention_launch(&fp16, 64), (mma16(4), 128));
+    let mma16 = |block| gpu_mma_kernel(FORM, (64, 64), DType::F16, block).0;
+    // Four heads: batch 1 has 32 tiles of 16 rows, too few to fill the GPU, so four warps share
+    // each tile's keys; batch 64 has 256 tiles of 64 (four warps, rows of their own).
+    assert_eq!(attention_launch(&fp16, 1), (mma16(MmaBlock::SPLIT), 128));
+    assert_eq!(attention_launch(&fp16, 16), (mma16(MmaBlock::rows(2)), 64), "256 tiles of 32 rows");
+    assert_eq!(attention_launch(&fp16, 64), (mma16(MmaBlock::rows(4)), 128));
     let bf16 = half(Precision::Bf16, &[]);
-    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(FORM, (64, 64), DType::BF16, 4).0);
+    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(FORM, (64, 64), DType::BF16, MmaBlock::rows(4)).0);
     let source = bf16.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
     assert!(source.contains("onnx_mma_bf16(") && !source.contains("onnx_attention_tiled_"));
     for keep in ["Softmax", "MatMul"] {

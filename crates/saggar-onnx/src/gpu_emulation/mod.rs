@@ -466,10 +466,17 @@ fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the
 /// `crate::ops::gpu::ROW_CACHE_BYTES`.
 #[test]
 fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
-    use crate::synthetic::{AttentionConfig, attention_block};
+    use crate::synthetic::{AttentionConfig, Projections, attention_block};
     use crate::{AttentionKernel, Precision};
-    let base =
-        AttentionConfig { heads: 2, head_dim: 8, div_scale: false, mask: true, nan_guard: true, scores_output: false };
+    let base = AttentionConfig {
+        heads: 2,
+        head_dim: 8,
+        div_scale: false,
+        mask: true,
+        nan_guard: true,
+        scores_output: false,
+        projections: Projections::Separate,
+    };
     // (config, batch, seq): the NaN guard with a row masked entirely, a Div scale without a guard,
     // no mask, more keys than one block-sized chunk (and than many key tiles), and head sizes of
     // each tile shape of the tiled kernel (up to 64, 128 and 256) with ragged last tiles.
@@ -488,6 +495,13 @@ fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
         (AttentionConfig { heads: 2, head_dim: 72, nan_guard: false, ..base }, 128, 20, None),
         // Four warps a block in half (256 tiles of 64 rows).
         (AttentionConfig { heads: 4, head_dim: 16, ..base }, 64, 64, f16),
+        // Split keys: too few tiles of 16 rows to fill the GPU, so four warps share each tile's
+        // keys: a head of 64 with a mask and rows whose keys are all masked here, and the head of 4
+        // over 260 keys above (three rounds of four tiles, the last ragged).
+        (AttentionConfig { heads: 2, head_dim: 64, ..base }, 2, 100, bf16),
+        // Q, K and V read in place from one projection, at their offsets.
+        (AttentionConfig { projections: Projections::Split, ..base }, 2, 9, f16),
+        (AttentionConfig { projections: Projections::Stacked, heads: 1, head_dim: 64, ..base }, 1, 70, f16),
     ] {
         let bytes = attention_block(cfg).to_bytes();
         let h = cfg.heads * cfg.head_dim;
@@ -622,14 +636,23 @@ fn half_precision_casts_match_the_host_bit_for_bit_when_run_on_the_cpu() {
 fn half_models_gpu_plans_match_the_host_when_run_on_the_cpu() {
     use saggar_shape::DType;
 
-    use crate::synthetic::{AttentionConfig, EncoderConfig, attention_block, bert_like_encoder, half_precision};
+    use crate::synthetic::{
+        AttentionConfig, EncoderConfig, Projections, attention_block, bert_like_encoder, half_precision,
+    };
     let encoder =
         EncoderConfig { layers: 1, hidden: 32, heads: 2, intermediate: 64, vocab: 50, max_positions: 16, seq: None };
     let (batch, seq) = (2usize, 5usize);
     let ids = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i * 3 % 50).collect())).unwrap();
     let mask = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i64::from(i % 5 < 4)).collect())).unwrap();
-    let cfg =
-        AttentionConfig { heads: 2, head_dim: 8, div_scale: true, mask: false, nan_guard: false, scores_output: false };
+    let cfg = AttentionConfig {
+        heads: 2,
+        head_dim: 8,
+        div_scale: true,
+        mask: false,
+        nan_guard: false,
+        scores_output: false,
+        projections: Projections::Separate,
+    };
     let x: Vec<f32> = (0..batch * seq * 16).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
     for dtype in [DType::F16, DType::BF16] {
         let x = Tensor::new(vec![batch, seq, 16], TensorData::F32(x.clone())).unwrap().narrowed(dtype).unwrap();

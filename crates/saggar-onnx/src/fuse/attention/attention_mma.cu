@@ -10,14 +10,26 @@
 // transposed (`ldmatrix.trans` on CUDA). Each lane sums its part of a row's probabilities (before
 // rounding); the four meet at the end. Two adjacent output columns are stored together where the
 // output rows are contiguous. Heads up to 128 (DP, DVP: D and DV rounded up to 16).
+// Split keys (@SPLIT@ > 1, heads up to 64): the block's @SPLIT@ warps share one tile of 16 query
+// rows, each warp visiting its own key tiles (warp w the tiles w, w + SPLIT, ...) in a shared
+// memory tile of its own; at the end each warp leaves its maximum, sum and unnormalised output rows
+// in shared memory and the block merges them in f32. A batch too small to fill the GPU with blocks
+// of query tiles (one sequence: 12 heads of 128 rows are 96 tiles of 16) then has each block read
+// a quarter of the keys, not all of them with one warp.
 // meta: as the row kernel's (attention.cu)
 (const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int D = @D@, DV = @DV@, DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BK = @BK@;
-  constexpr int QW = (DP + 8) / 2, VW = (DVP + 8) / 2, THREADS = 32 * @WARPS@, BQ = 16 * @WARPS@;
+  constexpr int QW = (DP + 8) / 2, VW = (DVP + 8) / 2, THREADS = 32 * @WARPS@, SPLIT = @SPLIT@;
+  constexpr int BQ = 16 * @WARPS@ / SPLIT, LOADERS = THREADS / SPLIT;
+  static_assert(SPLIT == 1 || (BQ * DVP <= BK * VW && 2 * BQ <= BK * QW), "the merge fits the tiles");
   alignas(16) __shared__ unsigned qs[BQ][QW];
-  alignas(16) __shared__ unsigned ks[BK][QW];
-  alignas(16) __shared__ unsigned vs[BK][VW];
+  alignas(16) __shared__ unsigned key_tiles[SPLIT][BK][QW];
+  alignas(16) __shared__ unsigned value_tiles[SPLIT][BK][VW];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+  // This warp's key tiles, and its place among the threads loading them.
+  const int kt = warp % SPLIT, lid = warp / SPLIT * 32 + lane;
+  unsigned (*ks)[QW] = key_tiles[kt];
+  unsigned (*vs)[VW] = value_tiles[kt];
 @META_TILES@
   // Element `d` of row `r` of an operand (zero outside `rows` x `cols`).
   auto at = [](const float* p, int off, bool inside) { return inside ? p[off] : 0.0f; };
@@ -78,33 +90,34 @@
         qs[r][d / 2] = @PACK@(at(q, off, i0 + r < Sq && d < D), at(q, off + q_cs, i0 + r < Sq && d + 1 < D));
       }
     }
-    const int r0 = warp * 16;
+    const int r0 = warp / SPLIT * 16;
     float o[DVP / 8][4], row_m[2] = {ONNX_NEG_INF, ONNX_NEG_INF}, row_l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < DVP / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    for (int j0 = 0; j0 < Sk; j0 += BK) {
+    for (int jr = 0; jr < Sk; jr += BK * SPLIT) {
+      const int j0 = jr + kt * BK;
       __syncthreads();
       // Keys and values as rows along the head.
       if (vec4) {
 #pragma unroll
-        for (int e = tid; e < BK * (DP / 4); e += THREADS) {
+        for (int e = lid; e < BK * (DP / 4); e += LOADERS) {
           const int j = e / (DP / 4), d = e % (DP / 4) * 4;
           put4(&ks[j][d / 2], row4(k, ko + (j0 + j) * k_cs + d, j0 + j < Sk && d < D));
         }
 #pragma unroll
-        for (int e = tid; e < BK * (DVP / 4); e += THREADS) {
+        for (int e = lid; e < BK * (DVP / 4); e += LOADERS) {
           const int j = e / (DVP / 4), d = e % (DVP / 4) * 4;
           put4(&vs[j][d / 2], row4(v, vo + (j0 + j) * v_rs + d, j0 + j < Sk && d < DV));
         }
       } else {
 #pragma unroll
-        for (int e = tid; e < BK * (DP / 2); e += THREADS) {
+        for (int e = lid; e < BK * (DP / 2); e += LOADERS) {
           const int j = k_rs == 1 ? e / (DP / 2) : e % BK, d = (k_rs == 1 ? e % (DP / 2) : e / BK) * 2;
           const int off = ko + d * k_rs + (j0 + j) * k_cs;
           ks[j][d / 2] = @PACK@(at(k, off, j0 + j < Sk && d < D), at(k, off + k_rs, j0 + j < Sk && d + 1 < D));
         }
 #pragma unroll
-        for (int e = tid; e < BK * (DVP / 2); e += THREADS) {
+        for (int e = lid; e < BK * (DVP / 2); e += LOADERS) {
           const int j = v_cs == 1 ? e / (DVP / 2) : e % BK, d = (v_cs == 1 ? e % (DVP / 2) : e / BK) * 2;
           const int off = vo + (j0 + j) * v_rs + d * v_cs;
           vs[j][d / 2] = @PACK@(at(v, off, j0 + j < Sk && d < DV), at(v, off + v_cs, j0 + j < Sk && d + 1 < DV));
@@ -174,11 +187,48 @@
         }
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    auto reduced = [&](int h) {
       float l = row_l[h];
       l += ONNX_SHFL_XOR_W(l, 1, 4);
-      l += ONNX_SHFL_XOR_W(l, 2, 4);
+      return l + ONNX_SHFL_XOR_W(l, 2, 4);
+    };
+    if (SPLIT > 1) {
+      // Each warp's rows (maximum, sum, unnormalised outputs) in shared memory, merged in f32.
+      __syncthreads();
+      float* po = (float*)&value_tiles[0][0][0];
+      float* pm = (float*)&key_tiles[0][0][0];
+      float* pl = pm + SPLIT * BQ;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = kt * BQ + r0 + g + 8 * h;
+        const float l = reduced(h);
+        if (t == 0) { pm[r] = row_m[h]; pl[r] = l; }
+#pragma unroll
+        for (int n = 0; n < DVP / 8; ++n) {
+          po[r * DVP + n * 8 + 2 * t] = o[n][2 * h];
+          po[r * DVP + n * 8 + 2 * t + 1] = o[n][2 * h + 1];
+        }
+      }
+      __syncthreads();
+      for (int e = tid; e < BQ * DV; e += THREADS) {
+        const int r = e / DV, col = e % DV, i = i0 + r;
+        if (i >= Sq) continue;
+        float m = ONNX_NEG_INF;
+        for (int w = 0; w < SPLIT; ++w) m = fmaxf(m, pm[w * BQ + r]);
+        float l = 0.0f, a = 0.0f;
+        for (int w = 0; w < SPLIT; ++w) {
+          const float f = m == ONNX_NEG_INF ? 0.0f : expf(pm[w * BQ + r] - m);
+          l += pl[w * BQ + r] * f;
+          a += po[(w * BQ + r) * DVP + col] * f;
+        }
+        out[oo + i * o_rs + col * o_cs] = @RESULT@;
+      }
+      __syncthreads();
+      continue;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = reduced(h);
       const int i = i0 + r0 + g + 8 * h;
       if (i >= Sq) continue;
       auto result = [&](float a) { return @RESULT@; };

@@ -122,13 +122,45 @@ pub(crate) fn mma_keys(head: usize) -> usize {
     if head.next_multiple_of(16) <= 64 { 64 } else { 32 }
 }
 
+/// Largest head (`D` and `Dv`) the split-keys block of the tensor-core kernel takes: its four key
+/// and value tiles of [`MMA_SPLIT_KEYS`] keys stay under 48 KiB of shared memory.
+pub(crate) const MMA_SPLIT_MAX_HEAD: usize = 64;
+
+/// Keys per tile of a warp of a split-keys block.
+const MMA_SPLIT_KEYS: usize = 32;
+
+/// A block of the tensor-core kernel: `warps` warps (1 to [`MMA_MAX_WARPS`]), `split` of which share
+/// each tile of 16 query rows, dividing its keys between them (1: a warp has 16 rows of its own and
+/// every key; [`MMA_MAX_WARPS`]: the split-keys block, heads up to [`MMA_SPLIT_MAX_HEAD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MmaBlock {
+    pub(crate) warps: u32,
+    pub(crate) split: u32,
+}
+
+impl MmaBlock {
+    /// `warps` warps, each with query rows of its own.
+    pub(crate) const fn rows(warps: u32) -> Self {
+        MmaBlock { warps, split: 1 }
+    }
+
+    /// The split-keys block.
+    pub(crate) const SPLIT: Self = MmaBlock { warps: MMA_MAX_WARPS, split: MMA_MAX_WARPS };
+
+    /// Query rows a block computes.
+    pub(crate) fn query_rows(self) -> usize {
+        16 * (self.warps / self.split) as usize
+    }
+}
+
 /// `(name, C++ definition)` of the tensor-core attention kernel (`attention_mma.cu`) computing in
-/// `half` (f16 or bf16) for head sizes `d` and `dv` up to [`MMA_MAX_HEAD`], with blocks of `warps`
-/// warps (1 to [`MMA_MAX_WARPS`]: a constant, so its tile loads unroll and are all in flight at
-/// once). Same parameters and `meta` table as [`gpu_kernel`]; launched with `32 × warps` threads
-/// and grid-stride over `batch positions × ceil(Sq / (16 × warps))`.
-pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, warps: u32) -> (String, String) {
+/// `half` (f16 or bf16) for head sizes `d` and `dv` up to [`MMA_MAX_HEAD`], with blocks of `block`
+/// (its warps a constant, so its tile loads unroll and are all in flight at once). Same parameters
+/// and `meta` table as [`gpu_kernel`]; launched with `32 × warps` threads and grid-stride over
+/// `batch positions × ceil(Sq / block.query_rows())`.
+pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, block: MmaBlock) -> (String, String) {
     let head = d.max(dv);
+    let keys = if block.split > 1 { MMA_SPLIT_KEYS } else { mma_keys(head) };
     let (pack, mma) =
         if half == DType::BF16 { ("onnx_pack_bf16", "onnx_mma_bf16") } else { ("onnx_pack_f16", "onnx_mma_f16") };
     let mask_add = if form.mask { " + mask[mo + i * m_rs + j * m_cs]" } else { "" };
@@ -146,15 +178,16 @@ pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, w
             ("HALF", half.name().to_string()),
             ("PACK", pack.to_string()),
             ("MMA", mma.to_string()),
-            ("BK", mma_keys(head).to_string()),
-            ("WARPS", warps.to_string()),
+            ("BK", keys.to_string()),
+            ("WARPS", block.warps.to_string()),
+            ("SPLIT", block.split.to_string()),
             ("META_TILES", meta_tiles()),
             ("D", d.to_string()),
             ("DV", dv.to_string()),
         ],
     );
     let name = kernel_name("attention_mma", &text);
-    let threads = 32 * warps;
+    let threads = 32 * block.warps;
     let blocks = if head.next_multiple_of(16) <= 64 { 4 } else { 2 };
     (name.clone(), format!("SAGGAR_GLOBAL void ONNX_BOUNDS({threads}, {blocks}) {name}{text}"))
 }

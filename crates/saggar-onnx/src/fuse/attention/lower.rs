@@ -9,7 +9,8 @@ use saggar_shape::DType;
 
 use super::Attention;
 use super::kernel::{
-    self, Form, HostAttention, MMA_MAX_HEAD, MMA_MAX_WARPS, TILED_FILL_TILES, TILED_MIN_TILES, TILED_THREADS,
+    self, Form, HostAttention, MMA_MAX_HEAD, MMA_MAX_WARPS, MMA_SPLIT_MAX_HEAD, MmaBlock, TILED_FILL_TILES,
+    TILED_MIN_TILES, TILED_THREADS,
 };
 use crate::error::OnnxError;
 use crate::fuse::attention::AttentionKernel;
@@ -20,6 +21,18 @@ use crate::plan::emitter::Emitter;
 use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::operand;
 use crate::plan::{ArgSource, LaunchStep, PlanStep, Target};
+
+/// `at` moved `offset` f32 elements on, where the memory is the plan's own (scratch, weights, the
+/// program's constants); a binding only at its start.
+fn starting_at(at: ArgSource, offset: i64) -> Option<ArgSource> {
+    let bytes = usize::try_from(offset).ok()?.checked_mul(4)?;
+    match at {
+        ArgSource::Scratch(o) => Some(ArgSource::Scratch(o.checked_add(bytes)?)),
+        ArgSource::Weights(o) => Some(ArgSource::Weights(o.checked_add(bytes)?)),
+        ArgSource::Local(o) => Some(ArgSource::Local(o.checked_add(bytes)?)),
+        other => (bytes == 0).then_some(other),
+    }
+}
 
 /// Blocks of the tiled kernel for `a` with tiles of `rows` query rows: batch positions × tiles.
 fn tiles(a: &Attention, rows: usize) -> u64 {
@@ -48,10 +61,22 @@ pub(crate) fn half_tiles(a: &Attention, half: Option<DType>, offsets32: bool) ->
     half.filter(|_| a.d <= MMA_MAX_HEAD && a.dv <= MMA_MAX_HEAD && offsets32)
 }
 
-/// Warps a block of the tensor-core kernel has for `a`: the most (up to [`MMA_MAX_WARPS`]) whose
-/// tiles still give [`TILED_FILL_TILES`] blocks, else one.
-fn mma_warps(a: &Attention) -> u32 {
-    (1..=MMA_MAX_WARPS).rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES).unwrap_or(1)
+/// The block of the tensor-core kernel for `a`: the most warps (up to [`MMA_MAX_WARPS`]) whose
+/// tiles of query rows still give [`TILED_FILL_TILES`] blocks; when even one warp's tiles do not
+/// (one sequence of BERT-base: 96 tiles), the split-keys block, whose warps divide the keys of one
+/// tile between them, for heads up to [`MMA_SPLIT_MAX_HEAD`] and more than one warp's worth of keys;
+/// else one warp.
+fn mma_block(a: &Attention) -> MmaBlock {
+    if let Some(w) = (1..=MMA_MAX_WARPS).rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES) {
+        return MmaBlock::rows(w);
+    }
+    if splits_keys(a) { MmaBlock::SPLIT } else { MmaBlock::rows(1) }
+}
+
+/// Whether the split-keys block may run `a`: heads up to [`MMA_SPLIT_MAX_HEAD`] and more than one
+/// warp's tile of keys.
+fn splits_keys(a: &Attention) -> bool {
+    a.d.max(a.dv) <= MMA_SPLIT_MAX_HEAD && a.sk > 32
 }
 
 /// Emits the one launch of an attention group, computing in `half` where [`half_tiles`] allows (the
@@ -72,7 +97,14 @@ pub(crate) fn emit(
             reason: format!("attention operand `{}` has no location", graph.value(*id).name),
         })
     };
-    let mut args = inputs.iter().map(at).collect::<Result<Vec<_>, _>>()?;
+    // Each operand from where it starts in the value it is read from.
+    let mut args = Vec::new();
+    for s in a.operands() {
+        let moved = starting_at(at(&s.value)?, s.offset).ok_or_else(|| OnnxError::Graph {
+            reason: format!("attention operand `{}` cannot be read at an offset", graph.value(s.value).name),
+        })?;
+        args.push(moved);
+    }
     args.push(at(&a.out.value)?);
     let elements = |id: ValueId| operand(graph, id).map(|o| numel(&o.dims) as usize);
     let mut offsets32 = true;
@@ -89,7 +121,11 @@ pub(crate) fn emit(
                 nan_to_zero: a.nan_to_zero,
                 half,
                 store: a.store,
-                lens: inputs.iter().map(|&id| elements(id)).collect::<Result<_, _>>()?,
+                lens: a
+                    .operands()
+                    .iter()
+                    .map(|s| Ok(elements(s.value)?.saturating_sub(s.offset as usize)))
+                    .collect::<Result<_, OnnxError>>()?,
                 out_len: elements(a.out.value)?,
             };
             kernel.ensure_registered()?;
@@ -98,17 +134,20 @@ pub(crate) fn emit(
         }
         (Target::Gpu(_), Some(half)) => {
             // Every block size a bucket may pick is defined, so all buckets share one source.
-            let warps = mma_warps(a);
+            let block = mma_block(a);
             let mut name = String::new();
-            for w in 1..=MMA_MAX_WARPS {
-                let (kernel, text) = kernel::gpu_mma_kernel(form, (a.d, a.dv), half, w);
-                if w == warps {
+            let split = (a.d.max(a.dv) <= MMA_SPLIT_MAX_HEAD).then_some(MmaBlock::SPLIT);
+            for b in (1..=MMA_MAX_WARPS).map(MmaBlock::rows).chain(split) {
+                let (kernel, text) = kernel::gpu_mma_kernel(form, (a.d, a.dv), half, b);
+                if b == block {
                     name = kernel.clone();
                 }
                 emit.kernel(kernel_signature(&kernel, args.len()), Some(text));
             }
-            let config =
-                LaunchConfig { block: Dim3::x(32 * warps), ..launch_config(Work::Rows(tiles(a, 16 * warps as usize))) };
+            let config = LaunchConfig {
+                block: Dim3::x(32 * block.warps),
+                ..launch_config(Work::Rows(tiles(a, block.query_rows())))
+            };
             let mut all = vec![emit.meta(&a.meta())];
             all.extend(args);
             emit.steps.push(PlanStep::Launch(LaunchStep { kernel: name, args: all, config }));

@@ -78,6 +78,8 @@ pub(crate) const MAX_HEAD: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Strided {
     pub(crate) value: ValueId,
+    /// Where the operand starts in `value`, in elements.
+    pub(crate) offset: i64,
     pub(crate) strides: Vec<i64>,
 }
 
@@ -135,8 +137,13 @@ impl Attention {
 
     /// The external inputs in kernel parameter order: Q, Kᵀ, V, then the mask when present.
     pub(crate) fn inputs(&self) -> Vec<ValueId> {
-        let mut v = vec![self.q.value, self.k.value, self.v.value];
-        v.extend(self.mask.as_ref().map(|m| m.value));
+        self.operands().iter().map(|s| s.value).collect()
+    }
+
+    /// Q, Kᵀ, V, then the mask when present.
+    pub(crate) fn operands(&self) -> Vec<&Strided> {
+        let mut v = vec![&self.q, &self.k, &self.v];
+        v.extend(self.mask.as_ref());
         v
     }
 }
@@ -226,28 +233,111 @@ fn perm(graph: &Graph, n: usize, rank: usize) -> Option<Vec<usize>> {
     (p.len() == rank && p.iter().all(|&a| a < rank && !std::mem::replace(&mut seen[a], true))).then_some(p)
 }
 
-/// `id` read through the Transpose and view nodes that produced it: the value actually read, its
-/// strides for `id`'s dims, and the absorbed nodes. The longest chain whose layout needs no copy.
-fn through_views(
-    graph: &Graph,
-    info: &[NodeInfo],
-    uses: &Uses,
-    id: ValueId,
-    reader: usize,
-) -> (ValueId, Vec<i64>, Vec<usize>) {
-    let Some((_, own)) = dims(graph, id) else { return (id, Vec::new(), Vec::new()) };
-    // The chain from `id` back: (node, its input), each value read once, by the next node.
-    let mut chain: Vec<(usize, ValueId)> = Vec::new();
+/// How an operand's views are followed: `Strict`, only through values read once, by the next node
+/// of the chain, and through Transposes and reshaping views; `Shared` also through values other
+/// members read (Q, K and V split off one stacked projection) and through the nodes that take part of
+/// a tensor at an offset (Split, Slice with unit steps, Gather of a constant index), whose
+/// absorption the group's closure check confirms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    Strict,
+    Shared,
+}
+
+/// The part of its input a node's output `out` is, when it is one: `(axis, start, len, dropped)`,
+/// the axis dropped for a Gather of a scalar index.
+fn part_of(graph: &Graph, n: usize, out: ValueId) -> Option<(usize, usize, usize, bool)> {
+    let node = &graph.nodes[n];
+    let (_, in_dims) = dims(graph, input(graph, n, 0)?)?;
+    let (_, out_dims) = dims(graph, out)?;
+    let rank = in_dims.len();
+    let axis_of = |name: &str| -> Option<usize> {
+        let a = match node.attrs.get(name) {
+            Some(Attribute::Int(a)) => *a,
+            None => 0,
+            _ => return None,
+        };
+        usize::try_from(if a < 0 { a + ext(rank) } else { a }).ok().filter(|&a| a < rank)
+    };
+    match node.op_type.as_str() {
+        "Split" => {
+            let axis = axis_of("axis")?;
+            let k = node.outputs.iter().position(|&o| o == out)?;
+            let start =
+                node.outputs[..k].iter().map(|&o| dims(graph, o).map(|(_, d)| d[axis])).sum::<Option<usize>>()?;
+            Some((axis, start, out_dims[axis], false))
+        }
+        "Gather" => {
+            let axis = axis_of("axis")?;
+            let index = constant_ints(graph, input(graph, n, 1)?)?;
+            // A scalar index drops the axis; a one-element index keeps it.
+            let (&[i], scalar) = (index.as_slice(), out_dims.len() + 1 == rank) else { return None };
+            let i = usize::try_from(if i < 0 { i + ext(in_dims[axis]) } else { i }).ok()?;
+            (i < in_dims[axis]).then_some((axis, i, 1, scalar))
+        }
+        "Slice" => {
+            // One sliced axis with unit steps: the output's extents tell its length.
+            let starts = constant_ints(graph, input(graph, n, 1)?)?;
+            let axes = match input(graph, n, 3) {
+                Some(a) => constant_ints(graph, a)?,
+                None => (0..ext(starts.len())).collect(),
+            };
+            let steps = input(graph, n, 4).map(|st| constant_ints(graph, st));
+            let changed: Vec<usize> = (0..rank).filter(|&a| in_dims[a] != out_dims[a]).collect();
+            if steps.is_some_and(|st| st.is_none_or(|st| st.iter().any(|&v| v != 1))) || changed.len() > 1 {
+                return None;
+            }
+            let axis = changed.first().copied().unwrap_or(0);
+            let at = axes.iter().position(|&a| a == ext(axis) || a + ext(rank) == ext(axis));
+            let start = at.map_or(Some(0), |k| {
+                let s = starts[k];
+                let s = if s < 0 { s + ext(in_dims[axis]) } else { s };
+                usize::try_from(s.clamp(0, ext(in_dims[axis]))).ok()
+            })?;
+            Some((axis, start, out_dims[axis], false))
+        }
+        _ => None,
+    }
+}
+
+/// The integers of a constant i64 or i32 tensor.
+fn constant_ints(graph: &Graph, id: ValueId) -> Option<Vec<i64>> {
+    match graph.value(id).constant.as_ref()?.data() {
+        TensorData::I64(v) => Some(v.clone()),
+        TensorData::I32(v) => Some(v.iter().map(|&x| i64::from(x)).collect()),
+        _ => None,
+    }
+}
+
+/// An operand read through the nodes that produced it: the value actually read, where in it the
+/// operand starts (elements), its strides for the operand's dims, and the absorbed nodes.
+struct Through {
+    base: ValueId,
+    offset: i64,
+    strides: Vec<i64>,
+    absorbed: Vec<usize>,
+}
+
+/// `id` read through the Transpose and view nodes (and, walking [`Walk::Shared`], the parts of
+/// tensors) that produced it: the longest chain whose layout needs no copy. A view starting past
+/// its first element reads a value with memory of the plan's own (computed or constant, no graph
+/// output), where a pointer can move.
+fn through_views(graph: &Graph, info: &[NodeInfo], uses: &Uses, id: ValueId, reader: usize, walk: Walk) -> Through {
+    let Some((_, own)) = dims(graph, id) else {
+        return Through { base: id, offset: 0, strides: Vec::new(), absorbed: Vec::new() };
+    };
+    // The chain from `id` back: (node, its input, the output followed).
+    let mut chain: Vec<(usize, ValueId, ValueId)> = Vec::new();
     let (mut cur, mut next_reader) = (id, reader);
-    while uses.readers[cur.0] == [next_reader]
+    while (walk == Walk::Shared || uses.readers[cur.0] == [next_reader])
         && !uses.graph_output[cur.0]
         && let Some(p) = graph.producer(cur)
-        && (graph.nodes[p].op_type == "Transpose" || graph.nodes[p].op.is_view())
-        && info[p].outputs.len() == 1
+        && let view = (graph.nodes[p].op_type == "Transpose" || graph.nodes[p].op.is_view())
+        && (view && info[p].outputs.len() == 1 || walk == Walk::Shared && part_of(graph, p, cur).is_some())
         && let Some(Some(input)) = graph.nodes[p].inputs.first()
         && dims(graph, *input).is_some_and(|(t, _)| t == DType::F32)
     {
-        chain.push((p, *input));
+        chain.push((p, *input, cur));
         cur = *input;
         next_reader = p;
     }
@@ -255,19 +345,25 @@ fn through_views(
         let base = chain[start - 1].1;
         let Some((_, d)) = dims(graph, base) else { continue };
         let mut layout = Some(views::Layout::contiguous(&d));
-        for &(p, _) in chain[..start].iter().rev() {
-            let rank = dims(graph, graph.nodes[p].inputs[0].unwrap_or(base)).map_or(0, |(_, d)| d.len());
-            layout = match (layout, graph.nodes[p].op_type == "Transpose") {
-                (Some(l), true) => perm(graph, p, rank).and_then(|pm| l.transpose(&pm)),
-                (Some(l), false) => dims(graph, graph.nodes[p].outputs[0]).and_then(|(_, out)| l.reshape(&out)),
-                (None, _) => None,
-            };
+        for &(p, input, out) in chain[..start].iter().rev() {
+            let rank = dims(graph, input).map_or(0, |(_, d)| d.len());
+            layout = layout.and_then(|l| match part_of(graph, p, out) {
+                _ if graph.nodes[p].op_type == "Transpose" => perm(graph, p, rank).and_then(|pm| l.transpose(&pm)),
+                Some((axis, at, _, true)) => l.select(axis, at),
+                Some((axis, at, len, false)) => l.slice(axis, at, len),
+                None => dims(graph, out).and_then(|(_, out)| l.reshape(&out)),
+            });
         }
-        if let Some(strides) = layout.and_then(|l| l.strides()) {
-            return (base, strides, chain[..start].iter().map(|&(p, _)| p).collect());
+        let movable = graph.value(base).constant.is_some() || graph.producer(base).is_some();
+        if let Some(l) = layout
+            && (l.offset() == 0 || movable && !uses.graph_output[base.0])
+            && let Some(strides) = l.strides()
+        {
+            let absorbed = chain[..start].iter().map(|&(p, _, _)| p).collect();
+            return Through { base, offset: l.offset(), strides, absorbed };
         }
     }
-    (id, contiguous(&own), Vec::new())
+    Through { base: id, offset: 0, strides: contiguous(&own), absorbed: Vec::new() }
 }
 
 /// Strides of an operand of `dims` (rank ≥ 2, own strides `own`) read at each batch position of
@@ -298,7 +394,9 @@ pub(crate) fn find(graph: &Graph, info: &[NodeInfo]) -> Vec<Attention> {
         if graph.nodes[pv].op_type != "MatMul" {
             continue;
         }
-        if let Some(a) = match_at(graph, info, &uses, pv)
+        // Through shared values and parts first; where that group is not closed, strictly.
+        if let Some(a) =
+            match_at(graph, info, &uses, pv, Walk::Shared).or_else(|| match_at(graph, info, &uses, pv, Walk::Strict))
             && a.members.iter().all(|m| !claimed.contains(m))
         {
             claimed.extend(a.members.iter().copied());
@@ -318,7 +416,7 @@ fn f32_dims(graph: &Graph, id: ValueId) -> Option<Vec<usize>> {
 }
 
 /// The pattern ending at the MatMul `pv`, when it is one.
-fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<Attention> {
+fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize, walk: Walk) -> Option<Attention> {
     let mut members = vec![pv];
     let (p_prime, v) = (input(graph, pv, 0)?, input(graph, pv, 1)?);
     let (p, nan_to_zero) = nan_guard(graph, uses, p_prime, &mut members)?;
@@ -353,10 +451,11 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
     // Operands through the views that made them; the nodes absorbed become members.
     let operand = |id: ValueId, members: &mut Vec<usize>| -> Option<Strided> {
         let reader = members.iter().copied().filter(|&m| graph.nodes[m].inputs.contains(&Some(id))).max()?;
-        let (base, own, absorbed) = through_views(graph, info, uses, id, reader);
+        let through = through_views(graph, info, uses, id, reader, walk);
         let own_dims = f32_dims(graph, id)?;
-        members.extend(absorbed);
-        Some(Strided { value: base, strides: batch_strides(&own_dims, &own, &batch)? })
+        members.extend(through.absorbed);
+        let strides = batch_strides(&own_dims, &through.strides, &batch)?;
+        Some(Strided { value: through.base, offset: through.offset, strides })
     };
     let q = operand(q, &mut members)?;
     let k = operand(k, &mut members)?;
@@ -367,7 +466,7 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize) -> Option<
             if !broadcast_dims_fit(&md, &sd) {
                 return None;
             }
-            Some(Strided { value: m, strides: broadcast(&md, &sd) })
+            Some(Strided { value: m, offset: 0, strides: broadcast(&md, &sd) })
         }
         None => None,
     };
@@ -445,7 +544,7 @@ fn masked_scores(graph: &Graph, uses: &Uses, s_prime: ValueId, members: &mut Vec
 /// absorbed are added to `members`.
 fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec<usize>) -> (Strided, Option<DType>) {
     let o = graph.nodes[pv].outputs[0];
-    let mut out = Strided { value: o, strides: contiguous(od) };
+    let mut out = Strided { value: o, offset: 0, strides: contiguous(od) };
     if uses.readers[o.0].len() == 1
         && !uses.graph_output[o.0]
         && let Some(&t) = uses.readers[o.0].first()
@@ -459,7 +558,7 @@ fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec
             os[a] = ts[k];
         }
         members.push(t);
-        out = Strided { value: graph.nodes[t].outputs[0], strides: os };
+        out = Strided { value: graph.nodes[t].outputs[0], offset: 0, strides: os };
     }
     while let Some(n) = only_reader(graph, uses, out.value)
         && graph.nodes[n].op.is_view()

@@ -8,6 +8,10 @@
 //! [B, H, D, S]`, as exporters write a key transpose) costs nothing. At the end every axis must be
 //! one stride: its atoms contiguous among themselves. Atoms of extent 1 are kept and checked like
 //! any other, so whether a chain reads through strides does not depend on a batch of 1.
+//!
+//! A slice of an axis (a Split's part, a Slice with unit steps) or one index of it (a Gather of a
+//! constant index, the axis dropped) keeps the strides and moves the view's start, `offset`
+//! elements into the first tensor: so Q, K and V split off one stacked projection are read in place.
 
 /// The atoms of one axis.
 type Axis = Vec<(usize, i64)>;
@@ -16,13 +20,15 @@ type Axis = Vec<(usize, i64)>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     axes: Vec<Axis>,
+    /// Where the view's first element is, in elements of the first tensor.
+    offset: i64,
 }
 
 impl Layout {
     /// A contiguous tensor of `dims`.
     pub(crate) fn contiguous(dims: &[usize]) -> Layout {
         let strides = crate::ops::gpu::contiguous(dims);
-        Layout { axes: dims.iter().zip(strides).map(|(&d, s)| vec![(d, s)]).collect() }
+        Layout { axes: dims.iter().zip(strides).map(|(&d, s)| vec![(d, s)]).collect(), offset: 0 }
     }
 
     /// The axes permuted (`out[i] = in[perm[i]]`), or `None` for a permutation of another rank.
@@ -30,7 +36,37 @@ impl Layout {
         if perm.len() != self.axes.len() {
             return None;
         }
-        Some(Layout { axes: perm.iter().map(|&a| self.axes.get(a).cloned()).collect::<Option<_>>()? })
+        Some(Layout {
+            axes: perm.iter().map(|&a| self.axes.get(a).cloned()).collect::<Option<_>>()?,
+            offset: self.offset,
+        })
+    }
+
+    /// Elements `start..start + len` of axis `axis`, or `None` when the axis's atoms do not allow it
+    /// (the slice must keep every atom but the outermost whole).
+    pub(crate) fn slice(&self, axis: usize, start: usize, len: usize) -> Option<Layout> {
+        let atoms = self.axes.get(axis)?;
+        let (&(outer, stride), inner_atoms) = atoms.split_first()?;
+        let inner: usize = inner_atoms.iter().map(|a| a.0).product();
+        if inner == 0 || !start.is_multiple_of(inner) || !len.is_multiple_of(inner) || start + len > outer * inner {
+            return None;
+        }
+        let mut axes = self.axes.clone();
+        axes[axis][0] = (len / inner, stride);
+        let moved = i64::try_from(start / inner).ok()?.checked_mul(stride)?;
+        Some(Layout { axes, offset: self.offset.checked_add(moved)? })
+    }
+
+    /// Index `index` of axis `axis`, the axis dropped.
+    pub(crate) fn select(&self, axis: usize, index: usize) -> Option<Layout> {
+        let mut one = self.slice(axis, index, 1)?;
+        one.axes.remove(axis);
+        Some(one)
+    }
+
+    /// Where the view starts, in elements of the first tensor.
+    pub(crate) fn offset(&self) -> i64 {
+        self.offset
     }
 
     /// The same elements viewed as `dims` (row-major order), or `None` when an atom cannot be split
@@ -68,7 +104,7 @@ impl Layout {
             axes.push(axis);
         }
         // Whatever is left holds one element.
-        atoms.iter().all(|a| a.0 == 1).then_some(Layout { axes })
+        atoms.iter().all(|a| a.0 == 1).then_some(Layout { axes, offset: self.offset })
     }
 
     /// One stride per axis, when every axis's atoms are contiguous among themselves.
@@ -121,6 +157,26 @@ mod tests {
             Layout::contiguous(&[4, 3]).transpose(&[1, 0]).unwrap().reshape(&[2, 6]).is_none(),
             "3 is not split in 2"
         );
+    }
+
+    #[test]
+    fn a_stacked_projection_split_or_gathered_reads_in_place_at_an_offset() {
+        let (s, b, h, d) = (5, 2, 3, 4);
+        let e = h * d;
+        // GPT-2: [B, S, 3E] split along the last axis; part 1 (K) as heads [B, H, S, D].
+        let k = Layout::contiguous(&[b, s, 3 * e]).slice(2, e, e).unwrap();
+        let heads = k.reshape(&[b, s, h, d]).unwrap().transpose(&[0, 2, 1, 3]).unwrap();
+        assert_eq!(heads.offset(), e as i64);
+        assert_eq!(heads.strides().unwrap(), vec![(s * 3 * e) as i64, d as i64, (3 * e) as i64, 1]);
+        // torchvision's ViT: [S, B, 3E] -> [S, B, 3, E] -> [3, S, B, E] (a transposed view) -> index 2.
+        let stacked = Layout::contiguous(&[s, b, 3 * e]).reshape(&[s, b, 3, e]).unwrap();
+        let v = stacked.transpose(&[2, 0, 1, 3]).unwrap().select(0, 2).unwrap();
+        assert_eq!((v.offset(), v.strides().unwrap()), (2 * e as i64, vec![(b * 3 * e) as i64, (3 * e) as i64, 1]));
+        // A slice that cuts through an inner atom has no strided form; one past the end is refused.
+        let merged = Layout::contiguous(&[4, 6]).transpose(&[1, 0]).unwrap().reshape(&[24]).unwrap();
+        assert!(merged.slice(0, 2, 4).is_none());
+        assert!(Layout::contiguous(&[4, 6]).slice(1, 4, 3).is_none());
+        assert!(Layout::contiguous(&[4, 6]).select(0, 4).is_none());
     }
 
     /// A SplitMix64 step.
