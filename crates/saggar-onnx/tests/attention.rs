@@ -86,8 +86,9 @@ fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
             let u = unfused.plan_summary(&dims, backend).unwrap();
             assert_eq!((f.attention_groups, u.attention_groups, u.fused_groups), (1, 0, 0), "{what} on {backend:?}");
             assert!(f.launches < u.launches, "{what}: {} fused launches vs {} unfused", f.launches, u.launches);
-            // Projections, the attention kernel: Q, K, V and the head split/merge views all fold in.
-            assert_eq!(f.launches, 4, "{what} on {backend:?}");
+            // The projections (one product since import merged them), the attention kernel: Q, K, V
+            // read in place in the product, the head split/merge views folded in.
+            assert_eq!(f.launches, 2, "{what} on {backend:?}");
         }
         let got = run_on_host(&fused, &inputs).unwrap();
         let want = run_on_host(&unfused, &inputs).unwrap();

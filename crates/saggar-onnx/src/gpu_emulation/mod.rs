@@ -493,8 +493,9 @@ fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
         // Enough blocks for the larger tiles: 512 tiles of 64 rows, 256 of 32.
         (AttentionConfig { heads: 4, head_dim: 8, ..base }, 64, 64, None),
         (AttentionConfig { heads: 2, head_dim: 72, nan_guard: false, ..base }, 128, 20, None),
-        // Four warps a block in half (256 tiles of 64 rows).
-        (AttentionConfig { heads: 4, head_dim: 16, ..base }, 64, 64, f16),
+        // Four warps a block in half, rows of their own: 256 tiles of 64 rows (ragged), a head above
+        // the split-keys block's.
+        (AttentionConfig { heads: 4, head_dim: 72, ..base }, 64, 16, f16),
         // Split keys: too few tiles of 16 rows to fill the GPU, so four warps share each tile's
         // keys: a head of 64 with a mask and rows whose keys are all masked here, and the head of 4
         // over 260 keys above (three rounds of four tiles, the last ragged).

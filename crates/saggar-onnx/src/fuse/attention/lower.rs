@@ -61,16 +61,23 @@ pub(crate) fn half_tiles(a: &Attention, half: Option<DType>, offsets32: bool) ->
     half.filter(|_| a.d <= MMA_MAX_HEAD && a.dv <= MMA_MAX_HEAD && offsets32)
 }
 
+/// Warps below which the tensor-core kernel's blocks leave the GPU short of work: about 16 an SM
+/// (its 128 registers a thread) on an H100's or H200's 132 SMs.
+const MMA_SPLIT_BELOW_WARPS: u64 = 2048;
+
 /// The block of the tensor-core kernel for `a`: the most warps (up to [`MMA_MAX_WARPS`]) whose
-/// tiles of query rows still give [`TILED_FILL_TILES`] blocks; when even one warp's tiles do not
-/// (one sequence of BERT-base: 96 tiles), the split-keys block, whose warps divide the keys of one
-/// tile between them, for heads up to [`MMA_SPLIT_MAX_HEAD`] and more than one warp's worth of keys;
-/// else one warp.
+/// tiles of query rows still give [`TILED_FILL_TILES`] blocks, or one warp. Where those blocks have
+/// fewer than [`MMA_SPLIT_BELOW_WARPS`] warps in all (one sequence of BERT-base: 96 tiles of 16
+/// rows; Whisper-tiny's encoder, 6 heads of 1,500 rows: 282 blocks of two warps, each warp visiting
+/// all 1,500 keys), the split-keys block instead, whose four warps divide the keys of one tile of 16
+/// rows between them, for heads up to [`MMA_SPLIT_MAX_HEAD`] and more than one warp's worth of keys.
 fn mma_block(a: &Attention) -> MmaBlock {
-    if let Some(w) = (1..=MMA_MAX_WARPS).rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES) {
-        return MmaBlock::rows(w);
+    let warps = (1..=MMA_MAX_WARPS).rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES).unwrap_or(1);
+    let rows = MmaBlock::rows(warps);
+    if splits_keys(a) && tiles(a, rows.query_rows()) * u64::from(warps) < MMA_SPLIT_BELOW_WARPS {
+        return MmaBlock::SPLIT;
     }
-    if splits_keys(a) { MmaBlock::SPLIT } else { MmaBlock::rows(1) }
+    rows
 }
 
 /// Whether the split-keys block may run `a`: heads up to [`MMA_SPLIT_MAX_HEAD`] and more than one

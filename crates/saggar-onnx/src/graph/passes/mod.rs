@@ -5,7 +5,8 @@
 //! infer symbolically and fold (initializer-only subgraphs included, up
 //! to [`crate::ImportLimits::max_fold_elements`] per tensor), inline the control flow whose
 //! controlling values are constants (`control_flow`), remove Identity/Dropout, fold
-//! BatchNormalization into Conv, normalise Gemm, remove dead nodes. Per compile (`specialise`):
+//! BatchNormalization into Conv, normalise Gemm, merge sibling projections of one activation into one
+//! product ([`sibling_products`]), remove dead nodes. Per compile (`specialise`):
 //! bind the request's input shapes and value inputs, inline every If, Loop and Scan, infer again
 //! with every extent known, fold what became constant
 //! (the shape chains) and remove dead nodes again.
@@ -20,6 +21,7 @@ mod layout;
 pub(crate) mod precision;
 pub(crate) mod qdq_products;
 pub(crate) mod segments;
+mod sibling_products;
 mod simplify;
 pub(crate) mod value_inputs;
 
@@ -47,6 +49,7 @@ pub(crate) fn optimise(graph: &mut Graph, fold_limit: usize) -> Result<(), OnnxE
     simplify::remove_identities(graph);
     fuse::fold_batch_norm_into_conv(graph);
     fuse::normalise_gemm(graph);
+    sibling_products::merge_sibling_projections(graph);
     simplify::remove_dead_nodes(graph);
     Ok(())
 }
