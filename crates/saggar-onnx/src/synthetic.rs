@@ -214,6 +214,21 @@ pub struct AttentionConfig {
     pub projections: Projections,
 }
 
+impl Default for AttentionConfig {
+    /// Two heads of 8, scaled Q and K, a mask and the NaN guard, three projections.
+    fn default() -> Self {
+        AttentionConfig {
+            heads: 2,
+            head_dim: 8,
+            div_scale: false,
+            mask: true,
+            nan_guard: true,
+            scores_output: false,
+            projections: Projections::Separate,
+        }
+    }
+}
+
 /// How an [`attention_block`] projects Q, K and V from its input.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Projections {

@@ -54,15 +54,7 @@ fn mask(batch: usize, seq: usize, all_masked: bool) -> Tensor {
 
 #[test]
 fn synthetic_attention_blocks_fuse_and_match_the_unfused_plan() {
-    let base = AttentionConfig {
-        heads: 2,
-        head_dim: 8,
-        div_scale: false,
-        mask: true,
-        nan_guard: true,
-        scores_output: false,
-        projections: Projections::Separate,
-    };
+    let base = AttentionConfig::default();
     let cases = [
         (base, 3, 10, true),
         (AttentionConfig { div_scale: true, ..base }, 2, 7, false),
@@ -137,13 +129,11 @@ fn packed_projections_are_read_in_place_at_their_offsets() {
 #[test]
 fn scores_read_outside_the_pattern_are_not_fused() {
     let cfg = AttentionConfig {
-        heads: 2,
         head_dim: 4,
         div_scale: true,
-        mask: true,
         nan_guard: false,
         scores_output: true,
-        projections: Projections::Separate,
+        ..AttentionConfig::default()
     };
     let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
     let (fused, unfused) = compilers(&model);

@@ -8,7 +8,7 @@
 //!   bf16 on these models (the largest errors are printed).
 
 use saggar_onnx::synthetic::{
-    AttentionConfig, EncoderConfig, Projections, attention_block, bert_like_encoder, half_precision, rounded_weights,
+    AttentionConfig, EncoderConfig, attention_block, bert_like_encoder, half_precision, rounded_weights,
 };
 use saggar_onnx::{
     ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Tensor, TensorData, read_tensor_pb, run_on_host,
@@ -26,15 +26,7 @@ fn models() -> Vec<(&'static str, Vec<u8>, Vec<Tensor>)> {
         Tensor::new(vec![batch, seq], TensorData::I64(ids)).unwrap(),
         Tensor::new(vec![batch, seq], TensorData::I64(mask)).unwrap(),
     ];
-    let cfg = AttentionConfig {
-        heads: 2,
-        head_dim: 8,
-        div_scale: false,
-        mask: true,
-        nan_guard: true,
-        scores_output: false,
-        projections: Projections::Separate,
-    };
+    let cfg = AttentionConfig::default();
     let x = (0..batch * seq * 16).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
     let m = (0..batch * seq).map(|i| if i % seq + 2 * (i / seq) >= seq { f32::NEG_INFINITY } else { 0.0 }).collect();
     let attention_inputs = vec![

@@ -5,22 +5,15 @@ use saggar_device::BackendKind;
 
 use crate::fuse::attention::kernel::{Form, TILED_THREADS};
 use crate::plan::PlanStep;
-use crate::synthetic::{AttentionConfig, Projections, attention_block};
+use crate::synthetic::{AttentionConfig, attention_block};
 use crate::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions};
 
 /// The synthetic block's attention: masked, unguarded, f32 out.
 const FORM: Form = Form { mask: true, nan_to_zero: false, store: None };
 
 fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
-    let cfg = AttentionConfig {
-        heads: 4,
-        head_dim: 64,
-        div_scale: true,
-        mask: true,
-        nan_guard: false,
-        scores_output: false,
-        projections: Projections::Separate,
-    };
+    let cfg =
+        AttentionConfig { heads: 4, head_dim: 64, div_scale: true, nan_guard: false, ..AttentionConfig::default() };
     let model = OnnxModel::from_bytes(&attention_block(cfg).to_bytes(), "attention", &ImportLimits::default()).unwrap();
     OnnxCompiler::new(model, OnnxOptions::default().with_attention(kernel))
 }

@@ -468,15 +468,7 @@ fn both_conv_engines_of_the_cnn_model_match_the_host_direct_conv_when_run_on_the
 fn fused_attention_kernels_match_the_host_when_run_on_the_cpu() {
     use crate::synthetic::{AttentionConfig, Projections, attention_block};
     use crate::{AttentionKernel, Precision};
-    let base = AttentionConfig {
-        heads: 2,
-        head_dim: 8,
-        div_scale: false,
-        mask: true,
-        nan_guard: true,
-        scores_output: false,
-        projections: Projections::Separate,
-    };
+    let base = AttentionConfig::default();
     // (config, batch, seq): the NaN guard with a row masked entirely, a Div scale without a guard,
     // no mask, more keys than one block-sized chunk (and than many key tiles), and head sizes of
     // each tile shape of the tiled kernel (up to 64, 128 and 256) with ragged last tiles.
@@ -637,23 +629,13 @@ fn half_precision_casts_match_the_host_bit_for_bit_when_run_on_the_cpu() {
 fn half_models_gpu_plans_match_the_host_when_run_on_the_cpu() {
     use saggar_shape::DType;
 
-    use crate::synthetic::{
-        AttentionConfig, EncoderConfig, Projections, attention_block, bert_like_encoder, half_precision,
-    };
+    use crate::synthetic::{AttentionConfig, EncoderConfig, attention_block, bert_like_encoder, half_precision};
     let encoder =
         EncoderConfig { layers: 1, hidden: 32, heads: 2, intermediate: 64, vocab: 50, max_positions: 16, seq: None };
     let (batch, seq) = (2usize, 5usize);
     let ids = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i * 3 % 50).collect())).unwrap();
     let mask = Tensor::new(vec![batch, seq], TensorData::I64((0..10).map(|i| i64::from(i % 5 < 4)).collect())).unwrap();
-    let cfg = AttentionConfig {
-        heads: 2,
-        head_dim: 8,
-        div_scale: true,
-        mask: false,
-        nan_guard: false,
-        scores_output: false,
-        projections: Projections::Separate,
-    };
+    let cfg = AttentionConfig { div_scale: true, mask: false, nan_guard: false, ..AttentionConfig::default() };
     let x: Vec<f32> = (0..batch * seq * 16).map(|i| ((i * 7919 % 211) as f32 / 105.0) - 1.0).collect();
     for dtype in [DType::F16, DType::BF16] {
         let x = Tensor::new(vec![batch, seq, 16], TensorData::F32(x.clone())).unwrap().narrowed(dtype).unwrap();

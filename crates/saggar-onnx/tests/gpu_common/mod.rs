@@ -125,7 +125,7 @@ fn session<B: Backend>(device: &B::Device, compiler: Arc<OnnxCompiler>, what: &s
 /// each against the host backend's unfused run; every session's buckets share one compile of the
 /// generated source. Prints a PASS line per model and option.
 pub fn check_fusion<B: Backend>(device: B::Device) {
-    use saggar_onnx::synthetic::{AttentionConfig, Projections, attention_block};
+    use saggar_onnx::synthetic::{AttentionConfig, attention_block};
     use saggar_onnx::{AttentionKernel, ImportLimits, TensorData};
     let bert = OnnxModel::load(model_dir("bert").join("model.onnx")).unwrap();
     let bert_inputs = data_sets(&model_dir("bert")).swap_remove(0).0;
@@ -147,15 +147,7 @@ pub fn check_fusion<B: Backend>(device: B::Device) {
         ];
         (model, inputs)
     };
-    let base = AttentionConfig {
-        heads: 4,
-        head_dim: 32,
-        div_scale: false,
-        mask: true,
-        nan_guard: true,
-        scores_output: false,
-        projections: Projections::Separate,
-    };
+    let base = AttentionConfig { heads: 4, head_dim: 32, ..AttentionConfig::default() };
     let (block32, inputs32) = block(base, 3, 300);
     let (block80, inputs80) = block(AttentionConfig { heads: 2, head_dim: 80, ..base }, 2, 45);
     // 256 tiles of 64 query rows: the largest tile.
