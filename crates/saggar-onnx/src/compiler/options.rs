@@ -29,8 +29,9 @@ pub struct OnnxOptions {
     /// compiler identity.
     pub precision: Precision,
     /// Products kept in strict f32 at `fp16` and `bf16`, named by op type (`Gemm`) or node name, as
-    /// TensorRT's layer precisions and ONNX Runtime's op block list do. An entry that names neither is
-    /// an [`crate::OnnxError::Precision`]. Part of the compiler identity.
+    /// TensorRT's layer precisions and ONNX Runtime's op block list do (a Q, K or V projection's
+    /// name keeps the one product import merged them into). An entry that names neither is an
+    /// [`crate::OnnxError::Precision`]. Part of the compiler identity.
     pub keep_fp32: Vec<String>,
     /// Scratch each run reserves for the BLAS-Lt library's workspace on CUDA and HIP (the host
     /// backend needs none). Part of the compiler identity.

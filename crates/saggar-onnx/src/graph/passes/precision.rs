@@ -39,7 +39,7 @@ const VIEWS: [&str; 4] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze"];
 pub(crate) fn check_keep_list(graph: &Graph, keep: &[String], model: &str) -> Result<(), OnnxError> {
     let declared = ops::declared_ops();
     for entry in keep {
-        let known = declared.contains(&entry.as_str()) || graph.nodes.iter().any(|n| n.name == *entry);
+        let known = declared.contains(&entry.as_str()) || graph.nodes.iter().any(|n| answers_to(n, entry));
         if !known {
             let similar: Vec<&str> =
                 graph.nodes.iter().map(|n| n.name.as_str()).filter(|n| n.contains(entry.as_str())).take(5).collect();
@@ -62,7 +62,14 @@ pub(crate) fn check_keep_list(graph: &Graph, keep: &[String], model: &str) -> Re
 
 /// Whether `keep` names `node` or its op type.
 pub(crate) fn kept(keep: &[String], node: &Node) -> bool {
-    keep.iter().any(|k| *k == node.op_type || *k == node.name)
+    keep.iter().any(|k| *k == node.op_type || answers_to(node, k))
+}
+
+/// Whether `name` is `node`'s name, or the name of one of the nodes it replaced: a node merged
+/// from several (sibling projections, `sibling_products`) is named after them, joined by `+`, so
+/// keeping any of them keeps the merged node.
+fn answers_to(node: &Node, name: &str) -> bool {
+    node.name == name || node.name.split('+').any(|part| part == name)
 }
 
 /// Rewrites the weight products of `graph` to `half` (f16 or bf16) operands, except those `keep`

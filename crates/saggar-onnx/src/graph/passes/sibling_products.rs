@@ -185,3 +185,34 @@ fn node(
         op,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::passes::precision::{check_keep_list, kept};
+    use crate::synthetic::{AttentionConfig, attention_block};
+    use crate::{ImportLimits, OnnxModel};
+
+    /// The three projections of an attention block import as one MatMul by `[h, 3h]` weights and a
+    /// Split; each replaced MatMul's name still names the merged product in a keep-fp32 list.
+    #[test]
+    fn sibling_projections_import_as_one_product_that_answers_to_each_name() {
+        let bytes = attention_block(AttentionConfig::default()).to_bytes();
+        let model = OnnxModel::from_bytes(&bytes, "attention", &ImportLimits::default()).unwrap();
+        let graph = model.graph();
+        let products: Vec<_> = graph.nodes.iter().filter(|n| n.op_type == "MatMul").collect();
+        // The merged product, then the two attention MatMuls (scores, context).
+        assert_eq!(products.len(), 3, "{:?}", graph.nodes.iter().map(|n| &n.op_type).collect::<Vec<_>>());
+        let merged = products[0];
+        let weights = merged.inputs[1].and_then(|w| graph.value(w).constant.clone()).unwrap();
+        assert_eq!(weights.dims(), [16, 48]);
+        assert_eq!(graph.nodes.iter().filter(|n| n.op_type == "Split").count(), 1);
+        let names: Vec<&str> = merged.name.split('+').collect();
+        assert_eq!(names.len(), 3, "{}", merged.name);
+        for name in names {
+            let keep = vec![name.to_string()];
+            check_keep_list(graph, &keep, "attention").unwrap();
+            assert!(kept(&keep, merged), "{name} keeps {}", merged.name);
+        }
+        assert!(check_keep_list(graph, &["not_a_node".to_string()], "attention").is_err());
+    }
+}
