@@ -110,6 +110,17 @@ impl Graph {
         matches!(to, DType::F16 | DType::BF16).then_some(to)
     }
 
+    /// Each value's reading nodes, by index (a node reading a value twice appears twice).
+    pub fn readers(&self) -> Vec<Vec<usize>> {
+        let mut readers = vec![Vec::new(); self.values.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            for id in node.inputs.iter().flatten() {
+                readers[id.0].push(i);
+            }
+        }
+        readers
+    }
+
     /// How many node inputs and graph outputs read each value.
     pub fn use_counts(&self) -> Vec<usize> {
         let mut uses = vec![0usize; self.values.len()];

@@ -158,12 +158,7 @@ struct Uses {
 
 impl Uses {
     fn new(graph: &Graph) -> Uses {
-        let mut readers = vec![Vec::new(); graph.values.len()];
-        for (i, n) in graph.nodes.iter().enumerate() {
-            for id in n.inputs.iter().flatten() {
-                readers[id.0].push(i);
-            }
-        }
+        let readers = graph.readers();
         let mut graph_output = vec![false; graph.values.len()];
         for o in &graph.outputs {
             graph_output[o.value.0] = true;

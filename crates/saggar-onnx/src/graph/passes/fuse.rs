@@ -18,7 +18,7 @@ fn constant_f32(graph: &Graph, id: Option<ValueId>) -> Option<(Vec<usize>, Vec<f
     }
 }
 
-fn add_constant(graph: &mut Graph, name: String, tensor: Tensor) -> ValueId {
+pub(super) fn add_constant(graph: &mut Graph, name: String, tensor: Tensor) -> ValueId {
     let ty = ValueType::fixed(tensor.dtype(), tensor.dims());
     graph.add_value(Value { name, ty: Some(ty), constant: Some(Arc::new(tensor)), dims_value: None })
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::fuse::add_constant;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
 use crate::ops::{self, Attribute, Attributes, ValueType};
 use crate::tensor::{Tensor, TensorData};
@@ -26,7 +27,7 @@ struct Projection {
 /// merge moves the nodes after it). Runs on the imported graph, before shapes are bound.
 pub(crate) fn merge_sibling_projections(graph: &mut Graph) {
     for _ in 0..graph.nodes.len() {
-        let readers = readers(graph);
+        let readers = graph.readers();
         let outputs: Vec<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
         let mut siblings: HashMap<(ValueId, usize), Vec<Projection>> = HashMap::new();
         for n in 0..graph.nodes.len() {
@@ -43,17 +44,6 @@ pub(crate) fn merge_sibling_projections(graph: &mut Graph) {
             return;
         }
     }
-}
-
-/// Each value's reading nodes.
-fn readers(graph: &Graph) -> Vec<Vec<usize>> {
-    let mut readers = vec![Vec::new(); graph.values.len()];
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for id in n.inputs.iter().flatten() {
-            readers[id.0].push(i);
-        }
-    }
-    readers
 }
 
 /// A 2-D or 1-D f32 constant.
@@ -131,16 +121,16 @@ fn merge(graph: &mut Graph, x: ValueId, set: &[Projection]) -> bool {
     };
     let sizes = Tensor::new(vec![cols.len()], TensorData::I64(cols.iter().map(|&c| c as i64).collect()));
     let Ok(sizes) = sizes else { return false };
-    let w = constant(graph, format!("{name}:siblings_weight"), w);
+    let w = add_constant(graph, format!("{name}:siblings_weight"), w);
     let product = activation(graph, format!("{name}:siblings"), &merged_ty);
     let mut nodes = vec![node(graph, &name, "MatMul", Attributes::default(), vec![x, w], vec![product])];
     let mut split_input = product;
     if set.iter().any(|p| p.bias.is_some()) {
-        let b = constant(graph, format!("{name}:siblings_bias"), b);
+        let b = add_constant(graph, format!("{name}:siblings_bias"), b);
         split_input = activation(graph, format!("{name}:siblings_biased"), &merged_ty);
         nodes.push(node(graph, &add_name, "Add", Attributes::default(), vec![product, b], vec![split_input]));
     }
-    let sizes = constant(graph, format!("{name}:siblings_sizes"), sizes);
+    let sizes = add_constant(graph, format!("{name}:siblings_sizes"), sizes);
     let mut attrs = Attributes::default();
     attrs.set("axis", Attribute::Int(-1));
     let results = set.iter().map(|p| p.result).collect();
@@ -154,11 +144,6 @@ fn merge(graph: &mut Graph, x: ValueId, set: &[Projection]) -> bool {
     }
     graph.nodes.splice(first..first, nodes);
     true
-}
-
-fn constant(graph: &mut Graph, name: String, tensor: Tensor) -> ValueId {
-    let ty = ValueType::fixed(tensor.dtype(), tensor.dims());
-    graph.add_value(Value { name, ty: Some(ty), constant: Some(Arc::new(tensor)), dims_value: None })
 }
 
 fn activation(graph: &mut Graph, name: String, ty: &ValueType) -> ValueId {
