@@ -65,12 +65,15 @@ fn product(a: &[f32], b: &[f32], k: usize, n: usize) -> Vec<f32> {
     (0..m * n).map(|i| (0..k).map(|p| a[i / n * k + p] * b[p * n + i % n]).sum()).collect()
 }
 
-/// [`model`] by hand with the products' inputs rounded to `half`: what fp16/bf16 must compute.
+/// [`model`] by hand with the products' inputs rounded to `half`: what fp16/bf16 must compute. The
+/// first product's result feeds only the Relu, so it is written in half, its bias rounded to half
+/// and added in f32 first; the other results are graph outputs, written in f32.
 fn by_hand(half: DType) -> Vec<Vec<f32>> {
     let x = round(&values(ROWS * 16, 9), half);
     let p = product(&x, &round(&values(512, 1), half), 16, 32);
-    let b1 = values(32, 2);
-    let h: Vec<f32> = p.iter().enumerate().map(|(i, v)| (v + b1[i % 32]).max(0.0)).collect();
+    let b1 = round(&values(32, 2), half);
+    let q: Vec<f32> = p.iter().enumerate().map(|(i, v)| v + b1[i % 32]).collect();
+    let h: Vec<f32> = round(&q, half).iter().map(|v| v.max(0.0)).collect();
     let c = values(8, 4);
     let y = product(&round(&h, half), &round(&values(256, 3), half), 32, 8);
     let y = y.iter().enumerate().map(|(i, v)| v + c[i % 8]).collect();

@@ -9,7 +9,7 @@ use crate::synthetic::{AttentionConfig, attention_block};
 use crate::{AttentionKernel, ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions};
 
 /// The synthetic block's attention: masked, unguarded, f32 out.
-const FORM: Form = Form { mask: true, nan_to_zero: false, store: None };
+const FORM: Form = Form { mask: true, nan_to_zero: false, store: None, inputs: [saggar_shape::DType::F32; 3] };
 
 fn compiler(kernel: AttentionKernel) -> OnnxCompiler {
     let cfg =
@@ -93,7 +93,8 @@ fn operands_beyond_32_bit_offsets_take_the_row_kernel_or_are_refused_when_tiled_
     }
 }
 
-/// At fp16 and bf16 every bucket runs the tensor-core kernel of its half type, with one warp per 16
+/// At fp16 and bf16 every bucket runs the tensor-core kernel of its half type, reading the half
+/// results of the Q, K and V projections, with one warp per 16
 /// query rows, up to four, or four warps sharing 16 rows where that is too little work; naming the
 /// pattern's Softmax (or its op type) in the keep list keeps that attention in f32.
 #[test]
@@ -106,7 +107,9 @@ fn half_precisions_run_the_tensor_core_kernel_unless_the_keep_list_names_the_pat
         OnnxCompiler::new(model, OnnxOptions::default().with_precision(precision).with_keep_fp32(keep.iter().copied()))
     };
     let fp16 = half(Precision::Fp16, &[]);
-    let mma16 = |block| gpu_mma_kernel(FORM, (64, 64), DType::F16, block).0;
+    // Q, K and V are the projections' half results.
+    let form = |half: DType| Form { inputs: [half; 3], ..FORM };
+    let mma16 = |block| gpu_mma_kernel(form(DType::F16), (64, 64), DType::F16, block).0;
     // Four heads of 128 rows: batch 1 has 32 tiles of 16 rows and batch 16 256 tiles of 32 (512
     // warps), too little to fill the GPU, so four warps share each tile of 16 rows's keys; batch 64
     // has 512 tiles of 64 rows, 2,048 warps with rows of their own.
@@ -114,7 +117,8 @@ fn half_precisions_run_the_tensor_core_kernel_unless_the_keep_list_names_the_pat
     assert_eq!(attention_launch(&fp16, 16), (mma16(MmaBlock::SPLIT), 128));
     assert_eq!(attention_launch(&fp16, 64), (mma16(MmaBlock::rows(4)), 128));
     let bf16 = half(Precision::Bf16, &[]);
-    assert_eq!(attention_launch(&bf16, 64).0, gpu_mma_kernel(FORM, (64, 64), DType::BF16, MmaBlock::rows(4)).0);
+    let mma_bf16 = gpu_mma_kernel(form(DType::BF16), (64, 64), DType::BF16, MmaBlock::rows(4)).0;
+    assert_eq!(attention_launch(&bf16, 64).0, mma_bf16);
     let source = bf16.gpu_source(&[vec![1, 128, 256], vec![1, 1, 1, 128]]).unwrap();
     assert!(source.contains("onnx_mma_bf16(") && !source.contains("onnx_attention_tiled_"));
     for keep in ["Softmax", "MatMul"] {

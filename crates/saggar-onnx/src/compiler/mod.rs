@@ -476,6 +476,7 @@ fn convert_precision(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<
     let Some(half) = options.precision.half() else { return Ok(None) };
     let mut graph = model.graph().clone();
     passes::precision::convert_products(&mut graph, half, keep).map_err(|e| e.to_string())?;
+    passes::half_outputs::half_results(&mut graph, half).map_err(|e| e.to_string())?;
     Ok(Some(graph))
 }
 

@@ -93,7 +93,8 @@ SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}{outputs}) {{
     Some((name.clone(), text.replace("NAME", &name)))
 }
 
-/// The four-element path of [`layer_norm_kernel`] (an all-`f32` group, scale and bias): taken when
+/// The four-element path of [`layer_norm_kernel`] (a group of f32 or half inputs, f32 scale and
+/// bias): taken when
 /// the block's rows are cached, the row length is a multiple of 4, and every input the group reads
 /// is the row itself, one row shared by every row, one value per row or a scalar (a bias add and a
 /// residual add are), all 16-byte aligned. The group's value is computed once per element from
@@ -109,7 +110,16 @@ fn vector_path(
 ) -> Option<(String, String)> {
     let used = elementwise::used_inputs(group);
     let f32s = |k: usize| group.inputs.get(k) == Some(&DType::F32);
-    if !(used.iter().all(|&k| f32s(k)) && f32s(scale) && bias.is_none_or(f32s) && group.nodes.last()?.out == DType::F32)
+    // The group's inputs f32 or half (a half product's result, read as bits its chain widens).
+    let loader = |k: usize| match group.inputs.get(k) {
+        Some(DType::F32) => Some(("float4", "onnx_row_load4")),
+        Some(DType::F16 | DType::BF16) => Some(("ushort4", "onnx_row_load4_u16")),
+        _ => None,
+    };
+    if !(used.iter().all(|&k| loader(k).is_some())
+        && f32s(scale)
+        && bias.is_none_or(f32s)
+        && group.nodes.last()?.out == DType::F32)
     {
         return None;
     }
@@ -132,7 +142,8 @@ fn vector_path(
             "  const onnx_i64 mode{k} = fm[{mode}];\n  vec = vec && (mode{k} == 3 || (mode{k} == 4 && fm[{div}] == cols) || (mode{k} == 1 && {al}) || (mode{k} == 2 && fm[{div}] == cols && {al}));",
             al = aligned(k)
         );
-        let _ = writeln!(loads, "          const float4 x{k} = onnx_row_load4(in{k}, mode{k}, row, cols4, q);");
+        let (v4, load) = loader(k)?;
+        let _ = writeln!(loads, "          const {v4} x{k} = {load}(in{k}, mode{k}, row, cols4, q);");
     }
     let lane_args = |c: &str| used.iter().map(|k| format!("x{k}.{c}")).collect::<Vec<_>>().join(", ");
     let bias4 = bias.map_or(String::new(), |b| format!(", b = ((const float4*)in{b})[q]"));
@@ -244,9 +255,15 @@ mod tests {
         assert!(text.contains("(float)in3[j] + (float)in4[j]"), "{text}");
         assert!(text.contains("const float4 x2 = onnx_row_load4(in2, mode2, row, cols4, q);"), "{text}");
         assert!(!text.contains("onnx_row_load4(in3"), "scale and bias are read as rows: {text}");
+        // A half input (a half product's result) is read four elements a load too, as bits.
         let half = FusedGroup { inputs: vec![DType::F32, DType::F16, DType::F32, DType::F32, DType::F32], ..group };
         let (_, text) = layer_norm_kernel(&half, 3, Some(4), 1e-5f32.to_bits(), NormStores::F32).unwrap();
-        assert!(!text.contains("onnx_row_load4"), "only all-f32 groups take four elements at once: {text}");
+        assert!(text.contains("const ushort4 x1 = onnx_row_load4_u16(in1, mode1, row, cols4, q);"), "{text}");
+        // A half scale is not.
+        let half_scale =
+            FusedGroup { inputs: vec![DType::F32, DType::F32, DType::F32, DType::F16, DType::F32], ..half };
+        let (_, text) = layer_norm_kernel(&half_scale, 3, Some(4), 1e-5f32.to_bits(), NormStores::F32).unwrap();
+        assert!(!text.contains("onnx_row_load4"), "f32 scale and bias only: {text}");
     }
 
     #[test]

@@ -436,7 +436,8 @@ fn checked_in_models_match_the_host(options: &OnnxOptions) {
         let dir = tempfile::tempdir().unwrap();
         let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_close(g, w, &format!("{name} {} output {k} at {}", set.display(), options.precision));
+            let what = format!("{name} {} output {k} at {}", set.display(), options.precision);
+            assert_close_at(g, w, &what, options.precision);
         }
     }
 }

@@ -1,9 +1,11 @@
 // The row attention kernel: one block per (batch position, query row), keys visited in chunks of
 // one key per thread with an online softmax in f32. @MASK_PARAM@ and @MASK_ADD@ add the mask input,
-// @RESULT@ stores one output element.
+// @RESULT@ stores one output element. Q, K and V are f32 or half (@LOADERS@: `ldq` and the others
+// read one element as f32).
 // meta: nb, Sq, Sk, D, Dv, scale bits, batch dims[nb], then for each of q, k, v, mask, out: the
 // batch strides[nb], the row stride and the column stride
-(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
+(const onnx_i64* meta, const @QT@* __restrict__ q, const @KT@* __restrict__ k, const @VT@* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
+@LOADERS@
   __shared__ float qs[@MAX_HEAD@];
   __shared__ float acc[@MAX_HEAD@];
   __shared__ float ps[@BLOCK@];
@@ -26,7 +28,7 @@
       const onnx_i64 c = rem % bd[a]; rem /= bd[a];
       qo += c * qm[a]; ko += c * km[a]; vo += c * vm[a]; mo += c * mm[a]; oo += c * om[a];
     }
-    for (onnx_i64 t = threadIdx.x; t < D; t += blockDim.x) qs[t] = q[qo + t * q_cs];
+    for (onnx_i64 t = threadIdx.x; t < D; t += blockDim.x) qs[t] = ldq(qo + t * q_cs);
     for (onnx_i64 t = threadIdx.x; t < Dv; t += blockDim.x) acc[t] = 0.0f;
     __syncthreads();
     float m = ONNX_NEG_INF, l = 0.0f;
@@ -35,7 +37,7 @@
       float s = ONNX_NEG_INF;
       if (j < Sk) {
         float dot = 0.0f;
-        for (onnx_i64 t = 0; t < D; ++t) dot += qs[t] * k[ko + t * k_rs + j * k_cs];
+        for (onnx_i64 t = 0; t < D; ++t) dot += qs[t] * ldk(ko + t * k_rs + j * k_cs);
         s = dot * scale@MASK_ADD@;
       }
       float cm = s;
@@ -50,7 +52,7 @@
       const onnx_i64 nk = Sk - j0 < (onnx_i64)blockDim.x ? Sk - j0 : (onnx_i64)blockDim.x;
       for (onnx_i64 t = threadIdx.x; t < Dv; t += blockDim.x) {
         float av = acc[t] * corr;
-        for (onnx_i64 jj = 0; jj < nk; ++jj) av += ps[jj] * v[vo + (j0 + jj) * v_rs + t * v_cs];
+        for (onnx_i64 jj = 0; jj < nk; ++jj) av += ps[jj] * ldv(vo + (j0 + jj) * v_rs + t * v_cs);
         acc[t] = av;
       }
       m = mn;

@@ -1,5 +1,5 @@
 // The tensor-core attention kernel: a block of @WARPS@ warps per (batch position, tile of 16 query
-// rows a warp). Q, K and V are read in f32 and rounded to @HALF@ (pairs of halves a 32-bit
+// rows a warp). Q, K and V are read in f32 or half (@LOADERS@) and rounded to @HALF@ (pairs of halves a 32-bit
 // word) into shared memory, each row-major along the head (eight bytes a store), padded to a
 // multiple of 16 with zeros; rows are 16 bytes longer than the head so that the eight rows an
 // 8x8 fragment load reads fall in different banks. Per tile of @BK@ keys a warp forms its 16 x BK
@@ -17,7 +17,7 @@
 // of query tiles (one sequence: 12 heads of 128 rows are 96 tiles of 16) then has each block read
 // a quarter of the keys, not all of them with one warp.
 // meta: as the row kernel's (attention.cu)
-(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
+(const onnx_i64* meta, const @QT@* __restrict__ q, const @KT@* __restrict__ k, const @VT@* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int D = @D@, DV = @DV@, DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BK = @BK@;
   constexpr int QW = (DP + 8) / 2, VW = (DVP + 8) / 2, THREADS = 32 * @WARPS@, SPLIT = @SPLIT@;
   constexpr int BQ = 16 * @WARPS@ / SPLIT, LOADERS = THREADS / SPLIT;
@@ -31,11 +31,8 @@
   unsigned (*ks)[QW] = key_tiles[kt];
   unsigned (*vs)[VW] = value_tiles[kt];
 @META_TILES@
-  // Element `d` of row `r` of an operand (zero outside `rows` x `cols`).
-  auto at = [](const float* p, int off, bool inside) { return inside ? p[off] : 0.0f; };
-  auto row4 = [](const float* p, int off, bool inside) {
-    return inside ? *(const float4*)&p[off] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  };
+@LOADERS@
+  const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   // Four floats as four halves: two words, one eight-byte store.
   auto put4 = [](unsigned* to, float4 x) { *(uint2*)to = make_uint2(@PACK@(x.x, x.y), @PACK@(x.z, x.w)); };
   // A row-major operand of shared words read as `mma` fragments: rows `r`..`r` + 15 (A) or keys
@@ -80,14 +77,14 @@
 #pragma unroll
       for (int e = tid; e < BQ * (DP / 4); e += THREADS) {
         const int r = e / (DP / 4), d = e % (DP / 4) * 4;
-        put4(&qs[r][d / 2], row4(q, qo + (i0 + r) * q_rs + d, i0 + r < Sq && d < D));
+        put4(&qs[r][d / 2], (i0 + r < Sq && d < D ? ldq4(qo + (i0 + r) * q_rs + d) : zero4));
       }
     } else {
 #pragma unroll
       for (int e = tid; e < BQ * (DP / 2); e += THREADS) {
         const int r = e / (DP / 2), d = e % (DP / 2) * 2;
         const int off = qo + (i0 + r) * q_rs + d * q_cs;
-        qs[r][d / 2] = @PACK@(at(q, off, i0 + r < Sq && d < D), at(q, off + q_cs, i0 + r < Sq && d + 1 < D));
+        qs[r][d / 2] = @PACK@((i0 + r < Sq && d < D ? ldq(off) : 0.0f), (i0 + r < Sq && d + 1 < D ? ldq(off + q_cs) : 0.0f));
       }
     }
     const int r0 = warp / SPLIT * 16;
@@ -102,25 +99,25 @@
 #pragma unroll
         for (int e = lid; e < BK * (DP / 4); e += LOADERS) {
           const int j = e / (DP / 4), d = e % (DP / 4) * 4;
-          put4(&ks[j][d / 2], row4(k, ko + (j0 + j) * k_cs + d, j0 + j < Sk && d < D));
+          put4(&ks[j][d / 2], (j0 + j < Sk && d < D ? ldk4(ko + (j0 + j) * k_cs + d) : zero4));
         }
 #pragma unroll
         for (int e = lid; e < BK * (DVP / 4); e += LOADERS) {
           const int j = e / (DVP / 4), d = e % (DVP / 4) * 4;
-          put4(&vs[j][d / 2], row4(v, vo + (j0 + j) * v_rs + d, j0 + j < Sk && d < DV));
+          put4(&vs[j][d / 2], (j0 + j < Sk && d < DV ? ldv4(vo + (j0 + j) * v_rs + d) : zero4));
         }
       } else {
 #pragma unroll
         for (int e = lid; e < BK * (DP / 2); e += LOADERS) {
           const int j = k_rs == 1 ? e / (DP / 2) : e % BK, d = (k_rs == 1 ? e % (DP / 2) : e / BK) * 2;
           const int off = ko + d * k_rs + (j0 + j) * k_cs;
-          ks[j][d / 2] = @PACK@(at(k, off, j0 + j < Sk && d < D), at(k, off + k_rs, j0 + j < Sk && d + 1 < D));
+          ks[j][d / 2] = @PACK@((j0 + j < Sk && d < D ? ldk(off) : 0.0f), (j0 + j < Sk && d + 1 < D ? ldk(off + k_rs) : 0.0f));
         }
 #pragma unroll
         for (int e = lid; e < BK * (DVP / 2); e += LOADERS) {
           const int j = v_cs == 1 ? e / (DVP / 2) : e % BK, d = (v_cs == 1 ? e % (DVP / 2) : e / BK) * 2;
           const int off = vo + (j0 + j) * v_rs + d * v_cs;
-          vs[j][d / 2] = @PACK@(at(v, off, j0 + j < Sk && d < DV), at(v, off + v_cs, j0 + j < Sk && d + 1 < DV));
+          vs[j][d / 2] = @PACK@((j0 + j < Sk && d < DV ? ldv(off) : 0.0f), (j0 + j < Sk && d + 1 < DV ? ldv(off + v_cs) : 0.0f));
         }
       }
       __syncthreads();

@@ -3,7 +3,7 @@
 // f32. Head sizes @D@ (Q, K) and @DV@ (V); @MASK_PARAM@ and @MASK_ADD@ add the mask input, @RESULT@
 // stores one output element (guarding rows whose sum is not positive where the pattern had it).
 // meta: as the row kernel's (attention.cu)
-(const onnx_i64* meta, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
+(const onnx_i64* meta, const @QT@* __restrict__ q, const @KT@* __restrict__ k, const @VT@* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int BQ = @BQ@, BK = @BK@, D = @D@, DV = @DV@, RQ = BQ / 16, RK = BK / 8, CV = (DV + 7) / 8;
   __shared__ float qs[D][BQ + 1];
   __shared__ float ks[D][BK + 1];
@@ -11,6 +11,7 @@
   __shared__ float ss[BQ][BK + 1];
   const int tid = threadIdx.x, tx = tid % 8, ty = tid / 8;
 @META_TILES@
+@LOADERS@
   ONNX_ROWS(unit, positions * tiles) {
     const int i0 = (unit % tiles) * BQ;
     int rem = unit / tiles, qo = 0, ko = 0, vo = 0, mo = 0, oo = 0;
@@ -22,14 +23,14 @@
 #pragma unroll
       for (int e = tid; e < BQ * D / 4; e += @TILED_THREADS@) {
         const int r = e / (D / 4), t = e % (D / 4) * 4;
-        const float4 x = i0 + r < Sq ? *(const float4*)&q[qo + (i0 + r) * q_rs + t] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 x = i0 + r < Sq ? ldq4(qo + (i0 + r) * q_rs + t) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         qs[t][r] = x.x; qs[t + 1][r] = x.y; qs[t + 2][r] = x.z; qs[t + 3][r] = x.w;
       }
     } else {
 #pragma unroll
       for (int e = tid; e < BQ * D; e += @TILED_THREADS@) {
         const int r = q_cs == 1 ? e / D : e % BQ, t = q_cs == 1 ? e % D : e / BQ;
-        qs[t][r] = i0 + r < Sq ? q[qo + (i0 + r) * q_rs + t * q_cs] : 0.0f;
+        qs[t][r] = i0 + r < Sq ? ldq(qo + (i0 + r) * q_rs + t * q_cs) : 0.0f;
       }
     }
     float acc[RQ][CV], row_m[RQ], row_l[RQ];
@@ -43,24 +44,24 @@
 #pragma unroll
         for (int e = tid; e < BK * D / 4; e += @TILED_THREADS@) {
           const int c = e / (D / 4), t = e % (D / 4) * 4;
-          const float4 x = j0 + c < Sk ? *(const float4*)&k[ko + (j0 + c) * k_cs + t] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          const float4 x = j0 + c < Sk ? ldk4(ko + (j0 + c) * k_cs + t) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           ks[t][c] = x.x; ks[t + 1][c] = x.y; ks[t + 2][c] = x.z; ks[t + 3][c] = x.w;
         }
 #pragma unroll
         for (int e = tid; e < BK * DV / 4; e += @TILED_THREADS@) {
           const int j = e / (DV / 4), c = e % (DV / 4) * 4;
-          *(float4*)&vs[j][c] = j0 + j < Sk ? *(const float4*)&v[vo + (j0 + j) * v_rs + c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          *(float4*)&vs[j][c] = j0 + j < Sk ? ldv4(vo + (j0 + j) * v_rs + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
       } else {
 #pragma unroll
         for (int e = tid; e < BK * D; e += @TILED_THREADS@) {
           const int c = k_rs == 1 ? e / D : e % BK, t = k_rs == 1 ? e % D : e / BK;
-          ks[t][c] = j0 + c < Sk ? k[ko + t * k_rs + (j0 + c) * k_cs] : 0.0f;
+          ks[t][c] = j0 + c < Sk ? ldk(ko + t * k_rs + (j0 + c) * k_cs) : 0.0f;
         }
 #pragma unroll
         for (int e = tid; e < BK * DV; e += @TILED_THREADS@) {
           const int j = v_cs == 1 ? e / DV : e % BK, c = v_cs == 1 ? e % DV : e / BK;
-          vs[j][c] = j0 + j < Sk ? v[vo + (j0 + j) * v_rs + c * v_cs] : 0.0f;
+          vs[j][c] = j0 + j < Sk ? ldv(vo + (j0 + j) * v_rs + c * v_cs) : 0.0f;
         }
       }
       __syncthreads();

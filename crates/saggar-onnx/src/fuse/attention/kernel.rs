@@ -24,7 +24,7 @@ use saggar_device::{KernelArg, KernelSignature, LaunchConfig, ParamKind};
 use saggar_shape::DType;
 
 use super::MAX_HEAD;
-use crate::ops::gpu::{BLOCK, kernel_name, render, strip_header};
+use crate::ops::gpu::{BLOCK, ctype, kernel_name, load_f32, render, strip_header};
 
 /// Keys per chunk of the host kernel (the GPU kernel's chunk is its block size).
 const HOST_CHUNK: usize = BLOCK as usize;
@@ -49,15 +49,38 @@ pub(crate) const TILED_MIN_TILES: u64 = 64;
 pub(crate) const TILED_FILL_TILES: u64 = 256;
 
 /// What a fused attention kernel's text depends on besides its tiles: the mask input, the guard of
-/// rows with no valid key, and the half type the result is stored in (a Cast the group absorbed).
+/// rows with no valid key, the half type the result is stored in (a Cast the group absorbed), and
+/// the element types of Q, K and V (f32, or a half product's result read through the Cast that
+/// widened it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Form {
     pub(crate) mask: bool,
     pub(crate) nan_to_zero: bool,
     pub(crate) store: Option<DType>,
+    pub(crate) inputs: [DType; 3],
 }
 
 impl Form {
+    /// `QT`, `KT`, `VT` (each operand's C type) and `LOADERS`: lambdas reading one element of an
+    /// operand as f32 (`ldq`, `ldk`, `ldv`) and, with `vec4`, four consecutive ones (`ldq4`, ...).
+    fn operand_placeholders(self, vec4: bool) -> [(&'static str, String); 4] {
+        let mut loaders = String::new();
+        for (name, dtype) in ["q", "k", "v"].into_iter().zip(self.inputs) {
+            let one = load_f32(dtype, &format!("{name}[i]"));
+            loaders += &format!("  auto ld{name} = [&](onnx_i64 i) -> float {{ return {one}; }};\n");
+            if vec4 {
+                let four = match dtype {
+                    DType::F16 => "onnx_ld4_f16",
+                    DType::BF16 => "onnx_ld4_bf16",
+                    _ => "onnx_ld4_f32",
+                };
+                loaders += &format!("  auto ld{name}4 = [&](onnx_i64 i) -> float4 {{ return {four}(&{name}[i]); }};\n");
+            }
+        }
+        let [q, k, v] = self.inputs.map(|d| ctype(d).unwrap_or("float").to_string());
+        [("QT", q), ("KT", k), ("VT", v), ("LOADERS", loaders.trim_end().to_string())]
+    }
+
     /// The placeholders every kernel shares: `MASK_PARAM`, `OUT_T` and `RESULT` (one output element
     /// from the accumulator `acc` and the row sum `l`, rounded to the stored type).
     fn placeholders(self, acc: &str) -> [(&'static str, String); 3] {
@@ -91,9 +114,14 @@ pub(crate) fn gpu_tiled_kernel(form: Form, d: usize, dv: usize, bq: usize) -> (S
     let bk = tile_shapes(d.max(dv)).1;
     let mask_add = if form.mask { " + mask[mo + (i0 + r) * m_rs + j * m_cs]" } else { "" };
     let [mask_param, out_t, result] = form.placeholders("acc[i][cc]");
+    let [qt, kt, vt, loaders] = form.operand_placeholders(true);
     let text = render_owned(
         include_str!("attention_tiled.cu"),
         &[
+            qt,
+            kt,
+            vt,
+            loaders,
             mask_param,
             out_t,
             result,
@@ -166,9 +194,14 @@ pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, b
     let mask_add = if form.mask { " + mask[mo + i * m_rs + j * m_cs]" } else { "" };
     let [mask_param, out_t, result] = form.placeholders("a");
     let (pair, make_pair) = if form.store.is_some() { ("ushort2", "make_ushort2") } else { ("float2", "make_float2") };
+    let [qt, kt, vt, loaders] = form.operand_placeholders(true);
     let text = render_owned(
         include_str!("attention_mma.cu"),
         &[
+            qt,
+            kt,
+            vt,
+            loaders,
             mask_param,
             out_t,
             result,
@@ -197,9 +230,14 @@ pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, b
 pub(crate) fn gpu_kernel(form: Form) -> (String, String) {
     let mask_add = if form.mask { " + mask[mo + j * m_cs]" } else { "" };
     let [mask_param, out_t, result] = form.placeholders("acc[t]");
+    let [qt, kt, vt, loaders] = form.operand_placeholders(false);
     let text = render_owned(
         include_str!("attention.cu"),
         &[
+            qt,
+            kt,
+            vt,
+            loaders,
             mask_param,
             out_t,
             result,
@@ -234,6 +272,8 @@ pub(crate) struct HostAttention {
     pub(crate) store: Option<DType>,
     /// Elements of each input (Q, Kᵀ, V, mask) and of the output value.
     pub(crate) lens: Vec<usize>,
+    /// Element type of each input (f32, or half bits widened as they are read).
+    pub(crate) dtypes: Vec<DType>,
     pub(crate) out_len: usize,
 }
 
@@ -241,8 +281,8 @@ impl HostAttention {
     /// `saggar_onnx_attention_<hash>` over everything the kernel computes with.
     pub(crate) fn signature(&self) -> KernelSignature {
         let text = format!(
-            "{:?}|{}|{}|{:?}|{:?}|{:?}|{}",
-            self.meta, self.mask, self.nan_to_zero, self.half, self.store, self.lens, self.out_len
+            "{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{}",
+            self.meta, self.mask, self.nan_to_zero, self.half, self.store, self.lens, self.dtypes, self.out_len
         );
         let hex = blake3::hash(text.as_bytes()).to_hex();
         KernelSignature {
@@ -268,12 +308,24 @@ impl HostAttention {
         out.clear();
         out.resize(self.out_len, 0.0);
         let result = (|| {
+            // Half operands widened (exactly) into buffers of their own.
+            let mut widened: [Vec<f32>; 4] = Default::default();
             let mut inputs: [&[f32]; 4] = [&[]; 4];
-            for (k, &len) in self.lens.iter().enumerate() {
+            for (k, (&len, &dtype)) in self.lens.iter().zip(&self.dtypes).enumerate() {
                 let ptr =
                     args.get(k).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
-                let bytes = ctx.bytes(ptr, len * 4)?;
-                inputs[k] = bytemuck::try_cast_slice(bytes).map_err(|_| ctx.fault("an input is misaligned"))?;
+                let bytes = ctx.bytes(ptr, len * dtype.size_bytes())?;
+                match dtype {
+                    DType::F16 | DType::BF16 => widened[k] = widen_half(dtype, bytes),
+                    _ => {
+                        inputs[k] = bytemuck::try_cast_slice(bytes).map_err(|_| ctx.fault("an input is misaligned"))?
+                    }
+                }
+            }
+            for (slot, w) in inputs.iter_mut().zip(&widened) {
+                if !w.is_empty() {
+                    *slot = w;
+                }
             }
             let [q, k, v, mask] = inputs;
             let rounding = Rounding { half: self.half, nan_to_zero: self.nan_to_zero };
@@ -300,6 +352,15 @@ impl HostAttention {
         })();
         OUT.with(|c| c.replace(out));
         result
+    }
+}
+
+/// Little-endian f16 or bf16 `bits`, widened to f32.
+fn widen_half(dtype: DType, bits: &[u8]) -> Vec<f32> {
+    let word = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+    match dtype {
+        DType::BF16 => bits.chunks_exact(2).map(|b| half::bf16::from_bits(word(b)).to_f32()).collect(),
+        _ => bits.chunks_exact(2).map(|b| half::f16::from_bits(word(b)).to_f32()).collect(),
     }
 }
 

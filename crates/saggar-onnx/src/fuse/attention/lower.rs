@@ -22,10 +22,10 @@ use crate::plan::launch::{host_config, launch_config};
 use crate::plan::nodes::operand;
 use crate::plan::{ArgSource, LaunchStep, PlanStep, Target};
 
-/// `at` moved `offset` f32 elements on, where the memory is the plan's own (scratch, weights, the
-/// program's constants); a binding only at its start.
-fn starting_at(at: ArgSource, offset: i64) -> Option<ArgSource> {
-    let bytes = usize::try_from(offset).ok()?.checked_mul(4)?;
+/// `at` moved `offset` elements of `dtype` on, where the memory is the plan's own (scratch, weights,
+/// the program's constants); a binding only at its start.
+fn starting_at(at: ArgSource, offset: i64, dtype: DType) -> Option<ArgSource> {
+    let bytes = usize::try_from(offset).ok()?.checked_mul(dtype.size_bytes())?;
     match at {
         ArgSource::Scratch(o) => Some(ArgSource::Scratch(o.checked_add(bytes)?)),
         ArgSource::Weights(o) => Some(ArgSource::Weights(o.checked_add(bytes)?)),
@@ -107,7 +107,7 @@ pub(crate) fn emit(
     // Each operand from where it starts in the value it is read from.
     let mut args = Vec::new();
     for s in a.operands() {
-        let moved = starting_at(at(&s.value)?, s.offset).ok_or_else(|| OnnxError::Graph {
+        let moved = starting_at(at(&s.value)?, s.offset, s.dtype).ok_or_else(|| OnnxError::Graph {
             reason: format!("attention operand `{}` cannot be read at an offset", graph.value(s.value).name),
         })?;
         args.push(moved);
@@ -119,7 +119,8 @@ pub(crate) fn emit(
         offsets32 &= elements(id)? <= i32::MAX as usize;
     }
     let half = half_tiles(a, half, offsets32);
-    let form = Form { mask: a.mask.is_some(), nan_to_zero: a.nan_to_zero, store: a.store };
+    let types = [a.q.dtype, a.k.dtype, a.v.dtype];
+    let form = Form { mask: a.mask.is_some(), nan_to_zero: a.nan_to_zero, store: a.store, inputs: types };
     match (target, half) {
         (Target::Host, _) => {
             let kernel = HostAttention {
@@ -133,6 +134,7 @@ pub(crate) fn emit(
                     .iter()
                     .map(|s| Ok(elements(s.value)?.saturating_sub(s.offset as usize)))
                     .collect::<Result<_, OnnxError>>()?,
+                dtypes: a.operands().iter().map(|s| s.dtype).collect(),
                 out_len: elements(a.out.value)?,
             };
             kernel.ensure_registered()?;

@@ -12,7 +12,9 @@
 //!   and the key transpose cost no launch; a `Transpose` reading the result is absorbed by writing
 //!   through strides, and views after it by writing their binding.
 //!
-//! Every f32 tensor the pattern touches, head sizes up to [`MAX_HEAD`]. The result is an
+//! Every f32 tensor the pattern touches, head sizes up to [`MAX_HEAD`]; Q, K and V may be read
+//! through a Cast widening a half value (a half product's result,
+//! [`crate::graph::passes::half_outputs`]), which the kernels then read in half. The result is an
 //! [`Attention`]: the member nodes (which launch nothing of their own), the external operands with
 //! their strides, and the extents. The host backend runs the same group with a host kernel computing
 //! the same online softmax ([`kernel::run_host`]), so CI checks the recognition and the numerics.
@@ -80,6 +82,9 @@ pub(crate) const MAX_HEAD: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Strided {
     pub(crate) value: ValueId,
+    /// The element type of `value`: f32, or for Q, K and V a half product's result read through
+    /// the Cast that widened it.
+    pub(crate) dtype: DType,
     /// Where the operand starts in `value`, in elements.
     pub(crate) offset: i64,
     pub(crate) strides: Vec<i64>,
@@ -319,7 +324,7 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize, walk: Walk
         let own_dims = f32_dims(graph, id)?;
         members.extend(through.absorbed);
         let strides = batch_strides(&own_dims, &through.strides, &batch)?;
-        Some(Strided { value: through.base, offset: through.offset, strides })
+        Some(Strided { value: through.base, dtype: through.dtype, offset: through.offset, strides })
     };
     let q = operand(q, &mut members)?;
     let k = operand(k, &mut members)?;
@@ -330,7 +335,7 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize, walk: Walk
             if !broadcast_dims_fit(&md, &sd) {
                 return None;
             }
-            Some(Strided { value: m, offset: 0, strides: broadcast(&md, &sd) })
+            Some(Strided { value: m, dtype: DType::F32, offset: 0, strides: broadcast(&md, &sd) })
         }
         None => None,
     };
@@ -408,7 +413,7 @@ fn masked_scores(graph: &Graph, uses: &Uses, s_prime: ValueId, members: &mut Vec
 /// absorbed are added to `members`.
 fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec<usize>) -> (Strided, Option<DType>) {
     let o = graph.nodes[pv].outputs[0];
-    let mut out = Strided { value: o, offset: 0, strides: contiguous(od) };
+    let mut out = Strided { value: o, dtype: DType::F32, offset: 0, strides: contiguous(od) };
     if uses.readers[o.0].len() == 1
         && !uses.graph_output[o.0]
         && let Some(&t) = uses.readers[o.0].first()
@@ -422,7 +427,7 @@ fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec
             os[a] = ts[k];
         }
         members.push(t);
-        out = Strided { value: graph.nodes[t].outputs[0], offset: 0, strides: os };
+        out = Strided { value: graph.nodes[t].outputs[0], dtype: DType::F32, offset: 0, strides: os };
     }
     while let Some(n) = only_reader(graph, uses, out.value)
         && graph.nodes[n].op.is_view()
@@ -437,6 +442,7 @@ fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec
     {
         members.push(n);
         out.value = graph.nodes[n].outputs[0];
+        out.dtype = to;
         store = Some(to);
     }
     (out, store)

@@ -87,13 +87,24 @@ fn constant_ints(graph: &Graph, id: ValueId) -> Option<Vec<i64>> {
     }
 }
 
-/// An operand read through the nodes that produced it: the value actually read, where in it the
-/// operand starts (elements), its strides for the operand's dims, and the absorbed nodes.
+/// An operand read through the nodes that produced it: the value actually read and its element type
+/// (f32, or the half type of a product's result that a Cast widened), where in it the operand starts
+/// (elements), its strides for the operand's dims, and the absorbed nodes.
 pub(super) struct Through {
     pub(super) base: ValueId,
+    pub(super) dtype: DType,
     pub(super) offset: i64,
     pub(super) strides: Vec<i64>,
     pub(super) absorbed: Vec<usize>,
+}
+
+/// Whether node `n` is a Cast widening a half value to f32 (exact, so the kernel may read the half
+/// value and widen it itself).
+fn widening(graph: &Graph, n: usize) -> bool {
+    let node = &graph.nodes[n];
+    let (Some(Some(x)), [out]) = (node.inputs.first(), node.outputs.as_slice()) else { return false };
+    let ty = |id: ValueId| graph.ty(id).map(|t| t.dtype);
+    node.op_type == "Cast" && matches!(ty(*x), Some(DType::F16 | DType::BF16)) && ty(*out) == Some(DType::F32)
 }
 
 /// `id` read through the Transpose and view nodes (and, walking [`Walk::Shared`], the parts of
@@ -108,31 +119,37 @@ pub(super) fn through_views(
     reader: usize,
     walk: Walk,
 ) -> Through {
-    let Some((_, own)) = dims(graph, id) else {
-        return Through { base: id, offset: 0, strides: Vec::new(), absorbed: Vec::new() };
+    let Some((own_type, own)) = dims(graph, id) else {
+        return Through { base: id, dtype: DType::F32, offset: 0, strides: Vec::new(), absorbed: Vec::new() };
     };
-    // The chain from `id` back: (node, its input, the output followed).
+    // The chain from `id` back: (node, its input, the output followed), ending at a widening Cast.
     let mut chain: Vec<(usize, ValueId, ValueId)> = Vec::new();
     let (mut cur, mut next_reader) = (id, reader);
     while (walk == Walk::Shared || uses.readers[cur.0] == [next_reader])
         && !uses.graph_output[cur.0]
         && let Some(p) = graph.producer(cur)
         && let view = (graph.nodes[p].op_type == "Transpose" || graph.nodes[p].op.is_view())
-        && (view && info[p].outputs.len() == 1 || walk == Walk::Shared && part_of(graph, p, cur).is_some())
+        && (view && info[p].outputs.len() == 1
+            || walk == Walk::Shared && part_of(graph, p, cur).is_some()
+            || widening(graph, p))
         && let Some(Some(input)) = graph.nodes[p].inputs.first()
-        && dims(graph, *input).is_some_and(|(t, _)| t == DType::F32)
+        && (widening(graph, p) || dims(graph, *input).is_some_and(|(t, _)| t == DType::F32))
     {
         chain.push((p, *input, cur));
         cur = *input;
         next_reader = p;
+        if widening(graph, p) {
+            break;
+        }
     }
     for start in (1..=chain.len()).rev() {
         let base = chain[start - 1].1;
-        let Some((_, d)) = dims(graph, base) else { continue };
+        let Some((dtype, d)) = dims(graph, base) else { continue };
         let mut layout = Some(views::Layout::contiguous(&d));
         for &(p, input, out) in chain[..start].iter().rev() {
             let rank = dims(graph, input).map_or(0, |(_, d)| d.len());
             layout = layout.and_then(|l| match part_of(graph, p, out) {
+                _ if widening(graph, p) => Some(l),
                 _ if graph.nodes[p].op_type == "Transpose" => perm(graph, p, rank).and_then(|pm| l.transpose(&pm)),
                 Some((axis, at, _, true)) => l.select(axis, at),
                 Some((axis, at, len, false)) => l.slice(axis, at, len),
@@ -145,8 +162,8 @@ pub(super) fn through_views(
             && let Some(strides) = l.strides()
         {
             let absorbed = chain[..start].iter().map(|&(p, _, _)| p).collect();
-            return Through { base, offset: l.offset(), strides, absorbed };
+            return Through { base, dtype, offset: l.offset(), strides, absorbed };
         }
     }
-    Through { base: id, offset: 0, strides: contiguous(&own), absorbed: Vec::new() }
+    Through { base: id, dtype: own_type, offset: 0, strides: contiguous(&own), absorbed: Vec::new() }
 }

@@ -15,6 +15,7 @@ pub(crate) mod calibrate;
 pub(crate) mod control_flow;
 pub(crate) mod conv_gemm;
 mod fuse;
+pub(crate) mod half_outputs;
 pub(crate) mod half_storage;
 pub(crate) mod infer;
 mod layout;

@@ -185,7 +185,7 @@ fn weight_product(graph: &Graph, node: &Node) -> Option<(ValueId, ValueId)> {
 }
 
 /// A new constant value holding constant `b` rounded to `half`.
-fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, OnnxError> {
+pub(super) fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, OnnxError> {
     let value = graph.value(b);
     let name = format!("{}:{}", value.name, half);
     let tensor = value.constant.as_ref().map(|t| (**t).clone()).ok_or_else(|| graph_error("weights", &value.name))?;

@@ -80,6 +80,13 @@ __device__ ONNX_FORCEINLINE float4 onnx_row_load4(const float* __restrict__ p, o
   const float x = p[mode == 4 ? row : 0];
   return make_float4(x, x, x, x);
 }
+// onnx_row_load4 of a half input (f16 or bf16 bits, 8-byte aligned), as its bits.
+__device__ ONNX_FORCEINLINE ushort4 onnx_row_load4_u16(const unsigned short* __restrict__ p, onnx_i64 mode, onnx_i64 row, int cols4, int q) {
+  if (mode == 1) return ((const ushort4*)p)[row * cols4 + q];
+  if (mode == 2) return ((const ushort4*)p)[q];
+  const unsigned short x = p[mode == 4 ? row : 0];
+  return make_ushort4(x, x, x, x);
+}
 // The offsets `(j / inner) % count` of the four flat indices `j = i .. i + 3` of an input read in
 // blocks (broadcast modes 2, 4 and 5 of the fused kernels: a per-channel bias over NCHW has blocks
 // of `inner = H * W`): at most a division and a remainder for the four, each further lane stepping
@@ -154,6 +161,19 @@ __device__ inline unsigned short onnx_f32_to_bf16(float f) {
   const unsigned x = (unsigned)__float_as_int(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
   return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// Four consecutive elements as floats: f32 16-byte aligned, halves (bits) 8-byte aligned.
+__device__ ONNX_FORCEINLINE float4 onnx_ld4_f32(const float* p) { return *(const float4*)p; }
+__device__ ONNX_FORCEINLINE float4 onnx_ld4_f16(const unsigned short* p) {
+  const uint2 w = *(const uint2*)p;
+  return make_float4(onnx_f16_to_f32((unsigned short)(w.x & 0xffffu)), onnx_f16_to_f32((unsigned short)(w.x >> 16)),
+                     onnx_f16_to_f32((unsigned short)(w.y & 0xffffu)), onnx_f16_to_f32((unsigned short)(w.y >> 16)));
+}
+__device__ ONNX_FORCEINLINE float4 onnx_ld4_bf16(const unsigned short* p) {
+  const uint2 w = *(const uint2*)p;
+  return make_float4(onnx_bf16_to_f32((unsigned short)(w.x & 0xffffu)), onnx_bf16_to_f32((unsigned short)(w.x >> 16)),
+                     onnx_bf16_to_f32((unsigned short)(w.y & 0xffffu)), onnx_bf16_to_f32((unsigned short)(w.y >> 16)));
 }
 
 // Two floats rounded to a pair of halves in one 32-bit word (`lo` in the low bits), f16 or bf16.

@@ -18,7 +18,7 @@ use crate::tensor::{DataMut, TensorMut};
 
 /// The ops of this family.
 pub(crate) static OPS: &[OpEntry] = &[
-    OpEntry { op_type: "MatMul", since: 1, until: 24, build: |_| Ok(Box::new(MatMul { out: None })) },
+    OpEntry { op_type: "MatMul", since: 1, until: 24, build: |_| Ok(Box::new(MatMul { out: None, bias: false })) },
     OpEntry { op_type: "Gemm", since: 7, until: 24, build: build_gemm },
     OpEntry { op_type: "Det", since: 11, until: 24, build: det::build_det },
     OpEntry { op_type: "Einsum", since: 12, until: 24, build: einsum::build_einsum },
@@ -159,10 +159,31 @@ fn through_f32(
 /// form the precision pass gives the products it runs on tensor cores.
 pub(crate) fn half_product_writing_f32(op_type: &str, attrs: &Attributes) -> Result<Arc<dyn Op>, OpError> {
     match op_type {
-        "MatMul" => Ok(Arc::new(MatMul { out: Some(DType::F32) })),
+        "MatMul" => Ok(Arc::new(MatMul { out: Some(DType::F32), bias: false })),
         "Gemm" => {
             let mut op = GemmOp::parse(&NodeCtx::new(attrs, 13, 3, 1))?;
             op.out = Some(DType::F32);
+            Ok(Arc::new(op))
+        }
+        other => Err(OpError::infer(format!("{other} is not a matrix product"))),
+    }
+}
+
+/// MatMul or Gemm (`op_type`, with its `attrs`) of half operands writing their own half type: the
+/// form the precision pass gives a product whose readers take half values. With `bias`, a MatMul
+/// takes a third input, a vector over the output's columns (of the half type) added in f32 before
+/// the result is rounded, as Gemm adds its `C`.
+pub(crate) fn half_product_writing_half(
+    op_type: &str,
+    attrs: &Attributes,
+    half: DType,
+    bias: bool,
+) -> Result<Arc<dyn Op>, OpError> {
+    match op_type {
+        "MatMul" => Ok(Arc::new(MatMul { out: Some(half), bias })),
+        "Gemm" => {
+            let mut op = GemmOp::parse(&NodeCtx::new(attrs, 13, 3, 1))?;
+            op.out = Some(half);
             Ok(Arc::new(op))
         }
         other => Err(OpError::infer(format!("{other} is not a matrix product"))),
@@ -176,10 +197,13 @@ fn check_inner(op: &str, a: &Dim, b: &Dim) -> Result<(), OpError> {
     }
 }
 
-/// `MatMul`: numpy `matmul` semantics; `out` as [`product_type`] says.
+/// `MatMul`: numpy `matmul` semantics; `out` as [`product_type`] says. With `bias` (the precision
+/// pass's products only) a third input, `[n]` of the output's type, is added to every row in f32
+/// before the result is rounded to the output's type.
 #[derive(Debug)]
 struct MatMul {
     out: Option<DType>,
+    bias: bool,
 }
 
 impl Op for MatMul {
@@ -200,16 +224,24 @@ impl Op for MatMul {
             let batch = broadcast_concrete(a_batch, b_batch)?;
             let (sa, sb) = (broadcast(a_batch, &batch), broadcast(b_batch, &batch));
             let (mk, kn) = (ext(m * k), ext(k * n));
-            let mut meta = vec![ext(m), ext(n), ext(k), ext(batch.len()), ext(k), 1, ext(n), 1, 0, 0];
+            // A bias is one row broadcast over every row (row stride 0).
+            let (c_rs, c_cs) = if self.bias { (0, 1) } else { (0, 0) };
+            let mut meta = vec![ext(m), ext(n), ext(k), ext(batch.len()), ext(k), 1, ext(n), 1, c_rs, c_cs];
             meta.extend(batch.iter().map(|&d| ext(d)));
             meta.extend(sa.iter().map(|s| s * mk));
             meta.extend(sb.iter().map(|s| s * kn));
             let out = product_type("MatMul", a.dtype, b.dtype, self.out)?;
+            let mut slots = vec![Slot::In(0), Slot::In(1)];
+            if self.bias {
+                slots.push(Slot::In(2));
+            }
+            slots.push(Slot::Out(0));
+            let beta = if self.bias { 1f32 } else { 0f32 };
             Ok(GpuNode::Launches(vec![GpuLaunch::new(
-                GemmKernel::f32(1f32.to_bits(), 0f32.to_bits(), false).with_types(a.dtype, out),
+                GemmKernel::f32(1f32.to_bits(), beta.to_bits(), self.bias).with_types(a.dtype, out),
                 meta,
                 Work::Tiles { m: m as u64, n: n as u64, batch: numel(&batch) },
-                vec![Slot::In(0), Slot::In(1), Slot::Out(0)],
+                slots,
             )]))
         })())
     }
@@ -232,6 +264,14 @@ impl Op for MatMul {
         if b.rank() > 1 {
             dims.push(b_dims[br - 1].clone());
         }
+        if self.bias {
+            let c = inputs.req(2)?.ty;
+            let n = &b_dims[br - 1];
+            let vector = c.rank() == 1 || c.rank() == 2 && c.dims[0].as_fixed() == Some(1);
+            if c.dtype != out || !vector || c.dims.last().and_then(Dim::as_fixed) != n.as_fixed() {
+                return Err(OpError::infer(format!("a MatMul's bias must be [{n}] of {out}, found {c}")));
+            }
+        }
         Ok(vec![ValueType::new(out, dims)])
     }
 
@@ -248,10 +288,22 @@ impl Op for MatMul {
             return Err(OpError::eval(format!("MatMul: inner extents differ ({ad:?} x {bd:?})")));
         }
         let batch = broadcast_concrete(a_batch, b_batch)?;
+        let bias = if self.bias { Some(inputs.req(2)?.floats()?) } else { None };
+        if bias.as_ref().is_some_and(|b| b.len() != n) {
+            return Err(OpError::eval(format!("a MatMul's bias must have {n} elements")));
+        }
         let (a, b) = (a.floats()?, b.floats()?);
         let (a, b) = (&a[..], &b[..]);
         let out_dims = outputs[0].dims;
-        with_f32_output(&mut outputs[0], |c| matmul_f32(a, b, c, out_dims, [a_batch, b_batch], &batch, [m, k, n]))
+        with_f32_output(&mut outputs[0], |c| {
+            matmul_f32(a, b, c, out_dims, [a_batch, b_batch], &batch, [m, k, n])?;
+            if let Some(bias) = &bias {
+                for row in c.chunks_exact_mut(n.max(1)) {
+                    row.iter_mut().zip(bias.iter()).for_each(|(v, b)| *v += b);
+                }
+            }
+            Ok(())
+        })
     }
 }
 

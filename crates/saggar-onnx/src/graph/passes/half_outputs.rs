@@ -1,0 +1,321 @@
+//! Half results for half products: at fp16 and bf16, after [`super::precision`] has made a layer's
+//! products read half operands, a MatMul or Gemm whose result (after its bias) only feeds kernels
+//! that read half values as cheaply as f32 ones writes its result in the half type, as PyTorch's half
+//! layers do. That halves the bytes the product writes and its readers read: the attention reading
+//! Q, K and V, the GELU after the first feed-forward product, the residual Add and LayerNorm after
+//! the others.
+//!
+//! A product qualifies when:
+//! - it is a MatMul of half operands writing f32, optionally followed by `Add(product, bias)` (either
+//!   order) with `bias` a constant f32 vector over the output's columns that nothing else needs
+//!   in f32; or a Gemm of half operands whose `C`, if any, is a constant;
+//! - its result (the Add's, where there is one) is no graph output, and every node reading it is
+//!   elementwise, a LayerNormalization, a MatMul, or a view or part of it (Reshape, Flatten,
+//!   Squeeze, Unsqueeze, Transpose, Split, Slice, Gather): the kernels a `Cast` back to f32 fuses into
+//!   (elementwise chains, LayerNorm's input group) or an attention group reads through
+//!   ([`crate::fuse::attention`]).
+//!
+//! The product then writes a new half value, the bias (rounded to half, as PyTorch's half layers
+//! hold it) added in f32 in its epilogue before the result is rounded
+//! ([`crate::ops::linalg::half_product_writing_half`]); the Add is replaced by a `Cast` of that
+//! value to f32 defining the old result, so every reader is unchanged.
+
+use std::collections::HashMap;
+
+use saggar_shape::DType;
+
+use super::precision::{cast, half_constant};
+use crate::error::OnnxError;
+use crate::graph::ir::{Graph, Node, Value, ValueId};
+use crate::ops::{self, ValueType};
+
+/// The views and parts of a tensor an attention group reads through.
+const VIEWS: [&str; 8] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Split", "Slice", "Gather"];
+
+/// The views that only reshape a tensor, which a widening Cast moves past.
+const RESHAPES: [&str; 4] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze"];
+
+/// Rewrites every qualifying half product of `graph` (see the module docs) to write `half`; returns
+/// how many it rewrote.
+pub(crate) fn half_results(graph: &mut Graph, half: DType) -> Result<usize, OnnxError> {
+    let mut rewritten = 0;
+    let mut index = 0;
+    // Each constant's half copy, made once.
+    let mut biases = HashMap::new();
+    while index < graph.nodes.len() {
+        if let Some(found) = candidate(graph, index, half) {
+            rewrite(graph, index, found, half, &mut biases)?;
+            rewritten += 1;
+        }
+        index += 1;
+    }
+    Ok(rewritten)
+}
+
+/// A qualifying product's bias Add (its node and the constant bias), if it has one, and the value
+/// its readers read.
+struct Found {
+    add: Option<(usize, ValueId)>,
+    result: ValueId,
+}
+
+/// The [`Found`] of node `index` when it is a qualifying product.
+fn candidate(graph: &Graph, index: usize, half: DType) -> Option<Found> {
+    let node = &graph.nodes[index];
+    let [out] = node.outputs.as_slice() else { return None };
+    let a = node.inputs.first().copied().flatten()?;
+    let b = node.inputs.get(1).copied().flatten()?;
+    let dtype = |id: ValueId| graph.ty(id).map(|t| t.dtype);
+    if dtype(a) != Some(half) || dtype(b) != Some(half) || dtype(*out) != Some(DType::F32) {
+        return None;
+    }
+    let readers = graph.readers();
+    let only_reader = |id: ValueId| match readers[id.0].as_slice() {
+        [r] if !graph.outputs.iter().any(|o| o.value == id) => Some(*r),
+        _ => None,
+    };
+    let found = match (node.op_type.as_str(), node.inputs.len()) {
+        ("MatMul", 2) => {
+            let n = graph.ty(b)?.dims.last()?.as_fixed()?;
+            let add = only_reader(*out).and_then(|r| bias_add(graph, r, *out, n).map(|bias| (r, bias)));
+            Found { add, result: add.map_or(*out, |(r, _)| graph.nodes[r].outputs[0]) }
+        }
+        ("Gemm", _) => {
+            let c = node.inputs.get(2).copied().flatten();
+            if c.is_some_and(|c| graph.value(c).constant.is_none()) {
+                return None;
+            }
+            Found { add: None, result: *out }
+        }
+        _ => return None,
+    };
+    let result = found.result;
+    let takes_half = |&r: &usize| {
+        let op = graph.nodes[r].op_type.as_str();
+        super::layout::elementwise(op) || VIEWS.contains(&op) || op == "LayerNormalization" || op == "MatMul"
+    };
+    let graph_output = graph.outputs.iter().any(|o| o.value == result);
+    (!graph_output && !readers[result.0].is_empty() && readers[result.0].iter().all(takes_half)).then_some(found)
+}
+
+/// The constant bias of `Add(product, bias)` (node `add`, either order) when it is an f32 vector of
+/// `n` elements (`[n]` or `[1, n]`).
+fn bias_add(graph: &Graph, add: usize, product: ValueId, n: u64) -> Option<ValueId> {
+    let node = &graph.nodes[add];
+    let bias = match node.inputs.as_slice() {
+        [Some(x), Some(y)] if *x == product && *y != product => *y,
+        [Some(x), Some(y)] if *y == product && *x != product => *x,
+        _ => return None,
+    };
+    let constant = graph.value(bias).constant.as_ref()?;
+    let dims = constant.dims();
+    let vector = matches!(dims, [c] if *c as u64 == n) || matches!(dims, [1, c] if *c as u64 == n);
+    (node.op_type == "Add" && constant.dtype() == DType::F32 && vector).then_some(bias)
+}
+
+/// Rewrites product `index` as the module docs say.
+fn rewrite(
+    graph: &mut Graph,
+    index: usize,
+    found: Found,
+    half: DType,
+    biases: &mut HashMap<ValueId, ValueId>,
+) -> Result<(), OnnxError> {
+    let node = &graph.nodes[index];
+    let node_error = |e: ops::OpError| OnnxError::Node {
+        node: node.name.clone(),
+        op: node.op_type.clone(),
+        opset: graph.opset,
+        source: Box::new(e),
+    };
+    let op = ops::linalg::half_product_writing_half(&node.op_type, &node.attrs, half, found.add.is_some())
+        .map_err(node_error)?;
+    // Gemm's C is of its output's type.
+    let c = node.inputs.get(2).copied().flatten();
+    let name = node.name.clone();
+    let bias = match (found.add, c) {
+        (Some((_, bias)), _) | (None, Some(bias)) => Some(match biases.get(&bias) {
+            Some(&id) => id,
+            None => {
+                let id = half_constant(graph, bias, half)?;
+                biases.insert(bias, id);
+                id
+            }
+        }),
+        (None, None) => None,
+    };
+    let value = graph.value(found.result);
+    let ty = value.ty.as_ref().map(|t| ValueType::new(half, t.dims.clone()));
+    let value = Value { name: format!("{}:{half} product", value.name), ty, constant: None, dims_value: None };
+    let result_half = graph.add_value(value);
+    let widening = widening_casts(graph, &name, found.result, result_half)?;
+    let node = &mut graph.nodes[index];
+    node.op = op;
+    node.outputs = vec![result_half];
+    match (found.add, bias) {
+        (Some(_), Some(bias)) => node.inputs.push(Some(bias)),
+        (None, Some(bias)) => node.inputs[2] = Some(bias),
+        _ => {}
+    }
+    // At the Add's place (every reader of its result comes after it), or after the product.
+    let at = match found.add {
+        Some((add, _)) => {
+            graph.nodes.remove(add);
+            add
+        }
+        None => index + 1,
+    };
+    let widened: Vec<ValueId> = widening.iter().map(|c| c.outputs[0]).collect();
+    for (k, cast) in widening.into_iter().enumerate() {
+        graph.nodes.insert(at + k, cast);
+    }
+    for value in widened {
+        sink_past_views(graph, value);
+    }
+    Ok(())
+}
+
+/// Moves the widening Cast defining `value` past the reshaping views (Reshape, Flatten, Squeeze,
+/// Unsqueeze) that are each the only reader of the value before them, so the views reshape the
+/// half value (they share its bytes) and the Cast meets the kernel reading the last view's result:
+/// GPT-2's products reshape their 2-D results back to `[batch, seq, width]` before the residual Add
+/// and the GELU, which then fuse the Cast.
+fn sink_past_views(graph: &mut Graph, mut value: ValueId) {
+    loop {
+        let readers = graph.readers();
+        let (Some(cast), [view]) = (graph.producer(value), readers[value.0].as_slice()) else { return };
+        let (view, node) = (*view, &graph.nodes[*view]);
+        let reshape = RESHAPES.contains(&node.op_type.as_str()) && node.outputs.len() == 1;
+        if !reshape || node.inputs.first() != Some(&Some(value)) || graph.outputs.iter().any(|o| o.value == value) {
+            return;
+        }
+        let Some(half) = graph.nodes[cast].inputs[0] else { return };
+        let Some(half_type) = graph.ty(half).map(|t| t.dtype) else { return };
+        let out = node.outputs[0];
+        let viewed = graph.value(out);
+        let ty = viewed.ty.as_ref().map(|t| ValueType::new(half_type, t.dims.clone()));
+        let name = format!("{}:{half_type}", viewed.name);
+        let half_view = graph.add_value(Value { name, ty, constant: None, dims_value: None });
+        graph.nodes[view].inputs[0] = Some(half);
+        graph.nodes[view].outputs = vec![half_view];
+        let mut moved = graph.nodes.remove(cast);
+        moved.inputs[0] = Some(half_view);
+        moved.outputs = vec![out];
+        // The view came after the Cast, so it is one place earlier now; the Cast goes after it.
+        graph.nodes.insert(view, moved);
+        value = out;
+    }
+}
+
+/// A Cast of `half` back to f32 for each node reading `result`: the first defines `result`, the
+/// others values of their own that their readers read instead. An elementwise group takes in a Cast
+/// read only inside it, so the GELU reading the product twice fuses both.
+fn widening_casts(graph: &mut Graph, name: &str, result: ValueId, half: ValueId) -> Result<Vec<Node>, OnnxError> {
+    let mut readers = graph.readers()[result.0].clone();
+    readers.dedup();
+    let mut casts = vec![cast(graph, format!("{name}:widened"), half, result)?];
+    for (k, &r) in readers.iter().enumerate().skip(1) {
+        let value = graph.value(result);
+        let own = Value { name: format!("{}:widened {k}", value.name), ..value.clone() };
+        let own = graph.add_value(own);
+        casts.push(cast(graph, format!("{name}:widened {k}"), half, own)?);
+        for input in graph.nodes[r].inputs.iter_mut().filter(|i| **i == Some(result)) {
+            *input = Some(own);
+        }
+    }
+    Ok(casts)
+}
+
+#[cfg(test)]
+mod tests {
+    use saggar_shape::{DType, Dim};
+
+    use crate::builder::ModelBuilder;
+    use crate::graph::passes::precision::convert_products;
+    use crate::tensor::{Tensor, TensorData};
+    use crate::{ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Precision, run_on_host};
+
+    fn constant(dims: &[usize], seed: f32) -> Tensor {
+        let n: usize = dims.iter().product();
+        Tensor::new(dims.to_vec(), TensorData::F32((0..n).map(|i| ((i as f32 + seed) * 0.37).sin()).collect())).unwrap()
+    }
+
+    /// `x [2, 3, 8]`: `h = MatMul(x, w1) + b1` read by a Relu and a Mul (a half result),
+    /// `g = MatMul(relu, w2)` read by a ReduceMean (f32: not a kernel that takes half), and
+    /// `y = MatMul(x, w3) + b3`, a graph output (f32).
+    fn model() -> OnnxModel {
+        let d = |v: &[u64]| v.iter().map(|&x| Dim::Fixed(x)).collect::<Vec<_>>();
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DType::F32, &d(&[2, 3, 8]));
+        for (name, dims, seed) in [("w1", &[8, 4][..], 1.0), ("b1", &[4], 2.0), ("w2", &[4, 4], 3.0)] {
+            b.initializer(name, &constant(dims, seed));
+        }
+        b.initializer("w3", &constant(&[8, 4], 4.0)).initializer("b3", &constant(&[4], 5.0));
+        b.node("MatMul", &["x", "w1"], &["p1"], &[]).node("Add", &["b1", "p1"], &["h"], &[]);
+        b.node("Relu", &["h"], &["r"], &[]).node("Mul", &["h", "r"], &["hr"], &[]);
+        b.node("MatMul", &["hr", "w2"], &["g"], &[]).node("ReduceMean", &["g"], &["m"], &[]);
+        b.node("MatMul", &["x", "w3"], &["p3"], &[]).node("Add", &["p3", "b3"], &["y"], &[]);
+        b.output("m", DType::F32, &d(&[1, 1, 1])).output("y", DType::F32, &d(&[2, 3, 4]));
+        OnnxModel::from_bytes(&b.to_bytes(), "half", &ImportLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn a_product_read_by_kernels_that_take_half_writes_half_with_its_bias() {
+        let mut graph = model().graph().clone();
+        assert_eq!(convert_products(&mut graph, DType::F16, &[]).unwrap(), 3);
+        assert_eq!(super::half_results(&mut graph, DType::F16).unwrap(), 1);
+        let products: Vec<_> = graph.nodes.iter().filter(|n| n.op_type == "MatMul").collect();
+        let out_type = |n: &crate::graph::ir::Node| graph.ty(n.outputs[0]).unwrap().dtype;
+        // The first writes f16 and takes its bias (rounded to f16); the others write f32.
+        assert_eq!(products.iter().map(|n| out_type(n)).collect::<Vec<_>>(), [DType::F16, DType::F32, DType::F32]);
+        let bias = graph.value(products[0].inputs[2].unwrap());
+        assert_eq!(bias.constant.as_ref().unwrap().dtype(), DType::F16);
+        // Its Add is gone; a Cast back to f32 for each of its two readers.
+        let ops: Vec<&str> = graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops.iter().filter(|o| **o == "Add").count(), 1, "{ops:?}");
+        let widened = graph.nodes.iter().filter(|n| n.op_type == "Cast" && n.inputs[0] == Some(products[0].outputs[0]));
+        assert_eq!(widened.count(), 2, "{ops:?}");
+    }
+
+    /// The host computes what the pass wrote: the half result is the f32 result (bias added in f32)
+    /// rounded once to half, so the model's outputs stay within the fp16 tolerance of strict f32.
+    #[test]
+    fn half_results_stay_within_the_fp16_tolerance() {
+        let x = constant(&[2, 3, 8], 7.0);
+        let run = |precision| {
+            let compiler = OnnxCompiler::new(model(), OnnxOptions::default().with_precision(precision));
+            run_on_host(&compiler, std::slice::from_ref(&x)).unwrap()
+        };
+        let (strict, half) = (run(Precision::Fp32), run(Precision::Fp16));
+        for (s, h) in strict.iter().zip(&half) {
+            let (TensorData::F32(s), TensorData::F32(h)) = (s.data(), h.data()) else { panic!("f32 outputs") };
+            for (a, b) in s.iter().zip(h) {
+                assert!((a - b).abs() <= 3e-2 * a.abs().max(1.0), "{a} vs {b}");
+            }
+        }
+    }
+    /// GPT-2's form: a 2-D product reshaped back before its reader. The Reshape views the half
+    /// result and the Cast moves after it, next to the Relu that fuses it.
+    #[test]
+    fn the_widening_cast_moves_past_a_reshape_to_its_reader() {
+        let d = |v: &[u64]| v.iter().map(|&x| Dim::Fixed(x)).collect::<Vec<_>>();
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DType::F32, &d(&[6, 8]));
+        b.initializer("w", &constant(&[8, 4], 1.0)).initializer("c", &constant(&[4], 2.0));
+        let shape = Tensor::new(vec![3], TensorData::I64(vec![2, 3, 4])).unwrap();
+        b.initializer("shape", &shape);
+        b.node("Gemm", &["x", "w", "c"], &["p"], &[]).node("Reshape", &["p", "shape"], &["r"], &[]);
+        b.node("Relu", &["r"], &["y"], &[]).output("y", DType::F32, &d(&[2, 3, 4]));
+        let model = OnnxModel::from_bytes(&b.to_bytes(), "reshaped", &ImportLimits::default()).unwrap();
+        let mut graph = model.graph().clone();
+        convert_products(&mut graph, DType::F16, &[]).unwrap();
+        assert_eq!(super::half_results(&mut graph, DType::F16).unwrap(), 1);
+        let ops: Vec<&str> = graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Cast", "Gemm", "Reshape", "Cast", "Relu"], "{ops:?}");
+        let (gemm, reshape, cast) = (&graph.nodes[1], &graph.nodes[2], &graph.nodes[3]);
+        assert_eq!(reshape.inputs[0], Some(gemm.outputs[0]));
+        assert_eq!(graph.ty(reshape.outputs[0]).unwrap().dtype, DType::F16);
+        assert_eq!(cast.inputs[0], Some(reshape.outputs[0]));
+        assert_eq!(graph.nodes[4].inputs[0], Some(cast.outputs[0]));
+    }
+}
