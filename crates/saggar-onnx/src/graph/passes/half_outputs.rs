@@ -7,8 +7,8 @@
 //!
 //! A product qualifies when:
 //! - it is a MatMul of half operands writing f32, optionally followed by `Add(product, bias)` (either
-//!   order) with `bias` a constant f32 vector over the output's columns that nothing else needs
-//!   in f32; or a Gemm of half operands whose `C`, if any, is a constant;
+//!   order, the product's only reader) with `bias` a constant f32 vector over the output's columns;
+//!   or a Gemm of half operands whose `C`, if any, is a constant;
 //! - its result (the Add's, where there is one) is no graph output, and every node reading it is
 //!   elementwise, a LayerNormalization, a MatMul, or a view or part of it (Reshape, Flatten,
 //!   Squeeze, Unsqueeze, Transpose, Split, Slice, Gather): the kernels a `Cast` back to f32 fuses into
@@ -17,8 +17,10 @@
 //!
 //! The product then writes a new half value, the bias (rounded to half, as PyTorch's half layers
 //! hold it) added in f32 in its epilogue before the result is rounded
-//! ([`crate::ops::linalg::half_product_writing_half`]); the Add is replaced by a `Cast` of that
-//! value to f32 defining the old result, so every reader is unchanged.
+//! ([`crate::ops::linalg::half_product_writing_half`]). The Add is removed, and each node reading
+//! the old result reads a `Cast` of the half value to f32 of its own (the first defines the old
+//! result), which its kernel fuses. A Cast read only by a reshaping view moves past it, the view
+//! reshaping the half value, so it still meets the kernel that reads it.
 
 use std::collections::HashMap;
 
