@@ -24,6 +24,10 @@ decoder models off) at --batch rows (default 32):
             onnx_peers.py's expert `graphs` variant: the request's inputs packed into ONE pinned buffer,
             ONE copy to the device, one CUDA graph replay (which casts the f32 inputs to the half type and
             the outputs back to f32, so every system moves f32 in and f32 out), ONE copy back
+  int8      the f32 file quantised by onnxruntime.quantization.quantize_static in the QDQ format
+            (int8 activations, symmetric, calibrated on the benchmark's inputs; per-channel int8
+            weights) on every MatMul, Gemm and Conv with constant weights, then `saggar perf
+            --precision fp16` on it: its QDQ products run on int8 tensor cores, the rest as at fp16
   ort       ONNX Runtime's CUDA provider with {"use_tf32": 0}: f32 on the file, fp16 on
             onnxruntime.transformers.float16.convert_float_to_float16(model, keep_io_types=True); each as
             plain run() on numpy inputs, and as IO binding with enable_cuda_graph (the batch fixed by a
@@ -39,6 +43,7 @@ Targets, per model (PASS/MISS; n/a with the reason when a system did not run):
   saggar fp16 vs ORT fp16          ORT p50 (the faster of run() and CUDA graph) / saggar p50 >= 1.5
   saggar bf16 / saggar fp16 time   <= 1.10
   saggar vs PyTorch error          saggar max rel error / PyTorch's at the same precision <= 2 (fp16, bf16)
+  saggar int8 vs saggar fp16       saggar fp16 p50 / saggar int8 (QDQ) p50 >= 1.3 (BERT-base, ResNet-50)
   BERT only: saggar fp32 p50 / saggar tf32 p50 >= 2; saggar fp16's achieved TFLOP/s >= 40% of
   --peak-tflops (989: an H100's, and an H200's, dense fp16 rate)
 FLOPs are counted from the ONNX graph (MatMul, Gemm and Conv, shapes inferred at the batch).
@@ -69,9 +74,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "zoo"))  # benches/zoo in the source tree, zoo/ in the GPU bundle
 
 PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
-SYSTEMS = ([f"saggar-{p}" for p in PRECISIONS] + ["torch-fp32", "torch-fp16", "torch-bf16"]
+SYSTEMS = ([f"saggar-{p}" for p in PRECISIONS] + ["saggar-int8", "torch-fp32", "torch-fp16", "torch-bf16"]
            + ["ort-fp32", "ort-fp32-graphs", "ort-fp16", "ort-fp16-graphs"])
-LABELS = {"saggar-fp32": "saggar fp32", "saggar-tf32": "saggar tf32", "saggar-fp16": "saggar fp16",
+LABELS = {"saggar-int8": "saggar int8 (QDQ by quantize_static)", "saggar-fp32": "saggar fp32", "saggar-tf32": "saggar tf32", "saggar-fp16": "saggar fp16",
           "saggar-bf16": "saggar bf16", "torch-fp32": "PyTorch f32 (TF32 off)", "torch-fp16": "PyTorch fp16",
           "torch-bf16": "PyTorch bf16", "ort-fp32": "ORT f32, run()", "ort-fp32-graphs": "ORT f32, IO binding + graph",
           "ort-fp16": "ORT fp16, run()", "ort-fp16-graphs": "ORT fp16, IO binding + graph"}
@@ -410,6 +415,34 @@ def saggar_system(args, has_flag, precision, model, inputs_dir, work, name):
     return row, outs or None
 
 
+def qdq_model(path, names, arrays, out):
+    """`path` quantised as onnxruntime.quantization.quantize_static writes QDQ models, into `out`: int8
+    activations (symmetric, min-max calibrated on the benchmark's inputs) and per-channel int8 weights,
+    on every MatMul, Gemm and Conv whose weights are constants (the attention's products of two
+    activations stay f32, as saggar computes them)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    graph = onnx.load(path, load_external_data=False).graph
+    constants = {i.name for i in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    exclude = [n.name for n in graph.node
+               if n.op_type in ("MatMul", "Gemm", "Conv") and (len(n.input) < 2 or n.input[1] not in constants)]
+
+    class Inputs(CalibrationDataReader):
+        def __init__(self):
+            self.sets = iter([dict(zip(names, arrays))])
+
+        def get_next(self):
+            return next(self.sets, None)
+
+    quantize_static(path, out, Inputs(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul", "Gemm", "Conv"], nodes_to_exclude=exclude,
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return out
+
+
 # --- one model -----------------------------------------------------------------------------------
 
 def run_model(name, arch, args, systems, has_flag, ort_state, work):
@@ -470,6 +503,13 @@ def run_model(name, arch, args, systems, has_flag, ort_state, work):
                     lambda p=precision: saggar_system(args, has_flag, p, path, inputs_dir, folder, name))
         else:
             attempt(f"saggar-{precision}", lambda: ({"status": "skipped: no --saggar"}, None))
+    if args.saggar and "saggar-int8" in systems:
+        def int8():
+            qdq = qdq_model(path, names, arrays, os.path.join(folder, "model-qdq.onnx"))
+            return saggar_system(args, has_flag, "fp16", qdq, inputs_dir, folder, f"{name}-qdq")
+        attempt("saggar-int8", int8)
+    else:
+        attempt("saggar-int8", lambda: ({"status": "skipped: no --saggar"}, None))
     ort, ort_skip = ort_state
     for half in (False, True):
         kind = "fp16" if half else "fp32"
@@ -545,6 +585,9 @@ def judge(entry, args):
     add(f"saggar fp16 vs ORT fp16 ({best or 'ORT'} p50 / saggar p50)",
         ratio(best, "saggar-fp16") if best else None, ">= 1.5x", lambda v: v >= 1.5,
         ["ort-fp16", "ort-fp16-graphs", "saggar-fp16"])
+    if entry["arch"] in ("bert_base", "resnet50"):
+        add("saggar int8 QDQ vs fp16 (fp16 p50 / int8 p50)", ratio("saggar-fp16", "saggar-int8"), ">= 1.3x",
+            lambda v: v >= 1.3, ["saggar-fp16", "saggar-int8"])
     add("saggar bf16 p50 / saggar fp16 p50", ratio("saggar-bf16", "saggar-fp16"), "<= 1.10",
         lambda v: v <= 1.10, ["saggar-bf16", "saggar-fp16"], "{:.3f}")
     for half in ("fp16", "bf16"):

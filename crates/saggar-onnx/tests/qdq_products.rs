@@ -178,3 +178,42 @@ fn zero_and_nan_scales_are_refused_naming_the_node() {
         assert!(shown.contains("QuantizeLinear") && shown.contains("finite and nonzero"), "{shown}");
     }
 }
+
+/// A QDQ model beside a shape chain made of Constant nodes (the embeddings of a BERT that
+/// `quantize_static` wrote: `Expand` of a shape computed from the input's): the chain still folds,
+/// so the Expand's shape has a known length, and the product is still found as an `i8` product.
+#[test]
+fn a_qdq_model_with_a_computed_expand_shape_imports() {
+    let case = base("expand");
+    let mut b = ModelBuilder::new(13);
+    let batch = vec![Dim::Symbolic("batch".into()), Dim::Fixed(16)];
+    b.input("x", DType::F32, &batch);
+    let constant = |b: &mut ModelBuilder, name: &str, t: Tensor| {
+        b.node("Constant", &[], &[name], &[("value", Attribute::Tensor(t))]);
+    };
+    constant(&mut b, "zero", tensor(&[1], TensorData::I64(vec![0])));
+    constant(&mut b, "minus_one", tensor(&[1], TensorData::I64(vec![-1])));
+    constant(&mut b, "eight", tensor(&[1], TensorData::I64(vec![8])));
+    constant(&mut b, "one", tensor(&[], TensorData::F32(vec![1.0])));
+    b.node("Shape", &["x"], &["sh"], &[]).node("Gather", &["sh", "zero"], &["rows"], &[("axis", Attribute::Int(0))]);
+    b.node("Concat", &["rows", "eight"], &["cat"], &[("axis", Attribute::Int(0))]);
+    b.node("Reshape", &["cat", "minus_one"], &["target"], &[]);
+    b.node("Expand", &["one", "target"], &["ones"], &[]);
+    b.initializer("sx", &tensor(&[], TensorData::F32(vec![case.x_scale])));
+    b.initializer("zx", &tensor(&[], TensorData::I8(vec![0])));
+    b.node("QuantizeLinear", &["x", "sx", "zx"], &["xq"], &[]);
+    b.node("DequantizeLinear", &["xq", "sx", "zx"], &["xd"], &[]);
+    let w_q: Vec<i8> = values(16 * 8, 5).iter().map(|v| (v * 127.0).round() as i8).collect();
+    b.initializer("wq", &tensor(&[16, 8], TensorData::I8(w_q)));
+    b.initializer("sw", &tensor(&[], TensorData::F32(vec![0.01])));
+    b.initializer("zw", &tensor(&[], TensorData::I8(vec![0])));
+    b.node("DequantizeLinear", &["wq", "sw", "zw"], &["wd"], &[]);
+    b.node("MatMul", &["xd", "wd"], &["p"], &[]).node("Add", &["p", "ones"], &["y"], &[]);
+    b.output("y", DType::F32, &[]);
+    let model = OnnxModel::from_bytes(&b.to_bytes(), "expand", &ImportLimits::default())
+        .expect("the shape chain folds beside the QDQ nodes");
+    assert_eq!(int8_products(&model), 1);
+    let x = tensor(&[3, 16], TensorData::F32(values(48, 3)));
+    let got = run_on_host(&OnnxCompiler::new(model.clone(), OnnxOptions::default()), std::slice::from_ref(&x)).unwrap();
+    assert_eq!(got[0].dims(), [3, 8]);
+}

@@ -62,6 +62,17 @@ impl FreshSymbols {
 /// Infers every node's outputs and folds constants whose outputs have at most `fold_limit`
 /// elements. Folded nodes are removed.
 pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -> Result<(), OnnxError> {
+    infer_and_fold_keeping(graph, mode, fold_limit, &[])
+}
+
+/// [`infer_and_fold`], folding no node whose op type `keep` lists (a quantised model's
+/// DequantizeLinear of constant weights, which the QDQ products must still find).
+pub(crate) fn infer_and_fold_keeping(
+    graph: &mut Graph,
+    mode: Mode,
+    fold_limit: usize,
+    keep: &[&str],
+) -> Result<(), OnnxError> {
     let mut fresh = FreshSymbols::default();
     let mut folded = Vec::with_capacity(graph.nodes.len());
     for index in 0..graph.nodes.len() {
@@ -139,7 +150,9 @@ pub(crate) fn infer_and_fold(graph: &mut Graph, mode: Mode, fold_limit: usize) -
         } else {
             None
         };
-        let all_constant = node.op.foldable() && infer_inputs.iter().flatten().all(|x| x.value.is_some());
+        let all_constant = node.op.foldable()
+            && !keep.contains(&node.op_type.as_str())
+            && infer_inputs.iter().flatten().all(|x| x.value.is_some());
         let small =
             types.iter().all(|t| t.fixed_dims().and_then(|d| checked_numel(&d)).is_some_and(|n| n <= fold_limit));
         let constants: Option<Vec<Tensor>> = if all_constant && small {

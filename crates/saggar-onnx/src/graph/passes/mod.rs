@@ -35,10 +35,13 @@ pub(crate) const SPECIALISE_FOLD_LIMIT: usize = 1 << 16;
 
 /// The import-time pipeline.
 pub(crate) fn optimise(graph: &mut Graph, fold_limit: usize) -> Result<(), OnnxError> {
-    if graph.nodes.iter().any(|n| matches!(n.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")) {
-        // Types without folding, so the QDQ products are found before their weights' dequantisation
-        // folds into f32 weights (and bad scales are refused).
-        infer::infer_and_fold(graph, infer::Mode::Symbolic, 0)?;
+    const QDQ: [&str; 2] = ["QuantizeLinear", "DequantizeLinear"];
+    if graph.nodes.iter().any(|n| QDQ.contains(&n.op_type.as_str())) {
+        // Types, folding everything but the Q/DQ nodes, so the QDQ products are found before their
+        // weights' dequantisation folds into f32 weights (and bad scales are refused), while shape
+        // chains (an embedding's Expand of a computed shape) still fold into the constants their
+        // readers' types need.
+        infer::infer_and_fold_keeping(graph, infer::Mode::Symbolic, fold_limit, &QDQ)?;
         if qdq_products::int8_products(graph)? > 0 {
             simplify::remove_dead_nodes(graph);
         }
