@@ -175,9 +175,10 @@ pub(crate) fn epilogue_fusions(
         }
         let bias = match add {
             None => None,
-            Some(a) => match bias_operand(graph, &graph.nodes[a].inputs, *out, desc) {
-                Some(bias) => Some(bias),
-                None => continue,
+            // A constant vector over the columns, of the GEMM's output type (the libraries' bias type).
+            Some(a) => match graph.bias_of(a, *out, desc.n) {
+                Some((bias, t)) if matmul_type(t.dtype()) == Some(desc.output) => Some(bias),
+                _ => continue,
             },
         };
         if bias.is_some() && desc.bias {
@@ -187,20 +188,6 @@ pub(crate) fn epilogue_fusions(
         fusions.insert(j, EpilogueFusion { bias, epilogue, group: root[u] });
     }
     fusions
-}
-
-/// The other operand of `Add(gemm, other)` (either order) when it is a constant vector of the GEMM's
-/// `n` columns (`[n]` or `[1, n]`) of the GEMM's output type (the libraries' bias type).
-fn bias_operand(graph: &Graph, inputs: &[Option<ValueId>], gemm: ValueId, desc: MatmulDesc) -> Option<ValueId> {
-    let other = match inputs {
-        [Some(x), Some(y)] if *x == gemm && *y != gemm => *y,
-        [Some(x), Some(y)] if *y == gemm && *x != gemm => *x,
-        _ => return None,
-    };
-    let constant = graph.value(other).constant.as_ref()?;
-    let dims = constant.dims();
-    let vector = matches!(dims, [n] if *n as u64 == desc.n) || matches!(dims, [1, n] if *n as u64 == desc.n);
-    (vector && matmul_type(constant.dtype()) == Some(desc.output)).then_some(other)
 }
 
 #[cfg(test)]

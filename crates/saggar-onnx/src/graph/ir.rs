@@ -103,6 +103,21 @@ impl Graph {
         self.nodes.iter().position(|n| n.outputs.contains(&id))
     }
 
+    /// The other operand of node `add` when it is `Add(product, bias)` (either order) with `bias` a
+    /// constant vector of `n` elements (`[n]` or `[1, n]`): a bias over a product's columns.
+    pub fn bias_of(&self, add: usize, product: ValueId, n: u64) -> Option<(ValueId, &crate::tensor::Tensor)> {
+        let node = self.nodes.get(add).filter(|node| node.op_type == "Add")?;
+        let bias = match node.inputs.as_slice() {
+            [Some(x), Some(y)] if *x == product && *y != product => *y,
+            [Some(x), Some(y)] if *y == product && *x != product => *x,
+            _ => return None,
+        };
+        let constant = self.value(bias).constant.as_deref()?;
+        let vector =
+            matches!(constant.dims(), [c] if *c as u64 == n) || matches!(constant.dims(), [1, c] if *c as u64 == n);
+        vector.then_some((bias, constant))
+    }
+
     /// The half type (f16 or bf16) node `n` casts to, when it is a Cast to one.
     pub fn half_cast(&self, n: usize) -> Option<DType> {
         let node = self.nodes.get(n).filter(|node| node.op_type == "Cast")?;

@@ -25,6 +25,7 @@ use saggar_shape::DType;
 
 use super::MAX_HEAD;
 use crate::ops::gpu::{BLOCK, ctype, kernel_name, load_f32, render, strip_header};
+use crate::tensor::DataRef;
 
 /// Keys per chunk of the host kernel (the GPU kernel's chunk is its block size).
 const HOST_CHUNK: usize = BLOCK as usize;
@@ -70,8 +71,8 @@ impl Form {
             loaders += &format!("  auto ld{name} = [&](onnx_i64 i) -> float {{ return {one}; }};\n");
             if vec4 {
                 let four = match dtype {
-                    DType::F16 => "onnx_ld4_f16",
-                    DType::BF16 => "onnx_ld4_bf16",
+                    DType::F16 => "onnx_ld4_half<false>",
+                    DType::BF16 => "onnx_ld4_half<true>",
                     _ => "onnx_ld4_f32",
                 };
                 loaders += &format!("  auto ld{name}4 = [&](onnx_i64 i) -> float4 {{ return {four}(&{name}[i]); }};\n");
@@ -315,11 +316,10 @@ impl HostAttention {
                 let ptr =
                     args.get(k).and_then(KernelArg::as_ptr).ok_or_else(|| ctx.fault("argument is not a pointer"))?;
                 let bytes = ctx.bytes(ptr, len * dtype.size_bytes())?;
-                match dtype {
-                    DType::F16 | DType::BF16 => widened[k] = widen_half(dtype, bytes),
-                    _ => {
-                        inputs[k] = bytemuck::try_cast_slice(bytes).map_err(|_| ctx.fault("an input is misaligned"))?
-                    }
+                let data = DataRef::from_bytes(dtype, bytes).ok_or_else(|| ctx.fault("an input is misaligned"))?;
+                match data {
+                    DataRef::F32(x) => inputs[k] = x,
+                    half => widened[k] = half.to_f32s().ok_or_else(|| ctx.fault("an input is not floating-point"))?,
                 }
             }
             for (slot, w) in inputs.iter_mut().zip(&widened) {
@@ -352,15 +352,6 @@ impl HostAttention {
         })();
         OUT.with(|c| c.replace(out));
         result
-    }
-}
-
-/// Little-endian f16 or bf16 `bits`, widened to f32.
-fn widen_half(dtype: DType, bits: &[u8]) -> Vec<f32> {
-    let word = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
-    match dtype {
-        DType::BF16 => bits.chunks_exact(2).map(|b| half::bf16::from_bits(word(b)).to_f32()).collect(),
-        _ => bits.chunks_exact(2).map(|b| half::f16::from_bits(word(b)).to_f32()).collect(),
     }
 }
 

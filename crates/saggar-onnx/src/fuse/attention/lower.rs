@@ -120,7 +120,7 @@ pub(crate) fn emit(
     }
     let half = half_tiles(a, half, offsets32);
     let types = [a.q.dtype, a.k.dtype, a.v.dtype];
-    let form = Form { mask: a.mask.is_some(), nan_to_zero: a.nan_to_zero, store: a.store, inputs: types };
+    let form = Form { mask: a.mask.is_some(), nan_to_zero: a.nan_to_zero, store: a.store(), inputs: types };
     match (target, half) {
         (Target::Host, _) => {
             let kernel = HostAttention {
@@ -128,7 +128,7 @@ pub(crate) fn emit(
                 mask: a.mask.is_some(),
                 nan_to_zero: a.nan_to_zero,
                 half,
-                store: a.store,
+                store: a.store(),
                 lens: a
                     .operands()
                     .iter()

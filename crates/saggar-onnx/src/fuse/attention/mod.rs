@@ -115,12 +115,16 @@ pub(crate) struct Attention {
     pub(crate) scale: f32,
     /// Rows whose softmax is not a number (every key masked) give zeros, as `Where(IsNaN(P), 0, P)`.
     pub(crate) nan_to_zero: bool,
-    /// The half type the result is stored in: the group took in the Cast to it that was the
-    /// result's only reader (the precision pass's Cast before the output projection).
-    pub(crate) store: Option<DType>,
 }
 
 impl Attention {
+    /// The half type the result is stored in (`out`'s type when it is not f32): the group took in
+    /// the Cast to it that was the result's only reader (the precision pass's Cast before the output
+    /// projection).
+    pub(crate) fn store(&self) -> Option<DType> {
+        (self.out.dtype != DType::F32).then_some(self.out.dtype)
+    }
+
     /// The kernel's `meta` table: `nb, Sq, Sk, D, Dv, scale bits, batch[nb]`, then for Q, Kᵀ, V,
     /// the mask (zeros when absent) and the output: `batch_strides[nb], row_stride, col_stride`.
     pub(crate) fn meta(&self) -> Vec<i64> {
@@ -339,9 +343,9 @@ fn match_at(graph: &Graph, info: &[NodeInfo], uses: &Uses, pv: usize, walk: Walk
         }
         None => None,
     };
-    let (out, store) = result(graph, uses, pv, &od, &mut members);
+    let out = result(graph, uses, pv, &od, &mut members);
     closed(graph, uses, &mut members, out.value)?;
-    Some(Attention { members, q, k, v, mask, out, batch, sq, sk, d, dv, scale, nan_to_zero, store })
+    Some(Attention { members, q, k, v, mask, out, batch, sq, sk, d, dv, scale, nan_to_zero })
 }
 
 /// `P' = Where(IsNaN(P), 0, P)`: `(P, true)` with the guard's nodes added to `members`, or
@@ -409,9 +413,9 @@ fn masked_scores(graph: &Graph, uses: &Uses, s_prime: ValueId, members: &mut Vec
 
 /// Where the result goes: `O` itself (of `od`), or a Transpose of it written through strides, then
 /// the views of that contiguous result (the kernel writes the last of them, so a graph output is
-/// written in place instead of copied), then a Cast to a half type (the type stored); the nodes
-/// absorbed are added to `members`.
-fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec<usize>) -> (Strided, Option<DType>) {
+/// written in place instead of copied), then a Cast to a half type (the type stored, the result's
+/// `dtype`); the nodes absorbed are added to `members`.
+fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec<usize>) -> Strided {
     let o = graph.nodes[pv].outputs[0];
     let mut out = Strided { value: o, dtype: DType::F32, offset: 0, strides: contiguous(od) };
     if uses.readers[o.0].len() == 1
@@ -436,16 +440,14 @@ fn result(graph: &Graph, uses: &Uses, pv: usize, od: &[usize], members: &mut Vec
         out.value = graph.nodes[n].outputs[0];
     }
     // A Cast to a half type: the kernel stores the rounded result instead.
-    let mut store = None;
     if let Some(n) = only_reader(graph, uses, out.value)
         && let Some(to) = graph.half_cast(n)
     {
         members.push(n);
         out.value = graph.nodes[n].outputs[0];
         out.dtype = to;
-        store = Some(to);
     }
-    (out, store)
+    out
 }
 
 /// The node reading `id` as its first input and nothing else reading it, when `id` is no graph

@@ -129,16 +129,15 @@ pub(super) fn through_views(
         && !uses.graph_output[cur.0]
         && let Some(p) = graph.producer(cur)
         && let view = (graph.nodes[p].op_type == "Transpose" || graph.nodes[p].op.is_view())
-        && (view && info[p].outputs.len() == 1
-            || walk == Walk::Shared && part_of(graph, p, cur).is_some()
-            || widening(graph, p))
+        && let cast = widening(graph, p)
+        && (view && info[p].outputs.len() == 1 || walk == Walk::Shared && part_of(graph, p, cur).is_some() || cast)
         && let Some(Some(input)) = graph.nodes[p].inputs.first()
-        && (widening(graph, p) || dims(graph, *input).is_some_and(|(t, _)| t == DType::F32))
+        && (cast || dims(graph, *input).is_some_and(|(t, _)| t == DType::F32))
     {
         chain.push((p, *input, cur));
         cur = *input;
         next_reader = p;
-        if widening(graph, p) {
+        if cast {
             break;
         }
     }

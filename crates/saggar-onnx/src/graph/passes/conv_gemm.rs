@@ -227,7 +227,7 @@ impl ConvGeometry {
     fn product_op(&self, b: &Builder<'_>) -> Option<Arc<dyn Op>> {
         match self.element {
             DType::F32 => b.op("MatMul", 2),
-            _ => ops::linalg::half_product_writing_f32("MatMul", &Attributes::default()).ok(),
+            _ => ops::linalg::half_product("MatMul", &Attributes::default(), DType::F32, false).ok(),
         }
     }
 

@@ -17,7 +17,7 @@
 //!
 //! The product then writes a new half value, the bias (rounded to half, as PyTorch's half layers
 //! hold it) added in f32 in its epilogue before the result is rounded
-//! ([`crate::ops::linalg::half_product_writing_half`]). The Add is removed, and each node reading
+//! ([`crate::ops::linalg::half_product`]). The Add is removed, and each node reading
 //! the old result reads a `Cast` of the half value to f32 of its own (the first defines the old
 //! result), which its kernel fuses. A Cast read only by a reshaping view moves past it, the view
 //! reshaping the half value, so it still meets the kernel that reads it.
@@ -26,10 +26,10 @@ use std::collections::HashMap;
 
 use saggar_shape::DType;
 
-use super::precision::{cast, half_constant};
+use super::precision::{at_node, cast, half_constant, half_twin_named};
 use crate::error::OnnxError;
 use crate::graph::ir::{Graph, Node, Value, ValueId};
-use crate::ops::{self, ValueType};
+use crate::ops;
 
 /// The views and parts of a tensor an attention group reads through.
 const VIEWS: [&str; 8] = ["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Split", "Slice", "Gather"];
@@ -54,11 +54,12 @@ pub(crate) fn half_results(graph: &mut Graph, half: DType) -> Result<usize, Onnx
     Ok(rewritten)
 }
 
-/// A qualifying product's bias Add (its node and the constant bias), if it has one, and the value
-/// its readers read.
+/// A qualifying product's bias Add (its node and the constant bias), if it has one, the value its
+/// readers read, and those readers (in graph order, each once).
 struct Found {
     add: Option<(usize, ValueId)>,
     result: ValueId,
+    readers: Vec<usize>,
 }
 
 /// The [`Found`] of node `index` when it is a qualifying product.
@@ -80,39 +81,32 @@ fn candidate(graph: &Graph, index: usize, half: DType) -> Option<Found> {
         ("MatMul", 2) => {
             let n = graph.ty(b)?.dims.last()?.as_fixed()?;
             let add = only_reader(*out).and_then(|r| bias_add(graph, r, *out, n).map(|bias| (r, bias)));
-            Found { add, result: add.map_or(*out, |(r, _)| graph.nodes[r].outputs[0]) }
+            Found { add, result: add.map_or(*out, |(r, _)| graph.nodes[r].outputs[0]), readers: Vec::new() }
         }
         ("Gemm", _) => {
             let c = node.inputs.get(2).copied().flatten();
             if c.is_some_and(|c| graph.value(c).constant.is_none()) {
                 return None;
             }
-            Found { add: None, result: *out }
+            Found { add: None, result: *out, readers: Vec::new() }
         }
         _ => return None,
     };
-    let result = found.result;
     let takes_half = |&r: &usize| {
         let op = graph.nodes[r].op_type.as_str();
         super::layout::elementwise(op) || VIEWS.contains(&op) || op == "LayerNormalization" || op == "MatMul"
     };
-    let graph_output = graph.outputs.iter().any(|o| o.value == result);
-    (!graph_output && !readers[result.0].is_empty() && readers[result.0].iter().all(takes_half)).then_some(found)
+    let mut result_readers = readers[found.result.0].clone();
+    result_readers.dedup();
+    let graph_output = graph.outputs.iter().any(|o| o.value == found.result);
+    let takes = !graph_output && !result_readers.is_empty() && result_readers.iter().all(takes_half);
+    takes.then_some(Found { readers: result_readers, ..found })
 }
 
-/// The constant bias of `Add(product, bias)` (node `add`, either order) when it is an f32 vector of
-/// `n` elements (`[n]` or `[1, n]`).
+/// The constant bias of `Add(product, bias)` (node `add`) when it is an f32 vector of `n` elements.
 fn bias_add(graph: &Graph, add: usize, product: ValueId, n: u64) -> Option<ValueId> {
-    let node = &graph.nodes[add];
-    let bias = match node.inputs.as_slice() {
-        [Some(x), Some(y)] if *x == product && *y != product => *y,
-        [Some(x), Some(y)] if *y == product && *x != product => *x,
-        _ => return None,
-    };
-    let constant = graph.value(bias).constant.as_ref()?;
-    let dims = constant.dims();
-    let vector = matches!(dims, [c] if *c as u64 == n) || matches!(dims, [1, c] if *c as u64 == n);
-    (node.op_type == "Add" && constant.dtype() == DType::F32 && vector).then_some(bias)
+    let (bias, t) = graph.bias_of(add, product, n)?;
+    (t.dtype() == DType::F32).then_some(bias)
 }
 
 /// Rewrites product `index` as the module docs say.
@@ -124,14 +118,8 @@ fn rewrite(
     biases: &mut HashMap<ValueId, ValueId>,
 ) -> Result<(), OnnxError> {
     let node = &graph.nodes[index];
-    let node_error = |e: ops::OpError| OnnxError::Node {
-        node: node.name.clone(),
-        op: node.op_type.clone(),
-        opset: graph.opset,
-        source: Box::new(e),
-    };
-    let op = ops::linalg::half_product_writing_half(&node.op_type, &node.attrs, half, found.add.is_some())
-        .map_err(node_error)?;
+    let op = ops::linalg::half_product(&node.op_type, &node.attrs, half, found.add.is_some())
+        .map_err(|e| at_node(graph, node, e))?;
     // Gemm's C is of its output's type.
     let c = node.inputs.get(2).copied().flatten();
     let name = node.name.clone();
@@ -146,11 +134,8 @@ fn rewrite(
         }),
         (None, None) => None,
     };
-    let value = graph.value(found.result);
-    let ty = value.ty.as_ref().map(|t| ValueType::new(half, t.dims.clone()));
-    let value = Value { name: format!("{}:{half} product", value.name), ty, constant: None, dims_value: None };
-    let result_half = graph.add_value(value);
-    let widening = widening_casts(graph, &name, found.result, result_half)?;
+    let (_, result_half) = half_twin_named(graph, found.result, half, " product")?;
+    let widening = widening_casts(graph, &name, &found, result_half)?;
     let node = &mut graph.nodes[index];
     node.op = op;
     node.outputs = vec![result_half];
@@ -183,8 +168,10 @@ fn rewrite(
 /// GPT-2's products reshape their 2-D results back to `[batch, seq, width]` before the residual Add
 /// and the GELU, which then fuse the Cast.
 fn sink_past_views(graph: &mut Graph, mut value: ValueId) {
+    // Each move takes the Cast out before the view and puts it back right after it: no node past
+    // the view changes place, so the readers of each later value stay where they were.
+    let readers = graph.readers();
     loop {
-        let readers = graph.readers();
         let (Some(cast), [view]) = (graph.producer(value), readers[value.0].as_slice()) else { return };
         let (view, node) = (*view, &graph.nodes[*view]);
         let reshape = RESHAPES.contains(&node.op_type.as_str()) && node.outputs.len() == 1;
@@ -194,10 +181,7 @@ fn sink_past_views(graph: &mut Graph, mut value: ValueId) {
         let Some(half) = graph.nodes[cast].inputs[0] else { return };
         let Some(half_type) = graph.ty(half).map(|t| t.dtype) else { return };
         let out = node.outputs[0];
-        let viewed = graph.value(out);
-        let ty = viewed.ty.as_ref().map(|t| ValueType::new(half_type, t.dims.clone()));
-        let name = format!("{}:{half_type}", viewed.name);
-        let half_view = graph.add_value(Value { name, ty, constant: None, dims_value: None });
+        let Ok((_, half_view)) = half_twin_named(graph, out, half_type, "") else { return };
         graph.nodes[view].inputs[0] = Some(half);
         graph.nodes[view].outputs = vec![half_view];
         let mut moved = graph.nodes.remove(cast);
@@ -212,11 +196,10 @@ fn sink_past_views(graph: &mut Graph, mut value: ValueId) {
 /// A Cast of `half` back to f32 for each node reading `result`: the first defines `result`, the
 /// others values of their own that their readers read instead. An elementwise group takes in a Cast
 /// read only inside it, so the GELU reading the product twice fuses both.
-fn widening_casts(graph: &mut Graph, name: &str, result: ValueId, half: ValueId) -> Result<Vec<Node>, OnnxError> {
-    let mut readers = graph.readers()[result.0].clone();
-    readers.dedup();
+fn widening_casts(graph: &mut Graph, name: &str, found: &Found, half: ValueId) -> Result<Vec<Node>, OnnxError> {
+    let result = found.result;
     let mut casts = vec![cast(graph, format!("{name}:widened"), half, result)?];
-    for (k, &r) in readers.iter().enumerate().skip(1) {
+    for (k, &r) in found.readers.iter().enumerate().skip(1) {
         let value = graph.value(result);
         let own = Value { name: format!("{}:widened {k}", value.name), ..value.clone() };
         let own = graph.add_value(own);

@@ -4,7 +4,7 @@
 //! constant f32 tensor (a layer's weights) and whose `A` is f32, and every one-group Conv with
 //! constant f32 weights (the convolutions that run as im2col and a GEMM), unless the keep list names
 //! it or its op type, becomes a product of half operands accumulated and written in f32
-//! ([`crate::ops::linalg::half_product_writing_f32`], [`crate::ops::conv::half_conv_writing_f32`]):
+//! ([`crate::ops::linalg::half_product`], [`crate::ops::conv::half_conv_writing_f32`]):
 //! - `B` is rounded to the half type once, at compile time (to nearest even); the packed weights hold
 //!   only that copy when nothing else reads the f32 one;
 //! - `A` gets a `Cast` to the half type, one per activation, shared by every product reading it; the
@@ -88,14 +88,9 @@ pub(crate) fn convert_products(graph: &mut Graph, half: DType, keep: &[String]) 
         };
         let op = match node.op_type.as_str() {
             "Conv" => ops::conv::half_conv_writing_f32(&node.attrs, graph.opset, half),
-            _ => ops::linalg::half_product_writing_f32(&node.op_type, &node.attrs),
+            _ => ops::linalg::half_product(&node.op_type, &node.attrs, DType::F32, false),
         };
-        let op = op.map_err(|e| OnnxError::Node {
-            node: node.name.clone(),
-            op: node.op_type.clone(),
-            opset: graph.opset,
-            source: Box::new(e),
-        })?;
+        let op = op.map_err(|e| at_node(graph, node, e))?;
         let b_half = match halves.get(&b) {
             Some(&id) => id,
             None => {
@@ -184,6 +179,11 @@ fn weight_product(graph: &Graph, node: &Node) -> Option<(ValueId, ValueId)> {
     (b_const && a_activation && out_f32).then_some((a, b))
 }
 
+/// `e`, an op's refusal while a pass rewrites `node`, as the error naming that node.
+pub(super) fn at_node(graph: &Graph, node: &Node, e: ops::OpError) -> OnnxError {
+    OnnxError::Node { node: node.name.clone(), op: node.op_type.clone(), opset: graph.opset, source: Box::new(e) }
+}
+
 /// A new constant value holding constant `b` rounded to `half`.
 pub(super) fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Result<ValueId, OnnxError> {
     let value = graph.value(b);
@@ -196,8 +196,18 @@ pub(super) fn half_constant(graph: &mut Graph, b: ValueId, half: DType) -> Resul
 
 /// A new activation `<name of a>:<half>` of `a`'s dims in `half`: its name and id.
 fn half_twin(graph: &mut Graph, a: ValueId, half: DType) -> Result<(String, ValueId), OnnxError> {
+    half_twin_named(graph, a, half, "")
+}
+
+/// [`half_twin`] with `suffix` after the name, so that two half twins of one value have two names.
+pub(super) fn half_twin_named(
+    graph: &mut Graph,
+    a: ValueId,
+    half: DType,
+    suffix: &str,
+) -> Result<(String, ValueId), OnnxError> {
     let value = graph.value(a);
-    let name = format!("{}:{}", value.name, half);
+    let name = format!("{}:{}{suffix}", value.name, half);
     let dims = value.ty.as_ref().map(|t| t.dims.clone()).ok_or_else(|| graph_error("activation", &value.name))?;
     let ty = Some(ValueType::new(half, dims));
     Ok((name.clone(), graph.add_value(Value { name, ty, constant: None, dims_value: None })))

@@ -165,15 +165,13 @@ __device__ inline unsigned short onnx_f32_to_bf16(float f) {
 
 // Four consecutive elements as floats: f32 16-byte aligned, halves (bits) 8-byte aligned.
 __device__ ONNX_FORCEINLINE float4 onnx_ld4_f32(const float* p) { return *(const float4*)p; }
-__device__ ONNX_FORCEINLINE float4 onnx_ld4_f16(const unsigned short* p) {
+template <bool BF16> __device__ ONNX_FORCEINLINE float4 onnx_ld4_half(const unsigned short* p) {
   const uint2 w = *(const uint2*)p;
-  return make_float4(onnx_f16_to_f32((unsigned short)(w.x & 0xffffu)), onnx_f16_to_f32((unsigned short)(w.x >> 16)),
-                     onnx_f16_to_f32((unsigned short)(w.y & 0xffffu)), onnx_f16_to_f32((unsigned short)(w.y >> 16)));
-}
-__device__ ONNX_FORCEINLINE float4 onnx_ld4_bf16(const unsigned short* p) {
-  const uint2 w = *(const uint2*)p;
-  return make_float4(onnx_bf16_to_f32((unsigned short)(w.x & 0xffffu)), onnx_bf16_to_f32((unsigned short)(w.x >> 16)),
-                     onnx_bf16_to_f32((unsigned short)(w.y & 0xffffu)), onnx_bf16_to_f32((unsigned short)(w.y >> 16)));
+  const unsigned short h[4] = {(unsigned short)(w.x & 0xffffu), (unsigned short)(w.x >> 16),
+                               (unsigned short)(w.y & 0xffffu), (unsigned short)(w.y >> 16)};
+  float f[4];
+  for (int i = 0; i < 4; ++i) f[i] = BF16 ? onnx_bf16_to_f32(h[i]) : onnx_f16_to_f32(h[i]);
+  return make_float4(f[0], f[1], f[2], f[3]);
 }
 
 // Two floats rounded to a pair of halves in one 32-bit word (`lo` in the low bits), f16 or bf16.

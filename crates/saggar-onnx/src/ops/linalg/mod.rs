@@ -155,35 +155,17 @@ fn through_f32(
     Ok(())
 }
 
-/// MatMul or Gemm (`op_type`, with its `attrs`) computing half operands into an f32 output: the
-/// form the precision pass gives the products it runs on tensor cores.
-pub(crate) fn half_product_writing_f32(op_type: &str, attrs: &Attributes) -> Result<Arc<dyn Op>, OpError> {
+/// MatMul or Gemm (`op_type`, with its `attrs`) of half operands writing `out`: f32 (the form the
+/// precision pass gives the products it runs on tensor cores) or their own half type (a product
+/// whose readers take half values, `half_outputs`). With `bias`, a MatMul takes a third input, a
+/// vector over the output's columns of the output's type, added in f32 before the result is rounded,
+/// as Gemm adds its `C`.
+pub(crate) fn half_product(op_type: &str, attrs: &Attributes, out: DType, bias: bool) -> Result<Arc<dyn Op>, OpError> {
     match op_type {
-        "MatMul" => Ok(Arc::new(MatMul { out: Some(DType::F32), bias: false })),
+        "MatMul" => Ok(Arc::new(MatMul { out: Some(out), bias })),
         "Gemm" => {
             let mut op = GemmOp::parse(&NodeCtx::new(attrs, 13, 3, 1))?;
-            op.out = Some(DType::F32);
-            Ok(Arc::new(op))
-        }
-        other => Err(OpError::infer(format!("{other} is not a matrix product"))),
-    }
-}
-
-/// MatMul or Gemm (`op_type`, with its `attrs`) of half operands writing their own half type: the
-/// form the precision pass gives a product whose readers take half values. With `bias`, a MatMul
-/// takes a third input, a vector over the output's columns (of the half type) added in f32 before
-/// the result is rounded, as Gemm adds its `C`.
-pub(crate) fn half_product_writing_half(
-    op_type: &str,
-    attrs: &Attributes,
-    half: DType,
-    bias: bool,
-) -> Result<Arc<dyn Op>, OpError> {
-    match op_type {
-        "MatMul" => Ok(Arc::new(MatMul { out: Some(half), bias })),
-        "Gemm" => {
-            let mut op = GemmOp::parse(&NodeCtx::new(attrs, 13, 3, 1))?;
-            op.out = Some(half);
+            op.out = Some(out);
             Ok(Arc::new(op))
         }
         other => Err(OpError::infer(format!("{other} is not a matrix product"))),
@@ -536,11 +518,11 @@ mod tests {
             let want = if d == DType::F16 { 2050.0 } else { 2048.0 };
             assert_eq!(out[0].to_f32s().unwrap(), [want], "{d}: 2050 rounded once to the output type");
             // Writing f32, the precision pass's form, keeps the exact sum.
-            let mixed = super::half_product_writing_f32("MatMul", &Attributes::default()).unwrap();
+            let mixed = super::half_product("MatMul", &Attributes::default(), DType::F32, false).unwrap();
             let out = crate::ops::evaluate::evaluate(mixed.as_ref(), &[Some(&a), Some(&b)], 16).unwrap();
             assert_eq!((out[0].dtype(), values(&out[0])), (DType::F32, &[2050.0f32][..]));
         }
-        let gemm = super::half_product_writing_f32("Gemm", &Attributes::default()).unwrap();
+        let gemm = super::half_product("Gemm", &Attributes::default(), DType::F32, false).unwrap();
         let (a, b) = (half(&[1, 2], &[1.0, 2.0], DType::F16), half(&[2, 1], &[3.0, 4.0], DType::F16));
         let c = f32s(&[1], &[0.25]);
         let out = crate::ops::evaluate::evaluate(gemm.as_ref(), &[Some(&a), Some(&b), Some(&c)], 16).unwrap();
@@ -558,7 +540,7 @@ mod tests {
             assert!(err.to_string().contains("two f32, two f16 or two bf16"), "{err}");
         }
         let c16 = h.clone();
-        let gemm = super::half_product_writing_f32("Gemm", &Attributes::default()).unwrap();
+        let gemm = super::half_product("Gemm", &Attributes::default(), DType::F32, false).unwrap();
         let err = crate::ops::evaluate::evaluate(gemm.as_ref(), &[Some(&h), Some(&h), Some(&c16)], 16).unwrap_err();
         assert!(err.to_string().contains("Gemm's C must be f32"), "{err}");
     }
