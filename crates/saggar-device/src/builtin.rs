@@ -46,6 +46,15 @@ typedef unsigned long long saggar_u64;
 typedef unsigned int saggar_u32;
 #define SAGGAR_GRID_STRIDE(i, n) \
   for (saggar_u64 i = (saggar_u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (saggar_u64)gridDim.x * blockDim.x)
+// The first statement of a kernel that may be launched programmatically (`LaunchConfig::programmatic`):
+// it waits for the kernel before it on the stream to finish and its writes to be visible, then lets
+// the kernel after it launch, whose blocks are then placed while this one runs. Launched otherwise,
+// before compute capability 9.0, or on HIP, it does nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIPCC_RTC__) && !defined(__HIP_PLATFORM_AMD__)
+#define SAGGAR_GRID_DEPENDENCY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define SAGGAR_GRID_DEPENDENCY() ((void)0)
+#endif
 "#;
 
 const BODY: &str = r#"
@@ -77,6 +86,7 @@ SAGGAR_GLOBAL void saggar_copy_rows(unsigned char* dst, const unsigned char* src
 }
 
 SAGGAR_GLOBAL void saggar_axpy_f32(saggar_u64 n, float a, const float* x, float* y) {
+  SAGGAR_GRID_DEPENDENCY();
   SAGGAR_GRID_STRIDE(i, n) { y[i] = a * x[i] + y[i]; }
 }
 
@@ -111,7 +121,12 @@ pub fn signatures() -> Vec<KernelSignature> {
 pub fn copy_bytes_config(n: u64) -> crate::LaunchConfig {
     let threads = n.div_ceil(16).max(1);
     let blocks = threads.div_ceil(COPY_BYTES_BLOCK as u64).clamp(1, 256) as u32;
-    crate::LaunchConfig { grid: crate::Dim3::x(blocks), block: crate::Dim3::x(COPY_BYTES_BLOCK), shared_mem_bytes: 0 }
+    crate::LaunchConfig {
+        grid: crate::Dim3::x(blocks),
+        block: crate::Dim3::x(COPY_BYTES_BLOCK),
+        shared_mem_bytes: 0,
+        programmatic: false,
+    }
 }
 
 /// Enqueues [`COPY_BYTES`] (`kernel`, loaded from [`source`]) on `stream`: `n` bytes from `src` to

@@ -23,6 +23,9 @@ pub struct DeviceLimits {
     /// Threads (grid times block) a launch may have in one dimension: AMD GPUs count work-items per
     /// dimension in 32 bits; NVIDIA GPUs have no such limit (`u64::MAX`).
     pub max_threads_per_dim: u64,
+    /// Whether launches may overlap the kernel before them ([`crate::LaunchConfig::programmatic`]):
+    /// CUDA devices of compute capability 9.0 and up.
+    pub programmatic_launch: bool,
 }
 
 /// What one kernel may be launched with: the device's limits, narrowed by the kernel's own (register
@@ -39,6 +42,8 @@ pub struct KernelLimits {
     pub max_grid: [u32; 3],
     /// See [`DeviceLimits::max_threads_per_dim`].
     pub max_threads_per_dim: u64,
+    /// See [`DeviceLimits::programmatic_launch`].
+    pub programmatic_launch: bool,
 }
 
 impl KernelLimits {
@@ -53,6 +58,7 @@ impl KernelLimits {
             max_block: device.max_block,
             max_grid: device.max_grid,
             max_threads_per_dim: device.max_threads_per_dim,
+            programmatic_launch: device.programmatic_launch,
         }
     }
 
@@ -416,14 +422,16 @@ mod tests {
             max_block: [1024, 1024, 1024],
             max_grid: [u32::MAX >> 1, 65536, 65536],
             max_threads_per_dim: u64::from(u32::MAX),
+            programmatic_launch: false,
         };
         let ok = LaunchConfig::for_elements(1 << 20, 256);
         assert_eq!(limits.violation(&ok), None);
-        let huge = LaunchConfig { grid: Dim3::x(1 << 30), block: Dim3::x(1024), shared_mem_bytes: 0 };
+        let huge =
+            LaunchConfig { grid: Dim3::x(1 << 30), block: Dim3::x(1024), shared_mem_bytes: 0, programmatic: false };
         assert!(limits.violation(&huge).unwrap().contains("4294967295 threads in a dimension"));
         let nvidia = KernelLimits { max_threads_per_dim: u64::MAX, ..limits };
         assert_eq!(nvidia.violation(&huge), None, "NVIDIA GPUs have no per-dimension thread limit");
-        let wide = LaunchConfig { grid: Dim3::x(1), block: Dim3 { x: 2048, y: 1, z: 1 }, shared_mem_bytes: 0 };
+        let wide = LaunchConfig { grid: Dim3::x(1), block: Dim3 { x: 2048, y: 1, z: 1 }, ..ok };
         assert!(limits.violation(&wide).unwrap().contains("maximum block dimensions"));
         let lds = LaunchConfig { shared_mem_bytes: 65537, ..ok };
         assert!(limits.violation(&lds).unwrap().contains("shared memory"));

@@ -324,13 +324,20 @@ pub struct LaunchConfig {
     pub block: Dim3,
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
+    /// The kernel waits for the work before it on the stream (`griddepcontrol.wait`, CUDA's
+    /// `cudaGridDependencySynchronize`) before it reads or writes any memory that work touches. Where
+    /// the device takes it (CUDA, compute capability 9.0 and up), the launch may then start while
+    /// the kernel before it finishes: programmatic dependent launch, in streams and captured graphs
+    /// alike, which hides most of the gap between two short kernels. Elsewhere it is ignored, and so
+    /// is the kernel's wait. Setting it for a kernel that does not wait is a data race.
+    pub programmatic: bool,
 }
 
 impl LaunchConfig {
     /// Enough blocks of `block` threads to cover `n` elements, one thread each.
     pub fn for_elements(n: u64, block: u32) -> LaunchConfig {
         let blocks = n.div_ceil(block.max(1) as u64).clamp(1, u32::MAX as u64) as u32;
-        LaunchConfig { grid: Dim3::x(blocks), block: Dim3::x(block), shared_mem_bytes: 0 }
+        LaunchConfig { grid: Dim3::x(blocks), block: Dim3::x(block), shared_mem_bytes: 0, programmatic: false }
     }
 
     /// Checks the limits common to CUDA and HIP (non-zero extents, at most 1024 threads a block).

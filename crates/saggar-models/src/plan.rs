@@ -295,6 +295,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                         grid: Dim3 { x: grid_blocks(per_input, block), y: inputs as u32, z: 1 },
                         block: Dim3::x(block as u32),
                         shared_mem_bytes: 0,
+                        programmatic: false,
                     },
                     args,
                 });
@@ -339,6 +340,7 @@ pub(crate) fn plan(config: &ModelConfig, batch: usize, target: Target) -> Plan {
                         },
                         block: Dim3 { x: SPLITK_TILE as u32, y: SPLITK_SLICES as u32, z: 1 },
                         shared_mem_bytes: 0,
+                        programmatic: false,
                     },
                 };
                 let name = gpu_layer_name(l, variant, splitk_rows(batch));

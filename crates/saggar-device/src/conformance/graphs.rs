@@ -5,7 +5,7 @@ use super::{axpy, builtin_module, download, f32_bytes, fill, pattern, words};
 use crate::api::{Backend, CaptureStatus, Device, DeviceBuffer, Graph, GraphExec, Module, Stream};
 use crate::builtin;
 use crate::error::Error;
-use crate::types::CaptureMode;
+use crate::types::{CaptureMode, KernelArg, LaunchConfig};
 
 /// A graph of 100 launches replays to the same bytes as the same launches run eagerly.
 pub fn graph_of_100_launches_replays_equal_to_eager<B: Backend>(device: &B::Device) {
@@ -38,6 +38,47 @@ pub fn graph_of_100_launches_replays_equal_to_eager<B: Backend>(device: &B::Devi
     unsafe { stream.launch_graph(&exec) }.unwrap();
     stream.synchronize().unwrap();
     assert_eq!(download::<B>(&stream, bufs[1].as_slice()), download::<B>(&stream, bufs[3].as_slice()));
+}
+
+/// Programmatic launches ([`crate::LaunchConfig::programmatic`]) of a kernel that waits for the one
+/// before it compute what ordinary launches do, eagerly and replayed from a graph: 200 alternating
+/// axpys over 4M floats, each reading what the one before it wrote (`x += a y`, `y += b x`). A
+/// kernel started early without waiting would read stale halves and differ.
+pub fn programmatic_launches_equal_ordinary_ones<B: Backend>(device: &B::Device) {
+    let module = builtin_module::<B>(device);
+    let axpy_k = module.kernel(builtin::AXPY_F32).unwrap();
+    let stream = device.create_stream().unwrap();
+    let n = 1u64 << 22;
+    let init: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    let pairs: Vec<[B::DeviceBuffer; 2]> =
+        (0..3).map(|_| [device.alloc(n as usize * 4).unwrap(), device.alloc(n as usize * 4).unwrap()]).collect();
+    for [x, y] in &pairs {
+        stream.upload(&f32_bytes(&init), x.as_slice()).unwrap();
+        stream.upload(&f32_bytes(&init), y.as_slice()).unwrap();
+    }
+    let run = |[x, y]: &[B::DeviceBuffer; 2], programmatic: bool| {
+        let config = LaunchConfig { programmatic, ..LaunchConfig::for_elements(n, 256) };
+        for i in 0..200 {
+            let (a, from, to) = if i % 2 == 0 { (0.5f32, y, x) } else { (-0.25, x, y) };
+            let args = [KernelArg::U64(n), KernelArg::F32(a), KernelArg::Ptr(from.ptr()), KernelArg::Ptr(to.ptr())];
+            // SAFETY: both buffers are live for the whole test and hold `n` floats; the kernel waits for
+            // the one before it (`SAGGAR_GRID_DEPENDENCY`), as a programmatic launch needs.
+            unsafe { stream.launch(&axpy_k, &config, &args) }.unwrap();
+        }
+    };
+    run(&pairs[0], false);
+    run(&pairs[1], true);
+    stream.synchronize().unwrap();
+    stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    run(&pairs[2], true);
+    let graph = stream.end_capture().unwrap();
+    let exec = device.instantiate(&graph).unwrap();
+    // SAFETY: the captured buffers are live.
+    unsafe { stream.launch_graph(&exec) }.unwrap();
+    stream.synchronize().unwrap();
+    let expected = download::<B>(&stream, pairs[0][1].as_slice());
+    assert_eq!(download::<B>(&stream, pairs[1][1].as_slice()), expected, "eager programmatic launches");
+    assert_eq!(download::<B>(&stream, pairs[2][1].as_slice()), expected, "programmatic launches in a graph");
 }
 
 /// The hazard, shown on purpose: a graph keeps the pointers it was captured with. After the captured

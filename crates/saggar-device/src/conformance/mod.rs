@@ -40,7 +40,7 @@ pub use events::{event_timing, events_order_work_across_streams, untimed_event_o
 pub use graphs::{
     capture_state_errors, destroyed_graph_cannot_launch, empty_capture_replays_as_noop,
     graph_of_100_launches_replays_equal_to_eager, graph_update_refuses_new_topology, graph_update_repoints_launch,
-    illegal_calls_during_capture, replay_after_free_reads_new_occupant,
+    illegal_calls_during_capture, programmatic_launches_equal_ordinary_ones, replay_after_free_reads_new_occupant,
 };
 pub use memory::{alloc_copy_round_trip, kernels_reach_mapped_pinned_memory, pinned_async_round_trip};
 pub use multi_device::{capture_on_one_device_while_another_is_pinned_elsewhere, wrong_device_pinned_is_an_error};
@@ -58,6 +58,7 @@ macro_rules! conformance_tests {
             event_timing,
             untimed_event_orders_work_and_refuses_timing,
             graph_of_100_launches_replays_equal_to_eager,
+            programmatic_launches_equal_ordinary_ones,
             replay_after_free_reads_new_occupant,
             graph_update_repoints_launch,
             graph_update_refuses_new_topology,

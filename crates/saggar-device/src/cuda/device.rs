@@ -24,6 +24,10 @@ fn describe(ordinal: usize, driver_version: i32) -> Result<Described> {
     let op = "cuda.describe_device";
     let handle = result::device::get(op, ordinal)?;
     let attr = |a: Attr| result::device::attribute(op, handle, a).map(|v| v.max(0) as u32);
+    let compute_capability = (
+        attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
     let limits = DeviceLimits {
         max_threads_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
         max_block: [
@@ -39,11 +43,9 @@ fn describe(ordinal: usize, driver_version: i32) -> Result<Described> {
         // A kernel's own limit (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`) is the one that binds.
         max_shared_bytes: u32::MAX,
         max_threads_per_dim: u64::MAX,
+        // Programmatic dependent launch: Hopper and later, unless turned off.
+        programmatic_launch: compute_capability.0 >= 9 && super::driver::programmatic_launch_enabled(),
     };
-    let compute_capability = (
-        attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-        attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-    );
     let (major, minor) = compute_capability;
     let info = DeviceInfo {
         backend: BackendKind::Cuda,

@@ -340,9 +340,15 @@ impl Driver for CudaDriver {
         stream: sys::CUstream,
         params: *mut *mut c_void,
     ) -> Result<()> {
-        // SAFETY: the caller's contract.
+        let (grid, block, shared) = (config.grid, config.block, config.shared_mem_bytes);
+        // SAFETY: the caller's contract; a programmatic launch's kernel waits for the one before it
+        // (`LaunchConfig::programmatic`'s contract, which the caller's extends to).
         unsafe {
-            result::launch::kernel(op, function, config.grid, config.block, config.shared_mem_bytes, stream, params)
+            if config.programmatic {
+                result::launch::programmatic(op, function, grid, block, shared, stream, params)
+            } else {
+                result::launch::kernel(op, function, grid, block, shared, stream, params)
+            }
         }
     }
 
@@ -392,4 +398,11 @@ impl Driver for CudaDriver {
             Err(e) => Err(UpdateFailure::Failed(e)),
         }
     }
+}
+
+/// Whether programmatic dependent launches are used where the device takes them: yes unless
+/// `SAGGAR_PROGRAMMATIC_LAUNCH=0` (to compare, or to rule them out when chasing a fault). Read once.
+pub(crate) fn programmatic_launch_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("SAGGAR_PROGRAMMATIC_LAUNCH").map_or(true, |v| v.trim() != "0"))
 }

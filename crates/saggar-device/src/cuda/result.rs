@@ -139,6 +139,7 @@ pub(crate) mod library {
         "cuModuleUnload",
         "cuFuncGetAttribute",
         "cuLaunchKernel",
+        "cuLaunchKernelEx",
         "cuGraphGetNodes",
         "cuGraphInstantiateWithFlags",
         "cuGraphLaunch",
@@ -717,7 +718,7 @@ pub(crate) mod function {
     }
 }
 
-/// `cuLaunchKernel`.
+/// `cuLaunchKernel`, and `cuLaunchKernelEx` for programmatic dependent launches.
 pub(crate) mod launch {
     use super::*;
 
@@ -753,6 +754,44 @@ pub(crate) mod launch {
                 ptr::null_mut(),
             )
         })
+    }
+
+    /// Enqueues a kernel that may start while the kernel before it on `stream` finishes
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`); the kernel waits for that one's
+    /// results itself (`griddepcontrol.wait`).
+    ///
+    /// # Safety
+    /// As [`kernel`], and the kernel waits (`griddepcontrol.wait`) before it touches memory that
+    /// earlier work on the stream uses.
+    #[inline]
+    pub(crate) unsafe fn programmatic(
+        op: &'static str,
+        function: sys::CUfunction,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem_bytes: u32,
+        stream: sys::CUstream,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: an all-zero attribute is a valid plain-data value; its id and value are set below.
+        let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.x,
+            gridDimY: grid.y,
+            gridDimZ: grid.z,
+            blockDimX: block.x,
+            blockDimY: block.y,
+            blockDimZ: block.z,
+            sharedMemBytes: shared_mem_bytes,
+            hStream: stream,
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        // SAFETY: the caller guarantees every handle and argument; `config` and its one attribute live
+        // for the call; `extra` is null.
+        check(op, unsafe { sys::cuLaunchKernelEx(&config, function, params, ptr::null_mut()) })
     }
 }
 

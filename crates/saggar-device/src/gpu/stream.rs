@@ -411,6 +411,9 @@ impl<D: Driver> api::Stream for Stream<D> {
         if self.shared.capturing() {
             self.shared.keep_alive([kernel.module()]);
         }
+        // A programmatic launch only where the device takes one.
+        let config =
+            &LaunchConfig { programmatic: config.programmatic && kernel.limits().programmatic_launch, ..*config };
         self.enqueue(
             op,
             || {

@@ -55,6 +55,8 @@ fn describe(ordinal: usize, runtime_version: i32) -> Result<Described> {
         // AMD GPUs dispatch a grid as a count of work-items per dimension, a 32-bit number: HIP refuses a
         // launch whose grid times block exceeds it in any dimension.
         max_threads_per_dim: u64::from(u32::MAX),
+        // HIP has no programmatic dependent launch.
+        programmatic_launch: false,
     };
     let total = result::device::total_mem(op, raw).unwrap_or(p.totalGlobalMem);
     let info = DeviceInfo {

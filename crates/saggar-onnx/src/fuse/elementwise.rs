@@ -179,7 +179,9 @@ fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
 
 /// The four-element path of [`fused_kernel`] for a floating-point group reading `used`: per input a
 /// vector load (mode 1), one value (mode 3), or four element loads at the offsets of its blocks
-/// (modes 2, 4 and 5, `onnx_block_offsets4` in the prelude; their lanes may straddle blocks).
+/// (modes 2, 4 and 5, `onnx_block_offsets4` in the prelude; their lanes may straddle blocks). Each
+/// input's mode, block extents and (mode 3) value are read once before the loop, so the loop body
+/// is the loads, the chain and the store: the meta table is not read again per step.
 fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
     let externals = group.inputs.len();
     let mut text = format!(
@@ -187,19 +189,25 @@ fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
         externals + 1,
         2 * externals
     );
-    // Per used input: its test (a common pattern, aligned when of the output's shape) and its load.
+    // Per used input: its test (a common pattern, aligned when of the output's shape), its hoisted
+    // parameters and its load.
     let mut loads = String::new();
     for &k in used {
-        let (mode, m, count) = (format!("fm[{}]", 2 * k), format!("fm[{}]", 2 * k + 1), 2 * externals + 1 + k);
         let (v4, make) = vector_type(group.inputs[k]).unwrap_or(("float4", "make_float4"));
-        let _ = writeln!(text, "  vec = vec && {mode} != 0 && ({mode} != 1 || onnx_aligned16(in{k}));");
         let _ = writeln!(
-            loads,
-            "      {v4} x{k};\n      if ({mode} == 1) x{k} = ((const {v4}*)in{k})[q];\n      else if ({mode} == 3) x{k} = {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]);"
+            text,
+            "  const int mode{k} = (int)fm[{mode}];\n  const onnx_i64 inner{k} = mode{k} == 2 ? 1 : fm[{m}], count{k} = fm[{count}];\n  const {v4} one{k} = mode{k} == 3 ? {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]) : {v4}{{}};\n  vec = vec && mode{k} != 0 && (mode{k} != 1 || onnx_aligned16(in{k}));",
+            mode = 2 * k,
+            m = 2 * k + 1,
+            count = 2 * externals + 1 + k,
         );
         let _ = writeln!(
             loads,
-            "      else {{\n        onnx_i64 o[4];\n        onnx_block_offsets4(q << 2, {mode} == 2 ? 1 : {m}, fm[{count}], n32, o);\n        x{k} = {make}(in{k}[o[0]], in{k}[o[1]], in{k}[o[2]], in{k}[o[3]]);\n      }}"
+            "      {v4} x{k};\n      if (mode{k} == 1) x{k} = ((const {v4}*)in{k})[q];\n      else if (mode{k} == 3) x{k} = one{k};"
+        );
+        let _ = writeln!(
+            loads,
+            "      else {{\n        onnx_i64 o[4];\n        onnx_block_offsets4(q << 2, inner{k}, count{k}, n32, o);\n        x{k} = {make}(in{k}[o[0]], in{k}[o[1]], in{k}[o[2]], in{k}[o[3]]);\n      }}"
         );
     }
     if used.is_empty() {
@@ -248,8 +256,14 @@ mod tests {
         assert!(text.contains("float4 x0;") && text.contains("((ushort4*)out)[q] = r;"), "{text}");
         // Inputs read in blocks (a per-channel bias) take the four-element path too, each lane at its
         // block's offset.
-        assert!(text.contains("vec = vec && fm[2] != 0 && (fm[2] != 1 || onnx_aligned16(in1));"), "{text}");
-        assert!(text.contains("onnx_block_offsets4(q << 2, fm[2] == 2 ? 1 : fm[3], fm[6], n32, o);"), "{text}");
+        assert!(text.contains("vec = vec && mode1 != 0 && (mode1 != 1 || onnx_aligned16(in1));"), "{text}");
+        assert!(text.contains("const onnx_i64 inner1 = mode1 == 2 ? 1 : fm[3], count1 = fm[6];"), "{text}");
+        assert!(text.contains("onnx_block_offsets4(q << 2, inner1, count1, n32, o);"), "{text}");
+        assert!(
+            text.contains("const float4 one1 = mode1 == 3 ? make_float4(in1[0], in1[0], in1[0], in1[0]) : float4{};"),
+            "a scalar input is read once, before the loop: {text}"
+        );
+        assert!(text.contains("else if (mode1 == 3) x1 = one1;"), "{text}");
         assert!(text.contains("x1 = make_float4(in1[o[0]], in1[o[1]], in1[o[2]], in1[o[3]]);"), "{text}");
         assert!(
             text.contains("case 5: o1 = n32 ? (onnx_i64)((unsigned)i / (unsigned)fm[3] % (unsigned)fm[6])"),

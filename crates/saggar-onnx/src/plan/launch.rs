@@ -20,7 +20,9 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
     let blocks = |n: u64| n.clamp(1, MAX_BLOCKS) as u32;
     match work {
         Work::Elements(n) => LaunchConfig::for_elements(n.clamp(1, ELEMENT_BLOCKS * BLOCK as u64), BLOCK),
-        Work::Rows(r) => LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0 },
+        Work::Rows(r) => {
+            LaunchConfig { grid: Dim3::x(blocks(r)), block: Dim3::x(BLOCK), shared_mem_bytes: 0, programmatic: false }
+        }
         // A warp a row while that makes enough warps to fill the GPU; below, a block a row, of
         // up to one thread per 8 columns. The block's rows stay in dynamic shared memory while they
         // fit (the kernel tests the same bound).
@@ -30,6 +32,7 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
                 grid: Dim3::x(blocks(rows.div_ceil(u64::from(groups)))),
                 block: Dim3 { x: ROW_LANES, y: groups, z: 1 },
                 shared_mem_bytes: row_cache_bytes(groups, cols),
+                programmatic: false,
             }
         }
         Work::RowGroups { rows, cols } => {
@@ -38,6 +41,7 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
                 grid: Dim3::x(blocks(rows)),
                 block: Dim3::x(lanes as u32),
                 shared_mem_bytes: row_cache_bytes(1, cols),
+                programmatic: false,
             }
         }
         // Threads over a row's columns up to a block, the rest of the block over rows (no more rows
@@ -49,6 +53,7 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
                 grid: Dim3::x(blocks(rows.div_ceil(y))),
                 block: Dim3 { x: x as u32, y: y as u32, z: 1 },
                 shared_mem_bytes: 0,
+                programmatic: false,
             }
         }
         Work::Tiles { m, n, batch } => {
@@ -57,6 +62,7 @@ pub(crate) fn launch_config(work: Work) -> LaunchConfig {
                 grid: Dim3 { x: blocks(n.div_ceil(t)), y: blocks(m.div_ceil(t)), z: blocks(batch) },
                 block: Dim3 { x: TILE, y: TILE, z: 1 },
                 shared_mem_bytes: 0,
+                programmatic: false,
             }
         }
     }

@@ -21,6 +21,7 @@ pub(crate) mod infer;
 mod layout;
 pub(crate) mod precision;
 pub(crate) mod qdq_products;
+pub(crate) mod reciprocals;
 pub(crate) mod segments;
 mod sibling_products;
 mod simplify;

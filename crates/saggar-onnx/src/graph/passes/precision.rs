@@ -180,7 +180,7 @@ fn weight_product(graph: &Graph, node: &Node) -> Option<(ValueId, ValueId)> {
 }
 
 /// `e`, an op's refusal while a pass rewrites `node`, as the error naming that node.
-pub(super) fn at_node(graph: &Graph, node: &Node, e: ops::OpError) -> OnnxError {
+pub(crate) fn at_node(graph: &Graph, node: &Node, e: ops::OpError) -> OnnxError {
     OnnxError::Node { node: node.name.clone(), op: node.op_type.clone(), opset: graph.opset, source: Box::new(e) }
 }
 
