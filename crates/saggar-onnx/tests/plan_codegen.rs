@@ -53,6 +53,12 @@ static float saggar_dynamic_shared[1];
 #define ONNX_BOUNDS(threads, blocks)
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
+struct int4 { int x, y, z, w; };
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+struct char4 { signed char x, y, z, w; };
+inline char4 make_char4(signed char x, signed char y, signed char z, signed char w) { return {x, y, z, w}; }
+struct uchar4 { unsigned char x, y, z, w; };
+inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, unsigned char w) { return {x, y, z, w}; }
 struct uint2 { unsigned x, y; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct ushort4 { unsigned short x, y, z, w; };

@@ -477,7 +477,6 @@ fn convert_precision(model: &OnnxModel, options: &OnnxOptions) -> Result<Option<
     let mut graph = model.graph().clone();
     passes::precision::convert_products(&mut graph, half, keep).map_err(|e| e.to_string())?;
     passes::half_outputs::half_results(&mut graph, half).map_err(|e| e.to_string())?;
-    passes::half_outputs::half_norms(&mut graph, half).map_err(|e| e.to_string())?;
     passes::reciprocals::reciprocal_divisions(&mut graph, keep).map_err(|e| e.to_string())?;
     Ok(Some(graph))
 }

@@ -138,12 +138,13 @@ pub(crate) fn chain_function(group: &FusedGroup, used: &[usize]) -> Option<Strin
 /// `(name, C++ definitions)` of a fused group's kernel. Meta: as [`fused_values`] reads it.
 ///
 /// The nodes are one `__device__` function of the loaded inputs ([`chain_function`]). When every
-/// input and the output are floating point (`f32`, `f16`, `bf16`: a chain ending in a cast to half
-/// precision included), the kernel first tests whether this launch takes four elements a step
-/// (whole four-element vectors, 16-byte aligned output and inputs of the output's shape, every used
-/// input in a common broadcast pattern) and then moves four elements a thread a step: inputs of the
-/// output's shape and the output with vector loads and stores (`float4`, or `ushort4` for half
-/// bits), a scalar as one value, and inputs read in blocks (a bias, a per-channel value over NCHW)
+/// input and the output are `f32`, `f16`, `bf16`, `i32`, `i8` or `u8` (a chain ending in a cast to
+/// half precision, a quantised model's Quantize- and DequantizeLinear chains), the kernel first
+/// tests whether this launch takes four elements a step (whole four-element vectors, 16-byte
+/// aligned output and inputs of the output's shape, every used input in a common broadcast
+/// pattern) and then moves four elements a thread a step: inputs of the output's shape and the
+/// output with vector loads and stores (`float4`; `ushort4` for half bits; `int4`, `char4`,
+/// `uchar4`), a scalar as one value, and inputs read in blocks (a bias, a per-channel value over NCHW)
 /// element by element at four offsets from at most two divisions ([`vector_path`]). A thread keeps
 /// four elements of each input in flight instead of one, which is what a memory-bound chain (GELU
 /// over a transformer's FFN activations, a convolution's bias, residual add and ReLU) waits on.
@@ -167,12 +168,16 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
     Some((name.clone(), text.replace("NAME", &name)))
 }
 
-/// The four-element vector type of a floating-point element type and its constructor (`None`: the
-/// type has no vector path).
+/// The four-element vector type of an element type and its constructor (`None`: the type has no
+/// vector path). The 8- and 32-bit integers are there for quantised models: their Quantize- and
+/// DequantizeLinear chains read `i32` products and write `i8`.
 fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
     match d {
         DType::F32 => Some(("float4", "make_float4")),
         DType::F16 | DType::BF16 => Some(("ushort4", "make_ushort4")),
+        DType::I32 => Some(("int4", "make_int4")),
+        DType::I8 => Some(("char4", "make_char4")),
+        DType::U8 => Some(("uchar4", "make_uchar4")),
         _ => None,
     }
 }
@@ -271,6 +276,20 @@ mod tests {
         );
         let mixed = FusedGroup { inputs: vec![DType::F32, DType::I64], ..group };
         let (_, text) = fused_kernel(&mixed).unwrap();
-        assert!(!text.contains("float4"), "only floating-point chains move four elements at once: {text}");
+        assert!(!text.contains("float4"), "a chain reading i64 moves one element at a time: {text}");
+        // A quantised product's requantisation: i32 in, f32 scale, i8 out, four at a time.
+        let requantise = FusedGroup {
+            inputs: vec![DType::I32, DType::F32],
+            nodes: vec![
+                FusedNode {
+                    expr: "((float)$0 * $1)".into(),
+                    operands: vec![Some(Ok(0)), Some(Ok(1))],
+                    out: DType::F32,
+                },
+                FusedNode { expr: "(signed char)$0".into(), operands: vec![Some(Err(0))], out: DType::I8 },
+            ],
+        };
+        let (_, text) = fused_kernel(&requantise).unwrap();
+        assert!(text.contains("x0 = ((const int4*)in0)[q];") && text.contains("((char4*)out)[q] = r;"), "{text}");
     }
 }

@@ -105,12 +105,14 @@ fn model() -> (OnnxModel, Vec<(usize, usize, Vec<usize>)>) {
     m.b.node("Add", &["xw", "xw"], &["sw"], &[]);
     m.norm_product("sw", "pw", "yw", false, iw);
     m.norm_product("xw", "pw", "yw2", true, iw);
-    // The f32 result read after the product by another node: stored, though no output.
+    // The f32 result read after the product by an elementwise node: stored in half only, the Mul
+    // reading it widened (`half_storage`).
     m.b.node("Sub", &["x", "r"], &["sg"], &[]);
     m.norm_product("sg", "q8", "yg", false, i8);
     m.b.node("Mul", &["yg", "two"], &["zg"], &[]);
     m.output("zg");
-    // A first reader that is no Cast: the Cast stays a kernel of its own.
+    // A first reader that is no Cast: the Cast stays a kernel of its own, and the f32 result, read
+    // before the Cast, is stored.
     m.b.node("Add", &["r", "r"], &["sh"], &[]);
     m.b.node("LayerNormalization", &["sh", "p8_g", "p8_b"], &["yh"], &[]);
     m.b.node("Neg", &["yh"], &["zh"], &[]);

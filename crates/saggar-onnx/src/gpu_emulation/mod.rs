@@ -78,6 +78,12 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 struct alignas(8) ushort4 { unsigned short x, y, z, w; };
 inline ushort4 make_ushort4(unsigned short x, unsigned short y, unsigned short z, unsigned short w) { return {x, y, z, w}; }
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+struct alignas(4) char4 { signed char x, y, z, w; };
+inline char4 make_char4(signed char x, signed char y, signed char z, signed char w) { return {x, y, z, w}; }
+struct alignas(4) uchar4 { unsigned char x, y, z, w; };
+inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, unsigned char w) { return {x, y, z, w}; }
 struct alignas(8) uint2 { unsigned x, y; };
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 struct alignas(8) float2 { float x, y; };

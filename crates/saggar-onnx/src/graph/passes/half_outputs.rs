@@ -21,12 +21,6 @@
 //! the old result reads a `Cast` of the half value to f32 of its own (the first defines the old
 //! result), which its kernel fuses. A Cast read only by a reshaping view moves past it, the view
 //! reshaping the half value, so it still meets the kernel that reads it.
-//!
-//! [`half_norms`] does the same for a LayerNormalization whose result the precision pass already
-//! casts to half for the products reading it: when its other readers (a post-norm encoder's next
-//! residual Add) take half too, they read the half copy through Casts of their own, and the norm
-//! stores only the half copy, as PyTorch's half layers keep their residual stream. Its statistics
-//! stay f32.
 
 use std::collections::HashMap;
 
@@ -68,52 +62,6 @@ struct Found {
     readers: Vec<usize>,
 }
 
-/// Makes every LayerNormalization whose f32 result is read by one Cast to `half` and otherwise
-/// only by kernels that take half (elementwise ops, LayerNorm, MatMuls, views and parts), each after
-/// that Cast, and is no graph output, store only the half copy: the other readers read it through a
-/// widening Cast each, placed right after the first. Returns how many norms it rewrote.
-pub(crate) fn half_norms(graph: &mut Graph, half: DType) -> Result<usize, OnnxError> {
-    let mut rewritten = 0;
-    for norm in 0..graph.nodes.len() {
-        if graph.nodes[norm].op_type != "LayerNormalization" {
-            continue;
-        }
-        let result = graph.nodes[norm].outputs[0];
-        let mut readers = graph.readers()[result.0].clone();
-        readers.dedup();
-        let casts: Vec<usize> = readers.iter().copied().filter(|&r| graph.half_cast(r) == Some(half)).collect();
-        let [to_half] = casts.as_slice() else { continue };
-        let others: Vec<usize> = readers.iter().copied().filter(|r| r != to_half).collect();
-        let graph_output = graph.outputs.iter().any(|o| o.value == result);
-        if graph_output
-            || graph.ty(result).map(|t| t.dtype) != Some(DType::F32)
-            || others.is_empty()
-            || !others.iter().all(|&r| r > *to_half && takes_half(graph, r))
-        {
-            continue;
-        }
-        let half_value = graph.nodes[*to_half].outputs[0];
-        let name = graph.nodes[norm].name.clone();
-        let mut widening = Vec::new();
-        for (k, &r) in others.iter().enumerate() {
-            widening.push(reader_cast(graph, &name, k, (half_value, result), r)?);
-        }
-        // Right after the Cast to half: every reader comes after it.
-        for (k, cast) in widening.into_iter().enumerate() {
-            graph.nodes.insert(to_half + 1 + k, cast);
-        }
-        rewritten += 1;
-    }
-    Ok(rewritten)
-}
-
-/// Whether node `r` reads half values as cheaply as f32 ones: an elementwise op or a LayerNorm
-/// (through a Cast its kernel fuses), a MatMul, or a view or part an attention group reads through.
-fn takes_half(graph: &Graph, r: usize) -> bool {
-    let op = graph.nodes[r].op_type.as_str();
-    super::layout::elementwise(op) || VIEWS.contains(&op) || op == "LayerNormalization" || op == "MatMul"
-}
-
 /// The [`Found`] of node `index` when it is a qualifying product.
 fn candidate(graph: &Graph, index: usize, half: DType) -> Option<Found> {
     let node = &graph.nodes[index];
@@ -144,10 +92,14 @@ fn candidate(graph: &Graph, index: usize, half: DType) -> Option<Found> {
         }
         _ => return None,
     };
+    let takes_half = |&r: &usize| {
+        let op = graph.nodes[r].op_type.as_str();
+        super::layout::elementwise(op) || VIEWS.contains(&op) || op == "LayerNormalization" || op == "MatMul"
+    };
     let mut result_readers = readers[found.result.0].clone();
     result_readers.dedup();
     let graph_output = graph.outputs.iter().any(|o| o.value == found.result);
-    let takes = !graph_output && !result_readers.is_empty() && result_readers.iter().all(|&r| takes_half(graph, r));
+    let takes = !graph_output && !result_readers.is_empty() && result_readers.iter().all(takes_half);
     takes.then_some(Found { readers: result_readers, ..found })
 }
 
@@ -248,28 +200,15 @@ fn widening_casts(graph: &mut Graph, name: &str, found: &Found, half: ValueId) -
     let result = found.result;
     let mut casts = vec![cast(graph, format!("{name}:widened"), half, result)?];
     for (k, &r) in found.readers.iter().enumerate().skip(1) {
-        casts.push(reader_cast(graph, name, k, (half, result), r)?);
+        let value = graph.value(result);
+        let own = Value { name: format!("{}:widened {k}", value.name), ..value.clone() };
+        let own = graph.add_value(own);
+        casts.push(cast(graph, format!("{name}:widened {k}"), half, own)?);
+        for input in graph.nodes[r].inputs.iter_mut().filter(|i| **i == Some(result)) {
+            *input = Some(own);
+        }
     }
     Ok(casts)
-}
-
-/// A Cast of `half` to f32 into a new value of `result`'s type (`:widened k`), which node `reader`
-/// then reads wherever it read `result`.
-fn reader_cast(
-    graph: &mut Graph,
-    name: &str,
-    k: usize,
-    (half, result): (ValueId, ValueId),
-    reader: usize,
-) -> Result<Node, OnnxError> {
-    let value = graph.value(result);
-    let own = Value { name: format!("{}:widened {k}", value.name), ..value.clone() };
-    let own = graph.add_value(own);
-    let node = cast(graph, format!("{name}:widened {k}"), half, own)?;
-    for input in graph.nodes[reader].inputs.iter_mut().filter(|i| **i == Some(result)) {
-        *input = Some(own);
-    }
-    Ok(node)
 }
 
 #[cfg(test)]
@@ -348,37 +287,5 @@ mod tests {
         assert_eq!(graph.ty(reshape.outputs[0]).unwrap().dtype, DType::F16);
         assert_eq!(cast.inputs[0], Some(reshape.outputs[0]));
         assert_eq!(graph.nodes[4].inputs[0], Some(cast.outputs[0]));
-    }
-
-    /// A post-norm block: `n = LayerNorm(x)` feeds a product (through the precision pass's Cast) and
-    /// the residual `Add(n, p)` before a second LayerNorm. The Add reads the half copy through a Cast
-    /// of its own, so the first norm's f32 result has the Cast to half as its only reader (the norm
-    /// stores only the half copy); the second norm's result is a graph output and stays f32.
-    #[test]
-    fn a_norm_read_by_its_half_cast_and_a_residual_add_stores_half_only() {
-        let d = |v: &[u64]| v.iter().map(|&x| Dim::Fixed(x)).collect::<Vec<_>>();
-        let mut b = ModelBuilder::new(17);
-        b.input("x", DType::F32, &d(&[2, 3, 8]));
-        for (name, dims, seed) in [("g", &[8][..], 1.0), ("beta", &[8], 2.0), ("w", &[8, 8], 3.0)] {
-            b.initializer(name, &constant(dims, seed));
-        }
-        b.node("LayerNormalization", &["x", "g", "beta"], &["n"], &[]);
-        b.node("MatMul", &["n", "w"], &["p"], &[]).node("Relu", &["p"], &["r"], &[]);
-        b.node("Add", &["n", "r"], &["s"], &[]).node("LayerNormalization", &["s", "g", "beta"], &["y"], &[]);
-        b.output("y", DType::F32, &d(&[2, 3, 8]));
-        let model = OnnxModel::from_bytes(&b.to_bytes(), "post-norm", &ImportLimits::default()).unwrap();
-        let mut graph = model.graph().clone();
-        convert_products(&mut graph, DType::F16, &[]).unwrap();
-        assert_eq!(super::half_norms(&mut graph, DType::F16).unwrap(), 1, "the second norm is a graph output");
-        let ops: Vec<&str> = graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
-        assert_eq!(ops, ["LayerNormalization", "Cast", "Cast", "MatMul", "Relu", "Add", "LayerNormalization"]);
-        let n = graph.nodes[0].outputs[0];
-        let readers = graph.readers();
-        assert_eq!(readers[n.0], [1], "the first norm's f32 result feeds only its Cast to half");
-        let (to_half, widened) = (&graph.nodes[1], &graph.nodes[2]);
-        assert_eq!(graph.ty(to_half.outputs[0]).unwrap().dtype, DType::F16);
-        assert_eq!(widened.inputs[0], Some(to_half.outputs[0]));
-        assert_eq!(graph.ty(widened.outputs[0]).unwrap().dtype, DType::F32);
-        assert!(graph.nodes[5].inputs.contains(&Some(widened.outputs[0])), "the residual Add reads the widened copy");
     }
 }
