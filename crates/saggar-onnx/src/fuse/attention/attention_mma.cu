@@ -16,50 +16,22 @@
 // in shared memory and the block merges them in f32. A batch too small to fill the GPU with blocks
 // of query tiles (one sequence: 12 heads of 128 rows are 96 tiles of 16) then has each block read
 // a quarter of the keys, not all of them with one warp.
-// Raw tiles (@RAW@: Q, K and V are already of the computing half type, and at run time their head
-// rows are whole 16-byte pieces): the tiles are copied into shared memory as they are, 16 bytes a
-// copy, asynchronously on CUDA (`cp.async`, no registers in between); where two key and value tiles
-// fit in 48 KiB beside the queries, the next tile is copied while the warps compute on this one.
 // meta: as the row kernel's (attention.cu)
 (const onnx_i64* meta, const @QT@* __restrict__ q, const @KT@* __restrict__ k, const @VT@* __restrict__ v@MASK_PARAM@, @OUT_T@* __restrict__ out) {
   constexpr int D = @D@, DV = @DV@, DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16, BK = @BK@;
   constexpr int QW = (DP + 8) / 2, VW = (DVP + 8) / 2, THREADS = 32 * @WARPS@, SPLIT = @SPLIT@;
-  constexpr int BQ = 16 * @WARPS@ / SPLIT, LOADERS = THREADS / SPLIT, RAW = @RAW@;
-  constexpr int BUFS = RAW && (BQ * QW + 2 * SPLIT * BK * (QW + VW)) * 4 <= 48 * 1024 ? 2 : 1;
+  constexpr int BQ = 16 * @WARPS@ / SPLIT, LOADERS = THREADS / SPLIT;
   static_assert(SPLIT == 1 || (BQ * DVP <= BK * VW && 2 * BQ <= BK * QW), "the merge fits the tiles");
   alignas(16) __shared__ unsigned qs[BQ][QW];
-  alignas(16) __shared__ unsigned key_tiles[BUFS][SPLIT][BK][QW];
-  alignas(16) __shared__ unsigned value_tiles[BUFS][SPLIT][BK][VW];
+  alignas(16) __shared__ unsigned key_tiles[SPLIT][BK][QW];
+  alignas(16) __shared__ unsigned value_tiles[SPLIT][BK][VW];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   // This warp's key tiles, and its place among the threads loading them.
   const int kt = warp % SPLIT, lid = warp / SPLIT * 32 + lane;
-  unsigned (*ks)[QW] = key_tiles[0][kt];
-  unsigned (*vs)[VW] = value_tiles[0][kt];
+  unsigned (*ks)[QW] = key_tiles[kt];
+  unsigned (*vs)[VW] = value_tiles[kt];
 @META_TILES@
 @LOADERS@
-  bool raw = RAW && vec4 && D == DP && DV == DVP && q_rs % 8 == 0 && k_cs % 8 == 0 && v_rs % 8 == 0;
-  for (int a = 0; a < nb; ++a) raw = raw && qm[a] % 8 == 0 && km[a] % 8 == 0 && vm[a] % 8 == 0;
-  // Raw tiles: the block's query rows, and keys and values j0.. of this warp's share into buffer `b`.
-  auto stage_q = [&](int i0, int qo) {
-#pragma unroll
-    for (int e = tid; e < BQ * (DP / 8); e += THREADS) {
-      const int r = e / (DP / 8), d = e % (DP / 8) * 8;
-      onnx_cp16(&qs[r][d / 2], &q[qo + (i0 + r) * q_rs + d], i0 + r < Sq);
-    }
-  };
-  auto stage_kv = [&](int b, int j0, int ko, int vo) {
-#pragma unroll
-    for (int e = lid; e < BK * (DP / 8); e += LOADERS) {
-      const int j = e / (DP / 8), d = e % (DP / 8) * 8;
-      onnx_cp16(&key_tiles[b][kt][j][d / 2], &k[ko + (j0 + j) * k_cs + d], j0 + j < Sk);
-    }
-#pragma unroll
-    for (int e = lid; e < BK * (DVP / 8); e += LOADERS) {
-      const int j = e / (DVP / 8), d = e % (DVP / 8) * 8;
-      onnx_cp16(&value_tiles[b][kt][j][d / 2], &v[vo + (j0 + j) * v_rs + d], j0 + j < Sk);
-    }
-    onnx_cp_commit();
-  };
   const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   // Four floats as four halves: two words, one eight-byte store.
   auto put4 = [](unsigned* to, float4 x) { *(uint2*)to = make_uint2(@PACK@(x.x, x.y), @PACK@(x.z, x.w)); };
@@ -101,10 +73,7 @@
       qo += c * qm[a]; ko += c * km[a]; vo += c * vm[a]; mo += c * mm[a]; oo += c * om[a];
     }
     // The block's query rows, as pairs of halves along the head.
-    if (raw) {
-      stage_q(i0, qo);
-      stage_kv(0, kt * BK, ko, vo);
-    } else if (vec4) {
+    if (vec4) {
 #pragma unroll
       for (int e = tid; e < BQ * (DP / 4); e += THREADS) {
         const int r = e / (DP / 4), d = e % (DP / 4) * 4;
@@ -122,21 +91,8 @@
     float o[DVP / 8][4], row_m[2] = {ONNX_NEG_INF, ONNX_NEG_INF}, row_l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < DVP / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    for (int jr = 0, it = 0; jr < Sk; jr += BK * SPLIT, ++it) {
-      const int j0 = jr + kt * BK, buf = BUFS == 2 ? it & 1 : 0;
-      const bool more = jr + BK * SPLIT < Sk;
-      ks = key_tiles[buf][kt];
-      vs = value_tiles[buf][kt];
-      if (raw) {
-        // This tile has arrived (and the next one is on its way, where there are two buffers).
-        if (BUFS == 2 && more) {
-          stage_kv(buf ^ 1, j0 + BK * SPLIT, ko, vo);
-          onnx_cp_wait<1>();
-        } else {
-          onnx_cp_wait<0>();
-        }
-        __syncthreads();
-      } else {
+    for (int jr = 0; jr < Sk; jr += BK * SPLIT) {
+      const int j0 = jr + kt * BK;
       __syncthreads();
       // Keys and values as rows along the head.
       if (vec4) {
@@ -165,7 +121,6 @@
         }
       }
       __syncthreads();
-      }
       float s[BK / 8][4];
 #pragma unroll
       for (int n = 0; n < BK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -228,11 +183,6 @@
           @MMA@(o[n + 1], pf, b[2], b[3]);
         }
       }
-      if (raw) {
-        // Every warp is done with this buffer before it is refilled.
-        __syncthreads();
-        if (BUFS == 1 && more) stage_kv(0, j0 + BK * SPLIT, ko, vo);
-      }
     }
     auto reduced = [&](int h) {
       float l = row_l[h];
@@ -242,8 +192,8 @@
     if (SPLIT > 1) {
       // Each warp's rows (maximum, sum, unnormalised outputs) in shared memory, merged in f32.
       __syncthreads();
-      float* po = (float*)&value_tiles[0][0][0][0];
-      float* pm = (float*)&key_tiles[0][0][0][0];
+      float* po = (float*)&value_tiles[0][0][0];
+      float* pm = (float*)&key_tiles[0][0][0];
       float* pl = pm + SPLIT * BQ;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {

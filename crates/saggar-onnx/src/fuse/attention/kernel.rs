@@ -215,7 +215,6 @@ pub(crate) fn gpu_mma_kernel(form: Form, (d, dv): (usize, usize), half: DType, b
             ("BK", keys.to_string()),
             ("WARPS", block.warps.to_string()),
             ("SPLIT", block.split.to_string()),
-            ("RAW", u8::from(form.inputs.iter().all(|&t| t == half)).to_string()),
             ("META_TILES", meta_tiles()),
             ("D", d.to_string()),
             ("DV", dv.to_string()),

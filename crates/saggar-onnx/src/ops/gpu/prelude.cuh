@@ -209,15 +209,6 @@ __device__ ONNX_FORCEINLINE void onnx_ldsm_x4_trans(unsigned* r, const unsigned*
   const unsigned a = (unsigned)__cvta_generic_to_shared(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-// 16 bytes from global to shared memory without passing through registers, zeros where `!valid`
-// (nothing is read then); a commit closes the copies issued since the last, and a wait<N> returns
-// once at most N such groups are still in flight.
-__device__ ONNX_FORCEINLINE void onnx_cp16(unsigned* to, const void* from, bool valid) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(to);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(a), "l"(from), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ ONNX_FORCEINLINE void onnx_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ ONNX_FORCEINLINE void onnx_cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 #else
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define ONNX_SHFL_IDX(v, src) __shfl((v), (src), 32)
@@ -247,13 +238,6 @@ template <bool BF16> __device__ ONNX_FORCEINLINE void onnx_mma_soft(float* c, co
 }
 __device__ ONNX_FORCEINLINE void onnx_mma_f16(float* c, const unsigned* a, unsigned b0, unsigned b1) { onnx_mma_soft<false>(c, a, b0, b1); }
 __device__ ONNX_FORCEINLINE void onnx_mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) { onnx_mma_soft<true>(c, a, b0, b1); }
-// The copies of the PTX path, done at once.
-__device__ ONNX_FORCEINLINE void onnx_cp16(unsigned* to, const void* from, bool valid) {
-  const uint4 zero = {0u, 0u, 0u, 0u};
-  *(uint4*)to = valid ? *(const uint4*)from : zero;
-}
-__device__ ONNX_FORCEINLINE void onnx_cp_commit() {}
-template <int N> __device__ ONNX_FORCEINLINE void onnx_cp_wait() {}
 #endif
 
 __device__ inline onnx_i64 red_offset(onnx_i64 j, int nr, const onnx_i64* rd, const onnx_i64* rs) {
