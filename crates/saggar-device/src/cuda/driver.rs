@@ -340,16 +340,9 @@ impl Driver for CudaDriver {
         stream: sys::CUstream,
         params: *mut *mut c_void,
     ) -> Result<()> {
-        let (grid, block, shared) = (config.grid, config.block, config.shared_mem_bytes);
         // SAFETY: the caller's contract; a programmatic launch's kernel waits for the one before it
         // (`LaunchConfig::programmatic`'s contract, which the caller's extends to).
-        unsafe {
-            if config.programmatic {
-                result::launch::programmatic(op, function, grid, block, shared, stream, params)
-            } else {
-                result::launch::kernel(op, function, grid, block, shared, stream, params)
-            }
-        }
+        unsafe { result::launch::kernel(op, function, config, stream, params) }
     }
 
     unsafe fn read_graph(op: &'static str, graph: sys::CUgraph, _ops: Vec<CapturedOp>) -> Result<(usize, ())> {

@@ -21,7 +21,7 @@ use cudarc::driver::sys;
 use cudarc::nvrtc::sys as nvrtc_sys;
 
 use crate::error::{Error, Result};
-use crate::types::{BackendKind, Dim3};
+use crate::types::BackendKind;
 
 pub(crate) use sys::CUresult;
 
@@ -721,77 +721,64 @@ pub(crate) mod function {
 /// `cuLaunchKernel`, and `cuLaunchKernelEx` for programmatic dependent launches.
 pub(crate) mod launch {
     use super::*;
+    use crate::types::LaunchConfig;
 
-    /// Enqueues a kernel.
+    /// Enqueues a kernel; a [`LaunchConfig::programmatic`] one through `cuLaunchKernelEx` with
+    /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, so it may start while the kernel
+    /// before it on `stream` finishes.
     ///
     /// # Safety
     /// `function` must belong to a live module and `stream` be live; `params` must hold one pointer per
     /// kernel parameter, each to a value of that parameter's size, valid for the duration of the call
-    /// (the driver copies them); whatever the kernel does with its arguments must be sound.
+    /// (the driver copies them); whatever the kernel does with its arguments must be sound. A
+    /// programmatic launch's kernel waits (`griddepcontrol.wait`) before it touches memory that
+    /// earlier work on the stream uses.
     #[inline]
     pub(crate) unsafe fn kernel(
         op: &'static str,
         function: sys::CUfunction,
-        grid: Dim3,
-        block: Dim3,
-        shared_mem_bytes: u32,
+        config: &LaunchConfig,
         stream: sys::CUstream,
         params: *mut *mut c_void,
     ) -> Result<()> {
-        // SAFETY: the caller guarantees every handle and argument; `extra` is null.
-        check(op, unsafe {
-            sys::cuLaunchKernel(
-                function,
-                grid.x,
-                grid.y,
-                grid.z,
-                block.x,
-                block.y,
-                block.z,
-                shared_mem_bytes,
-                stream,
-                params,
-                ptr::null_mut(),
-            )
-        })
-    }
-
-    /// Enqueues a kernel that may start while the kernel before it on `stream` finishes
-    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`); the kernel waits for that one's
-    /// results itself (`griddepcontrol.wait`).
-    ///
-    /// # Safety
-    /// As [`kernel`], and the kernel waits (`griddepcontrol.wait`) before it touches memory that
-    /// earlier work on the stream uses.
-    #[inline]
-    pub(crate) unsafe fn programmatic(
-        op: &'static str,
-        function: sys::CUfunction,
-        grid: Dim3,
-        block: Dim3,
-        shared_mem_bytes: u32,
-        stream: sys::CUstream,
-        params: *mut *mut c_void,
-    ) -> Result<()> {
+        let (grid, block, shared) = (config.grid, config.block, config.shared_mem_bytes);
+        if !config.programmatic {
+            // SAFETY: the caller guarantees every handle and argument; `extra` is null.
+            return check(op, unsafe {
+                sys::cuLaunchKernel(
+                    function,
+                    grid.x,
+                    grid.y,
+                    grid.z,
+                    block.x,
+                    block.y,
+                    block.z,
+                    shared,
+                    stream,
+                    params,
+                    ptr::null_mut(),
+                )
+            });
+        }
         // SAFETY: an all-zero attribute is a valid plain-data value; its id and value are set below.
         let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attribute.value.programmaticStreamSerializationAllowed = 1;
-        let config = sys::CUlaunchConfig {
+        let launch = sys::CUlaunchConfig {
             gridDimX: grid.x,
             gridDimY: grid.y,
             gridDimZ: grid.z,
             blockDimX: block.x,
             blockDimY: block.y,
             blockDimZ: block.z,
-            sharedMemBytes: shared_mem_bytes,
+            sharedMemBytes: shared,
             hStream: stream,
             attrs: &mut attribute,
             numAttrs: 1,
         };
-        // SAFETY: the caller guarantees every handle and argument; `config` and its one attribute live
-        // for the call; `extra` is null.
-        check(op, unsafe { sys::cuLaunchKernelEx(&config, function, params, ptr::null_mut()) })
+        // SAFETY: the caller guarantees every handle and argument; `launch` and its attribute live for
+        // the call; `extra` is null.
+        check(op, unsafe { sys::cuLaunchKernelEx(&launch, function, params, ptr::null_mut()) })
     }
 }
 
