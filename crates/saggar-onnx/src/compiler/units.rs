@@ -1,8 +1,12 @@
 //! Translation units of a model's generated source: the kernels are split into a few units, each
-//! the shared prelude plus a contiguous share of the kernel definitions, compiled concurrently
-//! (NVRTC and hipRTC compile one program per call on one thread, so one large source is compiled
-//! serially). The split depends only on the kernel list, so every bucket of a model gets the same
-//! units; each unit becomes its own code object and module.
+//! the shared prelude plus a share of the kernel definitions, compiled concurrently (NVRTC and
+//! hipRTC compile one program per call on one thread, so one large source is compiled serially).
+//! The shares are balanced by the definitions' lengths, largest first, each to the unit with the
+//! least so far: a model's tensor-core attention defines one kernel per block size (five, the
+//! largest definitions of a transformer's source), and contiguous shares put them all in one unit,
+//! which then set the cold start. The split depends only on the kernel list, so every bucket of a
+//! model gets the same units; each unit becomes its own code object and module, its kernels in
+//! source order.
 
 use saggar_device::{CodeObject, Device, KernelSignature, KernelSource};
 
@@ -26,16 +30,28 @@ pub(crate) fn split(
     kernels: &[KernelSignature],
 ) -> Vec<KernelSource> {
     let units = unit_count(kernels.len());
-    let per = kernels.len().div_ceil(units).max(1);
+    // Largest first (ties in source order), each to the lightest unit (ties to the first).
+    let mut order: Vec<usize> = (0..kernels.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(definitions.get(k).map_or(0, String::len)));
+    let mut load = vec![0usize; units];
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); units];
+    for k in order {
+        let lightest = (0..units).min_by_key(|&u| load[u]).unwrap_or(0);
+        load[lightest] += definitions.get(k).map_or(0, String::len);
+        members[lightest].push(k);
+    }
     let mut out = Vec::with_capacity(units);
-    for (u, (defs, sigs)) in definitions.chunks(per).zip(kernels.chunks(per)).enumerate() {
-        let mut code = String::with_capacity(prelude.len() + defs.iter().map(String::len).sum::<usize>() + defs.len());
+    for mut share in members.into_iter().filter(|m| !m.is_empty()) {
+        share.sort_unstable();
+        let mut code =
+            String::with_capacity(prelude.len() + share.iter().map(|&k| definitions[k].len() + 1).sum::<usize>());
         code.push_str(prelude);
-        for d in defs {
+        for &k in &share {
             code.push('\n');
-            code.push_str(d);
+            code.push_str(&definitions[k]);
         }
-        out.push(KernelSource::new(format!("{name}.{u}.cu"), code, sigs.to_vec()));
+        let sigs = share.iter().map(|&k| kernels[k].clone()).collect();
+        out.push(KernelSource::new(format!("{name}.{}.cu", out.len()), code, sigs));
     }
     if out.is_empty() {
         out.push(KernelSource::new(format!("{name}.0.cu"), prelude.to_string(), Vec::new()));
@@ -78,13 +94,14 @@ mod tests {
     }
 
     #[test]
-    fn units_cover_every_kernel_once_in_order_with_the_prelude() {
+    fn units_cover_every_kernel_once_with_the_prelude() {
         for n in [0, 1, 4, 5, 13, 40] {
             let (defs, sigs) = kernels(n);
             let units = split("m", "// prelude\n", &defs, &sigs);
             assert_eq!(units.len(), unit_count(n), "{n} kernels");
             assert!(units.len() <= MAX_UNITS);
-            let names: Vec<String> = units.iter().flat_map(|u| u.kernels.iter().map(|k| k.name.clone())).collect();
+            let mut names: Vec<String> = units.iter().flat_map(|u| u.kernels.iter().map(|k| k.name.clone())).collect();
+            names.sort_by_key(|k| k[1..].parse::<usize>().unwrap());
             assert_eq!(names, sigs.iter().map(|k| k.name.clone()).collect::<Vec<_>>());
             for u in &units {
                 assert!(u.code.starts_with("// prelude\n"));
@@ -93,6 +110,24 @@ mod tests {
                 }
             }
             assert_eq!(split("m", "// prelude\n", &defs, &sigs), units, "deterministic");
+        }
+    }
+
+    /// Five large definitions (a transformer's attention kernels, one per block size) among small
+    /// ones land in five different units, each unit's kernels in source order.
+    #[test]
+    fn the_largest_definitions_go_to_different_units() {
+        let (mut defs, sigs) = kernels(24);
+        for k in 10..15 {
+            defs[k] = format!("void k{k}() {{}}\n{}", "// body\n".repeat(100));
+        }
+        let units = split("m", "", &defs, &sigs);
+        assert_eq!(units.len(), 6);
+        let large = |u: &KernelSource| u.kernels.iter().filter(|k| (10..15).any(|i| k.name == format!("k{i}"))).count();
+        assert_eq!(units.iter().map(large).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 0]);
+        for u in &units {
+            let at: Vec<usize> = u.kernels.iter().map(|k| k.name[1..].parse().unwrap()).collect();
+            assert!(at.is_sorted(), "{at:?}");
         }
     }
 
