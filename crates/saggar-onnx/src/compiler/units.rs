@@ -2,9 +2,9 @@
 //! the shared prelude plus a share of the kernel definitions, compiled concurrently (NVRTC and
 //! hipRTC compile one program per call on one thread, so one large source is compiled serially).
 //! The shares are balanced by the definitions' lengths, largest first, each to the unit with the
-//! least so far: a model's tensor-core attention defines one kernel per block size (five, the
-//! largest definitions of a transformer's source), and contiguous shares put them all in one unit,
-//! which then set the cold start. The split depends only on the kernel list, so every bucket of a
+//! least so far, and there are at least as many units as heavy definitions: a model's tensor-core
+//! attention defines one kernel per block size (five, the largest definitions of a transformer's
+//! source), and contiguous shares put three of them in one unit, which then set the cold start. The split depends only on the kernel list, so every bucket of a
 //! model gets the same units; each unit becomes its own code object and module, its kernels in
 //! source order.
 
@@ -15,6 +15,9 @@ use saggar_device::{CodeObject, Device, KernelSignature, KernelSource};
 pub(crate) const KERNELS_PER_UNIT: usize = 4;
 /// Most units of one source.
 pub(crate) const MAX_UNITS: usize = 8;
+/// Definitions at least this long get a unit each where [`MAX_UNITS`] allows: the tensor-core
+/// attention kernels (11 to 14 KiB of text, heavily unrolled), which NVRTC takes longest over.
+pub(crate) const HEAVY_DEFINITION_BYTES: usize = 8 * 1024;
 
 /// How many units `kernels` kernels are split into.
 pub(crate) fn unit_count(kernels: usize) -> usize {
@@ -29,7 +32,8 @@ pub(crate) fn split(
     definitions: &[String],
     kernels: &[KernelSignature],
 ) -> Vec<KernelSource> {
-    let units = unit_count(kernels.len());
+    let heavy = definitions.iter().filter(|d| d.len() >= HEAVY_DEFINITION_BYTES).count();
+    let units = unit_count(kernels.len()).max(heavy.min(MAX_UNITS));
     // Largest first (ties in source order), each to the lightest unit (ties to the first).
     let mut order: Vec<usize> = (0..kernels.len()).collect();
     order.sort_by_key(|&k| std::cmp::Reverse(definitions.get(k).map_or(0, String::len)));
@@ -113,21 +117,25 @@ mod tests {
         }
     }
 
-    /// Five large definitions (a transformer's attention kernels, one per block size) among small
-    /// ones land in five different units, each unit's kernels in source order.
+    /// Five heavy definitions (a transformer's attention kernels, one per block size) among small
+    /// ones land in five different units, each unit's kernels in source order; with fifteen kernels
+    /// (four units by count) there are five units.
     #[test]
     fn the_largest_definitions_go_to_different_units() {
-        let (mut defs, sigs) = kernels(24);
-        for k in 10..15 {
-            defs[k] = format!("void k{k}() {{}}\n{}", "// body\n".repeat(100));
-        }
-        let units = split("m", "", &defs, &sigs);
-        assert_eq!(units.len(), 6);
-        let large = |u: &KernelSource| u.kernels.iter().filter(|k| (10..15).any(|i| k.name == format!("k{i}"))).count();
-        assert_eq!(units.iter().map(large).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 0]);
-        for u in &units {
-            let at: Vec<usize> = u.kernels.iter().map(|k| k.name[1..].parse().unwrap()).collect();
-            assert!(at.is_sorted(), "{at:?}");
+        for (n, units_expected, heavy_per_unit) in [(24, 6, &[1, 1, 1, 1, 1, 0][..]), (15, 5, &[1, 1, 1, 1, 1])] {
+            let (mut defs, sigs) = kernels(n);
+            for k in 5..10 {
+                defs[k] = format!("void k{k}() {{}}\n{}", "// body\n".repeat(HEAVY_DEFINITION_BYTES / 8));
+            }
+            let units = split("m", "", &defs, &sigs);
+            assert_eq!(units.len(), units_expected, "{n} kernels");
+            let heavy =
+                |u: &KernelSource| u.kernels.iter().filter(|k| (5..10).any(|i| k.name == format!("k{i}"))).count();
+            assert_eq!(units.iter().map(heavy).collect::<Vec<_>>(), heavy_per_unit, "{n} kernels");
+            for u in &units {
+                let at: Vec<usize> = u.kernels.iter().map(|k| k.name[1..].parse().unwrap()).collect();
+                assert!(at.is_sorted(), "{at:?}");
+            }
         }
     }
 
