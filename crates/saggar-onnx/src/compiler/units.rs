@@ -124,8 +124,8 @@ mod tests {
     fn the_largest_definitions_go_to_different_units() {
         for (n, units_expected, heavy_per_unit) in [(24, 6, &[1, 1, 1, 1, 1, 0][..]), (15, 5, &[1, 1, 1, 1, 1])] {
             let (mut defs, sigs) = kernels(n);
-            for k in 5..10 {
-                defs[k] = format!("void k{k}() {{}}\n{}", "// body\n".repeat(HEAVY_DEFINITION_BYTES / 8));
+            for (k, def) in defs.iter_mut().enumerate().take(10).skip(5) {
+                *def = format!("void k{k}() {{}}\n{}", "// body\n".repeat(HEAVY_DEFINITION_BYTES / 8));
             }
             let units = split("m", "", &defs, &sigs);
             assert_eq!(units.len(), units_expected, "{n} kernels");
