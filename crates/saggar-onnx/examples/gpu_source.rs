@@ -4,6 +4,9 @@
 //! `cargo run -p saggar-onnx --example gpu_source -- [MODEL.onnx | --bert-base] [--precision P]
 //! [--batch N] [--seq S]`: a model file (its symbolic axes: the first at `--batch`, the others at
 //! `--seq`), or the synthetic BERT-base encoder (12 layers, hidden 768, sequence `--seq`).
+//! `--units DIR` writes the translation units the source is compiled as into `DIR` instead (one
+//! file each, to compile and time on its own); `--write-model FILE` writes the synthetic encoder's
+//! ONNX file (to quantise it, for one).
 
 use saggar_onnx::synthetic::{EncoderConfig, bert_like_encoder};
 use saggar_onnx::{ImportLimits, OnnxCompiler, OnnxModel, OnnxOptions, Precision};
@@ -17,6 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = match args.first().map(String::as_str) {
         Some("--bert-base") | None => {
             let bytes = bert_like_encoder(EncoderConfig::bert_base(seq as usize)).to_bytes();
+            if let Some(path) = value("--write-model") {
+                std::fs::write(path, &bytes)?;
+            }
             OnnxModel::from_bytes(&bytes, "bert-base", &ImportLimits::default())?
         }
         Some(path) => OnnxModel::load(path)?,
@@ -31,6 +37,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             spec.dims().iter().enumerate().map(fixed).collect()
         })
         .collect();
+    if let Some(dir) = value("--units") {
+        std::fs::create_dir_all(&dir)?;
+        for (name, code) in compiler.gpu_units(&dims)? {
+            std::fs::write(std::path::Path::new(&dir).join(&name), code)?;
+        }
+        return Ok(());
+    }
     print!("{}", compiler.gpu_source(&dims)?);
     Ok(())
 }

@@ -50,6 +50,7 @@ inline unsigned __shfl_sync(unsigned, unsigned v, int, int) { return v; }
 static float saggar_dynamic_shared[1];
 #define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
 #define ONNX_FORCEINLINE inline
+#define ONNX_NOINLINE
 #define ONNX_BOUNDS(threads, blocks)
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };

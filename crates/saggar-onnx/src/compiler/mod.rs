@@ -260,6 +260,14 @@ impl OnnxCompiler {
         Ok(self.source(&self.lower(input_dims, &[], BackendKind::Cuda)?).code)
     }
 
+    /// The translation units [`Self::gpu_source`] is compiled as, `(name, text)` each (see
+    /// `compiler/units.rs`), for compiling and timing one on its own. Compiles nothing.
+    pub fn gpu_units(&self, input_dims: &[Vec<u64>]) -> Result<Vec<(String, String)>, OnnxError> {
+        let lowered = self.lower(input_dims, &[], BackendKind::Cuda)?;
+        let source = self.source(&lowered);
+        Ok(self.units(&lowered, &source).into_iter().map(|u| (u.name, u.code)).collect())
+    }
+
     /// How many generated CUDA/HIP sources this compiler has compiled: one per model, backend and
     /// device ordinal however many buckets (input shapes) were compiled, since every bucket's source
     /// is the same text (each compile runs the source's translation units concurrently).

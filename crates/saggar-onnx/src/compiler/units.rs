@@ -4,7 +4,8 @@
 //! The shares are balanced by the definitions' lengths, largest first, each to the unit with the
 //! least so far, and there are at least as many units as heavy definitions: a model's tensor-core
 //! attention defines one kernel per block size (five, the largest definitions of a transformer's
-//! source), and contiguous shares put three of them in one unit, which then set the cold start. The split depends only on the kernel list, so every bucket of a
+//! source; its fused LayerNorms come next), and contiguous shares put three of them in one unit,
+//! which then set the cold start. The split depends only on the kernel list, so every bucket of a
 //! model gets the same units; each unit becomes its own code object and module, its kernels in
 //! source order.
 
@@ -16,8 +17,10 @@ pub(crate) const KERNELS_PER_UNIT: usize = 4;
 /// Most units of one source.
 pub(crate) const MAX_UNITS: usize = 8;
 /// Definitions at least this long get a unit each where [`MAX_UNITS`] allows: the tensor-core
-/// attention kernels (11 to 14 KiB of text, heavily unrolled), which NVRTC takes longest over.
-pub(crate) const HEAVY_DEFINITION_BYTES: usize = 8 * 1024;
+/// attention kernels (11 to 14 KiB of text, heavily unrolled) and the fused LayerNorms and GELU
+/// chains (5 to 7 KiB), which NVRTC takes longest over (0.4 to 0.6 s each for sm_90 on one core;
+/// a fused elementwise kernel of 2 KiB takes 0.1 s).
+pub(crate) const HEAVY_DEFINITION_BYTES: usize = 4 * 1024;
 
 /// How many units `kernels` kernels are split into.
 pub(crate) fn unit_count(kernels: usize) -> usize {

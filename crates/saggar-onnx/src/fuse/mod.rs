@@ -3,20 +3,24 @@
 //!
 //! 1. Attention patterns ([`crate::fuse::attention`]): each becomes one group rooted at its last node.
 //! 2. Elementwise chains, among the other nodes. Rule: a node whose GPU form is an elementwise
-//!    expression ([`GpuNode::Elementwise`]) and whose single output is read by exactly one node,
-//!    that node also elementwise, and is not a graph output, joins its reader's group. Groups are
-//!    therefore trees of elementwise nodes with one result (the root, the last node in graph order);
-//!    they run at the root's position. Intermediates are never stored: every group input is read at
-//!    the broadcast position of the root's output (broadcasting composes, so an intermediate of a
-//!    smaller shape is recomputed per output element instead).
+//!    expression ([`GpuNode::Elementwise`]), whose single output is not a graph output and is read
+//!    only by elementwise nodes of one group, joins that group. Read by one node, it joins that
+//!    node's group; read by several (GELU's `x` by its Div and its Mul, SiLU's by Sigmoid and Mul),
+//!    the value is computed once per element in the group's kernel and used by each reader, except
+//!    where it reads a MatMul's or Gemm's result (a bias Add there is left to the BLAS epilogue,
+//!    pass 5). Groups are therefore graphs of elementwise nodes with one result (the root, the last
+//!    node in graph order); they run at the root's position. Intermediates are never stored: every
+//!    group input is read at the broadcast position of the root's output (broadcasting composes,
+//!    so an intermediate of a smaller shape is recomputed per output element instead).
 //! 3. An embedding bag: a Gather read only by a ReduceSum or ReduceMean over its index axes
 //!    ([`crate::fuse::embedding_bag`]) is one group rooted at the reduction.
 //! 4. A LayerNormalization without statistics outputs whose input is an elementwise group's result
 //!    read by nothing else takes that group in ([`crate::fuse::layer_norm`]). When the first reader
 //!    of its result is a Cast of it to f16 or bf16 (a half-precision product's activation), that
 //!    Cast joins the group as its root: the norm's kernel stores the half copy too, and the f32
-//!    result only where something else reads it. Nothing between the norm and the Cast reads the
-//!    result, so the group may run at the Cast's position.
+//!    result only where something else reads it. A per-tensor QuantizeLinear to `i8` or `u8` (a
+//!    QDQ model's quantised activation) joins a norm that has an input group the same way. Nothing
+//!    between the norm and that node reads the result, so the group may run at its position.
 //!
 //! 5. A GEMM whose only reader is a bias add or ReLU group takes it into its BLAS-Lt epilogue
 //!    ([`blas_epilogue`]; decided by the lowering, which knows whether BLAS-Lt runs the GEMM).
@@ -37,7 +41,7 @@ use saggar_shape::DType;
 
 use self::attention::Attention;
 use self::embedding_bag::EmbeddingBag;
-use self::layer_norm::{half_cast, is_plain_layer_norm};
+use self::layer_norm::{NormCopy, is_plain_layer_norm, norm_copy};
 use crate::graph::ir::{Graph, ValueId};
 use crate::plan::nodes::NodeInfo;
 
@@ -77,32 +81,40 @@ pub(crate) fn group(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
         claimed[bag.reduce] = true;
     }
     let uses = graph.use_counts();
-    let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
-    let mut reader = vec![usize::MAX; graph.values.len()];
-    for (i, node) in graph.nodes.iter().enumerate() {
-        for id in node.inputs.iter().flatten() {
-            reader[id.0] = i;
-        }
-    }
-    for i in (0..graph.nodes.len()).rev() {
-        let node = &graph.nodes[i];
-        let [out] = node.outputs.as_slice() else { continue };
-        if claimed[i] || info[i].elementwise().is_none() || uses[out.0] != 1 || graph_outputs.contains(out) {
-            continue;
-        }
-        let r = reader[out.0];
-        if r != usize::MAX && r > i && !claimed[r] && info[r].elementwise().is_some() {
-            root[i] = root[r];
-        }
-    }
-    // A LayerNormalization whose input is an elementwise group's result read by nothing else
-    // computes that group itself ([`layer_norm`]).
     let mut producer = vec![usize::MAX; graph.values.len()];
     for (i, node) in graph.nodes.iter().enumerate() {
         for o in &node.outputs {
             producer[o.0] = i;
         }
     }
+    let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.values.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for id in node.inputs.iter().flatten() {
+            readers[id.0].push(i);
+        }
+    }
+    // Last to first, so that each reader's group is settled when its producer is considered.
+    for i in (0..graph.nodes.len()).rev() {
+        let node = &graph.nodes[i];
+        let [out] = node.outputs.as_slice() else { continue };
+        let rs = &readers[out.0];
+        if claimed[i]
+            || info[i].elementwise().is_none()
+            || graph_outputs.contains(out)
+            || rs.is_empty()
+            || rs.len() != uses[out.0]
+            || (rs.len() > 1 && reads_a_product(graph, &producer, i))
+        {
+            continue;
+        }
+        let joinable = |r: usize| r > i && !claimed[r] && info[r].elementwise().is_some();
+        if rs.iter().all(|&r| joinable(r) && root[r] == root[rs[0]]) {
+            root[i] = root[rs[0]];
+        }
+    }
+    // A LayerNormalization whose input is an elementwise group's result read by nothing else
+    // computes that group itself ([`layer_norm`]).
     for ln in 0..graph.nodes.len() {
         let Some(Some(x)) = graph.nodes[ln].inputs.first() else { continue };
         let p = producer[x.0];
@@ -119,13 +131,24 @@ pub(crate) fn group(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
         }
         join(&mut root, p, ln);
     }
-    join_half_casts(graph, info, &claimed, &mut root);
+    join_norm_copies(graph, info, &claimed, &mut root);
     Grouping { root, attention, bags }
 }
 
-/// Ends the group of each plain LayerNormalization with the half Cast that first reads its result,
-/// where that Cast is a group of its own.
-fn join_half_casts(graph: &Graph, info: &[NodeInfo], claimed: &[bool], root: &mut [usize]) {
+/// Whether node `i` reads a MatMul's or Gemm's result: a bias Add or Relu there is left to the
+/// GEMM's BLAS-Lt epilogue ([`blas_epilogue`]), which takes only a group of its own.
+fn reads_a_product(graph: &Graph, producer: &[usize], i: usize) -> bool {
+    graph.nodes[i].inputs.iter().flatten().any(|id| {
+        producer
+            .get(id.0)
+            .and_then(|&p| graph.nodes.get(p))
+            .is_some_and(|n| matches!(n.op_type.as_str(), "MatMul" | "Gemm"))
+    })
+}
+
+/// Ends the group of each plain LayerNormalization with the half Cast or the per-tensor
+/// QuantizeLinear that first reads its result, where that node is a group of its own.
+fn join_norm_copies(graph: &Graph, info: &[NodeInfo], claimed: &[bool], root: &mut [usize]) {
     let mut first_reader = vec![usize::MAX; graph.values.len()];
     for (i, node) in graph.nodes.iter().enumerate().rev() {
         for id in node.inputs.iter().flatten() {
@@ -141,11 +164,17 @@ fn join_half_casts(graph: &Graph, info: &[NodeInfo], claimed: &[bool], root: &mu
             || claimed[cast]
             || root[cast] != cast
             || !is_plain_layer_norm(graph, info, ln)
-            || half_cast(graph, info, ln, cast).is_none()
         {
             continue;
         }
-        join(root, ln, cast);
+        // A quantisation only where the norm has an input group: the op's own kernel stores no
+        // quantised copy.
+        let grouped = root.iter().take(ln).any(|&r| r == ln);
+        match norm_copy(graph, info, ln, cast) {
+            Some(NormCopy::Half(_)) => join(root, ln, cast),
+            Some(NormCopy::Quantized(_)) if grouped => join(root, ln, cast),
+            _ => {}
+        }
     }
 }
 
@@ -193,6 +222,46 @@ mod tests {
         assert_eq!(root[at("Erf")], at("Relu"));
         assert_eq!(root[at("Mul")], at("Relu"));
         assert_eq!(root[at("Relu")], at("Relu"));
+    }
+
+    /// An int8 encoder's GELU: the requantised product's value (not a GEMM's own result) is read by
+    /// GELU's Div and Mul, one group with the chain before it; a value read by two groups is not.
+    #[test]
+    fn a_value_read_only_inside_one_group_joins_it_and_one_read_by_two_groups_does_not() {
+        let build = |neg: bool| {
+            let mut b = ModelBuilder::new(17);
+            b.input("x", DType::I32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            let t = |v: f32| crate::Tensor::new(vec![4], crate::TensorData::F32(vec![v; 4])).unwrap();
+            b.initializer("scale", &t(0.5));
+            b.initializer("bias", &t(0.25));
+            b.initializer("root2", &crate::Tensor::new(vec![], crate::TensorData::F32(vec![1.4142])).unwrap());
+            b.node("Cast", &["x"], &["xf"], &[("to", crate::ops::Attribute::Int(1))]);
+            b.node("Mul", &["xf", "scale"], &["s"], &[]);
+            b.node("Add", &["s", "bias"], &["a"], &[]);
+            b.node("Div", &["a", "root2"], &["d"], &[]);
+            b.node("Erf", &["d"], &["e"], &[]);
+            b.node("Mul", &["a", "e"], &["g"], &[]);
+            b.node("Relu", &["g"], &["y"], &[]);
+            b.output("y", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            if neg {
+                b.node("Neg", &["a"], &["z"], &[]);
+                b.output("z", DType::F32, &[Dim::symbolic("n"), Dim::Fixed(4)]);
+            }
+            let g = specialised(&b, &[vec![3, 4]]);
+            let info = describe(&g).unwrap();
+            let root = group(&g, &info, true).root;
+            (g, root)
+        };
+        // `a` read only by the GELU's Div and Mul: one group, Relu its root.
+        let (g, root) = build(false);
+        let relu = g.nodes.iter().position(|n| n.op_type == "Relu").unwrap();
+        assert!(root.iter().all(|&r| r == relu), "{root:?}");
+        // With Neg reading `a` too, `a`'s chain is a group of its own, stored for both.
+        let (g, root) = build(true);
+        let at = |op: &str| g.nodes.iter().position(|n| n.op_type == op).unwrap();
+        let add = at("Add");
+        assert_eq!((root[at("Cast")], root[add]), (add, add));
+        assert_eq!((root[at("Div")], root[at("Erf")]), (at("Relu"), at("Relu")));
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod embedding_bag;
 mod every_kind;
 mod half_norm;
 mod pool;
+mod quantised;
 mod segments;
 mod single;
 
@@ -72,6 +73,7 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsi
 alignas(16) static float saggar_dynamic_shared[49152 / 4];
 #define ONNX_DYNAMIC_SHARED(name) float* const name = saggar_dynamic_shared
 #define ONNX_FORCEINLINE inline
+#define ONNX_NOINLINE
 #define ONNX_BOUNDS(threads, blocks)
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }

@@ -1,13 +1,15 @@
 //! One group's steps when no fusion of its own took it: a lone GEMM through BLAS-Lt, a host kernel
 //! (one node's, or a fused group evaluating its nodes in order), a generated kernel for an
-//! elementwise group (or a LayerNormalization with its input group, its half Cast, or both), or the
-//! launches a node's GPU form describes.
+//! elementwise group (or a LayerNormalization with its input group, its half Cast or quantisation, or
+//! both), or the launches a node's GPU form describes.
 
 use std::collections::HashMap;
 
+use saggar_shape::DType;
+
 use crate::error::OnnxError;
 use crate::fuse::elementwise::{self, FusedGroup, FusedNode, Wiring};
-use crate::fuse::layer_norm::{self, NormGroup};
+use crate::fuse::layer_norm::{self, NormCopy, NormGroup, QuantCopy};
 use crate::graph::ir::{Graph, ValueId};
 use crate::lower::blas::{BlasLowering, matmul_step};
 use crate::lower::host::{self, FusedHostKernel, NodeKernel};
@@ -164,8 +166,8 @@ impl Members<'_> {
 
     /// A LayerNormalization group ([`layer_norm::norm_group`]): one kernel normalising the value of
     /// the elementwise members before the norm (the op's own kernel when there are none), storing
-    /// the f32 result where it has a location (always without a half Cast) and the half copy the
-    /// Cast ending the group computes.
+    /// the f32 result where it has a location (always without a node after the norm) and the half
+    /// or quantised copy the node ending the group computes.
     fn emit_norm(self, norm: NormGroup, emit: &mut Emitter) -> Result<(), OnnxError> {
         let (graph, info) = (self.graph, self.info);
         let ln = self.members[norm.at];
@@ -175,15 +177,23 @@ impl Members<'_> {
         };
         let Some(&kernel) = launch.kernel_as::<LayerNormKernel>() else { return Err(self.no_device_form()) };
         let y = graph.nodes[ln].outputs[0];
-        let stores = NormStores { f32: norm.half.is_none() || self.location.contains_key(&y), half: norm.half };
+        let half = match norm.copy {
+            Some(NormCopy::Half(h)) => Some(h),
+            _ => None,
+        };
+        let stores = NormStores { f32: norm.copy.is_none() || self.location.contains_key(&y), half };
+        let quant = match norm.copy {
+            Some(NormCopy::Quantized(out)) => Some(self.quant_copy(out)?),
+            _ => None,
+        };
         let mut outputs = Vec::new();
         if stores.f32 {
             outputs.push(self.at(&y));
         }
-        if norm.half.is_some() {
+        if norm.copy.is_some() {
             outputs.push(self.at(&graph.nodes[self.root].outputs[0]));
         }
-        if norm.at == 0 {
+        if norm.at == 0 && quant.is_none() {
             let mut pointers = Vec::new();
             for slot in &launch.slots {
                 match *slot {
@@ -205,10 +215,27 @@ impl Members<'_> {
         };
         let scale = external(1)?.ok_or_else(|| self.no_device_form())?;
         let group = self.fused_group(norm.at)?;
-        let text = layer_norm::layer_norm_kernel(&group, scale, external(2)?, kernel.epsilon_bits, stores)
-            .ok_or_else(|| self.no_device_form())?;
+        let text =
+            layer_norm::layer_norm_kernel(&group, scale, external(2)?, kernel.epsilon_bits, (stores, quant.as_ref()))
+                .ok_or_else(|| self.no_device_form())?;
         let out_dims = info[self.members[norm.at - 1]].outputs[0].dims.clone();
         self.launch_group(text, (launch.meta.clone(), launch.work), &out_dims, outputs, emit)
+    }
+
+    /// The quantised copy the QuantizeLinear ending a norm group computes: its expression of the
+    /// norm's value `$0`, its scale and zero point (scalar externals) read at their one element.
+    fn quant_copy(&self, out: DType) -> Result<QuantCopy, OnnxError> {
+        let expr = self.info[self.root].elementwise().ok_or_else(|| self.no_device_form())?;
+        let wiring = self.wiring.last().ok_or_else(|| self.no_device_form())?;
+        let mut expr = expr.to_string();
+        for (k, operand) in wiring.iter().enumerate().skip(1).rev() {
+            let value = match operand {
+                Some(Ok(e)) => format!("in{e}[0]"),
+                _ => return Err(self.no_device_form()),
+            };
+            expr = expr.replace(&format!("${k}"), &value);
+        }
+        Ok(QuantCopy { out, expr })
     }
 
     /// Launches the generated kernel `(name, text)` of a fused group computing a value of `out_dims`:

@@ -227,9 +227,9 @@ impl Lowering<'_> {
             }
         }
         let members = self.members(step);
-        // A LayerNormalization whose group ends with its half Cast stores its f32 result only where
-        // something besides the Cast reads it.
-        if let Some(NormGroup { at, half: Some(_) }) = layer_norm::norm_group(graph, &self.info, &members) {
+        // A LayerNormalization whose group ends with its half Cast or its quantisation stores its f32
+        // result only where something besides that node reads it.
+        if let Some(NormGroup { at, copy: Some(_) }) = layer_norm::norm_group(graph, &self.info, &members) {
             let y = graph.nodes[members[at]].outputs[0];
             if self.memory.location(y).is_none() && self.uses[y.0] > 1 {
                 self.memory.place(graph, y, step)?;

@@ -2,7 +2,9 @@
 // rows a warp). Q, K and V are read in f32 or half (@LOADERS@) and rounded to @HALF@ (pairs of halves a 32-bit
 // word) into shared memory, each row-major along the head (eight bytes a store), padded to a
 // multiple of 16 with zeros; rows are 16 bytes longer than the head so that the eight rows an
-// 8x8 fragment load reads fall in different banks. Per tile of @BK@ keys a warp forms its 16 x BK
+// 8x8 fragment load reads fall in different banks. Operands whose head is not contiguous (or not
+// 16-byte aligned) take a scalar load path, left rolled: unrolled, it cost NVRTC a fifth of the
+// kernel's compile time for a path exported transformers do not take. Per tile of @BK@ keys a warp forms its 16 x BK
 // scores with m16n8k16 products accumulating f32 (Q and K fragments by `ldmatrix` on CUDA), scales
 // them and adds the mask in f32, runs the online softmax in f32 (each row's maximum across the
 // four lanes holding it), rounds the probabilities to @HALF@ in registers (the scores' accumulator
@@ -80,7 +82,7 @@
         put4(&qs[r][d / 2], (i0 + r < Sq && d < D ? ldq4(qo + (i0 + r) * q_rs + d) : zero4));
       }
     } else {
-#pragma unroll
+#pragma unroll 1
       for (int e = tid; e < BQ * (DP / 2); e += THREADS) {
         const int r = e / (DP / 2), d = e % (DP / 2) * 2;
         const int off = qo + (i0 + r) * q_rs + d * q_cs;
@@ -107,13 +109,13 @@
           put4(&vs[j][d / 2], (j0 + j < Sk && d < DV ? ldv4(vo + (j0 + j) * v_rs + d) : zero4));
         }
       } else {
-#pragma unroll
+#pragma unroll 1
         for (int e = lid; e < BK * (DP / 2); e += LOADERS) {
           const int j = k_rs == 1 ? e / (DP / 2) : e % BK, d = (k_rs == 1 ? e % (DP / 2) : e / BK) * 2;
           const int off = ko + d * k_rs + (j0 + j) * k_cs;
           ks[j][d / 2] = @PACK@((j0 + j < Sk && d < D ? ldk(off) : 0.0f), (j0 + j < Sk && d + 1 < D ? ldk(off + k_rs) : 0.0f));
         }
-#pragma unroll
+#pragma unroll 1
         for (int e = lid; e < BK * (DVP / 2); e += LOADERS) {
           const int j = v_cs == 1 ? e / (DVP / 2) : e % BK, d = (v_cs == 1 ? e % (DVP / 2) : e / BK) * 2;
           const int off = vo + (j0 + j) * v_rs + d * v_cs;

@@ -55,6 +55,16 @@ __device__ inline onnx_i64 onnx_conv_tap(onnx_i64 t, const onnx_i64* pos, int s,
 #define ONNX_FORCEINLINE __forceinline__
 #endif
 #endif
+// Device functions called, not inlined: a slow path's value function read at several places
+// (the scalar LayerNorm's three loops), one copy of its code instead of three, which NVRTC takes
+// a third less time over.
+#ifndef ONNX_NOINLINE
+#if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ONNX_NOINLINE __attribute__((noinline))
+#else
+#define ONNX_NOINLINE __noinline__
+#endif
+#endif
 // Launch bounds: at most `threads` a block, and on CUDA registers for `blocks` blocks an SM.
 #ifndef ONNX_BOUNDS
 #if defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
@@ -71,21 +81,18 @@ __device__ inline onnx_i64 onnx_conv_tap(onnx_i64 t, const onnx_i64* pos, int s,
 #endif
 // Whether `p` may be read or written as float4 (16-byte aligned).
 __device__ inline bool onnx_aligned16(const void* p) { return ((saggar_u64)p & 15) == 0; }
-// Four consecutive f32 of row `row` at column `4 * q`, from an input of broadcast mode `mode`
+// Four consecutive elements of row `row` at column `4 * q` as a vector `V` of `T` (`float4` of
+// f32, `ushort4` of half bits, `int4`, `char4`, `uchar4`), from an input of broadcast mode `mode`
 // (see the fused kernels' `meta`) whose divisor is the row length (`cols4` vectors): the row
 // itself (1), one row for every row (2), one value per row (4), or a scalar (3).
-__device__ ONNX_FORCEINLINE float4 onnx_row_load4(const float* __restrict__ p, onnx_i64 mode, onnx_i64 row, int cols4, int q) {
-  if (mode == 1) return ((const float4*)p)[row * cols4 + q];
-  if (mode == 2) return ((const float4*)p)[q];
-  const float x = p[mode == 4 ? row : 0];
-  return make_float4(x, x, x, x);
-}
-// onnx_row_load4 of a half input (f16 or bf16 bits, 8-byte aligned), as its bits.
-__device__ ONNX_FORCEINLINE ushort4 onnx_row_load4_u16(const unsigned short* __restrict__ p, onnx_i64 mode, onnx_i64 row, int cols4, int q) {
-  if (mode == 1) return ((const ushort4*)p)[row * cols4 + q];
-  if (mode == 2) return ((const ushort4*)p)[q];
-  const unsigned short x = p[mode == 4 ? row : 0];
-  return make_ushort4(x, x, x, x);
+template <typename V, typename T>
+__device__ ONNX_FORCEINLINE V onnx_row_load4(const T* __restrict__ p, onnx_i64 mode, onnx_i64 row, int cols4, int q) {
+  if (mode == 1) return ((const V*)p)[row * cols4 + q];
+  if (mode == 2) return ((const V*)p)[q];
+  const T x = p[mode == 4 ? row : 0];
+  V v;
+  v.x = x; v.y = x; v.z = x; v.w = x;
+  return v;
 }
 // The offsets `(j / inner) % count` of the four flat indices `j = i .. i + 3` of an input read in
 // blocks (broadcast modes 2, 4 and 5 of the fused kernels: a per-channel bias over NCHW has blocks

@@ -32,16 +32,20 @@ fn as_f32(dtype: DType, e: &str) -> String {
 /// QuantizeLinear's expression of `$0` (x of type `x`), `$1` (its scale of type `scale`) and, with
 /// `zp`, `$2` (the zero point): the quotient in the precision of `div` (f64, f32 or a half, rounded
 /// to it from f32, as the host does), rounded half to even, plus the zero point, saturated to `out`.
+/// A quotient in f32 or half is rounded, offset and saturated in f32: exact, since the zero points
+/// (16 bits at most) and every integer the saturation keeps are f32 integers, and a quotient of
+/// 2^24 or more saturates either way; f64 there cost the int8 chains conversions on every element.
 pub(crate) fn quantize_expr(x: DType, scale: DType, div: DType, out: DType, zp: bool) -> String {
-    let q = if div == DType::F64 {
-        format!("(double)({}) / (double)({})", as_f32_exact(x, "$0"), as_f32_exact(scale, "$1"))
-    } else {
-        round_f32(div, &format!("{} / {}", as_f32(x, "$0"), as_f32(scale, "$1")))
-    };
     let (lo, hi) = quant_range(out).unwrap_or((0.0, 0.0));
-    let z = if zp { "(double)($2)" } else { "0.0" };
     let t = ctype(out).unwrap_or("unsigned char");
-    format!("({t})fmin(fmax(rint((double)({q})) + {z}, {}), {})", bound(lo), bound(hi))
+    if div == DType::F64 {
+        let q = format!("(double)({}) / (double)({})", as_f32_exact(x, "$0"), as_f32_exact(scale, "$1"));
+        let z = if zp { "(double)($2)" } else { "0.0" };
+        return format!("({t})fmin(fmax(rint({q}) + {z}, {}), {})", bound(lo), bound(hi));
+    }
+    let q = round_f32(div, &format!("{} / {}", as_f32(x, "$0"), as_f32(scale, "$1")));
+    let z = if zp { "(float)($2)" } else { "0.0f" };
+    format!("({t})fminf(fmaxf(rintf({q}) + {z}, {}f), {}f)", bound(lo), bound(hi))
 }
 
 /// `e` widened exactly toward f64: integers as they are, halves through f32.
