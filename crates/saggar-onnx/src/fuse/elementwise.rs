@@ -183,8 +183,10 @@ fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
 }
 
 /// The four-element path of [`fused_kernel`] for a floating-point group reading `used`: per input a
-/// vector load (mode 1), one value (mode 3), or four element loads at the offsets of its blocks
-/// (modes 2, 4 and 5, `onnx_block_offsets4` in the prelude; their lanes may straddle blocks). Each
+/// vector load (mode 1, and mode 2 when its rows are whole aligned vectors: a bias or per-column
+/// scale over the last axis), one value (mode 3), or four element loads at the offsets of its
+/// blocks (modes 2, 4 and 5, `onnx_block_offsets4` in the prelude; their lanes may straddle
+/// blocks). Each
 /// input's mode, block extents and (mode 3) value are read once before the loop, so the loop body
 /// is the loads, the chain and the store: the meta table is not read again per step.
 fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
@@ -201,14 +203,14 @@ fn vector_path(group: &FusedGroup, used: &[usize]) -> String {
         let (v4, make) = vector_type(group.inputs[k]).unwrap_or(("float4", "make_float4"));
         let _ = writeln!(
             text,
-            "  const int mode{k} = (int)fm[{mode}];\n  const onnx_i64 inner{k} = mode{k} == 2 ? 1 : fm[{m}], count{k} = fm[{count}];\n  const {v4} one{k} = mode{k} == 3 ? {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]) : {v4}{{}};\n  vec = vec && mode{k} != 0 && (mode{k} != 1 || onnx_aligned16(in{k}));",
+            "  const int mode{k} = (int)fm[{mode}];\n  const onnx_i64 inner{k} = mode{k} == 2 ? 1 : fm[{m}], count{k} = fm[{count}];\n  const {v4} one{k} = mode{k} == 3 ? {make}(in{k}[0], in{k}[0], in{k}[0], in{k}[0]) : {v4}{{}};\n  const bool row{k} = mode{k} == 2 && (count{k} & 3) == 0 && onnx_aligned16(in{k});\n  vec = vec && mode{k} != 0 && (mode{k} != 1 || onnx_aligned16(in{k}));",
             mode = 2 * k,
             m = 2 * k + 1,
             count = 2 * externals + 1 + k,
         );
         let _ = writeln!(
             loads,
-            "      {v4} x{k};\n      if (mode{k} == 1) x{k} = ((const {v4}*)in{k})[q];\n      else if (mode{k} == 3) x{k} = one{k};"
+            "      {v4} x{k};\n      if (mode{k} == 1) x{k} = ((const {v4}*)in{k})[q];\n      else if (mode{k} == 3) x{k} = one{k};\n      else if (row{k}) x{k} = ((const {v4}*)in{k})[n32 ? (onnx_i64)((unsigned)q % (unsigned)(count{k} >> 2)) : q % (count{k} >> 2)];"
         );
         let _ = writeln!(
             loads,

@@ -152,7 +152,13 @@ fn vector_path(
             al = aligned(k)
         );
         let v4 = loader(k)?;
-        let _ = writeln!(loads, "          const {v4} x{k} = onnx_row_load4<{v4}>(in{k}, mode{k}, row, cols4, q);");
+        // A scalar (a quantised chain's scales and zero points) is read once, before the rows.
+        let _ =
+            writeln!(text, "  const {v4} one{k} = mode{k} == 3 ? onnx_row_load4<{v4}>(in{k}, 3, 0, 0, 0) : {v4}{{}};");
+        let _ = writeln!(
+            loads,
+            "          const {v4} x{k} = mode{k} == 3 ? one{k} : onnx_row_load4<{v4}>(in{k}, mode{k}, row, cols4, q);"
+        );
     }
     let lane_args = |c: &str| used.iter().map(|k| format!("x{k}.{c}")).collect::<Vec<_>>().join(", ");
     let bias4 = bias.map_or(String::new(), |b| format!(", b = ((const float4*)in{b})[q]"));
@@ -355,19 +361,31 @@ mod tests {
         assert!(text.contains("const float v1 = (v0 + a2);") && text.contains("return (float)v1;"), "{text}");
         assert!(!text.contains("a3 = in3"), "scale and bias are not loaded by the group: {text}");
         assert!(text.contains("(float)in3[j] + (float)in4[j]"), "{text}");
-        assert!(text.contains("const float4 x2 = onnx_row_load4<float4>(in2, mode2, row, cols4, q);"), "{text}");
+        assert!(
+            text.contains("const float4 x2 = mode2 == 3 ? one2 : onnx_row_load4<float4>(in2, mode2, row, cols4, q);"),
+            "{text}"
+        );
         assert!(!text.contains("onnx_row_load4(in3"), "scale and bias are read as rows: {text}");
         // A half input (a half product's result) is read four elements a load too, as bits.
         let half = FusedGroup { inputs: vec![DType::F32, DType::F16, DType::F32, DType::F32, DType::F32], ..group };
         let (_, text) = layer_norm_kernel(&half, 3, Some(4), 1e-5f32.to_bits(), (NormStores::F32, None)).unwrap();
-        assert!(text.contains("const ushort4 x1 = onnx_row_load4<ushort4>(in1, mode1, row, cols4, q);"), "{text}");
+        assert!(
+            text.contains("const ushort4 x1 = mode1 == 3 ? one1 : onnx_row_load4<ushort4>(in1, mode1, row, cols4, q);"),
+            "{text}"
+        );
         // So are an `i8` product's `i32` result and a quantised `i8` residual (a requantising
         // encoder's norm).
         let int =
             FusedGroup { inputs: vec![DType::I32, DType::I8, DType::F32, DType::F32, DType::F32], ..half.clone() };
         let (_, text) = layer_norm_kernel(&int, 3, Some(4), 1e-5f32.to_bits(), (NormStores::F32, None)).unwrap();
-        assert!(text.contains("const int4 x0 = onnx_row_load4<int4>(in0, mode0, row, cols4, q);"), "{text}");
-        assert!(text.contains("const char4 x1 = onnx_row_load4<char4>(in1, mode1, row, cols4, q);"), "{text}");
+        assert!(
+            text.contains("const int4 x0 = mode0 == 3 ? one0 : onnx_row_load4<int4>(in0, mode0, row, cols4, q);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("const char4 x1 = mode1 == 3 ? one1 : onnx_row_load4<char4>(in1, mode1, row, cols4, q);"),
+            "{text}"
+        );
         // A half scale is not.
         let half_scale =
             FusedGroup { inputs: vec![DType::F32, DType::F32, DType::F32, DType::F16, DType::F32], ..half };

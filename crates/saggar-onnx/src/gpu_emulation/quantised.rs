@@ -121,8 +121,8 @@ fn norms_storing_their_quantisation_match_the_host_when_run_on_the_cpu() {
 }
 
 /// `Int8Product`'s `i32` result dequantised, biased, through the erf GELU (whose input two nodes
-/// read) and requantised: one kernel from `i32` to `i8`, four elements a step, whose values are the
-/// host's or one step away.
+/// read) and requantised: one kernel from `i32` to `i8`, four elements a step (the per-column scale
+/// and bias four a load), whose values are the host's or one step away.
 #[test]
 fn an_int8_products_gelu_chain_is_one_kernel_matching_the_host_when_run_on_the_cpu() {
     let mut b = ModelBuilder::new(17);
@@ -154,6 +154,8 @@ fn an_int8_products_gelu_chain_is_one_kernel_matching_the_host_when_run_on_the_c
     assert_eq!(lowered.labels.groups.len(), 1, "{:?}", lowered.labels.groups);
     let code = compiler.source(&lowered).code;
     assert!(code.contains("x0 = ((const int4*)in0)[q];") && code.contains("((char4*)out)[q] = r;"), "{code}");
+    // The per-column scale and the bias, rows of three vectors, are read a vector a load.
+    assert!(code.contains("else if (row1) x1 = ((const float4*)in1)[n32 ? "), "{code}");
     let want = run_on_host(&compiler, &inputs).unwrap().remove(0).to_le_bytes();
     let dir = tempfile::tempdir().unwrap();
     let Some(got) = run_emulated(&compiler, &inputs, dir.path()) else { return };

@@ -145,6 +145,11 @@ pub(crate) const MMA_MAX_HEAD: usize = 128;
 /// Warps a block of the tensor-core kernel has at most (16 query rows each).
 pub(crate) const MMA_MAX_WARPS: u32 = 4;
 
+/// The warps a block of query rows of its own may have: one kernel each, defined in every model
+/// using the kernel. Not three: 48-row tiles pad a 128-row sequence by a ninth, and each block size
+/// defined costs NVRTC half a second of a cold start's compile.
+pub(crate) const MMA_ROW_WARPS: [u32; 3] = [1, 2, MMA_MAX_WARPS];
+
 /// Keys per tile of the tensor-core kernel for heads up to `head` (padded to 16): its shared memory
 /// (64 query rows, a tile of keys and of values, halves) stays under 48 KiB.
 pub(crate) fn mma_keys(head: usize) -> usize {

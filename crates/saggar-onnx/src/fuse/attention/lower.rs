@@ -9,7 +9,7 @@ use saggar_shape::DType;
 
 use super::Attention;
 use super::kernel::{
-    self, Form, HostAttention, MMA_MAX_HEAD, MMA_MAX_WARPS, MMA_SPLIT_MAX_HEAD, MmaBlock, TILED_FILL_TILES,
+    self, Form, HostAttention, MMA_MAX_HEAD, MMA_ROW_WARPS, MMA_SPLIT_MAX_HEAD, MmaBlock, TILED_FILL_TILES,
     TILED_MIN_TILES, TILED_THREADS,
 };
 use crate::error::OnnxError;
@@ -65,14 +65,14 @@ pub(crate) fn half_tiles(a: &Attention, half: Option<DType>, offsets32: bool) ->
 /// (its 128 registers a thread) on an H100's or H200's 132 SMs.
 const MMA_SPLIT_BELOW_WARPS: u64 = 2048;
 
-/// The block of the tensor-core kernel for `a`: the most warps (up to [`MMA_MAX_WARPS`]) whose
+/// The block of the tensor-core kernel for `a`: the most warps (of [`MMA_ROW_WARPS`]) whose
 /// tiles of query rows still give [`TILED_FILL_TILES`] blocks, or one warp. Where those blocks have
 /// fewer than [`MMA_SPLIT_BELOW_WARPS`] warps in all (one sequence of BERT-base: 96 tiles of 16
 /// rows; Whisper-tiny's encoder, 6 heads of 1,500 rows: 282 blocks of two warps, each warp visiting
 /// all 1,500 keys), the split-keys block instead, whose four warps divide the keys of one tile of 16
 /// rows between them, for heads up to [`MMA_SPLIT_MAX_HEAD`] and more than one warp's worth of keys.
 fn mma_block(a: &Attention) -> MmaBlock {
-    let warps = (1..=MMA_MAX_WARPS).rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES).unwrap_or(1);
+    let warps = MMA_ROW_WARPS.into_iter().rev().find(|&w| tiles(a, 16 * w as usize) >= TILED_FILL_TILES).unwrap_or(1);
     let rows = MmaBlock::rows(warps);
     if splits_keys(a) && tiles(a, rows.query_rows()) * u64::from(warps) < MMA_SPLIT_BELOW_WARPS {
         return MmaBlock::SPLIT;
@@ -146,7 +146,7 @@ pub(crate) fn emit(
             let block = mma_block(a);
             let mut name = String::new();
             let split = (a.d.max(a.dv) <= MMA_SPLIT_MAX_HEAD).then_some(MmaBlock::SPLIT);
-            for b in (1..=MMA_MAX_WARPS).map(MmaBlock::rows).chain(split) {
+            for b in MMA_ROW_WARPS.into_iter().map(MmaBlock::rows).chain(split) {
                 let (kernel, text) = kernel::gpu_mma_kernel(form, (a.d, a.dv), half, b);
                 if b == block {
                     name = kernel.clone();
