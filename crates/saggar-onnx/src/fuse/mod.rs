@@ -234,7 +234,10 @@ mod tests {
             let t = |v: f32| crate::Tensor::new(vec![4], crate::TensorData::F32(vec![v; 4])).unwrap();
             b.initializer("scale", &t(0.5));
             b.initializer("bias", &t(0.25));
-            b.initializer("root2", &crate::Tensor::new(vec![], crate::TensorData::F32(vec![1.4142])).unwrap());
+            b.initializer(
+                "root2",
+                &crate::Tensor::new(vec![], crate::TensorData::F32(vec![std::f32::consts::SQRT_2])).unwrap(),
+            );
             b.node("Cast", &["x"], &["xf"], &[("to", crate::ops::Attribute::Int(1))]);
             b.node("Mul", &["xf", "scale"], &["s"], &[]);
             b.node("Add", &["s", "bias"], &["a"], &[]);
