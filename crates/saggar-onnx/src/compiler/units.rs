@@ -41,16 +41,17 @@ pub(crate) fn split(
     definitions: &[String],
     kernels: &[KernelSignature],
 ) -> Vec<KernelSource> {
-    let heavy = definitions.iter().filter(|d| d.len() >= HEAVY_DEFINITION_BYTES).count();
+    let length = |k: usize| definitions.get(k).map_or(0, String::len);
+    let heavy = (0..kernels.len()).filter(|&k| length(k) >= HEAVY_DEFINITION_BYTES).count();
     let units = unit_count(kernels.len()).max(heavy.min(MAX_UNITS));
     // Largest first (ties in source order), each to the lightest unit (ties to the first).
-    let mut order: Vec<usize> = (0..kernels.len()).collect();
-    order.sort_by_key(|&k| std::cmp::Reverse(definitions.get(k).map_or(0, String::len)));
+    let mut order: Vec<(usize, usize)> = (0..kernels.len()).map(|k| (length(k), k)).collect();
+    order.sort_by_key(|&(len, _)| std::cmp::Reverse(len));
     let mut load = vec![0usize; units];
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); units];
-    for k in order {
+    for (len, k) in order {
         let lightest = (0..units).min_by_key(|&u| load[u]).unwrap_or(0);
-        load[lightest] += definitions.get(k).map_or(0, String::len);
+        load[lightest] += len;
         members[lightest].push(k);
     }
     let mut out = Vec::with_capacity(units);
