@@ -31,12 +31,6 @@ use crate::ops::gpu::{BLOCK, kernel_name};
 use crate::ops::norm::gpu::{LayerNormKernel, NormStores};
 use crate::plan::nodes::NodeInfo;
 
-/// Blocks an SM keeps of the fused norm at least (its launches have at most [`BLOCK`] threads):
-/// registers for three, 85 a thread. A quantised encoder's norm (twelve inputs, two quantisations)
-/// took 110 and ran one block fewer, its row reductions waiting with nothing to hide them (`ncu`:
-/// 0.37 instructions issued per scheduler a cycle); with the bound ptxas fits it in 80, no spills.
-const LN_BLOCKS_PER_SM: u32 = 3;
-
 /// `(name, C++ definitions)` of a LayerNormalization over the value of `group`'s last node, with
 /// scale `in{scale}`, bias `in{bias}` when present, and epsilon `epsilon_bits` (f32 bits), storing
 /// `stores` and, with `quant`, the quantised copy `yq` after them.
@@ -66,7 +60,7 @@ pub(crate) fn layer_norm_kernel(
   const onnx_i64* dims = meta + 2;
 {values}  return (float)v{last};
 }}
-SAGGAR_GLOBAL void ONNX_BOUNDS({BLOCK}, {LN_BLOCKS_PER_SM}) NAME(const onnx_i64* meta{params}{outputs}) {{
+SAGGAR_GLOBAL void NAME(const onnx_i64* meta{params}{outputs}) {{
   __shared__ float sh[{BLOCK} / ONNX_ROW_LANES];
   ONNX_DYNAMIC_SHARED(onnx_row_cache);
   const onnx_i64 rows = meta[0], cols = meta[1];
