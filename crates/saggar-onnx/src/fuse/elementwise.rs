@@ -102,19 +102,27 @@ fn fused_loads(group: &FusedGroup) -> Option<String> {
     Some(body)
 }
 
+/// A node's expression with each operand `$slot` replaced by `name(operand)`: `Ok(k)` the external
+/// input `k`, `Err(m)` member `m`'s value. Absent optional operands are left out.
+pub(crate) fn substitute(expr: &str, operands: &Wiring, name: impl Fn(Result<usize, usize>) -> String) -> String {
+    let mut expr = expr.to_string();
+    // Last slot first, so that `$1` never rewrites the start of `$10`.
+    for (slot, operand) in operands.iter().enumerate().rev() {
+        if let Some(operand) = operand {
+            expr = expr.replace(&format!("${slot}"), &name(*operand));
+        }
+    }
+    expr
+}
+
 /// The statements `const T v{j} = ...;` of `group`'s nodes over the loaded `a{k}`.
 fn fused_nodes(group: &FusedGroup) -> Option<String> {
     let mut body = String::new();
     for (j, node) in group.nodes.iter().enumerate() {
-        let mut expr = node.expr.clone();
-        for (slot, operand) in node.operands.iter().enumerate().rev() {
-            let name = match operand {
-                Some(Ok(k)) => format!("a{k}"),
-                Some(Err(n)) => format!("v{n}"),
-                None => continue,
-            };
-            expr = expr.replace(&format!("${slot}"), &name);
-        }
+        let expr = substitute(&node.expr, &node.operands, |operand| match operand {
+            Ok(k) => format!("a{k}"),
+            Err(n) => format!("v{n}"),
+        });
         let _ = writeln!(body, "    const {} v{j} = {expr};", ctype(node.out)?);
     }
     Some(body)
@@ -171,7 +179,7 @@ pub(crate) fn fused_kernel(group: &FusedGroup) -> Option<(String, String)> {
 /// The four-element vector type of an element type and its constructor (`None`: the type has no
 /// vector path). The 8- and 32-bit integers are there for quantised models: their Quantize- and
 /// DequantizeLinear chains read `i32` products and write `i8`.
-fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
+pub(crate) fn vector_type(d: DType) -> Option<(&'static str, &'static str)> {
     match d {
         DType::F32 => Some(("float4", "make_float4")),
         DType::F16 | DType::BF16 => Some(("ushort4", "make_ushort4")),

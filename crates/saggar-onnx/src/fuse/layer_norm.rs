@@ -27,7 +27,7 @@ use saggar_shape::DType;
 use crate::fuse::elementwise::{self, FusedGroup};
 use crate::graph::ir::Graph;
 use crate::ops::gpu::GpuNode;
-use crate::ops::gpu::{BLOCK, kernel_name};
+use crate::ops::gpu::{BLOCK, ctype, kernel_name};
 use crate::ops::norm::gpu::{LayerNormKernel, NormStores};
 use crate::plan::nodes::NodeInfo;
 
@@ -52,7 +52,7 @@ pub(crate) fn layer_norm_kernel(
     let bias_add = bias.map_or(String::new(), |b| format!(" + (float)in{b}[j]"));
     let eps = format!("__int_as_float({})", epsilon_bits as i32);
     let (vector_chain, vector_path) = vector_path(group, scale, bias, &eps, stores).unwrap_or_default();
-    let (outputs, store) = (stores.params(), stores.store("base + j", "o"));
+    let (outputs, store) = (stores.params()?, stores.store("base + j", "o"));
     // NAME stands for the kernel's name, which hashes this text.
     let text = format!(
         r#"{vector_chain}__device__ ONNX_NOINLINE float NAME_x(const onnx_i64* meta{params}, onnx_i64 i) {{
@@ -117,14 +117,7 @@ fn vector_path(
     let f32s = |k: usize| group.inputs.get(k) == Some(&DType::F32);
     // The group's inputs f32, half (a half product's result, read as bits its chain widens) or
     // integer (an `i8` product's `i32` result, a quantised residual), four elements a load.
-    let loader = |k: usize| match group.inputs.get(k) {
-        Some(DType::F32) => Some("float4"),
-        Some(DType::F16 | DType::BF16) => Some("ushort4"),
-        Some(DType::I32) => Some("int4"),
-        Some(DType::I8) => Some("char4"),
-        Some(DType::U8) => Some("uchar4"),
-        _ => None,
-    };
+    let loader = |k: usize| group.inputs.get(k).and_then(|&d| elementwise::vector_type(d)).map(|(v4, _)| v4);
     if !(used.iter().all(|&k| loader(k).is_some())
         && f32s(scale)
         && bias.is_none_or(f32s)
@@ -134,7 +127,7 @@ fn vector_path(
     }
     let aligned = |k: usize| format!("onnx_aligned16(in{k})");
     let externals = group.inputs.len();
-    let (store4, stores_aligned) = stores.store4("row * cols4 + q", "o");
+    let (store4, stores_aligned) = stores.store4("row * cols4 + q", "o")?;
     let mut text = format!(
         "  const onnx_i64* fm = em + 2 + {} * em[0];\n  bool vec = cached && (cols & 3) == 0 && {stores_aligned}{};\n",
         externals + 1,
@@ -284,19 +277,12 @@ struct Stores<'a> {
 }
 
 impl Stores<'_> {
-    fn quant_types(q: &QuantCopy) -> (&'static str, &'static str, &'static str) {
-        match q.out {
-            DType::U8 => ("unsigned char", "uchar4", "make_uchar4"),
-            _ => ("signed char", "char4", "make_char4"),
-        }
-    }
-
-    fn params(self) -> String {
+    fn params(self) -> Option<String> {
         let mut params = self.stores.params();
         if let Some(q) = self.quant {
-            let _ = write!(params, ", {}* __restrict__ yq", Self::quant_types(q).0);
+            let _ = write!(params, ", {}* __restrict__ yq", ctype(q.out)?);
         }
-        params
+        Some(params)
     }
 
     fn store(self, at: &str, v: &str) -> String {
@@ -309,18 +295,18 @@ impl Stores<'_> {
 
     /// Statements storing the `float4` `v` from element `4 * at`, and the condition the pointers
     /// meet for it (empty, or ending in ` && `).
-    fn store4(self, at: &str, v: &str) -> (String, String) {
+    fn store4(self, at: &str, v: &str) -> Option<(String, String)> {
         let (mut text, aligned) = self.stores.store4(at, v);
         let mut aligned = if aligned.is_empty() { String::new() } else { format!("{aligned} && ") };
         if let Some(q) = self.quant {
-            let (_, v4, make) = Self::quant_types(q);
+            let (v4, make) = elementwise::vector_type(q.out)?;
             let lanes: Vec<String> =
                 ["x", "y", "z", "w"].iter().map(|c| q.expr.replace("$0", &format!("{v}.{c}"))).collect();
             let sep = if text.is_empty() { "" } else { " " };
             let _ = write!(text, "{sep}(({v4}*)yq)[{at}] = {make}({});", lanes.join(", "));
             aligned.push_str("onnx_aligned16(yq) && ");
         }
-        (text, aligned)
+        Some((text, aligned))
     }
 }
 

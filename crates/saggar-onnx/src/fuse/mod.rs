@@ -88,12 +88,7 @@ pub(crate) fn group(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
         }
     }
     let graph_outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.values.len()];
-    for (i, node) in graph.nodes.iter().enumerate() {
-        for id in node.inputs.iter().flatten() {
-            readers[id.0].push(i);
-        }
-    }
+    let readers = graph.readers();
     // Last to first, so that each reader's group is settled when its producer is considered.
     for i in (0..graph.nodes.len()).rev() {
         let node = &graph.nodes[i];
@@ -131,7 +126,7 @@ pub(crate) fn group(graph: &Graph, info: &[NodeInfo], fuse: bool) -> Grouping {
         }
         join(&mut root, p, ln);
     }
-    join_norm_copies(graph, info, &claimed, &mut root);
+    join_norm_copies(graph, info, &readers, &claimed, &mut root);
     Grouping { root, attention, bags }
 }
 
@@ -148,22 +143,12 @@ fn reads_a_product(graph: &Graph, producer: &[usize], i: usize) -> bool {
 
 /// Ends the group of each plain LayerNormalization with the half Cast or the per-tensor
 /// QuantizeLinear that first reads its result, where that node is a group of its own.
-fn join_norm_copies(graph: &Graph, info: &[NodeInfo], claimed: &[bool], root: &mut [usize]) {
-    let mut first_reader = vec![usize::MAX; graph.values.len()];
-    for (i, node) in graph.nodes.iter().enumerate().rev() {
-        for id in node.inputs.iter().flatten() {
-            first_reader[id.0] = i;
-        }
-    }
+/// `readers`: each value's readers in graph order ([`Graph::readers`]).
+fn join_norm_copies(graph: &Graph, info: &[NodeInfo], readers: &[Vec<usize>], claimed: &[bool], root: &mut [usize]) {
     for ln in 0..graph.nodes.len() {
         let Some(y) = graph.nodes[ln].outputs.first() else { continue };
-        let cast = first_reader[y.0];
-        if cast == usize::MAX
-            || claimed[ln]
-            || root[ln] != ln
-            || claimed[cast]
-            || root[cast] != cast
-            || !is_plain_layer_norm(graph, info, ln)
+        let Some(&cast) = readers[y.0].first() else { continue };
+        if claimed[ln] || root[ln] != ln || claimed[cast] || root[cast] != cast || !is_plain_layer_norm(graph, info, ln)
         {
             continue;
         }

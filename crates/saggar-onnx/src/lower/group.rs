@@ -227,14 +227,11 @@ impl Members<'_> {
     fn quant_copy(&self, out: DType) -> Result<QuantCopy, OnnxError> {
         let expr = self.info[self.root].elementwise().ok_or_else(|| self.no_device_form())?;
         let wiring = self.wiring.last().ok_or_else(|| self.no_device_form())?;
-        let mut expr = expr.to_string();
-        for (k, operand) in wiring.iter().enumerate().skip(1).rev() {
-            let value = match operand {
-                Some(Ok(e)) => format!("in{e}[0]"),
-                _ => return Err(self.no_device_form()),
-            };
-            expr = expr.replace(&format!("${k}"), &value);
-        }
+        // The norm's value (the one member operand) stays `$0`, for each store to name.
+        let expr = elementwise::substitute(expr, wiring, |operand| match operand {
+            Ok(e) => format!("in{e}[0]"),
+            Err(_) => "$0".to_string(),
+        });
         Ok(QuantCopy { out, expr })
     }
 
